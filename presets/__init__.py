@@ -1,0 +1,1 @@
+"""Built-in presets: model shapes, hardware profiles, deployment recipes (YAML)."""
