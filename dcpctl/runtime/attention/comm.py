@@ -1,0 +1,79 @@
+"""DCP exchanges over one DCP group: query all-gather, `ag_rs` and packed `a2a` output merges.
+
+Kernel heads are the DCP group's query heads in dcp-rank order: rank j's own heads are
+[j*Hl, (j+1)*Hl) of the Hk = Hl*c kernel heads.  Each exchange returns this rank's own heads.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from dcpctl.runtime.attention.merge import merge_stacked, merge_weights, to_natural, weighted_sum
+from dcpctl.runtime.parallel import Axis
+
+
+def _all_gather(out: Tensor, inp: Tensor, group) -> None:
+    if hasattr(dist, "all_gather_single"):
+        dist.all_gather_single(out, inp, group=group)
+    else:  # older torch
+        dist.all_gather_into_tensor(out, inp, group=group)
+
+
+def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
+    if hasattr(dist, "reduce_scatter_single"):
+        dist.reduce_scatter_single(out, inp, group=group)
+    else:  # older torch
+        dist.reduce_scatter_tensor(out, inp, group=group)
+
+
+def by_owner(x: Tensor, c: int) -> Tensor:
+    # x: [T, Hk, ...] -> [c, T, Hk/c, ...] contiguous: block j holds rank j's heads
+    t, hk = x.shape[:2]
+    return x.reshape(t, c, hk // c, *x.shape[2:]).transpose(0, 1).contiguous()
+
+
+def gather_heads(q: Tensor, axis: Axis) -> Tensor:
+    # q: [T, Hl, R] -> [T, Hl*c, R], heads in dcp-rank order
+    c = axis.size
+    out = torch.empty((c, *q.shape), dtype=q.dtype, device=q.device)
+    _all_gather(out, q.contiguous(), axis.group)
+    return out.transpose(0, 1).reshape(q.shape[0], c * q.shape[1], q.shape[2])
+
+
+def exchange_ag_rs(o: Tensor, lse: Tensor, base: str, axis: Axis) -> Tensor:
+    # o: [T, Hk, L] acc dtype  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
+    c = axis.size
+    lse_all = torch.empty((c, *lse.shape), dtype=lse.dtype, device=lse.device)
+    _all_gather(lse_all, lse.contiguous(), axis.group)
+    w, _ = merge_weights(to_natural(lse_all, base))              # [c, T, Hk]
+    scaled = weighted_sum(o.unsqueeze(0), w[axis.rank].unsqueeze(0))  # exp(lse_r - lse) * o_r, masked
+    out = torch.empty((o.shape[0], o.shape[1] // c, o.shape[2]), dtype=scaled.dtype, device=o.device)
+    _reduce_scatter(out, by_owner(scaled, c), axis.group)
+    return out
+
+
+def lse_wire_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def pack(o: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:
+    # o: [T, Hk, L]  lse: [T, Hk] -> [T, Hk, L + k] in dtype; k lanes hold the LSE bits (2 for 16-bit)
+    lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).contiguous().view(dtype)
+    return torch.cat([o.to(dtype), lanes], dim=-1)
+
+
+def unpack(buf: Tensor, v_dim: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    # buf: [..., L + k] in dtype -> (o [..., L], lse [...] in the wire LSE dtype)
+    return buf[..., :v_dim], buf[..., v_dim:].contiguous().view(lse_wire_dtype(dtype)).squeeze(-1)
+
+
+def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dtype) -> Tensor:
+    # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
+    c, v_dim = axis.size, o.shape[-1]
+    send = by_owner(pack(o, lse, dtype), c)                       # [c, T, Hl, L + k]
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1),
+                           group=axis.group)
+    o_parts, lse_parts = unpack(recv, v_dim, dtype)               # [c, T, Hl, L], [c, T, Hl]
+    return merge_stacked(o_parts, lse_parts, base).o

@@ -1,0 +1,112 @@
+"""Virtual KV allocator (plain ints, no torch): identical on every rank of a DCP group.
+
+Each rank has `C` physical rows in pages of `P`; the DCP group of size `c` sees one virtual pool
+
+    virtual capacity = C * c        virtual page size = P * c
+    owner(v) = v % c                physical(v) = v // c
+
+A sequence takes whole widened pages, so position p sits on virtual slot
+`v = page[p // (P*c)] * (P*c) + p % (P*c)` and `v % c == p % c` (P*c is a multiple of c): the
+owner of a position never depends on which page it got, and shards stay within one token.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class AllocatorError(RuntimeError):
+    """Raised on misuse (unknown request, out of pages) and on a broken invariant."""
+
+
+def owner(v: int, c: int) -> int:
+    return v % c
+
+
+def physical(v: int, c: int) -> int:
+    return v // c
+
+
+def local_len(length: int, rank: int, c: int) -> int:
+    """Positions of a length-`length` sequence that DCP rank `rank` of `c` stores."""
+    return length // c + (rank < length % c)
+
+
+class VirtualAllocator:
+    """Pages of `page_size * dcp` virtual slots; one request-to-token map shared by all ranks."""
+
+    def __init__(self, capacity_tokens: int, page_size: int, dcp: int) -> None:
+        if page_size < 1 or dcp < 1 or capacity_tokens < page_size:
+            raise AllocatorError(f"need page_size (={page_size}) >= 1, dcp (={dcp}) >= 1, "
+                                 f"capacity_tokens (={capacity_tokens}) >= page_size")
+        self.dcp = dcp
+        self.page_tokens = page_size * dcp          # virtual page size P*c
+        self.num_pages = capacity_tokens // page_size  # one widened page = one physical page per rank
+        self._free: deque[int] = deque(range(self.num_pages))
+        self._pages: dict[int, list[int]] = {}      # request id -> its virtual pages, in order
+        self._slots: dict[int, list[int]] = {}      # request id -> virtual slot of each position
+
+    @property
+    def virtual_capacity(self) -> int:
+        return self.num_pages * self.page_tokens
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_tokens)
+
+    def can_allocate(self, num_tokens: int, rid: int | None = None) -> bool:
+        """Whether request `rid` (new when None) can grow to `num_tokens` positions."""
+        have = len(self._pages.get(rid, ())) if rid is not None else 0
+        return self.pages_for(num_tokens) - have <= len(self._free)
+
+    def allocate(self, rid: int, num_tokens: int) -> list[int]:
+        """Grow (or create) request `rid` to `num_tokens` positions; returns its virtual slots."""
+        if not self.can_allocate(num_tokens, rid):
+            raise AllocatorError(f"request {rid}: needs pages_for({num_tokens}) = "
+                                 f"{self.pages_for(num_tokens)} pages, free_pages = {len(self._free)}")
+        pages = self._pages.setdefault(rid, [])
+        slots = self._slots.setdefault(rid, [])
+        while len(pages) < self.pages_for(num_tokens):
+            pages.append(self._free.popleft())
+        for p in range(len(slots), max(num_tokens, len(slots))):
+            slots.append(pages[p // self.page_tokens] * self.page_tokens + p % self.page_tokens)
+        return slots
+
+    def slots(self, rid: int) -> list[int]:
+        if rid not in self._slots:
+            raise AllocatorError(f"unknown request {rid}; known: {sorted(self._slots)}")
+        return self._slots[rid]
+
+    def free(self, rid: int) -> None:
+        if rid not in self._pages:
+            raise AllocatorError(f"free of unknown request {rid}; known: {sorted(self._pages)}")
+        self._free.extend(self._pages.pop(rid))
+        del self._slots[rid]
+
+    def requests(self) -> list[int]:
+        return list(self._pages)
+
+    def check_integrity(self) -> None:
+        """Raise AllocatorError naming every term of the first broken invariant."""
+        used = sum(len(p) for p in self._pages.values())
+        if len(self._free) + used != self.num_pages:
+            raise AllocatorError(f"free_pages({len(self._free)}) + used_pages({used}) "
+                                 f"!= num_pages({self.num_pages})")
+        seen = set(self._free).union(*self._pages.values()) if self._pages else set(self._free)
+        if len(seen) != self.num_pages:
+            raise AllocatorError(f"distinct_pages({len(seen)}) != num_pages({self.num_pages}): "
+                                 "a page is both free and used, or used twice")
+        for rid, slots in self._slots.items():
+            self._check_request(rid, slots)
+
+    def _check_request(self, rid: int, slots: list[int]) -> None:
+        cap = len(self._pages[rid]) * self.page_tokens
+        if len(slots) > cap:
+            raise AllocatorError(f"request {rid}: tokens({len(slots)}) > pages({len(self._pages[rid])}) "
+                                 f"* page_tokens({self.page_tokens})")
+        for p, v in enumerate(slots):
+            if v % self.dcp != p % self.dcp:
+                raise AllocatorError(f"request {rid}: owner(slot {v}) = {v % self.dcp} "
+                                     f"!= position {p} % dcp({self.dcp}) = {p % self.dcp}")

@@ -1,0 +1,76 @@
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dcpctl.runtime.kv import AllocatorError, VirtualAllocator, local_len
+
+
+def test_geometry_and_slots():
+    a = VirtualAllocator(capacity_tokens=8, page_size=2, dcp=4)
+    assert (a.num_pages, a.page_tokens, a.virtual_capacity) == (4, 8, 32)
+    slots = a.allocate(7, 10)
+    assert slots[:8] == list(range(8)) and slots[8:] == [8, 9]
+    assert a.free_pages == 2 and a.can_allocate(16) and not a.can_allocate(17)
+
+
+def test_integrity_message_names_every_term():
+    a = VirtualAllocator(capacity_tokens=9, page_size=1, dcp=1)
+    a.allocate(0, 5)
+    a._free.pop()
+    with pytest.raises(AllocatorError, match=r"free_pages\(3\) \+ used_pages\(5\) != num_pages\(9\)"):
+        a.check_integrity()
+
+
+def test_out_of_pages_and_unknown_request():
+    a = VirtualAllocator(capacity_tokens=4, page_size=2, dcp=2)
+    with pytest.raises(AllocatorError, match=r"pages_for\(9\) = 3 pages, free_pages = 2"):
+        a.allocate(0, 9)
+    with pytest.raises(AllocatorError, match="unknown request 3"):
+        a.free(3)
+
+
+ops = st.lists(st.tuples(st.sampled_from(["alloc", "grow", "free"]), st.integers(0, 5), st.integers(1, 40)),
+               max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(c=st.integers(1, 4), page=st.integers(1, 3), pages=st.integers(1, 12), ops=ops)
+def test_random_sequences_keep_ownership_balance_integrity(c, page, pages, ops):
+    a = VirtualAllocator(capacity_tokens=page * pages, page_size=page, dcp=c)
+    for op, rid, n in ops:
+        have = len(a._slots.get(rid, []))
+        if op == "free" and rid in a.requests():
+            a.free(rid)
+        elif op != "free" and a.can_allocate(have + n, rid):
+            a.allocate(rid, have + n)
+        a.check_integrity()
+        for r in a.requests():
+            _check_request(a, r, c)
+    for r in a.requests():
+        a.free(r)
+    assert a.free_pages == a.num_pages
+    a.check_integrity()
+
+
+def _check_request(a, rid, c):
+    slots = a.slots(rid)
+    assert all(v % c == p % c for p, v in enumerate(slots))
+    for r in range(c):
+        owned = [v // c for v in slots if v % c == r]
+        assert len(owned) == local_len(len(slots), r, c)
+        assert len(set(owned)) == len(owned)
+
+
+@settings(max_examples=100, deadline=None)
+@given(c=st.integers(1, 8), length=st.integers(0, 100))
+def test_local_len_balanced(c, length):
+    lens = [local_len(length, r, c) for r in range(c)]
+    assert sum(lens) == length and max(lens) - min(lens) <= 1
+
+
+def test_physical_slots_disjoint_across_requests():
+    a = VirtualAllocator(capacity_tokens=8, page_size=1, dcp=2)
+    s0, s1 = list(a.allocate(0, 5)), list(a.allocate(1, 7))
+    for r in range(2):
+        p0 = {v // 2 for v in s0 if v % 2 == r}
+        p1 = {v // 2 for v in s1 if v % 2 == r}
+        assert not p0 & p1 and max(p0 | p1) < 8
