@@ -14,6 +14,8 @@ from dcpctl.runtime.parallel import Axis
 
 
 def _all_gather(out: Tensor, inp: Tensor, group) -> None:
+    # out: [c, *inp.shape] contiguous; flat views keep gloo's shape checks happy
+    out, inp = out.view(-1), inp.contiguous().view(-1)
     if hasattr(dist, "all_gather_single"):
         dist.all_gather_single(out, inp, group=group)
     else:  # older torch
@@ -21,6 +23,8 @@ def _all_gather(out: Tensor, inp: Tensor, group) -> None:
 
 
 def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
+    # inp: [c, *out.shape] contiguous (block j goes to rank j), summed over ranks
+    out, inp = out.view(-1), inp.contiguous().view(-1)
     if hasattr(dist, "reduce_scatter_single"):
         dist.reduce_scatter_single(out, inp, group=group)
     else:  # older torch

@@ -1,0 +1,82 @@
+"""DCP attention on forked gloo ranks against unsplit causal attention of the whole sequences."""
+import pytest
+import torch
+
+from dcpctl.runtime.attention.dcp import DCPContext, SeqChunk, build_layout
+from dcpctl.runtime.attention.local import local_attention
+from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from dcpctl.runtime.parallel import ParallelState
+from tests.dist import run_ranks
+
+HL, R, L, SCALE = 2, 8, 6, 0.4
+LENS = [2, 4, 8]
+STEPS = [  # (rid, start, num_tokens): two prefill chunks, an empty batch, a decode batch
+    [(0, 0, 1), (1, 0, 2), (2, 0, 5)],
+    [(1, 2, 1), (2, 5, 2)],
+    [],
+    [(0, 1, 1), (1, 3, 1), (2, 7, 1)],
+]
+
+
+def _data(c):
+    g = torch.Generator().manual_seed(7)
+    qs = [torch.randn(n, HL * c, R, generator=g, dtype=torch.float64) for n in LENS]
+    kvs = [torch.randn(n, R, generator=g, dtype=torch.float64) for n in LENS]
+    return qs, kvs
+
+
+def _reference(c, step):
+    qs, kvs = _data(c)
+    outs = []
+    for rid, start, n in step:
+        for p in range(start, start + n):
+            mask = torch.ones(1, p + 1, dtype=torch.bool)
+            outs.append(local_attention(qs[rid][p:p + 1], kvs[rid][:p + 1], mask, SCALE, L)[0])
+    return torch.cat(outs) if outs else torch.zeros(0, HL * c, L, dtype=torch.float64)
+
+
+def _rank(rank, world, backend, dtype, base, q_is_group):
+    groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
+    ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
+    alloc = VirtualAllocator(capacity_tokens=16, page_size=2, dcp=world)
+    pool = KVPool(num_layers=2, capacity=16, row_dim=R, dtype=dtype)
+    qs, kvs = _data(world)
+    outs = []
+    for step in STEPS:
+        chunks = [SeqChunk(*s) for s in step]
+        for ch in chunks:
+            alloc.allocate(ch.rid, max(ch.start + ch.num_tokens, len(alloc._slots.get(ch.rid, []))))
+        ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank), pool, ps.dcp, backend, base, L)
+        heads = slice(None) if q_is_group else slice(rank * HL, (rank + 1) * HL)
+        q = torch.cat([qs[c.rid][c.start:c.start + c.num_tokens, heads] for c in chunks] or
+                      [torch.zeros(0, HL * (world if q_is_group else 1), R, dtype=torch.float64)])
+        kv = torch.cat([kvs[c.rid][c.start:c.start + c.num_tokens] for c in chunks] or
+                       [torch.zeros(0, R, dtype=torch.float64)])
+        for layer in range(2):
+            o = ctx.attend(layer, q.to(dtype), kv.to(dtype), SCALE, q_is_group=q_is_group)
+        assert o.shape == (q.shape[0], HL, L) and o.dtype == dtype
+        outs.append(o.double().numpy())  # tensors do not survive the fork queue
+    rows = int((pool.kv[0].abs().sum(-1) > 0).sum())
+    return outs, rows
+
+
+CASES = [  # (dcp, backend, dtype, lse_base, q_is_group)
+    (1, "ag_rs", torch.float64, "e", False),
+    (2, "ag_rs", torch.float64, "2", False),
+    (2, "a2a", torch.float64, "e", True),
+    (4, "ag_rs", torch.float64, "e", True),
+    (4, "a2a", torch.float64, "2", False),
+    (2, "a2a", torch.bfloat16, "2", False),
+    (4, "a2a", torch.float32, "e", False),
+]
+
+
+@pytest.mark.parametrize("c,backend,dtype,base,q_is_group", CASES)
+def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group):
+    results = run_ranks(_rank, c, backend, dtype, base, q_is_group)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
+    for rank, (outs, rows) in enumerate(results):
+        for step, o in zip(STEPS, outs):
+            want = _reference(c, step)[:, rank * HL:(rank + 1) * HL]
+            torch.testing.assert_close(torch.from_numpy(o), want, atol=tol, rtol=tol)
+        assert rows == sum(n // c + (rank < n % c) for n in LENS)
