@@ -116,3 +116,11 @@ class DCPContext:
         if self.backend == "ag_rs":
             return exchange_ag_rs(o, lse, self.lse_base, self.dcp).to(q.dtype)
         return exchange_a2a(o, lse, self.lse_base, self.dcp, q.dtype).to(q.dtype)
+
+
+def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
+                  chunks: list[SeqChunk], v_dim: int) -> DCPContext:
+    """The engine's one call per forward batch (chunks must already be allocated)."""
+    layout = build_layout(alloc, chunks, dcp.rank)
+    backend = decisions.get("dcp_comm_backend", "ag_rs")
+    return DCPContext(layout, pool, dcp, backend, str(decisions.get("lse_base", "e")), v_dim)

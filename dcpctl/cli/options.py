@@ -1,0 +1,73 @@
+"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, DESIGN section 8)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from dcpctl.plan import request as R
+from dcpctl.plan.resolve import merge_options, options_from_saved_plan
+
+F = Callable[..., Any]
+
+_OPTIONS: list[Callable[[F], F]] = [
+    click.option("--preset", help="A deployment recipe from presets/ (see `dcpctl presets list`); flags override it."),
+    click.option("--model-path", type=click.Path(), help="Hugging Face checkpoint directory (reads its config.json)."),
+    click.option("--model", "model", help="A model preset name instead of --model-path (default: tiny)."),
+    click.option("--hardware", help="auto (detect this machine, default), a profile (h100-8, h200-8, b200-8, "
+                                    "b300-8, gb200-nvl72, gb300-nvl72, cpu) or a YAML file."),
+    click.option("--tp-size", type=int, help="Tensor parallel size (GPUs per engine, per pipeline stage)."),
+    click.option("--dp-size", type=int, help="Data parallel size (attention-DP replicas with --enable-dp-attention)."),
+    click.option("--enable-dp-attention", is_flag=True, default=None, help="Attention data parallelism inside TP."),
+    click.option("--dcp-size", "--decode-context-parallel-size", "dcp_size", type=int,
+                 help="Decode context parallel size: ranks of one attention-TP group that stripe the KV."),
+    click.option("--dcp-comm-backend", type=click.Choice(R.COMM_BACKENDS), help="DCP exchange (default: decided)."),
+    click.option("--dcp-replicate-q-proj/--no-dcp-replicate-q-proj", default=None,
+                 help="Compute the DCP group's query locally (bf16/fp16 weights only)."),
+    click.option("--ep-size", type=int, help="MoE expert parallel size (divides tp)."),
+    click.option("--pp-size", type=int, help="Pipeline parallel size."),
+    click.option("--nnodes", type=int, help="Number of nodes."),
+    click.option("--gpus-per-node", type=int, help="GPUs per node (default: from the hardware profile)."),
+    click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS), help="Decode attention kernel."),
+    click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES), help="KV cache dtype (auto: model dtype)."),
+    click.option("--page-size", type=int, help="KV page size in tokens per rank (default 1)."),
+    click.option("--mem-fraction-static", type=float, help="Fraction of GPU memory for weights + KV (default 0.85)."),
+    click.option("--context-len", type=int, help="Target context length: adds the concurrency that fits."),
+    click.option("--max-running-requests", type=int, help="Cap on concurrent requests."),
+    click.option("--kda-state-fraction", type=float, help="Share of the KV budget for KDA state (hybrids; 0.1)."),
+    click.option("--speculative-algorithm", type=click.Choice(R.SPEC_ALGORITHMS), help="Speculative decoding."),
+    click.option("--speculative-num-draft-tokens", type=int, help="Candidates verified per request per step."),
+    click.option("--speculative-draft-model-path", type=click.Path(), help="Draft checkpoint (STANDALONE)."),
+    click.option("--disaggregation-mode", type=click.Choice(R.PD_MODES), help="PD disaggregation role."),
+    click.option("--disaggregation-peer-dcp-size", type=int, help="DCP size of the other PD side."),
+    click.option("--disaggregation-transfer-backend", type=click.Choice(R.PD_BACKENDS), help="KV transfer backend."),
+    click.option("--disaggregation-peer-page-size", type=int, help="Page size of the other PD side."),
+    click.option("--disaggregation-peer-kv-cache-dtype", type=click.Choice(R.KV_DTYPES), help="KV dtype of the peer."),
+    click.option("--enable-hierarchical-cache", is_flag=True, default=None, help="HiCache L2 host tier."),
+    click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
+]
+
+PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "dcp_size",
+             "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "gpus_per_node",
+             "attention_backend", "kv_cache_dtype", "page_size", "mem_fraction_static", "context_len",
+             "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
+             "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
+             "disaggregation_transfer_backend", "disaggregation_peer_page_size",
+             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend")
+
+
+def plan_options(f: F) -> F:
+    for opt in reversed(_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def collect(ctx: click.Context, params: dict[str, Any], saved_plan: str | None = None) -> dict[str, Any]:
+    """Flags + preset (+ saved plan) -> one options dict; only flags the user typed override."""
+    explicit = {k for k in PLAN_KEYS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
+    flags = {k: params.get(k) for k in PLAN_KEYS}
+    if saved_plan:
+        base = options_from_saved_plan(__import__("pathlib").Path(saved_plan))
+        base.update({k: flags[k] for k in explicit})
+        return base
+    return merge_options(flags, explicit, params.get("preset"))

@@ -1,0 +1,75 @@
+"""`dcpctl plan`: validate, explain and resolve a DCP deployment."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from dcpctl.cli import console
+from dcpctl.cli.options import collect, plan_options
+from dcpctl.cli.render_plan import render_table
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.planner import Plan, make_plan
+from dcpctl.plan.resolve import request_from_options
+
+
+def build_plan(opts: dict[str, Any]) -> Plan:
+    return make_plan(request_from_options(opts))
+
+
+def plan_document(plan: Plan, opts: dict[str, Any], rank_map: bool = True) -> dict[str, Any]:
+    doc = plan.to_dict(rank_map=rank_map)
+    doc["request"] = {k: v for k, v in opts.items() if v is not None}
+    return doc
+
+
+def dump(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2)
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
+
+
+@click.command()
+@plan_options
+@click.argument("saved_plan", required=False, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(), help="Also save the plan (YAML, or JSON for *.json).")
+@click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
+@click.pass_context
+def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | None, show_ranks: bool,
+         **params: Any) -> None:
+    """Validate and explain a DCP topology before any GPU is touched.
+
+    Prints the verdict, the rank map (TP, attention-TP, attention-DP, DCP and EP groups, nodes), every
+    automatic decision with its reason, and the memory per rank. Exit status 0 when the plan is
+    valid, 2 when it is not (each violation is an equation with the valid choices).
+
+    \b
+    Examples:
+      dcpctl plan --model-path ./DeepSeek-V3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
+      dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
+      dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
+    """
+    opts = collect(ctx, params, saved_plan)
+    p = build_plan(opts)
+    doc = plan_document(p, opts)
+    if output:
+        _save(doc, Path(output))
+    if fmt == "table":
+        render_table(p, show_ranks)
+    else:
+        console.write_text(dump(doc, fmt))
+    if not p.valid:
+        ctx.exit(2)
+
+
+def _save(doc: dict[str, Any], path: Path) -> None:
+    fmt = "json" if path.suffix == ".json" else "yaml"
+    try:
+        path.write_text(dump(doc, fmt) + ("\n" if fmt == "json" else ""))
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    console.info(f"saved plan to {path}")

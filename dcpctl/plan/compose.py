@@ -1,0 +1,101 @@
+"""Compositions with DCP checked at plan time (DESIGN section 5): spec decoding, PD, HiCache."""
+from __future__ import annotations
+
+from typing import Any
+
+from dcpctl.plan.errors import Violation
+from dcpctl.plan.request import PlanRequest
+
+
+def check_compositions(req: PlanRequest, kv_dtype: str) -> tuple[dict[str, Any], list[Violation], list[str]]:
+    """Returns (summary, violations, warnings). Rules apply when dcp > 1; dcp 1 is plain SGLang."""
+    out: dict[str, Any] = {}
+    viol: list[Violation] = []
+    warn: list[str] = []
+    _speculative(req, out, viol)
+    _disaggregation(req, kv_dtype, out, viol, warn)
+    _hicache(req, out, viol)
+    if req.model.kda is not None and req.topology.dcp_size > 1:
+        out["hybrid"] = {"striped_layers": "mla", "kda_layers": len(req.model.kda_layers),
+                         "note": "KDA state is request-indexed and not striped: DCP grows long-context "
+                                 "capacity, not the KDA concurrency ceiling"}
+    return out, viol, warn
+
+
+def _speculative(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -> None:
+    algo, k = req.speculative_algorithm, req.speculative_num_draft_tokens
+    if not algo:
+        if k is not None:
+            viol.append(Violation("spec_tokens_without_algorithm",
+                                  "--speculative-num-draft-tokens needs --speculative-algorithm"))
+        return
+    if k is None or k < 1:
+        viol.append(Violation("spec_num_draft_tokens", f"--speculative-algorithm {algo} needs "
+                              f"--speculative-num-draft-tokens >= 1, got {k}"))
+    if algo == "STANDALONE" and req.draft_model is None:
+        viol.append(Violation("spec_draft_model", "--speculative-algorithm STANDALONE needs "
+                              "--speculative-draft-model-path"))
+    out["speculative"] = {"algorithm": algo, "num_draft_tokens": k, "verification": "static (same width per request)",
+                          "draft_kv": "replicated on every rank (not striped)"}
+
+
+def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: list[Violation],
+                    warn: list[str]) -> None:
+    mode = req.disaggregation_mode
+    if mode == "null":
+        return
+    c = req.topology.dcp_size
+    peer = req.disaggregation_peer_dcp_size or c
+    prefill, decode = (c, peer) if mode == "prefill" else (peer, c)
+    if prefill == decode:
+        path = "page path with matching DCP ranks"
+    elif prefill == 1:
+        path = f"token relayout from DCP 1 prefill to DCP {decode} decode (exact token count per rank)"
+    else:
+        path = None
+        viol.append(Violation("pd_dcp_sizes", f"prefill dcp ({prefill}) -> decode dcp ({decode}) is not supported: "
+                              f"use equal sizes or dcp 1 prefill; valid prefill sizes: [1, {decode}]"))
+    if max(prefill, decode) > 1:
+        _pd_rules(req, kv_dtype, mode, viol)
+    out["disaggregation"] = {"mode": mode, "prefill_dcp": prefill, "decode_dcp": decode, "transfer": path,
+                             "backend": req.disaggregation_transfer_backend,
+                             "decode_cache": "chunk cache (no radix cache)" if mode == "decode" else None}
+
+
+def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, viol: list[Violation]) -> None:
+    if req.disaggregation_transfer_backend not in ("mooncake", "nixl"):
+        viol.append(Violation("pd_backend", f"DCP with PD disaggregation needs --disaggregation-transfer-backend "
+                              f"mooncake or nixl, got {req.disaggregation_transfer_backend}"))
+    peer_page = req.disaggregation_peer_page_size
+    if peer_page is not None and peer_page != req.page_size:
+        viol.append(Violation("pd_page_size", f"page_size ({req.page_size}) != peer page_size ({peer_page}); "
+                              "prefill and decode must match"))
+    peer_kv = req.disaggregation_peer_kv_cache_dtype
+    if peer_kv is not None and peer_kv not in ("auto", kv_dtype):
+        viol.append(Violation("pd_kv_dtype", f"kv_cache_dtype ({kv_dtype}) != peer kv_cache_dtype ({peer_kv}); "
+                              "prefill and decode must match"))
+    if mode == "decode" and req.enable_hierarchical_cache:
+        viol.append(Violation("pd_decode_hicache", "PD decode with DCP does not support "
+                              "--enable-hierarchical-cache (decode uses the chunk cache)"))
+
+
+def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -> None:
+    if not req.enable_hierarchical_cache:
+        if req.hicache_storage_backend:
+            viol.append(Violation("hicache_storage_without_hicache",
+                                  "--hicache-storage-backend needs --enable-hierarchical-cache"))
+        return
+    c = req.topology.dcp_size
+    out["hicache"] = {"l2": f"host tier with {req.page_size * c} virtual slots per page, {req.page_size} local rows "
+                            "per rank; no DCP collective", "l3": req.hicache_storage_backend}
+    if c == 1:
+        return
+    if req.hicache_storage_backend:
+        viol.append(Violation("hicache_l3", f"HiCache L3 (--hicache-storage-backend {req.hicache_storage_backend}) "
+                              f"is not supported with dcp ({c}) > 1; use the L2 host tier alone"))
+    if req.speculative_algorithm:
+        viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 is not supported together with "
+                              f"--speculative-algorithm {req.speculative_algorithm}"))
+    if req.model.kda is not None:
+        viol.append(Violation("hicache_non_mla", f"HiCache with dcp ({c}) > 1 needs MLA-only host pools; "
+                              f"{req.model.name} has KDA layers"))

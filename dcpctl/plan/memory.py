@@ -1,0 +1,182 @@
+"""Memory per rank: latent KV, weights, replicated-Q overhead, capacity and the real DCP gain.
+
+    kv_bytes_per_token          = mla_layers * (kv_lora + rope) * kv_dtype_bytes      (whole model)
+    kv_bytes_per_token_per_rank = kv_bytes_per_token / dcp
+    per virtual token, a rank stores target_row / dcp + draft_row (draft KV is never striped)
+    virtual capacity V          = kv_budget // (that), rounded down to widened pages (P * dcp)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dcpctl.plan.errors import Violation
+from dcpctl.plan.model import ModelSpec
+from dcpctl.plan.request import PlanRequest
+
+GIB = 2**30
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+def kv_row_bytes(m: ModelSpec, kv_dtype: str, layers: int | None = None) -> int:
+    n = len(m.mla_layers) if layers is None else layers
+    return n * m.kv_row_elems * KV_DTYPE_BYTES[kv_dtype]
+
+
+def _attn_params(m: ModelSpec) -> tuple[int, int]:
+    """(replicated, head-split) parameters of one MLA layer."""
+    h, qk = m.num_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
+    q_split = (m.q_lora_rank or m.hidden_size) * h * qk
+    q_rep = m.hidden_size * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0
+    kv_rep = m.hidden_size * m.kv_row_elems + m.kv_lora_rank
+    split = q_split + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim) + h * m.v_head_dim * m.hidden_size
+    return q_rep + kv_rep, split
+
+
+def _kda_params(m: ModelSpec) -> int:
+    assert m.kda is not None
+    inner = m.kda.num_heads * m.kda.head_dim
+    return 4 * m.hidden_size * inner + 3 * inner * m.kda.conv_kernel  # q, k, v, o (+ gates ~ o) and convs
+
+
+def _mlp_params(m: ModelSpec, layer: int) -> tuple[int, int]:
+    """(split over tp, replicated) MLP parameters of one layer."""
+    h = m.hidden_size
+    if m.n_routed_experts == 0 or layer < m.first_k_dense_replace:
+        return 3 * h * m.intermediate_size, 0
+    experts = (m.n_routed_experts + m.n_shared_experts) * 3 * h * m.moe_intermediate_size
+    return experts, h * m.n_routed_experts
+
+
+def weight_bytes_per_rank(req: PlanRequest) -> int:
+    """Attention by attention-TP, experts by EP x moe-TP (= tp), dense by TP, per pipeline stage."""
+    m, t = req.model, req.topology
+    lin = 1 if m.quantization else _dtype_bytes(m.dtype)
+    hi = _dtype_bytes(m.dtype) if not m.quantization else 2  # embeddings and norms stay 16-bit
+    total = 0.0
+    mla = set(m.mla_layers)
+    for layer in range(m.num_layers):
+        if layer in mla:
+            rep, split = _attn_params(m)
+            total += rep * lin + split * lin / t.attn_tp
+        else:
+            total += _kda_params(m) * lin / t.attn_tp
+        split, rep = _mlp_params(m, layer)
+        total += split * lin / t.tp_size + rep * hi
+    total /= t.pp_size
+    total += 2 * m.vocab_size * m.hidden_size * hi / t.tp_size
+    return int(total)
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return {"float64": 8, "float32": 4}.get(dtype, 2)
+
+
+def replicated_q_bytes_per_rank(req: PlanRequest, on: bool) -> int:
+    """Extra q_b_proj rows and w_kc of the other dcp-1 ranks' heads, per MLA layer of this stage."""
+    m, t = req.model, req.topology
+    if not on or t.dcp_size == 1:
+        return 0
+    local_heads = m.num_heads // t.attn_tp
+    per_head = (m.q_lora_rank or m.hidden_size) * (m.qk_nope_head_dim + m.qk_rope_head_dim) \
+        + m.qk_nope_head_dim * m.kv_lora_rank
+    layers = -(-len(m.mla_layers) // t.pp_size)
+    return int((t.dcp_size - 1) * local_heads * per_head * layers * _dtype_bytes(m.dtype))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    virtual_tokens: int
+    physical_rows: int
+    kda_ceiling: int | None
+
+
+def capacity(req: PlanRequest, kv_dtype: str, budget: int, dcp: int) -> Capacity:
+    """KV capacity of one rank's budget at DCP size `dcp` (the memory not taken by weights)."""
+    m, t = req.model, req.topology
+    stage_layers = -(-len(m.mla_layers) // t.pp_size)
+    kda_ceiling = None
+    if m.kda is not None:
+        state = kda_state_bytes_per_rank(req)
+        kda_pool = int(budget * req.kda_state_fraction)
+        kda_ceiling = kda_pool // state if state else None
+        budget -= kda_pool
+    target = kv_row_bytes(m, kv_dtype, stage_layers)
+    draft = draft_row_bytes(req, kv_dtype)
+    per_virtual = target / dcp + draft
+    page = req.page_size * dcp
+    virtual = int(max(budget, 0) // per_virtual) // page * page
+    return Capacity(virtual, virtual // dcp, kda_ceiling)
+
+
+def draft_row_bytes(req: PlanRequest, kv_dtype: str) -> int:
+    if not req.speculative_algorithm or req.speculative_algorithm == "NGRAM":
+        return 0
+    draft = req.draft_model
+    if draft is None:  # EAGLE / NEXTN: one MTP layer shaped like the target's MLA layer
+        return kv_row_bytes(req.model, kv_dtype, 1)
+    return kv_row_bytes(draft, kv_dtype)
+
+
+def kda_state_bytes_per_rank(req: PlanRequest) -> int:
+    m = req.model
+    if m.kda is None:
+        return 0
+    layers = -(-len(m.kda_layers) // req.topology.pp_size)
+    return m.kda.state_bytes_per_layer() * layers // req.topology.attn_tp
+
+
+def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[dict[str, Any], list[Violation]]:
+    m, t, hw = req.model, req.topology, req.hardware
+    per_rank_mem = hw.memory_gib * GIB / (t.ranks_per_node if hw.device == "cpu" else 1)
+    weights = weight_bytes_per_rank(req)
+    rep_q = replicated_q_bytes_per_rank(req, replicate_q)
+    static = per_rank_mem * req.mem_fraction_static
+    budget = int(static - weights - rep_q)
+    viol: list[Violation] = []
+    if budget <= 0:
+        viol.append(Violation("weights_fit", f"weights per rank ({(weights + rep_q) / GIB:.1f} GiB) exceed "
+                              f"mem_fraction_static ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
+                              f"= {static / GIB:.1f} GiB; raise tp/ep or use a larger GPU"))
+    cap = capacity(req, kv_dtype, budget, t.dcp_size)
+    base = capacity(req, kv_dtype, int(static - weights), 1)
+    kv_tok = kv_row_bytes(m, kv_dtype)
+    out: dict[str, Any] = {
+        "kv_cache_dtype": kv_dtype,
+        "kv_bytes_per_token": kv_tok,
+        "kv_bytes_per_token_per_rank": kv_tok / t.dcp_size,
+        "draft_kv_bytes_per_token_per_rank": draft_row_bytes(req, kv_dtype),
+        "memory_per_rank_bytes": int(per_rank_mem),
+        "weight_bytes_per_rank": weights,
+        "replicated_q_bytes_per_rank": rep_q,
+        "kv_budget_bytes_per_rank": max(budget, 0),
+        "kv_rows_per_rank": cap.physical_rows,
+        "kv_virtual_tokens": cap.virtual_tokens,
+        "max_context_len": min(cap.virtual_tokens, m.max_position_embeddings),
+        "max_context_limited_by": "kv_capacity" if cap.virtual_tokens < m.max_position_embeddings
+        else "max_position_embeddings",
+        "capacity_gain_vs_dcp1": round(cap.virtual_tokens / base.virtual_tokens, 4) if base.virtual_tokens else None,
+        "nominal_gain": t.dcp_size,
+    }
+    if m.kda is not None:
+        out["kda_state_bytes_per_request_per_rank"] = kda_state_bytes_per_rank(req)
+        out["kda_max_requests"] = cap.kda_ceiling
+    if req.context_len:
+        out.update(_concurrency(req, cap, base))
+    return out, viol
+
+
+def _concurrency(req: PlanRequest, cap: Capacity, base: Capacity) -> dict[str, Any]:
+    L, t = req.context_len, req.topology
+    assert L is not None
+
+    def fit(c: Capacity, dcp: int) -> int:
+        page = req.page_size * dcp
+        n = c.virtual_tokens // (-(-L // page) * page)
+        n = min(n, c.kda_ceiling) if c.kda_ceiling is not None else n
+        return min(n, req.max_running_requests) if req.max_running_requests else n
+
+    n, n1 = fit(cap, t.dcp_size), fit(base, 1)
+    limited = "kda_state" if cap.kda_ceiling is not None and n == cap.kda_ceiling else "kv_capacity"
+    return {"context_len": L, "max_concurrency": n, "max_concurrency_dcp1": n1,
+            "concurrency_gain_vs_dcp1": round(n / n1, 4) if n1 else None, "concurrency_limited_by": limited}

@@ -1,0 +1,77 @@
+"""make_plan: PlanRequest -> Plan (valid or not, never raises for a bad topology)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dcpctl.plan import compose, decisions, groups, memory
+from dcpctl.plan.errors import Violation
+from dcpctl.plan.request import PlanRequest
+
+
+@dataclass
+class Plan:
+    request: PlanRequest
+    violations: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    groups: dict[str, list[list[int]]] = field(default_factory=dict)
+    decisions: dict[str, decisions.Decision] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    compositions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations
+
+    def to_dict(self, rank_map: bool = True) -> dict[str, Any]:
+        """The JSON/YAML contract (DESIGN section 8)."""
+        r, t = self.request, self.request.topology
+        d: dict[str, Any] = {
+            "valid": self.valid,
+            "violations": [v.to_dict() for v in self.violations],
+            "warnings": list(self.warnings),
+            "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
+                         "attn_dp_size": t.attn_dp, "ranks_per_node": t.ranks_per_node,
+                         "kernel_heads": r.model.num_heads // t.attn_tp * t.dcp_size
+                         if r.model.num_heads % t.attn_tp == 0 else None},
+            "model": r.model.summary(),
+            "hardware": r.hardware.to_dict(),
+            "groups": self.groups,
+            "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
+            "memory": self.memory,
+            "compositions": self.compositions,
+            "options": {"page_size": r.page_size, "mem_fraction_static": r.mem_fraction_static,
+                        "context_len": r.context_len},
+        }
+        if rank_map and self.groups:
+            d["rank_map"] = [groups.rank_info(t, i).to_dict() for i in range(t.total_gpus)]
+        return d
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    t, m = req.topology, req.model
+    plan = Plan(req)
+    plan.violations += t.violations(num_heads=m.num_heads, num_layers=m.num_layers)
+    dec = decisions.decide(req)
+    plan.decisions, plan.warnings = dec.items, list(dec.warnings)
+    plan.violations += dec.violations
+    kv_dtype = dec.value("kv_cache_dtype")
+    plan.compositions, cviol, cwarn = compose.check_compositions(req, kv_dtype)
+    plan.violations += cviol
+    plan.warnings += cwarn
+    if any(v.code in ("tp_dp",) for v in plan.violations):
+        return plan  # no consistent rank layout to show
+    plan.groups = groups.build_groups(t)
+    _node_warnings(plan)
+    plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"))
+    plan.violations += mviol
+    return plan
+
+
+def _node_warnings(plan: Plan) -> None:
+    t, hw = plan.request.topology, plan.request.hardware
+    crossing = groups.dcp_groups_crossing_nodes(t, plan.groups)
+    if crossing and not hw.mnnvl:
+        plan.warnings.append(f"{len(crossing)} DCP group(s) cross nodes (ranks_per_node ({t.ranks_per_node}) is not "
+                             f"a multiple of dcp ({t.dcp_size})) on {hw.name} without MNNVL: the DCP exchange "
+                             f"leaves NVLink; first: ranks {groups.collapse(crossing[0])}")

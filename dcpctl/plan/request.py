@@ -1,0 +1,42 @@
+"""Everything a plan is made from, as one frozen value (the CLI and presets build it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dcpctl.plan.hardware import Hardware
+from dcpctl.plan.model import ModelSpec
+from dcpctl.plan.topology import Topology
+
+COMM_BACKENDS = ("ag_rs", "a2a", "fi_a2a")
+KV_DTYPES = ("auto", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+PD_MODES = ("null", "prefill", "decode")
+PD_BACKENDS = ("mooncake", "nixl", "fake")
+DECODE_ATTENTION_BACKENDS = ("auto", "flashmla", "flashinfer", "triton", "trtllm_mla", "cutedsl_mla",
+                             "tokenspeed_mla", "torch_native")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    topology: Topology
+    model: ModelSpec
+    hardware: Hardware
+    dcp_comm_backend: str | None = None  # None: let the planner decide
+    dcp_replicate_q_proj: bool | None = None
+    attention_backend: str = "auto"
+    kv_cache_dtype: str = "auto"
+    page_size: int = 1
+    mem_fraction_static: float = 0.85
+    context_len: int | None = None
+    max_running_requests: int | None = None
+    kda_state_fraction: float = 0.1
+    speculative_algorithm: str | None = None
+    speculative_num_draft_tokens: int | None = None
+    draft_model: ModelSpec | None = None
+    disaggregation_mode: str = "null"
+    disaggregation_peer_dcp_size: int | None = None
+    disaggregation_transfer_backend: str = "mooncake"
+    disaggregation_peer_page_size: int | None = None
+    disaggregation_peer_kv_cache_dtype: str | None = None
+    enable_hierarchical_cache: bool = False
+    hicache_storage_backend: str | None = None

@@ -1,0 +1,75 @@
+"""Options (CLI flags, a deployment preset, a saved plan) -> PlanRequest. Flags win over presets."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dcpctl.plan import presets
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.hardware import Hardware, resolve_hardware
+from dcpctl.plan.model import ModelSpec, spec_from_config, spec_from_path
+from dcpctl.plan.request import PlanRequest
+from dcpctl.plan.topology import Topology
+
+TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_size", "pp_size", "nnodes",
+                 "gpus_per_node")
+REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
+                                                                              "draft_model"))
+OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset")
+DEFAULT_MODEL = "tiny"
+
+
+def merge_options(flags: dict[str, Any], explicit: set[str], preset: str | None) -> dict[str, Any]:
+    """Defaults < preset < flags the user typed (`explicit`)."""
+    if not preset:
+        return dict(flags)
+    recipe = presets.get("deployments", preset)
+    unknown = sorted(set(recipe) - set(TOPOLOGY_KEYS) - set(REQUEST_KEYS) - set(OTHER_KEYS))
+    if unknown:
+        raise UserError(f"preset {preset}: unknown key(s) {unknown}")
+    merged = dict(flags)
+    for key, value in recipe.items():
+        if key not in explicit and key != "description":
+            merged[key] = value
+    if "model_path" in explicit:
+        merged.pop("model", None)
+    return merged
+
+
+def model_from_options(opts: dict[str, Any]) -> ModelSpec:
+    if opts.get("model_path"):
+        return spec_from_path(opts["model_path"])
+    name = opts.get("model") or DEFAULT_MODEL
+    data = presets.get("models", name)
+    return spec_from_config(data["config"], name=name, source=f"model preset {name}")
+
+
+def request_from_options(opts: dict[str, Any]) -> PlanRequest:
+    hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
+    topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
+    if "gpus_per_node" not in topo and hardware.device == "cuda":
+        topo["gpus_per_node"] = hardware.gpus_per_node
+    topology = Topology(**topo)
+    draft = spec_from_path(opts["speculative_draft_model_path"]) if opts.get("speculative_draft_model_path") else None
+    fields = {k: opts[k] for k in REQUEST_KEYS if opts.get(k) is not None}
+    _check_ranges(fields)
+    return PlanRequest(topology=topology, model=model_from_options(opts), hardware=hardware, draft_model=draft,
+                       **fields)
+
+
+def _check_ranges(f: dict[str, Any]) -> None:
+    if "mem_fraction_static" in f and not 0 < f["mem_fraction_static"] <= 1:
+        raise UserError(f"--mem-fraction-static must be in (0, 1], got {f['mem_fraction_static']}")
+    for key in ("page_size", "context_len", "max_running_requests", "disaggregation_peer_dcp_size",
+                "disaggregation_peer_page_size"):
+        if key in f and (not isinstance(f[key], int) or f[key] < 1):
+            raise UserError(f"--{key.replace('_', '-')} must be a positive integer, got {f[key]!r}")
+
+
+def options_from_saved_plan(path: Path) -> dict[str, Any]:
+    """A plan saved with `dcpctl plan -o plan.yaml` carries the options that made it."""
+    from dcpctl.plan.yamlio import read_yaml
+    data = read_yaml(path)
+    if "request" not in data:
+        raise UserError(f"{path} is not a saved dcpctl plan (no 'request' key)")
+    return dict(data["request"])

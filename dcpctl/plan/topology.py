@@ -1,0 +1,96 @@
+"""Topology: the parallel degrees as one frozen value, validated before any process exists.
+
+Rank layout (SGLang's, tp fastest): rank = engine * world + pp_rank * tp + tp_rank.
+Attention-DP replica i of a TP group is tp ranks [i*attn_tp, (i+1)*attn_tp); DCP groups are
+contiguous slices of dcp_size inside an attention-TP group, so dcp_rank = attn_tp_rank % dcp.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dcpctl.plan.errors import UserError, Violation, divisors
+
+
+@dataclass(frozen=True)
+class Topology:
+    tp_size: int = 1
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    dcp_size: int = 1
+    ep_size: int = 1
+    pp_size: int = 1
+    nnodes: int = 1
+    gpus_per_node: int | None = None  # None: all ranks of a node on one machine (world // nnodes)
+
+    def __post_init__(self) -> None:
+        for name in ("tp_size", "dp_size", "dcp_size", "ep_size", "pp_size", "nnodes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1):
+            raise UserError(f"--gpus-per-node must be a positive integer, got {self.gpus_per_node!r}")
+
+    @property
+    def world(self) -> int:
+        """GPUs of one engine: tp * pp (DCP and attention-DP add none)."""
+        return self.tp_size * self.pp_size
+
+    @property
+    def engine_replicas(self) -> int:
+        """Whole engines: dp_size without --enable-dp-attention, else 1."""
+        return 1 if self.enable_dp_attention else self.dp_size
+
+    @property
+    def total_gpus(self) -> int:
+        return self.world * self.engine_replicas
+
+    @property
+    def attn_dp(self) -> int:
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
+    def attn_tp(self) -> int:
+        return max(self.tp_size // self.attn_dp, 1)
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks are spread evenly over the nodes: node = rank // ranks_per_node."""
+        return max(self.total_gpus // self.nnodes, 1)
+
+    def violations(self, num_heads: int | None = None, num_layers: int | None = None) -> list[Violation]:
+        """Every SGLang rule plus containment; empty when the topology is valid."""
+        out: list[Violation] = []
+        tp, dp, c = self.tp_size, self.dp_size, self.dcp_size
+        if self.enable_dp_attention and tp % dp:
+            ok = [d for d in divisors(tp)]
+            out.append(Violation("tp_dp", f"tp ({tp}) is not a multiple of dp ({dp}) with --enable-dp-attention; "
+                                 f"valid dp sizes: {ok}"))
+            return out  # attn_tp is undefined below
+        attn_tp = self.attn_tp
+        if tp % c:
+            out.append(Violation("tp_dcp", f"tp ({tp}) is not a multiple of dcp ({c}); valid dcp sizes: {divisors(attn_tp)}"))
+        elif attn_tp % c:
+            out.append(Violation("dcp_containment", f"attn_tp ({attn_tp}) = tp ({tp}) // dp ({dp}) is not a multiple of "
+                                 f"dcp ({c}): a DCP group would cross attention-DP replicas; valid dcp sizes: "
+                                 f"{divisors(attn_tp)}"))
+        if tp % self.ep_size:
+            out.append(Violation("tp_ep", f"tp ({tp}) is not a multiple of ep ({self.ep_size}); valid ep sizes: {divisors(tp)}"))
+        if num_heads is not None and num_heads % attn_tp:
+            ok = [d for d in divisors(num_heads) if tp % d == 0]
+            out.append(Violation("heads", f"num_attention_heads ({num_heads}) is not a multiple of attn_tp ({attn_tp}); "
+                                 f"valid attn_tp sizes: {ok}"))
+        if num_layers is not None and self.pp_size > num_layers:
+            out.append(Violation("pp_layers", f"pp ({self.pp_size}) > num_hidden_layers ({num_layers})"))
+        out += self._node_violations()
+        return out
+
+    def _node_violations(self) -> list[Violation]:
+        total, n = self.total_gpus, self.nnodes
+        if total % n:
+            return [Violation("nodes", f"total GPUs ({total}) = tp ({self.tp_size}) * pp ({self.pp_size})"
+                              f"{' * dp (%d)' % self.dp_size if self.engine_replicas > 1 else ''} is not a multiple of "
+                              f"nnodes ({n}); valid nnodes: {divisors(total)}")]
+        if self.gpus_per_node is not None and total // n > self.gpus_per_node:
+            return [Violation("node_fit", f"total GPUs ({total}) // nnodes ({n}) = {total // n} > gpus_per_node "
+                              f"({self.gpus_per_node}); need nnodes >= {-(-total // self.gpus_per_node)}")]
+        return []

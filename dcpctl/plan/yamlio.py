@@ -1,0 +1,26 @@
+"""YAML reading with errors that name the file and line."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dcpctl.plan.errors import UserError
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UserError(f"{path} is not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a YAML mapping, not {type(data).__name__}")
+    return data

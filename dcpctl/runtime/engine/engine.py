@@ -1,0 +1,130 @@
+"""Continuous batching over one attention-DP replica, in lockstep with the whole TP group.
+
+Each step: the scheduler picks prefill chunks or one decode token per running request, the engine
+builds the DCP attention context from allocator state, runs the model, samples the sequences
+whose chunk reached their end, and frees finished requests.  Requests go to replicas round robin by
+index; a replica with nothing to do still runs forward with T = 0 while any replica has work.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from dcpctl.runtime.attention.dcp import SeqChunk, build_context
+from dcpctl.runtime.engine.request import SamplingParams, Sequence
+from dcpctl.runtime.engine.sample import Sampler
+from dcpctl.runtime.engine.scheduler import Scheduler
+from dcpctl.runtime.kv.allocator import VirtualAllocator
+from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.parallel import ParallelState
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+def model_dims(model: Any) -> tuple[int, int, int]:
+    """(num_layers, kv_lora_rank, latent row size R) from model.cfg / model.config."""
+    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
+    if cfg is None:
+        raise TypeError(f"{type(model).__name__} has no .cfg/.config with the MLA dimensions")
+    layers = getattr(cfg, "num_layers", None) or getattr(cfg, "num_hidden_layers")
+    return layers, cfg.kv_lora_rank, cfg.kv_lora_rank + cfg.qk_rope_head_dim
+
+
+class Engine:
+    """Runs generate() on every rank of the world; see module docstring."""
+
+    def __init__(self, model: Any, ps: ParallelState, launch_cfg: dict, eos_token_id: Any = None) -> None:
+        kv, topo = launch_cfg["kv"], launch_cfg["topology"]
+        self.model, self.ps = model, ps
+        self.decisions = launch_cfg.get("decisions", {})
+        self.dp_size = int(topo.get("attn_dp_size", 1))
+        self.device = torch.device(launch_cfg.get("device", "cpu"))
+        self.eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
+                       [] if eos_token_id is None else [eos_token_id])
+        layers, self.v_dim, row = model_dims(model)
+        page = int(kv["page_size"])
+        self.alloc = VirtualAllocator(int(kv["capacity_tokens"]), page, ps.dcp.size)
+        self.pool = KVPool(layers, self.alloc.num_pages * page, row,
+                           DTYPES[launch_cfg["model"]["dtype"]], self.device)
+        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)))
+        self.sampler = Sampler()
+
+    def generate(self, requests: list[dict]) -> dict:
+        """Run requests to completion; every rank returns {"outputs": [...], "stats": {...}}."""
+        mine = [i for i in range(len(requests)) if i % self.dp_size == self.ps.attn_dp_index]
+        for i in mine:
+            self.sched.add(Sequence(i, list(requests[i]["prompt_ids"]), SamplingParams.from_dict(requests[i])))
+        self._done: dict[int, dict] = {}
+        self._rows, self._read, steps = 0, 0, 0
+        while self._step():
+            steps += 1
+        return self._collect(len(requests), steps)
+
+    def _any_replica_busy(self, busy: bool) -> bool:
+        flag = torch.tensor([int(busy)])
+        if self.dp_size > 1 and self.ps.tp.group is not None:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
+        return bool(flag.item())
+
+    def _step(self) -> bool:
+        chunks = self.sched.next_batch() if self.sched.has_work() else []
+        if not self._any_replica_busy(bool(chunks)):
+            return False
+        ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
+        ids = self._input_ids(chunks)
+        hidden = self.model.forward(ids, ctx.positions.to(self.device), ctx)
+        picks = self.sched.samples(chunks)
+        rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
+        logits = self.model.logits(hidden.index_select(0, rows))
+        self.sched.advance(chunks)
+        self._read += ctx.kv_bytes_read
+        self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
+        return True
+
+    def _input_ids(self, chunks: list[SeqChunk]) -> Tensor:
+        ids: list[int] = []
+        for ch in chunks:
+            ids += self.sched.seq(ch.rid).tokens[ch.start:ch.start + ch.num_tokens]
+        return torch.tensor(ids, dtype=torch.int64, device=self.device)
+
+    def _accept(self, logits: Tensor, seqs: list[Sequence]) -> None:
+        # logits: [N, V] for the N sequences that produce a token this step
+        toks, lps = self.sampler(logits, seqs)
+        toks = self._broadcast(toks)
+        for seq, tok, lp in zip(seqs, toks, lps):
+            seq.output.append(tok)
+            seq.logprobs.append(lp)
+            if tok in self.eos or len(seq.output) >= seq.params.max_new_tokens:
+                self._finish(seq)
+
+    def _broadcast(self, toks: list[int]) -> list[int]:
+        # the replica's first rank decides; others already agree, this only guards against drift
+        if self.ps.attn_tp.size == 1:
+            return toks
+        t = torch.tensor(toks, dtype=torch.int64)
+        dist.broadcast(t, src=self.ps.attn_tp.ranks[0], group=self.ps.attn_tp.group)
+        return t.tolist()
+
+    def _finish(self, seq: Sequence) -> None:
+        c, r = self.ps.dcp.size, self.ps.dcp.rank
+        self._rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
+        self._done[seq.rid] = seq.result()
+        self.sched.finish(seq)
+
+    def _collect(self, n: int, steps: int) -> dict:
+        mine = (self._done if self.ps.attn_tp.rank == 0 else {}, self._rows, self._read)
+        parts = [mine]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            parts = [None] * dist.get_world_size()
+            dist.all_gather_object(parts, mine)
+        done = {k: v for p in parts for k, v in p[0].items()}
+        missing = sorted(set(range(n)) - set(done))
+        if missing:
+            raise RuntimeError(f"requests {missing} produced no result")
+        stats = {"kv_rows_per_rank": [p[1] for p in parts], "kv_bytes_read_per_rank": [p[2] for p in parts],
+                 "steps": steps}
+        return {"outputs": [done[i] for i in range(n)], "stats": stats}

@@ -1,0 +1,53 @@
+"""Requests as the engine sees them: sampling parameters and per-sequence progress."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 16
+    temperature: float = 0.0
+    top_k: int = -1          # <= 0: off
+    top_p: float = 1.0
+    seed: int = 0
+    logprobs: bool = False
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "SamplingParams":
+        known = SamplingParams.__dataclass_fields__
+        unknown = sorted(set(d) - set(known) - {"prompt_ids"})
+        if unknown:
+            raise ValueError(f"unknown request keys {unknown}; valid: {['prompt_ids', *known]}")
+        return SamplingParams(**{k: v for k, v in d.items() if k in known and v is not None})
+
+
+@dataclass
+class Sequence:
+    """One request on one attention-DP replica.  `computed` tokens have their KV in the cache."""
+
+    rid: int                       # index of the request in the generate() call
+    prompt: list[int]
+    params: SamplingParams
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    computed: int = 0
+    finished: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def max_kv(self) -> int:
+        # the last sampled token is never fed back, so its KV is never written
+        return len(self.prompt) + self.params.max_new_tokens - 1
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < len(self.prompt)
+
+    def result(self) -> dict[str, Any]:
+        return {"prompt_ids": self.prompt, "output_ids": self.output,
+                "output_logprobs": self.logprobs if self.params.logprobs else None}

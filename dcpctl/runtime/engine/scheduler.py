@@ -1,0 +1,85 @@
+"""Policy: admission by free virtual pages, chunked prefill first, then batched decode.
+
+Deterministic from its inputs, so every rank of an attention-DP replica builds the same batches.
+Admission reserves a request's whole KV (prompt + max_new_tokens - 1 positions): no preemption.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from dcpctl.runtime.attention.dcp import SeqChunk
+from dcpctl.runtime.engine.request import Sequence
+from dcpctl.runtime.kv.allocator import VirtualAllocator
+
+
+class SchedulerError(RuntimeError):
+    pass
+
+
+class Scheduler:
+    def __init__(self, alloc: VirtualAllocator, chunk_size: int) -> None:
+        self.alloc = alloc
+        self.chunk_size = chunk_size if chunk_size > 0 else 1 << 62
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        if not seq.prompt:
+            raise SchedulerError(f"request {seq.rid}: empty prompt_ids")
+        if seq.params.max_new_tokens < 1:
+            raise SchedulerError(f"request {seq.rid}: max_new_tokens ({seq.params.max_new_tokens}) < 1")
+        if seq.max_kv > self.alloc.virtual_capacity:
+            raise SchedulerError(f"request {seq.rid}: prompt ({len(seq.prompt)}) + max_new_tokens "
+                                 f"({seq.params.max_new_tokens}) - 1 > virtual KV capacity "
+                                 f"({self.alloc.virtual_capacity})")
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _admit(self) -> None:
+        while self.waiting and self.alloc.can_allocate(self.waiting[0].max_kv):
+            seq = self.waiting.popleft()
+            self.alloc.allocate(seq.rid, seq.max_kv)
+            self.running.append(seq)
+        if self.waiting and not self.running:
+            seq = self.waiting[0]
+            raise SchedulerError(f"request {seq.rid}: needs {self.alloc.pages_for(seq.max_kv)} pages, "
+                                 f"free_pages = {self.alloc.free_pages}, nothing running to free more")
+
+    def next_batch(self) -> list[SeqChunk]:
+        """Prefill chunks (up to chunk_size tokens) if any prompt is unfinished, else one decode step."""
+        self._admit()
+        prefill = [s for s in self.running if s.prefilling]
+        if not prefill:
+            return [SeqChunk(s.rid, s.computed, 1) for s in self.running]
+        chunks, budget = [], self.chunk_size
+        for s in prefill:
+            n = min(len(s.prompt) - s.computed, budget)
+            if n == 0:
+                break
+            chunks.append(SeqChunk(s.rid, s.computed, n))
+            budget -= n
+        return chunks
+
+    def seq(self, rid: int) -> Sequence:
+        return next(s for s in self.running if s.rid == rid)
+
+    def samples(self, chunks: list[SeqChunk]) -> list[tuple[int, int]]:
+        """(row of the chunk's last token, rid) for chunks that reach their sequence's end."""
+        out, row = [], 0
+        for ch in chunks:
+            row += ch.num_tokens
+            if ch.start + ch.num_tokens == len(self.seq(ch.rid).tokens):
+                out.append((row - 1, ch.rid))
+        return out
+
+    def advance(self, chunks: list[SeqChunk]) -> None:
+        for ch in chunks:
+            self.seq(ch.rid).computed += ch.num_tokens
+
+    def finish(self, seq: Sequence) -> None:
+        seq.finished = True
+        self.running.remove(seq)
+        self.alloc.free(seq.rid)
+        self.alloc.check_integrity()

@@ -1,0 +1,95 @@
+"""Safetensors checkpoint reader that materializes only the requested shard of each tensor.
+
+    ckpt = Checkpoint(path)                      # single file, index.json, or a set of *.safetensors
+    tensors = ckpt.read(wants, dtype, device, progress)   # {want.name: Tensor}
+
+Every tensor's full on-disk shape is checked against the shape the config implies before any
+slice is read; mismatches and missing files or tensors raise ModelLoadError.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors import safe_open
+
+from dcpctl.runtime.models.config import ModelLoadError
+
+INDEX = "model.safetensors.index.json"
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Want:
+    """One tensor to read: full shape from config, optional [start, end) slice along `dim`."""
+
+    name: str
+    shape: tuple[int, ...]
+    dim: int | None = None
+    start: int = 0
+    end: int = 0
+    dtype: torch.dtype | None = None  # overrides the model dtype (router weights stay fp32)
+
+
+class Checkpoint:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.where = self._index()  # tensor name -> file
+
+    def _index(self) -> dict[str, Path]:
+        index = self.path / INDEX
+        if index.exists():
+            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            for file in sorted(set(weight_map.values())):
+                if not (self.path / file).exists():
+                    raise ModelLoadError(f"checkpoint shard {file} listed in {INDEX} is missing from {self.path}")
+            return {k: self.path / v for k, v in weight_map.items()}
+        files = sorted(self.path.glob("*.safetensors"))
+        if not files:
+            raise ModelLoadError(f"no *.safetensors weights in {self.path}")
+        where: dict[str, Path] = {}
+        for file in files:
+            with safe_open(str(file), framework="pt") as f:
+                where.update({k: file for k in f.keys()})
+        return where
+
+    def names(self) -> list[str]:
+        return list(self.where)
+
+    def find_suffix(self, suffix: str) -> str | None:
+        """The name ending in `suffix` with the shortest prefix (the language model's own)."""
+        hits = sorted((k for k in self.where if k == suffix or k.endswith("." + suffix)), key=len)
+        return hits[0] if hits else None
+
+    def read(self, wants: list[Want], dtype: torch.dtype, device: torch.device | str,
+             progress: Progress | None = None) -> dict[str, torch.Tensor]:
+        by_file: dict[Path, list[Want]] = defaultdict(list)
+        for w in wants:
+            if w.name not in self.where:
+                raise ModelLoadError(f"tensor {w.name} is not in the checkpoint at {self.path}")
+            by_file[self.where[w.name]].append(w)
+        out: dict[str, torch.Tensor] = {}
+        files = sorted(by_file)
+        for i, file in enumerate(files):
+            with safe_open(str(file), framework="pt") as f:
+                for w in by_file[file]:
+                    out[w.name] = _read_one(f, w, file).to(device=device, dtype=w.dtype or dtype)
+            if progress is not None:
+                progress(i + 1, len(files))
+        return out
+
+
+def _read_one(f, w: Want, file: Path) -> torch.Tensor:
+    sl = f.get_slice(w.name)
+    got = tuple(sl.get_shape())
+    if got != tuple(w.shape):
+        raise ModelLoadError(f"tensor {w.name} in {file.name} has shape {list(got)}, "
+                             f"expected {list(w.shape)} from config.json")
+    if w.dim is None:
+        return sl[:]
+    index = tuple([slice(None)] * w.dim + [slice(w.start, w.end)])
+    return sl[index]

@@ -1,0 +1,118 @@
+"""DeepSeek-V2/V3 (and Kimi K2) decoder in absorbed-MLA form, sharded for TP / EP / attention DP.
+
+    model.forward(input_ids [T], positions [T], ctx: AttentionContext) -> hidden [T, D]
+    model.logits(hidden [T, D]) -> [T, vocab] (full vocabulary on every rank)
+
+Under attention DP each replica brings its own T tokens (possibly 0); before every MLP the TP
+group gathers all replicas' tokens, runs the MLP on all of them, all-reduces, and each replica
+keeps its own slice. Every rank of a TP group must call forward together, even with T = 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.attention.api import AttentionContext
+from dcpctl.runtime.models.attention import MlaAttention
+from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.ops import all_gather_rows, all_reduce, gather_sizes, rms_norm
+from dcpctl.runtime.models.rope import Rotary
+from dcpctl.runtime.models.shards import Shards
+from dcpctl.runtime.parallel import ParallelState
+
+
+@dataclass
+class Layer:
+    input_norm: Tensor
+    attn: MlaAttention
+    post_norm: Tensor
+    mlp: Callable[[Tensor], Tensor]
+
+
+@dataclass
+class Replicas:
+    """Token counts of every attention-DP replica in this forward and where ours start."""
+
+    sizes: list[int]
+    start: int
+    mine: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+
+class DeepseekModel:
+    def __init__(self, cfg: MlaConfig, ps: ParallelState, s: Shards, embed: Tensor, lm_head: Tensor,
+                 norm: Tensor, layers: list[Layer], rotary: Rotary):
+        self.cfg, self.ps, self.shards = cfg, ps, s
+        self.embed, self.lm_head, self.norm = embed, lm_head, norm  # vocab rows [vocab_start, vocab_end)
+        self.layers, self.rotary = layers, rotary
+        self.dtype, self.device = norm.dtype, norm.device
+
+    @torch.no_grad()
+    def forward(self, input_ids: Tensor, positions: Tensor, ctx: AttentionContext) -> Tensor:
+        # input_ids, positions: [T] -> hidden: [T, D] after the final norm
+        h = self._embed(input_ids.to(self.device))
+        cos, sin = self.rotary.cos_sin(positions.to(self.device))
+        reps = self._replicas(h.shape[0])
+        eps = self.cfg.rms_norm_eps
+        for layer in self.layers:
+            h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps), cos, sin, ctx)
+            h = h + self._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps), reps)
+        return rms_norm(h, self.norm, eps)
+
+    @torch.no_grad()
+    def logits(self, hidden: Tensor) -> Tensor:
+        # hidden: [T, D] -> [T, V]; each attention-TP rank holds a vocab slice, gathered here
+        s, at = self.shards, self.ps.attn_tp
+        part = torch.nn.functional.linear(hidden, self.lm_head)
+        if at.group is None or hidden.shape[0] == 0:  # the whole attention-TP group agrees on T
+            return part.new_zeros(0, self.cfg.vocab_size) if at.group is not None else part
+            return part
+        pad = torch.zeros(hidden.shape[0], s.vocab_padded, dtype=part.dtype, device=part.device)
+        pad[:, :part.shape[1]] = part
+        return torch.cat(all_gather_rows(pad, at.group, at.size), dim=1)[:, :self.cfg.vocab_size]
+
+    def _embed(self, ids: Tensor) -> Tensor:
+        # ids: [T] -> [T, D]; rows outside this rank's vocab slice are zero before the all-reduce
+        s = self.shards
+        local = ids - s.vocab_start
+        mine = (local >= 0) & (local < s.vocab_end - s.vocab_start)
+        h = torch.zeros(ids.shape[0], self.cfg.hidden_size, dtype=self.dtype, device=self.device)
+        h[mine] = self.embed[local[mine]]
+        return all_reduce(h, self.ps.attn_tp.group)
+
+    def _replicas(self, n: int) -> Replicas | None:
+        ps = self.ps
+        if ps.attn_dp_size == 1:
+            return None
+        every = gather_sizes(n, ps.tp.group, ps.tp.size, self.device)
+        sizes = every[::ps.attn_tp.size]  # one entry per replica (attention-TP ranks agree)
+        return Replicas(sizes, sum(sizes[:ps.attn_dp_index]), n)
+
+    def _mlp(self, mlp: Callable[[Tensor], Tensor], x: Tensor, reps: Replicas | None) -> Tensor:
+        # x: [T, D] -> [T, D] summed over the TP group
+        group = self.ps.tp.group
+        if reps is None:
+            return all_reduce(mlp(x), group)
+        if reps.total == 0:
+            return x
+        full = self._gather_replicas(x, reps)
+        return all_reduce(mlp(full), group)[reps.start:reps.start + reps.mine]
+
+    def _gather_replicas(self, x: Tensor, reps: Replicas) -> Tensor:
+        # x: [T_mine, D] -> [sum T_i, D] in replica order (padded all-gather over the TP group)
+        ps, tmax = self.ps, max(reps.sizes)
+        pad = torch.zeros(tmax, x.shape[1], dtype=x.dtype, device=x.device)
+        pad[:x.shape[0]] = x
+        parts = all_gather_rows(pad, ps.tp.group, ps.tp.size)
+        return torch.cat([parts[i * ps.attn_tp.size][:n] for i, n in enumerate(reps.sizes)], dim=0)
+
+    def describe(self) -> dict[str, Any]:
+        s = self.shards
+        return {"layers": len(self.layers), "heads": s.heads, "q_heads": s.q_heads,
+                "experts": [s.expert_start, s.expert_end], "vocab": [s.vocab_start, s.vocab_end]}

@@ -1,0 +1,79 @@
+"""Build a sharded DeepseekModel from a Hugging Face checkpoint directory.
+
+    load_model(path, ps: ParallelState, decisions: dict, dtype: torch.dtype, device,
+               progress: Callable[[int, int], None] | None = None) -> DeepseekModel
+
+`decisions` is the launch config's `decisions` mapping; only `dcp_replicate_q_proj` matters here.
+`progress(done, total)` is called once per safetensors file read. Raises ModelLoadError for an
+unsupported config, a missing shard file or tensor, or a tensor whose shape disagrees with config.
+MTP layers stored after `num_hidden_layers` are never read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.models.attention import MlaAttention, attention_wants
+from dcpctl.runtime.models.checkpoint import Checkpoint, Want
+from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, read_config
+from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
+from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
+from dcpctl.runtime.models.rope import Rotary, softmax_scale
+from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
+from dcpctl.runtime.parallel import ParallelState
+
+EMBED = "embed_tokens.weight"
+
+
+def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
+               device: torch.device | str = "cpu",
+               progress: Callable[[int, int], None] | None = None) -> DeepseekModel:
+    """Read config.json and this rank's shards of every weight; see the module docstring."""
+    path = Path(path)
+    cfg = read_config(path)
+    ckpt = Checkpoint(path)
+    s = plan_shards(cfg, ps, replicate_q_decision(decisions))
+    prefix, head = _names(cfg, ckpt)
+    wants = _all_wants(cfg, s, prefix, head)
+    t = ckpt.read(wants, dtype, device, progress)
+    rotary, scale = Rotary(cfg, device), softmax_scale(cfg)
+    layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
+    return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary)
+
+
+def _names(cfg: MlaConfig, ckpt: Checkpoint) -> tuple[str, str]:
+    """(language-model prefix such as 'model.', lm_head tensor name) as stored in the checkpoint."""
+    embed = ckpt.find_suffix(EMBED)
+    if embed is None:
+        raise ModelLoadError(f"no tensor named *{EMBED} in the checkpoint at {ckpt.path}")
+    prefix = embed[:-len(EMBED)]
+    head = ckpt.find_suffix("lm_head.weight")
+    if head is None and not cfg.tie_word_embeddings:
+        raise ModelLoadError(f"no lm_head.weight in the checkpoint at {ckpt.path} and tie_word_embeddings is false")
+    return prefix, head or embed
+
+
+def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str) -> list[Want]:
+    D, V = cfg.hidden_size, cfg.vocab_size
+    wants = [Want(prefix + EMBED, (V, D), 0, s.vocab_start, s.vocab_end), Want(prefix + "norm.weight", (D,))]
+    if head != prefix + EMBED:
+        wants.append(Want(head, (V, D), 0, s.vocab_start, s.vocab_end))
+    for i in range(cfg.num_layers):
+        p = f"{prefix}layers.{i}."
+        wants += [Want(p + "input_layernorm.weight", (D,)), Want(p + "post_attention_layernorm.weight", (D,))]
+        wants += attention_wants(cfg, p + "self_attn.", s)
+        if cfg.is_moe_layer(i):
+            wants += moe_wants(cfg, p + "mlp.", s)
+        else:
+            wants += mlp_wants(p + "mlp.", D, cfg.intermediate_size, s.tp_size, s.tp_rank, "intermediate_size")
+    return wants
+
+
+def _layer(cfg: MlaConfig, ps: ParallelState, s: Shards, i: int, p: str, t: dict[str, Tensor],
+           rotary: Rotary, scale: float) -> Layer:
+    attn = MlaAttention(cfg, i, p + "self_attn.", t, s, rotary, scale, ps.attn_tp.group)
+    mlp = MoE(cfg, p + "mlp.", t, s) if cfg.is_moe_layer(i) else DenseMLP(p + "mlp.", t)
+    return Layer(t[p + "input_layernorm.weight"], attn, t[p + "post_attention_layernorm.weight"], mlp)

@@ -1,0 +1,97 @@
+"""Dense SwiGLU MLP and DeepSeek MoE (router, routed experts, shared experts).
+
+Every callable returns this rank's partial sum; the model all-reduces it over the TP group.
+The router runs in fp32 on every rank (its weights stay fp32, as in HF and DeepSeek).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dcpctl.runtime.models.checkpoint import Want
+from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.shards import Shards, split
+
+
+def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) -> list[Want]:
+    """gate/up rows and down columns of part idx of the intermediate dimension."""
+    a, b = split(inter, parts, idx, what, "its tensor-parallel degree")
+    return [Want(p + "gate_proj.weight", (inter, hidden), 0, a, b),
+            Want(p + "up_proj.weight", (inter, hidden), 0, a, b),
+            Want(p + "down_proj.weight", (hidden, inter), 1, a, b)]
+
+
+class DenseMLP:
+    def __init__(self, p: str, t: dict[str, Tensor]):
+        self.gate, self.up, self.down = (t[p + n + ".weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # x: [T, D] -> [T, D] partial over the intermediate split
+        return F.linear(F.silu(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
+
+
+def moe_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
+    D, E, I = cfg.hidden_size, cfg.n_routed_experts, cfg.moe_intermediate_size
+    wants = [Want(p + "gate.weight", (E, D), dtype=torch.float32)]
+    if cfg.topk_method == "noaux_tc":
+        wants.append(Want(p + "gate.e_score_correction_bias", (E,), dtype=torch.float32))
+    for e in range(s.expert_start, s.expert_end):
+        wants += mlp_wants(f"{p}experts.{e}.", D, I, s.moe_tp_size, s.moe_tp_rank, "moe_intermediate_size")
+    if cfg.n_shared_experts:
+        wants += mlp_wants(p + "shared_experts.", D, I * cfg.n_shared_experts, s.tp_size, s.tp_rank,
+                           "moe_intermediate_size * n_shared_experts")
+    return wants
+
+
+class Router:
+    def __init__(self, cfg: MlaConfig, weight: Tensor, bias: Tensor | None):
+        self.cfg, self.weight, self.bias = cfg, weight, bias
+
+    def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        # x: [T, D] -> weights [T, k] fp32, experts [T, k] int64
+        cfg = self.cfg
+        logits = F.linear(x.float(), self.weight.float())
+        scores = logits.sigmoid() if cfg.scoring_func == "sigmoid" else logits.softmax(-1)
+        if cfg.topk_method == "noaux_tc":
+            idx = self._grouped(scores + self.bias, float("-inf"), top2_sum=True)
+        elif cfg.topk_method == "group_limited_greedy":
+            idx = self._grouped(scores, 0.0, top2_sum=False)
+        else:
+            idx = scores.topk(cfg.top_k, dim=-1)[1]
+        w = scores.gather(1, idx)
+        if cfg.norm_topk_prob and (cfg.top_k > 1 or cfg.topk_method == "noaux_tc"):
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        return w * cfg.routed_scaling_factor, idx
+
+    def _grouped(self, choice: Tensor, fill: float, top2_sum: bool) -> Tensor:
+        # choice: [T, E] -> [T, k] experts chosen only from the topk_group best groups
+        cfg = self.cfg
+        grouped = choice.view(choice.shape[0], cfg.n_group, -1)
+        if top2_sum:  # V3: a group scores the sum of its two best experts
+            group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1)[0].sum(-1)
+        else:  # V2: a group scores its best expert
+            group_scores = grouped.max(-1).values
+        keep = torch.zeros_like(group_scores, dtype=torch.bool)
+        keep.scatter_(1, group_scores.topk(cfg.topk_group, dim=-1)[1], True)
+        choice = grouped.masked_fill(~keep[..., None], fill).view_as(choice)
+        return choice.topk(cfg.top_k, dim=-1)[1]
+
+
+class MoE:
+    def __init__(self, cfg: MlaConfig, p: str, t: dict[str, Tensor], s: Shards):
+        self.router = Router(cfg, t[p + "gate.weight"], t.get(p + "gate.e_score_correction_bias"))
+        self.first = s.expert_start
+        self.experts = [DenseMLP(f"{p}experts.{e}.", t) for e in range(s.expert_start, s.expert_end)]
+        self.shared = DenseMLP(p + "shared_experts.", t) if cfg.n_shared_experts else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
+        w, idx = self.router(x)
+        out = torch.zeros_like(x)
+        for j, expert in enumerate(self.experts):
+            tok, slot = torch.nonzero(idx == self.first + j, as_tuple=True)
+            if tok.numel():
+                y = expert(x[tok]) * w[tok, slot, None]
+                out.index_add_(0, tok, y.to(x.dtype))
+        return out + self.shared(x) if self.shared is not None else out
