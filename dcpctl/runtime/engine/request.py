@@ -50,4 +50,4 @@ class Sequence:
 
     def result(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt, "output_ids": self.output,
-                "output_logprobs": self.logprobs if self.params.logprobs else None}
+                "output_logprobs": self.logprobs}
