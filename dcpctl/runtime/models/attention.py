@@ -47,6 +47,7 @@ class MlaAttention:
     def __init__(self, cfg: MlaConfig, layer: int, p: str, t: dict[str, Tensor], s: Shards,
                  rotary: Rotary, scale: float, group: Any):
         self.cfg, self.layer, self.rotary, self.scale, self.group = cfg, layer, rotary, scale, group
+        self.upcast = rotary.upcast
         self.q_is_group, self.heads, self.q_heads = s.q_is_group, s.heads, s.q_heads
         self.q_a = t.get(p + "q_a_proj.weight")
         self.q_a_norm = t.get(p + "q_a_layernorm.weight")
@@ -63,7 +64,7 @@ class MlaAttention:
     def _q(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, Hq, qk_head_dim]
         if self.q_a is not None:
-            x = rms_norm(F.linear(x, self.q_a), self.q_a_norm, LATENT_NORM_EPS)
+            x = rms_norm(F.linear(x, self.q_a), self.q_a_norm, LATENT_NORM_EPS, self.upcast)
         return F.linear(x, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
 
     def latent_qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -71,7 +72,7 @@ class MlaAttention:
         cfg = self.cfg
         q_nope, q_pe = self._q(x).split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
         c_kv, k_pe = F.linear(x, self.kv_a).split([cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
-        c_kv = rms_norm(c_kv, self.kv_a_norm, LATENT_NORM_EPS)
+        c_kv = rms_norm(c_kv, self.kv_a_norm, LATENT_NORM_EPS, self.upcast)
         q_lat = torch.einsum("thn,hnl->thl", q_nope, self.w_kc)
         q = torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         return q, torch.cat([c_kv, self.rotary.apply(k_pe, cos, sin)], dim=-1)

@@ -59,11 +59,11 @@ class DeepseekModel:
         h = self._embed(input_ids.to(self.device))
         cos, sin = self.rotary.cos_sin(positions.to(self.device))
         reps = self._replicas(h.shape[0])
-        eps = self.cfg.rms_norm_eps
+        eps, up = self.cfg.rms_norm_eps, self.rotary.upcast
         for layer in self.layers:
-            h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps), cos, sin, ctx)
-            h = h + self._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps), reps)
-        return rms_norm(h, self.norm, eps)
+            h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps, up), cos, sin, ctx)
+            h = h + self._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps, up), reps)
+        return rms_norm(h, self.norm, eps, up)
 
     @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:

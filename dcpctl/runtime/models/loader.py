@@ -21,6 +21,7 @@ from dcpctl.runtime.models.checkpoint import Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, read_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
+from dcpctl.runtime.models.ops import upcast_dtype
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
 from dcpctl.runtime.parallel import ParallelState
@@ -30,16 +31,19 @@ EMBED = "embed_tokens.weight"
 
 def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
                device: torch.device | str = "cpu",
-               progress: Callable[[int, int], None] | None = None) -> DeepseekModel:
-    """Read config.json and this rank's shards of every weight; see the module docstring."""
+               progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False) -> DeepseekModel:
+    """Read config.json and this rank's shards of every weight; see the module docstring.
+
+    hf_numerics: keep norms, rope angles and the router in fp32 even for float64 (bit-compatible
+    with Hugging Face; only the oracle tests want it)."""
     path = Path(path)
     cfg = read_config(path)
     ckpt = Checkpoint(path)
     s = plan_shards(cfg, ps, replicate_q_decision(decisions))
     prefix, head = _names(cfg, ckpt)
-    wants = _all_wants(cfg, s, prefix, head)
-    t = ckpt.read(wants, dtype, device, progress)
-    rotary, scale = Rotary(cfg, device), softmax_scale(cfg)
+    upcast = upcast_dtype(dtype, hf_numerics)
+    t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
+    rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
     layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
     return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary)
 
@@ -56,7 +60,7 @@ def _names(cfg: MlaConfig, ckpt: Checkpoint) -> tuple[str, str]:
     return prefix, head or embed
 
 
-def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str) -> list[Want]:
+def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str, upcast: torch.dtype) -> list[Want]:
     D, V = cfg.hidden_size, cfg.vocab_size
     wants = [Want(prefix + EMBED, (V, D), 0, s.vocab_start, s.vocab_end), Want(prefix + "norm.weight", (D,))]
     if head != prefix + EMBED:
@@ -66,7 +70,7 @@ def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str) -> list[Want]:
         wants += [Want(p + "input_layernorm.weight", (D,)), Want(p + "post_attention_layernorm.weight", (D,))]
         wants += attention_wants(cfg, p + "self_attn.", s)
         if cfg.is_moe_layer(i):
-            wants += moe_wants(cfg, p + "mlp.", s)
+            wants += moe_wants(cfg, p + "mlp.", s, upcast)
         else:
             wants += mlp_wants(p + "mlp.", D, cfg.intermediate_size, s.tp_size, s.tp_rank, "intermediate_size")
     return wants

@@ -1,7 +1,8 @@
 """Dense SwiGLU MLP and DeepSeek MoE (router, routed experts, shared experts).
 
 Every callable returns this rank's partial sum; the model all-reduces it over the TP group.
-The router runs in fp32 on every rank (its weights stay fp32, as in HF and DeepSeek).
+The router runs in the upcast dtype on every rank (fp32 as in HF and DeepSeek; float64 models keep
+float64), with its weights stored in that dtype.
 """
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ class DenseMLP:
         return F.linear(F.silu(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
 
 
-def moe_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
+def moe_wants(cfg: MlaConfig, p: str, s: Shards, upcast: torch.dtype) -> list[Want]:
     D, E, I = cfg.hidden_size, cfg.n_routed_experts, cfg.moe_intermediate_size
-    wants = [Want(p + "gate.weight", (E, D), dtype=torch.float32)]
+    wants = [Want(p + "gate.weight", (E, D), dtype=upcast)]
     if cfg.topk_method == "noaux_tc":
-        wants.append(Want(p + "gate.e_score_correction_bias", (E,), dtype=torch.float32))
+        wants.append(Want(p + "gate.e_score_correction_bias", (E,), dtype=upcast))
     for e in range(s.expert_start, s.expert_end):
         wants += mlp_wants(f"{p}experts.{e}.", D, I, s.moe_tp_size, s.moe_tp_rank, "moe_intermediate_size")
     if cfg.n_shared_experts:
@@ -49,9 +50,9 @@ class Router:
         self.cfg, self.weight, self.bias = cfg, weight, bias
 
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        # x: [T, D] -> weights [T, k] fp32, experts [T, k] int64
+        # x: [T, D] -> weights [T, k] in the router dtype, experts [T, k] int64
         cfg = self.cfg
-        logits = F.linear(x.float(), self.weight.float())
+        logits = F.linear(x.to(self.weight.dtype), self.weight)
         scores = logits.sigmoid() if cfg.scoring_func == "sigmoid" else logits.softmax(-1)
         if cfg.topk_method == "noaux_tc":
             idx = self._grouped(scores + self.bias, float("-inf"), top2_sum=True)

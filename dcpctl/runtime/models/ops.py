@@ -8,9 +8,15 @@ import torch.distributed as dist
 from torch import Tensor
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    # x: [T, D] -> [T, D]; normalized in fp32 then cast back before the weight, as Hugging Face does
-    xf = x.float()
+def upcast_dtype(dtype: torch.dtype, hf_numerics: bool = False) -> torch.dtype:
+    """Dtype of norms, rope angles and the router: fp32 as in Hugging Face, except float64 stays
+    float64 so that exactness tests do not depend on fp32 rounding (which varies with batch shape)."""
+    return torch.float64 if dtype == torch.float64 and not hf_numerics else torch.float32
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, upcast: torch.dtype = torch.float32) -> Tensor:
+    # x: [T, D] -> [T, D]; normalized in `upcast`, cast back before the weight (as Hugging Face)
+    xf = x.to(upcast)
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
 
