@@ -49,7 +49,8 @@ class ShardLayout:
     kv_seq: Tensor        # [S] their batch-local sequence index
 
 
-def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int) -> ShardLayout:
+def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
+                 device: torch.device | str = "cpu") -> ShardLayout:
     """Plain-int bookkeeping -> index tensors; identical inputs on every rank, own-rank outputs."""
     c = alloc.dcp
     cols: dict[str, list[int]] = {k: [] for k in ShardLayout.__dataclass_fields__}
@@ -67,7 +68,7 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int)
         cols["kv_pos"] += owned
         cols["kv_seq"] += [i] * len(owned)
         row += ch.num_tokens
-    return ShardLayout(**{k: torch.tensor(v, dtype=torch.int64) for k, v in cols.items()})
+    return ShardLayout(**{k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()})
 
 
 @dataclass
@@ -121,6 +122,6 @@ class DCPContext:
 def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
                   chunks: list[SeqChunk], v_dim: int) -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated)."""
-    layout = build_layout(alloc, chunks, dcp.rank)
+    layout = build_layout(alloc, chunks, dcp.rank, pool.kv.device)
     backend = decisions.get("dcp_comm_backend", "ag_rs")
     return DCPContext(layout, pool, dcp, backend, str(decisions.get("lse_base", "e")), v_dim)

@@ -65,7 +65,7 @@ class Engine:
         return self._collect(len(requests), steps)
 
     def _any_replica_busy(self, busy: bool) -> bool:
-        flag = torch.tensor([int(busy)])
+        flag = torch.tensor([int(busy)], device=self.device)
         if self.dp_size > 1 and self.ps.tp.group is not None:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
         return bool(flag.item())
@@ -76,7 +76,7 @@ class Engine:
             return False
         ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
         ids = self._input_ids(chunks)
-        hidden = self.model.forward(ids, ctx.positions.to(self.device), ctx)
+        hidden = self.model.forward(ids, ctx.positions, ctx)
         picks = self.sched.samples(chunks)
         rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
         logits = self.model.logits(hidden.index_select(0, rows))
@@ -105,7 +105,7 @@ class Engine:
         # the replica's first rank decides; others already agree, this only guards against drift
         if self.ps.attn_tp.size == 1:
             return toks
-        t = torch.tensor(toks, dtype=torch.int64)
+        t = torch.tensor(toks, dtype=torch.int64, device=self.device)
         dist.broadcast(t, src=self.ps.attn_tp.ranks[0], group=self.ps.attn_tp.group)
         return t.tolist()
 

@@ -1,0 +1,100 @@
+"""Worker entry point: `torchrun ... -m dcpctl.runtime.worker`.
+
+Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT, the launch config at
+$DCPCTL_LAUNCH_CONFIG and the requests JSON at $DCPCTL_REQUESTS (a list of {prompt_ids,
+max_new_tokens, temperature, top_k, top_p, seed, logprobs}); rank 0 writes
+{"outputs": [...], "stats": {...}} to $DCPCTL_RESULT.  stats.kv_rows_per_rank: physical KV rows held
+for the requests of this run, per global rank (counted when each request finishes, before its
+pages are freed).  Errors: one line on stderr prefixed with the rank, exit status 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import yaml
+
+from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.runtime.parallel import ParallelState
+
+
+class LaunchConfigError(RuntimeError):
+    pass
+
+
+def build_state(cfg: dict) -> ParallelState:
+    """ParallelState from the config's groups, checked against its topology (never re-derived)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    if cfg["world_size"] != world:
+        raise LaunchConfigError(f"launch config world_size ({cfg['world_size']}) != WORLD_SIZE ({world})")
+    topo = cfg["topology"]
+    ps = ParallelState.build(cfg["groups"], topo["attn_dp_size"]) if dist.is_initialized() else ParallelState.single()
+    for axis, key in (("tp", "tp_size"), ("attn_tp", "attn_tp_size"), ("dcp", "dcp_size")):
+        got = getattr(ps, axis).size
+        if got != topo[key]:
+            raise LaunchConfigError(f"rank {ps.rank}: size of its {axis} group ({got}) != topology.{key} ({topo[key]})")
+    if not set(ps.dcp.ranks) <= set(ps.attn_tp.ranks):
+        raise LaunchConfigError(f"rank {ps.rank}: dcp group {ps.dcp.ranks} is not inside attn_tp group {ps.attn_tp.ranks}")
+    return ps
+
+
+def eos_token_id(model_path: str | Path) -> Any:
+    """eos_token_id from generation_config.json, else config.json (int, list or None)."""
+    for name in ("generation_config.json", "config.json"):
+        f = Path(model_path) / name
+        if f.exists():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            if eos is not None:
+                return eos
+    return None
+
+
+def run_worker(cfg: dict, requests: list, model: Any = None) -> dict:
+    """Everything after init_process_group: groups, model, generate.  Returns the result on every rank."""
+    from dcpctl.runtime.models import load_model  # the model package is heavy; import late
+    ps = build_state(cfg)
+    if model is None:
+        model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
+                           torch.device(cfg.get("device", "cpu")))
+    return Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"])).generate(requests)
+
+
+def _env(name: str) -> str:
+    if name not in os.environ:
+        raise LaunchConfigError(f"environment variable {name} is not set")
+    return os.environ[name]
+
+
+def main() -> int:
+    rank = os.environ.get("RANK", "?")
+    try:
+        cfg = yaml.safe_load(Path(_env("DCPCTL_LAUNCH_CONFIG")).read_text())
+        requests = json.loads(Path(_env("DCPCTL_REQUESTS")).read_text())
+        if cfg.get("device") == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        timeout = timedelta(seconds=float(os.environ.get("DCPCTL_DIST_TIMEOUT", 600)))
+        dist.init_process_group(cfg.get("dist_backend", "gloo"), timeout=timeout)
+        result = run_worker(cfg, requests)
+        if dist.get_rank() == 0:
+            Path(_env("DCPCTL_RESULT")).write_text(json.dumps(result))
+        return 0
+    except Exception as e:  # one line per rank; DCPCTL_DEBUG=1 for the traceback
+        if os.environ.get("DCPCTL_DEBUG") == "1":
+            traceback.print_exc()
+        msg = " ".join(str(e).split())
+        print(f"[rank {rank}] {type(e).__name__}: {msg}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
