@@ -1,7 +1,7 @@
 """make_plan: PlanRequest -> Plan (valid or not, never raises for a bad topology)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dcpctl.plan import compose, decisions, groups, memory
@@ -49,6 +49,9 @@ class Plan:
 
 
 def make_plan(req: PlanRequest) -> Plan:
+    if req.topology.gpus_per_node is None and req.hardware.device == "cuda":
+        # a GPU profile fixes the node size; on CPU, ranks of a node share the host
+        req = replace(req, topology=replace(req.topology, gpus_per_node=req.hardware.gpus_per_node))
     t, m = req.topology, req.model
     plan = Plan(req)
     plan.violations += t.violations(num_heads=m.num_heads, num_layers=m.num_layers)

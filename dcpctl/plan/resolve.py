@@ -47,8 +47,6 @@ def model_from_options(opts: dict[str, Any]) -> ModelSpec:
 def request_from_options(opts: dict[str, Any]) -> PlanRequest:
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
-    if "gpus_per_node" not in topo and hardware.device == "cuda":
-        topo["gpus_per_node"] = hardware.gpus_per_node
     topology = Topology(**topo)
     draft = spec_from_path(opts["speculative_draft_model_path"]) if opts.get("speculative_draft_model_path") else None
     fields = {k: opts[k] for k in REQUEST_KEYS if opts.get(k) is not None}

@@ -1,0 +1,46 @@
+from tests.plan.helpers import plan
+
+
+def test_kv_bytes_contract():
+    p = plan(tp_size=8, dcp_size=8)
+    assert p.memory["kv_bytes_per_token"] == 61 * 576 * 2
+    assert p.memory["kv_bytes_per_token_per_rank"] == 61 * 576 * 2 / 8
+    assert plan(tp_size=8, dcp_size=8, kv_cache_dtype="fp8_e4m3").memory["kv_bytes_per_token"] == 61 * 576
+
+
+def test_capacity_gain_is_c_without_replication():
+    p = plan(tp_size=8, dcp_size=8)
+    assert p.memory["capacity_gain_vs_dcp1"] == 8.0
+    assert p.memory["kv_rows_per_rank"] * 8 == p.memory["kv_virtual_tokens"]
+
+
+def test_draft_kv_is_not_striped():
+    p = plan(tp_size=8, dcp_size=8, speculative_algorithm="EAGLE", speculative_num_draft_tokens=4)
+    assert p.memory["draft_kv_bytes_per_token_per_rank"] == 576 * 2
+    assert 1 < p.memory["capacity_gain_vs_dcp1"] < 8
+
+
+def test_kda_ceiling_unchanged_by_dcp():
+    a = plan(model_name="kimi-linear-48b-a3b", tp_size=8, dcp_size=1)
+    b = plan(model_name="kimi-linear-48b-a3b", tp_size=8, dcp_size=8)
+    assert a.memory["kda_max_requests"] == b.memory["kda_max_requests"] > 0
+    assert b.memory["kv_bytes_per_token"] == 7 * 576 * 2
+
+
+def test_concurrency_with_context_len():
+    p = plan(tp_size=8, dcp_size=8, context_len=131072)
+    m = p.memory
+    assert m["max_concurrency"] == m["kv_virtual_tokens"] // 131072
+    assert m["max_concurrency_dcp1"] == (m["kv_virtual_tokens"] // 8) // 131072
+
+
+def test_weights_that_do_not_fit():
+    p = plan(tp_size=1, hardware="h100-8")
+    assert [v.code for v in p.violations] == ["weights_fit"]
+    assert p.violations[0].message.startswith("weights per rank (")
+
+
+def test_replicated_q_costs_memory():
+    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4)
+    assert p.valid and p.memory["replicated_q_bytes_per_rank"] > 0
+    assert p.memory["capacity_gain_vs_dcp1"] < 8
