@@ -1,0 +1,101 @@
+import json
+import subprocess
+import sys
+
+import yaml
+from click.testing import CliRunner
+
+from dcpctl.cli.main import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_valid_plan_json_contract():
+    r = run("plan", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+            "--format", "json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert d["valid"] is True and d["violations"] == [] and isinstance(d["warnings"], list)
+    assert d["groups"]["dcp"] == [list(range(8))] and set(d["groups"]) >= {"tp", "attn_tp", "attn_dp", "dcp"}
+    assert set(d["decisions"]["dcp_comm_backend"]) == {"value", "reason"}
+    assert d["decisions"]["dcp_replicate_q_proj"]["value"] is False
+    assert d["memory"]["kv_bytes_per_token"] == 70272
+    assert d["memory"]["kv_bytes_per_token_per_rank"] == 8784
+
+
+def test_invalid_plan_exits_2_with_equation():
+    r = run("plan", "--hardware", "h200-8", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention",
+            "--dcp-size", "4", "--format", "json")
+    assert r.exit_code == 2
+    d = json.loads(r.output)
+    assert d["valid"] is False
+    assert d["violations"][0]["code"] == "dcp_containment"
+    assert "attn_tp (2) = tp (8) // dp (4) is not a multiple of dcp (4)" in d["violations"][0]["message"]
+
+
+def test_table_output_and_alias():
+    r = run("plan", "--hardware", "h200-8", "--tp-size", "8", "--decode-context-parallel-size", "4")
+    assert r.exit_code == 0
+    assert "VALID" in r.output and "Rank map" in r.output and "Decisions" in r.output and "[0-3]  [4-7]" in r.output
+
+
+def test_preset_with_override_and_yaml_save(tmp_path):
+    out = tmp_path / "plan.yaml"
+    r = run("plan", "--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-size", "4", "--format", "yaml", "-o", str(out))
+    assert r.exit_code == 0
+    d = yaml.safe_load(out.read_text())
+    assert d["topology"]["dcp_size"] == 4 and d["topology"]["dp_size"] == 4
+    assert d["decisions"]["dcp_comm_backend"]["value"] == "fi_a2a"
+    r2 = run("plan", str(out), "--format", "json")  # a saved plan is re-planned from its request
+    assert json.loads(r2.output)["topology"]["dcp_size"] == 4
+
+
+def test_user_errors_are_one_line_exit_2(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{oops")
+    for args, msg in [
+        (["--tp-size", "0"], "error: --tp-size must be a positive integer, got 0"),
+        (["--preset", "nope"], "error: unknown preset 'nope'"),
+        (["--model-path", str(tmp_path)], "config.json is not valid JSON (line 1, column 2"),
+        (["--hardware", "h900"], "error: unknown hardware 'h900'"),
+    ]:
+        p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "plan", *args], capture_output=True, text=True)
+        assert p.returncode == 2, args
+        assert msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_debug_env_shows_traceback():
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "plan", "--preset", "nope"], capture_output=True,
+                       text=True, env={**__import__("os").environ, "DCPCTL_DEBUG": "1"})
+    assert p.returncode == 2 and "Traceback" in p.stderr
+
+
+def test_plan_never_imports_torch():
+    code = ("import sys; from dcpctl.cli.main import main\n"
+            "try:\n main(['plan','--tp-size','8','--dcp-size','8','--format','json'])\n"
+            "except SystemExit: pass\nprint('torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.stdout.strip().endswith("False"), p.stdout + p.stderr
+
+
+def test_presets_commands():
+    r = run("presets", "list")
+    assert r.exit_code == 0 and "kimi-k3-32gpu-dpa-dcp8" in r.output and "gb200-nvl72" in r.output
+    r = run("presets", "show", "deepseek-v3.1-tp8-dcp8")
+    assert r.exit_code == 0 and "dcp_size: 8" in r.output
+
+
+def test_every_deployment_preset_plans_valid():
+    from dcpctl.plan.presets import names
+    for name in names("deployments"):
+        r = run("plan", "--preset", name, "--format", "json")
+        assert r.exit_code == 0, (name, r.output[:500])
+
+
+def test_big_topology_is_interactive():
+    r = run("plan", "--model", "kimi-k2", "--hardware", "gb200-nvl72", "--tp-size", "1024", "--dp-size", "64",
+            "--enable-dp-attention", "--dcp-size", "16", "--ep-size", "1024", "--nnodes", "256", "--format", "json")
+    d = json.loads(r.output)
+    assert len(d["rank_map"]) == 1024 and len(d["groups"]["dcp"]) == 64
