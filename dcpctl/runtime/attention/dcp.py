@@ -14,6 +14,7 @@ decode and verification.  T = 0 still runs every collective with empty tensors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -119,9 +120,15 @@ class DCPContext:
         return exchange_a2a(o, lse, self.lse_base, self.dcp, q.dtype).to(q.dtype)
 
 
+def decision(decisions: dict, key: str, default: Any) -> Any:
+    """A launch-config decision: a plain value, or the plan's {"value": ..., "reason": ...}."""
+    value = (decisions or {}).get(key, default)
+    return value.get("value", default) if isinstance(value, dict) else value
+
+
 def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
                   chunks: list[SeqChunk], v_dim: int) -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated)."""
     layout = build_layout(alloc, chunks, dcp.rank, pool.kv.device)
-    backend = decisions.get("dcp_comm_backend", "ag_rs")
-    return DCPContext(layout, pool, dcp, backend, str(decisions.get("lse_base", "e")), v_dim)
+    backend = decision(decisions, "dcp_comm_backend", "ag_rs")
+    return DCPContext(layout, pool, dcp, backend, str(decision(decisions, "lse_base", "e")), v_dim)
