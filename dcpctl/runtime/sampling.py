@@ -1,0 +1,67 @@
+"""Token choice from logits: greedy, temperature, top-k, top-p, with a seeded torch.Generator.
+
+    sample(logits [N, V], temperature=0.0, top_k=-1, top_p=1.0, generator=None) -> (ids [N], logprobs [N])
+    greedy(logits [N, V]) -> ids [N]
+    chosen_logprobs(logits [N, V], ids [N]) -> [N]    log_softmax of the unmodified logits
+    filter_logits(logits [N, V], temperature, top_k, top_p) -> [N, V]   (-inf outside the kept set)
+    make_generator(seed) -> torch.Generator (CPU)
+
+The logprob is always of the unmodified distribution (before temperature and filtering), computed
+in fp32, or float64 for float64 logits. Random draws use the CPU generator whatever the logits'
+device (Gumbel-free exponential race: argmax p / E, E ~ Exp(1)), so a seed gives the same tokens
+on every rank and device. top_k <= 0 and top_p >= 1 switch those filters off; temperature <= 0 is
+greedy. top_k = 1 is greedy.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _acc(logits: Tensor) -> Tensor:
+    return logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
+
+
+def make_generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(seed))
+
+
+def greedy(logits: Tensor) -> Tensor:
+    # logits: [N, V] -> [N] int64
+    return logits.argmax(-1)
+
+
+def chosen_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
+    # logits: [N, V]  ids: [N] -> [N] log p(id) in fp32 (float64 for float64 logits)
+    lp = torch.log_softmax(_acc(logits), dim=-1)
+    return lp.gather(-1, ids.to(lp.device).long().view(-1, 1)).view(-1)
+
+
+def filter_logits(logits: Tensor, temperature: float, top_k: int = -1, top_p: float = 1.0) -> Tensor:
+    # logits: [N, V] -> [N, V] scaled by 1/temperature; tokens outside top-k / top-p are -inf
+    x = _acc(logits) / max(temperature, 1e-6)
+    if 0 < top_k < x.shape[-1]:
+        kth = x.topk(top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        probs = sorted_x.softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass of strictly better tokens; the best is always kept
+        drop = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before >= top_p)
+        x = x.masked_fill(drop, float("-inf"))
+    return x
+
+
+def sample(logits: Tensor, temperature: float = 0.0, top_k: int = -1, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Choose one token per row; returns (ids [N] int64, logprobs [N] of the chosen ids)."""
+    if logits.dim() == 1:
+        ids, lp = sample(logits[None], temperature, top_k, top_p, generator)
+        return ids[0], lp[0]
+    if temperature <= 0 or top_k == 1:
+        ids = greedy(logits)
+    else:
+        probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1).cpu()
+        race = torch.empty(probs.shape, dtype=probs.dtype).exponential_(generator=generator)
+        ids = (probs / race).argmax(-1).to(logits.device)
+    return ids, chosen_logprobs(logits, ids)
