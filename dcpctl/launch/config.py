@@ -1,0 +1,48 @@
+"""Plan -> launch config (docs/launch-config.md): a pure function; the runtime reads only this."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.planner import Plan
+
+RUNTIME_DTYPES = ("float64", "float32", "bfloat16", "float16")
+RUNTIME_BACKENDS = ("ag_rs", "a2a")
+
+
+def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device: str, max_total_tokens: int,
+                         chunked_prefill_size: int) -> dict[str, Any]:
+    """The bundled runtime's launch config for a valid plan.
+
+    `max_total_tokens` caps the virtual KV tokens (the plan's capacity can be far larger than a CPU
+    run needs); physical rows per rank = min(plan rows, ceil(max_total_tokens / dcp)).
+    """
+    if not plan.valid:
+        raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
+    t, d = plan.request.topology, plan.decisions
+    backend = d["dcp_comm_backend"].value
+    if backend not in RUNTIME_BACKENDS:
+        raise UserError(f"the bundled runtime has no {backend} exchange; pass --dcp-comm-backend a2a or ag_rs")
+    if dtype not in RUNTIME_DTYPES:
+        raise UserError(f"--dtype {dtype} is not supported; valid: {', '.join(RUNTIME_DTYPES)}")
+    if t.engine_replicas > 1:
+        raise UserError("the bundled runtime runs one engine: use --enable-dp-attention with --dp-size")
+    rows = -(-max_total_tokens // t.dcp_size)
+    if plan.memory.get("kv_rows_per_rank"):
+        rows = min(rows, plan.memory["kv_rows_per_rank"])
+    page = plan.request.page_size
+    rows = max(rows // page, 1) * page
+    return {
+        "version": 1,
+        "model": {"path": str(Path(model_path).resolve()), "dtype": dtype},
+        "device": device,
+        "dist_backend": "nccl" if device == "cuda" else "gloo",
+        "world_size": t.world,
+        "topology": {"tp_size": t.tp_size, "attn_tp_size": t.attn_tp, "attn_dp_size": t.attn_dp,
+                     "dcp_size": t.dcp_size, "ep_size": t.ep_size, "pp_size": t.pp_size},
+        "groups": plan.groups,
+        "decisions": {"dcp_comm_backend": backend, "dcp_replicate_q_proj": bool(d["dcp_replicate_q_proj"].value),
+                      "lse_base": d["lse_base"].value},
+        "kv": {"page_size": page, "capacity_tokens": rows, "chunked_prefill_size": chunked_prefill_size},
+    }
