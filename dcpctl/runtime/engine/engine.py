@@ -114,6 +114,7 @@ class Engine:
         self._rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
         self._done[seq.rid] = seq.result()
         self.sched.finish(seq)
+        self.sampler.forget(seq.rid)
 
     def _collect(self, n: int, steps: int) -> dict:
         mine = (self._done if self.ps.attn_tp.rank == 0 else {}, self._rows, self._read)
