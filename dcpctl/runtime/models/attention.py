@@ -81,5 +81,5 @@ class MlaAttention:
         # x: [T, D] -> [T, D] summed over attention TP
         q, kv_new = self.latent_qkv(x, cos, sin)
         o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
-        v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(x.shape[0], -1)
+        v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(x.shape[0], self.heads * self.cfg.v_head_dim)
         return all_reduce(F.linear(v, self.o_proj), self.group)

@@ -68,7 +68,7 @@ class Router:
     def _grouped(self, choice: Tensor, fill: float, top2_sum: bool) -> Tensor:
         # choice: [T, E] -> [T, k] experts chosen only from the topk_group best groups
         cfg = self.cfg
-        grouped = choice.view(choice.shape[0], cfg.n_group, -1)
+        grouped = choice.view(choice.shape[0], cfg.n_group, cfg.n_routed_experts // cfg.n_group)
         if top2_sum:  # V3: a group scores the sum of its two best experts
             group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1)[0].sum(-1)
         else:  # V2: a group scores its best expert
