@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+
 from dcpctl.plan.errors import UserError
 
 KINDS = ("models", "hardware", "deployments")
@@ -18,7 +20,7 @@ def _load_kind(kind: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for f in sorted(root.iterdir(), key=lambda p: p.name):
         if f.name.endswith(".yaml"):
-            out[f.name[:-5]] = yaml.safe_load(f.read_text())
+            out[f.name[:-5]] = yaml.load(f.read_text(), Loader=Loader)
     return out
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+
 from dcpctl.plan.errors import UserError
 
 
@@ -15,7 +17,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
