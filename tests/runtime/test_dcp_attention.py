@@ -16,6 +16,7 @@ STEPS = [  # (rid, start, num_tokens): two prefill chunks, an empty batch, a dec
     [],
     [(0, 1, 1), (1, 3, 1), (2, 7, 1)],
 ]
+PAD = [0, 2, 1, 3]  # dummy rows appended to each step (must come out as zeros)
 
 
 def _data(c):
@@ -42,16 +43,18 @@ def _rank(rank, world, backend, dtype, base, q_is_group):
     pool = KVPool(num_layers=2, capacity=16, row_dim=R, dtype=dtype)
     qs, kvs = _data(world)
     outs = []
-    for step in STEPS:
+    for step, pad in zip(STEPS, PAD):
         chunks = [SeqChunk(*s) for s in step]
         for ch in chunks:
             alloc.allocate(ch.rid, max(ch.start + ch.num_tokens, len(alloc._slots.get(ch.rid, []))))
-        ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank), pool, ps.dcp, backend, base, L)
+        ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank, pad=pad), pool, ps.dcp, backend, base, L)
         heads = slice(None) if q_is_group else slice(rank * HL, (rank + 1) * HL)
         q = torch.cat([qs[c.rid][c.start:c.start + c.num_tokens, heads] for c in chunks] or
                       [torch.zeros(0, HL * (world if q_is_group else 1), R, dtype=torch.float64)])
         kv = torch.cat([kvs[c.rid][c.start:c.start + c.num_tokens] for c in chunks] or
                        [torch.zeros(0, R, dtype=torch.float64)])
+        q = torch.cat([q, torch.full((pad, *q.shape[1:]), float("nan"), dtype=q.dtype)])  # garbage pads
+        kv = torch.cat([kv, torch.full((pad, R), float("nan"), dtype=kv.dtype)])
         for layer in range(2):
             o = ctx.attend(layer, q.to(dtype), kv.to(dtype), SCALE, q_is_group=q_is_group)
         assert o.shape == (q.shape[0], HL, L) and o.dtype == dtype
@@ -76,7 +79,8 @@ def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group):
     results = run_ranks(_rank, c, backend, dtype, base, q_is_group)
     tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
     for rank, (outs, rows) in enumerate(results):
-        for step, o in zip(STEPS, outs):
+        for step, pad, o in zip(STEPS, PAD, outs):
             want = _reference(c, step)[:, rank * HL:(rank + 1) * HL]
+            want = torch.cat([want, torch.zeros(pad, HL, L, dtype=want.dtype)])
             torch.testing.assert_close(torch.from_numpy(o), want, atol=tol, rtol=tol)
         assert rows == sum(n // c + (rank < n % c) for n in LENS)

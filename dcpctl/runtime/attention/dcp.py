@@ -51,8 +51,12 @@ class ShardLayout:
 
 
 def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
-                 device: torch.device | str = "cpu") -> ShardLayout:
-    """Plain-int bookkeeping -> index tensors; identical inputs on every rank, own-rank outputs."""
+                 device: torch.device | str = "cpu", pad: int = 0) -> ShardLayout:
+    """Plain-int bookkeeping -> index tensors; identical inputs on every rank, own-rank outputs.
+
+    `pad` dummy rows (position 0, sequence -1) go after the real tokens: they write nothing and
+    see no key, so their output is exactly zero (all shards empty -> the merge returns zeros).
+    """
     c = alloc.dcp
     cols: dict[str, list[int]] = {k: [] for k in ShardLayout.__dataclass_fields__}
     row = 0
@@ -69,6 +73,8 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
         cols["kv_pos"] += owned
         cols["kv_seq"] += [i] * len(owned)
         row += ch.num_tokens
+    cols["positions"] += [0] * pad
+    cols["seq"] += [-1] * pad
     return ShardLayout(**{k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()})
 
 
@@ -127,8 +133,8 @@ def decision(decisions: dict, key: str, default: Any) -> Any:
 
 
 def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
-                  chunks: list[SeqChunk], v_dim: int) -> DCPContext:
+                  chunks: list[SeqChunk], v_dim: int, pad: int = 0) -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated)."""
-    layout = build_layout(alloc, chunks, dcp.rank, pool.kv.device)
+    layout = build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad)
     backend = decision(decisions, "dcp_comm_backend", "ag_rs")
     return DCPContext(layout, pool, dcp, backend, str(decision(decisions, "lse_base", "e")), v_dim)
