@@ -84,3 +84,23 @@ def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group):
             want = torch.cat([want, torch.zeros(pad, HL, L, dtype=want.dtype)])
             torch.testing.assert_close(torch.from_numpy(o), want, atol=tol, rtol=tol)
         assert rows == sum(n // c + (rank < n % c) for n in LENS)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from dcpctl.runtime.kv import local_len  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(c=st.integers(1, 4), lens=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 9)), min_size=1, max_size=4))
+def test_layout_writes_each_row_once_and_shards_follow_local_len(c, lens):
+    alloc = VirtualAllocator(capacity_tokens=64, page_size=2, dcp=c)
+    chunks = [SeqChunk(i, start, n) for i, (start, n) in enumerate(lens)]
+    for ch in chunks:
+        alloc.allocate(ch.rid, ch.start + ch.num_tokens)
+    lays = [build_layout(alloc, chunks, r) for r in range(c)]
+    written = sorted(row for lay in lays for row in lay.write_rows.tolist())
+    assert written == list(range(sum(n for _, n in lens)))
+    for r, lay in enumerate(lays):
+        assert lay.kv_slots.numel() == sum(local_len(s + n, r, c) for s, n in lens)
+        assert all(p % c == r for p in lay.kv_pos.tolist())
