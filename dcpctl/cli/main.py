@@ -17,10 +17,21 @@ COMMANDS = {
     "presets": "dcpctl.cli.presets:presets",
     "generate": "dcpctl.cli.generate:generate",
     "launch": "dcpctl.cli.launch:launch",
+    "export": "dcpctl.cli.export:export",
 }
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        """User mistakes become one line on stderr and exit status 2 (also under CliRunner)."""
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            if os.environ.get("DCPCTL_DEBUG"):
+                console.err.print_exception(show_locals=True)
+            console.error(str(e))
+            ctx.exit(2)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(k for k in COMMANDS if _available(k))
 
@@ -46,6 +57,7 @@ def cli() -> None:
     dcpctl presets   list and show the built-in models, hardware and recipes
     dcpctl generate  run the bundled striped-decode runtime on a prompt
     dcpctl launch    serve a model (or --dry-run: print the launch config and torchrun argv)
+    dcpctl export    sglang / torchrun / slurm / k8s launch files for a real deployment
 
     Set DCPCTL_DEBUG=1 to see tracebacks.
     """

@@ -41,14 +41,19 @@ def model_from_options(opts: dict[str, Any]) -> ModelSpec:
         return spec_from_path(opts["model_path"])
     name = opts.get("model") or DEFAULT_MODEL
     data = presets.get("models", name)
-    return spec_from_config(data["config"], name=name, source=f"model preset {name}")
+    spec = spec_from_config(data["config"], name=name, source=f"model preset {name}")
+    spec.extra["hf_repo"] = data.get("hf_repo")
+    return spec
 
 
 def request_from_options(opts: dict[str, Any]) -> PlanRequest:
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
-    draft = spec_from_path(opts["speculative_draft_model_path"]) if opts.get("speculative_draft_model_path") else None
+    draft = None
+    if opts.get("speculative_draft_model_path"):
+        draft = spec_from_path(opts["speculative_draft_model_path"])
+        draft.extra["path"] = opts["speculative_draft_model_path"]
     fields = {k: opts[k] for k in REQUEST_KEYS if opts.get(k) is not None}
     _check_ranges(fields)
     return PlanRequest(topology=topology, model=model_from_options(opts), hardware=hardware, draft_model=draft,

@@ -99,3 +99,12 @@ def test_big_topology_is_interactive():
             "--enable-dp-attention", "--dcp-size", "16", "--ep-size", "1024", "--nnodes", "256", "--format", "json")
     d = json.loads(r.output)
     assert len(d["rank_map"]) == 1024 and len(d["groups"]["dcp"]) == 64
+
+
+def test_export_cli_writes_files(tmp_path):
+    r = run("export", "sglang", "--preset", "kimi-k3-32gpu-dpa-dcp8", "-o", str(tmp_path))
+    assert r.exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"node-{i}.sh" for i in range(8)]
+    r = run("export", "sglang", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention", "--dcp-size", "4",
+            "--hardware", "h200-8")
+    assert r.exit_code == 2 and "the plan is invalid, nothing to export" in r.output

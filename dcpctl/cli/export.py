@@ -1,0 +1,61 @@
+"""`dcpctl export`: turn a valid plan into commands and manifests for a real deployment."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dcpctl.cli import console
+from dcpctl.cli.options import collect, plan_options
+from dcpctl.launch.exports import EXPORTERS, FORMATS, ExportOptions
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.planner import make_plan
+from dcpctl.plan.resolve import request_from_options
+
+
+@click.command()
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
+@click.argument("saved_plan", required=False, type=click.Path())
+@plan_options
+@click.option("--served-model-path", help="Model path (or hub id) the nodes load; default: --model-path or the "
+                                          "preset's hub id.")
+@click.option("--dist-init-addr", default="NODE0_ADDR:5000", show_default=True, help="HOST:PORT of node 0.")
+@click.option("--port", type=int, default=30000, show_default=True, help="HTTP port of the server.")
+@click.option("--image", default="lmsysorg/sglang:latest", show_default=True, help="Container image (k8s).")
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per node/manifest here.")
+@click.pass_context
+def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_path: str | None,
+           dist_init_addr: str, port: int, image: str, output_dir: str | None, **params: Any) -> None:
+    """Export a plan as FORMAT: sglang, torchrun, slurm or k8s.
+
+    \b
+    sglang    the `sglang serve` command for every node (and the PD pair + router)
+    torchrun  per-node torchrun commands for the bundled runtime (c10d rendezvous)
+    slurm     an sbatch script starting one task per node
+    k8s       a LeaderWorkerSet manifest (leader = node 0)
+
+    \b
+    Examples:
+      dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000
+      dcpctl export k8s --preset deepseek-v3.1-tp8-dcp8 -o deploy/
+    """
+    opts = collect(ctx, params, saved_plan)
+    plan = make_plan(request_from_options(opts))
+    if not plan.valid:
+        raise UserError("the plan is invalid, nothing to export: " + "; ".join(v.message for v in plan.violations))
+    model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo") or "MODEL_PATH"
+    files = EXPORTERS[fmt](plan, ExportOptions(str(model), dist_init_addr, port, image=image))
+    for w in plan.warnings:
+        console.warn(w)
+    if output_dir:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+            if name.endswith(".sh"):
+                (out / name).chmod(0o755)
+        console.info(f"wrote {', '.join(sorted(files))} to {out}")
+        return
+    for name, text in files.items():
+        console.write_text(f"# ---- {name}\n{text}")

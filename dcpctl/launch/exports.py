@@ -1,0 +1,197 @@
+"""Exports for real deployments: pure functions of a plan (snapshot-tested).
+
+    sglang    `sglang serve` for every node (+ the PD pair and router when disaggregation is planned)
+    torchrun  per-node torchrun commands for the bundled runtime (c10d rendezvous)
+    slurm     an sbatch script, one task per node, node rank from SLURM_NODEID
+    k8s       a LeaderWorkerSet manifest (leader = node 0, workers = the rest)
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import yaml
+
+from dcpctl.plan.planner import Plan, make_plan
+
+FORMATS = ("sglang", "torchrun", "slurm", "k8s")
+MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    model_path: str  # what the serving nodes load (a path on the cluster or a hub id)
+    dist_init_addr: str = "NODE0_ADDR:5000"
+    port: int = 30000
+    launch_config: str = "launch.yaml"  # torchrun export: the rendered config on every node
+    image: str = "lmsysorg/sglang:latest"
+
+
+def hardware_env(plan: Plan) -> dict[str, str]:
+    """Environment the hardware needs: MNNVL fabrics need NCCL's multi-node NVLink path."""
+    return dict(MNNVL_ENV) if plan.request.hardware.mnnvl and plan.request.topology.nnodes > 1 else {}
+
+
+def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> list[str]:
+    """`sglang serve` argv for one node (node_rank None: leave it to the caller's template)."""
+    r, t, d = plan.request, plan.request.topology, plan.decisions
+    a = ["sglang", "serve", "--model-path", opts.model_path, "--tp-size", str(t.tp_size)]
+    if t.enable_dp_attention and t.dp_size > 1:
+        a += ["--attn-dp-size", str(t.dp_size)]
+    elif t.dp_size > 1:
+        a += ["--dp-size", str(t.dp_size)]
+    if t.dcp_size > 1:
+        a += ["--dcp-size", str(t.dcp_size), "--dcp-comm-backend", d["dcp_comm_backend"].value]
+        a += ["--dcp-replicate-q-proj" if d["dcp_replicate_q_proj"].value else "--no-dcp-replicate-q-proj"]
+    a += _if(t.ep_size > 1, "--ep-size", t.ep_size) + _if(t.pp_size > 1, "--pp-size", t.pp_size)
+    if t.nnodes > 1:
+        a += ["--nnodes", str(t.nnodes), "--node-rank", "NODE_RANK" if node_rank is None else str(node_rank),
+              "--dist-init-addr", opts.dist_init_addr]
+    a += _if(r.page_size != 1, "--page-size", r.page_size)
+    a += _if(r.kv_cache_dtype != "auto", "--kv-cache-dtype", _sgl_kv_dtype(r.kv_cache_dtype))
+    a += _if(r.attention_backend != "auto", "--decode-attention-backend", r.attention_backend)
+    a += ["--mem-fraction-static", str(r.mem_fraction_static)]
+    a += _if(bool(r.context_len), "--context-length", r.context_len)
+    a += _if(bool(r.max_running_requests), "--max-running-requests", r.max_running_requests)
+    a += _spec_args(plan) + _cache_args(plan)
+    if any("Kimi" in x for x in r.model.architectures) or r.model.model_type.startswith("kimi"):
+        a.append("--trust-remote-code")
+    return a + ["--host", "0.0.0.0", "--port", str(opts.port)]
+
+
+def _if(cond: bool, flag: str, value: Any) -> list[str]:
+    return [flag, str(value)] if cond else []
+
+
+def _sgl_kv_dtype(v: str) -> str:
+    return {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}.get(v, v)
+
+
+def _spec_args(plan: Plan) -> list[str]:
+    r = plan.request
+    if not r.speculative_algorithm:
+        return []
+    a = ["--speculative-algorithm", r.speculative_algorithm]
+    a += _if(r.speculative_num_draft_tokens is not None, "--speculative-num-draft-tokens",
+             r.speculative_num_draft_tokens)
+    draft = r.draft_model.extra.get("path") if r.draft_model else None
+    return a + _if(bool(draft), "--speculative-draft-model-path", draft)
+
+
+def _cache_args(plan: Plan) -> list[str]:
+    r = plan.request
+    a: list[str] = []
+    if r.enable_hierarchical_cache:
+        a.append("--enable-hierarchical-cache")
+        a += _if(bool(r.hicache_storage_backend), "--hicache-storage-backend", r.hicache_storage_backend)
+    if r.disaggregation_mode != "null":
+        a += ["--disaggregation-mode", r.disaggregation_mode,
+              "--disaggregation-transfer-backend", r.disaggregation_transfer_backend]
+    return a
+
+
+def _env_prefix(env: dict[str, str]) -> str:
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+
+
+def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    """One script per node; with PD disaggregation, the peer side's nodes and the router too."""
+    files = _sglang_nodes(plan, opts, plan.request.disaggregation_mode)
+    if plan.request.disaggregation_mode != "null":
+        files.update(_pd_peer(plan, opts))
+    return files
+
+
+def _sglang_nodes(plan: Plan, opts: ExportOptions, role: str) -> dict[str, str]:
+    prefix = "" if role == "null" else f"{role}-"
+    env = _env_prefix(hardware_env(plan))
+    return {f"{prefix}node-{i}.sh": f"#!/usr/bin/env bash\n# {role if role != 'null' else 'serving'} node {i} of "
+            f"{plan.request.topology.nnodes}\n{env}{shlex.join(sglang_args(plan, opts, i))}\n"
+            for i in range(plan.request.topology.nnodes)}
+
+
+def _pd_peer(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    r = plan.request
+    peer_mode = "decode" if r.disaggregation_mode == "prefill" else "prefill"
+    peer_t = replace(r.topology, dcp_size=r.disaggregation_peer_dcp_size or r.topology.dcp_size)
+    peer_req = replace(r, topology=peer_t, disaggregation_mode=peer_mode,
+                       disaggregation_peer_dcp_size=r.topology.dcp_size,
+                       dcp_comm_backend=None if peer_t.dcp_size != r.topology.dcp_size else r.dcp_comm_backend,
+                       dcp_replicate_q_proj=None if peer_t.dcp_size == 1 else r.dcp_replicate_q_proj)
+    peer = make_plan(peer_req)
+    peer_opts = replace(opts, port=opts.port + 1, dist_init_addr=_bump_port(opts.dist_init_addr))
+    files = _sglang_nodes(peer, peer_opts, peer_mode)
+    pre, dec = (opts, peer_opts) if r.disaggregation_mode == "prefill" else (peer_opts, opts)
+    router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+              "--prefill", f"http://PREFILL_NODE0_ADDR:{pre.port}", "--decode", f"http://DECODE_NODE0_ADDR:{dec.port}",
+              "--host", "0.0.0.0", "--port", "8000"]
+    files["router.sh"] = f"#!/usr/bin/env bash\n# PD router: clients talk to port 8000\n{shlex.join(router)}\n"
+    return files
+
+
+def _bump_port(addr: str) -> str:
+    host, _, port = addr.rpartition(":")
+    return f"{host}:{int(port) + 1}" if port.isdigit() else addr
+
+
+def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    t = plan.request.topology
+    env = {"DCPCTL_LAUNCH_CONFIG": opts.launch_config, "OMP_NUM_THREADS": "1", **hardware_env(plan)}
+    out = {}
+    for i in range(t.nnodes):
+        argv = ["torchrun", f"--nnodes={t.nnodes}", f"--nproc-per-node={t.ranks_per_node}", f"--node-rank={i}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}", "--rdzv-id=dcpctl",
+                "-m", "dcpctl.runtime.worker"]
+        out[f"node-{i}.sh"] = f"#!/usr/bin/env bash\n# bundled runtime, node {i} of {t.nnodes}\n" \
+                              f"{_env_prefix(env)}{shlex.join(argv)}\n"
+    return out
+
+
+def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    t = plan.request.topology
+    port = opts.dist_init_addr.rpartition(":")[2] or "5000"
+    args = sglang_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
+    cmd = shlex.join(args).replace("NODE_RANK", '"$SLURM_NODEID"').replace("HEAD_ADDR:", '"$HEAD":')
+    quoted = "'" + cmd.replace("'", "'\\''") + "'"
+    env = "".join(f"export {k}={v}\n" for k, v in hardware_env(plan).items())
+    lines = [
+        "#!/usr/bin/env bash",
+        "#SBATCH --job-name=dcpctl-sglang",
+        f"#SBATCH --nodes={t.nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={t.ranks_per_node}",
+        "#SBATCH --exclusive",
+        "set -euo pipefail",
+        'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export HEAD",
+        f"{env}srun --ntasks-per-node=1 bash -c {quoted}",
+    ]
+    return {"dcpctl.sbatch": "\n".join(lines) + "\n"}
+
+
+def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    t = plan.request.topology
+    port = opts.dist_init_addr.rpartition(":")[2] or "5000"
+
+    def template(rank_expr: str) -> dict[str, Any]:
+        args = sglang_args(plan, replace(opts, dist_init_addr=f"$(LWS_LEADER_ADDRESS):{port}"), node_rank=None)
+        argv = [x.replace("NODE_RANK", rank_expr) for x in args]
+        env = [{"name": k, "value": v} for k, v in hardware_env(plan).items()]
+        container = {"name": "sglang", "image": opts.image, "command": argv[:2], "args": argv[2:],
+                     "resources": {"limits": {"nvidia.com/gpu": t.ranks_per_node}},
+                     "ports": [{"containerPort": opts.port}]}
+        if env:
+            container["env"] = env
+        return {"spec": {"containers": [container]}}
+
+    manifest = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": "dcpctl-sglang"},
+                "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                    "size": t.nnodes, "restartPolicy": "RecreateGroupOnPodRestart",
+                    "leaderTemplate": template("0"), "workerTemplate": template("$(LWS_WORKER_INDEX)")}}}
+    return {"lws.yaml": yaml.safe_dump(manifest, sort_keys=False, width=200)}
+
+
+EXPORTERS: dict[str, Callable[[Plan, ExportOptions], dict[str, str]]] = {
+    "sglang": export_sglang, "torchrun": export_torchrun, "slurm": export_slurm, "k8s": export_k8s}

@@ -1,0 +1,69 @@
+"""Snapshot tests: every export format is a pure function of the plan.
+
+Regenerate after an intended change with UPDATE_SNAPSHOTS=1 and review the diff."""
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dcpctl.launch.exports import EXPORTERS, ExportOptions
+from dcpctl.plan.planner import make_plan
+from dcpctl.plan.resolve import merge_options, request_from_options
+
+SNAP = Path(__file__).parent / "snapshots"
+CASES = {
+    "k3-dpa": ("kimi-k3-32gpu-dpa-dcp8", {}),
+    "v31-tp8": ("deepseek-v3.1-tp8-dcp8", {}),
+    "v31-pd": ("deepseek-v3.1-tp8-dcp8", {"disaggregation_mode": "decode", "disaggregation_peer_dcp_size": 1}),
+    "v31-2node": ("deepseek-v3.1-tp8-dcp8", {"tp_size": 16, "nnodes": 2}),
+}
+
+
+def render(case: str, fmt: str) -> str:
+    preset, extra = CASES[case]
+    opts = merge_options(extra, set(extra), preset)
+    plan = make_plan(request_from_options(opts))
+    model = plan.request.model.extra["hf_repo"]
+    files = EXPORTERS[fmt](plan, ExportOptions(model, "10.0.0.1:5000"))
+    return "".join(f"# ---- {name}\n{text}" for name, text in sorted(files.items()))
+
+
+@pytest.mark.parametrize("fmt", sorted(EXPORTERS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_snapshot(case, fmt):
+    got = render(case, fmt)
+    path = SNAP / f"{case}.{fmt}.txt"
+    if os.environ.get("UPDATE_SNAPSHOTS") or not path.exists():
+        path.write_text(got)
+    assert got == path.read_text()
+
+
+def test_pure():
+    assert render("k3-dpa", "sglang") == render("k3-dpa", "sglang")
+
+
+def test_sglang_node_ranks_and_env():
+    text = render("k3-dpa", "sglang")
+    assert text.count("sglang serve") == 8
+    assert "--node-rank 7 --dist-init-addr 10.0.0.1:5000" in text
+    assert "NCCL_MNNVL_ENABLE=1" in text and "--attn-dp-size 4 --dcp-size 8 --dcp-comm-backend fi_a2a" in text
+
+
+def test_pd_pair_and_router():
+    text = render("v31-pd", "sglang")
+    assert "--disaggregation-mode decode" in text and "--disaggregation-mode prefill" in text
+    assert "sglang_router.launch_router --pd-disaggregation" in text
+
+
+def test_k8s_manifest_shape():
+    doc = yaml.safe_load(render("v31-2node", "k8s").split("\n", 1)[1])
+    lws = doc["spec"]["leaderWorkerTemplate"]
+    assert doc["kind"] == "LeaderWorkerSet" and lws["size"] == 2
+    worker = lws["workerTemplate"]["spec"]["containers"][0]
+    assert "$(LWS_WORKER_INDEX)" in worker["args"] and worker["resources"]["limits"]["nvidia.com/gpu"] == 8
+
+
+def test_slurm_node_rank_from_slurm():
+    text = render("v31-2node", "slurm")
+    assert "#SBATCH --nodes=2" in text and '--node-rank "$SLURM_NODEID"' in text
