@@ -127,7 +127,7 @@ def parse_config(cfg: dict[str, Any], file: Path = Path("config.json")) -> MlaCo
     v3 = mtype != "deepseek_v2"
     n = lambda k: _need(cfg, k, file)  # noqa: E731
     experts = int(cfg.get("n_routed_experts") or 0)
-    return MlaConfig(
+    return _check_moe(MlaConfig(
         model_type=mtype, vocab_size=n("vocab_size"), hidden_size=n("hidden_size"),
         intermediate_size=n("intermediate_size"), num_layers=n("num_hidden_layers"),
         num_heads=n("num_attention_heads"), q_lora_rank=cfg.get("q_lora_rank"),
@@ -146,7 +146,20 @@ def parse_config(cfg: dict[str, Any], file: Path = Path("config.json")) -> MlaCo
         topk_method=cfg.get("topk_method") or ("noaux_tc" if v3 else "greedy"),
         scoring_func=cfg.get("scoring_func") or ("sigmoid" if v3 else "softmax"),
         rope_fp32=not v3,
-    )
+    ), file)
+
+
+def _check_moe(c: MlaConfig, file: Path) -> MlaConfig:
+    if not c.n_routed_experts:
+        return c
+    if c.n_routed_experts % c.n_group or c.topk_group > c.n_group:
+        raise ModelLoadError(f"{file}: n_routed_experts ({c.n_routed_experts}) must be a multiple of n_group "
+                             f"({c.n_group}) and topk_group ({c.topk_group}) at most n_group")
+    reachable = c.n_routed_experts // c.n_group * (c.topk_group if c.topk_method != "greedy" else c.n_group)
+    if c.top_k > reachable:
+        raise ModelLoadError(f"{file}: num_experts_per_tok ({c.top_k}) exceeds the {reachable} experts "
+                             f"that topk_group ({c.topk_group}) of n_group ({c.n_group}) groups offer")
+    return c
 
 
 def _rope(cfg: dict[str, Any], file: Path, v3: bool) -> RopeSpec:

@@ -10,7 +10,7 @@ keeps its own slice. Every rank of a TP group must call forward together, even w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -111,8 +111,3 @@ class DeepseekModel:
         pad[:x.shape[0]] = x
         parts = all_gather_rows(pad, ps.tp.group, ps.tp.size)
         return torch.cat([parts[i * ps.attn_tp.size][:n] for i, n in enumerate(reps.sizes)], dim=0)
-
-    def describe(self) -> dict[str, Any]:
-        s = self.shards
-        return {"layers": len(self.layers), "heads": s.heads, "q_heads": s.q_heads,
-                "experts": [s.expert_start, s.expert_end], "vocab": [s.vocab_start, s.vocab_end]}
