@@ -1,10 +1,11 @@
 """DCP attention on forked gloo ranks against unsplit causal attention of the whole sequences."""
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from dcpctl.runtime.attention.dcp import DCPContext, SeqChunk, build_layout
 from dcpctl.runtime.attention.local import local_attention
-from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
 
@@ -85,10 +86,6 @@ def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group):
             torch.testing.assert_close(torch.from_numpy(o), want, atol=tol, rtol=tol)
         assert rows == sum(n // c + (rank < n % c) for n in LENS)
 
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from dcpctl.runtime.kv import local_len  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)

@@ -6,7 +6,6 @@ import torch
 import torch.distributed as dist
 
 from dcpctl.runtime.engine import Engine
-from dcpctl.runtime.engine.scheduler import SchedulerError
 from dcpctl.runtime.kv import local_len
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
