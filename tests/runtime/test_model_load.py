@@ -127,6 +127,8 @@ def test_missing_tensor_and_missing_weights(tiny, tmp_path):
     ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}}, "rope type 'longrope' is not supported"),
     ({"quantization_config": {"quant_method": "fp8"}}, "quantized checkpoints are not supported"),
     ({"kv_lora_rank": None}, "required key 'kv_lora_rank' is missing"),
+    ({"n_group": 3}, r"n_routed_experts \(8\) must be a multiple of n_group \(3\)"),
+    ({"num_experts_per_tok": 5}, r"num_experts_per_tok \(5\) exceeds the 4 experts that topk_group \(1\)"),
 ])
 def test_bad_config(tiny, tmp_path, changes, match):
     dst = _copy(tiny, tmp_path)

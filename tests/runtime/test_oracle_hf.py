@@ -42,9 +42,9 @@ def _save(kind: str, path, **extra) -> str:
                                             **extra)
         model = transformers.DeepseekV3ForCausalLM(cfg)
     else:
-        cfg = transformers.DeepseekV2Config(**COMMON, q_lora_rank=None, n_shared_experts=2, n_group=4, topk_group=2,
-                                            topk_method="group_limited_greedy", routed_scaling_factor=1.5,
-                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **extra)
+        v2 = dict(q_lora_rank=None, n_shared_experts=2, n_group=4, topk_group=2, topk_method="group_limited_greedy",
+                  routed_scaling_factor=1.5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        cfg = transformers.DeepseekV2Config(**COMMON, **{**v2, **extra})
         model = transformers.DeepseekV2ForCausalLM(cfg)
     _randomize(model, seed=1)
     model.save_pretrained(str(path))
@@ -73,8 +73,12 @@ def _hf_decode(hf, prompt: list[int], ids: list[int]) -> tuple[torch.Tensor, tor
 
 
 PLAIN = {"rope_type": "default", "rope_theta": 10000.0}
+V2_LITE_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 64,
+                "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
 CASES = {"v3_yarn_moe": ("v3", {}), "v3_plain_rope": ("v3", {"rope_interleave": False, "rope_parameters": PLAIN}),
-         "v2_direct_q_group_limited": ("v2", {})}
+         "v2_direct_q_group_limited": ("v2", {}),
+         "v2_lite_greedy_yarn": ("v2", {"topk_method": "greedy", "n_group": None, "topk_group": None,
+                                        "rope_parameters": V2_LITE_YARN})}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
