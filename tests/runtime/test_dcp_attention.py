@@ -3,6 +3,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from dcpctl.runtime.attention import local as local_mod
 from dcpctl.runtime.attention.dcp import DCPContext, SeqChunk, build_layout
 from dcpctl.runtime.attention.local import local_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
@@ -37,7 +38,7 @@ def _reference(c, step):
     return torch.cat(outs) if outs else torch.zeros(0, HL * c, L, dtype=torch.float64)
 
 
-def _rank(rank, world, backend, dtype, base, q_is_group):
+def _rank(rank, world, backend, dtype, base, q_is_group, dense_limit):
     groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
     ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
     alloc = VirtualAllocator(capacity_tokens=16, page_size=2, dcp=world)
@@ -48,7 +49,8 @@ def _rank(rank, world, backend, dtype, base, q_is_group):
         chunks = [SeqChunk(*s) for s in step]
         for ch in chunks:
             alloc.allocate(ch.rid, max(ch.start + ch.num_tokens, len(alloc._slots.get(ch.rid, []))))
-        ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank, pad=pad), pool, ps.dcp, backend, base, L)
+        ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank, pad=pad), pool, ps.dcp, backend, base, L,
+                         dense_limit=dense_limit)
         heads = slice(None) if q_is_group else slice(rank * HL, (rank + 1) * HL)
         q = torch.cat([qs[c.rid][c.start:c.start + c.num_tokens, heads] for c in chunks] or
                       [torch.zeros(0, HL * (world if q_is_group else 1), R, dtype=torch.float64)])
@@ -64,20 +66,22 @@ def _rank(rank, world, backend, dtype, base, q_is_group):
     return outs, rows
 
 
-CASES = [  # (dcp, backend, dtype, lse_base, q_is_group)
-    (1, "ag_rs", torch.float64, "e", False),
-    (2, "ag_rs", torch.float64, "2", False),
-    (2, "a2a", torch.float64, "e", True),
-    (4, "ag_rs", torch.float64, "e", True),
-    (4, "a2a", torch.float64, "2", False),
-    (2, "a2a", torch.bfloat16, "2", False),
-    (4, "a2a", torch.float32, "e", False),
+BIG, SEGMENTED = 1 << 22, 0  # dense_limit: one masked matmul, or the per-chunk path
+CASES = [  # (dcp, backend, dtype, lse_base, q_is_group, dense_limit)
+    (1, "ag_rs", torch.float64, "e", False, BIG),
+    (1, "ag_rs", torch.float64, "e", False, SEGMENTED),
+    (2, "ag_rs", torch.float64, "2", False, BIG),
+    (2, "a2a", torch.float64, "e", True, SEGMENTED),
+    (4, "ag_rs", torch.float64, "e", True, BIG),
+    (4, "a2a", torch.float64, "2", False, SEGMENTED),
+    (2, "a2a", torch.bfloat16, "2", False, BIG),
+    (4, "a2a", torch.float32, "e", False, BIG),
 ]
 
 
-@pytest.mark.parametrize("c,backend,dtype,base,q_is_group", CASES)
-def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group):
-    results = run_ranks(_rank, c, backend, dtype, base, q_is_group)
+@pytest.mark.parametrize("c,backend,dtype,base,q_is_group,dense_limit", CASES)
+def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group, dense_limit):
+    results = run_ranks(_rank, c, backend, dtype, base, q_is_group, dense_limit)
     tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
     for rank, (outs, rows) in enumerate(results):
         for step, pad, o in zip(STEPS, PAD, outs):
@@ -101,3 +105,21 @@ def test_layout_writes_each_row_once_and_shards_follow_local_len(c, lens):
     for r, lay in enumerate(lays):
         assert lay.kv_slots.numel() == sum(local_len(s + n, r, c) for s, n in lens)
         assert all(p % c == r for p in lay.kv_pos.tolist())
+
+
+def test_segmented_equals_dense_with_tiny_blocks(monkeypatch):
+    monkeypatch.setattr(local_mod, "BLOCK_ELEMS", 5)
+    g = torch.Generator().manual_seed(1)
+    alloc = VirtualAllocator(capacity_tokens=32, page_size=1, dcp=2)
+    chunks = [SeqChunk(0, 0, 6), SeqChunk(1, 3, 4), SeqChunk(2, 0, 1)]
+    for ch in chunks:
+        alloc.allocate(ch.rid, ch.start + ch.num_tokens)
+    lay = build_layout(alloc, chunks, 1, pad=2)
+    q = torch.randn(lay.positions.numel(), 3, R, generator=g, dtype=torch.float64)
+    kv = torch.randn(lay.kv_pos.numel(), R, generator=g, dtype=torch.float64)
+    mask = local_mod.attention_mask(lay.positions, lay.seq, lay.kv_pos, lay.kv_seq)
+    want = local_mod.local_attention(q, kv, mask, SCALE, L, "2")
+    got = local_mod.segmented_attention(q, kv, lay.positions, lay.kv_pos, lay.q_bounds, lay.kv_bounds, SCALE, L, "2")
+    torch.testing.assert_close(got[0], want[0], atol=1e-14, rtol=1e-14)
+    torch.testing.assert_close(got[1], want[1], atol=1e-14, rtol=1e-14)
+    assert torch.isneginf(got[1][-3:]).all()  # chunk 2 on dcp rank 1 (position 0 only) and both pads

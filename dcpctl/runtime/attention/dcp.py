@@ -4,7 +4,7 @@ Per MLA layer (`attend`):
   1. write the batch's new latent rows that this rank owns (owner(v) = v % c) into its pool;
   2. gather the DCP group's query heads (skipped when q_is_group or c = 1);
   3. local attention over this rank's shard: its cached prefix rows plus the batch's owned new
-     rows, causal by global position;
+     rows, causal by global position (one masked matmul for small batches, per chunk otherwise);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
 
 Chunked prefill / extend attends the local shard and merges like decode (exact by the merge
@@ -16,66 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.comm import exchange_a2a, exchange_ag_rs, gather_heads
-from dcpctl.runtime.attention.local import attention_mask, local_attention
+from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
+from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis
 
 BACKENDS = ("ag_rs", "a2a")
-
-
-@dataclass
-class SeqChunk:
-    """One request's tokens in a batch: positions [start, start + num_tokens) of request `rid`."""
-
-    rid: int
-    start: int
-    num_tokens: int
-
-
-@dataclass
-class ShardLayout:
-    """Index tensors of one batch on one DCP rank (T batch tokens, S shard rows attended)."""
-
-    positions: Tensor     # [T] global position of every batch token
-    seq: Tensor           # [T] batch-local sequence index
-    write_rows: Tensor    # [N] batch rows this rank owns
-    write_slots: Tensor   # [N] their physical slots
-    kv_slots: Tensor      # [S] physical slots of the shard rows to attend
-    kv_pos: Tensor        # [S] their global positions
-    kv_seq: Tensor        # [S] their batch-local sequence index
-
-
-def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
-                 device: torch.device | str = "cpu", pad: int = 0) -> ShardLayout:
-    """Plain-int bookkeeping -> index tensors; identical inputs on every rank, own-rank outputs.
-
-    `pad` dummy rows (position 0, sequence -1) go after the real tokens: they write nothing and
-    see no key, so their output is exactly zero (all shards empty -> the merge returns zeros).
-    """
-    c = alloc.dcp
-    cols: dict[str, list[int]] = {k: [] for k in ShardLayout.__dataclass_fields__}
-    row = 0
-    for i, ch in enumerate(chunks):
-        slots = alloc.slots(ch.rid)
-        end = ch.start + ch.num_tokens
-        cols["positions"] += range(ch.start, end)
-        cols["seq"] += [i] * ch.num_tokens
-        for p in range(ch.start + (dcp_rank - ch.start) % c, end, c):
-            cols["write_rows"].append(row + p - ch.start)
-            cols["write_slots"].append(slots[p] // c)
-        owned = range(dcp_rank, end, c)
-        cols["kv_slots"] += [slots[p] // c for p in owned]
-        cols["kv_pos"] += owned
-        cols["kv_seq"] += [i] * len(owned)
-        row += ch.num_tokens
-    cols["positions"] += [0] * pad
-    cols["seq"] += [-1] * pad
-    return ShardLayout(**{k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()})
+__all__ = ["BACKENDS", "DCPContext", "SeqChunk", "ShardLayout", "build_context", "build_layout", "decision"]
 
 
 @dataclass
@@ -89,6 +40,7 @@ class DCPContext:
     lse_base: str         # decisions["lse_base"]: base of the LSE local attention returns
     v_dim: int            # kv_lora_rank
     kv_bytes_read: int = 0
+    dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     _mask: Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +62,14 @@ class DCPContext:
             self._mask = attention_mask(lay.positions, lay.seq, lay.kv_pos, lay.kv_seq)
         return self._mask
 
+    def _local(self, q: Tensor, kv: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        # q: [T, Hk, R]  kv: [S, R] -> o [T, Hk, L], lse [T, Hk]: one masked matmul when small, else per chunk
+        lay = self.layout
+        if q.shape[0] * kv.shape[0] <= self.dense_limit:
+            return local_attention(q, kv, self.mask(), scale, self.v_dim, self.lse_base)
+        return segmented_attention(q, kv, lay.positions, lay.kv_pos, lay.q_bounds, lay.kv_bounds,
+                                   scale, self.v_dim, self.lse_base)
+
     def attend(self, layer: int, q: Tensor, kv_new: Tensor, scale: float, q_is_group: bool = False) -> Tensor:
         # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R] -> [T, Hl, L]
         lay = self.layout
@@ -118,7 +78,7 @@ class DCPContext:
         self.kv_bytes_read += kv.numel() * kv.element_size()
         c = self.dcp.size
         q_group = q if (q_is_group or c == 1) else gather_heads(q, self.dcp)
-        o, lse = local_attention(q_group, kv, self.mask(), scale, self.v_dim, self.lse_base)
+        o, lse = self._local(q_group, kv, scale)
         if c == 1:
             return o.to(q.dtype)
         if self.backend == "ag_rs":

@@ -1,0 +1,79 @@
+"""One forward batch as index tensors for one DCP rank, from the allocator's request-to-token map.
+
+Batch rows are the chunks' tokens in chunk order (then `pad` dummy rows); shard rows are, per
+chunk, the positions this rank owns from 0 to the chunk's end (cached prefix + owned new tokens):
+
+| field        | rows            | meaning                                                  |
+| ------------ | --------------- | -------------------------------------------------------- |
+| positions    | T               | global position of each batch token (pads: 0)           |
+| seq          | T               | chunk index of each batch token (pads: -1)              |
+| write_rows   | N               | batch rows whose position this rank owns                 |
+| write_slots  | N               | their physical slots (v // c)                            |
+| kv_slots     | S               | physical slots of the shard rows to attend               |
+| kv_pos       | S               | their global positions                                   |
+| kv_seq       | S               | their chunk index                                        |
+| q_bounds     | n + 1 (ints)    | chunk i's batch rows are [q_bounds[i], q_bounds[i+1])    |
+| kv_bounds    | n + 1 (ints)    | chunk i's shard rows are [kv_bounds[i], kv_bounds[i+1])  |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.kv.allocator import VirtualAllocator
+
+_TENSORS = ("positions", "seq", "write_rows", "write_slots", "kv_slots", "kv_pos", "kv_seq")
+
+
+@dataclass
+class SeqChunk:
+    """One request's tokens in a batch: positions [start, start + num_tokens) of request `rid`."""
+
+    rid: int
+    start: int
+    num_tokens: int
+
+
+@dataclass
+class ShardLayout:
+    """See the module table (T batch tokens, S shard rows attended, N owned new rows)."""
+
+    positions: Tensor
+    seq: Tensor
+    write_rows: Tensor
+    write_slots: Tensor
+    kv_slots: Tensor
+    kv_pos: Tensor
+    kv_seq: Tensor
+    q_bounds: list[int]
+    kv_bounds: list[int]
+
+
+def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
+                 device: torch.device | str = "cpu", pad: int = 0) -> ShardLayout:
+    """Plain-int bookkeeping -> index tensors; identical inputs on every rank, own-rank outputs.
+
+    Pad rows write nothing and see no key, so their output is exactly zero.
+    """
+    c = alloc.dcp
+    cols: dict[str, list[int]] = {k: [] for k in _TENSORS}
+    q_bounds, kv_bounds = [0], [0]
+    for i, ch in enumerate(chunks):
+        slots, end, row = alloc.slots(ch.rid), ch.start + ch.num_tokens, q_bounds[-1]
+        cols["positions"] += range(ch.start, end)
+        cols["seq"] += [i] * ch.num_tokens
+        for p in range(ch.start + (dcp_rank - ch.start) % c, end, c):
+            cols["write_rows"].append(row + p - ch.start)
+            cols["write_slots"].append(slots[p] // c)
+        owned = range(dcp_rank, end, c)
+        cols["kv_slots"] += [slots[p] // c for p in owned]
+        cols["kv_pos"] += owned
+        cols["kv_seq"] += [i] * len(owned)
+        q_bounds.append(row + ch.num_tokens)
+        kv_bounds.append(kv_bounds[-1] + len(owned))
+    cols["positions"] += [0] * pad
+    cols["seq"] += [-1] * pad
+    tensors = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()}
+    return ShardLayout(**tensors, q_bounds=q_bounds, kv_bounds=kv_bounds)
