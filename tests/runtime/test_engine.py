@@ -129,3 +129,10 @@ def test_eos_stops_and_too_long_request_is_rejected():
     assert run_ranks(eos_run, 1)[0]["outputs"][0]["output_ids"] == ref[:2]
     with pytest.raises(RuntimeError, match=r"prompt \(11\) \+ max_new_tokens \(3\) - 1 > virtual KV capacity \(8\)"):
         run_ranks(_run, 1, launch_cfg(1, 1, capacity=8), REQUESTS[2:3])
+
+
+def test_replica_without_requests_still_steps(reference):
+    got = run_ranks(_run, 4, launch_cfg(4, 2, dp=2, backend="a2a", capacity=10), REQUESTS[:1])[0]
+    assert got["outputs"][0] == reference["outputs"][0] | {"output_logprobs": got["outputs"][0]["output_logprobs"]}
+    assert got["outputs"][0]["output_logprobs"] == pytest.approx(reference["outputs"][0]["output_logprobs"], abs=1e-9)
+    assert got["stats"]["kv_rows_per_rank"] == [2, 2, 0, 0]
