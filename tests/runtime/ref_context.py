@@ -44,7 +44,7 @@ class RefContext:
         # q: [t, H, R]  kv: [n, R]  pos: [t] -> [t, H, L]
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
         s = torch.einsum("thr,nr->thn", q.to(acc), kv.to(acc)) * scale
-        future = torch.arange(kv.shape[0])[None, :] > pos[:, None]  # [t, n]
+        future = torch.arange(kv.shape[0], device=kv.device)[None, :] > pos.to(kv.device)[:, None]  # [t, n]
         p = s.masked_fill(future[:, None, :], float("-inf")).softmax(-1)
         return torch.einsum("thn,nl->thl", p, kv[:, :self.L].to(acc)).to(q.dtype)
 
