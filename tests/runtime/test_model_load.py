@@ -115,6 +115,9 @@ def test_missing_tensor_and_missing_weights(tiny, tmp_path):
     save_file(tensors, str(dst / "model.safetensors"))
     with pytest.raises(ModelLoadError, match="tensor model.layers.1.mlp.experts.5.up_proj.weight is not in"):
         load_model(dst, ParallelState.single(), {}, torch.float64)
+    (dst / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(ModelLoadError, match=r"cannot read safetensors file .*model.safetensors"):
+        load_model(dst, ParallelState.single(), {}, torch.float64)
     (dst / "model.safetensors").unlink()
     with pytest.raises(ModelLoadError, match=r"no \*.safetensors weights in"):
         load_model(dst, ParallelState.single(), {}, torch.float64)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from safetensors import safe_open
@@ -43,7 +44,10 @@ class Checkpoint:
     def _index(self) -> dict[str, Path]:
         index = self.path / INDEX
         if index.exists():
-            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise ModelLoadError(f"{index} is not a safetensors index with a weight_map: {e}") from e
             for file in sorted(set(weight_map.values())):
                 if not (self.path / file).exists():
                     raise ModelLoadError(f"checkpoint shard {file} listed in {INDEX} is missing from {self.path}")
@@ -53,12 +57,9 @@ class Checkpoint:
             raise ModelLoadError(f"no *.safetensors weights in {self.path}")
         where: dict[str, Path] = {}
         for file in files:
-            with safe_open(str(file), framework="pt") as f:
+            with _open(file) as f:
                 where.update({k: file for k in f.keys()})
         return where
-
-    def names(self) -> list[str]:
-        return list(self.where)
 
     def find_suffix(self, suffix: str) -> str | None:
         """The name ending in `suffix` with the shortest prefix (the language model's own)."""
@@ -75,7 +76,7 @@ class Checkpoint:
         out: dict[str, torch.Tensor] = {}
         files = sorted(by_file)
         for i, file in enumerate(files):
-            with safe_open(str(file), framework="pt") as f:
+            with _open(file) as f:
                 for w in by_file[file]:
                     out[w.name] = _read_one(f, w, file).to(device=device, dtype=w.dtype or dtype)
             if progress is not None:
@@ -83,7 +84,17 @@ class Checkpoint:
         return out
 
 
-def _read_one(f, w: Want, file: Path) -> torch.Tensor:
+@contextmanager
+def _open(file: Path) -> Iterator[Any]:
+    try:
+        handle = safe_open(str(file), framework="pt")
+    except Exception as e:  # noqa: BLE001 - a corrupt header of any kind is one clear sentence
+        raise ModelLoadError(f"cannot read safetensors file {file}: {e}") from e
+    with handle as f:
+        yield f
+
+
+def _read_one(f: Any, w: Want, file: Path) -> torch.Tensor:
     sl = f.get_slice(w.name)
     got = tuple(sl.get_shape())
     if got != tuple(w.shape):

@@ -70,9 +70,10 @@ class DeepseekModel:
         # hidden: [T, D] -> [T, V]; each attention-TP rank holds a vocab slice, gathered here
         s, at = self.shards, self.ps.attn_tp
         part = torch.nn.functional.linear(hidden, self.lm_head)
-        if at.group is None or hidden.shape[0] == 0:  # the whole attention-TP group agrees on T
-            return part.new_zeros(0, self.cfg.vocab_size) if at.group is not None else part
+        if at.group is None:
             return part
+        if hidden.shape[0] == 0:  # the whole attention-TP group agrees on T: skip the collective
+            return part.new_zeros(0, self.cfg.vocab_size)
         pad = torch.zeros(hidden.shape[0], s.vocab_padded, dtype=part.dtype, device=part.device)
         pad[:, :part.shape[1]] = part
         return torch.cat(all_gather_rows(pad, at.group, at.size), dim=1)[:, :self.cfg.vocab_size]
@@ -99,8 +100,8 @@ class DeepseekModel:
         group = self.ps.tp.group
         if reps is None:
             return all_reduce(mlp(x), group)
-        if reps.total == 0:
-            return x
+        if reps.total == 0:  # every replica is idle: the TP group skips the collectives together
+            return torch.zeros_like(x)
         full = self._gather_replicas(x, reps)
         return all_reduce(mlp(full), group)[reps.start:reps.start + reps.mine]
 
