@@ -8,7 +8,7 @@
 
 The logprob is always of the unmodified distribution (before temperature and filtering), computed
 in fp32, or float64 for float64 logits. Random draws use the CPU generator whatever the logits'
-device (Gumbel-free exponential race: argmax p / E, E ~ Exp(1)), so a seed gives the same tokens
+device (exponential race: argmax p / E with E ~ Exp(1), the Gumbel-max trick), so a seed gives the same tokens
 on every rank and device. top_k <= 0 and top_p >= 1 switch those filters off; temperature <= 0 is
 greedy. top_k = 1 is greedy.
 """

@@ -118,6 +118,11 @@ def write_tiny_model(directory: str | Path, seed: int = 0, **overrides: Any) -> 
     return d
 
 
+def _fresh(target: Path) -> bool:
+    marker = target / "DCPCTL_TINY_VERSION"
+    return marker.exists() and marker.read_text() == TINY_VERSION
+
+
 def default_tiny_dir() -> Path:
     root = os.environ.get("DCPCTL_CACHE")
     return (Path(root) if root else Path.home() / ".cache" / "dcpctl") / "tiny-deepseek"
@@ -126,12 +131,14 @@ def default_tiny_dir() -> Path:
 def ensure_tiny_model(dir: str | Path | None = None) -> Path:  # noqa: A002 - public name
     """The tiny checkpoint directory, written once (atomically) if absent or stale."""
     target = Path(dir) if dir is not None else default_tiny_dir()
-    marker = target / "DCPCTL_TINY_VERSION"
-    if marker.exists() and marker.read_text() == TINY_VERSION:
+    if _fresh(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
     write_tiny_model(tmp)
+    if _fresh(target):  # another process (say, another rank) finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target
     if target.exists():  # stale version or a partial directory from elsewhere
         shutil.rmtree(target, ignore_errors=True)
     try:

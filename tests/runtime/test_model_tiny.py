@@ -32,6 +32,15 @@ def test_ensure_is_deterministic_atomic_and_cached(tmp_path, monkeypatch):
     assert _digest(ensure_tiny_model()) == _digest(other)
 
 
+def test_concurrent_ensure_gives_one_complete_copy(tmp_path):
+    import multiprocessing as mp
+    target = tmp_path / "shared"
+    with mp.get_context("fork").Pool(3) as pool:
+        paths = pool.map(ensure_tiny_model, [target] * 3)
+    assert paths == [target] * 3 and sorted(p.name for p in tmp_path.iterdir()) == ["shared"]
+    assert _digest(target) == _digest(write_tiny_model(tmp_path / "direct"))
+
+
 def test_byte_tokenizer_roundtrip(tmp_path):
     tok = load_tokenizer(write_tiny_model(tmp_path))
     assert isinstance(tok, ByteTokenizer)
