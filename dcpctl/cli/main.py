@@ -18,6 +18,7 @@ COMMANDS = {
     "generate": "dcpctl.cli.generate:generate",
     "launch": "dcpctl.cli.launch:launch",
     "export": "dcpctl.cli.export:export",
+    "recommend": "dcpctl.cli.recommend:recommend_cmd",
 }
 
 
@@ -58,6 +59,7 @@ def cli() -> None:
     dcpctl generate  run the bundled striped-decode runtime on a prompt
     dcpctl launch    serve a model (or --dry-run: print the launch config and torchrun argv)
     dcpctl export    sglang / torchrun / slurm / k8s launch files for a real deployment
+    dcpctl recommend pick a DCP size, backend and Q replication from a calibrated cost model
 
     Set DCPCTL_DEBUG=1 to see tracebacks.
     """

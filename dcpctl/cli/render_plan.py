@@ -87,6 +87,17 @@ def _compositions(p: Plan) -> None:
         console.out.print(console.table("Compositions", ["", ""], rows))
 
 
+def _estimate(p: Plan) -> None:
+    e = p.estimate
+    if not e:
+        return
+    rows = [[e[k]["choice"], f"{e[k]['step_attention_ms']:.3f}", "yes" if e[k]["fits"] else "no"]
+            for k in ("plan", "dcp1")]
+    console.out.print(console.table(f"Estimate at {e['concurrency']} concurrent requests ({e['constants']}); "
+                                    f"speedup vs dcp 1: {e['speedup_vs_dcp1']:.2f}x",
+                                    ["choice", "attention ms/step", "fits"], rows))
+
+
 def render_table(p: Plan, show_all_ranks: bool = False) -> None:
     _header(p)
     if p.groups:
@@ -96,3 +107,4 @@ def render_table(p: Plan, show_all_ranks: bool = False) -> None:
     if p.memory:
         _memory(p)
     _compositions(p)
+    _estimate(p)

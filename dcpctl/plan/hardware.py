@@ -31,6 +31,7 @@ class Hardware:
     hbm_tbps: float = 0.0  # memory bandwidth per GPU, TB/s
     link_gbps: float = 0.0  # per-GPU interconnect bandwidth inside an NVLink domain, GB/s (one direction)
     bf16_tflops: float = 0.0
+    coll_latency_us: float = 15.0  # one small collective inside a captured decode step (assumed; calibrate)
     source: str = "profile"
 
     @property

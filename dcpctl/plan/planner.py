@@ -18,6 +18,7 @@ class Plan:
     decisions: dict[str, decisions.Decision] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     compositions: dict[str, Any] = field(default_factory=dict)
+    estimate: dict[str, Any] = field(default_factory=dict)  # cost model, when asked for
 
     @property
     def valid(self) -> bool:

@@ -108,3 +108,21 @@ def test_export_cli_writes_files(tmp_path):
     r = run("export", "sglang", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention", "--dcp-size", "4",
             "--hardware", "h200-8")
     assert r.exit_code == 2 and "the plan is invalid, nothing to export" in r.output
+
+
+def test_recommend_cli():
+    r = run("recommend", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8",
+            "--context-len", "131072", "--concurrency", "32", "--format", "json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert d["recommendation"]["dcp_size"] == 8 and len(d["table"]) == 7
+    assert {"choice", "8192", "131072"} <= set(d["crossovers"][0])
+    r = run("recommend", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--concurrency", "2")
+    assert r.exit_code == 2 and "needs --context-len" in r.output
+
+
+def test_plan_estimate_with_concurrency():
+    r = run("plan", "--preset", "deepseek-v3.1-tp8-dcp8", "--concurrency", "32", "--format", "json")
+    e = json.loads(r.output)["estimate"]
+    assert e["plan"]["choice"] == "dcp 8 a2a" and e["plan"]["fits"] and not e["dcp1"]["fits"]
+    assert e["speedup_vs_dcp1"] > 1

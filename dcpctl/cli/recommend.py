@@ -1,0 +1,89 @@
+"""`dcpctl recommend`: search DCP sizes, backends and Q replication for a workload."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dcpctl.cli import console
+from dcpctl.cli.options import collect, plan_options
+from dcpctl.plan.cost import Choice, Constants, load_calibration
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.recommend import candidates, crossover, recommend
+from dcpctl.plan.resolve import request_from_options
+
+
+def constants_for(req: Any, calibration: str | None) -> Constants:
+    k = Constants.from_hardware(req.hardware)
+    return load_calibration(Path(calibration), k) if calibration else k
+
+
+@click.command(name="recommend")
+@plan_options
+@click.option("--concurrency", type=click.IntRange(min=1), required=True, help="Concurrent requests to serve.")
+@click.option("--contexts", default=None, help="Comma-separated context lengths for the crossover table "
+                                                "(default: --context-len, 8K, 32K, 128K).")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
+              help="Measured constants from `dcpctl bench ... --save-calibration` (replace the profile's).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_context
+def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, calibration: str | None, fmt: str,
+                  **params: Any) -> None:
+    """Recommend a DCP size, exchange backend and Q replication for a model, hardware and workload.
+
+    For --context-len L and --concurrency N: a table of attention step time (roofline: KV read,
+    attention FLOPs, projection GEMMs, DCP collectives) and max concurrency per choice, the
+    crossover concurrency per context length (where DCP starts to win), and the pick with its reason.
+
+    \b
+    Example:
+      dcpctl recommend --model deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
+    """
+    opts = collect(ctx, params)
+    if not opts.get("context_len"):
+        raise UserError("dcpctl recommend needs --context-len")
+    req = request_from_options(opts)
+    k = constants_for(req, calibration)
+    result = recommend(req, opts["context_len"], concurrency, k)
+    result["crossovers"] = _crossovers(req, k, _contexts(contexts, opts["context_len"]))
+    if fmt == "json":
+        console.write_text(json.dumps(result, indent=2))
+    else:
+        _render(result)
+
+
+def _contexts(text: str | None, default: int) -> list[int]:
+    if not text:
+        return sorted({default, 8192, 32768, 131072})
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--contexts must be comma-separated integers, got {text!r}") from None
+
+
+def _crossovers(req: Any, k: Constants, contexts: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for ch in candidates(req):
+        if ch.dcp == 1:
+            continue
+        out.append({"choice": ch.label, **{str(L): crossover(req, ch, L, k) for L in contexts}})
+    return out
+
+
+def _render(r: dict[str, Any]) -> None:
+    cols = ["choice", "fits", "max conc.", "step attn (ms)", "kv read (us)", "compute (us)", "gemm (us)",
+            "exchange (us)", "tok/s"]
+    rows = [[t["choice"], "yes" if t["fits"] else "no", t["max_concurrency"], f"{t['step_attention_ms']:.3f}",
+             f"{t.get('kv_read_us', 0):.1f}", f"{t.get('attn_compute_us', 0):.1f}", f"{t.get('gemm_us', 0):.1f}",
+             f"{t.get('exchange_us', 0):.1f}", f"{t.get('tokens_per_s', 0):,.0f}"] if t["valid"]
+            else [t["choice"], "invalid", "", "", "", "", "", "", t["note"]] for t in r["table"]]
+    console.out.print(console.table(f"Context {r['context_len']:,}, {r['concurrency']} concurrent requests "
+                                    f"(per MLA layer; {r['constants']})", cols, rows))
+    ctxs = [k for k in r["crossovers"][0] if k != "choice"] if r["crossovers"] else []
+    rows = [[c["choice"], *[c[L] if c[L] is not None else "never" for L in ctxs]] for c in r["crossovers"]]
+    console.out.print(console.table("Crossover concurrency (DCP beats DCP 1 from here on)",
+                                    ["choice", *[f"L={int(L):,}" for L in ctxs]], rows))
+    rec = r["recommendation"]
+    console.out.print(f"[bold]Recommendation:[/] {rec['choice'] or 'none'} - {rec['reason']}")

@@ -1,0 +1,110 @@
+"""Search DCP sizes, exchange backends and Q replication for a workload; find crossovers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dcpctl.plan.cost import Choice, Constants, StepCost, layer_cost, to_dict
+from dcpctl.plan.errors import divisors
+from dcpctl.plan.planner import make_plan
+from dcpctl.plan.request import PlanRequest
+
+MAX_SEARCH = 1 << 16
+
+
+def candidates(req: PlanRequest) -> list[Choice]:
+    t, hw, m = req.topology, req.hardware, req.model
+    out = [Choice(1, "none", False)]
+    for c in divisors(t.attn_tp)[1:]:
+        out += [Choice(c, "ag_rs", False), Choice(c, "a2a", False)]
+        if m.weights_replicable:
+            out.append(Choice(c, "a2a", True))
+            if hw.is_sm100 and (hw.mnnvl or t.ranks_per_node % c == 0):
+                out.append(Choice(c, "fi_a2a", True))
+    return out
+
+
+def _request(req: PlanRequest, ch: Choice, context: int) -> PlanRequest:
+    return replace(req, topology=replace(req.topology, dcp_size=ch.dcp), context_len=context,
+                   dcp_comm_backend=None if ch.dcp == 1 else ch.backend,
+                   dcp_replicate_q_proj=None if ch.dcp == 1 else ch.replicate_q)
+
+
+@dataclass(frozen=True)
+class Row:
+    choice: Choice
+    valid: bool
+    max_concurrency: int
+    cost: StepCost | None
+    reason: str = ""
+
+
+def evaluate(req: PlanRequest, ch: Choice, context: int, concurrency: int, k: Constants) -> Row:
+    p = make_plan(_request(req, ch, context))
+    if not p.valid:
+        return Row(ch, False, 0, None, "; ".join(v.code for v in p.violations))
+    if p.decisions["dcp_comm_backend"].value != ch.backend and ch.dcp > 1:
+        return Row(ch, False, 0, None, "a model override picks another backend")
+    batch = -(-concurrency // req.topology.attn_dp)
+    cost = layer_cost(req.model, req.topology.attn_tp, ch, batch, context, p.decisions["kv_cache_dtype"].value, k)
+    return Row(ch, True, p.memory.get("max_concurrency", 0), cost)
+
+
+def step_ms(req: PlanRequest, row: Row) -> float:
+    layers = -(-len(req.model.mla_layers) // req.topology.pp_size)
+    return row.cost.layer_s * layers * 1e3 if row.cost else float("inf")
+
+
+def crossover(req: PlanRequest, ch: Choice, context: int, k: Constants) -> int | None:
+    """Smallest concurrency at which `ch` beats DCP 1 (or DCP 1 no longer fits)."""
+    base = evaluate(req, Choice(1, "none", False), context, 1, k)
+
+    def wins(n: int) -> bool:
+        a, b = evaluate(req, ch, context, n, k), evaluate(req, Choice(1, "none", False), context, n, k)
+        if not a.valid or (a.max_concurrency < n):
+            return False
+        return n > base.max_concurrency or (a.cost is not None and b.cost is not None
+                                            and a.cost.layer_s < b.cost.layer_s)
+
+    hi = max(base.max_concurrency + 1, 1)
+    if not wins(min(hi, MAX_SEARCH)):
+        return None
+    lo = 0
+    while hi - lo > 1:  # the cost difference is linear in n: one sign change
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if wins(mid) else (mid, hi)
+    return hi
+
+
+def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants) -> dict[str, Any]:
+    rows = [evaluate(req, ch, context, concurrency, k) for ch in candidates(req)]
+    table = []
+    for r in rows:
+        d = {"choice": r.choice.label, "valid": r.valid, "max_concurrency": r.max_concurrency,
+             "fits": r.valid and r.max_concurrency >= concurrency, "step_attention_ms": step_ms(req, r),
+             "note": r.reason}
+        if r.cost:
+            d.update({k2: v for k2, v in to_dict(r.cost, 1).items() if k2.endswith("_us")})
+            d["tokens_per_s"] = concurrency / (step_ms(req, r) / 1e3) if d["fits"] else 0.0
+        table.append(d)
+    fitting = [(step_ms(req, r), r) for r in rows if r.valid and r.max_concurrency >= concurrency]
+    return {"context_len": context, "concurrency": concurrency, "constants": k.source, "table": table,
+            "recommendation": _pick(req, fitting, rows, concurrency)}
+
+
+def _pick(req: PlanRequest, fitting: list[tuple[float, Row]], rows: list[Row], n: int) -> dict[str, Any]:
+    if not fitting:
+        best = max((r for r in rows if r.valid), key=lambda r: r.max_concurrency, default=None)
+        most = f"; the most any choice fits is {best.max_concurrency} ({best.choice.label})" if best else ""
+        return {"choice": None, "reason": f"no choice fits {n} concurrent requests{most}"}
+    ms, r = min(fitting, key=lambda x: (round(x[0], 6), x[1].choice.dcp))
+    base = next((row for row in rows if row.choice.dcp == 1), None)
+    if r.choice.dcp == 1:
+        why = "DCP 1 fits and is fastest: the exchange costs more than the KV read DCP would save"
+    elif base is None or not base.valid or base.max_concurrency < n:
+        why = f"DCP 1 fits only {base.max_concurrency if base else 0} requests; {r.choice.label} fits " \
+              f"{r.max_concurrency} and is the fastest choice that fits ({ms:.3f} ms attention per step)"
+    else:
+        why = f"{r.choice.label} is fastest: {ms:.3f} ms vs {step_ms(req, base):.3f} ms for DCP 1 per step"
+    return {"choice": r.choice.label, "dcp_size": r.choice.dcp, "dcp_comm_backend": r.choice.backend,
+            "dcp_replicate_q_proj": r.choice.replicate_q, "step_attention_ms": ms, "reason": why}
