@@ -95,7 +95,7 @@ def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group, dens
 @settings(max_examples=80, deadline=None)
 @given(c=st.integers(1, 4), lens=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 9)), min_size=1, max_size=4))
 def test_layout_writes_each_row_once_and_shards_follow_local_len(c, lens):
-    alloc = VirtualAllocator(capacity_tokens=64, page_size=2, dcp=c)
+    alloc = VirtualAllocator(capacity_tokens=128, page_size=2, dcp=c)
     chunks = [SeqChunk(i, start, n) for i, (start, n) in enumerate(lens)]
     for ch in chunks:
         alloc.allocate(ch.rid, ch.start + ch.num_tokens)
