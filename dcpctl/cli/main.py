@@ -19,6 +19,7 @@ COMMANDS = {
     "launch": "dcpctl.cli.launch:launch",
     "export": "dcpctl.cli.export:export",
     "recommend": "dcpctl.cli.recommend:recommend_cmd",
+    "bench": "dcpctl.cli.bench:bench",
 }
 
 
@@ -60,6 +61,7 @@ def cli() -> None:
     dcpctl launch    serve a model (or --dry-run: print the launch config and torchrun argv)
     dcpctl export    sglang / torchrun / slurm / k8s launch files for a real deployment
     dcpctl recommend pick a DCP size, backend and Q replication from a calibrated cost model
+    dcpctl bench     measure: kernel, decode, serve
 
     Set DCPCTL_DEBUG=1 to see tracebacks.
     """

@@ -1,0 +1,1 @@
+"""Benchmarks behind `dcpctl bench`: each module exposes a click command named `command`."""
