@@ -1,0 +1,227 @@
+"""`dcpctl bench decode`: time the striped decode step end to end for several DCP sizes.
+
+For each DCP size the same TP world runs the real runtime (model, allocator, pool, DCP context,
+exchange) on a synthetic checkpoint of a chosen shape: B requests whose first L positions are
+already cached (random latent rows; only their timing matters), then timed decode steps of one
+token per request. Reported per (dcp, B, L): forward time per step, the batch-layout build time
+(host bookkeeping, outside the forward), the KV bytes each rank read per step, and ratios to DCP 1.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "small": {"hidden_size": 512, "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": 128,
+              "kv_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
+              "intermediate_size": 512, "num_hidden_layers": 2, "first_k_dense_replace": 2},
+    # DeepSeek-V3 attention (128 heads, kv_lora 512, rope 64), a small dense MLP, a few layers
+    "v3": {"hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "intermediate_size": 2048, "num_hidden_layers": 2, "first_k_dense_replace": 2},
+}
+
+
+def _ints(text: str, what: str) -> list[int]:
+    from dcpctl.plan.errors import UserError
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--{what} must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise UserError(f"--{what} needs positive integers, got {text!r}")
+    return out
+
+
+def _groups(tp: int, dcp: int) -> dict[str, list[list[int]]]:
+    from dcpctl.plan.groups import build_groups
+    from dcpctl.plan.topology import Topology
+    return build_groups(Topology(tp_size=tp, dcp_size=dcp))
+
+
+def _sync(device: Any) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _one_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, steps: int, warmup: int,
+              page: int, device: Any) -> dict[str, Any]:
+    import torch
+
+    from dcpctl.runtime.attention.dcp import SeqChunk, build_context
+    from dcpctl.runtime.kv.allocator import VirtualAllocator
+    from dcpctl.runtime.kv.pool import KVPool
+    c, cfg = ps.dcp.size, model.cfg
+    total = ctx_len + warmup + steps + 1
+    per_rank = -(-batch * (-(-total // (page * c)) * page * c) // c)
+    alloc = VirtualAllocator(per_rank, page, c)
+    for rid in range(batch):
+        alloc.allocate(rid, total)
+    pool = KVPool(cfg.num_layers, alloc.num_pages * page, cfg.latent_dim, model.dtype, device)
+    pool.kv.normal_()
+    fwd, lay, read = [], [], []
+    for s in range(warmup + steps):
+        t0 = time.perf_counter()
+        ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
+                            cfg.kv_lora_rank)
+        ids = torch.zeros(batch, dtype=torch.int64, device=device)
+        _sync(device)
+        t1 = time.perf_counter()
+        model.forward(ids, ctx.positions, ctx)
+        _sync(device)
+        t2 = time.perf_counter()
+        if s >= warmup:
+            lay.append(t1 - t0)
+            fwd.append(t2 - t1)
+            read.append(ctx.kv_bytes_read)
+    del pool
+    return {"step_ms": statistics.median(fwd) * 1e3, "layout_ms": statistics.median(lay) * 1e3,
+            "kv_bytes_read": read[-1]}
+
+
+def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.parallel import ParallelState
+    device = torch.device("cuda", rank) if args["device"] == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(1)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init, rank=rank,
+                            world_size=world)
+    try:
+        dtype = getattr(torch, args["dtype"])
+        rows = []
+        for c in args["dcp_sizes"]:
+            ps = ParallelState.build(_groups(world, c))
+            decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs",
+                         "dcp_replicate_q_proj": bool(args["replicate_q"] and c > 1), "lse_base": "e"}
+            model = load_model(args["path"], ps, decisions, dtype, device)
+            for b in args["batches"]:
+                for L in args["contexts"]:
+                    cell = _one_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"], device)
+                    got = [None] * world
+                    dist.all_gather_object(got, cell["kv_bytes_read"])
+                    rows.append({"dcp": c, "batch": b, "context": L, **cell, "kv_bytes_read_per_rank": got})
+                    if rank == 0:
+                        out.put(("progress", len(rows)))
+            del model
+        if rank == 0:
+            out.put(("rows", rows))
+    finally:
+        dist.destroy_process_group()
+
+
+def run(args: dict[str, Any]) -> list[dict[str, Any]]:
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn" if args["device"] == "cuda" else "fork")
+    q = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=_rank_main, args=(r, args["tp"], f"file://{tmp}/rdzv", args, q))
+                 for r in range(args["tp"])]
+        for p in procs:
+            p.start()
+        try:
+            rows = _wait(q, args)
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+    return _with_ratios(rows)
+
+
+def _wait(q: Any, args: dict[str, Any]) -> list[dict[str, Any]]:
+    from rich.progress import Progress
+
+    from dcpctl.cli import console
+    deadline = time.monotonic() + args["timeout"]
+    with Progress(console=console.err, transient=True) as bar:
+        task = bar.add_task("decode cells", total=args["ncells"])
+        while True:
+            kind, value = q.get(timeout=max(deadline - time.monotonic(), 1))
+            if kind == "rows":
+                return value
+            bar.update(task, completed=value)
+
+
+def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    base = {(r["batch"], r["context"]): r for r in rows if r["dcp"] == 1}
+    for r in rows:
+        b = base.get((r["batch"], r["context"]))
+        if b:
+            r["time_vs_dcp1"] = r["step_ms"] / b["step_ms"]
+            r["kv_bytes_vs_dcp1"] = max(r["kv_bytes_read_per_rank"]) / max(b["kv_bytes_read_per_rank"])
+    return rows
+
+
+@click.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default="tiny", show_default=True)
+@click.option("--layers", type=click.IntRange(min=1), help="Override the shape's layer count.")
+@click.option("--tp-size", "tp", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Ranks (one TP group); every DCP size must divide it.")
+@click.option("--dcp-sizes", default="1,2,4", show_default=True)
+@click.option("--batches", default="1,8", show_default=True)
+@click.option("--contexts", default="1024,4096,16384", show_default=True)
+@click.option("--dcp-comm-backend", "backend", type=click.Choice(["a2a", "ag_rs"]), default="a2a", show_default=True)
+@click.option("--dcp-replicate-q-proj", "replicate_q", is_flag=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True)
+@click.option("--page-size", "page", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--timeout", type=float, default=1800, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON rows here.")
+def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str, batches: str, contexts: str,
+            backend: str, replicate_q: bool, dtype: str, page: int, steps: int, warmup: int, timeout: float,
+            fmt: str, output: str | None) -> None:
+    """Time decode steps for DCP sizes at fixed TP over batch x context (see module docstring)."""
+    from dcpctl.cli import console
+    from dcpctl.plan.errors import UserError
+    dcps = _ints(dcp_sizes, "dcp-sizes")
+    if any(tp % c for c in dcps):
+        raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
+    args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": _ints(batches, "batches"),
+            "contexts": _ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
+            "dtype": dtype, "page": page, "steps": steps, "warmup": warmup, "timeout": timeout}
+    args["ncells"] = len(dcps) * len(args["batches"]) * len(args["contexts"])
+    _check_device(device, tp)
+    overrides = dict(SHAPES[shape], **({"num_hidden_layers": layers, "first_k_dense_replace": layers}
+                                       if layers else {}))
+    with tempfile.TemporaryDirectory(prefix="dcpctl-bench-") as tmp:
+        from dcpctl.runtime.tiny import write_tiny_model
+        args["path"] = str(write_tiny_model(Path(tmp) / "model", **overrides))
+        console.info(f"bench decode: shape {shape}, tp {tp}, dcp {dcps}, {args['ncells']} cells on {device}")
+        rows = run(args)
+    doc = {"args": {k: v for k, v in args.items() if k != "path"}, "shape": shape, "rows": rows}
+    if output:
+        Path(output).write_text(json.dumps(doc, indent=2))
+    if fmt == "json":
+        console.write_text(json.dumps(doc, indent=2))
+        return
+    cols = ["dcp", "B", "context", "step ms", "layout ms", "KV bytes/rank/step", "time vs dcp1", "KV vs dcp1"]
+    table = [[r["dcp"], r["batch"], r["context"], f"{r['step_ms']:.2f}", f"{r['layout_ms']:.2f}",
+              f"{max(r['kv_bytes_read_per_rank']):,}", f"{r.get('time_vs_dcp1', 0):.2f}",
+              f"{r.get('kv_bytes_vs_dcp1', 0):.3f}"] for r in rows]
+    console.out.print(console.table(f"decode step, shape {shape}, tp {tp}, {backend}", cols, table))
+
+
+def _check_device(device: str, tp: int) -> None:
+    from dcpctl.plan.errors import UserError
+    if device != "cuda":
+        return
+    import torch
+    if not torch.cuda.is_available() or torch.cuda.device_count() < tp:
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise UserError(f"--device cuda --tp-size {tp} needs {tp} CUDA GPUs, this machine has {have}")
