@@ -1,9 +1,13 @@
 """Continuous batching over one attention-DP replica, in lockstep with the whole TP group.
 
+Incremental API (what the server drives): submit(rid, prompt, params) and cancel(rid) between
+steps, step() -> this replica's events.  generate() is built on the same three calls.
+
 Each step: the scheduler picks prefill chunks or one decode token per running request, the engine
 builds the DCP attention context from allocator state, runs the model, samples the sequences
-whose chunk reached their end, and frees finished requests.  Requests go to replicas round robin by
-index; a replica with nothing to do still runs forward with T = 0 while any replica has work.
+whose chunk reached their end, and frees finished requests.  Request `rid` goes to replica
+`rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0 while any
+replica has work (`busy` says whether the last step ran).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
+from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
@@ -37,7 +42,8 @@ def model_dims(model: Any) -> tuple[int, int, int]:
 class Engine:
     """Runs generate() on every rank of the world; see module docstring."""
 
-    def __init__(self, model: Any, ps: ParallelState, launch_cfg: dict, eos_token_id: Any = None) -> None:
+    def __init__(self, model: Any, ps: ParallelState, launch_cfg: dict, eos_token_id: Any = None,
+                 max_running: int | None = None) -> None:
         kv, topo = launch_cfg["kv"], launch_cfg["topology"]
         self.model, self.ps = model, ps
         self.decisions = launch_cfg.get("decisions", {})
@@ -50,17 +56,50 @@ class Engine:
         self.alloc = VirtualAllocator(int(kv["capacity_tokens"]), page, ps.dcp.size)
         self.pool = KVPool(layers, self.alloc.num_pages * page, row,
                            DTYPES[launch_cfg["model"]["dtype"]], self.device)
-        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)))
+        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running)
         self.sampler = Sampler()
+        self.busy = False                        # whether any replica ran the last step
+        self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
+        self._results: dict[int, dict] | None = None  # generate() only: rid -> result
+
+    def owns(self, rid: int) -> bool:
+        return rid % self.dp_size == self.ps.attn_dp_index
+
+    def submit(self, rid: int, prompt: list[int], params: SamplingParams) -> None:
+        """Queue a request (only on its replica); raises SchedulerError for an impossible one."""
+        if self.owns(rid):
+            self.sched.add(Sequence(rid, list(prompt), params))
+
+    def cancel(self, rid: int) -> bool:
+        """Drop a queued or running request and free its pages; False when it is not here."""
+        seq = self.sched.cancel(rid)
+        self.sampler.forget(rid)
+        return seq is not None
+
+    def cancel_all(self) -> None:
+        for seq in list(self.sched.waiting) + list(self.sched.running):
+            self.cancel(seq.rid)
+
+    def stats(self) -> ReplicaStats:
+        return ReplicaStats(len(self.sched.waiting), len(self.sched.running), self.alloc.free_pages,
+                            self.alloc.num_pages)
+
+    def check_drained(self) -> None:
+        """Allocator integrity holds and every page is free (after cancel_all)."""
+        self.alloc.check_integrity()
+        if self.alloc.free_pages != self.alloc.num_pages or self.alloc.requests():
+            raise RuntimeError(f"free_pages({self.alloc.free_pages}) != num_pages({self.alloc.num_pages}) "
+                               f"after draining; requests still holding pages: {self.alloc.requests()}")
 
     def generate(self, requests: list[dict]) -> dict:
         """Run requests to completion; every rank returns {"outputs": [...], "stats": {...}}."""
-        mine = [i for i in range(len(requests)) if i % self.dp_size == self.ps.attn_dp_index]
-        for i in mine:
-            self.sched.add(Sequence(i, list(requests[i]["prompt_ids"]), SamplingParams.from_dict(requests[i])))
-        self._done: dict[int, dict] = {}
-        self._rows, self._read, steps = 0, 0, 0
-        while self._step():
+        for i, req in enumerate(requests):
+            self.submit(i, req["prompt_ids"], SamplingParams.from_dict(req))
+        self._results, steps = {}, 0
+        while True:
+            self.step()
+            if not self.busy:
+                break
             steps += 1
         return self._collect(len(requests), steps)
 
@@ -70,10 +109,12 @@ class Engine:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
         return bool(flag.item())
 
-    def _step(self) -> bool:
+    def step(self) -> list[Event]:
+        """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
-        if not self._any_replica_busy(bool(chunks)):
-            return False
+        self.busy = self._any_replica_busy(bool(chunks))
+        if not self.busy:
+            return []
         ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
         ids = self._input_ids(chunks)
         hidden = self.model.forward(ids, ctx.positions, ctx)
@@ -81,9 +122,8 @@ class Engine:
         rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
         logits = self.model.logits(hidden.index_select(0, rows))
         self.sched.advance(chunks)
-        self._read += ctx.kv_bytes_read
-        self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
-        return True
+        self.kv_bytes_read += ctx.kv_bytes_read
+        return self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 
     def _input_ids(self, chunks: list[SeqChunk]) -> Tensor:
         ids: list[int] = []
@@ -91,15 +131,22 @@ class Engine:
             ids += self.sched.seq(ch.rid).tokens[ch.start:ch.start + ch.num_tokens]
         return torch.tensor(ids, dtype=torch.int64, device=self.device)
 
-    def _accept(self, logits: Tensor, seqs: list[Sequence]) -> None:
+    def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:
         # logits: [N, V] for the N sequences that produce a token this step
         toks, lps = self.sampler(logits, seqs)
         toks = self._broadcast(toks)
+        events = []
         for seq, tok, lp in zip(seqs, toks, lps):
             seq.output.append(tok)
             seq.logprobs.append(lp)
-            if tok in self.eos or len(seq.output) >= seq.params.max_new_tokens:
+            if tok in self.eos and not seq.params.ignore_eos:
+                seq.finish_reason = "stop"
+            elif len(seq.output) >= seq.params.max_new_tokens:
+                seq.finish_reason = "length"
+            if seq.finish_reason:
                 self._finish(seq)
+            events.append(Event(seq.rid, tok, lp, seq.finish_reason))
+        return events
 
     def _broadcast(self, toks: list[int]) -> list[int]:
         # the replica's first rank decides; others already agree, this only guards against drift
@@ -111,13 +158,15 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> None:
         c, r = self.ps.dcp.size, self.ps.dcp.rank
-        self._rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
-        self._done[seq.rid] = seq.result()
+        self.kv_rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
+        if self._results is not None:
+            self._results[seq.rid] = seq.result()
         self.sched.finish(seq)
         self.sampler.forget(seq.rid)
 
     def _collect(self, n: int, steps: int) -> dict:
-        mine = (self._done if self.ps.attn_tp.rank == 0 else {}, self._rows, self._read)
+        done = self._results or {}
+        mine = (done if self.ps.attn_tp.rank == 0 else {}, self.kv_rows, self.kv_bytes_read)
         parts = [mine]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             parts = [None] * dist.get_world_size()

@@ -13,6 +13,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
     logprobs: bool = False
+    ignore_eos: bool = False   # benchmarks: always produce max_new_tokens
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "SamplingParams":
@@ -34,6 +35,7 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     computed: int = 0
     finished: bool = False
+    finish_reason: str = ""        # "stop" (EOS), "length" (max_new_tokens) or "abort" (cancelled)
 
     @property
     def tokens(self) -> list[int]:

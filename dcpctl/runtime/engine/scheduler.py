@@ -1,7 +1,9 @@
 """Policy: admission by free virtual pages, chunked prefill first, then batched decode.
 
 Deterministic from its inputs, so every rank of an attention-DP replica builds the same batches.
-Admission reserves a request's whole KV (prompt + max_new_tokens - 1 positions): no preemption.
+Admission reserves a request's whole KV (prompt + max_new_tokens - 1 positions): no preemption,
+so admission by free virtual pages is exact.  At most `max_running` requests run at once; a
+cancelled request leaves the queue or frees its pages at the next step boundary.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ class SchedulerError(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, alloc: VirtualAllocator, chunk_size: int) -> None:
+    def __init__(self, alloc: VirtualAllocator, chunk_size: int, max_running: int | None = None) -> None:
         self.alloc = alloc
         self.chunk_size = chunk_size if chunk_size > 0 else 1 << 62
+        self.max_running = max_running if max_running and max_running > 0 else 1 << 62
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -38,7 +41,8 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def _admit(self) -> None:
-        while self.waiting and self.alloc.can_allocate(self.waiting[0].max_kv):
+        while (self.waiting and len(self.running) < self.max_running
+               and self.alloc.can_allocate(self.waiting[0].max_kv)):
             seq = self.waiting.popleft()
             self.alloc.allocate(seq.rid, seq.max_kv)
             self.running.append(seq)
@@ -77,6 +81,20 @@ class Scheduler:
     def advance(self, chunks: list[SeqChunk]) -> None:
         for ch in chunks:
             self.seq(ch.rid).computed += ch.num_tokens
+
+    def cancel(self, rid: int) -> Sequence | None:
+        """Drop request `rid` from the queue or free its pages; None when it is not here (done)."""
+        for seq in self.waiting:
+            if seq.rid == rid:
+                self.waiting.remove(seq)
+                seq.finished, seq.finish_reason = True, "abort"
+                return seq
+        for seq in self.running:
+            if seq.rid == rid:
+                seq.finish_reason = "abort"
+                self.finish(seq)
+                return seq
+        return None
 
     def finish(self, seq: Sequence) -> None:
         seq.finished = True
