@@ -1,0 +1,138 @@
+"""Fused LSE merges on the GPU (Triton) with torch references; same semantics as `merge.py`.
+
+    lse = logsumexp_s(lse_s)        o = sum_s exp(lse_s - lse) * o_s        (fp32 accumulation)
+
+A partial whose lse is not finite (-inf for an empty shard, or NaN) is ignored: its o is never
+loaded, so a NaN there cannot leak.  All outputs are in base e.
+
+- `merge_partials`: [S, M, V] partials -> [M, V]; the split-KV reduction of `triton_mla`.
+- `merge_a2a`: the receive side of the packed all-to-all, [c, N, H/c, V] -> [N, H/c, V].
+- `rescale_partial`: the ag_rs correction, o_r * exp(lse_r - lse_global) before the reduce-scatter.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.attention.merge import merge_stacked, to_natural
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU CI: the references only
+    triton = None
+
+LN2 = math.log(2.0)
+
+
+def _use_triton(t: Tensor) -> bool:
+    return triton is not None and t.device.type == "cuda"
+
+
+def merge_partials_reference(o: Tensor, lse: Tensor, base: str = "e",
+                             out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    # o: [S, M, V]  lse: [S, M] in `base` -> o [M, V] (out_dtype, default acc dtype), lse [M] base e
+    lse = torch.where(torch.isnan(lse), torch.full_like(lse, -torch.inf), lse)
+    p = merge_stacked(o, lse, base)
+    return p.o.to(out_dtype or p.o.dtype), p.lse
+
+
+def merge_partials(o: Tensor, lse: Tensor, base: str = "e",
+                   out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    """Merge S partials per row: Triton on CUDA, else the torch reference."""
+    # o: [S, M, V]  lse: [S, M] -> o [M, V], lse [M] fp32 base e
+    if not _use_triton(o):
+        return merge_partials_reference(o, lse, base, out_dtype)
+    return merge_partials_triton(o, lse, base, out_dtype)
+
+
+def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e",
+                          out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    # o: [S, M, V]  lse: [S, M] -> o [M, V], lse [M] fp32 base e
+    s, m, v = o.shape
+    o = o if o.stride(-1) == 1 else o.contiguous()
+    lse = lse.contiguous()
+    out = torch.empty(m, v, dtype=out_dtype or torch.float32, device=o.device)
+    out_lse = torch.empty(m, dtype=torch.float32, device=o.device)
+    block_v = min(512, triton.next_power_of_2(v))
+    _merge_kernel[(m, triton.cdiv(v, block_v))](
+        o, lse, out, out_lse, s, o.stride(0), o.stride(1), lse.stride(0), out.stride(0), v,
+        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=triton.next_power_of_2(s), BLOCK_V=block_v, num_warps=4)
+    return out, out_lse
+
+
+def merge_a2a(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    """Receive side of the packed all-to-all: merge the c ranks' partials of this rank's heads."""
+    # o: [c, N, Hc, V]  lse: [c, N, Hc] -> o [N, Hc, V], lse [N, Hc] base e
+    c, n, hc, v = o.shape
+    mo, ml = merge_partials(o.reshape(c, n * hc, v), lse.reshape(c, n * hc), base, out_dtype)
+    return mo.view(n, hc, v), ml.view(n, hc)
+
+
+def rescale_partial_reference(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: str = "e") -> Tensor:
+    # o: [N, H, V]  lse_r: [N, H] in `base`  lse_global: [N, H] base e -> fp32 [N, H, V]
+    lr = to_natural(lse_r, base)
+    w = torch.exp(lr - lse_global.to(lr.dtype))
+    keep = (torch.isfinite(lr) & torch.isfinite(lse_global)).unsqueeze(-1)
+    return torch.where(keep, o.to(lr.dtype) * w.unsqueeze(-1), torch.zeros((), dtype=lr.dtype, device=o.device))
+
+
+def rescale_partial(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: str = "e") -> Tensor:
+    """ag_rs correction: own partial scaled by exp(lse_r - lse_global); empty shards give exact zeros."""
+    # o: [N, H, V]  lse_r, lse_global: [N, H] -> fp32 [N, H, V]
+    if not _use_triton(o):
+        return rescale_partial_reference(o, lse_r, lse_global, base)
+    return rescale_partial_triton(o, lse_r, lse_global, base)
+
+
+def rescale_partial_triton(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: str = "e") -> Tensor:
+    # o: [N, H, V]  lse_r, lse_global: [N, H] -> fp32 [N, H, V]
+    n, h, v = o.shape
+    o = o.contiguous()
+    out = torch.empty(n, h, v, dtype=torch.float32, device=o.device)
+    block_v = min(512, triton.next_power_of_2(v))
+    _rescale_kernel[(n * h, triton.cdiv(v, block_v))](
+        o, lse_r.contiguous(), lse_global.contiguous(), out, v,
+        LSE_SCALE=LN2 if base == "2" else 1.0, BLOCK_V=block_v, num_warps=4)
+    return out
+
+
+if triton is not None:
+    @triton.jit
+    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_out, V,
+                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr):
+        row, vb = tl.program_id(0), tl.program_id(1)
+        offs_s = tl.arange(0, S_POW2)
+        lse = tl.load(LSE + offs_s * s_ls + row, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
+        valid = (lse > float("-inf")) & (lse < float("inf"))            # NaN compares false
+        mx = tl.max(tl.where(valid, lse, float("-inf")), 0)
+        mx_safe = tl.where(mx > float("-inf"), mx, 0.0)
+        total = tl.sum(tl.where(valid, tl.exp(lse - mx_safe), 0.0), 0)
+        merged = tl.where(total > 0, mx_safe + tl.log(tl.where(total > 0, total, 1.0)), float("-inf"))
+        offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
+        vmask = offs_v < V
+        acc = tl.zeros([BLOCK_V], tl.float32)
+        o_ptr = O + row.to(tl.int64) * s_om + offs_v
+        for s in range(0, S):
+            ls = tl.load(LSE + s * s_ls + row) * LSE_SCALE
+            ok = (ls > float("-inf")) & (ls < float("inf"))
+            w = tl.where(ok, tl.exp(tl.where(ok, ls, 0.0) - merged), 0.0)
+            x = tl.load(o_ptr, mask=vmask & (tl.zeros_like(acc) + w > 0), other=0.0)  # skip NaN rows
+            acc += x.to(tl.float32) * w
+            o_ptr += s_os
+        tl.store(OUT + row.to(tl.int64) * s_out + offs_v, acc.to(OUT.dtype.element_ty), mask=vmask)
+        tl.store(OUT_LSE + row, merged, mask=vb == 0)
+
+    @triton.jit
+    def _rescale_kernel(O, LSE_R, LSE_G, OUT, V, LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):
+        row, vb = tl.program_id(0), tl.program_id(1)
+        lr = tl.load(LSE_R + row) * LSE_SCALE
+        lg = tl.load(LSE_G + row)
+        ok = (lr > float("-inf")) & (lr < float("inf")) & (lg > float("-inf")) & (lg < float("inf"))
+        w = tl.where(ok, tl.exp(tl.where(ok, lr - lg, 0.0)), 0.0)
+        offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
+        vmask = offs_v < V
+        x = tl.load(O + row.to(tl.int64) * V + offs_v, mask=vmask & (tl.zeros_like(offs_v) + ok.to(tl.int32) > 0), other=0.0)
+        tl.store(OUT + row.to(tl.int64) * V + offs_v, x.to(tl.float32) * w, mask=vmask)

@@ -1,0 +1,206 @@
+"""Local MLA decode over one rank's paged latent shard: a split-KV Triton kernel and its torch reference.
+
+Local row j of rank r (of a DCP group of size c) holds global position j*c + r, so a query at
+global position p sees the prefix of local rows j < n_vis = min(len_b, (p - r + c) // c).
+Every function here returns `MLAOut(o [N, H, v_dim], lse [N, H] fp32, base="e")`; a row that sees
+no key has lse = -inf and o = 0.  The latent row is [v_dim | rope] (R = v_dim + rope); scores use all
+R columns, values the first v_dim.  An fp8 (e4m3) pool carries one per-tensor scale: kv = pool * kv_scale.
+
+Kernel (flash-decoding): grid (head block, split, query row); each program streams its KV chunk,
+keeps an online softmax in base 2 and writes a normalized partial (o, lse) per split; the splits are
+merged exactly by `fused_merge.merge_partials` (skipped when there is one split).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.attention.fused_merge import merge_partials
+from dcpctl.runtime.attention.local import attention_mask, local_attention
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU CI: the reference path only
+    triton = None
+
+
+class MLAOut(NamedTuple):
+    o: Tensor      # [N, H, v_dim]
+    lse: Tensor    # [N, H] fp32 (float64 from the reference on float64 inputs)
+    base: str      # always "e"
+
+
+class KernelConfig(NamedTuple):
+    block_h: int = 64
+    block_n: int = 32
+    num_warps: int = 8
+    num_stages: int = 2
+
+
+def visible_rows(local_lens: Tensor, row_req: Tensor, q_pos: Tensor, dcp_rank: int, dcp_size: int) -> Tensor:
+    # local_lens: [B]  row_req, q_pos: [N] -> [N] number of visible local rows (a prefix)
+    causal = torch.div(q_pos.long() - dcp_rank + dcp_size, dcp_size, rounding_mode="floor").clamp_min(0)
+    return torch.minimum(local_lens.long()[row_req.long()], causal)
+
+
+def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:
+    # kv: [..., R] any float dtype -> [..., R] dt, fp8 pools scaled by their per-tensor scale
+    kv = kv.to(dt)
+    return kv * kv_scale if kv_scale is not None else kv
+
+
+def mla_decode_reference(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor, row_req: Tensor,
+                         q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
+                         kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
+                         **_: object) -> MLAOut:
+    """Torch reference (same signature as `mla_decode`): gathers the pages and calls `local_attention`."""
+    # q: [N, H, R]  kv_pool: [pages, P, R]  block_table: [B, max_pages]  local_lens: [B]  row_req, q_pos: [N]
+    dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    page = kv_pool.shape[1]
+    rows, pos, seq = [], [], []
+    for b in range(block_table.shape[0]):
+        j = torch.arange(int(local_lens[b]), device=q.device)
+        rows.append(kv_pool[block_table[b, j // page].long(), j % page])
+        pos.append(j * dcp_size + dcp_rank)
+        seq.append(torch.full_like(j, b))
+    kv = _dequant(torch.cat(rows), kv_scale, dt)
+    mask = attention_mask(q_pos.long(), row_req.long(), torch.cat(pos), torch.cat(seq))
+    o, lse = local_attention(q.to(dt), kv, mask, scale, v_dim)
+    return MLAOut(o.to(out_dtype or torch.float32) if dt != torch.float64 else o, lse, "e")
+
+
+def triton_available(device: torch.device) -> bool:
+    return triton is not None and device.type == "cuda"
+
+
+def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor, row_req: Tensor,
+               q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
+               kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
+               max_local_len: int | None = None, num_splits: int | None = None,
+               config: KernelConfig | None = None) -> MLAOut:
+    """Local MLA decode: Triton on CUDA when triton imports, else the torch reference.
+
+    q [N, H, R] bf16/fp16; kv_pool [pages, P, R] bf16/fp16 or float8_e4m3fn with `kv_scale`;
+    block_table [B, max_pages] int32; local_lens [B]; row_req [N] (query row -> request);
+    q_pos [N] global positions.  Returns MLAOut(o [N, H, v_dim] in out_dtype (default fp32),
+    lse [N, H] fp32 base e, "e").  `max_local_len` avoids a device sync when given.
+    """
+    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H]
+    if not triton_available(q.device):
+        return mla_decode_reference(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
+                                    dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype)
+    return mla_decode_triton(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
+                             dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
+                             max_local_len=max_local_len, num_splits=num_splits, config=config)
+
+
+def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int) -> int:
+    """Splits per (row, head block): fewest waves of ~one CTA per SM, each CTA paying ~128 tokens of overhead."""
+    best, best_cost = 1, math.inf
+    for s in range(1, 129):
+        chunk = math.ceil(math.ceil(max_len / s) / block_n) * block_n
+        if s > 1 and chunk * (s - 1) >= max_len:
+            break
+        cost = math.ceil(rows * head_blocks * s / sms) * (chunk + 128)
+        if cost < best_cost * 0.97:
+            best, best_cost = s, cost
+    return best
+
+
+def _check(q: Tensor, kv_pool: Tensor, v_dim: int, kv_scale: float | None) -> torch.dtype:
+    # q: [N, H, R]  kv_pool: [pages, P, R] -> compute dtype of the dots
+    r, rope = kv_pool.shape[-1], kv_pool.shape[-1] - v_dim
+    if q.shape[-1] != r:
+        raise ValueError(f"q row ({q.shape[-1]}) != kv row ({r})")
+    for name, d in (("v_dim", v_dim), ("rope", rope)):
+        if d < 16 or d & (d - 1):
+            raise ValueError(f"{name} ({d}) must be a power of two >= 16 for the Triton kernel")
+    fp8 = kv_pool.dtype == torch.float8_e4m3fn
+    if fp8 and kv_scale is None:
+        raise ValueError("an fp8 KV pool needs kv_scale")
+    return torch.bfloat16 if fp8 else kv_pool.dtype
+
+
+def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor, row_req: Tensor,
+                      q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
+                      kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
+                      max_local_len: int | None = None, num_splits: int | None = None,
+                      config: KernelConfig | None = None) -> MLAOut:
+    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e
+    cdt = _check(q, kv_pool, v_dim, kv_scale)
+    cfg = config or KernelConfig(block_h=min(64, max(16, triton.next_power_of_2(q.shape[1]))))
+    n, h, r = q.shape
+    q = q.to(cdt).contiguous()
+    kv_pool = kv_pool.contiguous()
+    if max_local_len is None:
+        max_local_len = int(local_lens.max()) if local_lens.numel() else 0
+    head_blocks = triton.cdiv(h, cfg.block_h)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms)
+    chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
+    o = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32), device=q.device)
+    lse = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
+    _mla_split_kernel[(head_blocks, s, n)](
+        q, kv_pool, block_table, local_lens, row_req, q_pos, o, lse,
+        q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
+        o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
+        h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
+        PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if s == 1:
+        return MLAOut(o[0], lse[0], "e")
+    mo, ml = merge_partials(o.view(s, n * h, v_dim), lse.view(s, n * h), out_dtype=out_dtype or torch.float32)
+    return MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
+
+
+if triton is not None:
+    @triton.jit
+    def _mla_split_kernel(Q, KV, BT, LENS, ROWREQ, QPOS, O, LSE,
+                          s_qn, s_qh, s_kvp, s_kvs, s_bt, s_os, s_on, s_oh, s_ls, s_ln,
+                          H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
+                          PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
+                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr):
+        hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        b = tl.load(ROWREQ + n)
+        causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
+        nvis = tl.minimum(tl.load(LENS + b), causal)
+        start = sp * chunk
+        end = tl.minimum(start + chunk, nvis)
+        offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+        hmask = offs_h < H
+        offs_v = tl.arange(0, D_V)
+        offs_pe = D_V + tl.arange(0, D_PE)
+        q_row = Q + n.to(tl.int64) * s_qn + offs_h[:, None] * s_qh
+        q_v = tl.load(q_row + offs_v[None, :], mask=hmask[:, None], other=0.0)
+        q_pe = tl.load(q_row + offs_pe[None, :], mask=hmask[:, None], other=0.0)
+        m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+        l_sum = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, D_V], tl.float32)
+        for s in range(start, end, BLOCK_N):
+            offs_j = s + tl.arange(0, BLOCK_N)
+            jmask = offs_j < end
+            page = tl.load(BT + b * s_bt + offs_j // PAGE, mask=jmask, other=0).to(tl.int64)
+            row = KV + page * s_kvp + (offs_j % PAGE) * s_kvs
+            k_v = tl.load(row[:, None] + offs_v[None, :], mask=jmask[:, None], other=0.0)
+            k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None], other=0.0)
+            if IS_FP8:
+                k_v = k_v.to(tl.bfloat16)
+                k_pe = k_pe.to(tl.bfloat16)
+            qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
+            qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
+            m_new = tl.maximum(m, tl.max(qk, 1))
+            alpha = tl.exp2(m - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_sum = l_sum * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
+            m = m_new
+        seen = l_sum > 0
+        o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
+        lse = tl.where(seen, (m + tl.log2(tl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
+        o_ptr = O + sp.to(tl.int64) * s_os + n.to(tl.int64) * s_on + offs_h[:, None] * s_oh + offs_v[None, :]
+        tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None])
+        tl.store(LSE + sp.to(tl.int64) * s_ls + n * s_ln + offs_h, lse, mask=hmask)

@@ -1,0 +1,164 @@
+"""Local MLA decode (reference and Triton) and the fused merges.
+
+CPU tier: the reference over a striped, paged shard, merged across DCP ranks, equals unsplit causal
+attention.  Triton tier: runs on CUDA, or on CPU under TRITON_INTERPRET=1 when triton is installed;
+skipped otherwise (CI has no triton).
+"""
+import math
+import os
+
+import pytest
+import torch
+
+from dcpctl.runtime.attention import fused_merge, triton_mla
+from dcpctl.runtime.attention.fused_merge import merge_a2a, merge_partials_reference, rescale_partial_reference
+from dcpctl.runtime.attention.local import attention_mask, local_attention
+from dcpctl.runtime.attention.merge import Partial, merge, merge_stacked
+from dcpctl.runtime.attention.triton_mla import mla_decode_reference, mla_decode_triton
+
+CUDA = torch.cuda.is_available()
+TRITON = triton_mla.triton is not None and (CUDA or os.environ.get("TRITON_INTERPRET") == "1")
+needs_triton = pytest.mark.skipif(not TRITON, reason="needs triton on CUDA (or TRITON_INTERPRET=1)")
+DEV = "cuda" if CUDA else "cpu"
+LOW = torch.bfloat16 if CUDA else torch.float16   # the Triton interpreter mis-handles bf16 dots
+
+
+def make_case(seed, lens, c, page, heads, v_dim, rope, tokens_per_req=1, dtype=torch.float64, device="cpu"):
+    # -> dict: full per-request KV [L, R] (global order), per-rank paged pools, q [N, H, R], row_req, q_pos
+    g = torch.Generator().manual_seed(seed)
+    r = v_dim + rope
+    full = [torch.randn(L, r, generator=g, dtype=torch.float64) for L in lens]
+    row_req = torch.arange(len(lens)).repeat_interleave(tokens_per_req)
+    q_pos = torch.cat([torch.arange(L - tokens_per_req, L) for L in lens]).clamp_min(0)
+    q = torch.randn(len(row_req), heads, r, generator=g, dtype=torch.float64)
+    ranks = []
+    for rank in range(c):
+        shard = [kv[rank::c] for kv in full]
+        lens_r = torch.tensor([len(s) for s in shard], dtype=torch.int32)
+        max_pages = max(1, max(math.ceil(len(s) / page) for s in shard))
+        n_pages = len(lens) * max_pages + 3
+        perm = torch.randperm(n_pages, generator=g)[: len(lens) * max_pages].view(len(lens), max_pages)
+        pool = torch.randn(n_pages, page, r, generator=g, dtype=torch.float64)  # garbage in unused slots
+        for b, s in enumerate(shard):
+            for j in range(len(s)):
+                pool[perm[b, j // page], j % page] = s[j]
+        ranks.append(dict(pool=pool.to(dtype).to(device), bt=perm.int().to(device), lens=lens_r.to(device)))
+    return dict(full=full, q=q, row_req=row_req, q_pos=q_pos, ranks=ranks, c=c, v_dim=v_dim)
+
+
+def full_attention(case, scale):
+    # unsplit causal attention over the whole (unstriped) context, float64
+    kv = torch.cat(case["full"])
+    pos = torch.cat([torch.arange(len(k)) for k in case["full"]])
+    seq = torch.cat([torch.full((len(k),), b) for b, k in enumerate(case["full"])])
+    mask = attention_mask(case["q_pos"], case["row_req"], pos, seq)
+    return local_attention(case["q"], kv, mask, scale, case["v_dim"])
+
+
+def run_ranks(fn, case, scale, q=None, **kw):
+    q = case["q"] if q is None else q
+    dev = case["ranks"][0]["pool"].device
+    out = []
+    for rank, rk in enumerate(case["ranks"]):
+        res = fn(q.to(dev), rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().to(dev),
+                 case["q_pos"].int().to(dev), scale=scale, v_dim=case["v_dim"], dcp_rank=rank, dcp_size=case["c"], **kw)
+        assert res.base == "e"
+        out.append(Partial(res.o.double().cpu(), res.lse.double().cpu(), res.base))
+    return out
+
+
+@pytest.mark.parametrize("c", [1, 2, 3, 4])
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_reference_striped_merge_equals_unsplit(c, tokens):
+    case = make_case(c * 10 + tokens, [1, 5, 17, 40], c, page=4, heads=3, v_dim=8, rope=4, tokens_per_req=tokens)
+    want_o, want_lse = full_attention(case, 0.3)
+    m = merge(run_ranks(mla_decode_reference, case, 0.3))
+    torch.testing.assert_close(m.o, want_o, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(m.lse, want_lse, atol=1e-12, rtol=1e-12)
+
+
+def test_reference_empty_rank_gives_neg_inf_and_zeros():
+    case = make_case(0, [1, 2], 4, page=2, heads=2, v_dim=8, rope=4)
+    parts = run_ranks(mla_decode_reference, case, 0.5)
+    assert torch.isneginf(parts[3].lse).all() and torch.equal(parts[3].o, torch.zeros_like(parts[3].o))
+
+
+def test_merge_references_ignore_nan_shards():
+    o, lse = torch.randn(3, 6, 5), torch.randn(3, 6)
+    o[1], lse[1, :3], lse[1, 3:] = float("nan"), -torch.inf, float("nan")
+    got_o, got_lse = merge_partials_reference(o, lse)
+    want = merge_stacked(o[[0, 2]], lse[[0, 2]], "e")
+    torch.testing.assert_close(got_o, want.o)
+    torch.testing.assert_close(got_lse, want.lse)
+    a_o, a_lse = merge_a2a(o.view(3, 2, 3, 5), lse.view(3, 2, 3))
+    torch.testing.assert_close(a_o, want.o.view(2, 3, 5))
+    r = rescale_partial_reference(o[1], lse[1], want.lse)
+    assert torch.equal(r, torch.zeros_like(r))
+    r0 = rescale_partial_reference(o[0], lse[0], want.lse)
+    torch.testing.assert_close(r0, o[0] * torch.exp(lse[0] - want.lse).unsqueeze(-1))
+
+
+def rel_err(got, want):
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def check_triton_case(case, scale, tol, kv_scale=None, **kw):
+    dev = case["ranks"][0]["pool"].device
+    q = case["q"].to(case["ranks"][0]["pool"].dtype if kv_scale is None else torch.bfloat16)
+    ref = [mla_decode_reference(q.double(), rk["pool"].cpu().double() if kv_scale is None else rk["pool"].cpu(),
+                                rk["bt"].cpu(), rk["lens"].cpu(), case["row_req"], case["q_pos"], scale=scale,
+                                v_dim=case["v_dim"], dcp_rank=i, dcp_size=case["c"], kv_scale=kv_scale)
+           for i, rk in enumerate(case["ranks"])]
+    got = run_ranks(mla_decode_triton, case, scale, q=q, kv_scale=kv_scale, **kw)
+    for g, w in zip(got, ref):
+        w_o, w_lse = w.o.double(), w.lse.double()
+        assert torch.equal(torch.isneginf(g.lse), torch.isneginf(w_lse))
+        assert torch.isfinite(g.o).all()
+        assert rel_err(g.o, w_o) < tol, rel_err(g.o, w_o)
+        fin = torch.isfinite(w_lse)
+        torch.testing.assert_close(g.lse[fin], w_lse[fin], atol=tol, rtol=0)
+    return got
+
+
+@needs_triton
+@pytest.mark.parametrize("c,tokens,splits", [(1, 1, None), (2, 3, 4), (3, 2, 1), (4, 1, 3)])
+def test_triton_small_matches_reference(c, tokens, splits):
+    case = make_case(7 * c + tokens, [1, 9, 70, 130], c, page=16, heads=20, v_dim=32, rope=16,
+                     tokens_per_req=tokens, dtype=LOW, device=DEV)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
+    check_triton_case(case, 0.2, 2e-2, num_splits=splits, config=cfg)
+
+
+@needs_triton
+@pytest.mark.parametrize("base", ["e", "2"])
+def test_triton_merge_kernels_ignore_nan(base):
+    o = torch.randn(3, 64, 40, device=DEV)
+    lse = torch.randn(3, 64, device=DEV) * 3
+    o[1], lse[1, :30], lse[1, 30:] = float("nan"), -torch.inf, float("nan")
+    lse[:, 5] = -torch.inf
+    got_o, got_lse = fused_merge.merge_partials_triton(o, lse, base=base)
+    want_o, want_lse = merge_partials_reference(o.cpu(), lse.cpu(), base=base)
+    assert torch.equal(got_o[5].cpu(), torch.zeros(40)) and torch.isneginf(got_lse[5])
+    torch.testing.assert_close(got_o.cpu(), want_o, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
+    for r in range(2):
+        args = (o[r].view(8, 8, 40), lse[r].view(8, 8), want_lse.view(8, 8).to(DEV), base)
+        got = fused_merge.rescale_partial_triton(*args)
+        want = rescale_partial_reference(*[a.cpu() if torch.is_tensor(a) else a for a in args])
+        torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+@needs_triton
+@pytest.mark.skipif(not CUDA, reason="DeepSeek-V3 shapes need a GPU")
+@pytest.mark.parametrize("heads", [16, 64, 128, 48])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
+    c = 2
+    case = make_case(heads, [3, 300, 1500, 4100], c, page=64, heads=heads, v_dim=512, rope=64, tokens_per_req=2,
+                     dtype=torch.bfloat16, device=DEV)
+    scale, kv_scale = 1 / math.sqrt(192), None
+    if fp8:
+        kv_scale = 0.05
+        for rk in case["ranks"]:
+            rk["pool"] = (rk["pool"].float() / kv_scale).to(torch.float8_e4m3fn)
+    check_triton_case(case, scale, 5e-2 if fp8 else 2e-2, kv_scale=kv_scale)
