@@ -83,6 +83,17 @@ def test_reference_empty_rank_gives_neg_inf_and_zeros():
     assert torch.isneginf(parts[3].lse).all() and torch.equal(parts[3].o, torch.zeros_like(parts[3].o))
 
 
+def test_reference_fp8_pool_equals_dequantized():
+    case = make_case(3, [7, 33], 2, page=8, heads=2, v_dim=16, rope=16, tokens_per_req=2, dtype=torch.float32)
+    rk = case["ranks"][1]
+    pool8 = (rk["pool"] / 0.1).to(torch.float8_e4m3fn)
+    args = (case["q"], rk["bt"], rk["lens"], case["row_req"], case["q_pos"])
+    kw = dict(scale=0.3, v_dim=16, dcp_rank=1, dcp_size=2)
+    got = mla_decode_reference(args[0], pool8, *args[1:], kv_scale=0.1, **kw)
+    want = mla_decode_reference(args[0], pool8.double() * 0.1, *args[1:], **kw)
+    torch.testing.assert_close(got.o, want.o, atol=1e-12, rtol=1e-12)
+
+
 def test_merge_references_ignore_nan_shards():
     o, lse = torch.randn(3, 6, 5), torch.randn(3, 6)
     o[1], lse[1, :3], lse[1, 3:] = float("nan"), -torch.inf, float("nan")

@@ -56,10 +56,11 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e",
     lse = lse.contiguous()
     out = torch.empty(m, v, dtype=out_dtype or torch.float32, device=o.device)
     out_lse = torch.empty(m, dtype=torch.float32, device=o.device)
-    block_v = min(512, triton.next_power_of_2(v))
+    s_pow2 = triton.next_power_of_2(s)
+    block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per program
     _merge_kernel[(m, triton.cdiv(v, block_v))](
         o, lse, out, out_lse, s, o.stride(0), o.stride(1), lse.stride(0), out.stride(0), v,
-        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=triton.next_power_of_2(s), BLOCK_V=block_v, num_warps=4)
+        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, num_warps=4)
     return out, out_lse
 
 
@@ -111,17 +112,13 @@ if triton is not None:
         mx_safe = tl.where(mx > float("-inf"), mx, 0.0)
         total = tl.sum(tl.where(valid, tl.exp(lse - mx_safe), 0.0), 0)
         merged = tl.where(total > 0, mx_safe + tl.log(tl.where(total > 0, total, 1.0)), float("-inf"))
+        w = tl.where(valid, tl.exp(tl.where(valid, lse, 0.0) - merged), 0.0)
         offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
         vmask = offs_v < V
-        acc = tl.zeros([BLOCK_V], tl.float32)
-        o_ptr = O + row.to(tl.int64) * s_om + offs_v
-        for s in range(0, S):
-            ls = tl.load(LSE + s * s_ls + row) * LSE_SCALE
-            ok = (ls > float("-inf")) & (ls < float("inf"))
-            w = tl.where(ok, tl.exp(tl.where(ok, ls, 0.0) - merged), 0.0)
-            x = tl.load(o_ptr, mask=vmask & (tl.zeros_like(acc) + w > 0), other=0.0)  # skip NaN rows
-            acc += x.to(tl.float32) * w
-            o_ptr += s_os
+        keep = (w > 0)[:, None] & vmask[None, :]                     # empty/NaN shards are never loaded
+        x = tl.load(O + offs_s[:, None].to(tl.int64) * s_os + row.to(tl.int64) * s_om + offs_v[None, :],
+                    mask=keep, other=0.0)
+        acc = tl.sum(x.to(tl.float32) * w[:, None], 0)
         tl.store(OUT + row.to(tl.int64) * s_out + offs_v, acc.to(OUT.dtype.element_ty), mask=vmask)
         tl.store(OUT_LSE + row, merged, mask=vb == 0)
 

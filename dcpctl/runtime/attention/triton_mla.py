@@ -39,6 +39,16 @@ class KernelConfig(NamedTuple):
     block_n: int = 32
     num_warps: int = 8
     num_stages: int = 2
+    occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
+
+
+def default_config(heads: int) -> KernelConfig:
+    """Tile config per kernel-head count (picked by `dcpctl bench kernel --sweep` on an H200)."""
+    if heads % 64 == 0:
+        return KernelConfig(64, 32, 8, 2)
+    if heads % 32 == 0:
+        return KernelConfig(32, 64, 8, 2)
+    return KernelConfig(16, 64, 4, 3)
 
 
 def visible_rows(local_lens: Tensor, row_req: Tensor, q_pos: Tensor, dcp_rank: int, dcp_size: int) -> Tensor:
@@ -64,10 +74,10 @@ def mla_decode_reference(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_
     rows, pos, seq = [], [], []
     for b in range(block_table.shape[0]):
         j = torch.arange(int(local_lens[b]), device=q.device)
-        rows.append(kv_pool[block_table[b, j // page].long(), j % page])
+        rows.append(_dequant(kv_pool[block_table[b, j // page].long(), j % page], kv_scale, dt))
         pos.append(j * dcp_size + dcp_rank)
         seq.append(torch.full_like(j, b))
-    kv = _dequant(torch.cat(rows), kv_scale, dt)
+    kv = torch.cat(rows)
     mask = attention_mask(q_pos.long(), row_req.long(), torch.cat(pos), torch.cat(seq))
     o, lse = local_attention(q.to(dt), kv, mask, scale, v_dim)
     return MLAOut(o.to(out_dtype or torch.float32) if dt != torch.float64 else o, lse, "e")
@@ -98,14 +108,15 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                              max_local_len=max_local_len, num_splits=num_splits, config=config)
 
 
-def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int) -> int:
-    """Splits per (row, head block): fewest waves of ~one CTA per SM, each CTA paying ~128 tokens of overhead."""
+def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int, overhead: int = 96) -> int:
+    """Splits per (row, head block): least time for waves of ~one CTA per SM, each CTA costing its chunk
+    plus `overhead` tokens' worth (launch, q load, partial write and merge)."""
     best, best_cost = 1, math.inf
     for s in range(1, 129):
         chunk = math.ceil(math.ceil(max_len / s) / block_n) * block_n
-        if s > 1 and chunk * (s - 1) >= max_len:
-            break
-        cost = math.ceil(rows * head_blocks * s / sms) * (chunk + 128)
+        if s > 1 and chunk * (s - 1) >= max_len:    # a split would be empty
+            continue
+        cost = math.ceil(rows * head_blocks * s / sms) * (chunk + overhead)
         if cost < best_cost * 0.97:
             best, best_cost = s, cost
     return best
@@ -132,7 +143,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       config: KernelConfig | None = None) -> MLAOut:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e
     cdt = _check(q, kv_pool, v_dim, kv_scale)
-    cfg = config or KernelConfig(block_h=min(64, max(16, triton.next_power_of_2(q.shape[1]))))
+    cfg = config or default_config(q.shape[1])
     n, h, r = q.shape
     q = q.to(cdt).contiguous()
     kv_pool = kv_pool.contiguous()
@@ -140,7 +151,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         max_local_len = int(local_lens.max()) if local_lens.numel() else 0
     head_blocks = triton.cdiv(h, cfg.block_h)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms)
+    s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
     o = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32), device=q.device)
     lse = torch.empty(s, n, h, dtype=torch.float32, device=q.device)

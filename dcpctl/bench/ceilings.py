@@ -1,0 +1,75 @@
+"""Measured machine ceilings and GPU timers shared by the benchmarks (CUDA only).
+
+copy bandwidth: one large device-to-device copy, counting bytes read plus bytes written;
+bf16 matmul rate: an 8192^3 product on random data.  Both are medians over repeated runs.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    copy_bytes_per_s: float
+    bf16_flops_per_s: float
+
+    def roofline_s(self, nbytes: float, flops: float) -> float:
+        return max(nbytes / self.copy_bytes_per_s, flops / self.bf16_flops_per_s)
+
+    def calibration(self) -> dict[str, float]:
+        return {"copy_tbps": round(self.copy_bytes_per_s / 1e12, 4), "bf16_tflops": round(self.bf16_flops_per_s / 1e12, 2)}
+
+
+def events_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() timed alone with CUDA events (after warm-up)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def graph_ms(fns: list[Callable[[], object]], replays: int = 10) -> float:
+    """Median milliseconds per call of fns (called in turn) captured in one CUDA graph: no launch gaps."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    return events_ms(g.replay, reps=replays, warmup=2) / len(fns)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 4 << 30) -> float:
+    # src, dst: [nbytes] uint8 -> bytes/s counting read + write
+    src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = events_ms(lambda: dst.copy_(src), reps=10)
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def bf16_matmul_rate(device: torch.device, n: int = 8192) -> float:
+    # a, b: [n, n] bf16 random -> flop/s
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    ms = events_ms(lambda: a @ b, reps=10)
+    return 2 * n ** 3 / (ms * 1e-3)
+
+
+def measure(device: torch.device) -> Ceilings:
+    return Ceilings(copy_bandwidth(device), bf16_matmul_rate(device))
