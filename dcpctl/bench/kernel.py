@@ -126,6 +126,7 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
             log.append({"heads": heads, "config": list(t), "error": str(e).splitlines()[0][:200]})
             continue
         log.append({"heads": heads, "config": list(t), "rel_err": err, "time_us": us})
+        _progress(f"sweep {log[-1]}")
         if us < best_us:
             best, best_us = cfg, us
     if best is None:
@@ -139,6 +140,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     from dcpctl.runtime.attention.triton_mla import default_config
     dev = torch.device("cuda")
     ceil = measure(dev)
+    _progress(f"ceilings {ceil.calibration()}")
     pool = Pool(max(batches) * max(contexts), dev)
     log: list[dict[str, Any]] = []
     cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
@@ -152,6 +154,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                            bound="compute" if row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
                            else "memory")
                 cells.append(row)
+                _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": _triton_version(),
             "python": platform.python_version(), "calibration": ceil.calibration(),
@@ -159,6 +162,11 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "fraction_min": fr[0], "fraction_median": fr[len(fr) // 2],
             "flashinfer": "not available: FlashInfer is not installed on the device and was not built here",
             "exchange": "not measured: needs 2 GPUs (only nvidia-h200 with 1 GPU was lent)"}
+
+
+def _progress(msg: str) -> None:
+    from dcpctl.cli import console
+    console.info(msg)
 
 
 def _triton_version() -> str:
