@@ -1,7 +1,13 @@
-"""`dcpctl launch`: plan, render the launch config and start the runtime under torchrun."""
+"""`dcpctl launch`: plan, render the launch config, start the runtime under torchrun and serve."""
 from __future__ import annotations
 
+import json
 import shlex
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
 from typing import Any
 
 import click
@@ -9,13 +15,14 @@ import yaml
 
 from dcpctl.cli import console
 from dcpctl.cli.generate import resolve_run_options
-from dcpctl.cli.options import plan_options
+from dcpctl.cli.options import collect, plan_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
 
 
 @click.command()
+@click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @plan_options
 @click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
               help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA).")
@@ -24,32 +31,129 @@ from dcpctl.plan.resolve import request_from_options
               help="Virtual KV tokens to allocate (capped by the plan's capacity).")
 @click.option("--chunked-prefill-size", type=int, default=8192, show_default=True)
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True, help="HOST:PORT of node 0.")
+@click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
+              help="HOST:PORT of node 0 (single node: a free port unless given).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (rank 0).")
+@click.option("--port", type=click.IntRange(0, 65535), default=30000, show_default=True,
+              help="HTTP port; 0 picks a free one (the ready line prints it).")
+@click.option("--api-key", envvar="DCPCTL_API_KEY", help="Require `Authorization: Bearer KEY` (or $DCPCTL_API_KEY).")
+@click.option("--allow-unauthenticated", is_flag=True, help="Allow a non-loopback --host without --api-key.")
+@click.option("--max-queued-requests", type=click.IntRange(min=0), default=256, show_default=True,
+              help="Requests waiting beyond --max-running-requests before new ones get 503.")
+@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=1 << 20, show_default=True,
+              help="Largest accepted request body (413 above).")
+@click.option("--served-model-name", help="Model id in the API (default: the checkpoint directory's name).")
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
-def launch(ctx: click.Context, dtype: str | None, device: str, max_total_tokens: int, chunked_prefill_size: int,
-           node_rank: int, dist_init_addr: str, dry_run: bool, **params: Any) -> None:
-    """Plan, render the launch config and start the bundled runtime under torchrun.
+def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
+           chunked_prefill_size: int, node_rank: int, dist_init_addr: str, host: str, port: int,
+           api_key: str | None, allow_unauthenticated: bool, max_queued_requests: int, max_request_bytes: int,
+           served_model_name: str | None, dry_run: bool, **params: Any) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
-    With --dry-run, prints the launch config (YAML) and the exact torchrun command for every node.
-    Without --model-path the built-in tiny model on 2 CPU ranks with DCP 2 is used.
+    Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
+    node under torchrun and, on node 0, serves http://HOST:PORT until Ctrl-C or SIGTERM.  Without
+    --model-path the built-in tiny model runs on 2 CPU ranks with DCP 2.  CONFIG is a saved plan
+    (`dcpctl plan -o plan.yaml`) or a launch config (`--dry-run` output); flags override a plan.
+
+    \b
+    Examples:
+      dcpctl launch                                              # tiny model, http://127.0.0.1:30000
+      dcpctl launch --model-path DIR --tp-size 8 --dcp-size 8 --device cuda
+      dcpctl launch --preset NAME --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000
+      dcpctl launch --dry-run                                    # launch config + torchrun argv
     """
-    from dcpctl.launch.config import render_launch_config
-    from dcpctl.launch.torchrun import runtime_env, torchrun_argv
-    opts = resolve_run_options(ctx, params, device)
-    plan = make_plan(request_from_options(opts))
+    from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)
-    host, _, port = dist_init_addr.rpartition(":")
-    if not host or not port.isdigit():
+    cfg, nnodes, summary = _launch_config(ctx, config, params, dtype, device, max_total_tokens, chunked_prefill_size)
+    mhost, _, mport = dist_init_addr.rpartition(":")
+    if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
-    nnodes = plan.request.topology.nnodes
-    if not dry_run:
-        raise UserError("serving is not built yet (see the serving issue); use --dry-run or `dcpctl generate`")
+    if dry_run:
+        _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml"))
+        return
+    from dcpctl.runtime.server.http import is_loopback
+    if not is_loopback(host) and not api_key and not allow_unauthenticated:
+        raise UserError(f"--host {host} is not a loopback address: pass --api-key KEY (or $DCPCTL_API_KEY), "
+                        "or --allow-unauthenticated to serve without one")
+    if node_rank >= nnodes:
+        raise UserError(f"--node-rank ({node_rank}) must be < nnodes ({nnodes})")
+    explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
+    master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
+    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests":
+                  params.get("max_running_requests"), "max_queued_requests": max_queued_requests,
+                  "max_request_bytes": max_request_bytes,
+                  "served_model_name": served_model_name or Path(cfg["model"]["path"]).name}
+    argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
+    _serve(cfg, argv, serve_opts, summary, node_rank)
+
+
+def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
+                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str]:
+    """(launch config, nnodes, one-line plan summary) from flags, a saved plan or a launch config."""
+    from dcpctl.launch.config import render_launch_config
+    if config is not None:
+        data = yaml.safe_load(Path(config).read_text()) or {}
+        if "groups" in data and "world_size" in data:  # already a launch config
+            return data, int(params.get("nnodes") or 1), _summary(data)
+        opts = collect(ctx, params, config)
+        if not opts.get("model_path"):
+            raise UserError(f"the saved plan {config} has no model_path: pass --model-path DIR")
+    else:
+        opts = resolve_run_options(ctx, params, device)
+    plan = make_plan(request_from_options(opts))
+    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
+    return cfg, plan.request.topology.nnodes, _summary(cfg)
+
+
+def _summary(cfg: dict[str, Any]) -> str:
+    t, d, kv = cfg["topology"], cfg["decisions"], cfg["kv"]
+    return (f"{Path(cfg['model']['path']).name} on {cfg['world_size']} {cfg['device']} rank(s): tp {t['tp_size']}, "
+            f"attn_dp {t['attn_dp_size']}, dcp {t['dcp_size']} ({d['dcp_comm_backend']}"
+            f"{', replicated q' if d.get('dcp_replicate_q_proj') else ''}), {cfg['model']['dtype']}, "
+            f"KV {kv['capacity_tokens'] * t['dcp_size']} virtual tokens per replica")
+
+
+def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: dict[str, str]) -> None:
+    from dcpctl.launch.torchrun import torchrun_argv
     console.write_text("# launch config (save as launch.yaml)\n" + yaml.safe_dump(cfg, sort_keys=False,
                                                                                     default_flow_style=None))
-    env = runtime_env("launch.yaml")
     for node in range(nnodes):
-        argv = torchrun_argv(cfg, nnodes, node, host, int(port))
+        argv = torchrun_argv(cfg, nnodes, node, host, port)
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         console.write_text(f"# node {node}\n{envs} {shlex.join(argv)}")
+
+
+def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], summary: str, node_rank: int) -> None:
+    from dcpctl.launch.runner import RuntimeFailed, ServeProcess, write_launch_files
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with tempfile.TemporaryDirectory(prefix="dcpctl-serve-") as tmp:
+        env = write_launch_files(Path(tmp), cfg, serve=serve_opts)
+        console.info(f"starting {summary}")
+        proc = ServeProcess(argv, env)
+        try:
+            if node_rank == 0:
+                url = proc.wait_ready(stop)
+                if url is not None:
+                    _print_ready(url, serve_opts, summary)
+            else:
+                console.info(f"node {node_rank}: ranks started; node 0 serves the API")
+            proc.wait(stop)
+        except RuntimeFailed as e:
+            console.error(str(e))
+            raise SystemExit(1) from None
+        finally:
+            if proc.proc.poll() is None:
+                proc.terminate()
+    console.info("stopped")
+
+
+def _print_ready(url: str, serve_opts: dict[str, Any], summary: str) -> None:
+    body = json.dumps({"model": serve_opts["served_model_name"], "prompt": "Hello", "max_tokens": 16})
+    auth = " -H 'Authorization: Bearer $DCPCTL_API_KEY'" if serve_opts.get("api_key") else ""
+    console.write_text(f"dcpctl: serving at {url} ({summary})")
+    console.write_text(f"try: curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
+    sys.stdout.flush()
+    console.info("press Ctrl-C to stop")

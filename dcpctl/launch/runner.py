@@ -1,9 +1,17 @@
-"""Run the bundled runtime under torchrun as a child process: progress bar, one-line rank errors."""
+"""Run the bundled runtime under torchrun as a child process: progress bar, one-line rank errors.
+
+    run_torchrun(cfg, env)        batch (generate): wait for the end, raise RuntimeFailed on a rank error
+    ServeProcess(argv, env)       serving: start, wait_ready() -> URL, wait(stop_event) -> exit status;
+                                  a stop sends SIGTERM to torchrun, then kills its process group
+"""
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +23,9 @@ from dcpctl.launch.torchrun import runtime_env, torchrun_argv
 
 PROGRESS = re.compile(r"^dcpctl-progress (\w+) (\d+)/(\d+)$")
 RANK_ERROR = re.compile(r"^\[rank \S+\] ")
+READY = re.compile(r"^dcpctl-ready (\S+)$")
+STOPPED = "dcpctl-stopped"
+STOP_GRACE_S = 10.0   # after SIGTERM, how long torchrun gets before its process group is killed
 
 
 class RuntimeFailed(Exception):
@@ -66,3 +77,81 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
             raise RuntimeFailed(errors[0] + (f" (and {len(errors) - 1} more rank error(s))" if len(errors) > 1 else ""))
         tail = " | ".join(other[-3:]) if other else "no output"
         raise RuntimeFailed(f"torchrun exited with status {rc}: {tail}")
+
+
+class ServeProcess:
+    """torchrun serving in its own session; stderr is parsed by a reader thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.debug = bool(os.environ.get("DCPCTL_DEBUG"))
+        self.proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.url: str | None = None
+        self.stopped_cleanly = False
+        self.errors: list[str] = []
+        self.other: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, name="dcpctl-torchrun-stderr", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            line = line.rstrip("\n")
+            m = READY.match(line)
+            if m:
+                self.url = m.group(1)
+                self.ready.set()
+            elif line == STOPPED:
+                self.stopped_cleanly = True
+            elif RANK_ERROR.match(line):
+                self.errors.append(line)
+                console.err.print(line, markup=False, highlight=False)
+            elif self.debug:
+                console.err.print(line, markup=False, highlight=False)
+            elif not PROGRESS.match(line):
+                self.other = (self.other + [line])[-20:]
+        self.ready.set()  # torchrun is gone: wake a waiter
+
+    def wait_ready(self, stop: threading.Event) -> str | None:
+        """The URL once rank 0 serves; None when the process ended first or a stop was asked."""
+        while not self.ready.wait(0.2):
+            if stop.is_set():
+                return None
+        return self.url if self.proc.poll() is None else None
+
+    def wait(self, stop: threading.Event) -> int:
+        """Until torchrun exits (a rank died: RuntimeFailed) or `stop` is set (then stop all ranks)."""
+        while self.proc.poll() is None and not stop.wait(0.2):
+            if self.errors:  # torchrun tears the others down itself; make sure it cannot hang
+                self.terminate()
+                break
+        if self.proc.poll() is None:
+            self.terminate()
+        self.reader.join(5)
+        if self.errors or (not stop.is_set() and not self.stopped_cleanly):
+            raise RuntimeFailed(self.failure())
+        if self.url is not None and not self.stopped_cleanly:
+            raise RuntimeFailed(f"the ranks did not stop cleanly within {STOP_GRACE_S:.0f} s: {self.failure()}")
+        return 0
+
+    def failure(self) -> str:
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more rank error(s))" if len(self.errors) > 1 else ""
+            return self.errors[0] + more
+        tail = " | ".join(self.other[-3:]) if self.other else "no output"
+        return f"torchrun exited with status {self.proc.returncode}: {tail}"
+
+    def terminate(self, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM to torchrun (it forwards to every rank), then SIGKILL to its process group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of this session only
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()

@@ -1,7 +1,8 @@
 """Worker entry point: `torchrun ... -m dcpctl.runtime.worker`.
 
-Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT, the launch config at
-$DCPCTL_LAUNCH_CONFIG and the requests JSON at $DCPCTL_REQUESTS (a list of {prompt_ids,
+Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT and the launch config at
+$DCPCTL_LAUNCH_CONFIG.  Serving: with $DCPCTL_SERVE (a JSON file of server options) every rank runs
+dcpctl.runtime.server.serve.serve until shutdown.  Batch: the requests JSON at $DCPCTL_REQUESTS (a list of {prompt_ids,
 max_new_tokens, temperature, top_k, top_p, seed, logprobs}); rank 0 writes
 {"outputs": [...], "stats": {...}} to $DCPCTL_RESULT.  stats.kv_rows_per_rank: physical KV rows held
 for the requests of this run, per global rank (counted when each request finishes, before its
@@ -76,11 +77,16 @@ def main() -> int:
     rank = os.environ.get("RANK", "?")
     try:
         cfg = yaml.safe_load(Path(_env("DCPCTL_LAUNCH_CONFIG")).read_text())
-        requests = json.loads(Path(_env("DCPCTL_REQUESTS")).read_text())
+        serve_opts = json.loads(Path(os.environ["DCPCTL_SERVE"]).read_text()) if "DCPCTL_SERVE" in os.environ else None
+        requests = json.loads(Path(_env("DCPCTL_REQUESTS")).read_text()) if serve_opts is None else []
         if cfg.get("device") == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         timeout = timedelta(seconds=float(os.environ.get("DCPCTL_DIST_TIMEOUT", 600)))
         dist.init_process_group(cfg.get("dist_backend", "gloo"), timeout=timeout)
+        if serve_opts is not None:
+            from dcpctl.runtime.server.serve import serve
+            serve(cfg, serve_opts)
+            return 0
         result = run_worker(cfg, requests)
         if dist.get_rank() == 0:
             Path(_env("DCPCTL_RESULT")).write_text(json.dumps(result))

@@ -1,0 +1,107 @@
+"""Hand-over between rank 0's HTTP thread (asyncio) and the engine loop (main thread).
+
+HTTP side: `open()` registers a request and returns its asyncio.Queue of events; `cancel()` asks
+the engine to drop it.  Engine side: `take()` collects the next Control message (waiting a short
+while when idle, so an idle server does not spin), `deliver()` routes events to their queues with
+loop.call_soon_threadsafe, `fail()` ends every open request with an error.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from dcpctl.runtime.engine.events import Event
+from dcpctl.runtime.engine.request import SamplingParams
+from dcpctl.runtime.server.control import Control, NewRequest
+
+IDLE_WAIT_S = 0.2   # the idle heartbeat: how long rank 0 waits for work before broadcasting "nothing"
+
+
+class Overloaded(Exception):
+    """The bounded queue is full (HTTP 503)."""
+
+
+class EngineDead(Exception):
+    """The engine loop failed; the message says why (HTTP 503)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    message: str
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+
+class Bridge:
+    def __init__(self, max_outstanding: int) -> None:
+        self.max_outstanding = max_outstanding
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._streams: dict[int, _Stream] = {}
+        self._lock = threading.Lock()
+        self._rids = itertools.count()
+        self.stop_requested = False
+        self.error: str | None = None
+
+    # ---- HTTP side (any event-loop thread) ----
+    @property
+    def outstanding(self) -> int:
+        return len(self._streams)
+
+    def open(self, prompt: list[int], params: SamplingParams) -> tuple[int, asyncio.Queue]:
+        if self.error is not None:
+            raise EngineDead(self.error)
+        if self.stop_requested:
+            raise EngineDead("the server is shutting down")
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._lock:
+            if len(self._streams) >= self.max_outstanding:
+                raise Overloaded(f"{len(self._streams)} requests are queued or running "
+                                 f"(limit {self.max_outstanding}); retry later")
+            rid = next(self._rids)
+            self._streams[rid] = stream
+        self._inbox.put(("new", NewRequest(rid, prompt, params)))
+        return rid, stream.queue
+
+    def cancel(self, rid: int) -> None:
+        with self._lock:
+            known = self._streams.pop(rid, None) is not None
+        if known:
+            self._inbox.put(("cancel", rid))
+
+    # ---- engine side (main thread) ----
+    def take(self, wait: bool) -> Control:
+        msg = Control(shutdown=self.stop_requested)
+        try:
+            item = self._inbox.get(timeout=IDLE_WAIT_S) if wait else self._inbox.get_nowait()
+            while True:
+                kind, value = item
+                (msg.new if kind == "new" else msg.cancel).append(value)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        msg.shutdown = self.stop_requested
+        return msg
+
+    def deliver(self, events: list[Event]) -> None:
+        for ev in events:
+            with self._lock:
+                stream = self._streams.get(ev.rid)
+                if stream is not None and ev.finish:
+                    del self._streams[ev.rid]
+            if stream is not None:
+                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, ev)
+
+    def fail(self, message: str) -> None:
+        self.error = message
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for s in streams:
+            s.loop.call_soon_threadsafe(s.queue.put_nowait, Failure(message))

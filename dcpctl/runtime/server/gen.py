@@ -1,0 +1,133 @@
+"""One request's life on rank 0's HTTP side: validate, submit, stream chunks, cancel on exit.
+
+    ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab
+    check_fits(state, ids, max_tokens)              KV capacity and context length, naming the numbers
+    rid, q = submit(state, ids, params)             503 when the queue is full or the engine is dead
+    async for chunk in chunks(state, rid, q, stop, request)   cancels the request unless it finished
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+
+from dcpctl.runtime.engine.events import Event
+from dcpctl.runtime.engine.request import SamplingParams
+from dcpctl.runtime.server.bridge import Bridge, EngineDead, Failure, Overloaded
+from dcpctl.runtime.server.metrics import Metrics
+from dcpctl.runtime.server.protocol import ApiError
+from dcpctl.runtime.server.text import TextStream
+
+DISCONNECT_POLL_S = 0.5
+
+
+@dataclass
+class ServerState:
+    bridge: Bridge
+    tok: Any
+    model_name: str
+    vocab_size: int
+    context_len: int          # the model's max_position_embeddings
+    capacity: int             # virtual KV tokens of one replica
+    metrics: Metrics
+    api_key: str | None = None
+    max_request_bytes: int = 1 << 20
+    created: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    token: int
+    logprob: float
+    finish: str | None        # None while running, else "stop" | "length"
+
+
+def prompt_ids(state: ServerState, prompt: Any, param: str = "prompt") -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise ApiError(400, f"{param} holds {len(prompt)} prompts; send one prompt per request", param)
+        prompt = prompt[0]
+    ids = state.tok.encode(prompt, add_bos=True) if isinstance(prompt, str) else list(prompt)
+    if not ids:
+        raise ApiError(400, f"{param} is empty", param)
+    bad = [i for i in ids if not 0 <= i < state.vocab_size]
+    if bad:
+        raise ApiError(400, f"token id {bad[0]} in {param} is outside the vocabulary (vocab_size "
+                            f"{state.vocab_size})", param)
+    return ids
+
+
+def check_fits(state: ServerState, ids: list[int], max_tokens: int, param: str = "max_tokens") -> None:
+    need = len(ids) + max_tokens
+    for limit, what in ((state.capacity, "the KV capacity"), (state.context_len, "the model's context length")):
+        if need > limit:
+            raise ApiError(400, f"prompt ({len(ids)} tokens) + {param} ({max_tokens}) = {need} exceeds {what} "
+                                f"({limit} tokens)", param)
+
+
+def sampling(max_tokens: int, temperature: float, top_p: float, top_k: int = -1, seed: int | None = None,
+             logprobs: bool = False, ignore_eos: bool = False) -> SamplingParams:
+    return SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                          seed=seed or 0, logprobs=logprobs, ignore_eos=ignore_eos)
+
+
+def stops(stop: Any) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def submit(state: ServerState, ids: list[int], params: SamplingParams) -> tuple[int, asyncio.Queue]:
+    try:
+        return state.bridge.open(ids, params)
+    except (Overloaded, EngineDead) as e:
+        raise ApiError(503, str(e), kind="server_error") from None
+
+
+async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str],
+                 request: Request | None = None) -> AsyncIterator[Chunk]:
+    """Chunks until the request finishes; `request` given: stop when that client goes away."""
+    text, finished = TextStream(state.tok, stop), False
+    try:
+        while True:
+            item = await _next(q, request)
+            if item is None:
+                return
+            if isinstance(item, Failure):
+                raise ApiError(503, item.message, kind="server_error")
+            ev: Event = item
+            finished = bool(ev.finish)
+            delta = text.push(ev.token, final=finished)
+            if text.stopped or finished:
+                yield Chunk(delta, ev.token, ev.logprob, "stop" if text.stopped else ev.finish)
+                return
+            yield Chunk(delta, ev.token, ev.logprob, None)
+    finally:
+        if not finished:
+            state.bridge.cancel(rid)
+
+
+async def _next(q: asyncio.Queue, request: Request | None) -> Any:
+    while True:
+        try:
+            return await asyncio.wait_for(q.get(), DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            if request is not None and await request.is_disconnected():
+                return None
+
+
+def sse(obj: Any) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
+
+
+async def sse_stream(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """SSE lines of `events`, then [DONE]; an error after the headers went out becomes an error event."""
+    try:
+        async for obj in events:
+            yield sse(obj)
+    except ApiError as e:
+        yield sse({"error": {"message": e.message, "type": e.kind, "param": e.param, "code": e.status}})
+    yield sse("[DONE]")

@@ -1,0 +1,54 @@
+"""Every rank's serving loop: receive the step's control message, apply it, step in lockstep.
+
+    rank 0:  msg = bridge.take(wait=idle)  -> broadcast -> apply -> step -> gather events -> deliver
+    others:                                   broadcast -> apply -> step -> gather events
+
+When nothing is queued or running rank 0 waits on its inbox for IDLE_WAIT_S and then broadcasts an
+empty message (the heartbeat), so the other ranks block inside the broadcast instead of spinning.
+A shutdown message cancels every request, checks that every KV page is free again, and returns.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from dcpctl.runtime.engine.engine import Engine
+from dcpctl.runtime.engine.events import Event, ReplicaStats, gather_to_rank0
+from dcpctl.runtime.server.bridge import Bridge
+from dcpctl.runtime.server.control import Control, broadcast_control
+
+OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
+
+
+def apply(engine: Engine, msg: Control) -> None:
+    for rid in msg.cancel:
+        engine.cancel(rid)
+    for req in msg.new:
+        engine.submit(req.rid, req.prompt, req.params)
+
+
+def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep | None = None) -> int:
+    """Run until rank 0 broadcasts shutdown; returns the number of steps that ran a batch."""
+    world = engine.ps.world_size
+    steps = 0
+    while True:
+        msg = bridge.take(wait=not engine.busy) if bridge is not None else None
+        msg = broadcast_control(msg, group)
+        apply(engine, msg)
+        if msg.shutdown:
+            break
+        t0 = time.perf_counter()
+        events = engine.step()
+        steps += engine.busy
+        if engine.dp_size > 1:
+            all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
+                                                group, world)
+        else:
+            all_events, stats = events, [engine.stats()] * world
+        if bridge is not None:
+            bridge.deliver(all_events)
+            if on_step is not None:
+                on_step(all_events, stats, time.perf_counter() - t0 if engine.busy else 0.0)
+    engine.cancel_all()
+    engine.check_drained()
+    return steps

@@ -1,0 +1,59 @@
+"""Prometheus metrics of rank 0's server (one registry per server, no module-level singletons)."""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from dcpctl.runtime.engine.events import Event, ReplicaStats
+
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+RATE_WINDOW_S = 10.0
+
+
+class Metrics:
+    def __init__(self, attn_tp_size: int, exchange_seconds: Callable[[], float] = lambda: 0.0) -> None:
+        r = self.registry = CollectorRegistry()
+        self.running = Gauge("dcpctl_running_requests", "Requests holding KV pages (all replicas)", registry=r)
+        self.queued = Gauge("dcpctl_queued_requests", "Requests waiting for admission (all replicas)",
+                            registry=r)
+        self.pages_used = Gauge("dcpctl_kv_pages_used", "KV pages in use", ["rank"], registry=r)
+        self.pages_free = Gauge("dcpctl_kv_pages_free", "Free KV pages", ["rank"], registry=r)
+        self.tps = Gauge("dcpctl_tokens_per_second", f"Generated tokens per second over the last "
+                         f"{RATE_WINDOW_S:.0f} s", registry=r)
+        self.tokens = Counter("dcpctl_generated_tokens", "Generated tokens", registry=r)
+        self.finished = Counter("dcpctl_finished_requests", "Finished requests", ["reason"], registry=r)
+        self.step = Histogram("dcpctl_step_seconds", "Wall time of one engine step that ran a batch",
+                              buckets=STEP_BUCKETS, registry=r)
+        self.exchange = Gauge("dcpctl_dcp_exchange_seconds_total",
+                              "Wall time rank 0 spent in the DCP exchange (query gather + merge)", registry=r)
+        self.exchange.set_function(exchange_seconds)
+        self._recent: deque[tuple[float, int]] = deque()
+        self.attn_tp_size = attn_tp_size
+
+    def on_step(self, events: list[Event], stats: list[ReplicaStats], step_s: float) -> None:
+        # stats: one entry per global rank; replica i's ranks [i*attn_tp, (i+1)*attn_tp) share an allocator
+        replicas = stats[::self.attn_tp_size]
+        self.running.set(sum(s.running for s in replicas))
+        self.queued.set(sum(s.waiting for s in replicas))
+        for rank, s in enumerate(stats):
+            self.pages_used.labels(str(rank)).set(s.num_pages - s.free_pages)
+            self.pages_free.labels(str(rank)).set(s.free_pages)
+        if step_s > 0:
+            self.step.observe(step_s)
+        now = time.monotonic()
+        if events:
+            self.tokens.inc(len(events))
+            self._recent.append((now, len(events)))
+        for ev in events:
+            if ev.finish:
+                self.finished.labels(ev.finish).inc()
+        while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
+            self._recent.popleft()
+        self.tps.set(sum(n for _, n in self._recent) / RATE_WINDOW_S)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+

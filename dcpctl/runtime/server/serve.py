@@ -1,0 +1,91 @@
+"""Serving entry for every rank (the worker calls `serve` when $DCPCTL_SERVE names its options).
+
+Rank 0 starts HTTP and prints `dcpctl-ready URL` on stderr once it accepts connections, and
+`dcpctl-stopped` after a clean shutdown (every request cancelled, every KV page free).  SIGTERM or
+SIGINT on rank 0 turns into a shutdown broadcast; on other ranks the signal is only noted, since
+rank 0 (which torchrun signals too) ends the loop for everyone within one idle wait.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.runtime.engine.timing import ExchangeTimer
+from dcpctl.runtime.server.control import control_group
+from dcpctl.runtime.server.loop import run_loop
+
+FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long before exiting
+DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
+            "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None}
+
+
+def model_limits(path: str | Path) -> tuple[int, int]:
+    """(vocab_size, max_position_embeddings) from config.json (text_config for wrappers)."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    return int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 4096))
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"dcpctl-progress loading {done}/{total}", file=sys.stderr, flush=True)
+
+
+def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
+    """Every rank: load, then run the lockstep loop until shutdown; returns the steps run."""
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.worker import build_state, eos_token_id
+    opts = DEFAULTS | {k: v for k, v in opts.items() if v is not None}
+    ps = build_state(cfg)
+    group = control_group(cfg.get("dist_backend", "gloo"))
+    path = cfg["model"]["path"]
+    if model is None:
+        model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
+                           torch.device(cfg.get("device", "cpu")), progress=_progress if ps.rank == 0 else None)
+    engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
+    timer = ExchangeTimer().install()
+    if ps.rank != 0:
+        _on_signals(lambda: None)
+        return run_loop(engine, group, None)
+    return _serve_rank0(engine, group, cfg, opts, timer)
+
+
+def _on_signals(fn: Any) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: fn())
+
+
+def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any], timer: ExchangeTimer) -> int:
+    from dcpctl.runtime.server.app import build_app
+    from dcpctl.runtime.server.bridge import Bridge
+    from dcpctl.runtime.server.gen import ServerState
+    from dcpctl.runtime.server.http import HttpServer
+    from dcpctl.runtime.server.metrics import Metrics
+    from dcpctl.runtime.tokenizer import load_tokenizer
+    path = cfg["model"]["path"]
+    vocab, context = model_limits(path)
+    bridge = Bridge(int(opts["max_running_requests"]) + int(opts["max_queued_requests"]))
+    metrics = Metrics(engine.ps.attn_tp.size, lambda: timer.seconds)
+    state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
+                        engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
+                        int(time.time()))
+    http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
+    _on_signals(lambda: setattr(bridge, "stop_requested", True))
+    print(f"dcpctl-ready {http.url}", file=sys.stderr, flush=True)
+    try:
+        steps = run_loop(engine, group, bridge, metrics.on_step)
+        bridge.fail("the server is shutting down")  # requests still open get an error, not a hang
+    except BaseException as e:
+        bridge.fail(f"{type(e).__name__}: {' '.join(str(e).split())}")
+        time.sleep(FAIL_GRACE_S)
+        raise
+    finally:
+        http.stop()
+    print("dcpctl-stopped", file=sys.stderr, flush=True)
+    return steps
