@@ -2,8 +2,11 @@
 
     read_config(path: Path) -> MlaConfig        raises ModelLoadError for anything we cannot run
 
-Supported: DeepSeek-V2 (`deepseek_v2`), DeepSeek-V3 (`deepseek_v3`), Kimi K2 (`kimi_k2`), and
-wrappers that nest one of them under `text_config`.
+Supported: DeepSeek-V2 (`deepseek_v2`), DeepSeek-V3 (`deepseek_v3`), Kimi K2 (`kimi_k2`), Kimi Linear
+(`kimi_linear`, hybrid: see kimi_config.py; read_config returns its MLA part), and wrappers that nest
+one of them under `text_config`.
+
+    read_language_model(path) -> (config dict, config.json path)   the unwrapped dict, any supported type
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any
 
 SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 SUPPORTED_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+HYBRID_TYPES, HYBRID_ARCHS = ("kimi_linear",), ("KimiLinearForCausalLM",)
 ROPE_TYPES = ("default", "yarn")
 
 
@@ -81,7 +85,16 @@ class MlaConfig:
 
 
 def read_config(path: Path) -> MlaConfig:
-    """Parse `path/config.json` (or a config.json path) into an MlaConfig."""
+    """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
+    cfg, file = read_language_model(path)
+    if _hybrid(cfg):
+        from dcpctl.runtime.models.kimi_config import parse_kimi_linear  # it imports this module
+        return parse_kimi_linear(cfg, file).mla
+    return parse_config(cfg, file)
+
+
+def read_language_model(path: Path) -> tuple[dict[str, Any], Path]:
+    """The language model's config dict (unwrapped from `text_config`) and the file it came from."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
     if not file.exists():
@@ -90,12 +103,18 @@ def read_config(path: Path) -> MlaConfig:
         raw = json.loads(file.read_text())
     except json.JSONDecodeError as e:
         raise ModelLoadError(f"{file} is not valid JSON: {e}") from e
-    return parse_config(_language_model(raw, file), file)
+    return _language_model(raw, file), file
+
+
+def _hybrid(cfg: dict[str, Any]) -> bool:
+    archs = cfg.get("architectures") or []
+    return cfg.get("model_type") in HYBRID_TYPES or any(a in HYBRID_ARCHS for a in archs)
 
 
 def _supported(cfg: dict[str, Any]) -> bool:
     archs = cfg.get("architectures") or []
-    return cfg.get("model_type") in SUPPORTED_TYPES or any(a in SUPPORTED_ARCHS for a in archs)
+    return (cfg.get("model_type") in SUPPORTED_TYPES or any(a in SUPPORTED_ARCHS for a in archs)
+            or _hybrid(cfg))
 
 
 def _language_model(raw: dict[str, Any], file: Path) -> dict[str, Any]:
@@ -106,7 +125,7 @@ def _language_model(raw: dict[str, Any], file: Path) -> dict[str, Any]:
         return inner
     got = raw.get("model_type"), raw.get("architectures")
     raise ModelLoadError(f"{file}: model_type {got[0]!r} (architectures {got[1]}) is not supported; "
-                         f"supported model types: {', '.join(SUPPORTED_TYPES)}")
+                         f"supported model types: {', '.join(SUPPORTED_TYPES + HYBRID_TYPES)}")
 
 
 def _need(cfg: dict[str, Any], key: str, file: Path) -> Any:

@@ -46,12 +46,17 @@ class Replicas:
 
 
 class DeepseekModel:
+    kda_pool = None  # hybrid models (KimiLinearModel) hold their request-indexed KDA state here
+
     def __init__(self, cfg: MlaConfig, ps: ParallelState, s: Shards, embed: Tensor, lm_head: Tensor,
                  norm: Tensor, layers: list[Layer], rotary: Rotary):
         self.cfg, self.ps, self.shards = cfg, ps, s
         self.embed, self.lm_head, self.norm = embed, lm_head, norm  # vocab rows [vocab_start, vocab_end)
         self.layers, self.rotary = layers, rotary
         self.dtype, self.device = norm.dtype, norm.device
+
+    def release(self, rid: int) -> None:
+        """Free per-request model state of `rid` (none here; hybrid models free their KDA slot)."""
 
     @torch.no_grad()
     def forward(self, input_ids: Tensor, positions: Tensor, ctx: AttentionContext) -> Tensor:

@@ -1,7 +1,10 @@
-"""Build a sharded DeepseekModel from a Hugging Face checkpoint directory.
+"""Build a sharded DeepseekModel (or KimiLinearModel) from a Hugging Face checkpoint directory.
 
     load_model(path, ps: ParallelState, decisions: dict, dtype: torch.dtype, device,
                progress: Callable[[int, int], None] | None = None) -> DeepseekModel
+
+Dispatches on model_type / architectures: DeepSeek-V2/V3 and Kimi K2 build a DeepseekModel,
+Kimi Linear (`kimi_linear`) a KimiLinearModel whose KDA state pool holds `kda_max_requests` slots.
 
 `decisions` is the launch config's `decisions` mapping; only `dcp_replicate_q_proj` matters here.
 `progress(done, total)` is called once per safetensors file read. Raises ModelLoadError for an
@@ -18,8 +21,10 @@ from torch import Tensor
 
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.checkpoint import Checkpoint, Want
-from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, read_config
+from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, parse_config, read_language_model
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
+from dcpctl.runtime.models.kimi_config import is_kimi_linear, parse_kimi_linear
+from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import upcast_dtype
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
@@ -31,17 +36,27 @@ EMBED = "embed_tokens.weight"
 
 def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
                device: torch.device | str = "cpu",
-               progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False) -> DeepseekModel:
+               progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False,
+               kda_max_requests: int | None = None) -> DeepseekModel:
     """Read config.json and this rank's shards of every weight; see the module docstring.
 
-    hf_numerics: keep norms, rope angles and the router in fp32 even for float64 (bit-compatible
-    with Hugging Face; only the oracle tests want it)."""
+    hf_numerics: keep norms, rope angles, the router (and KDA's gates, recurrence and gated norm) in
+    fp32 even for float64 (bit-compatible with Hugging Face; only the oracle tests want it).
+    kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
+    replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models."""
     path = Path(path)
-    cfg = read_config(path)
+    raw, file = read_language_model(path)
+    upcast = upcast_dtype(dtype, hf_numerics)
+    if is_kimi_linear(raw):
+        hc = parse_kimi_linear(raw, file)
+        ckpt = Checkpoint(path)
+        s = plan_shards(hc.mla, ps, replicate_q_decision(decisions))
+        return load_kimi_linear(path, hc, ckpt, ps, s, dtype, device, upcast, progress,
+                                kda_max_requests or DEFAULT_KDA_REQUESTS)
+    cfg = parse_config(raw, file)
     ckpt = Checkpoint(path)
     s = plan_shards(cfg, ps, replicate_q_decision(decisions))
     prefix, head = _names(cfg, ckpt)
-    upcast = upcast_dtype(dtype, hf_numerics)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
     rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
     layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
