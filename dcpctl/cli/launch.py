@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 import yaml
+from rich.markup import escape
 
 from dcpctl.cli import console
 from dcpctl.cli.generate import resolve_run_options
@@ -142,7 +143,7 @@ def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], sum
                 console.info(f"node {node_rank}: ranks started; node 0 serves the API")
             proc.wait(stop)
         except RuntimeFailed as e:
-            console.error(str(e))
+            console.error(escape(str(e)))  # rank messages hold brackets that are not rich markup
             raise SystemExit(1) from None
         finally:
             if proc.proc.poll() is None:

@@ -26,6 +26,8 @@ RANK_ERROR = re.compile(r"^\[rank \S+\] ")
 READY = re.compile(r"^dcpctl-ready (\S+)$")
 STOPPED = "dcpctl-stopped"
 STOP_GRACE_S = 10.0   # after SIGTERM, how long torchrun gets before its process group is killed
+FAIL_WAIT_S = 15.0    # after a rank error, how long torchrun gets to stop the others and report by itself
+ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")  # torchrun's "Root Cause" summary
 
 
 class RuntimeFailed(Exception):
@@ -65,6 +67,11 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
                 if what not in tasks:
                     tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
                 bar.update(tasks[what], completed=done)
+            elif "Root Cause" in line:
+                self.root["seen"] = "1"
+            elif self.root and ROOT_FIELD.match(line):
+                key, value = ROOT_FIELD.match(line).groups()  # type: ignore[union-attr]
+                self.root.setdefault(key, value.strip())
             elif RANK_ERROR.match(line):
                 errors.append(line)
             elif debug:
@@ -91,6 +98,7 @@ class ServeProcess:
         self.stopped_cleanly = False
         self.errors: list[str] = []
         self.other: list[str] = []
+        self.root: dict[str, str] = {}  # torchrun's first observed failure: rank, exitcode, traceback
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, name="dcpctl-torchrun-stderr", daemon=True)
         self.reader.start()
@@ -105,9 +113,13 @@ class ServeProcess:
                 self.ready.set()
             elif line == STOPPED:
                 self.stopped_cleanly = True
+            elif "Root Cause" in line:
+                self.root["seen"] = "1"
+            elif self.root and ROOT_FIELD.match(line):
+                key, value = ROOT_FIELD.match(line).groups()  # type: ignore[union-attr]
+                self.root.setdefault(key, value.strip())
             elif RANK_ERROR.match(line):
                 self.errors.append(line)
-                console.err.print(line, markup=False, highlight=False)
             elif self.debug:
                 console.err.print(line, markup=False, highlight=False)
             elif not PROGRESS.match(line):
@@ -123,10 +135,12 @@ class ServeProcess:
 
     def wait(self, stop: threading.Event) -> int:
         """Until torchrun exits (a rank died: RuntimeFailed) or `stop` is set (then stop all ranks)."""
+        failed_at = None
         while self.proc.poll() is None and not stop.wait(0.2):
-            if self.errors:  # torchrun tears the others down itself; make sure it cannot hang
-                self.terminate()
-                break
+            if self.errors and failed_at is None:
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > FAIL_WAIT_S:
+                break  # torchrun tears the others down itself; make sure it cannot hang
         if self.proc.poll() is None:
             self.terminate()
         self.reader.join(5)
@@ -137,11 +151,22 @@ class ServeProcess:
         return 0
 
     def failure(self) -> str:
+        root = self._root_cause()
+        if root and not any(e.startswith(f"[rank {self.root.get('rank', '').split()[0]}]") for e in self.errors):
+            return root + (f"; then {self.errors[0]}" if self.errors else "")
         if self.errors:
             more = f" (and {len(self.errors) - 1} more rank error(s))" if len(self.errors) > 1 else ""
             return self.errors[0] + more
         tail = " | ".join(self.other[-3:]) if self.other else "no output"
         return f"torchrun exited with status {self.proc.returncode}: {tail}"
+
+    def _root_cause(self) -> str:
+        if "rank" not in self.root:
+            return ""
+        rank = self.root["rank"].split()[0]
+        how = self.root.get("traceback", "")
+        how = how if how and not how.startswith("To enable") else f"exit code {self.root.get('exitcode', '?')}"
+        return f"rank {rank} died: {how}"
 
     def terminate(self, grace: float = STOP_GRACE_S) -> None:
         """SIGTERM to torchrun (it forwards to every rank), then SIGKILL to its process group."""

@@ -1,0 +1,39 @@
+"""A rank that dies: requests get 503 (or the connection drops), the launcher exits non-zero, no hang."""
+import os
+import signal
+import threading
+import time
+
+import httpx
+
+from tests.serve.server import Server
+
+
+def test_rank_death_stops_the_launcher():
+    s = Server()
+    try:
+        pids = s.worker_pids()
+        assert set(pids) == {0, 1}, pids
+        statuses = []
+
+        def long_request():
+            body = {"prompt": "Hello", "max_tokens": 1000, "ignore_eos": True}
+            try:
+                statuses.append(httpx.post(s.url + "/v1/completions", json=body, timeout=60).status_code)
+            except httpx.HTTPError as e:
+                statuses.append(type(e).__name__)
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        time.sleep(1.0)
+        os.kill(pids[1], signal.SIGKILL)
+        t.join(60)
+        t0 = time.monotonic()
+        rc = s.proc.wait(60)
+        assert rc != 0
+        assert time.monotonic() - t0 < 30
+        assert statuses and statuses[0] in (503, "RemoteProtocolError", "ReadError", "ConnectError"), statuses
+        err = "".join(s.stderr)
+        assert "error: rank 1 died: Signal 9 (SIGKILL)" in err, err[-2000:]
+    finally:
+        s.stop()
