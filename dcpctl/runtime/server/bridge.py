@@ -97,11 +97,18 @@ class Bridge:
                 if stream is not None and ev.finish:
                     del self._streams[ev.rid]
             if stream is not None:
-                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, ev)
+                _post(stream, ev)
 
     def fail(self, message: str) -> None:
         self.error = message
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
         for s in streams:
-            s.loop.call_soon_threadsafe(s.queue.put_nowait, Failure(message))
+            _post(s, Failure(message))
+
+
+def _post(stream: _Stream, item: Any) -> None:
+    try:
+        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+    except RuntimeError:  # that request's event loop is gone (its server thread ended)
+        pass
