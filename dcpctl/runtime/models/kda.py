@@ -85,7 +85,7 @@ class KdaAttention:
             core = self._recur(qkv, g, beta, batch, pool)  # [n, Lm, Hl, dv]
             o[:real.shape[0]] = core.reshape(-1, self.heads, self.dk)[batch.flat].to(x.dtype)
         gate = F.linear(F.linear(x, self.g_a), self.g_b).view(T, self.heads, self.dk)
-        return all_reduce(F.linear(self._gated_norm(o, gate).reshape(T, -1), self.o_proj), self.group)
+        return all_reduce(F.linear(self._gated_norm(o, gate).reshape(T, self.heads * self.dk), self.o_proj), self.group)
 
     def _pad(self, v: Tensor, batch: KdaBatch) -> Tensor:
         # v: [T', ...] rows in batch order -> [n, max_len, ...], zeros at pad steps

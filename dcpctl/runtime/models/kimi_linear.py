@@ -17,7 +17,6 @@ dense MLPs under `mlp.` or `block_sparse_moe.`.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -114,7 +113,7 @@ def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str
     ours = [Want(prefix + EMBED, (V, D), 0, s.vocab_start, s.vocab_end), Want(prefix + "norm.weight", (D,))]
     if head != prefix + EMBED:
         ours.append(Want(head, (V, D), 0, s.vocab_start, s.vocab_end))
-    for i, kind in enumerate(hc.layer_kinds):
+    for i in range(len(hc.layer_kinds)):
         p = f"{prefix}layers.{i}."
         ours += [Want(p + "input_layernorm.weight", (D,)), Want(p + "post_attention_layernorm.weight", (D,))]
         if i in hc.mla_layers:
@@ -129,10 +128,11 @@ def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str
     return [Want(names[w.name], w.shape, w.dim, w.start, w.end, w.dtype) for w in ours], names
 
 
-def load_kimi_linear(path: Path, hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: Shards,
-                     dtype: torch.dtype, device: torch.device | str, upcast: torch.dtype,
+def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: Shards, dtype: torch.dtype,
+                     device: torch.device | str, upcast: torch.dtype,
                      progress: Callable[[int, int], None] | None, max_requests: int) -> KimiLinearModel:
-    from dcpctl.runtime.models.loader import EMBED, _names
+    """This rank's KimiLinearModel (called by loader.load_model after dispatch)."""
+    from dcpctl.runtime.models.loader import EMBED, _names  # the loader imports this module
     prefix, head = _names(hc.mla, ckpt)
     with_mlp = {k.split(".mlp.", 1)[0] for k in ckpt.where if ".mlp." in k}
     wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp)
@@ -141,7 +141,7 @@ def load_kimi_linear(path: Path, hc: HybridConfig, ckpt: Checkpoint, ps: Paralle
     rotary, scale, group = NoRotary(upcast), softmax_scale(hc.mla), ps.attn_tp.group
     h0, h1 = kda_heads(hc, ps.attn_tp.size, ps.attn_tp.rank)
     layers = []
-    for i, kind in enumerate(hc.layer_kinds):
+    for i in range(len(hc.layer_kinds)):
         p = f"{prefix}layers.{i}."
         if i in hc.mla_layers:
             attn = MlaAttention(hc.mla, hc.mla_layers.index(i), p + "self_attn.", t, s, rotary, scale, group)

@@ -51,7 +51,7 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
         hc = parse_kimi_linear(raw, file)
         ckpt = Checkpoint(path)
         s = plan_shards(hc.mla, ps, replicate_q_decision(decisions))
-        return load_kimi_linear(path, hc, ckpt, ps, s, dtype, device, upcast, progress,
+        return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
                                 kda_max_requests or DEFAULT_KDA_REQUESTS)
     cfg = parse_config(raw, file)
     ckpt = Checkpoint(path)
