@@ -132,11 +132,12 @@ def check_triton_case(case, scale, tol, kv_scale=None, **kw):
 
 
 @needs_triton
-@pytest.mark.parametrize("c,tokens,splits", [(1, 1, None), (2, 3, 4), (3, 2, 1), (4, 1, 3)])
-def test_triton_small_matches_reference(c, tokens, splits):
+@pytest.mark.parametrize("c,tokens,splits,trans", [(1, 1, None, False), (2, 3, 4, True), (3, 2, 1, False),
+                                                    (4, 1, 3, True)])
+def test_triton_small_matches_reference(c, tokens, splits, trans):
     case = make_case(7 * c + tokens, [1, 9, 70, 130], c, page=16, heads=20, v_dim=32, rope=16,
                      tokens_per_req=tokens, dtype=LOW, device=DEV)
-    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1, trans_qk=trans)
     check_triton_case(case, 0.2, 2e-2, num_splits=splits, config=cfg)
 
 
@@ -173,3 +174,12 @@ def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
         for rk in case["ranks"]:
             rk["pool"] = (rk["pool"].float() / kv_scale).to(torch.float8_e4m3fn)
     check_triton_case(case, scale, 5e-2 if fp8 else 2e-2, kv_scale=kv_scale)
+
+
+@needs_triton
+@pytest.mark.skipif(not CUDA, reason="DeepSeek-V3 shapes need a GPU")
+@pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 128, 8, 1, 1, True), (16, 128, 8, 3, 1, False)])
+def test_triton_configs_vs_fp64(cfg):
+    case = make_case(5, [2, 700, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=3,
+                     dtype=torch.bfloat16, device=DEV)
+    check_triton_case(case, 1 / math.sqrt(192), 2e-2, config=triton_mla.KernelConfig(*cfg))

@@ -40,6 +40,7 @@ class KernelConfig(NamedTuple):
     num_warps: int = 8
     num_stages: int = 2
     occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
+    trans_qk: bool = False  # compute scores transposed (tokens as the MMA's M dimension)
 
 
 def default_config(heads: int) -> KernelConfig:
@@ -161,7 +162,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, TRANS_QK=cfg.trans_qk, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if s == 1:
         return MLAOut(o[0], lse[0], "e")
     mo, ml = merge_partials(o.view(s, n * h, v_dim), lse.view(s, n * h), out_dtype=out_dtype or torch.float32)
@@ -174,7 +175,7 @@ if triton is not None:
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_os, s_on, s_oh, s_ls, s_ln,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
-                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr):
+                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, TRANS_QK: tl.constexpr):
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b = tl.load(ROWREQ + n)
         causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
@@ -201,13 +202,22 @@ if triton is not None:
             if IS_FP8:
                 k_v = k_v.to(tl.bfloat16)
                 k_pe = k_pe.to(tl.bfloat16)
-            qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
-            qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
-            m_new = tl.maximum(m, tl.max(qk, 1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_sum = l_sum * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
+            if TRANS_QK:    # scores as [BLOCK_N, BLOCK_H]: tokens fill the MMA's M, heads its N
+                st = tl.dot(k_v, tl.trans(q_v)) + tl.dot(k_pe, tl.trans(q_pe))
+                st = tl.where(jmask[:, None], st * qk_scale2, float("-inf"))
+                m_new = tl.maximum(m, tl.max(st, 0))
+                pt = tl.exp2(st - m_new[None, :])
+                alpha = tl.exp2(m - m_new)
+                l_sum = l_sum * alpha + tl.sum(pt, 0)
+                acc = acc * alpha[:, None] + tl.dot(tl.trans(pt.to(k_v.dtype)), k_v)
+            else:
+                qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
+                qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
+                m_new = tl.maximum(m, tl.max(qk, 1))
+                p = tl.exp2(qk - m_new[:, None])
+                alpha = tl.exp2(m - m_new)
+                l_sum = l_sum * alpha + tl.sum(p, 1)
+                acc = acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
             m = m_new
         seen = l_sum > 0
         o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
