@@ -186,3 +186,16 @@ def test_forward_needs_admission_and_chunks(model):
         model.release(0)
     model.set_kda_capacity(4)
     assert model.kv_layers == 2 and DeepseekModel.kda_pool is None
+
+
+def test_flat_a_log_checkpoints_load_the_same(tiny, model, tmp_path):
+    from safetensors.torch import load_file, save_file
+    d = write_tiny_kimi_model(tmp_path / "flat")
+    tensors = load_file(str(d / "model.safetensors"))
+    for name in [n for n in tensors if n.endswith("A_log")]:
+        tensors[name] = tensors[name].flatten()  # [1, 1, H, 1] -> [H], as FLA-style checkpoints
+    save_file(tensors, str(d / "model.safetensors"))
+    flat = load_model(d, ParallelState.single(), {}, torch.float64, kda_max_requests=4)
+    a, b = kimi_greedy(model, PROMPTS[:1], 2, ref_ctx(model)), kimi_greedy(flat, PROMPTS[:1], 2, ref_ctx(flat))
+    assert a[2] == b[2]
+    torch.testing.assert_close(a[1][0], b[1][0], rtol=0, atol=0)

@@ -6,8 +6,8 @@ models, and its own cached decode and uncached forward disagree by ~8e-7 relativ
 - against stock transformers: greedy ids equal, logprobs within 1e-6 relative (fp32 noise floor);
 - against transformers with its fp32 casts lifted to float64 (test-only patch of the module's
   `torch.float32` and of Tensor.float): logprobs within 1e-12 relative, batched and chunked;
-- DCP 1 / 2 / 4 on forked gloo ranks (TP 4 or the DCP size, ag_rs and a2a, replicated Q, attention
-  DP): greedy ids identical and logprobs within 1e-9 of DCP 1, and every KDA pool empty and
+- DCP 1 / 2 / 4 on forked gloo ranks (TP 4 or the DCP size, ag_rs and a2a, replicated Q, EP,
+  attention DP): greedy ids identical and logprobs within 1e-9 of DCP 1, and every KDA pool empty and
   consistent after the releases.
 """
 from __future__ import annotations
@@ -148,20 +148,20 @@ def dcp1(path):
     return run_ranks(_rank, 1, path, None, 1, [DCP_PROMPTS], {}, None)[0]
 
 
-CASES = {  # name: (world, dp, dcp, decisions, prefill chunk)
-    "tp2_dcp2_ag_rs": (2, 1, 2, {"dcp_comm_backend": "ag_rs"}, None),
-    "tp4_dcp4_a2a_chunked": (4, 1, 4, {"dcp_comm_backend": "a2a"}, 4),
-    "tp4_dcp2_replicated_q": (4, 1, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, None),
-    "tp4_dp2_dcp2": (4, 2, 2, {"dcp_comm_backend": "ag_rs"}, None),  # replicas step together: one prefill each
+CASES = {  # name: (world, dp, dcp, ep, decisions, prefill chunk)
+    "tp2_dcp2_ag_rs": (2, 1, 2, 1, {"dcp_comm_backend": "ag_rs"}, None),
+    "tp4_dcp4_a2a_chunked": (4, 1, 4, 1, {"dcp_comm_backend": "a2a"}, 4),
+    "tp4_ep2_dcp2_replicated_q": (4, 1, 2, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, None),
+    "tp4_dp2_dcp2": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None),  # replicas step together: one prefill each
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dcp_matches_dcp1(path, dcp1, case):
-    world, dp, dcp, decisions, chunk = CASES[case]
+    world, dp, dcp, ep, decisions, chunk = CASES[case]
     split = [DCP_PROMPTS] if dp == 1 else [DCP_PROMPTS[:1], DCP_PROMPTS[1:]]
     mine = [[0, 1, 2]] if dp == 1 else [[0], [1, 2]]
-    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp), dp, split, decisions, chunk)
+    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp, ep=ep), dp, split, decisions, chunk)
     want_pre, want_dec, want_outs = dcp1[:3]
     per_replica_rows = []
     for rank, (pre, dec, outs, pool, rows) in enumerate(results):

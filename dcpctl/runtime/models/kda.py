@@ -38,8 +38,11 @@ def kda_heads(hc: HybridConfig, attn_tp: int, rank: int) -> tuple[int, int]:
     return split(hc.kda.num_heads, attn_tp, rank, "linear_attn_config.num_heads", "attn_tp")
 
 
-def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.dtype) -> list[Want]:
-    """Tensors of one KDA layer under prefix p (checkpoint names: q_conv1d, f_a_proj, A_log, ...)."""
+def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.dtype,
+              flat_a_log: bool = False) -> list[Want]:
+    """Tensors of one KDA layer under prefix p (checkpoint names: q_conv1d, f_a_proj, A_log, ...).
+
+    A_log is [1, 1, H, 1] as transformers stores it, or [H] (flat_a_log) as FLA-style checkpoints may."""
     D, H, dk, K = hc.mla.hidden_size, hc.kda.num_heads, hc.kda.head_dim, hc.kda.conv_kernel
     h0, h1 = kda_heads(hc, attn_tp, rank)
     r0, r1 = h0 * dk, h1 * dk
@@ -47,7 +50,7 @@ def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.d
     wants = [rows(f"{x}_proj.weight", (H * dk, D)) for x in "qkv"]
     wants += [rows(f"{x}_conv1d.weight", (H * dk, 1, K)) for x in "qkv"]
     wants += [Want(p + "f_a_proj.weight", (dk, D)), rows("f_b_proj.weight", (H * dk, dk)),
-              Want(p + "dt_bias", (H * dk,), 0, r0, r1, dtype=upcast), Want(p + "A_log", (1, 1, H, 1), 2, h0, h1),
+              Want(p + "dt_bias", (H * dk,), 0, r0, r1, dtype=upcast), Want(p + "A_log", (H,) if flat_a_log else (1, 1, H, 1), 0 if flat_a_log else 2, h0, h1),
               Want(p + "b_proj.weight", (H, D), 0, h0, h1),
               Want(p + "g_a_proj.weight", (dk, D)), rows("g_b_proj.weight", (H * dk, dk)),
               Want(p + "o_norm.weight", (dk,)), Want(p + "o_proj.weight", (D, H * dk), 1, r0, r1)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from safetensors import safe_open
 from torch import Tensor
 
 from dcpctl.runtime.attention.api import AttentionContext
@@ -103,11 +104,11 @@ def _to_ckpt(name: str) -> str:
 
 
 def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str, head: str, upcast: torch.dtype,
-                     with_mlp: set[str]) -> tuple[list[Want], dict[str, str]]:
+                     with_mlp: set[str], flat_a_log: bool = False) -> tuple[list[Want], dict[str, str]]:
     """(checkpoint wants, our tensor name -> checkpoint name) for every tensor of this rank.
 
     with_mlp: layer prefixes ('model.layers.0') whose MLP is stored under 'mlp.' rather than
-    'block_sparse_moe.'."""
+    'block_sparse_moe.'; flat_a_log: A_log stored as [H] rather than [1, 1, H, 1]."""
     from dcpctl.runtime.models.loader import EMBED
     cfg, D, V = hc.mla, hc.mla.hidden_size, hc.mla.vocab_size
     ours = [Want(prefix + EMBED, (V, D), 0, s.vocab_start, s.vocab_end), Want(prefix + "norm.weight", (D,))]
@@ -119,13 +120,24 @@ def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str
         if i in hc.mla_layers:
             ours += attention_wants(cfg, p + "self_attn.", s)
         else:
-            ours += kda_wants(hc, p + "self_attn.", ps.attn_tp.size, ps.attn_tp.rank, upcast)
+            ours += kda_wants(hc, p + "self_attn.", ps.attn_tp.size, ps.attn_tp.rank, upcast, flat_a_log)
         if i in hc.moe_layers:
             ours += moe_wants(cfg, p + "mlp.", s, upcast)
         else:
             ours += mlp_wants(p + "mlp.", D, cfg.intermediate_size, s.tp_size, s.tp_rank, "intermediate_size")
     names = {w.name: _mlp_names(w.name, with_mlp) if ".mlp." in w.name else w.name for w in ours}
     return [Want(names[w.name], w.shape, w.dim, w.start, w.end, w.dtype) for w in ours], names
+
+
+def _flat_a_log(hc: HybridConfig, ckpt: Checkpoint, prefix: str) -> bool:
+    # the first KDA layer's stored A_log shape decides for all (read from the safetensors header only)
+    if not hc.kda_layers:
+        return False
+    name = f"{prefix}layers.{hc.kda_layers[0]}.self_attn.A_log"
+    if name not in ckpt.where:
+        return False  # reported as a missing tensor by the read
+    with safe_open(str(ckpt.where[name]), framework="pt") as f:
+        return len(f.get_slice(name).get_shape()) == 1
 
 
 def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: Shards, dtype: torch.dtype,
@@ -135,7 +147,7 @@ def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: S
     from dcpctl.runtime.models.loader import EMBED, _names  # the loader imports this module
     prefix, head = _names(hc.mla, ckpt)
     with_mlp = {k.split(".mlp.", 1)[0] for k in ckpt.where if ".mlp." in k}
-    wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp)
+    wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp, _flat_a_log(hc, ckpt, prefix))
     read = ckpt.read(wants, dtype, device, progress)
     t = {ours: read[theirs] for ours, theirs in names.items()}
     rotary, scale, group = NoRotary(upcast), softmax_scale(hc.mla), ps.attn_tp.group
