@@ -66,7 +66,8 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     """
     from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    cfg, nnodes, summary = _launch_config(ctx, config, params, dtype, device, max_total_tokens, chunked_prefill_size)
+    cfg, nnodes, summary, max_running = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
+                                                       chunked_prefill_size)
     mhost, _, mport = dist_init_addr.rpartition(":")
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
@@ -81,8 +82,8 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
         raise UserError(f"--node-rank ({node_rank}) must be < nnodes ({nnodes})")
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
-    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests":
-                  params.get("max_running_requests"), "max_queued_requests": max_queued_requests,
+    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests": max_running,
+                  "max_queued_requests": max_queued_requests,
                   "max_request_bytes": max_request_bytes,
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name}
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
@@ -90,13 +91,13 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
 
 
 def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
-                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str]:
-    """(launch config, nnodes, one-line plan summary) from flags, a saved plan or a launch config."""
+                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str, int | None]:
+    """(launch config, nnodes, plan summary, max running requests) from flags, a saved plan or a launch config."""
     from dcpctl.launch.config import render_launch_config
     if config is not None:
         data = yaml.safe_load(Path(config).read_text()) or {}
         if "groups" in data and "world_size" in data:  # already a launch config
-            return data, int(params.get("nnodes") or 1), _summary(data)
+            return data, int(params.get("nnodes") or 1), _summary(data), params.get("max_running_requests")
         opts = collect(ctx, params, config)
         if not opts.get("model_path"):
             raise UserError(f"the saved plan {config} has no model_path: pass --model-path DIR")
@@ -104,7 +105,7 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
         opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
     cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
-    return cfg, plan.request.topology.nnodes, _summary(cfg)
+    return cfg, plan.request.topology.nnodes, _summary(cfg), opts.get("max_running_requests")
 
 
 def _summary(cfg: dict[str, Any]) -> str:

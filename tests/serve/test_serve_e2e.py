@@ -181,6 +181,19 @@ def test_metrics_parse_as_prometheus_text(server):
     assert m["dcpctl_step_seconds_count"] > 0 and m["dcpctl_dcp_exchange_seconds_total"] > 0
 
 
+def test_bench_serve_json(server):
+    from click.testing import CliRunner
+
+    from dcpctl.bench.serve import command
+    r = CliRunner().invoke(command, ["--url", server.url, "--concurrency", "4", "--requests", "8", "--input-len", "8",
+                                     "--output-len", "4", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["completed"] == 8 and out["failed"] == 0
+    assert out["ttft_ms"]["p50"] > 0 and out["itl_ms"]["p99"] >= out["itl_ms"]["p50"] > 0
+    assert out["output_token_throughput"] > 0
+
+
 def test_zz_clean_shutdown(server):
     m = _wait_idle(server.url)
     assert m["dcpctl_kv_pages_used{rank=0}"] == 0
