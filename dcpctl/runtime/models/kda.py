@@ -50,7 +50,8 @@ def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.d
     wants = [rows(f"{x}_proj.weight", (H * dk, D)) for x in "qkv"]
     wants += [rows(f"{x}_conv1d.weight", (H * dk, 1, K)) for x in "qkv"]
     wants += [Want(p + "f_a_proj.weight", (dk, D)), rows("f_b_proj.weight", (H * dk, dk)),
-              Want(p + "dt_bias", (H * dk,), 0, r0, r1, dtype=upcast), Want(p + "A_log", (H,) if flat_a_log else (1, 1, H, 1), 0 if flat_a_log else 2, h0, h1),
+              Want(p + "dt_bias", (H * dk,), 0, r0, r1, dtype=upcast),
+              Want(p + "A_log", (H,), 0, h0, h1) if flat_a_log else Want(p + "A_log", (1, 1, H, 1), 2, h0, h1),
               Want(p + "b_proj.weight", (H, D), 0, h0, h1),
               Want(p + "g_a_proj.weight", (dk, D)), rows("g_b_proj.weight", (H * dk, dk)),
               Want(p + "o_norm.weight", (dk,)), Want(p + "o_proj.weight", (D, H * dk), 1, r0, r1)]
@@ -88,7 +89,8 @@ class KdaAttention:
             core = self._recur(qkv, g, beta, batch, pool)  # [n, Lm, Hl, dv]
             o[:real.shape[0]] = core.reshape(-1, self.heads, self.dk)[batch.flat].to(x.dtype)
         gate = F.linear(F.linear(x, self.g_a), self.g_b).view(T, self.heads, self.dk)
-        return all_reduce(F.linear(self._gated_norm(o, gate).reshape(T, self.heads * self.dk), self.o_proj), self.group)
+        out = self._gated_norm(o, gate).reshape(T, self.heads * self.dk)
+        return all_reduce(F.linear(out, self.o_proj), self.group)
 
     def _pad(self, v: Tensor, batch: KdaBatch) -> Tensor:
         # v: [T', ...] rows in batch order -> [n, max_len, ...], zeros at pad steps
