@@ -40,10 +40,13 @@ def _ints(text: str) -> list[int]:
 class Pool:
     """One random bf16 latent pool big enough for the largest cell; block tables over disjoint pages."""
 
-    def __init__(self, tokens: int, device: Any) -> None:
+    def __init__(self, tokens: int, device: Any, fp8: bool = False) -> None:
         import torch
         self.pages = math.ceil(tokens / PAGE)
         self.kv = torch.randn(self.pages, PAGE, R, device=device, dtype=torch.bfloat16)
+        self.kv_scale = 1.0 if fp8 else None     # N(0, 1) values sit well inside e4m3's range
+        if fp8:
+            self.kv = self.kv.to(torch.float8_e4m3fn)
         self.perm = torch.randperm(self.pages, device=device).int()
 
     def tables(self, batch: int, ctx: int) -> list[Any]:
@@ -56,7 +59,7 @@ class Pool:
 def naive_decode(q: Any, kv_pool: Any, bt: Any, ctx: int) -> tuple[Any, Any]:
     # q: [B, H, R]  kv_pool: [pages, P, R]  bt: [B, ctx/P] -> o [B, H, V], lse [B, H]; gather + two bmm
     import torch
-    kv = kv_pool[bt.long()].flatten(1, 2)[:, :ctx]
+    kv = kv_pool[bt.long()].flatten(1, 2)[:, :ctx].to(q.dtype)   # fp8 pools: scale 1.0 in this bench
     s = torch.bmm(q, kv.transpose(1, 2)).float() * SCALE
     lse = torch.logsumexp(s, -1)
     o = torch.bmm(torch.exp(s - lse.unsqueeze(-1)).to(q.dtype), kv[..., :V])
@@ -75,7 +78,7 @@ def _decode_fn(q: Any, pool: Pool, bt: Any, ctx: int, cfg: Any) -> Any:
     lens = torch.full((b,), ctx, dtype=torch.int32, device=q.device)
     rows = torch.arange(b, dtype=torch.int32, device=q.device)
     return lambda: mla_decode_triton(q, pool.kv, bt, lens, rows, lens - 1, scale=SCALE, v_dim=V,
-                                     out_dtype=torch.bfloat16, max_local_len=ctx, config=cfg)
+                                     kv_scale=pool.kv_scale, out_dtype=torch.bfloat16, max_local_len=ctx, config=cfg)
 
 
 def check_config(pool: Pool, heads: int, cfg: Any) -> float:
@@ -95,7 +98,7 @@ def time_cell(pool: Pool, heads: int, ctx: int, batch: int, cfg: Any, naive: boo
     fns = [_decode_fn(q, pool, bt, ctx, cfg) for bt in pool.tables(batch, ctx)]
     ms = graph_ms(fns * max(1, math.ceil(8 / len(fns))))
     row = {"heads": heads, "ctx": ctx, "batch": batch, "time_us": ms * 1e3,
-           "bytes": batch * ctx * R * 2 + batch * heads * (R + V) * 2, "flops": 2 * batch * heads * ctx * (R + V),
+           "bytes": batch * ctx * R * pool.kv.element_size() + batch * heads * (R + V) * 2, "flops": 2 * batch * heads * ctx * (R + V),
            "config": list(cfg), "splits": _splits(heads, ctx, batch, cfg)}
     if naive:
         bt = pool.tables(batch, ctx)[0]
@@ -137,14 +140,15 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     return best
 
 
-def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: bool, naive: bool) -> dict[str, Any]:
+def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: bool, naive: bool,
+        fp8: bool = False) -> dict[str, Any]:
     import torch
     from dcpctl.bench.ceilings import measure
     from dcpctl.runtime.attention.triton_mla import default_config
     dev = torch.device("cuda")
     ceil = measure(dev)
     _progress(f"ceilings {ceil.calibration()}")
-    pool = Pool(max(batches) * max(contexts), dev)
+    pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
     cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
     cells = []
@@ -159,7 +163,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                 cells.append(row)
                 _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": _triton_version(),
+    return {"device": torch.cuda.get_device_name(), "kv_dtype": "fp8_e4m3" if fp8 else "bf16", "torch": torch.__version__, "triton": _triton_version(),
             "python": platform.python_version(), "calibration": ceil.calibration(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": fr[len(fr) // 2],
@@ -182,7 +186,7 @@ def _table(res: dict[str, Any]) -> None:
     rows = [[c["heads"], c["ctx"], c["batch"], f"{c['time_us']:.1f}", f"{c['roofline_us']:.1f}", c["bound"],
              f"{c['fraction']:.2f}", "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"] for c in res["cells"]]
     cal = res["calibration"]
-    title = (f"{res['device']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; roofline fraction "
+    title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; roofline fraction "
              f"min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
     console.out.print(console.table(title, ["heads", "ctx", "batch", "kernel us", "roofline us", "bound", "fraction",
                                             "naive torch us"], rows))
@@ -197,10 +201,12 @@ def _table(res: dict[str, Any]) -> None:
                                             f"batches {QUICK['batches']}.")
 @click.option("--sweep/--no-sweep", default=False, show_default=True, help="Pick the tile config per head count.")
 @click.option("--naive/--no-naive", default=True, show_default=True, help="Also time a naive torch decode.")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
+              help="Latent KV pool dtype (fp8 = e4m3 with a per-tensor scale).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
               help="Write `calibration: {copy_tbps, bf16_tflops}` for `plan/recommend --calibration`.")
-def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, fmt: str,
+def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, kv_dtype: str, fmt: str,
             save_calibration: str | None) -> None:
     """Time the local MLA decode kernel against this GPU's measured copy bandwidth and bf16 matmul rate.
 
@@ -211,7 +217,7 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
     if not torch.cuda.is_available():
         raise UserError("dcpctl bench kernel needs a CUDA GPU (torch.cuda.is_available() is False).")
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
-    res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive)
+    res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8")
     if save_calibration:
         import yaml
         Path(save_calibration).write_text(yaml.safe_dump({"calibration": res["calibration"]}, sort_keys=False))

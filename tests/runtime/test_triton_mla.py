@@ -183,3 +183,11 @@ def test_triton_configs_vs_fp64(cfg):
     case = make_case(5, [2, 700, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=3,
                      dtype=torch.bfloat16, device=DEV)
     check_triton_case(case, 1 / math.sqrt(192), 2e-2, config=triton_mla.KernelConfig(*cfg))
+
+
+@pytest.mark.skipif(CUDA, reason="checks the CPU refusal")
+def test_bench_kernel_needs_cuda():
+    from click.testing import CliRunner
+    from dcpctl.cli.main import cli
+    r = CliRunner().invoke(cli, ["bench", "kernel", "--quick"])
+    assert r.exit_code == 2 and "needs a CUDA GPU" in r.output

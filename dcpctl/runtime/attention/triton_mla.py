@@ -44,12 +44,13 @@ class KernelConfig(NamedTuple):
 
 
 def default_config(heads: int) -> KernelConfig:
-    """Tile config per kernel-head count (picked by `dcpctl bench kernel --sweep` on an H200)."""
+    """Tile config per kernel-head count: the winners of `dcpctl bench kernel --sweep` on an H200
+    (B=32, ctx=32K; docs/benchmarks-kernel.md)."""
     if heads % 64 == 0:
-        return KernelConfig(64, 32, 8, 2)
+        return KernelConfig(64, 64, 8, 2)
     if heads % 32 == 0:
         return KernelConfig(32, 64, 8, 2)
-    return KernelConfig(16, 64, 4, 3)
+    return KernelConfig(16, 128, 8, 2)
 
 
 def visible_rows(local_lens: Tensor, row_req: Tensor, q_pos: Tensor, dcp_rank: int, dcp_size: int) -> Tensor:
