@@ -22,15 +22,15 @@ def test_control_round_trip():
 class ScriptedBridge:
     """Rank 0's inbox: submits per step index, a cancel, then shutdown once every request ended."""
 
-    def __init__(self, joins: dict[int, list[int]], cancel_at: dict[int, int]):
-        self.joins, self.cancel_at, self.step = joins, cancel_at, 0
+    def __init__(self, joins: dict[int, list[int]], cancel_at: dict[int, int], requests: dict[int, dict]):
+        self.joins, self.cancel_at, self.requests, self.step = joins, cancel_at, requests, 0
         self.events: dict[int, list[Event]] = {}
         self.open = set()
 
     def take(self, wait: bool) -> Control:
         msg = Control()
         for rid in self.joins.get(self.step, []):
-            r = REQUESTS[rid]
+            r = self.requests[rid]
             msg.new.append(NewRequest(rid, r["prompt_ids"], SamplingParams.from_dict(r)))
             self.open.add(rid)
         for rid, at in self.cancel_at.items():
@@ -48,10 +48,10 @@ class ScriptedBridge:
                 self.open.discard(ev.rid)
 
 
-def _serve(rank, world, cfg, joins, cancel_at):
+def _serve(rank, world, cfg, joins, cancel_at, requests=dict(enumerate(REQUESTS))):
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
     engine = Engine(FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]), ps, cfg, max_running=2)
-    bridge = ScriptedBridge(joins, cancel_at) if rank == 0 else None
+    bridge = ScriptedBridge(joins, cancel_at, requests) if rank == 0 else None
     run_loop(engine, None, bridge)  # raises unless every page is free again at shutdown
     return None if bridge is None else {rid: [(e.token, e.logprob, e.finish) for e in evs]
                                         for rid, evs in bridge.events.items()}
@@ -74,3 +74,10 @@ def test_loop_matches_generate_with_joins_and_a_cancel(reference, world, dcp, dp
         assert [lp for _, lp, _ in got[rid]] == pytest.approx(want["output_logprobs"], abs=1e-9)
         assert got[rid][-1][2] == "length" and all(f == "" for _, _, f in got[rid][:-1])
     assert len(got.get(1, [])) < len(reference[1]["output_ids"])   # cancelled before its end
+
+
+def test_refused_request_ends_with_abort_and_the_loop_goes_on(reference):
+    requests = {0: REQUESTS[0], 7: {"prompt_ids": list(range(1, 30)), "max_new_tokens": 4}}  # > capacity 10
+    got = run_ranks(_serve, 2, launch_cfg(2, 2, capacity=5), {0: [7, 0]}, {}, requests)[0]
+    assert got[7] == [(-1, 0.0, "abort")]
+    assert [t for t, _, _ in got[0]] == reference[0]["output_ids"]

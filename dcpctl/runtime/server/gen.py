@@ -100,6 +100,8 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str]
                 raise ApiError(503, item.message, kind="server_error")
             ev: Event = item
             finished = bool(ev.finish)
+            if ev.finish == "abort":
+                raise ApiError(500, "the engine refused this request", kind="server_error")
             delta = text.push(ev.token, final=finished)
             if text.stopped or finished:
                 yield Chunk(delta, ev.token, ev.logprob, "stop" if text.stopped else ev.finish)

@@ -14,17 +14,25 @@ from typing import Any, Callable
 
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.engine.events import Event, ReplicaStats, gather_to_rank0
+from dcpctl.runtime.engine.scheduler import SchedulerError
 from dcpctl.runtime.server.bridge import Bridge
 from dcpctl.runtime.server.control import Control, broadcast_control
 
 OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
 
 
-def apply(engine: Engine, msg: Control) -> None:
+def apply(engine: Engine, msg: Control) -> list[Event]:
+    """Cancel, then queue; a request the scheduler refuses ends at once with finish "abort"
+    (every rank of its replica refuses it alike, so lockstep holds; the server validated it first)."""
     for rid in msg.cancel:
         engine.cancel(rid)
+    refused = []
     for req in msg.new:
-        engine.submit(req.rid, req.prompt, req.params)
+        try:
+            engine.submit(req.rid, req.prompt, req.params)
+        except SchedulerError:
+            refused.append(Event(req.rid, -1, 0.0, "abort"))
+    return refused
 
 
 def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep | None = None) -> int:
@@ -34,11 +42,11 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     while True:
         msg = bridge.take(wait=not engine.busy) if bridge is not None else None
         msg = broadcast_control(msg, group)
-        apply(engine, msg)
+        refused = apply(engine, msg)
         if msg.shutdown:
             break
         t0 = time.perf_counter()
-        events = engine.step()
+        events = refused + engine.step()
         steps += engine.busy
         if engine.dp_size > 1:
             all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
