@@ -55,15 +55,15 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
         path = None
         viol.append(Violation("pd_dcp_sizes", f"prefill dcp ({prefill}) -> decode dcp ({decode}) is not supported: "
                               f"use equal sizes or dcp 1 prefill; valid prefill sizes: [1, {decode}]"))
-    if max(prefill, decode) > 1:
-        _pd_rules(req, kv_dtype, mode, viol)
+    _pd_rules(req, kv_dtype, mode, max(prefill, decode) > 1, viol)
     out["disaggregation"] = {"mode": mode, "prefill_dcp": prefill, "decode_dcp": decode, "transfer": path,
                              "backend": req.disaggregation_transfer_backend,
                              "decode_cache": "chunk cache (no radix cache)" if mode == "decode" else None}
 
 
-def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, viol: list[Violation]) -> None:
-    if req.disaggregation_transfer_backend not in ("mooncake", "nixl"):
+def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[Violation]) -> None:
+    """Page size and KV dtype must match for every PD pair; the rest applies when DCP is used."""
+    if dcp and req.disaggregation_transfer_backend not in ("mooncake", "nixl"):
         viol.append(Violation("pd_backend", f"DCP with PD disaggregation needs --disaggregation-transfer-backend "
                               f"mooncake or nixl, got {req.disaggregation_transfer_backend}"))
     peer_page = req.disaggregation_peer_page_size
@@ -74,7 +74,7 @@ def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, viol: list[Violation])
     if peer_kv is not None and peer_kv not in ("auto", kv_dtype):
         viol.append(Violation("pd_kv_dtype", f"kv_cache_dtype ({kv_dtype}) != peer kv_cache_dtype ({peer_kv}); "
                               "prefill and decode must match"))
-    if mode == "decode" and req.enable_hierarchical_cache:
+    if dcp and mode == "decode" and req.enable_hierarchical_cache:
         viol.append(Violation("pd_decode_hicache", "PD decode with DCP does not support "
                               "--enable-hierarchical-cache (decode uses the chunk cache)"))
 
@@ -96,6 +96,3 @@ def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -> No
     if req.speculative_algorithm:
         viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 is not supported together with "
                               f"--speculative-algorithm {req.speculative_algorithm}"))
-    if req.model.kda is not None:
-        viol.append(Violation("hicache_non_mla", f"HiCache with dcp ({c}) > 1 needs MLA-only host pools; "
-                              f"{req.model.name} has KDA layers"))

@@ -81,7 +81,7 @@ def _detect_nvml(nvml: Any) -> Hardware | None:
         mem = nvml.nvmlDeviceGetMemoryInfo(h).total / 2**30
         major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
         return Hardware(f"detected-{count}x", "cuda", name, count, round(mem, 1), major * 10 + minor,
-                        _nvml_nvlink(nvml, h), _nvml_mnnvl(nvml, h), source="detected: nvml")
+                        _nvml_nvlink(nvml, h), _name_is_mnnvl(name) or _nvml_mnnvl(nvml, h), source="detected: nvml")
     finally:
         try:
             nvml.nvmlShutdown()
@@ -94,6 +94,11 @@ def _nvml_nvlink(nvml: Any, h: Any) -> bool:
         return bool(nvml.nvmlDeviceGetNvLinkState(h, 0))
     except Exception:
         return False
+
+
+def _name_is_mnnvl(name: str) -> bool:
+    """GB200/GB300 systems are NVL72 racks: SGLang treats them as MNNVL by name."""
+    return "GB200" in name.upper() or "GB300" in name.upper()
 
 
 def _nvml_mnnvl(nvml: Any, h: Any) -> bool:
@@ -119,7 +124,8 @@ def _detect_smi(run: Callable[[list[str]], str]) -> Hardware | None:
     query = _smi_or_empty(run, ["nvidia-smi", "-q", "-i", "0"])
     links = _smi_or_empty(run, ["nvidia-smi", "nvlink", "--status", "-i", "0"])
     return Hardware(f"detected-{len(lines)}x", "cuda", name, len(lines), round(float(mem_mib) / 1024, 1),
-                    major * 10 + minor, "GB/s" in links, _smi_mnnvl(query), source="detected: nvidia-smi")
+                    major * 10 + minor, "GB/s" in links, _name_is_mnnvl(name) or _smi_mnnvl(query),
+                    source="detected: nvidia-smi")
 
 
 def _smi_or_empty(run: Callable[[list[str]], str], argv: list[str]) -> str:

@@ -57,6 +57,7 @@ def make_plan(req: PlanRequest) -> Plan:
     plan = Plan(req)
     plan.violations += t.violations(num_heads=m.num_heads, num_layers=m.num_layers)
     dec = decisions.decide(req)
+    req = plan.request = replace(req, page_size=dec.value("page_size"))  # decided once, used everywhere
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
     plan.violations += dec.violations
     kv_dtype = dec.value("kv_cache_dtype")

@@ -9,11 +9,11 @@ from dcpctl.plan.topology import Topology
 
 COMM_BACKENDS = ("ag_rs", "a2a", "fi_a2a")
 KV_DTYPES = ("auto", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 PD_MODES = ("null", "prefill", "decode")
 PD_BACKENDS = ("mooncake", "nixl", "fake")
-DECODE_ATTENTION_BACKENDS = ("auto", "flashmla", "flashinfer", "triton", "trtllm_mla", "cutedsl_mla",
-                             "tokenspeed_mla", "torch_native")
+DECODE_ATTENTION_BACKENDS = ("auto", "fa3", "flashmla", "flashinfer", "triton", "trtllm_mla", "cutedsl_mla",
+                             "tokenspeed_mla", "aiter", "torch_native")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class PlanRequest:
     dcp_replicate_q_proj: bool | None = None
     attention_backend: str = "auto"
     kv_cache_dtype: str = "auto"
-    page_size: int = 1
+    page_size: int | None = None  # None: decided (1, or what the decode kernel needs)
     mem_fraction_static: float = 0.85
     context_len: int | None = None
     max_running_requests: int | None = None
@@ -40,3 +40,4 @@ class PlanRequest:
     disaggregation_peer_kv_cache_dtype: str | None = None
     enable_hierarchical_cache: bool = False
     hicache_storage_backend: str | None = None
+    enable_prefill_cp: bool = False

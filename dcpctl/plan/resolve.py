@@ -15,7 +15,8 @@ TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_si
                  "gpus_per_node")
 REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
                                                                               "draft_model"))
-OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset")
+OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
+              "attn_dp_size")
 DEFAULT_MODEL = "tiny"
 
 
@@ -46,8 +47,21 @@ def model_from_options(opts: dict[str, Any]) -> ModelSpec:
     return spec
 
 
+def _attn_dp(opts: dict[str, Any]) -> dict[str, Any]:
+    """--attn-dp-size N is SGLang's newer spelling of --dp-size N --enable-dp-attention."""
+    n = opts.get("attn_dp_size")
+    if n is None:
+        return opts
+    dp = opts.get("dp_size")
+    if dp not in (None, 1, n) or (dp == n and n > 1 and not opts.get("enable_dp_attention")):
+        raise UserError(f"--attn-dp-size ({n}) and --dp-size ({dp}) cannot both be > 1: SGLang runs either "
+                        "attention-DP replicas inside TP or whole engine replicas")
+    return {**opts, "dp_size": n, "enable_dp_attention": n > 1 or bool(opts.get("enable_dp_attention"))}
+
+
 def request_from_options(opts: dict[str, Any]) -> PlanRequest:
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
+    opts = _attn_dp(opts)
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
     draft = None

@@ -85,11 +85,14 @@ class Topology:
         return out
 
     def _node_violations(self) -> list[Violation]:
-        total, n = self.total_gpus, self.nnodes
-        if total % n:
-            return [Violation("nodes", f"total GPUs ({total}) = tp ({self.tp_size}) * pp ({self.pp_size})"
-                              f"{' * dp (%d)' % self.dp_size if self.engine_replicas > 1 else ''} is not a multiple of "
-                              f"nnodes ({n}); valid nnodes: {divisors(total)}")]
+        world, n = self.world, self.nnodes
+        if n > 1 and self.engine_replicas > 1:
+            return [Violation("multi_node_dp", f"dp ({self.dp_size}) whole-engine replicas across nnodes ({n}) are not "
+                              "supported (SGLang); use attention DP (--attn-dp-size) across nodes")]
+        if world % n:
+            return [Violation("nodes", f"tp ({self.tp_size}) * pp ({self.pp_size}) = {world} is not a multiple of "
+                              f"nnodes ({n}); valid nnodes: {divisors(world)}")]
+        total = self.total_gpus
         if self.gpus_per_node is not None and total // n > self.gpus_per_node:
             return [Violation("node_fit", f"total GPUs ({total}) // nnodes ({n}) = {total // n} > gpus_per_node "
                               f"({self.gpus_per_node}); need nnodes >= {-(-total // self.gpus_per_node)}")]

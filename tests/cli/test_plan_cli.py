@@ -13,7 +13,7 @@ def run(*args):
 
 
 def test_valid_plan_json_contract():
-    r = run("plan", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+    r = run("plan", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
             "--format", "json")
     assert r.exit_code == 0
     d = json.loads(r.output)
@@ -95,7 +95,7 @@ def test_every_deployment_preset_plans_valid():
 
 
 def test_big_topology_is_interactive():
-    r = run("plan", "--model", "kimi-k2", "--hardware", "gb200-nvl72", "--tp-size", "1024", "--dp-size", "64",
+    r = run("plan", "--model-preset", "kimi-k2", "--hardware", "gb200-nvl72", "--tp-size", "1024", "--dp-size", "64",
             "--enable-dp-attention", "--dcp-size", "16", "--ep-size", "1024", "--nnodes", "256", "--format", "json")
     d = json.loads(r.output)
     assert len(d["rank_map"]) == 1024 and len(d["groups"]["dcp"]) == 64
@@ -111,13 +111,13 @@ def test_export_cli_writes_files(tmp_path):
 
 
 def test_recommend_cli():
-    r = run("recommend", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8",
+    r = run("recommend", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8",
             "--context-len", "131072", "--concurrency", "32", "--format", "json")
     assert r.exit_code == 0
     d = json.loads(r.output)
     assert d["recommendation"]["dcp_size"] == 8 and len(d["table"]) == 7
     assert {"choice", "8192", "131072"} <= set(d["crossovers"][0])
-    r = run("recommend", "--model", "deepseek-v3.1", "--hardware", "h200-8", "--concurrency", "2")
+    r = run("recommend", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--concurrency", "2")
     assert r.exit_code == 2 and "needs --context-len" in r.output
 
 
@@ -126,3 +126,19 @@ def test_plan_estimate_with_concurrency():
     e = json.loads(r.output)["estimate"]
     assert e["plan"]["choice"] == "dcp 8 a2a" and e["plan"]["fits"] and not e["dcp1"]["fits"]
     assert e["speedup_vs_dcp1"] > 1
+
+
+def test_sglang_aliases_and_attn_dp_size():
+    a = json.loads(run("plan", "--hardware", "h200-8", "--tensor-parallel-size", "8", "--attn-dp-size", "4",
+                       "--dcp-size", "2", "--format", "json").output)
+    b = json.loads(run("plan", "--hardware", "h200-8", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention",
+                       "--dcp-size", "2", "--format", "json").output)
+    assert a["groups"] == b["groups"] and a["topology"]["attn_tp_size"] == 2
+    r = run("plan", "--hardware", "h200-8", "--tp-size", "8", "--attn-dp-size", "4", "--dp-size", "2")
+    assert r.exit_code == 2 and "cannot both be > 1" in r.output
+
+
+def test_multi_node_engine_replicas_rejected():
+    d = json.loads(run("plan", "--hardware", "h200-8", "--tp-size", "8", "--dp-size", "2", "--nnodes", "2",
+                       "--format", "json").output)
+    assert [v["code"] for v in d["violations"]] == ["multi_node_dp"]

@@ -5,10 +5,19 @@ def dec(p, k):
     return p.decisions[k].value, p.decisions[k].reason
 
 
-def test_generic_defaults():
-    p = plan(tp_size=8, dcp_size=8)
-    assert dec(p, "dcp_comm_backend")[0] == "ag_rs"
-    assert dec(p, "dcp_replicate_q_proj") == (False, "generic default")
+def test_generic_defaults_follow_the_platform():
+    p = plan(tp_size=8, dcp_size=8)  # H200: CUDA, not SM100
+    assert dec(p, "dcp_comm_backend")[0] == "a2a"
+    assert dec(p, "dcp_replicate_q_proj") == (False, "off by default (no model override applies)")
+    assert dec(p, "decode_attention_backend")[0] == "fa3" and dec(p, "page_size")[0] == 1
+    assert dec(plan(hardware="cpu", tp_size=8, dcp_size=8), "dcp_comm_backend")[0] == "ag_rs"
+    b200 = plan(model_name="kimi-k2", hardware="b200-8", tp_size=8, dcp_size=8)
+    assert dec(b200, "dcp_comm_backend") == ("fi_a2a", "SM100 with DCP group inside one 8-GPU node: "
+                                                       "FlashInfer's all-to-all")
+    assert dec(b200, "decode_attention_backend")[0] == "trtllm_mla" and dec(b200, "page_size")[0] == 64
+    cross = plan(model_name="kimi-k2", hardware="b200-8", tp_size=16, dcp_size=16, nnodes=2)
+    assert dec(cross, "dcp_comm_backend")[0] == "a2a"
+    assert dec(plan(tp_size=8, dcp_size=1), "dcp_comm_backend")[0] == "ag_rs"
 
 
 def test_hard_errors():
@@ -21,7 +30,7 @@ def test_hard_errors():
 
 
 def test_replicate_q_needs_a2a():
-    p = plan(model_name="kimi-k3", hardware="h200-8", tp_size=16, ep_size=16, dcp_size=8, nnodes=2,
+    p = plan(model_name="kimi-k3", hardware="b200-8", tp_size=16, ep_size=16, dcp_size=8, nnodes=2,
              dcp_comm_backend="ag_rs", dcp_replicate_q_proj=True)
     # Kimi K3 forces a2a (no MNNVL) over the user's ag_rs and warns
     assert dec(p, "dcp_comm_backend")[0] == "a2a"
@@ -44,19 +53,37 @@ def test_quantized_falls_back_to_query_allgather():
 
 
 def test_kimi_k3_overrides():
-    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=8, dcp_size=8, nnodes=2)
-    assert dec(p, "dcp_comm_backend")[0] == "fi_a2a"
+    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4)
+    assert p.valid and dec(p, "dcp_comm_backend")[0] == "fi_a2a"
     assert dec(p, "dcp_replicate_q_proj")[0] is True
     assert dec(p, "decode_attention_backend")[0] == "cutedsl_mla"
     assert dec(p, "symmetric_memory")[0] is False
-    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=8, dcp_size=8, nnodes=2,
+    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4,
              dcp_replicate_q_proj=False)
-    assert "fi_a2a_replicate_q" in codes(p)
-    p = plan(model_name="kimi-k3", tp_size=16, dcp_size=8, nnodes=2, attention_backend="tokenspeed_mla")
+    assert p.valid and dec(p, "dcp_replicate_q_proj") == (False, "--no-dcp-replicate-q-proj")
+    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4,
+             attention_backend="tokenspeed_mla")
     assert dec(p, "kv_cache_dtype") == ("fp8_e4m3", "tokenspeed_mla forces fp8 KV")
+    assert dec(p, "decode_attention_backend")[0] == "cutedsl_mla"
+    p = plan(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4,
+             attention_backend="flashinfer")
+    assert codes(p) == ["k3_decode_backend"]
+    p = plan(model_name="kimi-k3", hardware="h200-8", tp_size=16, ep_size=16, dcp_size=8, nnodes=2)
+    assert codes(p) == ["cutedsl_sm100"]
 
 
 def test_fi_a2a_hardware_rules():
     p = plan(model_name="tiny", hardware="h200-8", tp_size=8, dcp_size=8, dcp_comm_backend="fi_a2a")
-    assert codes(p) == ["fi_a2a_hardware", "fi_a2a_replicate_q"]
+    assert codes(p) == ["fi_a2a_hardware"]
     assert p.violations[0].message.startswith("fi_a2a needs CUDA SM100, got NVIDIA H200 (device cuda, SM 90)")
+
+
+def test_runtime_traps_reported_at_plan_time():
+    p = plan(model_name="kimi-k2", hardware="b200-8", tp_size=8, dcp_size=8, speculative_algorithm="EAGLE",
+             speculative_num_draft_tokens=4)
+    assert codes(p) == ["trtllm_dcp_spec"]
+    p = plan(tp_size=8, dcp_size=8, attention_backend="flashmla", kv_cache_dtype="fp8_e4m3")
+    assert codes(p) == ["flashmla_fp8_dcp"] and dec(p, "page_size")[0] == 64
+    p = plan(tp_size=8, dcp_size=8, attention_backend="flashmla", page_size=16)
+    assert dec(p, "page_size")[0] == 64 and "replaced by 64" in p.warnings[0]
+    assert codes(plan(tp_size=8, dcp_size=8, enable_prefill_cp=True)) == ["dcp_prefill_cp"]

@@ -132,12 +132,12 @@ def check_triton_case(case, scale, tol, kv_scale=None, **kw):
 
 
 @needs_triton
-@pytest.mark.parametrize("c,tokens,splits,trans", [(1, 1, None, False), (2, 3, 4, True), (3, 2, 1, False),
-                                                    (4, 1, 3, True)])
-def test_triton_small_matches_reference(c, tokens, splits, trans):
+@pytest.mark.parametrize("c,tokens,splits,tma", [(1, 1, None, False), (2, 3, 4, True), (3, 2, 1, False),
+                                                  (4, 1, 3, True)])
+def test_triton_small_matches_reference(c, tokens, splits, tma):
     case = make_case(7 * c + tokens, [1, 9, 70, 130], c, page=16, heads=20, v_dim=32, rope=16,
                      tokens_per_req=tokens, dtype=LOW, device=DEV)
-    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1, trans_qk=trans)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1, tma=tma)
     check_triton_case(case, 0.2, 2e-2, num_splits=splits, config=cfg)
 
 
@@ -178,7 +178,7 @@ def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
 
 @needs_triton
 @pytest.mark.skipif(not CUDA, reason="DeepSeek-V3 shapes need a GPU")
-@pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 128, 8, 1, 1, True), (16, 128, 8, 3, 1, False)])
+@pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 32, 8, 3, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 8, 3, 1, False)])
 def test_triton_configs_vs_fp64(cfg):
     case = make_case(5, [2, 700, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=3,
                      dtype=torch.bfloat16, device=DEV)
