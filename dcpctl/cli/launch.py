@@ -100,7 +100,11 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
             return data, int(params.get("nnodes") or 1), _summary(data), params.get("max_running_requests")
         opts = collect(ctx, params, config)
         if not opts.get("model_path"):
-            raise UserError(f"the saved plan {config} has no model_path: pass --model-path DIR")
+            if opts.get("model") not in (None, "tiny"):
+                raise UserError(f"the saved plan {config} has no model_path: pass --model-path DIR")
+            from dcpctl.runtime.tiny import ensure_tiny_model
+            opts["model_path"] = str(ensure_tiny_model())
+            opts.pop("model", None)
     else:
         opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))

@@ -1,7 +1,13 @@
-"""Serving: control-plane messages (all ranks), the lockstep engine loop, and rank 0's HTTP API.
+"""Serving: the control plane every rank runs, and rank 0's OpenAI-compatible HTTP API.
 
-control.py  the per-step control message as int64/float64 tensors (no pickled objects)
-loop.py     every rank's engine loop; rank 0 reads its inbox, the others follow the broadcast
-bridge.py   thread-safe hand-over between the HTTP thread (asyncio) and the engine (main thread)
-app.py      FastAPI routes: OpenAI completions/chat, models, health, metrics, SGLang /generate
+control.py    the per-step control message as int64/float64 tensors (no pickled objects)
+loop.py       every rank's lockstep loop: broadcast, apply, step, gather events to rank 0
+serve.py      entry from the worker: load, start HTTP on rank 0, run the loop, stop cleanly
+bridge.py     thread-safe hand-over between the HTTP thread (asyncio) and the engine (main thread)
+http.py       uvicorn in a background thread on a pre-bound socket
+app.py        FastAPI app: auth, body limit, OpenAI-style errors, models/health/metrics
+openai_api.py /v1/completions, /v1/chat/completions, SGLang /generate (plain and SSE)
+gen.py        one request's validation, submission and token stream
+protocol.py   request bodies (pydantic)       text.py  detokenization, stop strings, chat prompts
+metrics.py    Prometheus registry
 """
