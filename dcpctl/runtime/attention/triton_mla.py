@@ -40,7 +40,7 @@ class KernelConfig(NamedTuple):
     num_warps: int = 8
     num_stages: int = 2
     occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
-    trans_qk: bool = False  # compute scores transposed (tokens as the MMA's M dimension)
+    tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
 
 
 def default_config(heads: int) -> KernelConfig:
@@ -157,13 +157,21 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
     o = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32), device=q.device)
     lse = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
+    use_tma = cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
+    kvd_v = kvd_pe = kv_pool
+    if use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        flat = kv_pool.view(-1, r)
+        kvd_v = TensorDescriptor.from_tensor(flat, [cfg.block_n, v_dim])
+        kvd_pe = TensorDescriptor.from_tensor(flat, [cfg.block_n, r - v_dim])
     _mla_split_kernel[(head_blocks, s, n)](
-        q, kv_pool, block_table, local_lens, row_req, q_pos, o, lse,
+        q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, o, lse,
         q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
         o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, TRANS_QK=cfg.trans_qk, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     if s == 1:
         return MLAOut(o[0], lse[0], "e")
     mo, ml = merge_partials(o.view(s, n * h, v_dim), lse.view(s, n * h), out_dtype=out_dtype or torch.float32)
@@ -172,11 +180,21 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
 
 if triton is not None:
     @triton.jit
-    def _mla_split_kernel(Q, KV, BT, LENS, ROWREQ, QPOS, O, LSE,
+    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2):
+        # one KV tile: scores in base 2, online softmax, acc += p @ v (v = the first D_V columns of the row)
+        qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
+        qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        p = tl.exp2(qk - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        return m_new, l_sum * alpha + tl.sum(p, 1), acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
+
+    @triton.jit
+    def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_os, s_on, s_oh, s_ls, s_ln,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
-                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, TRANS_QK: tl.constexpr):
+                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr):
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b = tl.load(ROWREQ + n)
         causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
@@ -193,7 +211,15 @@ if triton is not None:
         m = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D_V], tl.float32)
-        for s in range(start, end, BLOCK_N):
+        tail = start
+        if USE_TMA:     # whole tiles (each inside one page) by bulk copy; the partial last tile below
+            tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+            every = tl.arange(0, BLOCK_N) < BLOCK_N
+            for s in range(start, tail, BLOCK_N):
+                r0 = tl.load(BT + b * s_bt + s // PAGE) * PAGE + s % PAGE
+                m, l_sum, acc = _attend(q_v, q_pe, KVD_V.load([r0, 0]), KVD_PE.load([r0, D_V]), every,
+                                        m, l_sum, acc, qk_scale2)
+        for s in range(tail, end, BLOCK_N):
             offs_j = s + tl.arange(0, BLOCK_N)
             jmask = offs_j < end
             page = tl.load(BT + b * s_bt + offs_j // PAGE, mask=jmask, other=0).to(tl.int64)
@@ -203,23 +229,7 @@ if triton is not None:
             if IS_FP8:
                 k_v = k_v.to(tl.bfloat16)
                 k_pe = k_pe.to(tl.bfloat16)
-            if TRANS_QK:    # scores as [BLOCK_N, BLOCK_H]: tokens fill the MMA's M, heads its N
-                st = tl.dot(k_v, tl.trans(q_v)) + tl.dot(k_pe, tl.trans(q_pe))
-                st = tl.where(jmask[:, None], st * qk_scale2, float("-inf"))
-                m_new = tl.maximum(m, tl.max(st, 0))
-                pt = tl.exp2(st - m_new[None, :])
-                alpha = tl.exp2(m - m_new)
-                l_sum = l_sum * alpha + tl.sum(pt, 0)
-                acc = acc * alpha[:, None] + tl.dot(tl.trans(pt.to(k_v.dtype)), k_v)
-            else:
-                qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
-                qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
-                m_new = tl.maximum(m, tl.max(qk, 1))
-                p = tl.exp2(qk - m_new[:, None])
-                alpha = tl.exp2(m - m_new)
-                l_sum = l_sum * alpha + tl.sum(p, 1)
-                acc = acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
-            m = m_new
+            m, l_sum, acc = _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2)
         seen = l_sum > 0
         o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
         lse = tl.where(seen, (m + tl.log2(tl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
