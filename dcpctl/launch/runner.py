@@ -144,7 +144,7 @@ class ServeProcess:
         if self.proc.poll() is None:
             self.terminate()
         self.reader.join(5)
-        if self.errors or (not stop.is_set() and not self.stopped_cleanly):
+        if self.errors or (not stop.is_set() and self.proc.returncode != 0):
             raise RuntimeFailed(self.failure())
         if self.url is not None and not self.stopped_cleanly:
             raise RuntimeFailed(f"the ranks did not stop cleanly within {STOP_GRACE_S:.0f} s: {self.failure()}")
