@@ -45,9 +45,9 @@ class KernelConfig(NamedTuple):
 
 def default_config(heads: int) -> KernelConfig:
     """Tile config per kernel-head count: the winners of `dcpctl bench kernel --sweep` on an H200
-    (B=32, ctx=32K; docs/benchmarks-kernel.md)."""
+    (B=32, ctx=32K; docs/benchmarks-kernel.md).  32-head blocks were not re-swept with TMA."""
     if heads % 64 == 0:
-        return KernelConfig(64, 64, 8, 2)
+        return KernelConfig(64, 64, 8, 2, 1, True)
     if heads % 32 == 0:
         return KernelConfig(32, 64, 8, 2)
     return KernelConfig(16, 128, 8, 2)
