@@ -5,6 +5,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 out = Console(highlight=False, soft_wrap=False)
@@ -12,11 +13,11 @@ err = Console(stderr=True, highlight=False)
 
 
 def error(msg: str) -> None:
-    err.print(f"[bold red]error:[/] {msg}", markup=True, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(msg)}", markup=True, soft_wrap=True)
 
 
 def warn(msg: str) -> None:
-    err.print(f"[yellow]warning:[/] {msg}", soft_wrap=True)
+    err.print(f"[yellow]warning:[/] {escape(msg)}", soft_wrap=True)
 
 
 def info(msg: str) -> None:

@@ -13,9 +13,11 @@ decode and verification.  T = 0 still runs every collective with empty tensors.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.comm import exchange_a2a, exchange_ag_rs, gather_heads
@@ -40,6 +42,8 @@ class DCPContext:
     lse_base: str         # decisions["lse_base"]: base of the LSE local attention returns
     v_dim: int            # kv_lora_rank
     kv_bytes_read: int = 0
+    exchange_seconds: float = 0.0  # wall time in the query gather and the merge collectives
+    sync_timing: bool = False      # CUDA: synchronize around collectives so exchange_seconds is exact
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     _mask: Tensor | None = field(default=None, repr=False)
 
@@ -77,13 +81,24 @@ class DCPContext:
         kv = self.pool.read(layer, lay.kv_slots)
         self.kv_bytes_read += kv.numel() * kv.element_size()
         c = self.dcp.size
-        q_group = q if (q_is_group or c == 1) else gather_heads(q, self.dcp)
-        o, lse = self._local(q_group, kv, scale)
         if c == 1:
-            return o.to(q.dtype)
+            return self._local(q, kv, scale)[0].to(q.dtype)
+        t0 = self._clock(q)
+        q_group = q if q_is_group else gather_heads(q, self.dcp)
+        t1 = self._clock(q)
+        o, lse = self._local(q_group, kv, scale)
+        t2 = self._clock(q)
         if self.backend == "ag_rs":
-            return exchange_ag_rs(o, lse, self.lse_base, self.dcp).to(q.dtype)
-        return exchange_a2a(o, lse, self.lse_base, self.dcp, q.dtype).to(q.dtype)
+            out = exchange_ag_rs(o, lse, self.lse_base, self.dcp)
+        else:
+            out = exchange_a2a(o, lse, self.lse_base, self.dcp, q.dtype)
+        self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
+        return out.to(q.dtype)
+
+    def _clock(self, x: Tensor) -> float:
+        if x.is_cuda and self.sync_timing:
+            torch.cuda.synchronize(x.device)  # time the collective, not its launch
+        return time.perf_counter()
 
 
 def decision(decisions: dict, key: str, default: Any) -> Any:

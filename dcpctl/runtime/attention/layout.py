@@ -49,6 +49,7 @@ class ShardLayout:
     kv_seq: Tensor
     q_bounds: list[int]
     kv_bounds: list[int]
+    chunks: list[SeqChunk]   # the batch's chunks in row order (request-indexed state, e.g. KDA, reads them)
 
 
 def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
@@ -76,4 +77,4 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
     cols["positions"] += [0] * pad
     cols["seq"] += [-1] * pad
     tensors = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()}
-    return ShardLayout(**tensors, q_bounds=q_bounds, kv_bounds=kv_bounds)
+    return ShardLayout(**tensors, q_bounds=q_bounds, kv_bounds=kv_bounds, chunks=list(chunks))

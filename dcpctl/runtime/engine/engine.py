@@ -52,14 +52,20 @@ class Engine:
         self.eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
                        [] if eos_token_id is None else [eos_token_id])
         layers, self.v_dim, row = model_dims(model)
+        layers = getattr(model, "kv_layers", layers)  # hybrids: only MLA layers keep latent KV
         page = int(kv["page_size"])
         self.alloc = VirtualAllocator(int(kv["capacity_tokens"]), page, ps.dcp.size)
         self.pool = KVPool(layers, self.alloc.num_pages * page, row,
                            DTYPES[launch_cfg["model"]["dtype"]], self.device)
-        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running)
+        state_pool = getattr(model, "kda_pool", None)  # hybrids: request-indexed KDA state, never striped
+        if state_pool is not None and max_running and state_pool.slots != max_running:
+            model.set_kda_capacity(max_running)
+            state_pool = model.kda_pool
+        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running, state_pool)
         self.sampler = Sampler()
         self.busy = False                        # whether any replica ran the last step
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
+        self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
         self._results: dict[int, dict] | None = None  # generate() only: rid -> result
 
     def owns(self, rid: int) -> bool:
@@ -123,6 +129,7 @@ class Engine:
         logits = self.model.logits(hidden.index_select(0, rows))
         self.sched.advance(chunks)
         self.kv_bytes_read += ctx.kv_bytes_read
+        self.exchange_seconds += ctx.exchange_seconds
         return self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 
     def _input_ids(self, chunks: list[SeqChunk]) -> Tensor:

@@ -8,6 +8,7 @@ cancelled request leaves the queue or frees its pages at the next step boundary.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.engine.request import Sequence
@@ -19,8 +20,10 @@ class SchedulerError(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, alloc: VirtualAllocator, chunk_size: int, max_running: int | None = None) -> None:
+    def __init__(self, alloc: VirtualAllocator, chunk_size: int, max_running: int | None = None,
+                 state_pool: Any = None) -> None:
         self.alloc = alloc
+        self.state_pool = state_pool  # hybrids: a request-state pool (can_admit/admit/release), else None
         self.chunk_size = chunk_size if chunk_size > 0 else 1 << 62
         self.max_running = max_running if max_running and max_running > 0 else 1 << 62
         self.waiting: deque[Sequence] = deque()
@@ -42,9 +45,12 @@ class Scheduler:
 
     def _admit(self) -> None:
         while (self.waiting and len(self.running) < self.max_running
-               and self.alloc.can_allocate(self.waiting[0].max_kv)):
+               and self.alloc.can_allocate(self.waiting[0].max_kv)
+               and (self.state_pool is None or self.state_pool.can_admit())):
             seq = self.waiting.popleft()
             self.alloc.allocate(seq.rid, seq.max_kv)
+            if self.state_pool is not None:
+                self.state_pool.admit(seq.rid)
             self.running.append(seq)
         if self.waiting and not self.running:
             seq = self.waiting[0]
@@ -101,3 +107,6 @@ class Scheduler:
         self.running.remove(seq)
         self.alloc.free(seq.rid)
         self.alloc.check_integrity()
+        if self.state_pool is not None:
+            self.state_pool.release(seq.rid)
+            self.state_pool.check_integrity()

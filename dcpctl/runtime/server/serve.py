@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from dcpctl.runtime.engine.engine import DTYPES, Engine
-from dcpctl.runtime.engine.timing import ExchangeTimer
 from dcpctl.runtime.server.control import control_group
 from dcpctl.runtime.server.loop import run_loop
 
@@ -49,11 +48,10 @@ def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
         model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
                            torch.device(cfg.get("device", "cpu")), progress=_progress if ps.rank == 0 else None)
     engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
-    timer = ExchangeTimer().install()
     if ps.rank != 0:
         _on_signals(lambda: None)
         return run_loop(engine, group, None)
-    return _serve_rank0(engine, group, cfg, opts, timer)
+    return _serve_rank0(engine, group, cfg, opts)
 
 
 def _on_signals(fn: Any) -> None:
@@ -61,7 +59,7 @@ def _on_signals(fn: Any) -> None:
         signal.signal(sig, lambda *_: fn())
 
 
-def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any], timer: ExchangeTimer) -> int:
+def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) -> int:
     from dcpctl.runtime.server.app import build_app
     from dcpctl.runtime.server.bridge import Bridge
     from dcpctl.runtime.server.gen import ServerState
@@ -71,7 +69,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any], ti
     path = cfg["model"]["path"]
     vocab, context = model_limits(path)
     bridge = Bridge(int(opts["max_running_requests"]) + int(opts["max_queued_requests"]))
-    metrics = Metrics(engine.ps.attn_tp.size, lambda: timer.seconds)
+    metrics = Metrics(engine.ps.attn_tp.size, lambda: engine.exchange_seconds)
     state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
                         engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
                         int(time.time()))
