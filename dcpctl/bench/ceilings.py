@@ -21,7 +21,8 @@ class Ceilings:
         return max(nbytes / self.copy_bytes_per_s, flops / self.bf16_flops_per_s)
 
     def calibration(self) -> dict[str, float]:
-        return {"copy_tbps": round(self.copy_bytes_per_s / 1e12, 4), "bf16_tflops": round(self.bf16_flops_per_s / 1e12, 2)}
+        return {"copy_tbps": round(self.copy_bytes_per_s / 1e12, 4),
+                "bf16_tflops": round(self.bf16_flops_per_s / 1e12, 2)}
 
 
 def events_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ def _cfg(t: tuple[int, ...]) -> Any:
 
 
 def _decode_fn(q: Any, pool: Pool, bt: Any, ctx: int, cfg: Any) -> Any:
+    # q: [B, H, R]  bt: [B, ctx/P] -> a callable decoding every row over all ctx keys
     import torch
     from dcpctl.runtime.attention.triton_mla import mla_decode_triton
     b = bt.shape[0]
@@ -92,13 +94,15 @@ def check_config(pool: Pool, heads: int, cfg: Any) -> float:
 
 
 def time_cell(pool: Pool, heads: int, ctx: int, batch: int, cfg: Any, naive: bool) -> dict[str, Any]:
+    # q: [batch, heads, R] random; KV rotated over pool.tables(batch, ctx) -> one result row
     import torch
     from dcpctl.bench.ceilings import events_ms, graph_ms
     q = torch.randn(batch, heads, R, device=pool.kv.device, dtype=torch.bfloat16)
     fns = [_decode_fn(q, pool, bt, ctx, cfg) for bt in pool.tables(batch, ctx)]
     ms = graph_ms(fns * max(1, math.ceil(8 / len(fns))))
+    kv_bytes = batch * ctx * R * pool.kv.element_size()
     row = {"heads": heads, "ctx": ctx, "batch": batch, "time_us": ms * 1e3,
-           "bytes": batch * ctx * R * pool.kv.element_size() + batch * heads * (R + V) * 2, "flops": 2 * batch * heads * ctx * (R + V),
+           "bytes": kv_bytes + batch * heads * (R + V) * 2, "flops": 2 * batch * heads * ctx * (R + V),
            "config": list(cfg), "splits": _splits(heads, ctx, batch, cfg)}
     if naive:
         bt = pool.tables(batch, ctx)[0]
@@ -157,16 +161,16 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             for b in batches:
                 row = time_cell(pool, h, ctx, b, cfgs[h], naive)
                 roof = ceil.roofline_s(row["bytes"], row["flops"]) * 1e6
-                row.update(roofline_us=roof, fraction=roof / row["time_us"],
-                           bound="compute" if row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
-                           else "memory")
+                compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
+                row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
                 cells.append(row)
                 _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
-    return {"device": torch.cuda.get_device_name(), "kv_dtype": "fp8_e4m3" if fp8 else "bf16", "torch": torch.__version__, "triton": _triton_version(),
-            "python": platform.python_version(), "calibration": ceil.calibration(),
+    return {"device": torch.cuda.get_device_name(), "kv_dtype": "fp8_e4m3" if fp8 else "bf16",
+            "torch": torch.__version__, "triton": _triton_version(), "python": platform.python_version(),
+            "calibration": ceil.calibration(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
-            "fraction_min": fr[0], "fraction_median": fr[len(fr) // 2],
+            "fraction_min": fr[0], "fraction_median": statistics.median(fr),
             "flashinfer": "not available: FlashInfer is not installed on the device and was not built here",
             "exchange": "not measured: needs 2 GPUs (only nvidia-h200 with 1 GPU was lent)"}
 
@@ -184,10 +188,11 @@ def _triton_version() -> str:
 def _table(res: dict[str, Any]) -> None:
     from dcpctl.cli import console
     rows = [[c["heads"], c["ctx"], c["batch"], f"{c['time_us']:.1f}", f"{c['roofline_us']:.1f}", c["bound"],
-             f"{c['fraction']:.2f}", "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"] for c in res["cells"]]
+             f"{c['fraction']:.2f}", "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
+            for c in res["cells"]]
     cal = res["calibration"]
-    title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; roofline fraction "
-             f"min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
+    title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; "
+             f"roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
     console.out.print(console.table(title, ["heads", "ctx", "batch", "kernel us", "roofline us", "bound", "fraction",
                                             "naive torch us"], rows))
     console.out.print(f"FlashInfer: {res['flashinfer']}\nExchange: {res['exchange']}")

@@ -178,7 +178,8 @@ def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
 
 @needs_triton
 @pytest.mark.skipif(not CUDA, reason="DeepSeek-V3 shapes need a GPU")
-@pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 32, 8, 3, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 8, 3, 1, False)])
+@pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 32, 8, 3, 1, True), (16, 64, 8, 3, 1, True),
+                                 (16, 128, 8, 3, 1, False)])
 def test_triton_configs_vs_fp64(cfg):
     case = make_case(5, [2, 700, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=3,
                      dtype=torch.bfloat16, device=DEV)

@@ -104,6 +104,7 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_out, V,
                       LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr):
+        # O: [S, M, V]  LSE: [S, M] -> OUT: [M, V], OUT_LSE: [M]; grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)
         offs_s = tl.arange(0, S_POW2)
         lse = tl.load(LSE + offs_s * s_ls + row, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
@@ -124,6 +125,7 @@ if triton is not None:
 
     @triton.jit
     def _rescale_kernel(O, LSE_R, LSE_G, OUT, V, LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):
+        # O: [M, V]  LSE_R, LSE_G: [M] -> OUT: [M, V] fp32; grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)
         lr = tl.load(LSE_R + row) * LSE_SCALE
         lg = tl.load(LSE_G + row)
@@ -131,5 +133,6 @@ if triton is not None:
         w = tl.where(ok, tl.exp(tl.where(ok, lr - lg, 0.0)), 0.0)
         offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
         vmask = offs_v < V
-        x = tl.load(O + row.to(tl.int64) * V + offs_v, mask=vmask & (tl.zeros_like(offs_v) + ok.to(tl.int32) > 0), other=0.0)
+        keep = vmask & (tl.zeros_like(offs_v) + ok.to(tl.int32) > 0)      # NaN rows of empty shards never load
+        x = tl.load(O + row.to(tl.int64) * V + offs_v, mask=keep, other=0.0)
         tl.store(OUT + row.to(tl.int64) * V + offs_v, x.to(tl.float32) * w, mask=vmask)

@@ -195,6 +195,7 @@ if triton is not None:
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
                           BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr):
+        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [splits, N, H, D_V], LSE: [splits, N, H]; grid (H/BLOCK_H, splits, N)
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b = tl.load(ROWREQ + n)
         causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
