@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 from dcpctl.runtime.models.config import MlaConfig, parse_config
 from dcpctl.runtime.tokenizer import ByteTokenizer
 
-TINY_VERSION = "1"
+TINY_VERSION = "2"
 _VOCAB = 264  # 256 bytes + 4 specials, padded to a multiple of 8
 
 
@@ -99,6 +99,8 @@ def _init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor
         return 0.1 * x
     if len(shape) == 1:
         return 1.0 + 0.1 * x
+    if name == "lm_head.weight":  # specials (BOS/EOS/PAD/UNK, ids >= 256) get zero logits: a random
+        x[256:] = 0.0             # model then never ends at once, so demos show text
     return x if "embed_tokens" in name else x * shape[1] ** -0.5
 
 
