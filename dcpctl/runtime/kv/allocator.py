@@ -44,6 +44,7 @@ class VirtualAllocator:
         self._free: deque[int] = deque(range(self.num_pages))
         self._pages: dict[int, list[int]] = {}      # request id -> its virtual pages, in order
         self._slots: dict[int, list[int]] = {}      # request id -> virtual slot of each position
+        self._held: set[int] = set()                # pages a prefix cache keeps after their request ended
 
     @property
     def virtual_capacity(self) -> int:
@@ -79,11 +80,32 @@ class VirtualAllocator:
             raise AllocatorError(f"unknown request {rid}; known: {sorted(self._slots)}")
         return self._slots[rid]
 
-    def free(self, rid: int) -> None:
+    def pages(self, rid: int) -> list[int]:
+        if rid not in self._pages:
+            raise AllocatorError(f"unknown request {rid}; known: {sorted(self._pages)}")
+        return self._pages[rid]
+
+    def free(self, rid: int, keep: set[int] | frozenset[int] = frozenset()) -> None:
+        """Free request `rid`; its pages listed in `keep` become held (a cache owns them) instead."""
         if rid not in self._pages:
             raise AllocatorError(f"free of unknown request {rid}; known: {sorted(self._pages)}")
-        self._free.extend(self._pages.pop(rid))
+        pages = self._pages.pop(rid)
+        if not keep <= set(pages):
+            raise AllocatorError(f"request {rid}: keep {sorted(keep)} is not a subset of its pages {pages}")
+        self._free.extend(p for p in pages if p not in keep)
+        self._held.update(keep)
         del self._slots[rid]
+
+    @property
+    def held_pages(self) -> int:
+        return len(self._held)
+
+    def release(self, page: int) -> None:
+        """Return a held page to the free list (its cache entry moved to host or was dropped)."""
+        if page not in self._held:
+            raise AllocatorError(f"release of page {page}, which is not held; held: {sorted(self._held)}")
+        self._held.remove(page)
+        self._free.append(page)
 
     def requests(self) -> list[int]:
         return list(self._pages)
@@ -91,13 +113,14 @@ class VirtualAllocator:
     def check_integrity(self) -> None:
         """Raise AllocatorError naming every term of the first broken invariant."""
         used = sum(len(p) for p in self._pages.values())
-        if len(self._free) + used != self.num_pages:
-            raise AllocatorError(f"free_pages({len(self._free)}) + used_pages({used}) "
+        if len(self._free) + used + len(self._held) != self.num_pages:
+            held = f" + held_pages({len(self._held)})" if self._held else ""
+            raise AllocatorError(f"free_pages({len(self._free)}) + used_pages({used}){held} "
                                  f"!= num_pages({self.num_pages})")
-        seen = set(self._free).union(*self._pages.values()) if self._pages else set(self._free)
+        seen = set(self._free).union(self._held, *self._pages.values())
         if len(seen) != self.num_pages:
             raise AllocatorError(f"distinct_pages({len(seen)}) != num_pages({self.num_pages}): "
-                                 "a page is both free and used, or used twice")
+                                 "a page is in two of free, held and used, or used twice")
         for rid, slots in self._slots.items():
             self._check_request(rid, slots)
 
