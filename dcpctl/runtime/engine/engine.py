@@ -22,6 +22,7 @@ from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
+from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import ParallelState
@@ -63,6 +64,7 @@ class Engine:
             state_pool = model.kda_pool
         self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running, state_pool)
         self.sampler = Sampler()
+        self.spec = make_speculative(launch_cfg, self)  # None unless launch_cfg["speculative"]
         self.busy = False                        # whether any replica ran the last step
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
@@ -74,12 +76,15 @@ class Engine:
     def submit(self, rid: int, prompt: list[int], params: SamplingParams) -> None:
         """Queue a request (only on its replica); raises SchedulerError for an impossible one."""
         if self.owns(rid):
-            self.sched.add(Sequence(rid, list(prompt), params))
+            extra = self.spec.kv_extra if self.spec else 0  # verification writes K rows past plain decode
+            self.sched.add(Sequence(rid, list(prompt), params, kv_extra=extra))
 
     def cancel(self, rid: int) -> bool:
         """Drop a queued or running request and free its pages; False when it is not here."""
         seq = self.sched.cancel(rid)
         self.sampler.forget(rid)
+        if seq is not None and self.spec:
+            self.spec.release(seq)
         return seq is not None
 
     def cancel_all(self) -> None:
@@ -121,6 +126,8 @@ class Engine:
         self.busy = self._any_replica_busy(bool(chunks))
         if not self.busy:
             return []
+        if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
+            return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
         ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
         ids = self._input_ids(chunks)
         hidden = self.model.forward(ids, ctx.positions, ctx)
@@ -170,10 +177,13 @@ class Engine:
             self._results[seq.rid] = seq.result()
         self.sched.finish(seq)
         self.sampler.forget(seq.rid)
+        if self.spec:
+            self.spec.release(seq)
 
     def _collect(self, n: int, steps: int) -> dict:
         done = self._results or {}
-        mine = (done if self.ps.attn_tp.rank == 0 else {}, self.kv_rows, self.kv_bytes_read)
+        mine = (done if self.ps.attn_tp.rank == 0 else {}, self.kv_rows, self.kv_bytes_read,
+                self.spec.counters if self.spec else None)
         parts = [mine]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             parts = [None] * dist.get_world_size()
@@ -184,4 +194,6 @@ class Engine:
             raise RuntimeError(f"requests {missing} produced no result")
         stats = {"kv_rows_per_rank": [p[1] for p in parts], "kv_bytes_read_per_rank": [p[2] for p in parts],
                  "steps": steps}
+        if self.spec:
+            stats["spec"] = summarize([p[3] for p in parts], self.spec.k)
         return {"outputs": [done[i] for i in range(n)], "stats": stats}

@@ -36,6 +36,7 @@ class Sequence:
     computed: int = 0
     finished: bool = False
     finish_reason: str = ""        # "stop" (EOS), "length" (max_new_tokens) or "abort" (cancelled)
+    kv_extra: int = 0              # KV positions reserved beyond plain decode (speculative: K)
 
     @property
     def tokens(self) -> list[int]:
@@ -44,7 +45,7 @@ class Sequence:
     @property
     def max_kv(self) -> int:
         # the last sampled token is never fed back, so its KV is never written
-        return len(self.prompt) + self.params.max_new_tokens - 1
+        return len(self.prompt) + self.params.max_new_tokens - 1 + self.kv_extra
 
     @property
     def prefilling(self) -> bool:
