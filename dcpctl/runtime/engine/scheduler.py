@@ -28,6 +28,7 @@ class Scheduler:
         self.max_running = max_running if max_running and max_running > 0 else 1 << 62
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.cache: Any = None  # HiCache (engine/hicache.py): keep/reclaim/admit hooks, else None
 
     def add(self, seq: Sequence) -> None:
         if not seq.prompt:
@@ -45,10 +46,12 @@ class Scheduler:
 
     def _admit(self) -> None:
         while (self.waiting and len(self.running) < self.max_running
-               and self.alloc.can_allocate(self.waiting[0].max_kv)
+               and self._can_allocate(self.waiting[0].max_kv)
                and (self.state_pool is None or self.state_pool.can_admit())):
             seq = self.waiting.popleft()
             self.alloc.allocate(seq.rid, seq.max_kv)
+            if self.cache is not None:
+                self.cache.admit(seq)  # a cached prompt prefix is restored, not prefilled
             if self.state_pool is not None:
                 self.state_pool.admit(seq.rid)
             self.running.append(seq)
@@ -56,6 +59,11 @@ class Scheduler:
             seq = self.waiting[0]
             raise SchedulerError(f"request {seq.rid}: needs {self.alloc.pages_for(seq.max_kv)} pages, "
                                  f"free_pages = {self.alloc.free_pages}, nothing running to free more")
+
+    def _can_allocate(self, num_tokens: int) -> bool:
+        if self.alloc.can_allocate(num_tokens):
+            return True
+        return self.cache is not None and self.cache.reclaim(self.alloc.pages_for(num_tokens))
 
     def next_batch(self) -> list[SeqChunk]:
         """Prefill chunks (up to chunk_size tokens) if any prompt is unfinished, else one decode step."""
@@ -105,7 +113,7 @@ class Scheduler:
     def finish(self, seq: Sequence) -> None:
         seq.finished = True
         self.running.remove(seq)
-        self.alloc.free(seq.rid)
+        self.alloc.free(seq.rid, self.cache.keep(seq) if self.cache is not None else frozenset())
         self.alloc.check_integrity()
         if self.state_pool is not None:
             self.state_pool.release(seq.rid)
