@@ -19,6 +19,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.engine.events import Event, ReplicaStats
+from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
@@ -63,6 +64,9 @@ class Engine:
             model.set_kda_capacity(max_running)
             state_pool = model.kda_pool
         self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running, state_pool)
+        self.hicache = HiCache.from_launch_config(launch_cfg, self.alloc, self.pool, ps.dcp, state_pool)
+        self.sched.cache = self.hicache           # None unless launch_cfg["hicache"]
+        self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
         self.spec = make_speculative(launch_cfg, self)  # None unless launch_cfg["speculative"]
         self.busy = False                        # whether any replica ran the last step
@@ -98,7 +102,7 @@ class Engine:
     def check_drained(self) -> None:
         """Allocator integrity holds and every page is free (after cancel_all)."""
         self.alloc.check_integrity()
-        if self.alloc.free_pages != self.alloc.num_pages or self.alloc.requests():
+        if self.alloc.free_pages + self.alloc.held_pages != self.alloc.num_pages or self.alloc.requests():
             raise RuntimeError(f"free_pages({self.alloc.free_pages}) != num_pages({self.alloc.num_pages}) "
                                f"after draining; requests still holding pages: {self.alloc.requests()}")
 
@@ -175,6 +179,8 @@ class Engine:
         self.kv_rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
         if self._results is not None:
             self._results[seq.rid] = seq.result()
+        for hook in self.finish_hooks:
+            hook(seq)
         self.sched.finish(seq)
         self.sampler.forget(seq.rid)
         if self.spec:
