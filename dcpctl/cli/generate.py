@@ -49,11 +49,13 @@ def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
 
 def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], vocab: int) -> None:
     virtual = cfg["kv"]["capacity_tokens"] * cfg["topology"]["dcp_size"]
+    k = (cfg.get("speculative") or {}).get("num_draft_tokens", 0)  # verification writes K rows ahead
     for ids in prompts:
-        need = len(ids) + max_new
+        need = len(ids) + max_new + k
         if need > virtual:
-            raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) = {need} exceeds the KV "
-                            f"capacity ({virtual} virtual tokens); raise --max-total-tokens or --dcp-size")
+            spec = f" + num_draft_tokens ({k})" if k else ""
+            raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}){spec} = {need} exceeds the "
+                            f"KV capacity ({virtual} virtual tokens); raise --max-total-tokens or --dcp-size")
         bad = [i for i in ids if i >= vocab]
         if bad:
             raise UserError(f"prompt id {bad[0]} is outside the vocabulary (vocab_size {vocab})")
@@ -137,3 +139,9 @@ def _print(result: dict[str, Any], tok: Any, fmt: str, logprobs: bool) -> None:
         console.out.print(f"[bold]prompt[/] ({len(o['prompt_ids'])} tokens) -> {tok.decode(o['prompt_ids'])!r}")
         console.out.print(o["text"], markup=False)
     console.info(f"kv rows per rank: {result['stats'].get('kv_rows_per_rank')}")
+    spec = result["stats"].get("spec")
+    if spec:
+        console.info(f"speculative {spec['algorithm']} (K = {spec['num_draft_tokens']}): acceptance rate "
+                     f"{spec['acceptance_rate']:.3f} ({spec['draft_tokens_accepted']}/{spec['draft_tokens_proposed']}"
+                     f" draft tokens), {spec['tokens_per_target_step']:.2f} tokens per target step; draft kv rows "
+                     f"per rank (replicated): {spec['draft_kv_rows_per_rank']}")

@@ -9,6 +9,7 @@ from dcpctl.plan.planner import Plan
 
 RUNTIME_DTYPES = ("float64", "float32", "bfloat16", "float16")
 RUNTIME_BACKENDS = ("ag_rs", "a2a")
+RUNTIME_SPEC_ALGORITHMS = ("STANDALONE",)   # the runtime's engine/spec.py ALGORITHMS (kept torch-free here)
 
 
 def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device: str, max_total_tokens: int,
@@ -33,7 +34,7 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         rows = min(rows, plan.memory["kv_rows_per_rank"])
     page = plan.request.page_size
     rows = max(rows // page, 1) * page
-    return {
+    cfg = {
         "version": 1,
         "model": {"path": str(Path(model_path).resolve()), "dtype": dtype},
         "device": device,
@@ -46,3 +47,24 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
                       "lse_base": d["lse_base"].value},
         "kv": {"page_size": page, "capacity_tokens": rows, "chunked_prefill_size": chunked_prefill_size},
     }
+    spec = speculative_section(plan)
+    if spec:
+        cfg["speculative"] = spec
+    return cfg
+
+
+def speculative_section(plan: Plan) -> dict[str, Any] | None:
+    """launch config `speculative` from the plan request (None without --speculative-algorithm)."""
+    req = plan.request
+    algo = req.speculative_algorithm
+    if not algo:
+        return None
+    if algo not in RUNTIME_SPEC_ALGORITHMS:
+        raise UserError(f"--speculative-algorithm {algo}: the bundled runtime supports "
+                        f"{', '.join(RUNTIME_SPEC_ALGORITHMS)} only")
+    path = (req.draft_model.extra or {}).get("path") if req.draft_model is not None else None
+    if not path:
+        raise UserError("--speculative-algorithm STANDALONE needs --speculative-draft-model-path DIR "
+                        "(a checkpoint directory; a preset has no weights)")
+    return {"algorithm": algo, "draft_model_path": str(Path(path).resolve()),
+            "num_draft_tokens": int(req.speculative_num_draft_tokens)}
