@@ -121,5 +121,6 @@ class HiCache:
 
     def stats(self) -> dict[str, int]:
         return {"hit_tokens": self.hit_tokens, "d2h_pages": self.host.d2h_pages, "h2d_pages": self.host.h2d_pages,
+                "d2d_pages": self.host.d2d_pages,
                 "device_entries": sum(e.tier == DEVICE for e in self.cache.entries()),
                 "host_entries": sum(e.tier == HOST for e in self.cache.entries())}

@@ -50,7 +50,7 @@ class HostTier:
         self.pool, self.page_size, self.c, self.rank = pool, page_size, c, rank
         self.num_pages = num_pages
         self._free: deque[int] = deque(range(num_pages))
-        self.d2h_pages = self.h2d_pages = 0
+        self.d2h_pages = self.h2d_pages = self.d2d_pages = 0
 
     @property
     def free_pages(self) -> int:
@@ -88,3 +88,4 @@ class HostTier:
         src = torch.tensor(page_rows(src_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
         dst = torch.tensor(page_rows(dst_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
         self.pool.kv.index_copy_(1, dst, self.pool.kv.index_select(1, src))
+        self.d2d_pages += len(src_pages)
