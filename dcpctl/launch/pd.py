@@ -1,0 +1,56 @@
+"""Two plans (prefill, decode) -> one PD launch config for the bundled runtime (docs/pd.md); pure."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dcpctl.launch.config import render_launch_config
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.planner import Plan
+
+_INSTANCE_KEYS = ("topology", "groups", "decisions", "kv")
+
+
+def pd_transfer_path(prefill_dcp: int, decode_dcp: int) -> str:
+    """`page` for equal DCP sizes, `token_relayout` for DCP 1 prefill; any other pair is a UserError."""
+    if prefill_dcp == decode_dcp:
+        return "page"
+    if prefill_dcp == 1:
+        return "token_relayout"
+    raise UserError(f"prefill dcp ({prefill_dcp}) -> decode dcp ({decode_dcp}) is not supported: use equal sizes "
+                    f"or dcp 1 prefill; valid prefill sizes: [1, {decode_dcp}]")
+
+
+def _shift(groups: dict[str, list[list[int]]], offset: int) -> dict[str, list[list[int]]]:
+    return {kind: [[r + offset for r in g] for g in lists] for kind, lists in groups.items()}
+
+
+def render_pd_launch_config(prefill: Plan, decode: Plan, model_path: str | Path, dtype: str, device: str,
+                            max_total_tokens: int, chunked_prefill_size: int) -> dict[str, Any]:
+    """One launch of a prefill instance (global ranks first) and a decode instance (the ranks after it).
+
+    Each instance is rendered by `render_launch_config` from its own plan; they must agree on page
+    size (checked here) and on the model and dtype (one argument each).  A plan that states its
+    disaggregation mode must state the matching one.
+    """
+    for plan, mode in ((prefill, "prefill"), (decode, "decode")):
+        got = plan.request.disaggregation_mode
+        if got not in ("null", mode):
+            raise UserError(f"the {mode} plan has --disaggregation-mode {got}; expected {mode}")
+    path = pd_transfer_path(prefill.request.topology.dcp_size, decode.request.topology.dcp_size)
+    if prefill.request.page_size != decode.request.page_size:
+        raise UserError(f"prefill page_size ({prefill.request.page_size}) != decode page_size "
+                        f"({decode.request.page_size}); PD needs matching page sizes")
+    args = (model_path, dtype, device, max_total_tokens, chunked_prefill_size)
+    pre, dec = render_launch_config(prefill, *args), render_launch_config(decode, *args)
+    for mode, cfg in (("prefill", pre), ("decode", dec)):
+        if cfg["topology"]["attn_dp_size"] != 1:
+            raise UserError(f"the bundled PD runtime needs attn_dp_size 1 on each instance; the {mode} plan "
+                            f"has {cfg['topology']['attn_dp_size']}")
+    first = pre["world_size"]
+    dec["groups"] = _shift(dec["groups"], first)
+    instances = {"prefill": {"ranks": list(range(first)), **{k: pre[k] for k in _INSTANCE_KEYS}},
+                 "decode": {"ranks": list(range(first, first + dec["world_size"])),
+                            **{k: dec[k] for k in _INSTANCE_KEYS}}}
+    return {"version": 1, "model": pre["model"], "device": device, "dist_backend": pre["dist_backend"],
+            "world_size": first + dec["world_size"], "disaggregation": {"transfer": path, **instances}}
