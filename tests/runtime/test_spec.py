@@ -181,3 +181,20 @@ def test_generate_cli_speculative(reference, drafts):
     assert len(set(out["stats"]["spec"]["draft_kv_rows_per_rank"])) == 1
     bad = CliRunner().invoke(cli, args[:-6] + ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "3"])
     assert bad.exit_code == 2 and "supports STANDALONE only" in bad.output
+
+
+def test_serving_loop_with_joins_and_cancel(reference, drafts):
+    from dcpctl.runtime.server.loop import run_loop
+    from tests.runtime.test_engine_serve import ScriptedBridge
+
+    def serve(rank, world):
+        eng = _engine(_cfg(2, 2, backend="a2a", draft=drafts["near"], k=3))
+        bridge = ScriptedBridge({0: [0, 1], 2: [2], 4: [3]}, {1: 3}, dict(enumerate(REQUESTS))) if rank == 0 else None
+        run_loop(eng, None, bridge)  # raises unless every target page is free at shutdown
+        assert not eng.spec.alloc.requests() and eng.spec.alloc.free_pages == eng.spec.alloc.num_pages
+        return None if bridge is None else {rid: [e.token for e in evs] for rid, evs in bridge.events.items()}
+
+    got = run_ranks(serve, 2)[0]
+    for rid in (0, 2, 3):  # joins mid-decode: prefill batches interleave with speculative steps
+        assert got[rid] == reference["outputs"][rid]["output_ids"]
+    assert got[1] == reference["outputs"][1]["output_ids"][:len(got[1])]
