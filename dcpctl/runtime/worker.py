@@ -6,7 +6,9 @@ dcpctl.runtime.server.serve.serve until shutdown.  Batch: the requests JSON at $
 max_new_tokens, temperature, top_k, top_p, seed, logprobs}); rank 0 writes
 {"outputs": [...], "stats": {...}} to $DCPCTL_RESULT.  stats.kv_rows_per_rank: physical KV rows held
 for the requests of this run, per global rank (counted when each request finishes, before its
-pages are freed).  Errors: one line on stderr prefixed with the rank, exit status 1.
+pages are freed); stats.spec (with a `speculative` section, see docs/speculative.md): draft tokens
+proposed and accepted, acceptance_rate, tokens_per_target_step, draft_kv_rows_per_rank (replicated).
+Errors: one line on stderr prefixed with the rank, exit status 1.
 """
 from __future__ import annotations
 

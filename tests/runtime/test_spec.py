@@ -179,7 +179,8 @@ def test_generate_cli_speculative(reference, drafts):
     assert out["outputs"][0]["output_ids"] == reference["outputs"][1]["output_ids"]
     assert out["stats"]["spec"]["num_draft_tokens"] == 3
     assert len(set(out["stats"]["spec"]["draft_kv_rows_per_rank"])) == 1
-    bad = CliRunner().invoke(cli, args[:-6] + ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "3"])
+    bad = CliRunner().invoke(cli, args[:-6] + ["--speculative-algorithm", "NGRAM",
+                                               "--speculative-num-draft-tokens", "3"])
     assert bad.exit_code == 2 and "supports STANDALONE only" in bad.output
 
 
