@@ -48,7 +48,8 @@ def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
 
 
 def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], vocab: int) -> None:
-    virtual = cfg["kv"]["capacity_tokens"] * cfg["topology"]["dcp_size"]
+    inst = cfg["disaggregation"]["decode"] if "disaggregation" in cfg else cfg  # PD: the decode side holds it all
+    virtual = inst["kv"]["capacity_tokens"] * inst["topology"]["dcp_size"]
     k = (cfg.get("speculative") or {}).get("num_draft_tokens", 0)  # verification writes K rows ahead
     for ids in prompts:
         need = len(ids) + max_new + k
@@ -100,7 +101,12 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)
+    args = (opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)
+    if plan.request.disaggregation_mode != "null":  # both PD instances in one launch (docs/pd.md)
+        from dcpctl.launch.pd import render_pd_from_plan
+        cfg = render_pd_from_plan(plan, *args)
+    else:
+        cfg = render_launch_config(plan, *args)
     tok = _tokenizer(opts["model_path"])
     ids = parse_prompt_ids(prompt_ids) + [tok.encode(p, add_bos=True) for p in prompts]
     if not ids:

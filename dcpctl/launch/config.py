@@ -9,6 +9,7 @@ from dcpctl.plan.planner import Plan
 
 RUNTIME_DTYPES = ("float64", "float32", "bfloat16", "float16")
 RUNTIME_BACKENDS = ("ag_rs", "a2a")
+HICACHE_RATIO = 2
 RUNTIME_SPEC_ALGORITHMS = ("STANDALONE",)   # the runtime's engine/spec.py ALGORITHMS (kept torch-free here)
 
 
@@ -29,6 +30,9 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         raise UserError(f"--dtype {dtype} is not supported; valid: {', '.join(RUNTIME_DTYPES)}")
     if t.engine_replicas > 1:
         raise UserError("the bundled runtime runs one engine: use --enable-dp-attention with --dp-size")
+    if t.pp_size > 1:
+        raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
+                        "SGLang with `dcpctl export sglang`")
     rows = -(-max_total_tokens // t.dcp_size)
     if plan.memory.get("kv_rows_per_rank"):
         rows = min(rows, plan.memory["kv_rows_per_rank"])
@@ -50,6 +54,9 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
     spec = speculative_section(plan)
     if spec:
         cfg["speculative"] = spec
+    if plan.request.enable_hierarchical_cache:
+        # HiCache L2 host tier: HICACHE_RATIO x the device pages (SGLang's --hicache-ratio default)
+        cfg["hicache"] = {"host_pages": HICACHE_RATIO * (rows // page)}
     return cfg
 
 

@@ -112,14 +112,10 @@ def _sglang_nodes(plan: Plan, opts: ExportOptions, role: str) -> dict[str, str]:
 
 
 def _pd_peer(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    from dcpctl.launch.pd import peer_plan
     r = plan.request
-    peer_mode = "decode" if r.disaggregation_mode == "prefill" else "prefill"
-    peer_t = replace(r.topology, dcp_size=r.disaggregation_peer_dcp_size or r.topology.dcp_size)
-    peer_req = replace(r, topology=peer_t, disaggregation_mode=peer_mode,
-                       disaggregation_peer_dcp_size=r.topology.dcp_size,
-                       dcp_comm_backend=None if peer_t.dcp_size != r.topology.dcp_size else r.dcp_comm_backend,
-                       dcp_replicate_q_proj=None if peer_t.dcp_size == 1 else r.dcp_replicate_q_proj)
-    peer = make_plan(peer_req)
+    peer = peer_plan(plan)
+    peer_mode = peer.request.disaggregation_mode
     peer_opts = replace(opts, port=opts.port + 1, dist_init_addr=_bump_port(opts.dist_init_addr))
     files = _sglang_nodes(peer, peer_opts, peer_mode)
     pre, dec = (opts, peer_opts) if r.disaggregation_mode == "prefill" else (peer_opts, opts)

@@ -4,9 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dataclasses import replace
+
 from dcpctl.launch.config import render_launch_config
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.planner import Plan
+from dcpctl.plan.planner import Plan, make_plan
 
 _INSTANCE_KEYS = ("topology", "groups", "decisions", "kv")
 
@@ -54,3 +56,26 @@ def render_pd_launch_config(prefill: Plan, decode: Plan, model_path: str | Path,
                             **{k: dec[k] for k in _INSTANCE_KEYS}}}
     return {"version": 1, "model": pre["model"], "device": device, "dist_backend": pre["dist_backend"],
             "world_size": first + dec["world_size"], "disaggregation": {"transfer": path, **instances}}
+
+
+def peer_plan(plan: Plan) -> Plan:
+    """The other PD side of a plan with --disaggregation-mode: same topology, the peer's DCP size."""
+    r = plan.request
+    peer_mode = "decode" if r.disaggregation_mode == "prefill" else "prefill"
+    peer_dcp = r.disaggregation_peer_dcp_size or r.topology.dcp_size
+    same = peer_dcp == r.topology.dcp_size
+    return make_plan(replace(r, topology=replace(r.topology, dcp_size=peer_dcp), disaggregation_mode=peer_mode,
+                             disaggregation_peer_dcp_size=r.topology.dcp_size,
+                             dcp_comm_backend=r.dcp_comm_backend if same else None,
+                             dcp_replicate_q_proj=None if peer_dcp == 1 else r.dcp_replicate_q_proj))
+
+
+def render_pd_from_plan(plan: Plan, model_path: str | Path, dtype: str, device: str, max_total_tokens: int,
+                        chunked_prefill_size: int) -> dict[str, Any]:
+    """One PD launch from one side's plan (the peer is derived with `peer_plan`)."""
+    peer = peer_plan(plan)
+    if not peer.valid:
+        raise UserError("the peer PD plan is invalid: " + "; ".join(v.message for v in peer.violations))
+    prefill, decode = (plan, peer) if plan.request.disaggregation_mode == "prefill" else (peer, plan)
+    return render_pd_launch_config(prefill, decode, model_path, dtype, device, max_total_tokens,
+                                   chunked_prefill_size)

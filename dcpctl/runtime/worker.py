@@ -62,6 +62,9 @@ def eos_token_id(model_path: str | Path) -> Any:
 def run_worker(cfg: dict, requests: list, model: Any = None) -> dict:
     """Everything after init_process_group: groups, model, generate.  Returns the result on every rank."""
     from dcpctl.runtime.models import load_model  # the model package is heavy; import late
+    if "disaggregation" in cfg:  # a prefill and a decode instance in one world (docs/pd.md)
+        from dcpctl.runtime.pd.driver import run_pd
+        return run_pd(cfg, requests, eos_token_id=eos_token_id(cfg["model"]["path"]))
     ps = build_state(cfg)
     if model is None:
         model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
