@@ -126,3 +126,15 @@ def test_text_stream_holds_back_partial_stops_and_utf8():
 def test_plain_chat_template():
     ids = chat_prompt(ByteTokenizer(), [{"role": "user", "content": "hi"}])
     assert ids[0] == ByteTokenizer.bos_token_id and bytes(ids[1:]).decode() == "<|user|>\nhi\n<|assistant|>\n"
+
+
+def test_kda_ceiling_in_metrics():
+    from types import SimpleNamespace
+
+    from prometheus_client.parser import text_string_to_metric_families
+    pool = SimpleNamespace(used=3, free=5)
+    text = Metrics(1, kda_pool=pool).render().decode()
+    samples = {(s.name, s.labels.get("state")): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("dcpctl_kda_state_slots", "used")] == 3 and samples[("dcpctl_kda_state_slots", "free")] == 5
+    assert "dcpctl_kda_state_slots" not in Metrics(1).render().decode()

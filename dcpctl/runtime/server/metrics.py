@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -14,7 +14,8 @@ RATE_WINDOW_S = 10.0
 
 
 class Metrics:
-    def __init__(self, attn_tp_size: int, exchange_seconds: Callable[[], float] = lambda: 0.0) -> None:
+    def __init__(self, attn_tp_size: int, exchange_seconds: Callable[[], float] = lambda: 0.0,
+                 kda_pool: Any = None) -> None:
         r = self.registry = CollectorRegistry()
         self.running = Gauge("dcpctl_running_requests", "Requests holding KV pages (all replicas)", registry=r)
         self.queued = Gauge("dcpctl_queued_requests", "Requests waiting for admission (all replicas)",
@@ -30,6 +31,11 @@ class Metrics:
         self.exchange = Gauge("dcpctl_dcp_exchange_seconds_total",
                               "Wall time rank 0 spent in the DCP exchange (query gather + merge)", registry=r)
         self.exchange.set_function(exchange_seconds)
+        if kda_pool is not None:  # hybrids: request-indexed KDA state is the concurrency ceiling (not DCP)
+            slots = Gauge("dcpctl_kda_state_slots", "KDA state slots of rank 0's replica: the concurrency "
+                          "ceiling of a hybrid model, unchanged by DCP", ["state"], registry=r)
+            slots.labels("used").set_function(lambda: kda_pool.used)
+            slots.labels("free").set_function(lambda: kda_pool.free)
         self._recent: deque[tuple[float, int]] = deque()
         self.attn_tp_size = attn_tp_size
 

@@ -69,7 +69,8 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
     path = cfg["model"]["path"]
     vocab, context = model_limits(path)
     bridge = Bridge(int(opts["max_running_requests"]) + int(opts["max_queued_requests"]))
-    metrics = Metrics(engine.ps.attn_tp.size, lambda: engine.exchange_seconds)
+    metrics = Metrics(engine.ps.attn_tp.size, lambda: engine.exchange_seconds,
+                      getattr(engine.model, "kda_pool", None))
     state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
                         engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
                         int(time.time()))
