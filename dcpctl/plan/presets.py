@@ -15,25 +15,30 @@ KINDS = ("models", "hardware", "deployments")
 
 
 @functools.cache
-def _load_kind(kind: str) -> dict[str, dict[str, Any]]:
+def _files(kind: str) -> dict[str, Any]:
     root = importlib.resources.files("dcpctl.presets").joinpath(kind)
-    out: dict[str, dict[str, Any]] = {}
-    for f in sorted(root.iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".yaml"):
-            out[f.name[:-5]] = yaml.load(f.read_text(), Loader=Loader)
-    return out
+    return {f.name[:-5]: f for f in root.iterdir() if f.name.endswith(".yaml")}
+
+
+@functools.cache
+def _read(kind: str, name: str) -> dict[str, Any]:
+    return yaml.load(_files(kind)[name].read_text(), Loader=Loader)
+
+
+def _load_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {n: _read(kind, n) for n in names(kind)}
 
 
 def names(kind: str) -> list[str]:
-    return sorted(_load_kind(kind))
+    return sorted(_files(kind))
 
 
 def get(kind: str, name: str) -> dict[str, Any]:
-    table = _load_kind(kind)
-    if name not in table:
+    """One preset, parsing only its own file (plan's cold start stays short)."""
+    if name not in _files(kind):
         label = {"models": "model preset", "hardware": "hardware profile", "deployments": "preset"}[kind]
-        raise UserError(f"unknown {label} {name!r}; valid: {', '.join(sorted(table))}")
-    return table[name]
+        raise UserError(f"unknown {label} {name!r}; valid: {', '.join(names(kind))}")
+    return _read(kind, name)
 
 
 def hardware_profiles() -> dict[str, dict[str, Any]]:
