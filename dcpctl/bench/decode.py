@@ -1,5 +1,10 @@
 """`dcpctl bench decode`: time the striped decode step end to end for several DCP sizes.
 
+On CUDA the context takes the paged path (Triton MLA kernel over a block table), `--cuda-graphs`
+also replays each cell's step as a CUDA graph, and each row carries the planner's roofline
+prediction (plan/cost.py, ceilings measured at the start of the run) and measured/predicted;
+see bench/decode_cell.py.
+
 For each DCP size the same TP world runs the real runtime (model, allocator, pool, DCP context,
 exchange) on a synthetic checkpoint of a chosen shape: B requests whose first L positions are
 already cached (random latent rows; only their timing matters), then timed decode steps of one
@@ -9,7 +14,6 @@ token per request. Reported per (dcp, B, L): forward time per step, the batch-la
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -46,51 +50,11 @@ def _groups(tp: int, dcp: int) -> dict[str, list[list[int]]]:
     return build_groups(Topology(tp_size=tp, dcp_size=dcp))
 
 
-def _sync(device: Any) -> None:
-    import torch
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _one_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, steps: int, warmup: int,
-              page: int, device: Any) -> dict[str, Any]:
-    import torch
-
-    from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-    from dcpctl.runtime.kv.allocator import VirtualAllocator
-    from dcpctl.runtime.kv.pool import KVPool
-    c, cfg = ps.dcp.size, model.cfg
-    total = ctx_len + warmup + steps + 1
-    per_rank = -(-batch * (-(-total // (page * c)) * page * c) // c)
-    alloc = VirtualAllocator(per_rank, page, c)
-    for rid in range(batch):
-        alloc.allocate(rid, total)
-    pool = KVPool(cfg.num_layers, alloc.num_pages * page, cfg.latent_dim, model.dtype, device)
-    pool.kv.normal_()
-    fwd, lay, read = [], [], []
-    for s in range(warmup + steps):
-        t0 = time.perf_counter()
-        ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
-                            cfg.kv_lora_rank)
-        ids = torch.zeros(batch, dtype=torch.int64, device=device)
-        _sync(device)
-        t1 = time.perf_counter()
-        model.forward(ids, ctx.positions, ctx)
-        _sync(device)
-        t2 = time.perf_counter()
-        if s >= warmup:
-            lay.append(t1 - t0)
-            fwd.append(t2 - t1)
-            read.append(ctx.kv_bytes_read)
-    del pool
-    return {"step_ms": statistics.median(fwd) * 1e3, "layout_ms": statistics.median(lay) * 1e3,
-            "kv_bytes_read": read[-1]}
-
-
 def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> None:
     import torch
     import torch.distributed as dist
 
+    from dcpctl.bench.decode_cell import run_cell
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     device = torch.device("cuda", rank) if args["device"] == "cuda" else torch.device("cpu")
@@ -101,18 +65,23 @@ def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any)
                             world_size=world)
     try:
         dtype = getattr(torch, args["dtype"])
+        consts = _ceilings(device) if device.type == "cuda" else None
         rows = []
         for c in args["dcp_sizes"]:
             ps = ParallelState.build(_groups(world, c))
-            decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs",
+            decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs", "attention_path": args["path_kind"],
                          "dcp_replicate_q_proj": bool(args["replicate_q"] and c > 1), "lse_base": "e"}
             model = load_model(args["path"], ps, decisions, dtype, device)
             for b in args["batches"]:
                 for L in args["contexts"]:
-                    cell = _one_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"], device)
+                    cell = run_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"], device,
+                                    args["graphs"])
                     got = [None] * world
                     dist.all_gather_object(got, cell["kv_bytes_read"])
-                    rows.append({"dcp": c, "batch": b, "context": L, **cell, "kv_bytes_read_per_rank": got})
+                    row = {"dcp": c, "batch": b, "context": L, **cell, "kv_bytes_read_per_rank": got}
+                    if consts is not None:
+                        row.update(_predicted(row, model, args, world, consts))
+                    rows.append(row)
                     if rank == 0:
                         out.put(("progress", len(rows)))
             del model
@@ -120,6 +89,22 @@ def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any)
             out.put(("rows", rows))
     finally:
         dist.destroy_process_group()
+
+
+def _ceilings(device: Any) -> Any:
+    from dcpctl.bench.ceilings import measure
+    from dcpctl.plan.cost import Constants
+    k = measure(device)
+    return Constants(k.copy_bytes_per_s, k.bf16_flops_per_s, 1e11, 0.0, f"measured in this run {k.calibration()}")
+
+
+def _predicted(row: dict[str, Any], model: Any, args: dict[str, Any], world: int, k: Any) -> dict[str, Any]:
+    from dcpctl.bench.decode_cell import predict_ms
+    p = predict_ms(args["path"], model.cfg.intermediate_size, world, row["dcp"], args["backend"],
+                   args["replicate_q"], row["batch"], row["context"], k, model.cfg.num_layers)
+    measured = row.get("graph_ms", row["step_ms"])
+    return {**p, "measured_vs_predicted": measured / p["predicted_ms"],
+            "calibration": {"copy_tbps": k.hbm_bytes_per_s / 1e12, "bf16_tflops": k.flops_per_s / 1e12}}
 
 
 def run(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -132,7 +117,7 @@ def run(args: dict[str, Any]) -> list[dict[str, Any]]:
         for p in procs:
             p.start()
         try:
-            rows = _wait(q, args)
+            rows = _wait(q, args, procs)
         finally:
             for p in procs:
                 p.join(timeout=30)
@@ -141,18 +126,27 @@ def run(args: dict[str, Any]) -> list[dict[str, Any]]:
     return _with_ratios(rows)
 
 
-def _wait(q: Any, args: dict[str, Any]) -> list[dict[str, Any]]:
+def _wait(q: Any, args: dict[str, Any], procs: list[Any]) -> list[dict[str, Any]]:
+    import queue
+
     from rich.progress import Progress
 
     from dcpctl.cli import console
     deadline = time.monotonic() + args["timeout"]
     with Progress(console=console.err, transient=True) as bar:
         task = bar.add_task("decode cells", total=args["ncells"])
-        while True:
-            kind, value = q.get(timeout=max(deadline - time.monotonic(), 1))
+        while time.monotonic() < deadline:
+            try:
+                kind, value = q.get(timeout=2)
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:       # a rank died (its traceback is on stderr): stop waiting for it
+                    raise RuntimeError(f"bench decode: a rank exited with code {dead[0]}")
+                continue
             if kind == "rows":
                 return value
             bar.update(task, completed=value)
+    raise TimeoutError(f"bench decode: no result within --timeout {args['timeout']} s")
 
 
 def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -177,15 +171,20 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--dcp-comm-backend", "backend", type=click.Choice(["a2a", "ag_rs"]), default="a2a", show_default=True)
 @click.option("--dcp-replicate-q-proj", "replicate_q", is_flag=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True)
-@click.option("--page-size", "page", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--page-size", "page", type=click.IntRange(min=1),
+              help="KV page size P (default: 64 on cuda, where the paged kernel runs; 1 on cpu).")
+@click.option("--cuda-graphs", "graphs", is_flag=True,
+              help="Also replay each cell's decode step as a CUDA graph (cuda only; dense-MLP shapes).")
+@click.option("--attention-path", "path_kind", type=click.Choice(["auto", "paged", "layout"]), default="auto",
+              show_default=True, help="auto: the paged kernel path on cuda, the layout reference on cpu.")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option("--timeout", type=float, default=1800, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON rows here.")
 def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str, batches: str, contexts: str,
-            backend: str, replicate_q: bool, dtype: str, page: int, steps: int, warmup: int, timeout: float,
-            fmt: str, output: str | None) -> None:
+            backend: str, replicate_q: bool, dtype: str, page: int | None, graphs: bool, path_kind: str, steps: int,
+            warmup: int, timeout: float, fmt: str, output: str | None) -> None:
     """Time decode steps for DCP sizes at fixed TP over batch x context (see module docstring)."""
     from dcpctl.cli import console
     from dcpctl.plan.errors import UserError
@@ -194,7 +193,10 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
         raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
     args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": _ints(batches, "batches"),
             "contexts": _ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
-            "dtype": dtype, "page": page, "steps": steps, "warmup": warmup, "timeout": timeout}
+            "dtype": dtype, "page": page or (64 if device == "cuda" else 1), "graphs": graphs,
+            "path_kind": path_kind, "steps": steps, "warmup": warmup, "timeout": timeout}
+    if graphs and device != "cuda":
+        raise UserError("--cuda-graphs needs --device cuda")
     args["ncells"] = len(dcps) * len(args["batches"]) * len(args["contexts"])
     _check_device(device, tp)
     overrides = dict(SHAPES[shape], **({"num_hidden_layers": layers, "first_k_dense_replace": layers}
@@ -210,8 +212,11 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     if fmt == "json":
         console.write_text(json.dumps(doc, indent=2))
         return
-    cols = ["dcp", "B", "context", "step ms", "layout ms", "KV bytes/rank/step", "time vs dcp1", "KV vs dcp1"]
-    table = [[r["dcp"], r["batch"], r["context"], f"{r['step_ms']:.2f}", f"{r['layout_ms']:.2f}",
+    cols = ["dcp", "B", "context", "step ms", "graph ms", "predicted ms", "measured/pred", "layout ms",
+            "KV bytes/rank/step", "time vs dcp1", "KV vs dcp1"]
+    opt = lambda r, k, f: f.format(r[k]) if k in r else "-"  # noqa: E731
+    table = [[r["dcp"], r["batch"], r["context"], f"{r['step_ms']:.2f}", opt(r, "graph_ms", "{:.3f}"),
+              opt(r, "predicted_ms", "{:.3f}"), opt(r, "measured_vs_predicted", "{:.2f}"), f"{r['layout_ms']:.2f}",
               f"{max(r['kv_bytes_read_per_rank']):,}", f"{r.get('time_vs_dcp1', 0):.2f}",
               f"{r.get('kv_bytes_vs_dcp1', 0):.3f}"] for r in rows]
     console.out.print(console.table(f"decode step, shape {shape}, tp {tp}, {backend}", cols, table))

@@ -8,6 +8,7 @@ import click
 
 # subcommand -> module exposing `command`; imported only when run
 BENCHES = {
+    "capacity": "dcpctl.bench.capacity",
     "kernel": "dcpctl.bench.kernel",
     "decode": "dcpctl.bench.decode",
     "serve": "dcpctl.bench.serve",

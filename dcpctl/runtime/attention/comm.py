@@ -5,6 +5,8 @@ Kernel heads are the DCP group's query heads in dcp-rank order: rank j's own hea
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -45,13 +47,17 @@ def gather_heads(q: Tensor, axis: Axis) -> Tensor:
     return out.transpose(0, 1).reshape(q.shape[0], c * q.shape[1], q.shape[2])
 
 
-def exchange_ag_rs(o: Tensor, lse: Tensor, base: str, axis: Axis) -> Tensor:
+def exchange_ag_rs(o: Tensor, lse: Tensor, base: str, axis: Axis, rescale: Callable | None = None) -> Tensor:
     # o: [T, Hk, L] acc dtype  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
+    # rescale: fused_merge.rescale_partial (the fused correction on CUDA); None: the torch path
     c = axis.size
     lse_all = torch.empty((c, *lse.shape), dtype=lse.dtype, device=lse.device)
     _all_gather(lse_all, lse.contiguous(), axis.group)
-    w, _ = merge_weights(to_natural(lse_all, base))              # [c, T, Hk]
-    scaled = weighted_sum(o.unsqueeze(0), w[axis.rank].unsqueeze(0))  # exp(lse_r - lse) * o_r, masked
+    w, merged = merge_weights(to_natural(lse_all, base))         # [c, T, Hk], [T, Hk]
+    if rescale is not None:
+        scaled = rescale(o, lse, merged, base)                   # exp(lse_r - lse) * o_r, masked, fp32
+    else:
+        scaled = weighted_sum(o.unsqueeze(0), w[axis.rank].unsqueeze(0))
     out = torch.empty((o.shape[0], o.shape[1] // c, o.shape[2]), dtype=scaled.dtype, device=o.device)
     _reduce_scatter(out, by_owner(scaled, c), axis.group)
     return out
@@ -72,12 +78,16 @@ def unpack(buf: Tensor, v_dim: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]
     return buf[..., :v_dim], buf[..., v_dim:].contiguous().view(lse_wire_dtype(dtype)).squeeze(-1)
 
 
-def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dtype) -> Tensor:
+def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dtype,
+                 merge: Callable | None = None) -> Tensor:
     # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
+    # merge: fused_merge.merge_a2a (one Triton kernel on CUDA); None: the torch merge
     c, v_dim = axis.size, o.shape[-1]
     send = by_owner(pack(o, lse, dtype), c)                       # [c, T, Hl, L + k]
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1),
                            group=axis.group)
     o_parts, lse_parts = unpack(recv, v_dim, dtype)               # [c, T, Hl, L], [c, T, Hl]
+    if merge is not None:
+        return merge(o_parts, lse_parts, base)[0]
     return merge_stacked(o_parts, lse_parts, base).o

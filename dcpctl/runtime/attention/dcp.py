@@ -4,7 +4,10 @@ Per MLA layer (`attend`):
   1. write the batch's new latent rows that this rank owns (owner(v) = v % c) into its pool;
   2. gather the DCP group's query heads (skipped when q_is_group or c = 1);
   3. local attention over this rank's shard: its cached prefix rows plus the batch's owned new
-     rows, causal by global position (one masked matmul for small batches, per chunk otherwise);
+     rows, causal by global position.  Two paths with identical results (attention_path decision):
+     `layout` gathers the shard rows by slot (O(context) host indices; one masked matmul for small
+     batches, per chunk otherwise), `paged` hands the pool as [pages, P, R] plus a block table to
+     `triton_mla.mla_decode` (O(batch + pages) host work; the default when the pool is on CUDA);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
 
 Chunked prefill / extend attends the local shard and merges like decode (exact by the merge
@@ -21,9 +24,11 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.comm import exchange_a2a, exchange_ag_rs, gather_heads
+from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
-from dcpctl.runtime.kv.allocator import VirtualAllocator
+from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis
 
@@ -35,7 +40,7 @@ __all__ = ["BACKENDS", "DCPContext", "SeqChunk", "ShardLayout", "build_context",
 class DCPContext:
     """Implements attention.api.AttentionContext for one forward batch."""
 
-    layout: ShardLayout
+    layout: ShardLayout | PagedLayout   # PagedLayout: the paged fast path
     pool: KVPool
     dcp: Axis
     backend: str          # decisions["dcp_comm_backend"]
@@ -45,6 +50,7 @@ class DCPContext:
     exchange_seconds: float = 0.0  # wall time in the query gather and the merge collectives
     sync_timing: bool = False      # CUDA: synchronize around collectives so exchange_seconds is exact
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
+    kv_bytes_hint: int = 0          # paged path: KV bytes per layer from host ints (no device sync)
     _mask: Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +72,10 @@ class DCPContext:
             self._mask = attention_mask(lay.positions, lay.seq, lay.kv_pos, lay.kv_seq)
         return self._mask
 
+    @property
+    def paged(self) -> bool:
+        return isinstance(self.layout, PagedLayout)
+
     def _local(self, q: Tensor, kv: Tensor, scale: float) -> tuple[Tensor, Tensor]:
         # q: [T, Hk, R]  kv: [S, R] -> o [T, Hk, L], lse [T, Hk]: one masked matmul when small, else per chunk
         lay = self.layout
@@ -78,22 +88,35 @@ class DCPContext:
         # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R] -> [T, Hl, L]
         lay = self.layout
         self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
-        kv = self.pool.read(layer, lay.kv_slots)
-        self.kv_bytes_read += kv.numel() * kv.element_size()
+        if self.paged:
+            attend = lambda qq: self._attend_paged(layer, qq, scale)  # noqa: E731
+        else:
+            kv = self.pool.read(layer, lay.kv_slots)
+            self.kv_bytes_read += kv.numel() * kv.element_size()
+            attend = lambda qq: (*self._local(qq, kv, scale), self.lse_base)  # noqa: E731
         c = self.dcp.size
         if c == 1:
-            return self._local(q, kv, scale)[0].to(q.dtype)
+            return attend(q)[0].to(q.dtype)
         t0 = self._clock(q)
         q_group = q if q_is_group else gather_heads(q, self.dcp)
         t1 = self._clock(q)
-        o, lse = self._local(q_group, kv, scale)
+        o, lse, base = attend(q_group)
         t2 = self._clock(q)
+        # Triton merges on CUDA; the exact torch paths elsewhere
+        fused = q.is_cuda and q.dtype != torch.float64 and q.shape[0] > 0
         if self.backend == "ag_rs":
-            out = exchange_ag_rs(o, lse, self.lse_base, self.dcp)
+            out = exchange_ag_rs(o, lse, base, self.dcp, rescale_partial if fused else None)
         else:
-            out = exchange_a2a(o, lse, self.lse_base, self.dcp, q.dtype)
+            out = exchange_a2a(o, lse, base, self.dcp, q.dtype, merge_a2a if fused else None)
         self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
         return out.to(q.dtype)
+
+    def _attend_paged(self, layer: int, q: Tensor, scale: float) -> tuple[Tensor, Tensor, str]:
+        # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base
+        lay = self.layout
+        self.kv_bytes_read += self.kv_bytes_hint
+        out = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size)
+        return out.o, out.lse, out.base
 
     def _clock(self, x: Tensor) -> float:
         if x.is_cuda and self.sync_timing:
@@ -109,7 +132,19 @@ def decision(decisions: dict, key: str, default: Any) -> Any:
 
 def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
                   chunks: list[SeqChunk], v_dim: int, pad: int = 0) -> DCPContext:
-    """The engine's one call per forward batch (chunks must already be allocated)."""
-    layout = build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad)
+    """The engine's one call per forward batch (chunks must already be allocated).
+
+    decisions["attention_path"]: `auto` (paged when the pool is on CUDA), `paged` or `layout`."""
     backend = decision(decisions, "dcp_comm_backend", "ag_rs")
-    return DCPContext(layout, pool, dcp, backend, str(decision(decisions, "lse_base", "e")), v_dim)
+    base = str(decision(decisions, "lse_base", "e"))
+    if resolve_path(str(decision(decisions, "attention_path", "auto")), pool.kv.device) == "layout":
+        return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim)
+    lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
+    ctx = DCPContext(lay, pool, dcp, backend, base, v_dim)
+    ctx.kv_bytes_hint = kv_rows(alloc, chunks, dcp.rank) * pool.kv.shape[-1] * pool.kv.element_size()
+    return ctx
+
+
+def kv_rows(alloc: VirtualAllocator, chunks: list[SeqChunk], rank: int) -> int:
+    """Shard rows one layer attends (sum of local_len(end)): host ints only."""
+    return sum(local_len(ch.start + ch.num_tokens, rank, alloc.dcp) for ch in chunks)

@@ -1,0 +1,120 @@
+"""The paged fast path: one forward batch as the MLA decode kernel's inputs, built from page lists.
+
+A request's virtual page k is physical page k on every rank (physical(v) = v // c, and a widened
+page of P*c virtual slots is P physical rows), so rank r's local row j of a request sits at
+
+    page = pages[j // P]        row = page * P + j % P        (global position j*c + r)
+
+and the kernel reads the pool as [pages, P, R] through a block table.  Everything here is
+O(batch + pages), never O(context): per chunk one row of the block table (its pages up to the
+chunk's end), its local length local_len(end, r, c), and the owned new rows' write slots.
+
+| field        | shape               | meaning                                                 |
+| ------------ | ------------------- | ------------------------------------------------------- |
+| positions    | [T] int64           | global position of each batch token (pads: 0)          |
+| row_req      | [T] int32           | block-table row of each token (pads: the empty row n)   |
+| block_table  | [n + 1, pages] int32| chunk i's pages (row n: none, for pads)                 |
+| local_lens   | [n + 1] int32       | local_len(end_i, r, c) (row n: 0)                       |
+| write_rows   | [N] int64           | batch rows whose position this rank owns                |
+| write_slots  | [N] int64           | their physical slots                                    |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.attention.layout import SeqChunk
+from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference, triton_available
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+
+PATHS = ("auto", "paged", "layout")
+
+
+@dataclass
+class PagedLayout:
+    """See the module table (T batch tokens, n chunks, N owned new rows)."""
+
+    positions: Tensor
+    row_req: Tensor
+    block_table: Tensor
+    local_lens: Tensor
+    write_rows: Tensor
+    write_slots: Tensor
+    max_local_len: int        # host int: the kernel sizes its splits without a device sync
+    page_size: int
+    chunks: list[SeqChunk]
+
+
+def _chunk_rows(pages: list[int], ch: SeqChunk, row0: int, rank: int, c: int, page: int) -> tuple[list, list]:
+    # owned new positions of one chunk -> (batch rows, physical slots); O(num_tokens)
+    rows, slots = [], []
+    wide = page * c
+    for p in range(ch.start + (rank - ch.start) % c, ch.start + ch.num_tokens, c):
+        rows.append(row0 + p - ch.start)
+        slots.append(pages[p // wide] * page + (p % wide) // c)
+    return rows, slots
+
+
+def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, page_size: int,
+                device: torch.device | str = "cpu", pad: int = 0, max_pages: int | None = None) -> PagedLayout:
+    """Kernel inputs for one rank from the allocator's page lists (chunks must be allocated).
+
+    max_pages pads the block table's width (CUDA graphs keep one shape); default: the widest chunk.
+    """
+    c = alloc.dcp
+    positions: list[int] = []
+    row_req: list[int] = []
+    table: list[list[int]] = []
+    lens: list[int] = []
+    write_rows: list[int] = []
+    write_slots: list[int] = []
+    for i, ch in enumerate(chunks):
+        end, pages = ch.start + ch.num_tokens, alloc.pages(ch.rid)
+        rows, slots = _chunk_rows(pages, ch, len(positions), dcp_rank, c, page_size)
+        write_rows += rows
+        write_slots += slots
+        positions += range(ch.start, end)
+        row_req += [i] * ch.num_tokens
+        table.append(pages[:alloc.pages_for(end)])
+        lens.append(local_len(end, dcp_rank, c))
+    width = max([len(t) for t in table] + [1, max_pages or 0])
+    positions += [0] * pad
+    row_req += [len(chunks)] * pad
+    bt = torch.zeros(len(chunks) + 1, width, dtype=torch.int32)
+    for i, t in enumerate(table):
+        bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
+    ints = lambda v, dt=torch.int64: torch.tensor(v, dtype=dt).to(device)  # noqa: E731
+    return PagedLayout(ints(positions), ints(row_req, torch.int32), bt.to(device), ints(lens + [0], torch.int32),
+                       ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks))
+
+
+def kernel_fits(v_dim: int, row: int) -> bool:
+    """Whether the Triton kernel takes this latent row (v_dim and rope powers of two >= 16)."""
+    rope = row - v_dim
+    return all(d >= 16 and not d & (d - 1) for d in (v_dim, rope))
+
+
+def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
+                    dcp_rank: int, dcp_size: int) -> MLAOut:
+    # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk] base e)
+    if q.shape[0] == 0:    # an idle replica still runs every collective, with empty tensors
+        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return MLAOut(q.new_zeros(0, q.shape[1], v_dim, dtype=dt), q.new_zeros(0, q.shape[1], dtype=dt), "e")
+    pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
+    q_pos = lay.positions.to(torch.int32)       # 32-bit row offsets: the kernel's bulk tensor copies need them
+    args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, q_pos)
+    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size)
+    if triton_available(q.device) and kernel_fits(v_dim, q.shape[-1]) and q.dtype != torch.float64:
+        return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
+    return mla_decode_reference(*args, **kw)
+
+
+def resolve_path(requested: str, device: torch.device) -> str:
+    """'auto' -> 'paged' when the pool is on CUDA (the Triton kernel), else 'layout' (the exact reference)."""
+    if requested not in PATHS:
+        raise ValueError(f"attention_path {requested!r} is not supported; valid: {list(PATHS)}")
+    if requested != "auto":
+        return requested
+    return "paged" if device.type == "cuda" else "layout"
