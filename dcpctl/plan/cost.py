@@ -12,11 +12,14 @@ Hk = kernel heads = local_heads * dcp, R = kv_lora + rope, Lr = kv_lora, b = KV 
 
 MLP/MoE time is the same for every DCP size at fixed TP and is left out: the model compares
 choices, it does not predict the whole step. Defaults come from the hardware profile; a
-calibration file (measured by `dcpctl bench`) replaces them.
+calibration file (measured by `dcpctl bench`) replaces them and may add two measured terms:
+`attn_efficiency` (the local kernel's fraction of its roofline, from `dcpctl bench kernel`) divides
+the attention time, and `layer_overhead_us` (norms, rope, small kernels: the smallest decode cell
+of `dcpctl bench decode` minus its prediction) is added per layer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,8 @@ class Constants:
     link_bytes_per_s: float
     coll_latency_s: float
     source: str
+    attn_efficiency: float = 1.0   # measured fraction of the attention roofline the kernel reaches
+    layer_overhead_s: float = 0.0  # measured per-layer time outside the modelled terms
 
     @staticmethod
     def from_hardware(hw: Hardware) -> "Constants":
@@ -47,12 +52,16 @@ def load_calibration(path: Path, base: Constants) -> Constants:
     if not isinstance(d, dict):
         raise UserError(f"{path} has no 'calibration' mapping")
     try:
-        return Constants(float(d.get("copy_tbps", base.hbm_bytes_per_s / 1e12)) * 1e12,
-                         float(d.get("bf16_tflops", base.flops_per_s / 1e12)) * 1e12,
-                         float(d.get("link_gbps", base.link_bytes_per_s / 1e9)) * 1e9,
-                         float(d.get("a2a_latency_us", base.coll_latency_s * 1e6)) * 1e-6, f"calibration {path}")
+        k = Constants(float(d.get("copy_tbps", base.hbm_bytes_per_s / 1e12)) * 1e12,
+                      float(d.get("bf16_tflops", base.flops_per_s / 1e12)) * 1e12,
+                      float(d.get("link_gbps", base.link_bytes_per_s / 1e9)) * 1e9,
+                      float(d.get("a2a_latency_us", base.coll_latency_s * 1e6)) * 1e-6, f"calibration {path}",
+                      float(d.get("attn_efficiency", 1.0)), float(d.get("layer_overhead_us", 0.0)) * 1e-6)
     except (TypeError, ValueError) as e:
         raise UserError(f"{path}: calibration values must be numbers ({e})") from None
+    if not 0 < k.attn_efficiency <= 1 or k.layer_overhead_s < 0 or min(k.hbm_bytes_per_s, k.flops_per_s) <= 0:
+        raise UserError(f"{path}: need 0 < attn_efficiency <= 1, layer_overhead_us >= 0 and positive rates")
+    return k
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,17 @@ class StepCost:
     attn_flops_s: float
     gemm_s: float
     exchange_s: float
-    parts: dict[str, float] = field(default_factory=dict, compare=False)
+
+    efficiency: float = 1.0
+    overhead_s: float = 0.0
 
     @property
     def attention_s(self) -> float:
-        return max(self.kv_read_s, self.attn_flops_s)
+        return max(self.kv_read_s, self.attn_flops_s) / self.efficiency
 
     @property
     def layer_s(self) -> float:
-        return self.attention_s + self.gemm_s + self.exchange_s
+        return self.attention_s + self.gemm_s + self.exchange_s + self.overhead_s
 
 
 def local_len(L: int, c: int, r: int = 0) -> int:
@@ -101,7 +112,8 @@ def layer_cost(m: ModelSpec, attn_tp: int, ch: Choice, batch: int, context: int,
     kv_read = batch * ctx * R * b / k.hbm_bytes_per_s
     flops = 2.0 * batch * hk * ctx * (R + Lr) / k.flops_per_s
     gemm = _gemm_s(m, local_heads, hk if ch.replicate_q else local_heads, batch, k)
-    return StepCost(ch, kv_read, flops, gemm, _exchange_s(ch, batch, hk, R, Lr, k))
+    return StepCost(ch, kv_read, flops, gemm, _exchange_s(ch, batch, hk, R, Lr, k),
+                    efficiency=k.attn_efficiency, overhead_s=k.layer_overhead_s)
 
 
 def _gemm_s(m: ModelSpec, heads: int, q_heads: int, batch: int, k: Constants) -> float:

@@ -1,8 +1,12 @@
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpctl.plan.cost import Choice, Constants, layer_cost, load_calibration, with_bandwidth
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.recommend import crossover, recommend
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.topology import Topology
@@ -75,3 +79,17 @@ def test_calibration_file_replaces_constants(tmp_path):
     assert k.link_bytes_per_s == K.link_bytes_per_s and "calibration" in k.source
     slower = layer_cost(V3, 8, Choice(1, "none", False), 32, 32768, "bfloat16", k).layer_s
     assert slower > layer_cost(V3, 8, Choice(1, "none", False), 32, 32768, "bfloat16", K).layer_s
+
+
+def test_calibrated_efficiency_and_overhead(tmp_path):
+    f = tmp_path / "cal.yaml"
+    f.write_text("calibration: {copy_tbps: 4.2, bf16_tflops: 761, attn_efficiency: 0.5, layer_overhead_us: 200}\n")
+    k = load_calibration(f, K)
+    plain = replace(k, attn_efficiency=1.0, layer_overhead_s=0.0)
+    a = layer_cost(V3, 8, Choice(1, "none", False), 32, 32768, "bfloat16", k)
+    b = layer_cost(V3, 8, Choice(1, "none", False), 32, 32768, "bfloat16", plain)
+    assert a.attention_s == 2 * b.attention_s
+    assert a.layer_s - b.layer_s == pytest.approx(b.attention_s + 200e-6)
+    f.write_text("calibration: {attn_efficiency: 1.5}\n")
+    with pytest.raises(UserError, match="0 < attn_efficiency <= 1"):
+        load_calibration(f, K)
