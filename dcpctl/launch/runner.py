@@ -47,43 +47,73 @@ def write_launch_files(workdir: Path, cfg: dict[str, Any], **json_files: Any) ->
     return runtime_env(str(cfg_path), **paths)
 
 
+class StderrLog:
+    """torchrun's stderr, line by line: progress, rank errors, torchrun's "Root Cause" summary, the rest."""
+
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+        self.errors: list[str] = []
+        self.other: list[str] = []       # the last lines that were none of the above
+        self.root: dict[str, str] = {}   # torchrun's first observed failure: rank, exitcode, traceback
+
+    def feed(self, line: str) -> tuple[str, int, int] | None:
+        """Record one line; a progress line comes back as (what, done, total) for the caller's bar."""
+        m = PROGRESS.match(line)
+        if m:
+            return m.group(1), int(m.group(2)), int(m.group(3))
+        field = ROOT_FIELD.match(line) if self.root else None
+        if "Root Cause" in line:
+            self.root["seen"] = "1"
+        elif field:
+            self.root.setdefault(field.group(1), field.group(2).strip())
+        elif RANK_ERROR.match(line):
+            self.errors.append(line)
+        elif self.debug:
+            console.err.print(line, markup=False, highlight=False)
+        else:
+            self.other = (self.other + [line])[-20:]
+        return None
+
+    def failure(self, returncode: int | None) -> str:
+        """One line: the root cause (when no rank reported its own error first), else the first rank error."""
+        root = self._root_cause()
+        if root and not any(e.startswith(f"[rank {self.root['rank'].split()[0]}]") for e in self.errors):
+            return root + (f"; then {self.errors[0]}" if self.errors else "")
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more rank error(s))" if len(self.errors) > 1 else ""
+            return self.errors[0] + more
+        tail = " | ".join(self.other[-3:]) if self.other else "no output"
+        return f"torchrun exited with status {returncode}: {tail}"
+
+    def _root_cause(self) -> str:
+        if "rank" not in self.root:
+            return ""
+        rank = self.root["rank"].split()[0]
+        how = self.root.get("traceback", "")
+        how = how if how and not how.startswith("To enable") else f"exit code {self.root.get('exitcode', '?')}"
+        return f"rank {rank} died: {how}"
+
+
 def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) -> None:
     """Start every rank of this node and wait; raise RuntimeFailed with the first rank error."""
     argv = torchrun_argv(cfg)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    debug = bool(os.environ.get("DCPCTL_DEBUG"))
-    errors: list[str] = []
-    other: list[str] = []
+    log = StderrLog(debug=bool(os.environ.get("DCPCTL_DEBUG")))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console.err, transient=True, disable=quiet) as bar:
         tasks: dict[str, Any] = {}
         proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         for line in proc.stderr:
-            line = line.rstrip("\n")
-            m = PROGRESS.match(line)
-            if m:
-                what, done, total = m.group(1), int(m.group(2)), int(m.group(3))
+            progress = log.feed(line.rstrip("\n"))
+            if progress:
+                what, done, total = progress
                 if what not in tasks:
                     tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
                 bar.update(tasks[what], completed=done)
-            elif "Root Cause" in line:
-                self.root["seen"] = "1"
-            elif self.root and ROOT_FIELD.match(line):
-                key, value = ROOT_FIELD.match(line).groups()  # type: ignore[union-attr]
-                self.root.setdefault(key, value.strip())
-            elif RANK_ERROR.match(line):
-                errors.append(line)
-            elif debug:
-                console.err.print(line, markup=False, highlight=False)
-            else:
-                other.append(line)
         rc = proc.wait()
     if rc != 0:
-        if errors:
-            raise RuntimeFailed(errors[0] + (f" (and {len(errors) - 1} more rank error(s))" if len(errors) > 1 else ""))
-        tail = " | ".join(other[-3:]) if other else "no output"
-        raise RuntimeFailed(f"torchrun exited with status {rc}: {tail}")
+        raise RuntimeFailed(log.failure(rc))
 
 
 class ServeProcess:
@@ -91,14 +121,12 @@ class ServeProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-        self.debug = bool(os.environ.get("DCPCTL_DEBUG"))
+        debug = bool(os.environ.get("DCPCTL_DEBUG"))
         self.proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         self.url: str | None = None
         self.stopped_cleanly = False
-        self.errors: list[str] = []
-        self.other: list[str] = []
-        self.root: dict[str, str] = {}  # torchrun's first observed failure: rank, exitcode, traceback
+        self.log = StderrLog(debug)
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, name="dcpctl-torchrun-stderr", daemon=True)
         self.reader.start()
@@ -113,17 +141,8 @@ class ServeProcess:
                 self.ready.set()
             elif line == STOPPED:
                 self.stopped_cleanly = True
-            elif "Root Cause" in line:
-                self.root["seen"] = "1"
-            elif self.root and ROOT_FIELD.match(line):
-                key, value = ROOT_FIELD.match(line).groups()  # type: ignore[union-attr]
-                self.root.setdefault(key, value.strip())
-            elif RANK_ERROR.match(line):
-                self.errors.append(line)
-            elif self.debug:
-                console.err.print(line, markup=False, highlight=False)
-            elif not PROGRESS.match(line):
-                self.other = (self.other + [line])[-20:]
+            else:
+                self.log.feed(line)  # progress lines have no bar while serving
         self.ready.set()  # torchrun is gone: wake a waiter
 
     def wait_ready(self, stop: threading.Event) -> str | None:
@@ -137,36 +156,21 @@ class ServeProcess:
         """Until torchrun exits (a rank died: RuntimeFailed) or `stop` is set (then stop all ranks)."""
         failed_at = None
         while self.proc.poll() is None and not stop.wait(0.2):
-            if self.errors and failed_at is None:
+            if self.log.errors and failed_at is None:
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > FAIL_WAIT_S:
                 break  # torchrun tears the others down itself; make sure it cannot hang
         if self.proc.poll() is None:
             self.terminate()
         self.reader.join(5)
-        if self.errors or (not stop.is_set() and self.proc.returncode != 0):
+        if self.log.errors or (not stop.is_set() and self.proc.returncode != 0):
             raise RuntimeFailed(self.failure())
         if self.url is not None and not self.stopped_cleanly:
             raise RuntimeFailed(f"the ranks did not stop cleanly within {STOP_GRACE_S:.0f} s: {self.failure()}")
         return 0
 
     def failure(self) -> str:
-        root = self._root_cause()
-        if root and not any(e.startswith(f"[rank {self.root.get('rank', '').split()[0]}]") for e in self.errors):
-            return root + (f"; then {self.errors[0]}" if self.errors else "")
-        if self.errors:
-            more = f" (and {len(self.errors) - 1} more rank error(s))" if len(self.errors) > 1 else ""
-            return self.errors[0] + more
-        tail = " | ".join(self.other[-3:]) if self.other else "no output"
-        return f"torchrun exited with status {self.proc.returncode}: {tail}"
-
-    def _root_cause(self) -> str:
-        if "rank" not in self.root:
-            return ""
-        rank = self.root["rank"].split()[0]
-        how = self.root.get("traceback", "")
-        how = how if how and not how.startswith("To enable") else f"exit code {self.root.get('exitcode', '?')}"
-        return f"rank {rank} died: {how}"
+        return self.log.failure(self.proc.returncode)
 
     def terminate(self, grace: float = STOP_GRACE_S) -> None:
         """SIGTERM to torchrun (it forwards to every rank), then SIGKILL to its process group."""
