@@ -6,6 +6,8 @@
         ~/.cache/dcpctl/tiny-deepseek.
     write_tiny_model(dir, seed=0, **overrides) -> Path
         write one now (tests use overrides such as q_lora_rank=None or num_hidden_layers=2).
+    write_random_checkpoint(dir, cfg, shapes, seed, zero_specials) -> Path
+        the seeded writer shared with tiny_kimi (config, weights, byte tokenizer).
     tiny_config(**overrides) -> dict       the config.json contents
 
 The directory holds config.json (architectures ["DeepseekV3ForCausalLM"], model_type deepseek_v3,
@@ -28,13 +30,13 @@ from dcpctl.runtime.models.config import MlaConfig, parse_config
 from dcpctl.runtime.tokenizer import ByteTokenizer
 
 TINY_VERSION = "2"
-_VOCAB = 264  # 256 bytes + 4 specials, padded to a multiple of 8
+VOCAB = 264  # 256 bytes + 4 specials, padded to a multiple of 8
 
 
 def tiny_config(**overrides: Any) -> dict[str, Any]:
     tok = ByteTokenizer()
     cfg = {
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": _VOCAB,
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": VOCAB,
         "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 4,
         "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": 32, "kv_lora_rank": 32,
         "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8,
@@ -92,30 +94,42 @@ def _mlp_shapes(c: MlaConfig, i: int, p: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    # norms near 1, correction bias small, embeddings unit scale, matrices 1/sqrt(fan_in)
+def init_tensor(name: str, shape: tuple[int, ...], g: torch.Generator, zero_specials: bool) -> torch.Tensor:
+    # norms near 1, correction bias small, KDA decay rates exp(A_log) near 1, KDA conv taps
+    # 1/sqrt(K), embeddings unit scale, matrices 1/sqrt(fan_in)
     x = torch.randn(shape, generator=g, dtype=torch.float32)
     if name.endswith("e_score_correction_bias"):
         return 0.1 * x
+    if name.endswith("A_log"):
+        return 0.5 * x
+    if name.endswith("conv1d.weight"):
+        return x * shape[-1] ** -0.5
     if len(shape) == 1:
         return 1.0 + 0.1 * x
-    if name == "lm_head.weight":  # specials (BOS/EOS/PAD/UNK, ids >= 256) get zero logits: a random
-        x[256:] = 0.0             # model then never ends at once, so demos show text
+    if zero_specials and name == "lm_head.weight":  # specials (BOS/EOS/PAD/UNK, ids >= 256) get zero
+        x[256:] = 0.0                                 # logits: a random model then never ends at once
     return x if "embed_tokens" in name else x * shape[1] ** -0.5
 
 
-def write_tiny_model(directory: str | Path, seed: int = 0, **overrides: Any) -> Path:
-    """Write config.json, model.safetensors and the byte tokenizer into `directory`."""
+def write_random_checkpoint(directory: str | Path, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+                            seed: int, zero_specials: bool) -> Path:
+    """config.json, generation_config.json, seeded fp32 model.safetensors and the byte tokenizer."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    cfg = tiny_config(**overrides)
     g = torch.Generator().manual_seed(seed)
-    tensors = {n: _init(n, s, g) for n, s in sorted(tensor_shapes(parse_config(cfg)).items())}
+    tensors = {n: init_tensor(n, s, g, zero_specials) for n, s in sorted(shapes.items())}
     save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (d / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]}, indent=2))
     ByteTokenizer().save(d)
+    return d
+
+
+def write_tiny_model(directory: str | Path, seed: int = 0, **overrides: Any) -> Path:
+    """Write config.json, model.safetensors and the byte tokenizer into `directory`."""
+    cfg = tiny_config(**overrides)
+    d = write_random_checkpoint(directory, cfg, tensor_shapes(parse_config(cfg)), seed, zero_specials=True)
     (d / "DCPCTL_TINY_VERSION").write_text(TINY_VERSION)
     return d
 

@@ -13,26 +13,23 @@ overrides -> identical bytes.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from dcpctl.runtime.models.kimi_config import HybridConfig, parse_kimi_linear
 from dcpctl.runtime.models.kimi_linear import checkpoint_wants
 from dcpctl.runtime.models.shards import plan_shards
 from dcpctl.runtime.parallel import ParallelState
+from dcpctl.runtime.tiny import VOCAB, write_random_checkpoint
 from dcpctl.runtime.tokenizer import ByteTokenizer
-
-_VOCAB = 264  # 256 bytes + 4 specials, padded to a multiple of 8
 
 
 def tiny_kimi_config(**overrides: Any) -> dict[str, Any]:
     tok = ByteTokenizer()
     cfg = {
-        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": _VOCAB,
+        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": VOCAB,
         "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 4,
         "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": None, "kv_lora_rank": 32,
         "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_nope": True,
@@ -57,32 +54,7 @@ def tensor_shapes(hc: HybridConfig) -> dict[str, tuple[int, ...]]:
     return {w.name: w.shape for w in wants}
 
 
-def _init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    # norms near 1, small correction bias, decay rates exp(A_log) near 1, conv taps 1/sqrt(K),
-    # embeddings unit scale, matrices 1/sqrt(fan_in)
-    x = torch.randn(shape, generator=g, dtype=torch.float32)
-    if name.endswith("e_score_correction_bias"):
-        return 0.1 * x
-    if name.endswith("A_log"):
-        return 0.5 * x
-    if name.endswith("conv1d.weight"):
-        return x * shape[-1] ** -0.5
-    if len(shape) == 1:
-        return 1.0 + 0.1 * x
-    return x if "embed_tokens" in name else x * shape[1] ** -0.5
-
-
 def write_tiny_kimi_model(directory: str | Path, seed: int = 0, **overrides: Any) -> Path:
     """Write config.json, model.safetensors and the byte tokenizer into `directory`."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     cfg = tiny_kimi_config(**overrides)
-    g = torch.Generator().manual_seed(seed)
-    shapes = tensor_shapes(parse_kimi_linear(cfg))
-    tensors = {n: _init(n, s, g) for n, s in sorted(shapes.items())}
-    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
-    (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    (d / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]}, indent=2))
-    ByteTokenizer().save(d)
-    return d
+    return write_random_checkpoint(directory, cfg, tensor_shapes(parse_kimi_linear(cfg)), seed, zero_specials=False)
