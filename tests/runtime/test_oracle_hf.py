@@ -10,6 +10,7 @@ import torch
 
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
+from tests.runtime.hf_oracle import hf_decode, load_hf, max_rel_logprob_error, randomize
 from tests.runtime.ref_context import greedy_run
 
 transformers = pytest.importorskip("transformers")
@@ -24,17 +25,6 @@ PROMPTS = [[5, 17, 200, 3, 99, 42, 7], [250, 1, 2, 3]]
 STEPS = 5
 
 
-def _randomize(model: torch.nn.Module, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            x = torch.randn(p.shape, generator=g)
-            p.copy_(1 + 0.2 * x if p.dim() == 1 else x * p.shape[-1] ** -0.5)
-        for name, b in model.named_buffers():
-            if "e_score_correction_bias" in name:
-                b.copy_(0.1 * torch.randn(b.shape, generator=g))
-
-
 def _save(kind: str, path, **extra) -> str:
     if kind == "v3":
         extra.setdefault("rope_parameters", dict(YARN))
@@ -46,30 +36,9 @@ def _save(kind: str, path, **extra) -> str:
                   routed_scaling_factor=1.5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         cfg = transformers.DeepseekV2Config(**COMMON, **{**v2, **extra})
         model = transformers.DeepseekV2ForCausalLM(cfg)
-    _randomize(model, seed=1)
+    randomize(model, seed=1)
     model.save_pretrained(str(path))
     return str(path)
-
-
-def _hf(path: str):
-    cls = transformers.AutoModelForCausalLM
-    try:
-        return cls.from_pretrained(path, dtype=torch.float64, attn_implementation="sdpa",
-                                   experts_implementation="eager").eval()
-    except TypeError:  # transformers without experts_implementation
-        return cls.from_pretrained(path, dtype=torch.float64, attn_implementation="sdpa").eval()
-
-
-@torch.no_grad()
-def _hf_decode(hf, prompt: list[int], ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """HF prefill logits [len, V] and cached step-by-step decode logits [len(ids), V] feeding `ids`."""
-    out = hf(torch.tensor([prompt]), use_cache=True)
-    cache, dec = out.cache, []
-    for t in ids:
-        step = hf(torch.tensor([[t]]), cache=cache, use_cache=True)
-        cache = step.cache
-        dec.append(step.logits[0, -1])
-    return out.logits[0], torch.stack(dec)
 
 
 PLAIN = {"rope_type": "default", "rope_theta": 10000.0}
@@ -85,11 +54,11 @@ CASES = {"v3_yarn_moe": ("v3", {}), "v3_plain_rope": ("v3", {"rope_interleave": 
 def case(request, tmp_path_factory):
     kind, extra = CASES[request.param]
     path = _save(kind, tmp_path_factory.mktemp(request.param), **dict(extra))
-    return path, _hf(path)
+    return path, load_hf(path)
 
 
 def _check_ids(hf, prompt: list[int], out: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    ref_pre, ref_dec = _hf_decode(hf, prompt, out[:-1])
+    ref_pre, ref_dec = hf_decode(hf, prompt, out[:-1])
     assert [int(ref_pre[-1].argmax())] + ref_dec.argmax(-1).tolist() == out
     return ref_pre, ref_dec
 
@@ -115,7 +84,5 @@ def test_float64_batched_matches_hf(case):
     pre, dec, outs = greedy_run(ours, PROMPTS, STEPS)  # both prompts in one batch, then batched decode
     for i, prompt in enumerate(PROMPTS):
         ref_pre, ref_dec = _check_ids(hf, prompt, outs[i])
-        ours_lp = torch.cat([pre[i], dec[i][:-1]]).log_softmax(-1)
-        ref_lp = torch.cat([ref_pre, ref_dec]).log_softmax(-1)
-        rel = ((ours_lp - ref_lp).abs() / ref_lp.abs()).max().item()
+        rel = max_rel_logprob_error(torch.cat([pre[i], dec[i][:-1]]), torch.cat([ref_pre, ref_dec]))
         assert rel < 2e-6, f"prompt {i}: logprob relative error {rel:.2e}"

@@ -21,6 +21,7 @@ import torch
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.hf_oracle import hf_decode, load_hf, max_rel_logprob_error, randomize
 from tests.runtime.test_kimi_driver import dcp_ctx, kimi_greedy, ref_ctx
 from tests.runtime.test_model_parallel import make_groups
 
@@ -38,21 +39,10 @@ PROMPTS = [[5, 17, 200, 3, 99, 42, 7], [250, 1, 2, 3]]
 STEPS = 5
 
 
-def _randomize(model: torch.nn.Module, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            x = torch.randn(p.shape, generator=g)
-            p.copy_(1 + 0.2 * x if p.dim() == 1 else x * p.shape[-1] ** -0.5)
-        for name, b in model.named_buffers():
-            if "e_score_correction_bias" in name:
-                b.copy_(0.1 * torch.randn(b.shape, generator=g))
-
-
 @pytest.fixture(scope="module")
 def path(tmp_path_factory) -> str:
     model = transformers.KimiLinearForCausalLM(transformers.KimiLinearConfig(**CONFIG))
-    _randomize(model, seed=1)
+    randomize(model, seed=1)
     out = tmp_path_factory.mktemp("kimi_linear")
     model.save_pretrained(str(out))
     return str(out)
@@ -60,12 +50,7 @@ def path(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def hf(path):
-    cls = transformers.AutoModelForCausalLM
-    try:
-        return cls.from_pretrained(path, dtype=torch.float64, attn_implementation="sdpa",
-                                   experts_implementation="eager").eval()
-    except TypeError:  # transformers without experts_implementation
-        return cls.from_pretrained(path, dtype=torch.float64, attn_implementation="sdpa").eval()
+    return load_hf(path)
 
 
 class _Float64Torch(types.ModuleType):
@@ -84,30 +69,12 @@ def _fp32_lifted(monkeypatch):
         yield
 
 
-@torch.no_grad()
-def _hf_logits(hf, prompt: list[int], ids: list[int]) -> torch.Tensor:
-    """HF prefill logits then cached single-token decode logits feeding `ids`: [len + len(ids), V]."""
-    out = hf(torch.tensor([prompt]), use_cache=True)
-    cache, rows = out.cache, [out.logits[0]]
-    for t in ids:
-        step = hf(torch.tensor([[t]]), cache=cache, use_cache=True)
-        cache = step.cache
-        rows.append(step.logits[0, -1:])
-    return torch.cat(rows)
-
-
-def _max_rel(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    a, b = ours.log_softmax(-1), ref.log_softmax(-1)
-    return ((a - b).abs() / b.abs()).max().item()
-
-
 def _compare(model, hf, prompts, tol, chunk=None) -> None:
     pre, dec, outs = kimi_greedy(model, prompts, STEPS, ref_ctx(model), chunk=chunk)
     for i, prompt in enumerate(prompts):
-        ref = _hf_logits(hf, prompt, outs[i][:-1])
-        n = len(prompt)
-        assert [int(ref[n - 1].argmax())] + ref[n:].argmax(-1).tolist() == outs[i]
-        rel = _max_rel(torch.cat([pre[i], dec[i][:-1]]), ref)
+        ref_pre, ref_dec = hf_decode(hf, prompt, outs[i][:-1])
+        assert [int(ref_pre[-1].argmax())] + ref_dec.argmax(-1).tolist() == outs[i]
+        rel = max_rel_logprob_error(torch.cat([pre[i], dec[i][:-1]]), torch.cat([ref_pre, ref_dec]))
         assert rel < tol, f"prompt {i}: logprob relative error {rel:.2e} >= {tol:.0e}"
     model.kda_pool.check_integrity()
     assert model.kda_pool.used == 0
