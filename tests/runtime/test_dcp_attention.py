@@ -7,8 +7,8 @@ from dcpctl.runtime.attention import local as local_mod
 from dcpctl.runtime.attention.dcp import DCPContext, SeqChunk, build_layout
 from dcpctl.runtime.attention.local import local_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
-from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.dcp_steps import grow, seeded_qkv, step_inputs, whole_world
 
 HL, R, L, SCALE = 2, 8, 6, 0.4
 LENS = [2, 4, 8]
@@ -22,10 +22,7 @@ PAD = [0, 2, 1, 3]  # dummy rows appended to each step (must come out as zeros)
 
 
 def _data(c):
-    g = torch.Generator().manual_seed(7)
-    qs = [torch.randn(n, HL * c, R, generator=g, dtype=torch.float64) for n in LENS]
-    kvs = [torch.randn(n, R, generator=g, dtype=torch.float64) for n in LENS]
-    return qs, kvs
+    return seeded_qkv(LENS, c, HL, R, seed=7)
 
 
 def _reference(c, step):
@@ -39,25 +36,18 @@ def _reference(c, step):
 
 
 def _rank(rank, world, backend, dtype, base, q_is_group, dense_limit):
-    groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
-    ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
+    ps = whole_world(world)
     alloc = VirtualAllocator(capacity_tokens=16, page_size=2, dcp=world)
     pool = KVPool(num_layers=2, capacity=16, row_dim=R, dtype=dtype)
     qs, kvs = _data(world)
     outs = []
     for step, pad in zip(STEPS, PAD):
         chunks = [SeqChunk(*s) for s in step]
-        for ch in chunks:
-            alloc.allocate(ch.rid, max(ch.start + ch.num_tokens, len(alloc._slots.get(ch.rid, []))))
+        grow(alloc, chunks)
         ctx = DCPContext(build_layout(alloc, chunks, ps.dcp.rank, pad=pad), pool, ps.dcp, backend, base, L,
                          dense_limit=dense_limit)
         heads = slice(None) if q_is_group else slice(rank * HL, (rank + 1) * HL)
-        q = torch.cat([qs[c.rid][c.start:c.start + c.num_tokens, heads] for c in chunks] or
-                      [torch.zeros(0, HL * (world if q_is_group else 1), R, dtype=torch.float64)])
-        kv = torch.cat([kvs[c.rid][c.start:c.start + c.num_tokens] for c in chunks] or
-                       [torch.zeros(0, R, dtype=torch.float64)])
-        q = torch.cat([q, torch.full((pad, *q.shape[1:]), float("nan"), dtype=q.dtype)])  # garbage pads
-        kv = torch.cat([kv, torch.full((pad, R), float("nan"), dtype=kv.dtype)])
+        q, kv = step_inputs(qs, kvs, chunks, heads, HL * (world if q_is_group else 1), pad)
         for layer in range(2):
             o = ctx.attend(layer, q.to(dtype), kv.to(dtype), SCALE, q_is_group=q_is_group)
         assert o.shape == (q.shape[0], HL, L) and o.dtype == dtype

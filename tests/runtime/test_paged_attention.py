@@ -8,7 +8,7 @@ from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.attention.paged import build_paged, kernel_fits, resolve_path
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
 from tests.dist import run_ranks
-from dcpctl.runtime.parallel import ParallelState
+from tests.runtime.dcp_steps import grow, seeded_qkv, step_inputs, whole_world
 
 HL, R, L, SCALE = 2, 8, 6, 0.4
 LENS = [1, 3, 9, 14]   # request 0 and 1 are shorter than dcp 4
@@ -23,15 +23,11 @@ PAD = [0, 2, 1, 3, 0]
 
 
 def _data(c):
-    g = torch.Generator().manual_seed(3)
-    qs = [torch.randn(n, HL * c, R, generator=g, dtype=torch.float64) for n in LENS]
-    kvs = [torch.randn(n, R, generator=g, dtype=torch.float64) for n in LENS]
-    return qs, kvs
+    return seeded_qkv(LENS, c, HL, R, seed=3)
 
 
 def _rank(rank, world, backend, page, path):
-    groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
-    ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
+    ps = whole_world(world)
     alloc = VirtualAllocator(capacity_tokens=64, page_size=page, dcp=world)
     pool = KVPool(num_layers=2, capacity=alloc.num_pages * page, row_dim=R, dtype=torch.float64)
     decisions = {"dcp_comm_backend": backend, "lse_base": "e", "attention_path": path}
@@ -39,17 +35,10 @@ def _rank(rank, world, backend, page, path):
     outs = []
     for step, pad in zip(STEPS, PAD):
         chunks = [SeqChunk(*s) for s in step]
-        for ch in chunks:
-            alloc.allocate(ch.rid, max(ch.start + ch.num_tokens, len(alloc._slots.get(ch.rid, []))))
+        grow(alloc, chunks)
         ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, L, pad=pad)
         assert ctx.paged == (path == "paged")
-        heads = slice(rank * HL, (rank + 1) * HL)
-        q = torch.cat([qs[c.rid][c.start:c.start + c.num_tokens, heads] for c in chunks] or
-                      [torch.zeros(0, HL, R, dtype=torch.float64)])
-        kv = torch.cat([kvs[c.rid][c.start:c.start + c.num_tokens] for c in chunks] or
-                       [torch.zeros(0, R, dtype=torch.float64)])
-        q = torch.cat([q, torch.full((pad, *q.shape[1:]), float("nan"), dtype=q.dtype)])
-        kv = torch.cat([kv, torch.full((pad, R), float("nan"), dtype=kv.dtype)])
+        q, kv = step_inputs(qs, kvs, chunks, slice(rank * HL, (rank + 1) * HL), HL, pad)
         for layer in range(2):
             o = ctx.attend(layer, q, kv, SCALE)
         outs.append(o.numpy())
@@ -102,8 +91,7 @@ def test_path_resolution():
 def _exchanges(rank, world):
     from dcpctl.runtime.attention.comm import exchange_a2a, exchange_ag_rs
     from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial
-    groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
-    ps = ParallelState.build(groups)
+    ps = whole_world(world)
     g = torch.Generator().manual_seed(rank)
     o = torch.randn(3, 2 * world, L, generator=g)
     lse = torch.randn(3, 2 * world, generator=g)
