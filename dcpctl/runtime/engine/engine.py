@@ -132,39 +132,45 @@ class Engine:
             return []
         if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
             return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
-        ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
-        ids = self._input_ids(chunks)
-        hidden = self.model.forward(ids, ctx.positions, ctx)
+        hidden = self.forward(chunks, self._input_ids(chunks))
         picks = self.sched.samples(chunks)
         rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
         logits = self.model.logits(hidden.index_select(0, rows))
         self.sched.advance(chunks)
-        self.kv_bytes_read += ctx.kv_bytes_read
-        self.exchange_seconds += ctx.exchange_seconds
         return self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 
-    def _input_ids(self, chunks: list[SeqChunk]) -> Tensor:
+    def forward(self, chunks: list[SeqChunk], ids: list[int]) -> Tensor:
+        """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""
+        # ids: T host ints -> hidden [T, D]
+        ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
+        hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64, device=self.device), ctx.positions, ctx)
+        self.kv_bytes_read += ctx.kv_bytes_read
+        self.exchange_seconds += ctx.exchange_seconds
+        return hidden
+
+    def _input_ids(self, chunks: list[SeqChunk]) -> list[int]:
         ids: list[int] = []
         for ch in chunks:
             ids += self.sched.seq(ch.rid).tokens[ch.start:ch.start + ch.num_tokens]
-        return torch.tensor(ids, dtype=torch.int64, device=self.device)
+        return ids
 
     def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:
         # logits: [N, V] for the N sequences that produce a token this step
         toks, lps = self.sampler(logits, seqs)
         toks = self._broadcast(toks)
-        events = []
-        for seq, tok, lp in zip(seqs, toks, lps):
-            seq.output.append(tok)
-            seq.logprobs.append(lp)
-            if tok in self.eos and not seq.params.ignore_eos:
-                seq.finish_reason = "stop"
-            elif len(seq.output) >= seq.params.max_new_tokens:
-                seq.finish_reason = "length"
-            if seq.finish_reason:
-                self._finish(seq)
-            events.append(Event(seq.rid, tok, lp, seq.finish_reason))
-        return events
+        return [self.record(seq, tok, lp) for seq, tok, lp in zip(seqs, toks, lps)]
+
+    def record(self, seq: Sequence, tok: int, lp: float) -> Event:
+        """Append one emitted token; at EOS or max_new_tokens the request finishes (pages freed)."""
+        seq.output.append(tok)
+        seq.logprobs.append(lp)
+        if tok in self.eos and not seq.params.ignore_eos:
+            seq.finish_reason = "stop"
+        elif len(seq.output) >= seq.params.max_new_tokens:
+            seq.finish_reason = "length"
+        if seq.finish_reason:
+            self._finish(seq)
+        return Event(seq.rid, tok, lp, seq.finish_reason)
 
     def _broadcast(self, toks: list[int]) -> list[int]:
         # the replica's first rank decides; others already agree, this only guards against drift

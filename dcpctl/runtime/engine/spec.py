@@ -171,11 +171,7 @@ class SpecDecoder:
         # K + 1 rows per request at positions L-1 .. L+K-1 -> target logits [B * (K + 1), V]
         chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs]
         ids = [t for s, d in zip(seqs, drafts) for t in [s.tokens[s.computed], *d]]
-        ctx = build_context(engine.alloc, engine.pool, engine.ps.dcp, engine.decisions, chunks, engine.v_dim)
-        hidden = engine.model.forward(torch.tensor(ids, dtype=torch.int64, device=engine.device), ctx.positions, ctx)
-        engine.kv_bytes_read += ctx.kv_bytes_read
-        engine.exchange_seconds += ctx.exchange_seconds
-        return engine.model.logits(hidden)
+        return engine.model.logits(engine.forward(chunks, ids))
 
     def _choose(self, sampler: Any, logits: Tensor, seq: Sequence, draft: list[int]) -> tuple[list[int], list[float]]:
         # logits: [K + 1, V]; row j decides the token after position L-1+j, as plain decode would
@@ -192,18 +188,11 @@ class SpecDecoder:
     def _emit(self, engine: Any, seq: Sequence, toks: list[int], lps: list[float]) -> list[Event]:
         events = []
         for tok, lp in zip(toks, lps):
-            seq.output.append(tok)
-            seq.logprobs.append(lp)
             seq.computed += 1                    # the previous token's target KV is now kept
             if self.lead:
                 self.counters.emitted += 1
-            if tok in engine.eos and not seq.params.ignore_eos:
-                seq.finish_reason = "stop"
-            elif len(seq.output) >= seq.params.max_new_tokens:
-                seq.finish_reason = "length"
-            events.append(Event(seq.rid, tok, lp, seq.finish_reason))
+            events.append(engine.record(seq, tok, lp))  # finishes the request at EOS / max_new_tokens
             if seq.finish_reason:
-                engine._finish(seq)
                 break
         return events
 
