@@ -119,9 +119,10 @@ class Engine:
         return self._collect(len(requests), steps)
 
     def _any_replica_busy(self, busy: bool) -> bool:
+        if self.dp_size == 1 or self.ps.tp.group is None:
+            return busy  # one replica: nothing to agree on, no device round trip per step
         flag = torch.tensor([int(busy)], device=self.device)
-        if self.dp_size > 1 and self.ps.tp.group is not None:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
         return bool(flag.item())
 
     def step(self) -> list[Event]:
