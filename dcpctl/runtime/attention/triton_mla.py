@@ -53,12 +53,6 @@ def default_config(heads: int) -> KernelConfig:
     return KernelConfig(16, 128, 8, 2)
 
 
-def visible_rows(local_lens: Tensor, row_req: Tensor, q_pos: Tensor, dcp_rank: int, dcp_size: int) -> Tensor:
-    # local_lens: [B]  row_req, q_pos: [N] -> [N] number of visible local rows (a prefix)
-    causal = torch.div(q_pos.long() - dcp_rank + dcp_size, dcp_size, rounding_mode="floor").clamp_min(0)
-    return torch.minimum(local_lens.long()[row_req.long()], causal)
-
-
 def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:
     # kv: [..., R] any float dtype -> [..., R] dt, fp8 pools scaled by their per-tensor scale
     kv = kv.to(dt)

@@ -51,10 +51,6 @@ class Bridge:
         self.error: str | None = None
 
     # ---- HTTP side (any event-loop thread) ----
-    @property
-    def outstanding(self) -> int:
-        return len(self._streams)
-
     def open(self, prompt: list[int], params: SamplingParams) -> tuple[int, asyncio.Queue]:
         if self.error is not None:
             raise EngineDead(self.error)
