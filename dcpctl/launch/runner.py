@@ -104,16 +104,32 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
         tasks: dict[str, Any] = {}
         proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
-        for line in proc.stderr:
-            progress = log.feed(line.rstrip("\n"))
-            if progress:
-                what, done, total = progress
-                if what not in tasks:
-                    tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
-                bar.update(tasks[what], completed=done)
-        rc = proc.wait()
+        try:
+            for line in proc.stderr:
+                progress = log.feed(line.rstrip("\n"))
+                if progress:
+                    what, done, total = progress
+                    if what not in tasks:
+                        tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
+                    bar.update(tasks[what], completed=done)
+            rc = proc.wait()
+        finally:
+            _reap(proc)
     if rc != 0:
         raise RuntimeFailed(log.failure(rc))
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Never leave torchrun behind (say, the reader was interrupted): SIGTERM, then SIGKILL after the grace."""
+    if proc.poll() is None:
+        proc.terminate()  # torchrun forwards it to every rank
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 class ServeProcess:
