@@ -19,6 +19,7 @@ from torch import Tensor
 
 
 def _acc(logits: Tensor) -> Tensor:
+    # logits: [N, V] -> [N, V] in the accumulation dtype (float64 stays, else float32)
     return logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
 
 

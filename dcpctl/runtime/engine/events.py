@@ -35,6 +35,7 @@ class ReplicaStats:
 
 
 def _pack(events: list[Event], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # -> ints [n, 3] (rid, token, finish index), logprobs [n] float64; rows past len(events) stay 0
     ints = torch.zeros(n, 3, dtype=torch.int64)
     lps = torch.zeros(n, dtype=torch.float64)
     for i, e in enumerate(events):

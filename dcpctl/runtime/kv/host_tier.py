@@ -67,6 +67,7 @@ class HostTier:
         self._free.append(page)
 
     def _host_rows(self, pages: list[int]) -> torch.Tensor:
+        # -> [len(pages) * P] int64: every host row of `pages`, in page order
         p = self.page_size
         return torch.tensor([h * p + j for h in pages for j in range(p)], dtype=torch.int64)
 

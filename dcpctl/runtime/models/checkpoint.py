@@ -95,6 +95,7 @@ def _open(file: Path) -> Iterator[Any]:
 
 
 def _read_one(f: Any, w: Want, file: Path) -> torch.Tensor:
+    # -> w.shape, narrowed to [w.start, w.end) along w.dim when the want is a shard
     sl = f.get_slice(w.name)
     got = tuple(sl.get_shape())
     if got != tuple(w.shape):

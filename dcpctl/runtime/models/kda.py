@@ -59,6 +59,7 @@ def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.d
 
 
 def _l2norm(x: Tensor) -> Tensor:
+    # x: [..., d] -> [..., d] unit L2 norm over the last dim (L2_EPS inside the root)
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + L2_EPS)
 
 

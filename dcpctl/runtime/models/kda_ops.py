@@ -26,6 +26,7 @@ CHUNK = 64
 
 
 def recurrent_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, S: Tensor) -> tuple[Tensor, Tensor]:
+    # q, k, g: [n, L, H, dk]  v: [n, L, H, dv]  beta: [n, L, H]  S: [n, H, dk, dv] -> (o [n, L, H, dv], S)
     out = torch.empty_like(v)
     for t in range(q.shape[1]):
         S = S * g[:, t, :, :, None].exp()
@@ -43,6 +44,7 @@ def _to_chunks(x: Tensor, pad: int) -> Tensor:
 
 
 def chunked_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, S: Tensor) -> tuple[Tensor, Tensor]:
+    # same shapes as recurrent_kda; exact for any L (zero-padded to a multiple of CHUNK)
     n, L = q.shape[:2]
     pad = -L % CHUNK
     q, k, v, g = (_to_chunks(x, pad) for x in (q, k, v, g))  # [n, H, N, C, d]
