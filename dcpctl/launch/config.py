@@ -20,24 +20,11 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
     `max_total_tokens` caps the virtual KV tokens (the plan's capacity can be far larger than a CPU
     run needs); physical rows per rank = min(plan rows, ceil(max_total_tokens / dcp)).
     """
-    if not plan.valid:
-        raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
+    _check_runtime_supports(plan, dtype)
     t, d = plan.request.topology, plan.decisions
     backend = d["dcp_comm_backend"].value
-    if backend not in RUNTIME_BACKENDS:
-        raise UserError(f"the bundled runtime has no {backend} exchange; pass --dcp-comm-backend a2a or ag_rs")
-    if dtype not in RUNTIME_DTYPES:
-        raise UserError(f"--dtype {dtype} is not supported; valid: {', '.join(RUNTIME_DTYPES)}")
-    if t.engine_replicas > 1:
-        raise UserError("the bundled runtime runs one engine: use --enable-dp-attention with --dp-size")
-    if t.pp_size > 1:
-        raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
-                        "SGLang with `dcpctl export sglang`")
-    rows = -(-max_total_tokens // t.dcp_size)
-    if plan.memory.get("kv_rows_per_rank"):
-        rows = min(rows, plan.memory["kv_rows_per_rank"])
     page = plan.request.page_size
-    rows = max(rows // page, 1) * page
+    rows = _rows_per_rank(plan, max_total_tokens)
     cfg = {
         "version": 1,
         "model": {"path": str(Path(model_path).resolve()), "dtype": dtype},
@@ -58,6 +45,31 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         # HiCache L2 host tier: HICACHE_RATIO x the device pages (SGLang's --hicache-ratio default)
         cfg["hicache"] = {"host_pages": HICACHE_RATIO * (rows // page)}
     return cfg
+
+
+def _check_runtime_supports(plan: Plan, dtype: str) -> None:
+    """UserError unless the plan is valid and the bundled runtime can run it."""
+    if not plan.valid:
+        raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
+    t, backend = plan.request.topology, plan.decisions["dcp_comm_backend"].value
+    if backend not in RUNTIME_BACKENDS:
+        raise UserError(f"the bundled runtime has no {backend} exchange; pass --dcp-comm-backend a2a or ag_rs")
+    if dtype not in RUNTIME_DTYPES:
+        raise UserError(f"--dtype {dtype} is not supported; valid: {', '.join(RUNTIME_DTYPES)}")
+    if t.engine_replicas > 1:
+        raise UserError("the bundled runtime runs one engine: use --enable-dp-attention with --dp-size")
+    if t.pp_size > 1:
+        raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
+                        "SGLang with `dcpctl export sglang`")
+
+
+def _rows_per_rank(plan: Plan, max_total_tokens: int) -> int:
+    # min(plan rows, ceil(max_total_tokens / dcp)), rounded down to whole pages (at least one page)
+    page = plan.request.page_size
+    rows = -(-max_total_tokens // plan.request.topology.dcp_size)
+    if plan.memory.get("kv_rows_per_rank"):
+        rows = min(rows, plan.memory["kv_rows_per_rank"])
+    return max(rows // page, 1) * page
 
 
 def speculative_section(plan: Plan) -> dict[str, Any] | None:
