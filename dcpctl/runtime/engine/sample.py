@@ -35,3 +35,13 @@ class Sampler:
 
     def forget(self, rid: int) -> None:
         self._gens.pop(rid, None)
+
+    def state(self, rid: int) -> Tensor | None:
+        """Request `rid`'s generator state (None if it never sampled): PD hands it to the decode side."""
+        gen = self._gens.get(rid)
+        return gen.get_state() if gen is not None else None
+
+    def resume(self, rid: int, seed: int, state: Tensor) -> None:
+        """Continue request `rid`'s random stream from `state` (taken with `state` on another instance)."""
+        self._gens[rid] = sampling.make_generator(seed)
+        self._gens[rid].set_state(state)

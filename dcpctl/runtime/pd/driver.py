@@ -24,7 +24,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from dcpctl.runtime import sampling
 from dcpctl.runtime.engine.engine import DTYPES, Engine
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.parallel import GROUP_KINDS, ParallelState
@@ -102,9 +101,9 @@ def _prefill(engine: Engine, requests: list[dict], params: list[SamplingParams])
         slots = engine.alloc.slots(seq.rid)
         phys = torch.tensor([slots[p] // c for p in range(r, len(seq.prompt), c)], dtype=torch.int64,
                             device=engine.pool.kv.device)
-        gen = engine.sampler._gens.get(seq.rid)  # the sampled request's stream continues on decode
+        # the sampled request's random stream continues on decode
         stash[seq.rid] = (engine.pool.kv.index_select(1, phys), seq.output[0], seq.logprobs[0],
-                          gen.get_state() if gen is not None else None)
+                          engine.sampler.state(seq.rid))
 
     engine.finish_hooks.append(keep)
     for rid, (req, p) in enumerate(zip(requests, params)):
@@ -159,8 +158,7 @@ def _decode(engine: Engine, requests: list[dict], params: list[SamplingParams], 
             results[rid] = seq.result()
             continue
         if state is not None:
-            engine.sampler._gens[rid] = sampling.make_generator(p.seed)
-            engine.sampler._gens[rid].set_state(state)
+            engine.sampler.resume(rid, p.seed, state)
         pending.append(seq)
     while True:
         pending = _admit(engine, pending, rows)
