@@ -61,6 +61,7 @@ class DecodeGraphs:
         i32 = dict(dtype=torch.int32, device=dev)
         self.hidden = torch.zeros(bmax, model.cfg.hidden_size, dtype=model.dtype, device=dev)
         self.positions = torch.zeros(bmax, dtype=torch.int64, device=dev)
+        self.q_pos = torch.zeros(bmax, **i32)
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
         self.local_lens = torch.zeros(bmax + 1, **i32)
@@ -75,8 +76,9 @@ class DecodeGraphs:
             self.graphs[b] = self._capture(b) if self.cuda else (None, None)
 
     def _context(self, b: int) -> DCPContext:
-        lay = PagedLayout(self.positions[:b], self.row_req[:b], self.block_table[:b + 1], self.local_lens[:b + 1],
-                          self.write_rows[:b], self.write_slots[:b], self.max_pages * self.page, self.page, [])
+        lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
+                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b],
+                          self.max_pages * self.page, self.page, [])
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
     def _capture(self, b: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
@@ -113,6 +115,7 @@ class DecodeGraphs:
         self.hidden[:n].copy_(self.model._embed(ids))
         self.hidden[n:b].zero_()
         self.positions[:b].copy_(torch.tensor(pos), non_blocking=True)
+        self.q_pos[:b].copy_(torch.tensor(pos, dtype=torch.int32), non_blocking=True)
         self.local_lens[:b + 1].copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
         self.block_table[:b + 1].copy_(table, non_blocking=True)
         self.write_slots[:b].copy_(torch.tensor(slots), non_blocking=True)

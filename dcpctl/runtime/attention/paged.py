@@ -12,6 +12,7 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | field        | shape               | meaning                                                 |
 | ------------ | ------------------- | ------------------------------------------------------- |
 | positions    | [T] int64           | global position of each batch token (pads: 0)          |
+| q_pos        | [T] int32           | the same, 32-bit, as the kernel takes it                |
 | row_req      | [T] int32           | block-table row of each token (pads: the empty row n)   |
 | block_table  | [n + 1, pages] int32| chunk i's pages (row n: none, for pads)                 |
 | local_lens   | [n + 1] int32       | local_len(end_i, r, c) (row n: 0)                       |
@@ -37,6 +38,7 @@ class PagedLayout:
     """See the module table (T batch tokens, n chunks, N owned new rows)."""
 
     positions: Tensor
+    q_pos: Tensor             # positions as int32, made once per batch rather than once per layer
     row_req: Tensor
     block_table: Tensor
     local_lens: Tensor
@@ -86,7 +88,7 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     for i, t in enumerate(table):
         bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
     ints = lambda v, dt=torch.int64: torch.tensor(v, dtype=dt).to(device)  # noqa: E731
-    return PagedLayout(ints(positions), ints(row_req, torch.int32), bt.to(device), ints(lens + [0], torch.int32),
+    return PagedLayout(ints(positions), ints(positions, torch.int32), ints(row_req, torch.int32), bt.to(device), ints(lens + [0], torch.int32),
                        ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks))
 
 
@@ -103,8 +105,8 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
         dt = torch.float64 if q.dtype == torch.float64 else torch.float32
         return MLAOut(q.new_zeros(0, q.shape[1], v_dim, dtype=dt), q.new_zeros(0, q.shape[1], dtype=dt), "e")
     pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
-    q_pos = lay.positions.to(torch.int32)       # 32-bit row offsets: the kernel's bulk tensor copies need them
-    args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, q_pos)
+    # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
+    args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size)
     if triton_available(q.device) and kernel_fits(v_dim, q.shape[-1]) and q.dtype != torch.float64:
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
