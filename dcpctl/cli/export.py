@@ -50,11 +50,14 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
         console.warn(w)
     if output_dir:
         out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (out / name).write_text(text)
-            if name.endswith(".sh"):
-                (out / name).chmod(0o755)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                (out / name).write_text(text)
+                if name.endswith(".sh"):
+                    (out / name).chmod(0o755)
+        except OSError as e:
+            raise UserError(f"cannot write to {out}: {e.strerror or e}") from None
         console.info(f"wrote {', '.join(sorted(files))} to {out}")
         return
     for name, text in files.items():

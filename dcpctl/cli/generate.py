@@ -41,13 +41,40 @@ def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
             ids = [int(x) for x in v.split(",") if x.strip()]
         except ValueError:
             raise UserError(f"--prompt-ids must be comma-separated integers, got {v!r}") from None
-        if not ids or min(ids) < 0:
-            raise UserError(f"--prompt-ids needs at least one non-negative id, got {v!r}")
+        if not ids:
+            raise UserError(f"--prompt-ids needs at least one token id, got {v!r}")
+        if min(ids) < 0:
+            raise UserError(f"--prompt-ids must be non-negative token ids, got {v!r}")
         out.append(ids)
     return out
 
 
-def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], vocab: int) -> None:
+def check_weights(path: str) -> None:
+    """Missing or truncated safetensors fail here with exit 2, before any rank starts."""
+    import struct
+    d = Path(path)
+    files = sorted(d.glob("*.safetensors")) if d.is_dir() else []
+    if not files:
+        raise UserError(f"no *.safetensors weights in {path}: --model-path must be a checkpoint directory")
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                head = fh.read(8)
+                n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+                size = f.stat().st_size
+                header = json.loads(fh.read(n)) if 0 < n <= size - 8 else None
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read {f}: {getattr(e, 'strerror', None) or e}") from None
+        if not isinstance(header, dict):
+            raise UserError(f"{f} is not a safetensors file (bad header)")
+        ends = [v["data_offsets"][1] for k, v in header.items()
+                if k != "__metadata__" and isinstance(v, dict) and isinstance(v.get("data_offsets"), list)]
+        if ends and 8 + n + max(ends) > size:
+            raise UserError(f"{f} is truncated: {size:,} bytes, its header needs {8 + n + max(ends):,}")
+
+
+def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], vocab: int,
+               max_positions: int | None = None) -> None:
     inst = cfg["disaggregation"]["decode"] if "disaggregation" in cfg else cfg  # PD: the decode side holds it all
     virtual = inst["kv"]["capacity_tokens"] * inst["topology"]["dcp_size"]
     k = (cfg.get("speculative") or {}).get("num_draft_tokens", 0)  # verification writes K rows ahead
@@ -57,6 +84,9 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
             spec = f" + num_draft_tokens ({k})" if k else ""
             raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}){spec} = {need} exceeds the "
                             f"KV capacity ({virtual} virtual tokens); raise --max-total-tokens or --dcp-size")
+        if max_positions and len(ids) + max_new > max_positions:
+            raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) = {len(ids) + max_new} exceeds "
+                            f"the model's max_position_embeddings ({max_positions}); lower --max-new-tokens")
         bad = [i for i in ids if i >= vocab]
         if bad:
             raise UserError(f"prompt id {bad[0]} is outside the vocabulary (vocab_size {vocab})")
@@ -111,7 +141,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     ids = parse_prompt_ids(prompt_ids) + [tok.encode(p, add_bos=True) for p in prompts]
     if not ids:
         ids = [tok.encode("Hello", add_bos=True)]
-    check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size)
+    check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
+    check_weights(opts["model_path"])
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
     with tempfile.TemporaryDirectory(prefix="dcpctl-") as tmp:

@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 import yaml
-from rich.markup import escape
 
 from dcpctl.cli import console
 from dcpctl.cli.generate import resolve_run_options
@@ -80,12 +79,16 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
                         "or --allow-unauthenticated to serve without one")
     if node_rank >= nnodes:
         raise UserError(f"--node-rank ({node_rank}) must be < nnodes ({nnodes})")
+    if node_rank == 0:
+        _check_port_free(host, port)
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
     serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests": max_running,
                   "max_queued_requests": max_queued_requests,
                   "max_request_bytes": max_request_bytes,
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name}
+    from dcpctl.cli.generate import check_weights
+    check_weights(cfg["model"]["path"])
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
     _serve(cfg, argv, serve_opts, summary, node_rank)
 
@@ -95,8 +98,10 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     """(launch config, nnodes, plan summary, max running requests) from flags, a saved plan or a launch config."""
     from dcpctl.launch.config import render_launch_config
     if config is not None:
-        data = yaml.safe_load(Path(config).read_text()) or {}
+        from dcpctl.plan.yamlio import read_yaml
+        data = read_yaml(Path(config))
         if "groups" in data and "world_size" in data:  # already a launch config
+            _check_launch_config(data, config)
             return data, int(params.get("nnodes") or 1), _summary(data), params.get("max_running_requests")
         opts = collect(ctx, params, config)
         if not opts.get("model_path"):
@@ -110,6 +115,40 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     plan = make_plan(request_from_options(opts))
     cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
     return cfg, plan.request.topology.nnodes, _summary(cfg), opts.get("max_running_requests")
+
+
+LAUNCH_CONFIG_KEYS = {"model": dict, "device": str, "world_size": int, "topology": dict, "groups": dict,
+                      "decisions": dict, "kv": dict}
+
+
+def _check_launch_config(data: dict[str, Any], path: str) -> None:
+    """A hand-edited launch config fails here with its file name, not deep inside the ranks."""
+    for key, kind in LAUNCH_CONFIG_KEYS.items():
+        if not isinstance(data.get(key), kind):
+            raise UserError(f"{path}: launch config key {key!r} must be a {kind.__name__} "
+                            f"(see `dcpctl launch --dry-run`), got {data.get(key)!r}")
+    for key, sub in (("model", "path"), ("topology", "dcp_size"), ("topology", "tp_size"), ("kv", "capacity_tokens")):
+        if data[key].get(sub) is None:
+            raise UserError(f"{path}: launch config has no {key}.{sub} (see `dcpctl launch --dry-run`)")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A taken --port fails here in a second, not after every rank has loaded the model."""
+    import socket
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UserError(f"--host {host}: cannot resolve ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise UserError(f"cannot serve on {host}:{port}: {e.strerror or e}; pick another --port "
+                            "(0 picks a free one)") from None
 
 
 def _summary(cfg: dict[str, Any]) -> str:
@@ -148,7 +187,7 @@ def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], sum
                 console.info(f"node {node_rank}: ranks started; node 0 serves the API")
             proc.wait(stop)
         except RuntimeFailed as e:
-            console.error(escape(str(e)))  # rank messages hold brackets that are not rich markup
+            console.error(str(e))  # console.error escapes markup itself
             raise SystemExit(1) from None
         finally:
             if proc.proc.poll() is None:

@@ -44,10 +44,11 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
     opts = collect(ctx, params)
     if not opts.get("context_len"):
         raise UserError("dcpctl recommend needs --context-len")
+    ctxs = _contexts(contexts, opts["context_len"])
     req = request_from_options(opts)
     k = constants_for(req, calibration)
     result = recommend(req, opts["context_len"], concurrency, k)
-    result["crossovers"] = _crossovers(req, k, _contexts(contexts, opts["context_len"]))
+    result["crossovers"] = _crossovers(req, k, ctxs)
     if fmt == "json":
         console.write_text(json.dumps(result, indent=2))
     else:
@@ -58,9 +59,12 @@ def _contexts(text: str | None, default: int) -> list[int]:
     if not text:
         return sorted({default, 8192, 32768, 131072})
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"--contexts must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise UserError(f"--contexts needs positive context lengths, got {text!r}")
+    return out
 
 
 def _crossovers(req: Any, k: Constants, contexts: list[int]) -> list[dict[str, Any]]:

@@ -53,6 +53,16 @@ def hardware_from_dict(d: dict[str, Any], source: str) -> Hardware:
                if k not in d]
     if missing:
         raise UserError(f"{source}: missing hardware field(s) {missing}")
+    for k in ("gpus_per_node", "sm"):
+        if not isinstance(d[k], int) or isinstance(d[k], bool) or d[k] < (1 if k == "gpus_per_node" else 0):
+            raise UserError(f"{source}: hardware field {k} must be a {'positive' if k == 'gpus_per_node' else 'non-negative'}"
+                            f" integer, got {d[k]!r}")
+    for k in ("memory_gib", "hbm_tbps", "link_gbps", "bf16_tflops", "coll_latency_us"):
+        if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or d[k] < 0
+                       or (k == "memory_gib" and d[k] == 0)):
+            raise UserError(f"{source}: hardware field {k} must be a positive number, got {d[k]!r}")
+    if d["device"] not in ("cuda", "cpu"):
+        raise UserError(f"{source}: hardware field device must be cuda or cpu, got {d['device']!r}")
     try:
         return Hardware(**{**d, "source": d.get("source", source)})
     except TypeError as e:

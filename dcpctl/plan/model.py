@@ -94,6 +94,8 @@ def load_config_json(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text file (not UTF-8): expected JSON") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -147,9 +149,15 @@ def spec_from_config(cfg: dict[str, Any], name: str = "model", source: str = "co
     if "kv_lora_rank" not in cfg:
         raise UserError(f"{source}: no kv_lora_rank: not an MLA model (model_type {mtype!r})")
     try:
-        return _build_spec(cfg, outer, archs, mtype, name)
-    except (TypeError, ValueError) as e:
+        spec = _build_spec(cfg, outer, archs, mtype, name)
+    except KeyError as e:
+        raise UserError(f"{source}: missing model field {e.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as e:
         raise UserError(f"{source}: a model field has the wrong type ({e})") from None
+    bad = [k for k in ("hidden_size", "num_layers", "num_heads", "kv_lora_rank") if getattr(spec, k) < 1]
+    if bad:
+        raise UserError(f"{source}: model field(s) {bad} must be positive integers")
+    return spec
 
 
 def _build_spec(cfg: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ...], mtype: str, name: str) -> ModelSpec:

@@ -67,7 +67,8 @@ def make_plan(req: PlanRequest) -> Plan:
     if any(v.code in ("tp_dp",) for v in plan.violations):
         return plan  # no consistent rank layout to show
     plan.groups = groups.build_groups(t)
-    _node_warnings(plan)
+    if not any(v.code == "tp_dcp" for v in plan.violations):  # dcp > tp: no real DCP group to place on nodes
+        _node_warnings(plan)
     plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"))
     plan.violations += mviol
     return plan

@@ -89,4 +89,10 @@ def options_from_saved_plan(path: Path) -> dict[str, Any]:
     data = read_yaml(path)
     if "request" not in data:
         raise UserError(f"{path} is not a saved dcpctl plan (no 'request' key)")
-    return dict(data["request"])
+    req = data["request"]
+    if not isinstance(req, dict):
+        raise UserError(f"{path}: 'request' must be a mapping of plan options, not {type(req).__name__}")
+    unknown = sorted(str(k) for k in set(req) - set(TOPOLOGY_KEYS) - set(REQUEST_KEYS) - set(OTHER_KEYS))
+    if unknown:
+        raise UserError(f"{path}: unknown plan option(s) {unknown} under 'request'")
+    return dict(req)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from dcpctl.plan.errors import UserError, Violation, divisors
 
+MAX_GPUS = 65536  # rank maps past this are a typo, not a deployment (and would take minutes to build)
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -29,6 +31,13 @@ class Topology:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1):
             raise UserError(f"--gpus-per-node must be a positive integer, got {self.gpus_per_node!r}")
+        for name in ("tp_size", "dp_size", "dcp_size", "ep_size", "pp_size", "nnodes"):
+            if getattr(self, name) > MAX_GPUS:
+                raise UserError(f"--{name.replace('_', '-')} ({getattr(self, name)}) is larger than the "
+                                f"{MAX_GPUS} GPUs dcpctl plans for")
+        if self.total_gpus > MAX_GPUS:
+            raise UserError(f"tp ({self.tp_size}) * pp ({self.pp_size}) * dp replicas ({self.engine_replicas}) = "
+                            f"{self.total_gpus} GPUs is more than the {MAX_GPUS} dcpctl plans for")
 
     @property
     def world(self) -> int:

@@ -16,6 +16,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text file (not UTF-8): expected YAML") from None
     try:
         data = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as e:
@@ -23,6 +25,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise UserError(f"{path} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise UserError(f"{path} is empty: expected a YAML mapping")
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a YAML mapping, not {type(data).__name__}")
     return data

@@ -1,0 +1,144 @@
+"""User mistakes: one sentence on stderr, exit status 2, no traceback, nothing started."""
+import json
+import shutil
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from dcpctl.cli.main import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def assert_user_error(r, text):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output
+    assert text in r.output
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    from dcpctl.runtime.tiny import ensure_tiny_model
+    src = ensure_tiny_model()
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    for f in src.iterdir():
+        if f.suffix == ".json":
+            shutil.copy(f, d / f.name)
+    return src, d
+
+
+def test_binary_saved_plan(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_bytes(b"\x8f\xb8\x00\xff" * 20)
+    assert_user_error(run("plan", f), "is not a text file")
+    assert_user_error(run("launch", f, "--dry-run"), "is not a text file")
+    assert_user_error(run("export", "sglang", f), "is not a text file")
+
+
+def test_empty_saved_plan(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("")
+    assert_user_error(run("plan", f), "is empty: expected a YAML mapping")
+
+
+def test_saved_plan_request_must_be_a_mapping_of_known_options(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("request: [1, 2]\n")
+    assert_user_error(run("plan", f), "'request' must be a mapping of plan options, not list")
+    f.write_text("request: {tp_size: 2, bogus: 1}\n")
+    assert_user_error(run("plan", f), "unknown plan option(s) ['bogus']")
+
+
+def test_binary_or_incomplete_config_json(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_bytes(b"\x8f\xb8\x00\xff" * 20)
+    assert_user_error(run("plan", "--model-path", tmp_path / "bin"), "is not a text file")
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "config.json").write_text(json.dumps(
+        {"model_type": "deepseek_v3", "kv_lora_rank": 64, "num_hidden_layers": 2}))
+    assert_user_error(run("plan", "--model-path", tmp_path / "part"),
+                      "missing model field 'hidden_size'")
+
+
+def test_huge_sizes_are_refused_not_planned():
+    assert_user_error(run("plan", "--tp-size", "100000000"), "--tp-size (100000000) is larger than")
+    assert_user_error(run("plan", "--dcp-size", "100000000", "--format", "json"), "--dcp-size (100000000)")
+
+
+def test_dcp_larger_than_tp_has_no_node_warning():
+    r = run("plan", "--tp-size", "1", "--dcp-size", "8", "--format", "json")
+    assert r.exit_code == 2
+    d = json.loads(r.output)
+    assert [v["code"] for v in d["violations"]] == ["tp_dcp"]
+    assert not any("cross nodes" in w for w in d["warnings"])
+
+
+def test_hardware_file_field_types(tmp_path):
+    f = tmp_path / "hw.yaml"
+    f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 0, memory_gib: 80, sm: 90, "
+                 "nvlink: true, mnnvl: false}\n")
+    assert_user_error(run("plan", "--hardware", f), "hardware field gpus_per_node must be a positive integer, got 0")
+
+
+def test_export_to_unwritable_dir(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert_user_error(run("export", "sglang", "--preset", "tiny-cpu", "-o", tmp_path / "afile" / "sub"),
+                      "cannot write to")
+
+
+def test_recommend_contexts_must_be_positive():
+    assert_user_error(run("recommend", "--context-len", "1000", "--concurrency", "4", "--contexts", "0,-5"),
+                      "--contexts needs positive context lengths")
+
+
+def test_launch_config_missing_keys(tmp_path):
+    f = tmp_path / "launch.yaml"
+    f.write_text("groups: 1\nworld_size: 2\n")
+    assert_user_error(run("launch", f, "--dry-run"), "launch config key 'model' must be a dict")
+
+
+def test_launch_port_in_use_fails_before_loading():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert_user_error(run("launch", "--port", port), f"cannot serve on 127.0.0.1:{port}")
+
+
+def test_launch_rank_error_is_printed_verbatim(monkeypatch):
+    import dcpctl.launch.runner as runner
+
+    class Failing:
+        def __init__(self, *a, **k):
+            self.proc = type("P", (), {"poll": lambda self: 1})()
+
+        def wait_ready(self, stop):
+            raise runner.RuntimeFailed("[rank 0] OSError: boom")
+
+    monkeypatch.setattr(runner, "ServeProcess", Failing)
+    r = run("launch", "--port", "0")
+    assert r.exit_code == 1
+    assert "error: [rank 0] OSError: boom" in r.output and "\\[" not in r.output
+
+
+def test_generate_missing_or_truncated_weights(tiny_dir):
+    src, d = tiny_dir
+    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "no *.safetensors weights in")
+    data = (src / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "model.safetensors is truncated")
+    (d / "model.safetensors").write_bytes(data[:100])
+    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "is not a safetensors file")
+
+
+def test_generate_past_max_position_embeddings():
+    assert_user_error(run("generate", "--prompt-ids", "1", "--max-new-tokens", "3000"),
+                      "exceeds the model's max_position_embeddings (2048)")
+
+
+def test_generate_negative_prompt_id_message():
+    assert_user_error(run("generate", "--prompt-ids", "1,-2"), "--prompt-ids must be non-negative token ids")
