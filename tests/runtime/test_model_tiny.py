@@ -35,7 +35,8 @@ def test_ensure_is_deterministic_atomic_and_cached(tmp_path, monkeypatch):
 def test_concurrent_ensure_gives_one_complete_copy(tmp_path):
     import multiprocessing as mp
     target = tmp_path / "shared"
-    with mp.get_context("fork").Pool(3) as pool:
+    # spawn, not fork: a forked Pool child of a process whose torch already runs threads can deadlock
+    with mp.get_context("spawn").Pool(3) as pool:
         paths = pool.map(ensure_tiny_model, [target] * 3)
     assert paths == [target] * 3 and sorted(p.name for p in tmp_path.iterdir()) == ["shared"]
     assert _digest(target) == _digest(write_tiny_model(tmp_path / "direct"))
