@@ -69,7 +69,17 @@ def run(budget: int, page: int, dcps: list[int], request_len: int) -> list[dict[
               help="Positions per request (prompt; one new token).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def command(budget: int, page: int, dcp_sizes: str, request_len: int, fmt: str) -> None:
-    """Admit requests at a fixed per-rank KV budget for each DCP size (CPU; see module docstring)."""
+    """Admit requests at a fixed per-rank KV budget for each DCP size and report how much context fits.
+
+    Runs the bundled scheduler and KV allocator on CPU (no model): queues requests of --request-len
+    positions until admission stops, then reports requests admitted, context held and its ratio to
+    DCP 1, the fullest rank and the longest single request that still fits.
+
+    \b
+    Examples:
+      dcpctl bench capacity
+      dcpctl bench capacity --budget 131072 --dcp-sizes 1,2,4,8 --request-len 32000 --format json
+    """
     from dcpctl.bench.decode import _ints
     from dcpctl.cli import console
     from dcpctl.plan.errors import UserError

@@ -185,7 +185,21 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str, batches: str, contexts: str,
             backend: str, replicate_q: bool, dtype: str, page: int | None, graphs: bool, path_kind: str, steps: int,
             warmup: int, timeout: float, fmt: str, output: str | None) -> None:
-    """Time decode steps for DCP sizes at fixed TP over batch x context (see module docstring)."""
+    """Time decode steps for DCP sizes at fixed TP over batch x context.
+
+    For each --dcp-sizes value, --tp-size ranks run the real runtime on a synthetic checkpoint of
+    --shape: every request already holds --contexts cached positions, then --steps timed decode
+    steps of one token per request. Reports the forward time per step, the host layout-build time,
+    the KV bytes each rank read and the ratios to DCP 1 (on CUDA also the roofline prediction).
+
+    \b
+    Examples:
+      dcpctl bench decode                                     # CPU, tiny shape, tp 4, dcp 1,2,4
+      dcpctl bench decode --tp-size 2 --dcp-sizes 1,2 --batches 1 --contexts 256 --steps 2
+      dcpctl bench decode --device cuda --tp-size 8 --dcp-sizes 1,8 --shape v3 --cuda-graphs -o rows.json
+    """
+    if output:
+        _check_writable(Path(output))
     from dcpctl.cli import console
     from dcpctl.plan.errors import UserError
     dcps = _ints(dcp_sizes, "dcp-sizes")
@@ -208,7 +222,10 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
         rows = run(args)
     doc = {"args": {k: v for k, v in args.items() if k != "path"}, "shape": shape, "rows": rows}
     if output:
-        Path(output).write_text(json.dumps(doc, indent=2))
+        try:
+            Path(output).write_text(json.dumps(doc, indent=2))
+        except OSError as e:  # the rows still reach stdout below
+            console.warn(f"cannot write {output}: {e.strerror or e}")
     if fmt == "json":
         console.write_text(json.dumps(doc, indent=2))
         return
@@ -219,7 +236,22 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
               opt(r, "predicted_ms", "{:.3f}"), opt(r, "measured_vs_predicted", "{:.2f}"), f"{r['layout_ms']:.2f}",
               f"{max(r['kv_bytes_read_per_rank']):,}", f"{r.get('time_vs_dcp1', 0):.2f}",
               f"{r.get('kv_bytes_vs_dcp1', 0):.3f}"] for r in rows]
+    keep = [i for i in range(len(cols)) if any(row[i] != "-" for row in table)]  # CPU: no graph/prediction columns
+    cols, table = [cols[i] for i in keep], [[row[i] for i in keep] for row in table]
     console.out.print(console.table(f"decode step, shape {shape}, tp {tp}, {backend}", cols, table))
+
+
+def _check_writable(path: Path) -> None:
+    """-o to a directory or an unwritable place fails before the benchmark runs, not after."""
+    from dcpctl.plan.errors import UserError
+    existed = path.exists()
+    try:
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write -o {path}: {e.strerror or e}") from None
 
 
 def _check_device(device: str, tp: int) -> None:

@@ -132,6 +132,7 @@ def command(url: str, concurrency: int, num_requests: int, input_len: int, outpu
     Example:
       dcpctl bench serve --url http://127.0.0.1:30000 --concurrency 8 --requests 64 --input-len 32 --output-len 32
     """
+    _check_reachable(url)
     r = run_bench(url, concurrency, num_requests, input_len, output_len, api_key, seed, vocab, timeout,
                   quiet=fmt == "json")
     if fmt == "json":
@@ -140,6 +141,25 @@ def command(url: str, concurrency: int, num_requests: int, input_len: int, outpu
         _print(r)
     if r["completed"] == 0:
         raise SystemExit(1)
+
+
+def _check_reachable(url: str) -> None:
+    """A wrong --url or a server that is not up is one line and exit 2, not 64 failed requests."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from dcpctl.plan.errors import UserError
+    u = urlsplit(url)
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    if u.scheme not in ("http", "https") or not u.hostname or port < 0:
+        raise UserError(f"--url must look like http://HOST:PORT, got {url!r}")
+    try:
+        socket.create_connection((u.hostname, port), timeout=10).close()
+    except OSError as e:
+        raise UserError(f"cannot connect to {url}: {e.strerror or e}; is the server up (`dcpctl launch`)?") from None
 
 
 def _print(r: dict[str, Any]) -> None:

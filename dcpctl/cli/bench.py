@@ -27,5 +27,13 @@ class BenchGroup(click.Group):
 
 @click.group(cls=BenchGroup)
 def bench() -> None:
-    """Benchmarks: `kernel` (local MLA decode kernel and exchanges), `decode` (striped decode step
-    end to end for DCP sizes), `serve` (an OpenAI-compatible server under load)."""
+    """Benchmarks: `kernel` (local MLA decode kernel and exchanges; GPU), `decode` (striped decode step
+    end to end for DCP sizes), `capacity` (context a fixed KV budget admits per DCP size), `serve`
+    (an OpenAI-compatible server under load).
+
+    \b
+    Examples:
+      dcpctl bench decode --tp-size 2 --dcp-sizes 1,2 --batches 1 --contexts 256 --steps 2
+      dcpctl bench capacity --dcp-sizes 1,2,4
+      dcpctl bench serve --url http://127.0.0.1:30000
+    """

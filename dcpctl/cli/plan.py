@@ -56,6 +56,8 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
     """
     opts = collect(ctx, params, saved_plan)
+    if concurrency and not opts.get("context_len"):
+        raise UserError("--concurrency needs --context-len (the step-time estimate is per context length)")
     p = build_plan(opts)
     doc = plan_document(p, opts)
     if concurrency and p.valid and opts.get("context_len"):

@@ -43,6 +43,11 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
                     warn: list[str]) -> None:
     mode = req.disaggregation_mode
     if mode == "null":
+        peer_opts = [f"--{k.replace('_', '-')}" for k in ("disaggregation_peer_dcp_size", "disaggregation_peer_page_size",
+                                                        "disaggregation_peer_kv_cache_dtype")
+                     if getattr(req, k) is not None]
+        if peer_opts:
+            warn.append(f"{', '.join(peer_opts)} ignored: no --disaggregation-mode prefill|decode")
         return
     c = req.topology.dcp_size
     peer = req.disaggregation_peer_dcp_size or c

@@ -75,8 +75,9 @@ def request_from_options(opts: dict[str, Any]) -> PlanRequest:
 
 
 def _check_ranges(f: dict[str, Any]) -> None:
-    if "mem_fraction_static" in f and not 0 < f["mem_fraction_static"] <= 1:
-        raise UserError(f"--mem-fraction-static must be in (0, 1], got {f['mem_fraction_static']}")
+    for key in ("mem_fraction_static", "kda_state_fraction"):
+        if key in f and (not isinstance(f[key], (int, float)) or not 0 < f[key] <= 1):
+            raise UserError(f"--{key.replace('_', '-')} must be in (0, 1], got {f[key]!r}")
     for key in ("page_size", "context_len", "max_running_requests", "disaggregation_peer_dcp_size",
                 "disaggregation_peer_page_size"):
         if key in f and (not isinstance(f[key], int) or f[key] < 1):

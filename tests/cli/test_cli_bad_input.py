@@ -142,3 +142,17 @@ def test_generate_past_max_position_embeddings():
 
 def test_generate_negative_prompt_id_message():
     assert_user_error(run("generate", "--prompt-ids", "1,-2"), "--prompt-ids must be non-negative token ids")
+
+
+def test_plan_concurrency_without_context_len():
+    assert_user_error(run("plan", "--concurrency", "4"), "--concurrency needs --context-len")
+
+
+def test_kda_state_fraction_range():
+    assert_user_error(run("plan", "--kda-state-fraction", "-1"), "--kda-state-fraction must be in (0, 1], got -1.0")
+
+
+def test_pd_peer_options_without_mode_are_reported():
+    r = run("plan", "--tp-size", "2", "--dcp-size", "2", "--disaggregation-peer-dcp-size", "4", "--format", "json")
+    assert r.exit_code == 0
+    assert any("--disaggregation-peer-dcp-size ignored" in w for w in json.loads(r.output)["warnings"])
