@@ -113,6 +113,9 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     else:
         opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
+    if plan.request.disaggregation_mode != "null":
+        raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides with "
+                        "`dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export sglang`")
     cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
     return cfg, plan.request.topology.nnodes, _summary(cfg), opts.get("max_running_requests")
 

@@ -156,3 +156,13 @@ def test_pd_peer_options_without_mode_are_reported():
     r = run("plan", "--tp-size", "2", "--dcp-size", "2", "--disaggregation-peer-dcp-size", "4", "--format", "json")
     assert r.exit_code == 0
     assert any("--disaggregation-peer-dcp-size ignored" in w for w in json.loads(r.output)["warnings"])
+
+
+def test_launch_refuses_pd_with_one_line():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "launch", "--tp-size", "2", "--dcp-size", "2",
+                        "--disaggregation-mode", "decode", "--disaggregation-peer-dcp-size", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "serves PD disaggregation only in batch mode" in p.stderr
+    assert "Traceback" not in p.stderr
