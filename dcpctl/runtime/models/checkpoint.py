@@ -1,16 +1,18 @@
 """Safetensors checkpoint reader that materializes only the requested shard of each tensor.
 
-    ckpt = Checkpoint(path)                      # single file, index.json, or a set of *.safetensors
+    ckpt = Checkpoint(path, quant=None)          # single file, index.json, or a set of *.safetensors
     tensors = ckpt.read(wants, dtype, device, progress)   # {want.name: Tensor}
 
 Every tensor's full on-disk shape is checked against the shape the config implies before any
-slice is read; mismatches and missing files or tensors raise ModelLoadError.
+slice is read; mismatches and missing files or tensors raise ModelLoadError. With `quant`
+(block-wise fp8, see quant.py) an fp8 tensor is dequantized from its slice and the scale blocks
+that cover it, so a rank never materializes more of a quantized weight than its shard.
 """
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -19,6 +21,7 @@ import torch
 from safetensors import safe_open
 
 from dcpctl.runtime.models.config import ModelLoadError
+from dcpctl.runtime.models.quant import FP8_DTYPES, BlockFp8, dequantize, scale_name
 
 INDEX = "model.safetensors.index.json"
 Progress = Callable[[int, int], None]
@@ -37,8 +40,8 @@ class Want:
 
 
 class Checkpoint:
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Path, quant: BlockFp8 | None = None):
+        self.path, self.quant = Path(path), quant
         self.where = self._index()  # tensor name -> file
 
     def _index(self) -> dict[str, Path]:
@@ -76,12 +79,55 @@ class Checkpoint:
         out: dict[str, torch.Tensor] = {}
         files = sorted(by_file)
         for i, file in enumerate(files):
-            with _open(file) as f:
+            with ExitStack() as stack:  # this file, and any other that holds one of its weights' scales
+                handles: dict[Path, Any] = {}
+
+                def handle(f: Path) -> Any:
+                    if f not in handles:
+                        handles[f] = stack.enter_context(_open(f))
+                    return handles[f]
+
                 for w in by_file[file]:
-                    out[w.name] = _read_one(f, w, file).to(device=device, dtype=w.dtype or dtype)
+                    out[w.name] = self._read_one(handle, file, w).to(device=device, dtype=w.dtype or dtype)
             if progress is not None:
                 progress(i + 1, len(files))
         return out
+
+    def _read_one(self, handle: Callable[[Path], Any], file: Path, w: Want) -> torch.Tensor:
+        # -> w.shape narrowed to [w.start, w.end) along w.dim; fp8 weights dequantized to float32
+        sl = handle(file).get_slice(w.name)
+        got = tuple(sl.get_shape())
+        if got != tuple(w.shape):
+            raise ModelLoadError(f"tensor {w.name} in {file.name} has shape {list(got)}, "
+                                 f"expected {list(w.shape)} from config.json")
+        if sl.get_dtype() in FP8_DTYPES:
+            return self._dequantized(handle, file, w, sl)
+        if w.dim is None:
+            return sl[:]
+        return sl[tuple([slice(None)] * w.dim + [slice(w.start, w.end)])]
+
+    def _dequantized(self, handle: Callable[[Path], Any], file: Path, w: Want, sl: Any) -> torch.Tensor:
+        # w8 [out, in] + scale_inv [ceil(out/b0), ceil(in/b1)] -> this want's slice, float32
+        if self.quant is None:
+            raise ModelLoadError(f"tensor {w.name} in {file.name} is stored as fp8 ({sl.get_dtype()}) but "
+                                 f"config.json has no quantization_config")
+        if len(w.shape) != 2:
+            raise ModelLoadError(f"tensor {w.name} in {file.name} is fp8 with shape {list(w.shape)}; "
+                                 f"block-wise fp8 weights must be 2-D")
+        sname = scale_name(w.name)
+        if sname not in self.where:
+            raise ModelLoadError(f"tensor {w.name} is fp8 but its scale {sname} is not in the checkpoint "
+                                 f"at {self.path}")
+        ssl = handle(self.where[sname]).get_slice(sname)
+        want_s = self.quant.scale_shape(w.shape)
+        if tuple(ssl.get_shape()) != want_s:
+            raise ModelLoadError(f"tensor {sname} in {self.where[sname].name} has shape {list(ssl.get_shape())}, "
+                                 f"expected {list(want_s)} for weight {list(w.shape)} in blocks of "
+                                 f"{list(self.quant.block)}")
+        bounds = [(0, n) for n in w.shape]
+        if w.dim is not None:
+            bounds[w.dim] = (w.start, w.end)
+        return dequantize(sl, ssl, bounds[0], bounds[1], self.quant.block)
 
 
 @contextmanager
@@ -92,16 +138,3 @@ def _open(file: Path) -> Iterator[Any]:
         raise ModelLoadError(f"cannot read safetensors file {file}: {e}") from e
     with handle as f:
         yield f
-
-
-def _read_one(f: Any, w: Want, file: Path) -> torch.Tensor:
-    # -> w.shape, narrowed to [w.start, w.end) along w.dim when the want is a shard
-    sl = f.get_slice(w.name)
-    got = tuple(sl.get_shape())
-    if got != tuple(w.shape):
-        raise ModelLoadError(f"tensor {w.name} in {file.name} has shape {list(got)}, "
-                             f"expected {list(w.shape)} from config.json")
-    if w.dim is None:
-        return sl[:]
-    index = tuple([slice(None)] * w.dim + [slice(w.start, w.end)])
-    return sl[index]

@@ -136,8 +136,8 @@ def _need(cfg: dict[str, Any], key: str, file: Path) -> Any:
 
 def parse_config(cfg: dict[str, Any], file: Path = Path("config.json")) -> MlaConfig:
     """Build an MlaConfig from an already-unwrapped language-model config dict."""
-    if cfg.get("quantization_config"):
-        raise ModelLoadError(f"{file}: quantized checkpoints are not supported by the bundled runtime")
+    from dcpctl.runtime.models.quant import read_quantization  # it imports this module
+    read_quantization(cfg, file)  # block-wise fp8 loads (dequantized); any other method raises here
     for flag in ("attention_bias", "mlp_bias"):
         if cfg.get(flag):
             raise ModelLoadError(f"{file}: {flag}=true is not supported by the bundled runtime")

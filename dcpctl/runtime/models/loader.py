@@ -5,6 +5,8 @@
 
 Dispatches on model_type / architectures: DeepSeek-V2/V3 and Kimi K2 build a DeepseekModel,
 Kimi Linear (`kimi_linear`) a KimiLinearModel whose KDA state pool holds `kda_max_requests` slots.
+Block-wise fp8 checkpoints (DeepSeek-V3 / Kimi K2 releases) are dequantized to `dtype` per shard
+at load (quant.py); compute then runs unquantized.
 
 `decisions` is the launch config's `decisions` mapping; only `dcp_replicate_q_proj` matters here.
 `progress(done, total)` is called once per safetensors file read. Raises ModelLoadError for an
@@ -27,6 +29,7 @@ from dcpctl.runtime.models.kimi_config import is_kimi_linear, parse_kimi_linear
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import upcast_dtype
+from dcpctl.runtime.models.quant import read_quantization
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
 from dcpctl.runtime.parallel import ParallelState
@@ -54,7 +57,7 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
         return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
                                 kda_max_requests or DEFAULT_KDA_REQUESTS)
     cfg = parse_config(raw, file)
-    ckpt = Checkpoint(path)
+    ckpt = Checkpoint(path, read_quantization(raw, file))
     s = plan_shards(cfg, ps, replicate_q_decision(decisions))
     prefix, head = _names(cfg, ckpt)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)

@@ -1,0 +1,75 @@
+"""Block-wise FP8 weights (DeepSeek-V3 / V3.1, Kimi K2): parsed from config.json, dequantized at load.
+
+    read_quantization(cfg: dict, file: Path) -> BlockFp8 | None   ModelLoadError for other methods
+    dequantize(w8, scale_inv, rows, cols, block) -> float32 slice of the real weight
+
+A quantized weight `<name>.weight` is float8_e4m3fn, [out, in]; its `<name>.weight_scale_inv` is
+float32 [ceil(out/b0), ceil(in/b1)] and block (i, j) holds the factor for rows i*b0..(i+1)*b0-1,
+columns j*b1..(j+1)*b1-1: real = fp8 * scale_inv (DeepSeek's `weight_dequant`). Tensors stored in
+any other dtype (norms, embeddings, lm_head, the MoE router) are simply unquantized.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.models.config import ModelLoadError
+
+FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
+SUPPORTED_METHODS = ("fp8",)
+SCALE_SUFFIX = "_scale_inv"
+
+
+@dataclass(frozen=True)
+class BlockFp8:
+    block: tuple[int, int]  # (rows, columns) covered by one weight_scale_inv entry
+
+    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        return -(-shape[0] // self.block[0]), -(-shape[1] // self.block[1])
+
+
+def scale_name(weight: str) -> str:
+    return weight + SCALE_SUFFIX  # 'x.weight' -> 'x.weight_scale_inv'
+
+
+def read_quantization(cfg: dict[str, Any], file: Path) -> BlockFp8 | None:
+    """None for an unquantized model; block-wise fp8 as DeepSeek ships it; ModelLoadError otherwise."""
+    q = cfg.get("quantization_config")
+    if not q:
+        return None
+    if not isinstance(q, dict):
+        raise ModelLoadError(f"{file}: quantization_config must be a mapping, got {q!r}")
+    method = q.get("quant_method")
+    if method not in SUPPORTED_METHODS:
+        raise ModelLoadError(f"{file}: quantized checkpoints are not supported by the bundled runtime "
+                             f"except block-wise fp8; quant_method {method!r} is not "
+                             f"(supported: {', '.join(SUPPORTED_METHODS)} with weight_block_size)")
+    if q.get("fmt", "e4m3") != "e4m3":
+        raise ModelLoadError(f"{file}: fp8 fmt {q.get('fmt')!r} is not supported; supported: 'e4m3'")
+    block = q.get("weight_block_size")
+    if block is None:
+        raise ModelLoadError(f"{file}: quantized checkpoints are not supported by the bundled runtime "
+                             f"except block-wise fp8; quant_method 'fp8' has no weight_block_size "
+                             f"(per-tensor fp8)")
+    if (not isinstance(block, (list, tuple)) or len(block) != 2
+            or not all(isinstance(b, int) and b > 0 for b in block)):
+        raise ModelLoadError(f"{file}: weight_block_size must be two positive integers, got {block!r}")
+    return BlockFp8((block[0], block[1]))
+
+
+def dequantize(w8: Any, scale_inv: Any, rows: tuple[int, int], cols: tuple[int, int],
+               block: tuple[int, int]) -> Tensor:
+    # w8: safetensors slice [out, in] fp8  scale_inv: slice [ceil(out/b0), ceil(in/b1)] -> [r1-r0, c1-c0] fp32
+    # the wanted slice may start and end inside a block:
+    # | rows of the slice | scale rows read          | offset into the expanded scales |
+    # | r0 .. r1-1        | r0//b0 .. ceil(r1/b0)-1  | r0 - (r0//b0)*b0                |
+    (r0, r1), (c0, c1), (b0, b1) = rows, cols, block
+    w = w8[r0:r1, c0:c1].to(torch.float32)
+    s = scale_inv[r0 // b0:-(-r1 // b0), c0 // b1:-(-c1 // b1)].to(torch.float32)
+    s = s.repeat_interleave(b0, dim=0).repeat_interleave(b1, dim=1)
+    dr, dc = r0 - r0 // b0 * b0, c0 - c0 // b1 * b1
+    return w * s[dr:dr + r1 - r0, dc:dc + c1 - c0]
