@@ -88,14 +88,10 @@ class ModelSpec:
 
 def load_config_json(path: Path) -> dict[str, Any]:
     """Read a config.json; a missing or malformed file is a UserError naming it (and the line)."""
+    from dcpctl.plan.yamlio import read_user_text
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a text file (not UTF-8): expected JSON") from None
+    text = read_user_text(path, "JSON")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

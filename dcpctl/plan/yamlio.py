@@ -1,4 +1,4 @@
-"""YAML reading with errors that name the file and line."""
+"""Reading user files (YAML, JSON text) with errors that name the file and line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,18 +6,23 @@ from typing import Any
 
 import yaml
 
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
-
 from dcpctl.plan.errors import UserError
 
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
-def read_yaml(path: Path) -> dict[str, Any]:
+
+def read_user_text(path: Path, expected: str) -> str:
+    """A user's text file; unreadable or non-UTF-8 content is a UserError naming it."""
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path} is not a text file (not UTF-8): expected YAML") from None
+        raise UserError(f"{path} is not a text file (not UTF-8): expected {expected}") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    text = read_user_text(path, "YAML")
     try:
         data = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as e:
