@@ -18,7 +18,7 @@ import sys
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -59,17 +59,28 @@ def eos_token_id(model_path: str | Path) -> Any:
     return None
 
 
-def run_worker(cfg: dict, requests: list, model: Any = None) -> dict:
-    """Everything after init_process_group: groups, model, generate.  Returns the result on every rank."""
+def progress_lines(what: str) -> Callable[[int, int], None]:
+    """A progress callback printing `dcpctl-progress WHAT done/total` lines (the launcher draws the bar)."""
+    def report(done: int, total: int) -> None:
+        print(f"dcpctl-progress {what} {done}/{total}", file=sys.stderr, flush=True)
+    return report
+
+
+def run_worker(cfg: dict, requests: list, model: Any = None, show_progress: bool = False) -> dict:
+    """Everything after init_process_group: groups, model, generate.  Returns the result on every rank.
+
+    show_progress: rank 0 reports loading and finished requests for the launcher's progress bars."""
     from dcpctl.runtime.models import load_model  # the model package is heavy; import late
     if "disaggregation" in cfg:  # a prefill and a decode instance in one world (docs/pd.md)
         from dcpctl.runtime.pd.driver import run_pd
         return run_pd(cfg, requests, eos_token_id=eos_token_id(cfg["model"]["path"]))
     ps = build_state(cfg)
+    report = show_progress and ps.rank == 0
     if model is None:
         model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
-                           torch.device(cfg.get("device", "cpu")))
-    return Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"])).generate(requests)
+                           torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if report else None)
+    engine = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]))
+    return engine.generate(requests, progress=progress_lines("requests") if report else None)
 
 
 def _env(name: str) -> str:
@@ -92,7 +103,7 @@ def main() -> int:
             from dcpctl.runtime.server.serve import serve
             serve(cfg, serve_opts)
             return 0
-        result = run_worker(cfg, requests)
+        result = run_worker(cfg, requests, show_progress=True)
         if dist.get_rank() == 0:
             Path(_env("DCPCTL_RESULT")).write_text(json.dumps(result))
         return 0

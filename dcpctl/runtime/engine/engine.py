@@ -11,7 +11,7 @@ replica has work (`busy` says whether the last step ran).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -106,13 +106,18 @@ class Engine:
             raise RuntimeError(f"free_pages({self.alloc.free_pages}) != num_pages({self.alloc.num_pages}) "
                                f"after draining; requests still holding pages: {self.alloc.requests()}")
 
-    def generate(self, requests: list[dict]) -> dict:
-        """Run requests to completion; every rank returns {"outputs": [...], "stats": {...}}."""
+    def generate(self, requests: list[dict], progress: Callable[[int, int], None] | None = None) -> dict:
+        """Run requests to completion; every rank returns {"outputs": [...], "stats": {...}}.
+
+        progress(done, total) is called as this replica's requests finish (a CLI progress bar)."""
         for i, req in enumerate(requests):
             self.submit(i, req["prompt_ids"], SamplingParams.from_dict(req))
         self._results, steps = {}, 0
+        mine = sum(self.owns(i) for i in range(len(requests)))
         while True:
             self.step()
+            if progress is not None:
+                progress(len(self._results), mine)
             if not self.busy:
                 break
             steps += 1

@@ -32,21 +32,17 @@ def model_limits(path: str | Path) -> tuple[int, int]:
     return int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 4096))
 
 
-def _progress(done: int, total: int) -> None:
-    print(f"dcpctl-progress loading {done}/{total}", file=sys.stderr, flush=True)
-
-
 def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
     """Every rank: load, then run the lockstep loop until shutdown; returns the steps run."""
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.worker import build_state, eos_token_id
+    from dcpctl.runtime.worker import build_state, eos_token_id, progress_lines
     opts = DEFAULTS | {k: v for k, v in opts.items() if v is not None}
     ps = build_state(cfg)
     group = control_group(cfg.get("dist_backend", "gloo"))
     path = cfg["model"]["path"]
     if model is None:
         model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
-                           torch.device(cfg.get("device", "cpu")), progress=_progress if ps.rank == 0 else None)
+                           torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if ps.rank == 0 else None)
     engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
     if ps.rank != 0:
         _on_signals(lambda: None)
