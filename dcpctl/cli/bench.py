@@ -11,6 +11,7 @@ BENCHES = {
     "capacity": "dcpctl.bench.capacity",
     "kernel": "dcpctl.bench.kernel",
     "decode": "dcpctl.bench.decode",
+    "exchange": "dcpctl.bench.exchange",
     "serve": "dcpctl.bench.serve",
 }
 
