@@ -67,10 +67,16 @@ def lse_wire_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def pack(o: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:
-    # o: [T, Hk, L]  lse: [T, Hk] -> [T, Hk, L + k] in dtype; k lanes hold the LSE bits (2 for 16-bit)
-    lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).contiguous().view(dtype)
-    return torch.cat([o.to(dtype), lanes], dim=-1)
+def pack_by_owner(o: Tensor, lse: Tensor, dtype: torch.dtype, c: int) -> Tensor:
+    # o: [T, Hk, L]  lse: [T, Hk] -> send buffer [c, T, Hk/c, L + k] in dtype: block j = rank j's heads,
+    # k lanes hold the LSE bits (2 for 16-bit); written in place, no concatenated intermediate
+    t, hk, v = o.shape
+    lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).view(dtype)          # [T, Hk, k]
+    k = lanes.shape[-1]
+    send = torch.empty((c, t, hk // c, v + k), dtype=dtype, device=o.device)
+    send[..., :v].copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))
+    send[..., v:].copy_(lanes.reshape(t, c, hk // c, k).transpose(0, 1))
+    return send
 
 
 def unpack(buf: Tensor, v_dim: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -83,7 +89,7 @@ def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dty
     # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
     # merge: fused_merge.merge_a2a (one Triton kernel on CUDA); None: the torch merge
     c, v_dim = axis.size, o.shape[-1]
-    send = by_owner(pack(o, lse, dtype), c)                       # [c, T, Hl, L + k]
+    send = pack_by_owner(o, lse, dtype, c)                        # [c, T, Hl, L + k]
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1),
                            group=axis.group)
