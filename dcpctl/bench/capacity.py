@@ -80,12 +80,12 @@ def command(budget: int, page: int, dcp_sizes: str, request_len: int, fmt: str) 
       dcpctl bench capacity
       dcpctl bench capacity --budget 131072 --dcp-sizes 1,2,4,8 --request-len 32000 --format json
     """
-    from dcpctl.bench.decode import _ints
+    from dcpctl.cli.options import positive_ints
     from dcpctl.cli import console
     from dcpctl.plan.errors import UserError
     if budget < page:
         raise UserError(f"--budget ({budget}) < --page-size ({page})")
-    rows = run(budget, page, _ints(dcp_sizes, "dcp-sizes"), request_len)
+    rows = run(budget, page, positive_ints(dcp_sizes, "dcp-sizes"), request_len)
     if fmt == "json":
         console.write_text(json.dumps({"rows": rows}, indent=2))
         return

@@ -33,17 +33,6 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _ints(text: str, what: str) -> list[int]:
-    from dcpctl.plan.errors import UserError
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--{what} must be comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise UserError(f"--{what} needs positive integers, got {text!r}")
-    return out
-
-
 def _groups(tp: int, dcp: int) -> dict[str, list[list[int]]]:
     from dcpctl.plan.groups import build_groups
     from dcpctl.plan.topology import Topology
@@ -201,12 +190,13 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     if output:
         _check_writable(Path(output))
     from dcpctl.cli import console
+    from dcpctl.cli.options import positive_ints
     from dcpctl.plan.errors import UserError
-    dcps = _ints(dcp_sizes, "dcp-sizes")
+    dcps = positive_ints(dcp_sizes, "dcp-sizes")
     if any(tp % c for c in dcps):
         raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
-    args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": _ints(batches, "batches"),
-            "contexts": _ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
+    args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": positive_ints(batches, "batches"),
+            "contexts": positive_ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
             "dtype": dtype, "page": page or (64 if device == "cuda" else 1), "graphs": graphs,
             "path_kind": path_kind, "steps": steps, "warmup": warmup, "timeout": timeout}
     if graphs and device != "cuda":

@@ -68,7 +68,7 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str) -> None:
     import torch
     import torch.multiprocessing as mp
 
-    from dcpctl.bench.decode import _ints
+    from dcpctl.cli.options import positive_ints
     from dcpctl.cli import console
     from dcpctl.plan.errors import UserError
     if not torch.cuda.is_available() or torch.cuda.device_count() < dcp:
@@ -76,7 +76,7 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str) -> None:
                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
     if heads % dcp:
         raise UserError(f"--kernel-heads ({heads}) must be a multiple of --dcp-size ({dcp})")
-    args = {"batches": _ints(batches, "batches"), "heads": heads, "v_dim": v_dim}
+    args = {"batches": positive_ints(batches, "batches"), "heads": heads, "v_dim": v_dim}
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:

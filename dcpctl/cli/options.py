@@ -82,3 +82,15 @@ def collect(ctx: click.Context, params: dict[str, Any], saved_plan: str | None =
         base.update({k: flags[k] for k in explicit})
         return base
     return merge_options(flags, explicit, params.get("preset"))
+
+
+def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:
+    """A comma-separated list of positive integers from a flag (`--batches 1,8,32`); UserError otherwise."""
+    from dcpctl.plan.errors import UserError
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--{flag} must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise UserError(f"--{flag} needs positive {noun}, got {text!r}")
+    return out

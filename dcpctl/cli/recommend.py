@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from dcpctl.cli import console
-from dcpctl.cli.options import collect, plan_options
-from dcpctl.plan.cost import Choice, Constants, load_calibration
+from dcpctl.cli.options import collect, plan_options, positive_ints
+from dcpctl.plan.cost import Constants, load_calibration
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.recommend import candidates, crossover, recommend
 from dcpctl.plan.resolve import request_from_options
@@ -58,13 +58,7 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
 def _contexts(text: str | None, default: int) -> list[int]:
     if not text:
         return sorted({default, 8192, 32768, 131072})
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--contexts must be comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise UserError(f"--contexts needs positive context lengths, got {text!r}")
-    return out
+    return positive_ints(text, "contexts", "context lengths")
 
 
 def _crossovers(req: Any, k: Constants, contexts: list[int]) -> list[dict[str, Any]]:
