@@ -1,64 +1,131 @@
-"""The planner's cost model against a measured `dcpctl bench decode` table.
+"""The planner's cost model against measured `dcpctl bench decode` tables (CUDA-graph step times).
 
-    python benchmarks/cost_model_vs_measured.py [DECODE.json] [KERNEL.json] [-o calibration.yaml]
+    python benchmarks/cost_model_vs_measured.py [--calibration CAL.yaml] [--one-gpu D1.json]
+        [--two-gpu D2.json] [--repeat D2b.json] [-o CAL.yaml]
 
-Calibration comes from measurements the decode table does not contain, plus one cell:
-- copy_tbps / bf16_tflops: the ceilings `dcpctl bench decode` measured in the same run;
-- attn_efficiency: the median roofline fraction `dcpctl bench kernel` measured for the same kernel
-  heads at batch >= 32 (a separate run);
-- layer_overhead_us: (measured - modelled) of the smallest cell (B=1, shortest context), per layer.
-Every other cell is then a prediction; the script prints measured / predicted per cell.
+The calibration (benchmarks/fit_calibration.py: ceilings, per-head kernel efficiency, per-call
+kernel time, exchange latency and bandwidth) comes from `bench kernel` and `bench exchange` runs.
+The one term those runs cannot see, layer_overhead_us (norms, rope, cache write, small kernels), is
+(measured - modelled) / layers of the smallest cell (B=1, shortest context) of the one-GPU DCP 1
+table; -o merges it into the calibration file. Every other cell of both tables is a prediction.
+
+Predicted step = layers * (plan/cost.py layer_cost + dense_mlp_s), with the decode table's own shape
+(`bench decode --shape`), TP size, backend and Q replication. The two-GPU table is also compared as
+the DCP2/DCP1 step ratio per (B, context). --repeat, a second recording of the same two-GPU grid,
+prints how much its DCP 1 cells (no exchange, the same code) moved between runs: the noise floor.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from dcpctl.bench.decode import SHAPES
-from dcpctl.plan.cost import Choice, Constants, layer_cost
+from dcpctl.plan.calibrate import merge_calibration
+from dcpctl.plan.cost import Choice, Constants, dense_mlp_s, layer_cost, load_calibration
 from dcpctl.plan.model import spec_from_config
 from dcpctl.runtime.tiny import tiny_config
 
 DATA = Path(__file__).parent / "data"
+TARGET = 1.3
+
+
+class Table:
+    """One `bench decode -o` document and the model of what it ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.doc = json.loads(path.read_text())
+        a, shape = self.doc["args"], dict(SHAPES[self.doc["shape"]])
+        self.m = spec_from_config(tiny_config(**shape), name=self.doc["shape"])
+        self.tp, self.inter, self.layers = a["tp"], shape["intermediate_size"], self.m.num_layers
+        self.backend, self.repq = a["backend"], a["replicate_q"]
+        self.rows = sorted(self.doc["rows"], key=lambda r: (r["dcp"], r["batch"], r["context"]))
+
+    def predict_ms(self, r: dict, k: Constants) -> float:
+        ch = Choice(r["dcp"], self.backend if r["dcp"] > 1 else "none", self.repq and r["dcp"] > 1)
+        lc = layer_cost(self.m, self.tp, ch, r["batch"], r["context"], "bfloat16", k)
+        return (lc.layer_s + dense_mlp_s(self.m.hidden_size, self.inter, self.tp, r["batch"], k)) * self.layers * 1e3
+
+    def cells(self) -> dict[tuple[int, int, int], dict]:
+        return {(r["dcp"], r["batch"], r["context"]): r for r in self.rows}
+
+
+def measured(r: dict) -> float:
+    return r.get("graph_ms", r["step_ms"])
+
+
+def summary(name: str, ratios: dict[str, float]) -> None:
+    vals = sorted(ratios.values())
+    bad = [f"{c} ({v:.2f})" for c, v in ratios.items() if not 1 / TARGET <= v <= TARGET]
+    print(f"\n{name}: min {vals[0]:.2f}, median {statistics.median(vals):.2f}, max {vals[-1]:.2f}; "
+          f"outside {1 / TARGET:.2f}-{TARGET}x: {', '.join(bad) or 'none'}")
+
+
+def absolute(t: Table, k: Constants, title: str) -> dict[str, float]:
+    print(f"\n{title}\n| DCP | B | context | measured graph ms | roofline-only (bench) ms | predicted ms | "
+          "measured / predicted |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out = {}
+    for r in t.rows:
+        p = t.predict_ms(r, k)
+        out[f"DCP{r['dcp']} B={r['batch']} L={r['context']}"] = measured(r) / p
+        print(f"| {r['dcp']} | {r['batch']} | {r['context']} | {measured(r):.3f} | {r.get('predicted_ms', 0):.3f} | "
+              f"{p:.3f} | {measured(r) / p:.2f} |")
+    return out
+
+
+def step_ratio(t: Table, k: Constants) -> dict[str, float]:
+    cells = t.cells()
+    print("\nDCP2/DCP1 step ratio\n| B | context | measured | roofline-only (bench) | measured / roofline-only | "
+          "predicted | measured / predicted |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out = {}
+    for (c, b, L), r in cells.items():
+        one = cells.get((1, b, L))
+        if c == 1 or one is None:
+            continue
+        meas, pred = measured(r) / measured(one), t.predict_ms(r, k) / t.predict_ms(one, k)
+        roof = r.get("predicted_ms", float("nan")) / one.get("predicted_ms", float("nan"))
+        out[f"B={b} L={L}"] = meas / pred
+        print(f"| {b} | {L} | {meas:.3f} | {roof:.3f} | {meas / roof:.2f} | {pred:.3f} | {meas / pred:.2f} |")
+    return out
+
+
+def repeat(t: Table, other: Table) -> None:
+    a, b = t.cells(), other.cells()
+    moved = {key: measured(b[key]) / measured(a[key]) for key in a if key[0] == 1 and key in b}
+    if moved:
+        print(f"\nrun-to-run: DCP 1 graph ms of the repeat / this table over {len(moved)} cells: "
+              f"min {min(moved.values()):.2f}, max {max(moved.values()):.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("decode", nargs="?", default=DATA / "h200_decode_dcp1.json", type=Path)
-    ap.add_argument("kernel", nargs="?", default=DATA / "h200_kernel.json", type=Path)
-    ap.add_argument("-o", "--output", type=Path, help="write the calibration YAML here")
+    ap.add_argument("--calibration", type=Path, default=DATA / "h200_calibration.yaml")
+    ap.add_argument("--one-gpu", type=Path, default=DATA / "h200_decode_dcp1.json")
+    ap.add_argument("--two-gpu", type=Path, default=DATA / "h200x2_decode_dcp1_vs_dcp2_packed_v2.json")
+    ap.add_argument("--repeat", type=Path, help="another recording of the two-GPU grid (noise floor)")
+    ap.add_argument("-o", "--output", type=Path, help="merge the fitted layer_overhead_us into this calibration")
     args = ap.parse_args()
-    decode, kernel = json.loads(args.decode.read_text()), json.loads(args.kernel.read_text())
-    layers_shape = dict(SHAPES[decode["shape"]])
-    m = spec_from_config(tiny_config(**layers_shape), name=decode["shape"])
-    layers, heads = m.num_layers, m.num_heads
-    eff = statistics.median(c["fraction"] for c in kernel["cells"] if c["heads"] == heads and c["batch"] >= 32)
-    cal = decode["rows"][0]["calibration"]
-    base = Constants(cal["copy_tbps"] * 1e12, cal["bf16_tflops"] * 1e12, 1e11, 0.0, "measured", eff, 0.0)
-    rows = sorted(decode["rows"], key=lambda r: (r["batch"], r["context"]))
-    mlp = {r["batch"]: r["pred_mlp_ms"] / layers for r in rows}  # the bench's own dense-MLP roofline term
-
-    def predict(r: dict, k: Constants) -> float:
-        lc = layer_cost(m, 1, Choice(1, "none", False), r["batch"], r["context"], "bfloat16", k)
-        return (lc.layer_s * 1e3 + mlp[r["batch"]]) * layers
-
-    first = rows[0]
-    overhead_ms = (first["graph_ms"] - predict(first, base)) / layers
-    k = Constants(base.hbm_bytes_per_s, base.flops_per_s, base.link_bytes_per_s, 0.0, "calibrated", eff,
-                  overhead_ms * 1e-3)
-    print(f"attn_efficiency {eff:.3f} (bench kernel, {heads} heads, B>=32), layer_overhead_us "
-          f"{overhead_ms * 1e3:.0f} (cell B={first['batch']}, L={first['context']})")
-    print("| B | context | measured graph ms | uncalibrated prediction | calibrated prediction | measured / calibrated |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        p1 = predict(r, k)
-        print(f"| {r['batch']} | {r['context']} | {r['graph_ms']:.3f} | {r['predicted_ms']:.3f} | {p1:.3f} | "
-              f"{r['graph_ms'] / p1:.2f} |")
+    base = Constants(1e12, 1e12, 1e11, 0.0, "unused: the calibration sets every term")
+    k = replace(load_calibration(args.calibration, base), layer_overhead_s=0.0)
+    one, two = Table(args.one_gpu), Table(args.two_gpu)
+    first = one.rows[0]
+    overhead = (measured(first) - one.predict_ms(first, k)) / one.layers * 1e-3
+    k = replace(k, layer_overhead_s=overhead)
+    print(f"calibration {args.calibration.name}; layer_overhead_us {overhead * 1e6:.1f} from {args.one_gpu.name} "
+          f"cell B={first['batch']} L={first['context']} (DCP {first['dcp']}, TP {one.tp})")
+    summary("one GPU, measured / predicted", absolute(one, k, f"{args.one_gpu.name} (TP {one.tp})"))
+    cells = absolute(two, k, f"{args.two_gpu.name} (TP {two.tp}, {two.backend})")
+    ratios = step_ratio(two, k)
+    summary("two GPUs, measured / predicted step", cells)
+    summary("two GPUs, measured / predicted DCP2/DCP1 ratio", ratios)
+    if args.repeat:
+        repeat(two, Table(args.repeat))
     if args.output:
-        args.output.write_text(f"calibration: {{copy_tbps: {cal['copy_tbps']:.4f}, bf16_tflops: {cal['bf16_tflops']:.2f}, "
-                       f"attn_efficiency: {eff:.4f}, layer_overhead_us: {overhead_ms * 1e3:.1f}}}\n")
+        merge_calibration(args.output, {"layer_overhead_us": round(overhead * 1e6, 1)},
+                          {"layer_overhead_us": f"{args.one_gpu.name} cell B={first['batch']} L={first['context']}"})
+        print(f"\nwrote layer_overhead_us to {args.output}")
 
 
 if __name__ == "__main__":
