@@ -1,9 +1,14 @@
 """`dcpctl bench exchange`: the packed a2a DCP exchange against a raw NCCL all_to_all_single.
 
-Per batch size B, with Hk kernel heads and v_dim latent columns in bf16: the full packed exchange
-(pack o and the fp32 LSE into 16-bit lanes, one all_to_all_single over byte views, fused merge of
-the received partials) against a bare all_to_all_single of the same number of bytes; both timed
-eagerly (CUDA events) and as 10 calls captured in one CUDA graph. Needs one GPU per DCP rank.
+Per batch size B, with Hk kernel heads and v_dim latent columns in bf16, three ways, each timed
+eagerly (CUDA events) and as 10 calls captured in one CUDA graph (needs one GPU per DCP rank):
+
+- packed:   pack o and the fp32 LSE into 16-bit lanes (copies), one all_to_all_single over byte
+            views, fused merge of the received partials (the path for an o computed elsewhere);
+- in place: what the decode step runs: the attention kernel has already written o and the LSE lanes
+            into the send buffer (comm.send_buffer), so the exchange is the all_to_all_single and
+            the fused merge reading the received lanes in place;
+- raw:      a bare all_to_all_single of the same number of bytes.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ def _rank(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> N
 
     from dcpctl.bench.ceilings import events_ms, graph_ms
     from dcpctl.bench.decode import _groups
-    from dcpctl.runtime.attention.comm import exchange_a2a
+    from dcpctl.runtime.attention.comm import exchange_a2a, exchange_packed, pack_by_owner
     from dcpctl.runtime.attention.fused_merge import merge_a2a
     from dcpctl.runtime.parallel import ParallelState
     torch.cuda.set_device(rank)
@@ -34,16 +39,24 @@ def _rank(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> N
             raw_in = torch.empty((args["v_dim"] + 2) * b * args["heads"] * 2, dtype=torch.uint8, device="cuda")
             raw_out = torch.empty_like(raw_in)
 
+            send = pack_by_owner(o, lse, torch.bfloat16, axis.size)      # as the kernel leaves it
+
             def packed() -> None:
-                exchange_a2a(o, lse, "e", axis, torch.bfloat16, merge=merge_a2a)
+                exchange_a2a(o, lse, "e", axis, torch.bfloat16, merge=merge_a2a, out_dtype=torch.bfloat16)
+
+            def in_place() -> None:
+                exchange_packed(send, "e", axis, torch.bfloat16, args["v_dim"], merge_a2a, torch.bfloat16)
 
             def raw() -> None:
                 dist.all_to_all_single(raw_out, raw_in, group=axis.group)
             row = {"batch": b, "bytes_per_rank": raw_in.numel(),
                    "packed_us": events_ms(packed, reps=50) * 1e3, "raw_us": events_ms(raw, reps=50) * 1e3,
-                   "packed_graph_us": graph_ms([packed] * 10) * 1e3, "raw_graph_us": graph_ms([raw] * 10) * 1e3}
-            row["packed_vs_raw"] = row["packed_us"] / row["raw_us"]
-            row["packed_vs_raw_graph"] = row["packed_graph_us"] / row["raw_graph_us"]
+                   "inplace_us": events_ms(in_place, reps=50) * 1e3,
+                   "packed_graph_us": graph_ms([packed] * 10) * 1e3, "raw_graph_us": graph_ms([raw] * 10) * 1e3,
+                   "inplace_graph_us": graph_ms([in_place] * 10) * 1e3}
+            for k in ("packed", "inplace"):
+                row[f"{k}_vs_raw"] = row[f"{k}_us"] / row["raw_us"]
+                row[f"{k}_vs_raw_graph"] = row[f"{k}_graph_us"] / row["raw_graph_us"]
             rows.append(row)
         if rank == 0:
             out.put(rows)
@@ -91,8 +104,9 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str) -> None:
     if fmt == "json":
         console.write_text(json.dumps({"dcp": dcp, "kernel_heads": heads, "v_dim": v_dim, "rows": rows}, indent=2))
         return
-    cols = ["B", "bytes/rank", "packed us", "raw us", "packed/raw", "graph packed us", "graph raw us", "graph ratio"]
-    table = [[r["batch"], f"{r['bytes_per_rank']:,}", f"{r['packed_us']:.1f}", f"{r['raw_us']:.1f}",
-              f"{r['packed_vs_raw']:.2f}", f"{r['packed_graph_us']:.1f}", f"{r['raw_graph_us']:.1f}",
-              f"{r['packed_vs_raw_graph']:.2f}"] for r in rows]
+    cols = ["B", "bytes/rank", "raw us", "packed us", "in place us", "graph raw us", "graph packed us",
+            "graph in place us", "graph packed/raw", "graph in place/raw"]
+    table = [[r["batch"], f"{r['bytes_per_rank']:,}"] + [f"{r[k]:.1f}" for k in (
+        "raw_us", "packed_us", "inplace_us", "raw_graph_us", "packed_graph_us", "inplace_graph_us")]
+        + [f"{r['packed_vs_raw_graph']:.2f}", f"{r['inplace_vs_raw_graph']:.2f}"] for r in rows]
     console.out.print(console.table(f"packed a2a vs all_to_all_single, dcp {dcp}, {heads} kernel heads", cols, table))

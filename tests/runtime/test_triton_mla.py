@@ -192,3 +192,94 @@ def test_bench_kernel_needs_cuda():
     from dcpctl.cli.main import cli
     r = CliRunner().invoke(cli, ["bench", "kernel", "--quick"])
     assert r.exit_code == 2 and "needs a CUDA GPU" in r.output
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("v_dim", [8, 7])
+def test_pack_by_owner_layout_and_lanes_in_place(dtype, v_dim):
+    # block j of the send buffer = rank j's heads; the LSE's bytes follow o in k lanes, read back in place
+    from dcpctl.runtime.attention.comm import lane_count, lse_wire_dtype, pack_by_owner, unpack
+    c, t, hl = 3, 4, 2
+    o = torch.randn(t, c * hl, v_dim).to(dtype)
+    lse = torch.randn(t, c * hl, dtype=torch.float64)
+    lse[0, 1] = -torch.inf
+    buf = pack_by_owner(o, lse, dtype, c)
+    k = lane_count(dtype)
+    assert buf.shape == (c, t, hl, v_dim + k) and buf.dtype == dtype
+    wire = lse_wire_dtype(dtype)
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    for j in range(c):
+        torch.testing.assert_close(buf[j, :, :, :v_dim], o[:, j * hl:(j + 1) * hl], atol=0, rtol=0)
+        lanes = lse[:, j * hl:(j + 1) * hl].to(wire).unsqueeze(-1).view(dtype)      # the bit pattern on the wire
+        assert torch.equal(buf[j, :, :, v_dim:].contiguous().view(bits), lanes.view(bits))
+    o_back, lse_back = unpack(buf, v_dim, dtype)
+    assert lse_back.dtype == wire
+    torch.testing.assert_close(lse_back, lse.to(wire).reshape(t, c, hl).transpose(0, 1), atol=0, rtol=0)
+    if v_dim % 2 == 0:
+        assert lse_back.data_ptr() != buf.data_ptr() and lse_back.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("c", [1, 2, 4])
+def test_reference_writes_owner_major_destination(c):
+    from dcpctl.runtime.attention.comm import send_buffer
+    case = make_case(11 + c, [3, 20, 41], 2, page=4, heads=4 * c, v_dim=8, rope=4, tokens_per_req=2)
+    rk = case["ranks"][1]
+    args = (case["q"], rk["pool"], rk["bt"], rk["lens"], case["row_req"], case["q_pos"])
+    kw = dict(scale=0.3, v_dim=8, dcp_rank=1, dcp_size=2)
+    want = mla_decode_reference(*args, **kw)
+    n = case["q"].shape[0]
+    send = send_buffer(n, 4 * c, 8, c, torch.float64, torch.device("cpu"))
+    got = mla_decode_reference(*args, **kw, out=(send.o, send.lse))
+    assert got.o.data_ptr() == send.o.data_ptr()
+    torch.testing.assert_close(send.o, want.o.view(n, c, 4, 8).transpose(0, 1), atol=0, rtol=0)
+    torch.testing.assert_close(send.lse, want.lse.view(n, c, 4).transpose(0, 1), atol=0, rtol=0)
+
+
+@needs_triton
+@pytest.mark.parametrize("c,splits", [(2, 1), (2, 3), (4, 1), (4, 2)])
+def test_triton_writes_send_buffer_in_place(c, splits):
+    # the kernel (one split) or the split merge writes o and the LSE lanes straight into the a2a send buffer
+    from dcpctl.runtime.attention.comm import send_buffer, unpack
+    case = make_case(5 * c + splits, [1, 9, 70], 2, page=16, heads=8 * c, v_dim=32, rope=16, tokens_per_req=2,
+                     dtype=LOW, device=DEV)
+    rk = case["ranks"][0]
+    q = case["q"].to(LOW).to(DEV)
+    args = (q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().to(DEV), case["q_pos"].int().to(DEV))
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
+    kw = dict(scale=0.2, v_dim=32, dcp_rank=0, dcp_size=2, num_splits=splits, config=cfg)
+    want = mla_decode_triton(*args, **kw, out_dtype=LOW)
+    n = q.shape[0]
+    send = send_buffer(n, 8 * c, 32, c, LOW, torch.device(DEV))
+    send.buf.fill_(7.0)
+    mla_decode_triton(*args, **kw, out=(send.o, send.lse))
+    o_back, lse_back = unpack(send.buf, 32, LOW)
+    torch.testing.assert_close(o_back.cpu(), want.o.view(n, c, 8, 32).transpose(0, 1).cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(lse_back.cpu(), want.lse.view(n, c, 8).transpose(0, 1).cpu(), atol=0, rtol=0)
+
+
+@needs_triton
+def test_triton_merge_reads_strided_lse_lanes():
+    # merge_a2a on the receive buffer's views: o [c, N, Hc, V] and LSE lanes read in place
+    from dcpctl.runtime.attention.comm import pack_by_owner, unpack
+    c, n, hc, v = 3, 5, 4, 32
+    o = torch.randn(n, c * hc, v, device=DEV).to(LOW)
+    lse = torch.randn(n, c * hc, device=DEV) * 3
+    lse[1, :hc] = -torch.inf
+    buf = pack_by_owner(o, lse, LOW, c)
+    o_parts, lse_parts = unpack(buf, v, LOW)
+    assert lse_parts.stride(-1) != 1                       # really the strided lane view
+    got_o, got_lse = merge_a2a(o_parts, lse_parts, "e", LOW)
+    want_o, want_lse = merge_partials_reference(o_parts.cpu().float().reshape(c, n * hc, v),
+                                                lse_parts.cpu().reshape(c, n * hc))
+    assert got_o.dtype == LOW
+    torch.testing.assert_close(got_o.cpu().float(), want_o.view(n, hc, v), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got_lse.cpu(), want_lse.view(n, hc), atol=1e-5, rtol=1e-5)
+
+
+def test_tuned_configs_from_a_sweep_output(tmp_path, monkeypatch):
+    doc = {"configs": {"128": [128, 64, 16, 2, 1, True]}, "cells": []}
+    (tmp_path / "k.json").write_text(__import__("json").dumps(doc))
+    monkeypatch.setenv(triton_mla.CONFIGS_ENV, str(tmp_path / "k.json"))
+    assert triton_mla.default_config(128) == triton_mla.KernelConfig(128, 64, 16, 2, 1, True)
+    monkeypatch.delenv(triton_mla.CONFIGS_ENV)
+    assert triton_mla.default_config(16) == triton_mla.KernelConfig(16, 128, 8, 2)   # not in the file: built-in

@@ -5,7 +5,7 @@ Kernel heads are the DCP group's query heads in dcp-rank order: rank j's own hea
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -67,33 +67,69 @@ def lse_wire_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def lane_count(dtype: torch.dtype) -> int:
+    """Lanes of `dtype` that carry one LSE (2 for 16-bit wires, 1 for fp32/fp64)."""
+    return max(1, lse_wire_dtype(dtype).itemsize // dtype.itemsize)
+
+
+def lane_view(buf: Tensor, v_dim: int, dtype: torch.dtype) -> Tensor:
+    # buf: [..., L + k] in dtype -> [...] the LSE lanes read as one wire-dtype value each (a view, no copy)
+    wire = lse_wire_dtype(dtype)
+    if (v_dim * dtype.itemsize) % wire.itemsize:   # odd latent width on a 16-bit wire: copy the lanes out
+        return buf[..., v_dim:].contiguous().view(wire).squeeze(-1)
+    return buf.view(wire)[..., v_dim * dtype.itemsize // wire.itemsize]
+
+
+class SendBuffer(NamedTuple):
+    """The a2a send buffer and the two views a producer writes: block j of dim 0 = rank j's heads."""
+    buf: Tensor    # [c, T, Hl, L + k] wire dtype
+    o: Tensor      # [c, T, Hl, L] view of buf
+    lse: Tensor    # [c, T, Hl] view of buf's LSE lanes, wire LSE dtype
+
+
+def send_buffer(t: int, hk: int, v_dim: int, c: int, dtype: torch.dtype, device: torch.device) -> SendBuffer:
+    """An uninitialised send buffer; the attention kernel writes o and lse straight into its views."""
+    buf = torch.empty((c, t, hk // c, v_dim + lane_count(dtype)), dtype=dtype, device=device)
+    if (v_dim * dtype.itemsize) % lse_wire_dtype(dtype).itemsize:
+        raise ValueError(f"v_dim ({v_dim}) must be even for LSE lanes in place on a {dtype} wire")
+    return SendBuffer(buf, buf[..., :v_dim], lane_view(buf, v_dim, dtype))
+
+
 def pack_by_owner(o: Tensor, lse: Tensor, dtype: torch.dtype, c: int) -> Tensor:
     # o: [T, Hk, L]  lse: [T, Hk] -> send buffer [c, T, Hk/c, L + k] in dtype: block j = rank j's heads,
     # k lanes hold the LSE bits (2 for 16-bit); written in place, no concatenated intermediate
     t, hk, v = o.shape
-    lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).view(dtype)          # [T, Hk, k]
-    k = lanes.shape[-1]
-    send = torch.empty((c, t, hk // c, v + k), dtype=dtype, device=o.device)
-    send[..., :v].copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))
-    send[..., v:].copy_(lanes.reshape(t, c, hk // c, k).transpose(0, 1))
-    return send
+    if (v * dtype.itemsize) % lse_wire_dtype(dtype).itemsize:    # odd width: lanes through a bit view
+        lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).view(dtype)          # [T, Hk, k]
+        send = torch.empty((c, t, hk // c, v + lanes.shape[-1]), dtype=dtype, device=o.device)
+        send[..., :v].copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))
+        send[..., v:].copy_(lanes.reshape(t, c, hk // c, -1).transpose(0, 1))
+        return send
+    sb = send_buffer(t, hk, v, c, dtype, o.device)
+    sb.o.copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))
+    sb.lse.copy_(lse.reshape(t, c, hk // c).transpose(0, 1))
+    return sb.buf
 
 
 def unpack(buf: Tensor, v_dim: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    # buf: [..., L + k] in dtype -> (o [..., L], lse [...] in the wire LSE dtype)
-    return buf[..., :v_dim], buf[..., v_dim:].contiguous().view(lse_wire_dtype(dtype)).squeeze(-1)
+    # buf: [..., L + k] in dtype -> (o [..., L], lse [...] in the wire LSE dtype), views where the width allows
+    return buf[..., :v_dim], lane_view(buf, v_dim, dtype)
+
+
+def exchange_packed(send: Tensor, base: str, axis: Axis, dtype: torch.dtype, v_dim: int,
+                    merge: Callable | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
+    # send: [c, T, Hl, L + k] (pack_by_owner, or written in place through send_buffer) -> [T, Hl, L] merged
+    # merge: fused_merge.merge_a2a (one Triton kernel reading the lanes in place); None: the torch merge
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1), group=axis.group)
+    o_parts, lse_parts = unpack(recv, v_dim, dtype)               # [c, T, Hl, L], [c, T, Hl]
+    if merge is not None:
+        return merge(o_parts, lse_parts, base, out_dtype)[0]
+    out = merge_stacked(o_parts, lse_parts, base).o
+    return out if out_dtype is None else out.to(out_dtype)
 
 
 def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dtype,
-                 merge: Callable | None = None) -> Tensor:
-    # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged, acc dtype
-    # merge: fused_merge.merge_a2a (one Triton kernel on CUDA); None: the torch merge
-    c, v_dim = axis.size, o.shape[-1]
-    send = pack_by_owner(o, lse, dtype, c)                        # [c, T, Hl, L + k]
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1),
-                           group=axis.group)
-    o_parts, lse_parts = unpack(recv, v_dim, dtype)               # [c, T, Hl, L], [c, T, Hl]
-    if merge is not None:
-        return merge(o_parts, lse_parts, base)[0]
-    return merge_stacked(o_parts, lse_parts, base).o
+                 merge: Callable | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
+    # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged (acc dtype unless out_dtype)
+    return exchange_packed(pack_by_owner(o, lse, dtype, axis.size), base, axis, dtype, o.shape[-1], merge, out_dtype)

@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.comm import exchange_a2a, exchange_ag_rs, gather_heads
-from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial
+from dcpctl.runtime.attention.comm import (exchange_ag_rs, exchange_packed, gather_heads, lse_wire_dtype,
+                                           pack_by_owner, send_buffer)
+from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
@@ -89,34 +90,49 @@ class DCPContext:
         lay = self.layout
         self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
         if self.paged:
-            attend = lambda qq: self._attend_paged(layer, qq, scale)  # noqa: E731
+            attend = lambda qq, out=None: self._attend_paged(layer, qq, scale, out)  # noqa: E731
         else:
             kv = self.pool.read(layer, lay.kv_slots)
             self.kv_bytes_read += kv.numel() * kv.element_size()
-            attend = lambda qq: (*self._local(qq, kv, scale), self.lse_base)  # noqa: E731
+
+            def attend(qq: Tensor, out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, str]:
+                o, lse = self._local(qq, kv, scale)
+                if out is None:
+                    return o, lse, self.lse_base
+                store_owner_major(out, o.flatten(0, 1), lse.flatten())
+                return (*out, self.lse_base)
         c = self.dcp.size
         if c == 1:
             return attend(q)[0].to(q.dtype)
         t0 = self._clock(q)
         q_group = q if q_is_group else gather_heads(q, self.dcp)
         t1 = self._clock(q)
-        o, lse, base = attend(q_group)
-        t2 = self._clock(q)
         # Triton merges on CUDA; the exact torch paths elsewhere
         fused = q.is_cuda and q.dtype != torch.float64 and q.shape[0] > 0
         if self.backend == "ag_rs":
+            o, lse, base = attend(q_group)
+            t2 = self._clock(q)
             out = exchange_ag_rs(o, lse, base, self.dcp, rescale_partial if fused else None)
-        else:
-            out = exchange_a2a(o, lse, base, self.dcp, q.dtype, merge_a2a if fused else None)
+        else:   # the attention writes o and the LSE lanes straight into the a2a send buffer
+            if (self.v_dim * q.dtype.itemsize) % lse_wire_dtype(q.dtype).itemsize:   # odd width: pack by copy
+                o, lse, base = attend(q_group)
+                buf = pack_by_owner(o, lse, q.dtype, c)
+            else:
+                send = send_buffer(q_group.shape[0], q_group.shape[1], self.v_dim, c, q.dtype, q.device)
+                base = attend(q_group, (send.o, send.lse))[2]
+                buf = send.buf
+            t2 = self._clock(q)
+            out = exchange_packed(buf, base, self.dcp, q.dtype, self.v_dim, merge_a2a if fused else None, q.dtype)
         self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
         return out.to(q.dtype)
 
-    def _attend_paged(self, layer: int, q: Tensor, scale: float) -> tuple[Tensor, Tensor, str]:
-        # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base
+    def _attend_paged(self, layer: int, q: Tensor, scale: float,
+                      out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, str]:
+        # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
         self.kv_bytes_read += self.kv_bytes_hint
-        out = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size)
-        return out.o, out.lse, out.base
+        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out)
+        return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:
         if x.is_cuda and self.sync_timing:

@@ -31,41 +31,73 @@ def _use_triton(t: Tensor) -> bool:
     return triton is not None and t.device.type == "cuda"
 
 
-def merge_partials_reference(o: Tensor, lse: Tensor, base: str = "e",
-                             out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+def owner_major(o: Tensor, lse: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """Views of rows m = n*heads + h as a destination [c, N, Hl, V] / [c, N, Hl] with c = 1."""
+    # o: [M, V]  lse: [M] -> [1, M/heads, heads, V], [1, M/heads, heads]
+    m, v = o.shape
+    return o.view(1, m // heads, heads, v), lse.view(1, m // heads, heads)
+
+
+def store_owner_major(out: tuple[Tensor, Tensor], o: Tensor, lse: Tensor) -> None:
+    """Copy rows m = n*H + h (H = c*Hl) into a destination [c, N, Hl, V] / [c, N, Hl]: head h goes to block h // Hl."""
+    # o: [M, V]  lse: [M]
+    do, dl = out
+    c, n, hl, v = do.shape
+    do.copy_(o.reshape(n, c, hl, v).transpose(0, 1))
+    dl.copy_(lse.reshape(n, c, hl).transpose(0, 1))
+
+
+def merge_partials_reference(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None,
+                             out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     # o: [S, M, V]  lse: [S, M] in `base` -> o [M, V] (out_dtype, default acc dtype), lse [M] base e
     lse = torch.where(torch.isnan(lse), torch.full_like(lse, -torch.inf), lse)
     p = merge_stacked(o, lse, base)
+    if out is not None:
+        store_owner_major(out, p.o, p.lse)
+        return out
     return p.o.to(out_dtype or p.o.dtype), p.lse
 
 
-def merge_partials(o: Tensor, lse: Tensor, base: str = "e",
-                   out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-    """Merge S partials per row: Triton on CUDA, else the torch reference."""
-    # o: [S, M, V]  lse: [S, M] -> o [M, V], lse [M] fp32 base e
+def merge_partials(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None,
+                   out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """Merge S partials per row: Triton on CUDA, else the torch reference.
+
+    out: write into a destination (o [c, N, Hl, V], lse [c, N, Hl]; any strides, e.g. the a2a send
+    buffer's views) instead of new [M, V] / [M] tensors: row m = n*c*Hl + h lands in block h // Hl."""
+    # o: [S, M, V]  lse: [S, M] -> o [M, V], lse [M] fp32 base e (or the destination)
     if not _use_triton(o):
-        return merge_partials_reference(o, lse, base, out_dtype)
-    return merge_partials_triton(o, lse, base, out_dtype)
+        return merge_partials_reference(o, lse, base, out_dtype, out)
+    return merge_partials_triton(o, lse, base, out_dtype, out)
 
 
-def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e",
-                          out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-    # o: [S, M, V]  lse: [S, M] -> o [M, V], lse [M] fp32 base e
+def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None,
+                          out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    # o: [S, M, V]  lse: [S, M] (any strides; o's last dim unit-stride) -> o [M, V], lse [M] fp32 base e
     s, m, v = o.shape
     o = o if o.stride(-1) == 1 else o.contiguous()
-    lse = lse.contiguous()
-    out = torch.empty(m, v, dtype=out_dtype or torch.float32, device=o.device)
-    out_lse = torch.empty(m, dtype=torch.float32, device=o.device)
+    if out is None:
+        out = owner_major(torch.empty(m, v, dtype=out_dtype or torch.float32, device=o.device),
+                          torch.empty(m, dtype=torch.float32, device=o.device), 1)
+        ret = out[0].view(m, v), out[1].view(m)
+    else:
+        ret = out
+    do, dl = out
+    if do.stride(-1) != 1:
+        raise ValueError("merge destination o must have a unit-stride last dim")
     s_pow2 = triton.next_power_of_2(s)
     block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per program
     _merge_kernel[(m, triton.cdiv(v, block_v))](
-        o, lse, out, out_lse, s, o.stride(0), o.stride(1), lse.stride(0), out.stride(0), v,
+        o, lse, do, dl, s, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
+        do.shape[0] * do.shape[2], do.shape[2], do.stride(0), do.stride(1), do.stride(2),
+        dl.stride(0), dl.stride(1), dl.stride(2),
         LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, num_warps=4)
-    return out, out_lse
+    return ret
 
 
 def merge_a2a(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-    """Receive side of the packed all-to-all: merge the c ranks' partials of this rank's heads."""
+    """Receive side of the packed all-to-all: merge the c ranks' partials of this rank's heads.
+
+    o and lse may be strided views of the receive buffer (the LSE lanes read in place)."""
     # o: [c, N, Hc, V]  lse: [c, N, Hc] -> o [N, Hc, V], lse [N, Hc] base e
     c, n, hc, v = o.shape
     mo, ml = merge_partials(o.reshape(c, n * hc, v), lse.reshape(c, n * hc), base, out_dtype)
@@ -102,12 +134,14 @@ def rescale_partial_triton(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: s
 
 if triton is not None:
     @triton.jit
-    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_out, V,
+    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,
+                      H, HL, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
                       LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr):
-        # O: [S, M, V]  LSE: [S, M] -> OUT: [M, V], OUT_LSE: [M]; grid (M, V / BLOCK_V)
+        # O: [S, M, V]  LSE: [S, M] -> row m = n*H + h of OUT: [c, N, HL, V], OUT_LSE: [c, N, HL] (block h // HL)
+        # grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)
         offs_s = tl.arange(0, S_POW2)
-        lse = tl.load(LSE + offs_s * s_ls + row, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
+        lse = tl.load(LSE + offs_s * s_ls + row.to(tl.int64) * s_lm, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
         valid = (lse > float("-inf")) & (lse < float("inf"))            # NaN compares false
         mx = tl.max(tl.where(valid, lse, float("-inf")), 0)
         mx_safe = tl.where(mx > float("-inf"), mx, 0.0)
@@ -120,8 +154,12 @@ if triton is not None:
         x = tl.load(O + offs_s[:, None].to(tl.int64) * s_os + row.to(tl.int64) * s_om + offs_v[None, :],
                     mask=keep, other=0.0)
         acc = tl.sum(x.to(tl.float32) * w[:, None], 0)
-        tl.store(OUT + row.to(tl.int64) * s_out + offs_v, acc.to(OUT.dtype.element_ty), mask=vmask)
-        tl.store(OUT_LSE + row, merged, mask=vb == 0)
+        n, h = row // H, row % H
+        blk, hl = h // HL, h % HL
+        dst = blk.to(tl.int64) * s_oc + n.to(tl.int64) * s_on + hl.to(tl.int64) * s_oh
+        tl.store(OUT + dst + offs_v, acc.to(OUT.dtype.element_ty), mask=vmask)
+        tl.store(OUT_LSE + blk.to(tl.int64) * s_lc + n.to(tl.int64) * s_ln + hl.to(tl.int64) * s_lh,
+                 merged.to(OUT_LSE.dtype.element_ty), mask=vb == 0)
 
     @triton.jit
     def _rescale_kernel(O, LSE_R, LSE_G, OUT, V, LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):

@@ -99,15 +99,18 @@ def kernel_fits(v_dim: int, row: int) -> bool:
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
-                    dcp_rank: int, dcp_size: int) -> MLAOut:
+                    dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk] base e)
+    # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
+    if q.shape[0] == 0 and out is not None:
+        return MLAOut(*out, "e")
     if q.shape[0] == 0:    # an idle replica still runs every collective, with empty tensors
         dt = torch.float64 if q.dtype == torch.float64 else torch.float32
         return MLAOut(q.new_zeros(0, q.shape[1], v_dim, dtype=dt), q.new_zeros(0, q.shape[1], dtype=dt), "e")
     pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
-    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size)
+    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
     if triton_available(q.device) and kernel_fits(v_dim, q.shape[-1]) and q.dtype != torch.float64:
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
     return mla_decode_reference(*args, **kw)

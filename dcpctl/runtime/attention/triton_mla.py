@@ -12,13 +12,16 @@ merged exactly by `fused_merge.merge_partials` (skipped when there is one split)
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
+import os
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.fused_merge import merge_partials
+from dcpctl.runtime.attention.fused_merge import merge_partials, store_owner_major
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -43,9 +46,26 @@ class KernelConfig(NamedTuple):
     tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
 
 
+CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
+
+
+@functools.lru_cache(maxsize=None)
+def tuned_configs(path: str) -> dict[int, KernelConfig]:
+    """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
+    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma]} JSON file."""
+    with open(path) as f:
+        doc = json.load(f)
+    return {int(h): KernelConfig(*c) for h, c in doc.get("configs", doc).items()}
+
+
 def default_config(heads: int) -> KernelConfig:
-    """Tile config per kernel-head count: the winners of `dcpctl bench kernel --sweep` on an H200
-    (B=32, ctx=32K; docs/benchmarks-kernel.md).  32-head blocks were not re-swept with TMA."""
+    """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
+    count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
+    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md)."""
+    if os.environ.get(CONFIGS_ENV):
+        cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
+        if cfg is not None:
+            return cfg
     if heads % 64 == 0:
         return KernelConfig(64, 64, 8, 2, 1, True)
     if heads % 32 == 0:
@@ -62,7 +82,7 @@ def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:
 def mla_decode_reference(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor, row_req: Tensor,
                          q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
                          kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
-                         **_: object) -> MLAOut:
+                         out: tuple[Tensor, Tensor] | None = None, **_: object) -> MLAOut:
     """Torch reference (same signature as `mla_decode`): gathers the pages and calls `local_attention`."""
     # q: [N, H, R]  kv_pool: [pages, P, R]  block_table: [B, max_pages]  local_lens: [B]  row_req, q_pos: [N]
     dt = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -76,6 +96,9 @@ def mla_decode_reference(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_
     kv = torch.cat(rows)
     mask = attention_mask(q_pos.long(), row_req.long(), torch.cat(pos), torch.cat(seq))
     o, lse = local_attention(q.to(dt), kv, mask, scale, v_dim)
+    if out is not None:
+        store_owner_major(out, o.flatten(0, 1), lse.flatten())
+        return MLAOut(*out, "e")
     return MLAOut(o.to(out_dtype or torch.float32) if dt != torch.float64 else o, lse, "e")
 
 
@@ -87,21 +110,24 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
                kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                max_local_len: int | None = None, num_splits: int | None = None,
-               config: KernelConfig | None = None) -> MLAOut:
+               config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
     """Local MLA decode: Triton on CUDA when triton imports, else the torch reference.
 
     q [N, H, R] bf16/fp16; kv_pool [pages, P, R] bf16/fp16 or float8_e4m3fn with `kv_scale`;
     block_table [B, max_pages] int32; local_lens [B]; row_req [N] (query row -> request);
     q_pos [N] global positions.  Returns MLAOut(o [N, H, v_dim] in out_dtype (default fp32),
     lse [N, H] fp32 base e, "e").  `max_local_len` avoids a device sync when given.
+    out: a destination (o [c, N, H/c, v_dim], lse [c, N, H/c]; any strides, e.g. the views of
+    `comm.send_buffer`): head h of row n is written to [h // (H/c), n, h % (H/c)], and the views are returned.
     """
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H]
     if not triton_available(q.device):
         return mla_decode_reference(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
-                                    dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype)
+                                    dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
+                                    out=out)
     return mla_decode_triton(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
                              dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
-                             max_local_len=max_local_len, num_splits=num_splits, config=config)
+                             max_local_len=max_local_len, num_splits=num_splits, config=config, out=out)
 
 
 def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int, overhead: int = 96) -> int:
@@ -136,8 +162,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
                       kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                       max_local_len: int | None = None, num_splits: int | None = None,
-                      config: KernelConfig | None = None) -> MLAOut:
-    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e
+                      config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
     cfg = config or default_config(q.shape[1])
     n, h, r = q.shape
@@ -149,8 +175,14 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
-    o = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32), device=q.device)
-    lse = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
+    if s == 1 and out is not None:   # one split: the kernel writes the destination itself
+        do, dl = out
+        if do.stride(-1) != 1:
+            raise ValueError("mla_decode destination o must have a unit-stride last dim")
+    else:                            # partials [s, n, h, .] as one block of h heads (merged below)
+        do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
+                         device=q.device)
+        dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     use_tma = cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
     kvd_v = kvd_pe = kv_pool
     if use_tma:
@@ -159,17 +191,18 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         kvd_v = TensorDescriptor.from_tensor(flat, [cfg.block_n, v_dim])
         kvd_pe = TensorDescriptor.from_tensor(flat, [cfg.block_n, r - v_dim])
     _mla_split_kernel[(head_blocks, s, n)](
-        q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, o, lse,
+        q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
         q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
-        o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
+        do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     if s == 1:
-        return MLAOut(o[0], lse[0], "e")
-    mo, ml = merge_partials(o.view(s, n * h, v_dim), lse.view(s, n * h), out_dtype=out_dtype or torch.float32)
-    return MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
+        return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
+    mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
+                            out=out)
+    return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
 
 if triton is not None:
@@ -185,11 +218,12 @@ if triton is not None:
 
     @triton.jit
     def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
-                          s_qn, s_qh, s_kvp, s_kvs, s_bt, s_os, s_on, s_oh, s_ls, s_ln,
+                          s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
                           BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr):
-        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [splits, N, H, D_V], LSE: [splits, N, H]; grid (H/BLOCK_H, splits, N)
+        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
+        # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b = tl.load(ROWREQ + n)
         causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
@@ -228,6 +262,8 @@ if triton is not None:
         seen = l_sum > 0
         o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
         lse = tl.where(seen, (m + tl.log2(tl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
-        o_ptr = O + sp.to(tl.int64) * s_os + n.to(tl.int64) * s_on + offs_h[:, None] * s_oh + offs_v[None, :]
+        blk = (sp + offs_h // HL).to(tl.int64)
+        hl = (offs_h % HL).to(tl.int64)
+        o_ptr = O + blk[:, None] * s_oc + n.to(tl.int64) * s_on + hl[:, None] * s_oh + offs_v[None, :]
         tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None])
-        tl.store(LSE + sp.to(tl.int64) * s_ls + n * s_ln + offs_h, lse, mask=hmask)
+        tl.store(LSE + blk * s_lc + n.to(tl.int64) * s_ln + hl * s_lh, lse.to(LSE.dtype.element_ty), mask=hmask)
