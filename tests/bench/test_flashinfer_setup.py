@@ -1,0 +1,62 @@
+"""benchmarks/flashinfer_mla.py sets FlashInfer's sdist up for an uninstalled import; the CPU half of it.
+
+Skipped without .vendor/flashinfer_python-0.2.14.tar.gz (benchmarks/flashinfer/fetch.sh puts it there).
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flashinfer_mla.py"
+
+
+def load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = load("flashinfer_mla_bench", SCRIPT)
+pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run fetch.sh)")
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    work = tmp_path_factory.mktemp("flashinfer")
+    return bench.prepare_source(bench.TARBALL, work), work
+
+
+def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    src, work = sdist
+    for k, v in bench.jit_environ(work).items():
+        monkeypatch.setenv(k, v)
+    env = load("flashinfer_jit_env_alone", src / "flashinfer" / "jit" / "env.py")   # reads the environment at import
+    assert (env.FLASHINFER_INCLUDE_DIR / "flashinfer" / "attention" / "mla_hopper.cuh").is_file()
+    assert (env.FLASHINFER_CSRC_DIR / "batch_mla_sm90_run.cu").is_file()
+    assert (env.CUTLASS_INCLUDE_DIRS[0] / "cutlass" / "cutlass.h").is_file()
+    assert env.CUTLASS_INCLUDE_DIRS[1].is_dir() and env.SPDLOG_INCLUDE_DIR.is_dir()
+    assert env.FLASHINFER_WORKSPACE_DIR == work / ".cache" / "flashinfer" / "90"   # sm_90a only, cache under work
+
+
+def test_prepare_source_twice_reuses_the_tree(sdist: tuple[Path, Path]) -> None:
+    src, work = sdist
+    assert bench.prepare_source(bench.TARBALL, work) == src
+    assert sorted(p.name for p in (src / "flashinfer" / "data").iterdir()) == sorted(bench.DATA_LINKS)
+
+
+def test_import_flashinfer_uninstalled(sdist: tuple[Path, Path]) -> None:
+    pytest.importorskip("requests")   # flashinfer/artifacts.py imports it; the CPU venv may lack it
+    src, work = sdist
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import flashinfer_mla as b; from pathlib import Path; "
+            "b.activate(Path(sys.argv[2]), Path(sys.argv[3])); import flashinfer; "
+            "print(flashinfer.__version__, flashinfer.__file__, "
+            "hasattr(flashinfer.mla, 'BatchMLAPagedAttentionWrapper'))")
+    r = subprocess.run([sys.executable, "-c", code, str(SCRIPT.parent), str(src), str(work)], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0.2.14", str(src / "flashinfer" / "__init__.py"), "True"]
