@@ -1,7 +1,9 @@
 """One `bench decode` cell on one rank: B requests with L cached positions, timed decode steps.
 
 Eager steps build the DCP context per step (the paged path on CUDA) and run model.forward;
-with CUDA graphs the same steps replay `DecodeGraphs` (static buffers, host prep per step).
+with CUDA graphs the same steps replay `DecodeGraphs` (static buffers, host prep per step): graph_ms
+is the GPU time of one replay (the mean of REPLAYS back-to-back replays after a barrier, so a
+rank's number never includes a peer's host work), graph_step_ms the wall time of prep + one replay.
 The prediction is the planner's roofline (plan/cost.py layer_cost: attention + projection GEMMs
 + exchange) plus the dense MLP's three GEMMs, per layer, with the ceilings measured in the run.
 """
@@ -12,10 +14,13 @@ import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
+
+REPLAYS = 10   # graph replays per timed step (their mean is the step's GPU time)
 
 
 def _sync(device: torch.device) -> None:
@@ -83,14 +88,24 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: d
         _sync(device)
         t0 = time.perf_counter()
         b = g.prepare(ids, chunks)
+        graph = g.graphs[b][0]
+        graph.replay()
+        torch.cuda.synchronize(device)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        # GPU time: every rank starts together (a barrier, so no rank's clock includes a peer's host work),
+        # then REPLAYS back-to-back replays of the same step (they rewrite the same new-token rows)
+        if dist.is_initialized():
+            dist.barrier()
+            torch.cuda.synchronize(device)
         a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        g.graphs[b][0].replay()
+        for _ in range(REPLAYS):
+            graph.replay()
         e.record()
         e.synchronize()
         if s >= warmup:
-            gpu.append(a.elapsed_time(e))
-            wall.append((time.perf_counter() - t0) * 1e3)
+            gpu.append(a.elapsed_time(e) / REPLAYS)
+            wall.append(wall_ms)
     del g
     return {"graph_ms": statistics.median(gpu), "graph_step_ms": statistics.median(wall),
             "capture_s": round(capture_s, 2)}
@@ -98,14 +113,13 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: d
 
 def predict_ms(path: str, inter: int, attn_tp: int, c: int, backend: str, replicate_q: bool, batch: int,
                ctx_len: int, consts: Any, layers: int, kv_dtype: str = "bfloat16") -> dict[str, float]:
-    """Roofline step time: layers * (layer_cost + dense MLP GEMMs of width inter / tp) in ms, with parts."""
-    from dcpctl.plan.cost import Choice, layer_cost
+    """Roofline step time: layers * (layer_cost + dense MLP of width inter / tp with its all-reduce) in ms, with parts."""
+    from dcpctl.plan.cost import Choice, dense_mlp_s, layer_cost
     from dcpctl.plan.model import spec_from_path
     m = spec_from_path(path)
     lc = layer_cost(m, attn_tp, Choice(c, backend if c > 1 else "none", replicate_q and c > 1), batch,
                     ctx_len, kv_dtype, consts)
-    params = 3 * m.hidden_size * (inter // attn_tp)
-    mlp = max(params * 2 / consts.hbm_bytes_per_s, 2.0 * batch * params / consts.flops_per_s)
+    mlp = dense_mlp_s(m.hidden_size, inter, attn_tp, batch, consts)
     per_layer = lc.layer_s + mlp
     return {"predicted_ms": per_layer * layers * 1e3, "pred_attention_ms": lc.attention_s * layers * 1e3,
             "pred_gemm_ms": lc.gemm_s * layers * 1e3, "pred_mlp_ms": mlp * layers * 1e3,

@@ -71,7 +71,10 @@ def _rank(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> N
 @click.option("--v-dim", type=click.IntRange(min=1), default=512, show_default=True, help="kv_lora_rank.")
 @click.option("--batches", default="1,8,32,64", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str) -> None:
+@click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
+              help="Fit a2a_latency_us, a2a_gbps (the in-place exchange), coll_latency_us and link_gbps (raw "
+                   "all_to_all_single) into this calibration file (other keys kept).")
+def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calibration: str | None) -> None:
     """Time the packed a2a exchange against a raw all_to_all_single of the same bytes (CUDA, >= 2 GPUs).
 
     \b
@@ -101,8 +104,14 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str) -> None:
         finally:
             for p in procs:
                 p.join(timeout=30)
+    doc = {"dcp": dcp, "kernel_heads": heads, "v_dim": v_dim, "rows": rows}
+    if save_calibration:
+        from pathlib import Path
+
+        from dcpctl.plan.calibrate import fit_exchange, merge_calibration
+        merge_calibration(Path(save_calibration), fit_exchange(doc), {"exchange": "dcpctl bench exchange"})
     if fmt == "json":
-        console.write_text(json.dumps({"dcp": dcp, "kernel_heads": heads, "v_dim": v_dim, "rows": rows}, indent=2))
+        console.write_text(json.dumps(doc, indent=2))
         return
     cols = ["B", "bytes/rank", "raw us", "packed us", "in place us", "graph raw us", "graph packed us",
             "graph in place us", "graph packed/raw", "graph in place/raw"]
