@@ -22,7 +22,7 @@ python3 -m pytest -q -p no:cacheprovider -rA tests/runtime/test_triton_mla.py te
 tail -3 "$OUT/tests.log"
 cat "$DCPCTL_GPU_REPORT"/*.json 2>/dev/null | head -c 3000; echo
 stamp "bench kernel $SWEEP"
-dcp bench kernel $SWEEP --save-calibration "$OUT/calibration.yaml" --format json > "$OUT/kernel.json" 2> /tmp/kernel.err
+dcp bench kernel $SWEEP --no-naive --save-calibration "$OUT/calibration.yaml" --format json > "$OUT/kernel.json" 2> /tmp/kernel.err
 echo "kernel rc=$?"; grep -v "^sweep\|^cell" /tmp/kernel.err | tail -3
 python3 - "$OUT/kernel.json" <<'PY'
 import json, statistics, sys

@@ -142,6 +142,18 @@ def test_triton_small_matches_reference(c, tokens, splits, tma):
 
 
 @needs_triton
+@pytest.mark.parametrize("scale", [0.2, 3.0])
+@pytest.mark.parametrize("tma", [False, True])
+def test_triton_lazy_rescale_matches_reference(scale, tma):
+    # scale 3.0 spreads the scores over many powers of two, so the running max keeps growing past the
+    # lazy threshold tile after tile; scale 0.2 rarely crosses it after the first tile
+    case = make_case(13, [1, 9, 70, 130], 2, page=16, heads=20, v_dim=32, rope=16, tokens_per_req=2,
+                     dtype=LOW, device=DEV)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1, tma=tma, lazy=True)
+    check_triton_case(case, scale, 2e-2, num_splits=2, config=cfg)
+
+
+@needs_triton
 @pytest.mark.parametrize("base", ["e", "2"])
 def test_triton_merge_kernels_ignore_nan(base):
     o = torch.randn(3, 64, 40, device=DEV)
@@ -179,7 +191,8 @@ def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
 @needs_triton
 @pytest.mark.skipif(not CUDA, reason="DeepSeek-V3 shapes need a GPU")
 @pytest.mark.parametrize("cfg", [(64, 64, 8, 2, 1, True), (64, 32, 8, 3, 1, True), (16, 64, 8, 3, 1, True),
-                                 (16, 128, 8, 3, 1, False)])
+                                 (16, 128, 8, 3, 1, False), (64, 64, 8, 2, 1, True, True),
+                                 (16, 128, 8, 2, 1, False, True), (64, 64, 8, 2, 1, True, True, True)])
 def test_triton_configs_vs_fp64(cfg):
     case = make_case(5, [2, 700, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=3,
                      dtype=torch.bfloat16, device=DEV)

@@ -44,6 +44,8 @@ class KernelConfig(NamedTuple):
     num_stages: int = 2
     occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
     tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
+    lazy: bool = False      # rescale acc only when a row's running max grows by more than 8 (base 2)
+    ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
 
 
 CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
@@ -196,8 +198,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if s == 1:
         return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
@@ -207,11 +209,22 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
 
 if triton is not None:
     @triton.jit
-    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2):
+    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr):
         # one KV tile: scores in base 2, online softmax, acc += p @ v (v = the first D_V columns of the row)
+        # LAZY: keep a stale running max until some row's max grows by more than 8 (so p <= 2^8; exact
+        # after the final normalization); the acc rescale is skipped on most tiles
         qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
         qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
         m_new = tl.maximum(m, tl.max(qk, 1))
+        if LAZY:
+            grow = tl.max(tl.where(m_new > m, m_new - m, 0.0), 0) > 8.0     # -inf -> finite counts as inf
+            if grow:
+                alpha = tl.exp2(m - m_new)
+                acc = acc * alpha[:, None]
+                l_sum = l_sum * alpha
+                m = m_new
+            p = tl.exp2(qk - m[:, None])
+            return m, l_sum + tl.sum(p, 1), tl.dot(p.to(k_v.dtype), k_v, acc)
         p = tl.exp2(qk - m_new[:, None])
         alpha = tl.exp2(m - m_new)
         return m_new, l_sum * alpha + tl.sum(p, 1), acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
@@ -221,7 +234,8 @@ if triton is not None:
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
-                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr):
+                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr, LAZY: tl.constexpr,
+                          WS: tl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -244,10 +258,10 @@ if triton is not None:
         if USE_TMA:     # whole tiles (each inside one page) by bulk copy; the partial last tile below
             tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
             every = tl.arange(0, BLOCK_N) < BLOCK_N
-            for s in range(start, tail, BLOCK_N):
+            for s in tl.range(start, tail, BLOCK_N, warp_specialize=WS):
                 r0 = tl.load(BT + b * s_bt + s // PAGE) * PAGE + s % PAGE
                 m, l_sum, acc = _attend(q_v, q_pe, KVD_V.load([r0, 0]), KVD_PE.load([r0, D_V]), every,
-                                        m, l_sum, acc, qk_scale2)
+                                        m, l_sum, acc, qk_scale2, LAZY)
         for s in range(tail, end, BLOCK_N):
             offs_j = s + tl.arange(0, BLOCK_N)
             jmask = offs_j < end
@@ -258,7 +272,7 @@ if triton is not None:
             if IS_FP8:
                 k_v = k_v.to(tl.bfloat16)
                 k_pe = k_pe.to(tl.bfloat16)
-            m, l_sum, acc = _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2)
+            m, l_sum, acc = _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY)
         seen = l_sum > 0
         o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
         lse = tl.where(seen, (m + tl.log2(tl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
