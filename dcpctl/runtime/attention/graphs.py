@@ -10,7 +10,8 @@ never reallocated after capture (a graph of batch B uses their first B rows):
 | hidden       | [Bmax, D]              | the eager embedding of the step's input ids          |
 | positions    | [Bmax] int64           | global position of each request's new token          |
 | row_req      | [Bmax] int32           | arange (one query row per request), fixed            |
-| block_table  | [Bmax + 1, max_pages]  | each request's pages, padded to the captured width   |
+| block_table  | [Bmax + 1, max_pages]  | row i: chunk i's pages; only changes are written     |
+|              |                        | (`block_table.DeviceBlockTable`), stale tails unread |
 | local_lens   | [Bmax + 1] int32       | local_len(position + 1, r, c)                        |
 | write_rows   | [Bmax] int64           | arange, fixed                                        |
 | write_slots  | [Bmax] int64           | owned rows' slots; rows this rank does not own (and  |
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention.block_table import DeviceBlockTable
 from dcpctl.runtime.attention.dcp import DCPContext, decision
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import PagedLayout
@@ -64,6 +66,7 @@ class DecodeGraphs:
         self.q_pos = torch.zeros(bmax, **i32)
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
+        self.table = DeviceBlockTable(self.block_table)
         self.local_lens = torch.zeros(bmax + 1, **i32)
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
         self.write_slots = torch.full((bmax,), trash_slot, dtype=torch.int64, device=dev)
@@ -100,24 +103,24 @@ class DecodeGraphs:
 
     def prepare(self, ids: Tensor, chunks: list[SeqChunk]) -> int:
         """Fill the static buffers for one decode step (one token per chunk); returns the graph size."""
-        # ids: [n] -> hidden[:n]; O(batch + pages) host work, one copy per buffer
+        # ids: [n] -> hidden[:n]; O(batch + new pages) host work (the table writes only what changed)
         n, b = len(chunks), self.graph_size(len(chunks))
         pos = [ch.start for ch in chunks] + [0] * (b - n)
         lens = [local_len(p + 1, self.rank, self.c) for p in pos[:n]] + [0] * (b - n + 1)
-        table = torch.zeros(b + 1, self.max_pages, dtype=torch.int32)
         slots = [self.trash] * b
+        rows = []
         for i, ch in enumerate(chunks):
-            pages = self.alloc.pages(ch.rid)[:self.alloc.pages_for(ch.start + 1)]
-            table[i, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
+            pages = self.alloc.pages(ch.rid)          # the live list, not a copy: indexing is O(1)
+            rows.append((i, ch.rid, self.alloc.pages_for(ch.start + 1), pages))
             if ch.start % self.c == self.rank:
                 slots[i] = pages[ch.start // self.alloc.page_tokens] * self.page \
                     + (ch.start % self.alloc.page_tokens) // self.c
+        self.table.update(rows)
         self.hidden[:n].copy_(self.model._embed(ids))
         self.hidden[n:b].zero_()
         self.positions[:b].copy_(torch.tensor(pos), non_blocking=True)
         self.q_pos[:b].copy_(torch.tensor(pos, dtype=torch.int32), non_blocking=True)
         self.local_lens[:b + 1].copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
-        self.block_table[:b + 1].copy_(table, non_blocking=True)
         self.write_slots[:b].copy_(torch.tensor(slots), non_blocking=True)
         return b
 

@@ -81,6 +81,9 @@ class VirtualAllocator:
         return self._slots[rid]
 
     def pages(self, rid: int) -> list[int]:
+        """The live list of `rid`'s pages, not a copy (callers must not mutate it): it only grows by
+        appending while the request lives, and `free` drops it, so a request re-created under the same
+        id gets a new list.  attention/block_table.py relies on both (list identity = version)."""
         if rid not in self._pages:
             raise AllocatorError(f"unknown request {rid}; known: {sorted(self._pages)}")
         return self._pages[rid]
