@@ -1,0 +1,101 @@
+"""Why greedy ids on the random tiny model flip under bf16: the top-2 logit gaps along the path.
+
+    python benchmarks/tiny_greedy_margins.py [--device cuda] [-o margins.json]
+
+The 32 prompts of tests/runtime/test_gpu_decode.py (seed 0, 8 new tokens each).  The reference is the
+bundled runtime in float64 on the CPU.  Along each reference path (teacher-forced, Hugging Face
+DeepseekV3ForCausalLM as the oracle: it matches the runtime to ~1e-12 in float64) the script records,
+per prompt, the smallest gap between the top two float64 logits over the 8 steps, and the largest
+error bf16 makes in the winner's lead over its four runners-up at those steps (HF in bf16 on the CPU:
+the size of bf16's own noise where it matters for the argmax).
+Then it runs the runtime's greedy generation in bf16 (and float32) on --device and counts, per
+margin class, how many prompts reproduce the reference ids.  A prompt whose smallest gap is below
+bf16's error on that lead is a coin flip for any bf16 implementation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dcpctl.runtime.tiny import ensure_tiny_model  # noqa: E402
+from dcpctl.runtime.worker import run_worker  # noqa: E402
+
+
+def prompts() -> list[dict]:
+    rng = random.Random(0)   # exactly the GPU test's requests
+    return [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 40))], "max_new_tokens": 8,
+             "temperature": 0, "ignore_eos": True} for _ in range(32)]
+
+
+def greedy(device: str, dtype: str, reqs: list[dict]) -> list[list[int]]:
+    from tests.runtime.test_engine import launch_cfg
+    cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
+    cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = device, dtype, str(ensure_tiny_model())
+    return [o["output_ids"] for o in run_worker(cfg, reqs)["outputs"]]
+
+
+def hf_logits(path: Path, dtype: torch.dtype, ids: list[int], n: int) -> torch.Tensor:
+    # teacher-forced logits predicting the last n tokens of ids -> [n, V] float64
+    from transformers import AutoModelForCausalLM
+    model = hf_logits.cache.get(dtype)
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
+                                                     experts_implementation="eager").eval()
+        hf_logits.cache[dtype] = model
+    with torch.no_grad():
+        out = model(torch.tensor([ids])).logits[0].double()
+    return out[len(ids) - n - 1:len(ids) - 1]
+
+
+hf_logits.cache = {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", help="where the runtime's bf16/fp32 greedy runs (cpu or cuda)")
+    ap.add_argument("-o", "--output", type=Path)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    reqs = prompts()
+    path = ensure_tiny_model()
+    ref = greedy("cpu", "float64", reqs)
+    runs = {f"{args.device}_bf16": greedy(args.device, "bfloat16", reqs),
+            f"{args.device}_fp32": greedy(args.device, "float32", reqs)}
+    if args.device != "cpu":
+        runs["cpu_bf16"] = greedy("cpu", "bfloat16", reqs)
+    rows = []
+    for i, (req, out) in enumerate(zip(reqs, ref)):
+        ids = req["prompt_ids"] + out
+        f64 = hf_logits(path, torch.float64, ids, len(out))
+        b16 = hf_logits(path, torch.bfloat16, ids, len(out))
+        top = f64.topk(5, dim=-1).indices                              # [8, 5]: the winner and 4 runners-up
+        lead64 = f64.gather(1, top[:, :1]) - f64.gather(1, top[:, 1:])  # [8, 4] winner's lead, float64
+        lead16 = b16.gather(1, top[:, :1]) - b16.gather(1, top[:, 1:])  # the same leads in bf16
+        gap = lead64[:, 0].min().item()
+        err = (lead16 - lead64).abs().max().item()
+        assert f64.argmax(-1).tolist() == out, f"prompt {i}: HF float64 disagrees with the runtime's path"
+        rows.append({"prompt": i, "min_gap": gap, "bf16_lead_err": err,
+                     **{k: v[i] == out for k, v in runs.items()}})
+    safe = [r for r in rows if r["min_gap"] > r["bf16_lead_err"]]
+    summary = {"prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
+               **{k: {"all": sum(r[k] for r in rows), "margin_above_bf16_error": sum(r[k] for r in safe)}
+                  for k in runs}}
+    print("| prompt | min top-2 gap (fp64) | max bf16 error of the lead | " + " | ".join(runs) + " |")
+    print("| ---: | ---: | ---: | " + " | ".join("---" for _ in runs) + " |")
+    for r in sorted(rows, key=lambda r: r["min_gap"]):
+        print(f"| {r['prompt']} | {r['min_gap']:.2e} | {r['bf16_lead_err']:.2e} | "
+              + " | ".join("same" if r[k] else "differs" for k in runs) + " |")
+    print(json.dumps(summary, indent=1))
+    if args.output:
+        args.output.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
