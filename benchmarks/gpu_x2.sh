@@ -37,8 +37,9 @@ for h in sorted({c["heads"] for c in r["cells"]}):
 PY
 python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$OUT/kernel.json" && export DCPCTL_MLA_CONFIGS="$OUT/kernel.json"
 stamp "bench exchange"
-dcp bench exchange --dcp-size 2 --kernel-heads 128 --batches 1,8,32,64 --format json > "$OUT/exchange.json" 2>&1
-echo "exchange rc=$?"; python3 - "$OUT/exchange.json" <<'PY'
+dcp bench exchange --dcp-size 2 --kernel-heads 128 --batches 1,8,32,64 --format json \
+  --save-calibration "$OUT/calibration.yaml" > "$OUT/exchange.json" 2> /tmp/exchange.err
+echo "exchange rc=$?"; tail -2 /tmp/exchange.err; python3 - "$OUT/exchange.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
     print({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()})

@@ -188,7 +188,7 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
       dcpctl bench decode --device cuda --tp-size 8 --dcp-sizes 1,8 --shape v3 --cuda-graphs -o rows.json
     """
     if output:
-        _check_writable(Path(output))
+        check_writable(Path(output))
     from dcpctl.cli import console
     from dcpctl.cli.options import positive_ints
     from dcpctl.plan.errors import UserError
@@ -231,8 +231,8 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     console.out.print(console.table(f"decode step, shape {shape}, tp {tp}, {backend}", cols, table))
 
 
-def _check_writable(path: Path) -> None:
-    """-o to a directory or an unwritable place fails before the benchmark runs, not after."""
+def check_writable(path: Path, flag: str = "-o") -> None:
+    """An output flag naming a directory or an unwritable place fails before the benchmark runs, not after."""
     from dcpctl.plan.errors import UserError
     existed = path.exists()
     try:
@@ -241,7 +241,7 @@ def _check_writable(path: Path) -> None:
         if not existed:
             path.unlink()
     except OSError as e:
-        raise UserError(f"cannot write -o {path}: {e.strerror or e}") from None
+        raise UserError(f"cannot write {flag} {path}: {e.strerror or e}") from None
 
 
 def _check_device(device: str, tp: int) -> None:

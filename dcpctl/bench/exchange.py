@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
@@ -85,7 +86,6 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
     import torch.multiprocessing as mp
 
     from dcpctl.cli.options import positive_ints
-    from dcpctl.cli import console
     from dcpctl.plan.errors import UserError
     if not torch.cuda.is_available() or torch.cuda.device_count() < dcp:
         raise UserError(f"bench exchange needs {dcp} CUDA GPUs (one per DCP rank); this machine has "
@@ -93,6 +93,12 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
     if heads % dcp:
         raise UserError(f"--kernel-heads ({heads}) must be a multiple of --dcp-size ({dcp})")
     args = {"batches": positive_ints(batches, "batches"), "heads": heads, "v_dim": v_dim}
+    if save_calibration:
+        from dcpctl.bench.decode import check_writable
+        check_writable(Path(save_calibration), "--save-calibration")
+        if len(set(args["batches"])) < 2:
+            raise UserError("--save-calibration fits a latency and a bandwidth: give --batches with two or more "
+                            f"sizes (got {batches})")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,14 +111,18 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
             for p in procs:
                 p.join(timeout=30)
     doc = {"dcp": dcp, "kernel_heads": heads, "v_dim": v_dim, "rows": rows}
-    if save_calibration:
-        from pathlib import Path
-
+    _output(doc, fmt)
+    if save_calibration:   # after the results are out
         from dcpctl.plan.calibrate import fit_exchange, merge_calibration
         merge_calibration(Path(save_calibration), fit_exchange(doc), {"exchange": "dcpctl bench exchange"})
+
+
+def _output(doc: dict[str, Any], fmt: str) -> None:
+    from dcpctl.cli import console
     if fmt == "json":
         console.write_text(json.dumps(doc, indent=2))
         return
+    rows, dcp, heads = doc["rows"], doc["dcp"], doc["kernel_heads"]
     cols = ["B", "bytes/rank", "raw us", "packed us", "in place us", "graph raw us", "graph packed us",
             "graph in place us", "graph packed/raw", "graph in place/raw"]
     table = [[r["batch"], f"{r['bytes_per_rank']:,}"] + [f"{r[k]:.1f}" for k in (

@@ -28,7 +28,8 @@ FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 # (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Dropped after measuring
 # (docs/benchmarks-kernel.md): the first sweep's losers; 16 warps (64-head blocks 2.3x slower at H=128,
-# 128-head blocks do not compile); lazy rescaling (6-10% slower); the warp-specialized TMA loop (no change).
+# 128-head blocks do not compile); lazy rescaling (10-12% slower with 64-head blocks); the warp-specialized
+# TMA loop (no measurable change).
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
     (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False)]
@@ -37,16 +38,26 @@ CANDIDATES = [
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """Point file descriptor 1 (and sys.stdout) at stderr for the block: compilers write there directly."""
-    sys.stdout.flush()
+    _flush_all()
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        sys.stdout.flush()
+        _flush_all()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def _flush_all() -> None:
+    """Python's stdout and C's stdio buffers (native code may have printf'ed into fd 1's buffer)."""
+    sys.stdout.flush()
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):   # no libc symbol lookup on this platform: Python's flush only
+        pass
 
 
 def _ints(text: str) -> list[int]:
@@ -190,8 +201,8 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "calibration": ceil.calibration(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
-            "flashinfer": "not available: FlashInfer is not installed on the device and was not built here",
-            "exchange": "not measured: needs 2 GPUs (only nvidia-h200 with 1 GPU was lent)"}
+            "flashinfer": "not timed by this command: benchmarks/flashinfer_mla.py times it next to this kernel",
+            "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
 
 
 def _progress(msg: str) -> None:
@@ -241,13 +252,16 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
     import torch
     if not torch.cuda.is_available():
         raise UserError("dcpctl bench kernel needs a CUDA GPU (torch.cuda.is_available() is False).")
+    from dcpctl.bench.decode import check_writable
+    if save_calibration:
+        check_writable(Path(save_calibration), "--save-calibration")
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
     with stdout_to_stderr():   # Triton prints a failed candidate's PTX on stdout; keep --format json clean
         res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8")
-    if save_calibration:
-        from dcpctl.plan.calibrate import fit_kernel, merge_calibration
-        merge_calibration(Path(save_calibration), fit_kernel(res), {"kernel": "dcpctl bench kernel"})
     if fmt == "json":
         click.echo(json.dumps(res, indent=1))
     else:
         _table(res)
+    if save_calibration:   # after the results are out: a grid that does not determine the fit loses nothing
+        from dcpctl.plan.calibrate import fit_kernel, merge_calibration
+        merge_calibration(Path(save_calibration), fit_kernel(res), {"kernel": "dcpctl bench kernel"})

@@ -209,13 +209,16 @@ def test_bench_kernel_needs_cuda():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize("v_dim", [8, 7])
-def test_pack_by_owner_layout_and_lanes_in_place(dtype, v_dim):
+@pytest.mark.parametrize("t", [4, 0])
+def test_pack_by_owner_layout_and_lanes_in_place(dtype, v_dim, t):
     # block j of the send buffer = rank j's heads; the LSE's bytes follow o in k lanes, read back in place
+    # (t = 0: an idle replica still packs and exchanges empty tensors)
     from dcpctl.runtime.attention.comm import lane_count, lse_wire_dtype, pack_by_owner, unpack
-    c, t, hl = 3, 4, 2
+    c, hl = 3, 2
     o = torch.randn(t, c * hl, v_dim).to(dtype)
     lse = torch.randn(t, c * hl, dtype=torch.float64)
-    lse[0, 1] = -torch.inf
+    if t:
+        lse[0, 1] = -torch.inf
     buf = pack_by_owner(o, lse, dtype, c)
     k = lane_count(dtype)
     assert buf.shape == (c, t, hl, v_dim + k) and buf.dtype == dtype
@@ -228,8 +231,8 @@ def test_pack_by_owner_layout_and_lanes_in_place(dtype, v_dim):
     o_back, lse_back = unpack(buf, v_dim, dtype)
     assert lse_back.dtype == wire
     torch.testing.assert_close(lse_back, lse.to(wire).reshape(t, c, hl).transpose(0, 1), atol=0, rtol=0)
-    if v_dim % 2 == 0:
-        assert lse_back.data_ptr() != buf.data_ptr() and lse_back.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
+    if v_dim % 2 == 0 and t:
+        assert lse_back.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()   # a view, not a copy
 
 
 @pytest.mark.parametrize("c", [1, 2, 4])
@@ -296,3 +299,23 @@ def test_tuned_configs_from_a_sweep_output(tmp_path, monkeypatch):
     assert triton_mla.default_config(128) == triton_mla.KernelConfig(128, 64, 16, 2, 1, True)
     monkeypatch.delenv(triton_mla.CONFIGS_ENV)
     assert triton_mla.default_config(16) == triton_mla.KernelConfig(16, 128, 8, 2)   # not in the file: built-in
+
+
+@pytest.mark.parametrize("text", ["not json", '{"configs": {"128": [64]}}', '{"configs": {"128": 5}}', "[1, 2]"])
+def test_tuned_configs_bad_file_is_one_line_user_error(tmp_path, text):
+    from dcpctl.plan.errors import UserError
+    f = tmp_path / f"bad{len(text)}.json"
+    f.write_text(text)
+    with pytest.raises(UserError, match=r"\$DCPCTL_MLA_CONFIGS=.*not a kernel config file"):
+        triton_mla.tuned_configs(str(f))
+    with pytest.raises(UserError, match="not a kernel config file"):
+        triton_mla.tuned_configs(str(tmp_path / "missing.json"))
+
+
+def test_destination_shape_is_checked():
+    from dcpctl.runtime.attention.fused_merge import check_destination
+    check_destination((torch.empty(2, 3, 4, 8), torch.empty(2, 3, 4)), 3, 8, 8)
+    for o, lse in [(torch.empty(2, 3, 4, 8), torch.empty(2, 3, 5)), (torch.empty(3, 3, 4, 8), torch.empty(3, 3, 4)),
+                   (torch.empty(2, 3, 4, 16)[..., ::2], torch.empty(2, 3, 4)), (torch.empty(3, 32), torch.empty(3))]:
+        with pytest.raises(ValueError, match="does not hold 3 rows of 8 heads"):
+            check_destination((o, lse), 3, 8, 8)

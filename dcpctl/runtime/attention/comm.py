@@ -76,7 +76,7 @@ def lane_view(buf: Tensor, v_dim: int, dtype: torch.dtype) -> Tensor:
     # buf: [..., L + k] in dtype -> [...] the LSE lanes read as one wire-dtype value each (a view, no copy)
     wire = lse_wire_dtype(dtype)
     if (v_dim * dtype.itemsize) % wire.itemsize:   # odd latent width on a 16-bit wire: copy the lanes out
-        return buf[..., v_dim:].contiguous().view(wire).squeeze(-1)
+        return buf[..., v_dim:].clone(memory_format=torch.contiguous_format).view(wire).squeeze(-1)
     return buf.view(wire)[..., v_dim * dtype.itemsize // wire.itemsize]
 
 
@@ -89,9 +89,11 @@ class SendBuffer(NamedTuple):
 
 def send_buffer(t: int, hk: int, v_dim: int, c: int, dtype: torch.dtype, device: torch.device) -> SendBuffer:
     """An uninitialised send buffer; the attention kernel writes o and lse straight into its views."""
+    wire = lse_wire_dtype(dtype)
+    if (v_dim * dtype.itemsize) % wire.itemsize:
+        raise ValueError(f"LSE lanes in place need v_dim * {dtype.itemsize} bytes ({v_dim * dtype.itemsize}) to be a "
+                         f"multiple of {wire.itemsize} on a {dtype} wire; use pack_by_owner")
     buf = torch.empty((c, t, hk // c, v_dim + lane_count(dtype)), dtype=dtype, device=device)
-    if (v_dim * dtype.itemsize) % lse_wire_dtype(dtype).itemsize:
-        raise ValueError(f"v_dim ({v_dim}) must be even for LSE lanes in place on a {dtype} wire")
     return SendBuffer(buf, buf[..., :v_dim], lane_view(buf, v_dim, dtype))
 
 
@@ -103,7 +105,7 @@ def pack_by_owner(o: Tensor, lse: Tensor, dtype: torch.dtype, c: int) -> Tensor:
         lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).view(dtype)          # [T, Hk, k]
         send = torch.empty((c, t, hk // c, v + lanes.shape[-1]), dtype=dtype, device=o.device)
         send[..., :v].copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))
-        send[..., v:].copy_(lanes.reshape(t, c, hk // c, -1).transpose(0, 1))
+        send[..., v:].copy_(lanes.reshape(t, c, hk // c, lanes.shape[-1]).transpose(0, 1))
         return send
     sb = send_buffer(t, hk, v, c, dtype, o.device)
     sb.o.copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))

@@ -116,12 +116,13 @@ class DCPContext:
         else:   # the attention writes o and the LSE lanes straight into the a2a send buffer
             if (self.v_dim * q.dtype.itemsize) % lse_wire_dtype(q.dtype).itemsize:   # odd width: pack by copy
                 o, lse, base = attend(q_group)
-                buf = pack_by_owner(o, lse, q.dtype, c)
+                t2 = self._clock(q)
+                buf = pack_by_owner(o, lse, q.dtype, c)        # the copy counts as exchange time, as before
             else:
                 send = send_buffer(q_group.shape[0], q_group.shape[1], self.v_dim, c, q.dtype, q.device)
                 base = attend(q_group, (send.o, send.lse))[2]
                 buf = send.buf
-            t2 = self._clock(q)
+                t2 = self._clock(q)
             out = exchange_packed(buf, base, self.dcp, q.dtype, self.v_dim, merge_a2a if fused else None, q.dtype)
         self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
         return out.to(q.dtype)

@@ -47,6 +47,16 @@ def store_owner_major(out: tuple[Tensor, Tensor], o: Tensor, lse: Tensor) -> Non
     dl.copy_(lse.reshape(n, c, hl).transpose(0, 1))
 
 
+def check_destination(out: tuple[Tensor, Tensor], n: int, heads: int, v: int) -> None:
+    """A destination for n rows of `heads` heads: o [c, n, heads/c, v] (unit-stride last dim), lse [c, n, heads/c]."""
+    do, dl = out
+    c = do.shape[0] if do.dim() == 4 else 0
+    if do.dim() != 4 or c == 0 or heads % c or tuple(do.shape) != (c, n, heads // c, v) \
+            or tuple(dl.shape) != (c, n, heads // c) or do.stride(-1) != 1:
+        raise ValueError(f"destination o {tuple(do.shape)} / lse {tuple(dl.shape)} does not hold {n} rows of "
+                         f"{heads} heads x {v} as [c, rows, heads/c, v] with a unit-stride last dim")
+
+
 def merge_partials_reference(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None,
                              out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     # o: [S, M, V]  lse: [S, M] in `base` -> o [M, V] (out_dtype, default acc dtype), lse [M] base e
@@ -80,10 +90,9 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
                           torch.empty(m, dtype=torch.float32, device=o.device), 1)
         ret = out[0].view(m, v), out[1].view(m)
     else:
+        check_destination(out, m // (out[0].shape[0] * out[0].shape[2] or 1), out[0].shape[0] * out[0].shape[2], v)
         ret = out
     do, dl = out
-    if do.stride(-1) != 1:
-        raise ValueError("merge destination o must have a unit-stride last dim")
     s_pow2 = triton.next_power_of_2(s)
     block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per program
     _merge_kernel[(m, triton.cdiv(v, block_v))](

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.fused_merge import merge_partials, store_owner_major
+from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -54,10 +54,21 @@ CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
 @functools.lru_cache(maxsize=None)
 def tuned_configs(path: str) -> dict[int, KernelConfig]:
     """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
-    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma]} JSON file."""
-    with open(path) as f:
-        doc = json.load(f)
-    return {int(h): KernelConfig(*c) for h, c in doc.get("configs", doc).items()}
+    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws]} JSON file."""
+    from dcpctl.plan.errors import UserError
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        cfgs = doc.get("configs", doc)
+        out = {}
+        for h, c in cfgs.items():
+            if not isinstance(c, list) or not 2 <= len(c) <= len(KernelConfig._fields):
+                raise ValueError(f"heads {h}: expected a list of 2-{len(KernelConfig._fields)} values "
+                                 f"{list(KernelConfig._fields)}, got {c!r}")
+            out[int(h)] = KernelConfig(*c)
+        return out
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise UserError(f"${CONFIGS_ENV}={path}: not a kernel config file ({e})") from None
 
 
 def default_config(heads: int) -> KernelConfig:
@@ -177,10 +188,10 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
+    if out is not None:
+        check_destination(out, n, h, v_dim)
     if s == 1 and out is not None:   # one split: the kernel writes the destination itself
         do, dl = out
-        if do.stride(-1) != 1:
-            raise ValueError("mla_decode destination o must have a unit-stride last dim")
     else:                            # partials [s, n, h, .] as one block of h heads (merged below)
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
