@@ -74,3 +74,17 @@ def test_physical_slots_disjoint_across_requests():
         p0 = {v // 2 for v in s0 if v % 2 == r}
         p1 = {v // 2 for v in s1 if v % 2 == r}
         assert not p0 & p1 and max(p0 | p1) < 8
+
+
+def test_check_counts_catches_a_leaked_or_double_freed_page():
+    a = VirtualAllocator(capacity_tokens=16, page_size=2, dcp=2)
+    a.allocate(1, 5)
+    a.check_counts()
+    a._free.popleft()                              # a page vanishes from every list: a leak
+    with pytest.raises(AllocatorError, match=r"free_pages\(\d+\) \+ used_pages\(\d+\) != num_pages\(\d+\)"):
+        a.check_counts()
+    b = VirtualAllocator(capacity_tokens=16, page_size=2, dcp=2)
+    b.allocate(1, 5)
+    b._free.append(b.pages(1)[0])                  # a used page also on the free list: a double free
+    with pytest.raises(AllocatorError, match="!= num_pages"):
+        b.check_counts()

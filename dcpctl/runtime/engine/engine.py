@@ -121,6 +121,7 @@ class Engine:
             if not self.busy:
                 break
             steps += 1
+        self.alloc.check_integrity()   # once per run: every slot's owner (finish checks page counts only)
         return self._collect(len(requests), steps)
 
     def _any_replica_busy(self, busy: bool) -> bool:

@@ -114,7 +114,7 @@ class Scheduler:
         seq.finished = True
         self.running.remove(seq)
         self.alloc.free(seq.rid, self.cache.keep(seq) if self.cache is not None else frozenset())
-        self.alloc.check_integrity()
+        self.alloc.check_counts()     # O(requests); the full O(tokens) check runs when the engine drains
         if self.state_pool is not None:
             self.state_pool.release(seq.rid)
             self.state_pool.check_integrity()

@@ -114,7 +114,7 @@ class SpecDecoder:
         if seq.finish_reason != "abort":
             self.counters.draft_rows += min(held, len(seq.tokens) - 1)
         self.alloc.free(seq.rid)
-        self.alloc.check_integrity()
+        self.alloc.check_counts()
 
     # ---- the speculative step --------------------------------------------------------------
 

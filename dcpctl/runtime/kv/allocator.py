@@ -113,13 +113,19 @@ class VirtualAllocator:
     def requests(self) -> list[int]:
         return list(self._pages)
 
-    def check_integrity(self) -> None:
-        """Raise AllocatorError naming every term of the first broken invariant."""
+    def check_counts(self) -> None:
+        """The page-accounting invariant alone (free + used + held = num_pages), O(requests): cheap enough
+        for every finished request; a leaked or double-freed page breaks it."""
         used = sum(len(p) for p in self._pages.values())
         if len(self._free) + used + len(self._held) != self.num_pages:
             held = f" + held_pages({len(self._held)})" if self._held else ""
             raise AllocatorError(f"free_pages({len(self._free)}) + used_pages({used}){held} "
                                  f"!= num_pages({self.num_pages})")
+
+    def check_integrity(self) -> None:
+        """Raise AllocatorError naming every term of the first broken invariant.  O(held tokens): every
+        slot's owner is checked, so the engine runs it when it drains, not per finished request."""
+        self.check_counts()
         seen = set(self._free).union(self._held, *self._pages.values())
         if len(seen) != self.num_pages:
             raise AllocatorError(f"distinct_pages({len(seen)}) != num_pages({self.num_pages}): "
