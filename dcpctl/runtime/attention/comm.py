@@ -72,10 +72,16 @@ def lane_count(dtype: torch.dtype) -> int:
     return max(1, lse_wire_dtype(dtype).itemsize // dtype.itemsize)
 
 
+def lanes_in_place(v_dim: int, dtype: torch.dtype) -> bool:
+    """Whether the LSE lanes after v_dim values of `dtype` are aligned for a wire-dtype view (false for an
+    odd latent width on a 16-bit wire: the lanes then go through copies)."""
+    return (v_dim * dtype.itemsize) % lse_wire_dtype(dtype).itemsize == 0
+
+
 def lane_view(buf: Tensor, v_dim: int, dtype: torch.dtype) -> Tensor:
     # buf: [..., L + k] in dtype -> [...] the LSE lanes read as one wire-dtype value each (a view, no copy)
     wire = lse_wire_dtype(dtype)
-    if (v_dim * dtype.itemsize) % wire.itemsize:   # odd latent width on a 16-bit wire: copy the lanes out
+    if not lanes_in_place(v_dim, dtype):   # copy the lanes out
         return buf[..., v_dim:].clone(memory_format=torch.contiguous_format).view(wire).squeeze(-1)
     return buf.view(wire)[..., v_dim * dtype.itemsize // wire.itemsize]
 
@@ -89,10 +95,9 @@ class SendBuffer(NamedTuple):
 
 def send_buffer(t: int, hk: int, v_dim: int, c: int, dtype: torch.dtype, device: torch.device) -> SendBuffer:
     """An uninitialised send buffer; the attention kernel writes o and lse straight into its views."""
-    wire = lse_wire_dtype(dtype)
-    if (v_dim * dtype.itemsize) % wire.itemsize:
+    if not lanes_in_place(v_dim, dtype):
         raise ValueError(f"LSE lanes in place need v_dim * {dtype.itemsize} bytes ({v_dim * dtype.itemsize}) to be a "
-                         f"multiple of {wire.itemsize} on a {dtype} wire; use pack_by_owner")
+                         f"multiple of {lse_wire_dtype(dtype).itemsize} on a {dtype} wire; use pack_by_owner")
     buf = torch.empty((c, t, hk // c, v_dim + lane_count(dtype)), dtype=dtype, device=device)
     return SendBuffer(buf, buf[..., :v_dim], lane_view(buf, v_dim, dtype))
 
@@ -101,7 +106,7 @@ def pack_by_owner(o: Tensor, lse: Tensor, dtype: torch.dtype, c: int) -> Tensor:
     # o: [T, Hk, L]  lse: [T, Hk] -> send buffer [c, T, Hk/c, L + k] in dtype: block j = rank j's heads,
     # k lanes hold the LSE bits (2 for 16-bit); written in place, no concatenated intermediate
     t, hk, v = o.shape
-    if (v * dtype.itemsize) % lse_wire_dtype(dtype).itemsize:    # odd width: lanes through a bit view
+    if not lanes_in_place(v, dtype):    # odd width: lanes through a bit view
         lanes = lse.to(lse_wire_dtype(dtype)).unsqueeze(-1).view(dtype)          # [T, Hk, k]
         send = torch.empty((c, t, hk // c, v + lanes.shape[-1]), dtype=dtype, device=o.device)
         send[..., :v].copy_(o.reshape(t, c, hk // c, v).transpose(0, 1))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.comm import (exchange_ag_rs, exchange_packed, gather_heads, lse_wire_dtype,
+from dcpctl.runtime.attention.comm import (exchange_ag_rs, exchange_packed, gather_heads, lanes_in_place,
                                            pack_by_owner, send_buffer)
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
@@ -114,7 +114,7 @@ class DCPContext:
             t2 = self._clock(q)
             out = exchange_ag_rs(o, lse, base, self.dcp, rescale_partial if fused else None)
         else:   # the attention writes o and the LSE lanes straight into the a2a send buffer
-            if (self.v_dim * q.dtype.itemsize) % lse_wire_dtype(q.dtype).itemsize:   # odd width: pack by copy
+            if not lanes_in_place(self.v_dim, q.dtype):   # odd width: pack by copy
                 o, lse, base = attend(q_group)
                 t2 = self._clock(q)
                 buf = pack_by_owner(o, lse, q.dtype, c)        # the copy counts as exchange time, as before

@@ -90,7 +90,8 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
                           torch.empty(m, dtype=torch.float32, device=o.device), 1)
         ret = out[0].view(m, v), out[1].view(m)
     else:
-        check_destination(out, m // (out[0].shape[0] * out[0].shape[2] or 1), out[0].shape[0] * out[0].shape[2], v)
+        heads = out[0].shape[0] * out[0].shape[2] if out[0].dim() == 4 else 0   # c * Hl of the destination
+        check_destination(out, m // max(heads, 1), heads, v)
         ret = out
     do, dl = out
     s_pow2 = triton.next_power_of_2(s)
