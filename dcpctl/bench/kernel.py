@@ -32,7 +32,11 @@ QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 # TMA loop (no measurable change).
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
-    (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False)]
+    (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False),
+    # the Gluon kernel (Hopper; block_n x num_stages = its cp.async ring; last: 1 plain, 2 pipelined)
+    (64, 64, 8, 2, 1, False, False, False, 1), (64, 32, 8, 4, 1, False, False, False, 1),
+    (64, 32, 8, 4, 1, False, False, False, 2), (64, 32, 8, 3, 1, False, False, False, 2),
+    (64, 16, 8, 6, 1, False, False, False, 2)]
 
 
 @contextlib.contextmanager

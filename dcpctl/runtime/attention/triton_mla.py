@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
+from dcpctl.runtime.attention.gluon_mla import gluon_available
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -46,6 +47,9 @@ class KernelConfig(NamedTuple):
     tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
     lazy: bool = False      # rescale acc only when a row's running max grows by more than 8 (base 2)
     ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
+    gluon: int = 0          # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
+                            # num_stages = its cp.async ring depth): 1 one tile at a time, 2 the next
+                            # tile's scores overlap this tile's softmax (num_stages >= 3); else Triton
 
 
 CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
@@ -54,7 +58,7 @@ CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
 @functools.lru_cache(maxsize=None)
 def tuned_configs(path: str) -> dict[int, KernelConfig]:
     """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
-    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws]} JSON file."""
+    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws, gluon]} JSON file."""
     from dcpctl.plan.errors import UserError
     try:
         with open(path) as f:
@@ -196,6 +200,35 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
+    if use_gluon(cfg, kv_pool):
+        _gluon_mla_kernel[(head_blocks, s, n)](
+            q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl,
+            q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
+            do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
+            h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
+            PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+            STAGES=cfg.num_stages, PIPE=cfg.gluon == 2, num_warps=cfg.num_warps)
+    else:
+        _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
+                       scale, kv_scale, chunk, head_blocks, s, v_dim)
+    if s == 1:
+        return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
+    mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
+                            out=out)
+    return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
+
+
+def use_gluon(cfg: KernelConfig, kv_pool: Tensor) -> bool:
+    """Whether `cfg` runs the Gluon kernel here: asked for, importable, a Hopper GPU, a 16-bit pool, its tile shape."""
+    return (cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
+            and torch.cuda.get_device_capability(kv_pool.device)[0] == 9
+            and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= (3 if cfg.gluon == 2 else 2))
+
+
+def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
+                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
+                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> None:
+    n, r = q.shape[0], q.shape[2]
     use_tma = cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
     kvd_v = kvd_pe = kv_pool
     if use_tma:
@@ -211,12 +244,10 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if s == 1:
-        return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
-    mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
-                            out=out)
-    return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
+
+if gluon_available():
+    from dcpctl.runtime.attention.gluon_mla import _mla_gluon_kernel as _gluon_mla_kernel
 
 if triton is not None:
     @triton.jit

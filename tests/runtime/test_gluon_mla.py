@@ -1,0 +1,84 @@
+"""The Gluon (Hopper) local MLA decode kernel against the float64 reference, and when it is chosen.
+
+GPU tier: needs an sm_90 GPU and a Triton with Gluon; skipped elsewhere (CI has no GPU).  The Triton
+kernel's tests (test_triton_mla.py) cover the shared wrapper: splits, merges, destinations.
+"""
+import math
+
+import pytest
+import torch
+
+from dcpctl.runtime.attention import gluon_mla, triton_mla
+from tests.runtime.test_triton_mla import check_triton_case, make_case
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not (HOPPER and gluon_mla.gluon_available()),
+                                  reason="the Gluon kernel needs an sm_90 GPU and Triton with Gluon")
+GLUON = dict(block_h=64, num_warps=8)
+
+
+def test_gluon_is_not_chosen_off_hopper_or_for_fp8():
+    cfg = triton_mla.KernelConfig(64, 32, 8, 4, gluon=1)
+    assert not triton_mla.use_gluon(cfg, torch.zeros(2, 64, 576, dtype=torch.bfloat16))        # a CPU pool
+    assert not triton_mla.use_gluon(cfg._replace(gluon=0), torch.zeros(1, 1, 1, dtype=torch.bfloat16))
+    if HOPPER and gluon_mla.gluon_available():
+        pool = torch.zeros(2, 64, 576, device="cuda", dtype=torch.bfloat16)
+        assert triton_mla.use_gluon(cfg, pool) and triton_mla.use_gluon(cfg._replace(gluon=2), pool)
+        assert not triton_mla.use_gluon(cfg._replace(gluon=2, num_stages=2), pool)   # pipelined: >= 3 stages
+    if torch.cuda.is_available():
+        fp8 = torch.zeros(2, 64, 576, device="cuda").to(torch.float8_e4m3fn)
+        assert not triton_mla.use_gluon(cfg, fp8)
+
+
+@needs_hopper
+@pytest.mark.parametrize("heads", [64, 128, 16, 96])
+@pytest.mark.parametrize("block_n,stages,variant", [(32, 4, 2), (32, 3, 2), (16, 6, 2), (64, 2, 1), (32, 4, 1)])
+def test_gluon_deepseek_shapes_vs_fp64(heads, block_n, stages, variant):
+    # 2 DCP ranks, 2 query tokens per request (causal by global position), lengths with partial tiles
+    case = make_case(heads + block_n, [3, 300, 1500, 4100], 2, page=64, heads=heads, v_dim=512, rope=64,
+                     tokens_per_req=2, dtype=torch.bfloat16, device="cuda")
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=variant, **GLUON)
+    assert triton_mla.use_gluon(cfg, case["ranks"][0]["pool"])
+    check_triton_case(case, 1 / math.sqrt(192), 2e-2, config=cfg)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("page,splits", [(16, 1), (1, 3), (48, None), (64, 7)])
+def test_gluon_any_page_size_and_splits(page, splits, variant):
+    # rows are copied one by one through the page table: pages smaller than, larger than and not a
+    # multiple of the tile; one split writes the destination itself, several go through the merge
+    case = make_case(page, [1, 65, 700, 2000], 3, page=page, heads=128, v_dim=512, rope=64, tokens_per_req=3,
+                     dtype=torch.bfloat16, device="cuda")
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=variant, **GLUON)
+    check_triton_case(case, 1 / math.sqrt(192), 2e-2, num_splits=splits, config=cfg)
+
+
+@needs_hopper
+def test_gluon_fp16_pool_and_large_scale():
+    case = make_case(3, [5, 900, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=1,
+                     dtype=torch.float16, device="cuda")
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=2, **GLUON)
+    check_triton_case(case, 0.5, 2e-2, config=cfg)
+
+
+@needs_hopper
+@pytest.mark.parametrize("splits", [1, 3])
+def test_gluon_writes_send_buffer_in_place(splits):
+    from dcpctl.runtime.attention.comm import send_buffer, unpack
+    c = 2
+    case = make_case(11, [1, 90, 700], 2, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=2,
+                     dtype=torch.bfloat16, device="cuda")
+    rk = case["ranks"][1]
+    q = case["q"].to(torch.bfloat16).cuda()
+    args = (q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(), case["q_pos"].int().cuda())
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=2, **GLUON)
+    kw = dict(scale=1 / math.sqrt(192), v_dim=512, dcp_rank=1, dcp_size=2, num_splits=splits, config=cfg)
+    want = triton_mla.mla_decode_triton(*args, **kw, out_dtype=torch.bfloat16)
+    n = q.shape[0]
+    send = send_buffer(n, 128, 512, c, torch.bfloat16, torch.device("cuda"))
+    send.buf.fill_(7.0)
+    triton_mla.mla_decode_triton(*args, **kw, out=(send.o, send.lse))
+    o_back, lse_back = unpack(send.buf, 512, torch.bfloat16)
+    torch.testing.assert_close(o_back, want.o.view(n, c, 64, 512).transpose(0, 1), atol=0, rtol=0)
+    torch.testing.assert_close(lse_back, want.lse.view(n, c, 64).transpose(0, 1), atol=0, rtol=0)
