@@ -82,3 +82,19 @@ def test_gluon_writes_send_buffer_in_place(splits):
     o_back, lse_back = unpack(send.buf, 512, torch.bfloat16)
     torch.testing.assert_close(o_back, want.o.view(n, c, 64, 512).transpose(0, 1), atol=0, rtol=0)
     torch.testing.assert_close(lse_back, want.lse.view(n, c, 64).transpose(0, 1), atol=0, rtol=0)
+
+
+@needs_hopper
+@pytest.mark.parametrize("variant,block_n,stages", [(1, 64, 2), (2, 32, 4), (2, 32, 3)])
+def test_gluon_is_deterministic(variant, block_n, stages):
+    # the same launch gives the same bits: a stage or P buffer reused too early would show here first
+    case = make_case(17, [64, 1000, 5000, 5001], 1, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=4,
+                     dtype=torch.bfloat16, device="cuda")
+    rk = case["ranks"][0]
+    q = case["q"].to(torch.bfloat16).cuda()
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=variant, **GLUON)
+    runs = [triton_mla.mla_decode_triton(q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(),
+                                         case["q_pos"].int().cuda(), scale=1 / math.sqrt(192), v_dim=512,
+                                         num_splits=3, config=cfg) for _ in range(6)]
+    for r in runs[1:]:
+        assert torch.equal(r.o, runs[0].o) and torch.equal(r.lse, runs[0].lse)

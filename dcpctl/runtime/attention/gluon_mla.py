@@ -104,7 +104,8 @@ if gluon is not None:
                              mask=(offs_hp < H)[:, None], other=0.0))
 
         m = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, LS))
-        l_acc = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=LS)
+        # (the row sums stay [BLOCK_H]: a [BLOCK_H, BLOCK_N] running sum lets ptxas serialize the wgmmas, C7515)
+        l_sum = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, LS))
         acc = warpgroup_mma_init(gl.zeros([BLOCK_H, D_V], gl.float32, layout=LO))   # an async accumulator
         s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=LS)
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LS))
@@ -113,18 +114,18 @@ if gluon is not None:
             # tiles i and i+1 are in use while i+2.. land).  cp.async groups: tile t is group t.
             gl.static_assert(STAGES >= 3, "the pipelined loop keeps two tiles in use")
             async_copy.wait_group(STAGES - 2)
-            gl.thread_barrier()
-            fence_async_shared()
+            fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
+            gl.thread_barrier()          # ... before any warp's wgmma reads them
             s_tok = warpgroup_mma(q_v_s, kv_v_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s_tok = warpgroup_mma(q_pe_s, kv_pe_s.index(0).permute((1, 0)), s_tok, is_async=True)
             s_cur = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
             for i in range(n_tiles):
                 st = i % STAGES
                 nt = (i + 1) % STAGES
-                # tile i+1 has landed: its scores queue behind PV(i-1) (past the end: zeros, discarded)
+                # tile i+1 has landed: its scores run during this tile's softmax (past the end: zeros, discarded)
                 async_copy.wait_group(STAGES - 3)
-                gl.thread_barrier()
-                fence_async_shared()
+                fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
+                gl.thread_barrier()          # ... before any warp's wgmma reads them
                 s_tok = warpgroup_mma(q_v_s, kv_v_s.index(nt).permute((1, 0)), s_zero, use_acc=False,
                                       is_async=True)
                 s_tok = warpgroup_mma(q_pe_s, kv_pe_s.index(nt).permute((1, 0)), s_tok, is_async=True)
@@ -132,9 +133,9 @@ if gluon is not None:
                 m_new = gl.maximum(m, gl.max(s, 1))
                 p = gl.exp2(s - m_new[:, None])
                 alpha = gl.exp2(m - m_new)
-                l_acc = l_acc * alpha[:, None] + p
+                l_sum = l_sum * alpha + gl.sum(p, 1)
                 m = m_new
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))    # PV(i-1), not S(i+1)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))    # (done already: a no-op)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
                 gl.thread_barrier()      # every warpgroup's PV(i-1) is done with P and tile i-1
                 p_s.store(p.to(dt))
@@ -144,15 +145,17 @@ if gluon is not None:
                 nx = i + STAGES - 1      # into tile i-1's stage
                 _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + nx * BLOCK_N, end,
                            kv_v_s.index(nx % STAGES), kv_pe_s.index(nx % STAGES), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
-                s_cur = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # S(i+1), not PV(i)
+                # S(i+1) and PV(i) both done: rescaling acc above while any wgmma is in flight makes ptxas
+                # serialize every wgmma (C7514), so PV(i) overlaps only the copies issued above
+                s_cur = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
         else:
             for i in range(n_tiles):
                 st = i % STAGES
                 # this warpgroup's PV of tile i-1 is done; tile i has landed (STAGES-2 younger groups may fly)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 async_copy.wait_group(STAGES - 2)
-                gl.thread_barrier()          # every warp's copies of tile i, every warpgroup's PV of i-1
-                fence_async_shared()         # generic-proxy writes (cp.async, P, q) -> the wgmma's async proxy
+                fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
+                gl.thread_barrier()          # ... before any warp's wgmma reads them
                 kv_v = kv_v_s.index(st)
                 s = warpgroup_mma(q_v_s, kv_v.permute((1, 0)), s_zero, use_acc=False, is_async=True)
                 s = warpgroup_mma(q_pe_s, kv_pe_s.index(st).permute((1, 0)), s, is_async=True)
@@ -166,7 +169,7 @@ if gluon is not None:
                 m_new = gl.maximum(m, gl.max(s, 1))
                 p = gl.exp2(s - m_new[:, None])
                 alpha = gl.exp2(m - m_new)
-                l_acc = l_acc * alpha[:, None] + p      # row sums reduced once at the end (no per-tile exchange)
+                l_sum = l_sum * alpha + gl.sum(p, 1)
                 m = m_new
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
                 p_s.store(p.to(dt))
@@ -176,7 +179,6 @@ if gluon is not None:
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         async_copy.wait_group(0)
 
-        l_sum = gl.sum(l_acc, 1)
         seen = l_sum > 0
         inv = gl.convert_layout(gl.where(seen, 1.0 / gl.where(seen, l_sum, 1.0), 0.0), gl.SliceLayout(1, LO))
         o = acc * inv[:, None]
