@@ -17,7 +17,7 @@ stamp() { echo "[$(date +%T)] $*"; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nvidia-smi topo -m
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1
 stamp tests
-python3 -m pytest -q -p no:cacheprovider -rA tests/runtime/test_triton_mla.py tests/runtime/test_paged_attention.py \
+python3 -m pytest -q -p no:cacheprovider -rA tests/runtime/test_triton_mla.py tests/runtime/test_gluon_mla.py tests/runtime/test_paged_attention.py \
   tests/runtime/test_paged_graphs.py tests/runtime/test_gpu_decode.py > "$OUT/tests.log" 2>&1
 tail -3 "$OUT/tests.log"
 cat "$DCPCTL_GPU_REPORT"/*.json 2>/dev/null | head -c 3000; echo

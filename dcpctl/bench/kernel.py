@@ -33,10 +33,8 @@ QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
     (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False),
-    # the Gluon kernel (Hopper; block_n x num_stages = its cp.async ring; last: 1 plain, 2 pipelined)
-    (64, 64, 8, 2, 1, False, False, False, 1), (64, 32, 8, 4, 1, False, False, False, 1),
-    (64, 32, 8, 4, 1, False, False, False, 2), (64, 32, 8, 3, 1, False, False, False, 2),
-    (64, 16, 8, 6, 1, False, False, False, 2)]
+    # the Gluon kernel (Hopper; block_n x num_stages = its ring of tiles)
+    (64, 64, 8, 2, 1, False, False, False, True), (64, 32, 8, 4, 1, False, False, False, True)]
 
 
 @contextlib.contextmanager
@@ -159,7 +157,7 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     """Fastest correct candidate config at (B=32, ctx=32K) for this head count."""
     best, best_us = None, math.inf
     for t in CANDIDATES:
-        if t[0] > max(16, 1 << (heads - 1).bit_length()):
+        if t[0] > max(16, 1 << (heads - 1).bit_length()) and not (len(t) > 8 and t[8]):   # Gluon: any heads
             continue
         cfg = _cfg(t)
         try:

@@ -18,39 +18,41 @@ GLUON = dict(block_h=64, num_warps=8)
 
 
 def test_gluon_is_not_chosen_off_hopper_or_for_fp8():
-    cfg = triton_mla.KernelConfig(64, 32, 8, 4, gluon=1)
-    assert not triton_mla.use_gluon(cfg, torch.zeros(2, 64, 576, dtype=torch.bfloat16))        # a CPU pool
-    assert not triton_mla.use_gluon(cfg._replace(gluon=0), torch.zeros(1, 1, 1, dtype=torch.bfloat16))
+    cfg = triton_mla.KernelConfig(64, 32, 8, 4, gluon=True)
+    assert not triton_mla.use_gluon(cfg, torch.zeros(2, 64, 576, dtype=torch.bfloat16), 512)        # a CPU pool
+    assert not triton_mla.use_gluon(cfg._replace(gluon=False), torch.zeros(1, 1, 576, dtype=torch.bfloat16), 512)
     if HOPPER and gluon_mla.gluon_available():
         pool = torch.zeros(2, 64, 576, device="cuda", dtype=torch.bfloat16)
-        assert triton_mla.use_gluon(cfg, pool) and triton_mla.use_gluon(cfg._replace(gluon=2), pool)
-        assert not triton_mla.use_gluon(cfg._replace(gluon=2, num_stages=2), pool)   # pipelined: >= 3 stages
+        assert triton_mla.use_gluon(cfg, pool, 512)
+        assert not triton_mla.use_gluon(cfg._replace(num_warps=4), pool, 512)
+        assert not triton_mla.use_gluon(cfg, pool[..., :48], 32)        # the tiny models' rows: Triton
     if torch.cuda.is_available():
         fp8 = torch.zeros(2, 64, 576, device="cuda").to(torch.float8_e4m3fn)
-        assert not triton_mla.use_gluon(cfg, fp8)
+        assert not triton_mla.use_gluon(cfg, fp8, 512)
 
 
 @needs_hopper
 @pytest.mark.parametrize("heads", [64, 128, 16, 96])
-@pytest.mark.parametrize("block_n,stages,variant", [(32, 4, 2), (32, 3, 2), (16, 6, 2), (64, 2, 1), (32, 4, 1)])
-def test_gluon_deepseek_shapes_vs_fp64(heads, block_n, stages, variant):
-    # 2 DCP ranks, 2 query tokens per request (causal by global position), lengths with partial tiles
-    case = make_case(heads + block_n, [3, 300, 1500, 4100], 2, page=64, heads=heads, v_dim=512, rope=64,
+@pytest.mark.parametrize("block_n,stages,page", [(64, 2, 64), (32, 4, 64), (64, 2, 32), (32, 3, 16)])
+def test_gluon_deepseek_shapes_vs_fp64(heads, block_n, stages, page):
+    # 2 DCP ranks, 2 query tokens per request (causal by global position), lengths with partial tiles;
+    # page % block_n == 0: whole tiles by bulk tensor copy and the last partial one by cp.async; else cp.async
+    case = make_case(heads + block_n, [3, 300, 1500, 4100], 2, page=page, heads=heads, v_dim=512, rope=64,
                      tokens_per_req=2, dtype=torch.bfloat16, device="cuda")
-    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=variant, **GLUON)
-    assert triton_mla.use_gluon(cfg, case["ranks"][0]["pool"])
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=True, **GLUON)
+    assert triton_mla.use_gluon(cfg, case["ranks"][0]["pool"], 512)
     check_triton_case(case, 1 / math.sqrt(192), 2e-2, config=cfg)
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant", [1, 2])
-@pytest.mark.parametrize("page,splits", [(16, 1), (1, 3), (48, None), (64, 7)])
-def test_gluon_any_page_size_and_splits(page, splits, variant):
+@pytest.mark.parametrize("block_n", [64, 32])
+@pytest.mark.parametrize("page,splits", [(16, 1), (1, 3), (48, None), (64, 7), (128, 2)])
+def test_gluon_any_page_size_and_splits(page, splits, block_n):
     # rows are copied one by one through the page table: pages smaller than, larger than and not a
     # multiple of the tile; one split writes the destination itself, several go through the merge
     case = make_case(page, [1, 65, 700, 2000], 3, page=page, heads=128, v_dim=512, rope=64, tokens_per_req=3,
                      dtype=torch.bfloat16, device="cuda")
-    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=variant, **GLUON)
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=2 if block_n == 64 else 4, gluon=True, **GLUON)
     check_triton_case(case, 1 / math.sqrt(192), 2e-2, num_splits=splits, config=cfg)
 
 
@@ -58,7 +60,7 @@ def test_gluon_any_page_size_and_splits(page, splits, variant):
 def test_gluon_fp16_pool_and_large_scale():
     case = make_case(3, [5, 900, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=1,
                      dtype=torch.float16, device="cuda")
-    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=2, **GLUON)
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=True, **GLUON)
     check_triton_case(case, 0.5, 2e-2, config=cfg)
 
 
@@ -72,7 +74,7 @@ def test_gluon_writes_send_buffer_in_place(splits):
     rk = case["ranks"][1]
     q = case["q"].to(torch.bfloat16).cuda()
     args = (q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(), case["q_pos"].int().cuda())
-    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=2, **GLUON)
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=True, **GLUON)
     kw = dict(scale=1 / math.sqrt(192), v_dim=512, dcp_rank=1, dcp_size=2, num_splits=splits, config=cfg)
     want = triton_mla.mla_decode_triton(*args, **kw, out_dtype=torch.bfloat16)
     n = q.shape[0]
@@ -85,14 +87,14 @@ def test_gluon_writes_send_buffer_in_place(splits):
 
 
 @needs_hopper
-@pytest.mark.parametrize("variant,block_n,stages", [(1, 64, 2), (2, 32, 4), (2, 32, 3)])
-def test_gluon_is_deterministic(variant, block_n, stages):
+@pytest.mark.parametrize("block_n,stages,page", [(64, 2, 64), (32, 4, 64), (64, 2, 16), (32, 3, 16)])
+def test_gluon_is_deterministic(block_n, stages, page):
     # the same launch gives the same bits: a stage or P buffer reused too early would show here first
-    case = make_case(17, [64, 1000, 5000, 5001], 1, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=4,
+    case = make_case(17, [64, 1000, 5000, 5001], 1, page=page, heads=128, v_dim=512, rope=64, tokens_per_req=4,
                      dtype=torch.bfloat16, device="cuda")
     rk = case["ranks"][0]
     q = case["q"].to(torch.bfloat16).cuda()
-    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=variant, **GLUON)
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=True, **GLUON)
     runs = [triton_mla.mla_decode_triton(q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(),
                                          case["q_pos"].int().cuda(), scale=1 / math.sqrt(192), v_dim=512,
                                          num_splits=3, config=cfg) for _ in range(6)]

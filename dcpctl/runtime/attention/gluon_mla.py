@@ -22,8 +22,9 @@ try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
-    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, \
-        warpgroup_mma_init, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
+        warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError:  # no Triton, or a Triton without Gluon (< 3.5)
     gluon = None
 
@@ -54,12 +55,48 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _mla_gluon_kernel(Q, KV, BT, LENS, ROWREQ, QPOS, O, LSE,
+    def _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, s0, bar, kv_v, kv_pe, pred, PAGE: gl.constexpr, D_V: gl.constexpr):
+        # bulk tensor copies of local rows [s0, s0 + BLOCK_N) (inside one page) into one ring stage;
+        # `bar` completes when both have landed
+        page = gl.load(BT + b * s_bt + s0 // PAGE, mask=pred, other=0)
+        row = page * PAGE + s0 % PAGE
+        mbarrier.expect(bar, KVD_V.block_type.nbytes + KVD_PE.block_type.nbytes, pred=pred)
+        tma.async_copy_global_to_shared(KVD_V, [row, 0], bar, kv_v, pred=pred)
+        tma.async_copy_global_to_shared(KVD_PE, [row, D_V], bar, kv_pe, pred=pred)
+
+    @gluon.jit
+    def _attend_tile(q_v_s, q_pe_s, kv_v, kv_pe, p_s, acc, m, l_sum, s0, end, qk_scale2,
+                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LS: gl.constexpr, LO: gl.constexpr):
+        # one landed tile: S = q . k^T (warpgroup w: tokens [w*BN/2, (w+1)*BN/2)), online softmax in base 2,
+        # P through shared memory, then O += P . v issued (asynchronous: the caller waits before the next tile)
+        s = warpgroup_mma(q_v_s, kv_v.permute((1, 0)), gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=LS),
+                          use_acc=False, is_async=True)
+        s = warpgroup_mma(q_pe_s, kv_pe.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        cols = s0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LS))
+        s = gl.where((cols < end)[None, :], s * qk_scale2, float("-inf"))
+        m_new = gl.maximum(m, gl.max(s, 1))
+        p = gl.exp2(s - m_new[:, None])
+        alpha = gl.exp2(m - m_new)
+        # the row sums stay [BLOCK_H]: a [BLOCK_H, BLOCK_N] running sum lets ptxas serialize the wgmmas (C7515)
+        l_sum = l_sum * alpha + gl.sum(p, 1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
+        p_s.store(p.to(p_s.dtype))
+        fence_async_shared()
+        gl.thread_barrier()              # both warpgroups' halves of P are written
+        acc = warpgroup_mma(p_s, kv_v, acc, is_async=True)
+        return acc, m_new, l_sum
+
+    @gluon.jit
+    def _mla_gluon_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2, chunk,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
-                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PIPE: gl.constexpr):
+                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
+        # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
+        # USE_TMA (PAGE % BLOCK_N == 0): whole tiles by bulk tensor copy (KVD_V/KVD_PE over the pool's rows),
+        # the partial last tile by cp.async; else every tile by cp.async, row by row through the page table
         gl.static_assert(BLOCK_H == 64, "one wgmma row block of heads per program")
         gl.static_assert(gl.num_warps() == 8, "two warpgroups")
         dt: gl.constexpr = KV.dtype.element_ty
@@ -70,8 +107,7 @@ if gluon is not None:
                                                      instr_shape=[16, D_V // 2, 16])
         LV: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])
         LPE: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D_PE, D_PE // 8], [8, 1], [1, 0])
-        SH_V: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        SH_PE: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         SH_P: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BLOCK_N * 2 if BLOCK_N < 64 else 128,
                                                   element_bitwidth=16, rank=2)
 
@@ -83,16 +119,25 @@ if gluon is not None:
         end = gl.minimum(start + chunk, nvis)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
 
-        q_v_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_V], SH_V)
-        q_pe_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_PE], SH_PE)
-        kv_v_s = gl.allocate_shared_memory(dt, [STAGES, BLOCK_N, D_V], SH_V)
-        kv_pe_s = gl.allocate_shared_memory(dt, [STAGES, BLOCK_N, D_PE], SH_PE)
+        q_v_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_V], SH)
+        q_pe_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_PE], SH)
+        kv_v_s = gl.allocate_shared_memory(dt, [STAGES, BLOCK_N, D_V], SH)
+        kv_pe_s = gl.allocate_shared_memory(dt, [STAGES, BLOCK_N, D_PE], SH)
         p_s = gl.allocate_shared_memory(dt, [BLOCK_H, BLOCK_N], SH_P)
 
-        # the first STAGES-1 tiles start loading before q
-        for t in gl.static_range(STAGES - 1):
-            _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + t * BLOCK_N, end, kv_v_s.index(t),
-                       kv_pe_s.index(t), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
+        if USE_TMA:
+            n_full = gl.maximum(end - start, 0) // BLOCK_N
+            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            for t in gl.static_range(STAGES):
+                mbarrier.init(bars.index(t), count=1)
+            for t in gl.static_range(STAGES - 1):
+                _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, start + t * BLOCK_N, bars.index(t), kv_v_s.index(t),
+                          kv_pe_s.index(t), t < n_full, PAGE, D_V)
+        else:
+            n_full = 0
+            for t in gl.static_range(STAGES - 1):      # the first STAGES-1 tiles start loading before q
+                _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + t * BLOCK_N, end, kv_v_s.index(t),
+                           kv_pe_s.index(t), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
 
         offs_hq = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LV))
         q_row = Q + n.to(gl.int64) * s_qn + offs_hq[:, None] * s_qh
@@ -102,80 +147,41 @@ if gluon is not None:
         q_rowp = Q + n.to(gl.int64) * s_qn + offs_hp[:, None] * s_qh
         q_pe_s.store(gl.load(q_rowp + D_V + gl.arange(0, D_PE, layout=gl.SliceLayout(0, LPE))[None, :],
                              mask=(offs_hp < H)[:, None], other=0.0))
+        fence_async_shared()
+        gl.thread_barrier()                  # q (and the barriers' init) before any wgmma / wait
 
         m = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, LS))
-        # (the row sums stay [BLOCK_H]: a [BLOCK_H, BLOCK_N] running sum lets ptxas serialize the wgmmas, C7515)
         l_sum = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, LS))
         acc = warpgroup_mma_init(gl.zeros([BLOCK_H, D_V], gl.float32, layout=LO))   # an async accumulator
-        s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=LS)
-        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LS))
-        if PIPE:
-            # scores of tile i+1 run on the tensor cores while this tile's softmax runs (needs STAGES >= 3:
-            # tiles i and i+1 are in use while i+2.. land).  cp.async groups: tile t is group t.
-            gl.static_assert(STAGES >= 3, "the pipelined loop keeps two tiles in use")
-            async_copy.wait_group(STAGES - 2)
-            fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
-            gl.thread_barrier()          # ... before any warp's wgmma reads them
-            s_tok = warpgroup_mma(q_v_s, kv_v_s.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s_tok = warpgroup_mma(q_pe_s, kv_pe_s.index(0).permute((1, 0)), s_tok, is_async=True)
-            s_cur = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-            for i in range(n_tiles):
+        if USE_TMA:
+            for i in range(n_full):
                 st = i % STAGES
-                nt = (i + 1) % STAGES
-                # tile i+1 has landed: its scores run during this tile's softmax (past the end: zeros, discarded)
-                async_copy.wait_group(STAGES - 3)
-                fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
-                gl.thread_barrier()          # ... before any warp's wgmma reads them
-                s_tok = warpgroup_mma(q_v_s, kv_v_s.index(nt).permute((1, 0)), s_zero, use_acc=False,
-                                      is_async=True)
-                s_tok = warpgroup_mma(q_pe_s, kv_pe_s.index(nt).permute((1, 0)), s_tok, is_async=True)
-                s = gl.where((start + i * BLOCK_N + cols < end)[None, :], s_cur * qk_scale2, float("-inf"))
-                m_new = gl.maximum(m, gl.max(s, 1))
-                p = gl.exp2(s - m_new[:, None])
-                alpha = gl.exp2(m - m_new)
-                l_sum = l_sum * alpha + gl.sum(p, 1)
-                m = m_new
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))    # (done already: a no-op)
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
-                gl.thread_barrier()      # every warpgroup's PV(i-1) is done with P and tile i-1
-                p_s.store(p.to(dt))
-                fence_async_shared()
-                gl.thread_barrier()
-                acc = warpgroup_mma(p_s, kv_v_s.index(st), acc, is_async=True)
-                nx = i + STAGES - 1      # into tile i-1's stage
-                _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + nx * BLOCK_N, end,
-                           kv_v_s.index(nx % STAGES), kv_pe_s.index(nx % STAGES), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
-                # S(i+1) and PV(i) both done: rescaling acc above while any wgmma is in flight makes ptxas
-                # serialize every wgmma (C7514), so PV(i) overlaps only the copies issued above
-                s_cur = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-        else:
-            for i in range(n_tiles):
-                st = i % STAGES
-                # this warpgroup's PV of tile i-1 is done; tile i has landed (STAGES-2 younger groups may fly)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                async_copy.wait_group(STAGES - 2)
-                fence_async_shared()         # each thread's generic-proxy writes (cp.async, q) -> async proxy
-                gl.thread_barrier()          # ... before any warp's wgmma reads them
-                kv_v = kv_v_s.index(st)
-                s = warpgroup_mma(q_v_s, kv_v.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma(q_pe_s, kv_pe_s.index(st).permute((1, 0)), s, is_async=True)
-                # while the scores run: the stage of tile i-1 is free, start tile i+STAGES-1 (page-table
-                # reads and address math overlap the MMA; an empty group past the end)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))   # this warpgroup's PV(i-1)
+                gl.thread_barrier()          # ... and the other's: tile i-1's stage and P are free
                 nx = i + STAGES - 1
+                _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, start + nx * BLOCK_N, bars.index(nx % STAGES),
+                          kv_v_s.index(nx % STAGES), kv_pe_s.index(nx % STAGES), nx < n_full, PAGE, D_V)
+                mbarrier.wait(bars.index(st), (i // STAGES) & 1)
+                acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m, l_sum,
+                                             start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS, LO)
+        for i in range(n_full, n_tiles):     # cp.async tiles: all of them, or the partial last one after TMA
+            st = i % STAGES
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            if USE_TMA:                      # nothing was prefetched for it
+                gl.thread_barrier()
+                _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + i * BLOCK_N, end, kv_v_s.index(st),
+                           kv_pe_s.index(st), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
+                async_copy.wait_group(0)
+            else:                            # tile i has landed (STAGES-2 younger groups may fly)
+                async_copy.wait_group(STAGES - 2)
+            fence_async_shared()             # each thread's cp.async writes -> the wgmma's async proxy
+            gl.thread_barrier()              # ... before any warp reads them; every warpgroup's PV(i-1) is done
+            if not USE_TMA:                  # the stage of tile i-1 is free: start tile i+STAGES-1
+                nx = i + STAGES - 1          # (an empty group past the end)
                 _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + nx * BLOCK_N, end, kv_v_s.index(nx % STAGES),
                            kv_pe_s.index(nx % STAGES), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                s = gl.where((start + i * BLOCK_N + cols < end)[None, :], s * qk_scale2, float("-inf"))
-                m_new = gl.maximum(m, gl.max(s, 1))
-                p = gl.exp2(s - m_new[:, None])
-                alpha = gl.exp2(m - m_new)
-                l_sum = l_sum * alpha + gl.sum(p, 1)
-                m = m_new
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
-                p_s.store(p.to(dt))
-                fence_async_shared()
-                gl.thread_barrier()          # both halves of P are written
-                acc = warpgroup_mma(p_s, kv_v, acc, is_async=True)
+            acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m, l_sum,
+                                         start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS, LO)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         async_copy.wait_group(0)
 
@@ -193,3 +199,12 @@ if gluon is not None:
         blk_l = (sp + offs_hl // HL).to(gl.int64)
         gl.store(LSE + blk_l * s_lc + n.to(gl.int64) * s_ln + (offs_hl % HL).to(gl.int64) * s_lh,
                  lse.to(LSE.dtype.element_ty), mask=offs_hl < H)
+
+
+def tma_descriptors(kv_pool, block_n: int, v_dim: int):
+    """Bulk-copy descriptors over the pool's rows ([pages * PAGE, R]): the v part and the rope part of a
+    block_n-row tile, in the kernel's shared layout."""
+    flat = kv_pool.view(-1, kv_pool.shape[-1])
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    return (TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, v_dim], layout),
+            TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, flat.shape[1] - v_dim], layout))

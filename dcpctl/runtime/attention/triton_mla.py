@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
-from dcpctl.runtime.attention.gluon_mla import gluon_available
+from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -47,9 +47,8 @@ class KernelConfig(NamedTuple):
     tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
     lazy: bool = False      # rescale acc only when a row's running max grows by more than 8 (base 2)
     ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
-    gluon: int = 0          # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
-                            # num_stages = its cp.async ring depth): 1 one tile at a time, 2 the next
-                            # tile's scores overlap this tile's softmax (num_stages >= 3); else Triton
+    gluon: bool = False     # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
+                            # num_stages = its ring depth; bulk tensor copies when page % block_n == 0)
 
 
 CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
@@ -78,13 +77,14 @@ def tuned_configs(path: str) -> dict[int, KernelConfig]:
 def default_config(heads: int) -> KernelConfig:
     """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
     count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
-    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md)."""
+    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md).  A Gluon config runs the Triton
+    kernel with the same tiles where the Gluon kernel cannot (`use_gluon`)."""
     if os.environ.get(CONFIGS_ENV):
         cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
         if cfg is not None:
             return cfg
-    if heads % 64 == 0:
-        return KernelConfig(64, 64, 8, 2, 1, True)
+    if heads % 64 == 0:     # the Gluon kernel on Hopper; elsewhere the Triton kernel with bulk copies
+        return KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
     if heads % 32 == 0:
         return KernelConfig(32, 64, 8, 2)
     return KernelConfig(16, 128, 8, 2)
@@ -200,14 +200,16 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
-    if use_gluon(cfg, kv_pool):
+    if use_gluon(cfg, kv_pool, v_dim):
+        use_tma = kv_pool.shape[1] % cfg.block_n == 0
+        kvd_v, kvd_pe = tma_descriptors(kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
         _gluon_mla_kernel[(head_blocks, s, n)](
-            q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl,
+            q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
             q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
             do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
             h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-            STAGES=cfg.num_stages, PIPE=cfg.gluon == 2, num_warps=cfg.num_warps)
+            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
     else:
         _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
                        scale, kv_scale, chunk, head_blocks, s, v_dim)
@@ -218,11 +220,14 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
 
-def use_gluon(cfg: KernelConfig, kv_pool: Tensor) -> bool:
-    """Whether `cfg` runs the Gluon kernel here: asked for, importable, a Hopper GPU, a 16-bit pool, its tile shape."""
-    return (cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
-            and torch.cuda.get_device_capability(kv_pool.device)[0] == 9
-            and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= (3 if cfg.gluon == 2 else 2))
+def use_gluon(cfg: KernelConfig, kv_pool: Tensor, v_dim: int) -> bool:
+    """Whether `cfg` runs the Gluon kernel here: asked for, importable, a Hopper GPU, a 16-bit pool, its tile
+    shape, and latent rows of 64-element multiples (DeepSeek/Kimi: 512 + 64)."""
+    rope = kv_pool.shape[-1] - v_dim
+    return bool(cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
+                and torch.cuda.get_device_capability(kv_pool.device)[0] == 9
+                and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= 2
+                and v_dim % 64 == 0 and v_dim <= 512 and rope % 64 == 0 and rope <= 256)
 
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
