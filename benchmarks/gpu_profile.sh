@@ -8,6 +8,7 @@ OUT=${OUT:-/tmp/dcpctl-profile}
 mkdir -p "$OUT"
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 echo "ncu: ${NCU:-none}"
+[ -n "$NCU" ] || { echo "no Nsight Compute (ncu) on this machine"; exit 1; }
 prof() {  # name, heads, config
   timeout 240 "$NCU" --kernel-name regex:_mla --launch-skip 3 --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \

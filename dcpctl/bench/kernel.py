@@ -155,11 +155,15 @@ def _splits(heads: int, ctx: int, batch: int, cfg: Any) -> int:
 
 def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     """Fastest correct candidate config at (B=32, ctx=32K) for this head count."""
+    from dcpctl.runtime.attention.triton_mla import use_gluon
     best, best_us = None, math.inf
     for t in CANDIDATES:
-        if t[0] > max(16, 1 << (heads - 1).bit_length()) and not (len(t) > 8 and t[8]):   # Gluon: any heads
+        gluon = len(t) > 8 and t[8]
+        if t[0] > max(16, 1 << (heads - 1).bit_length()) and not gluon:   # Gluon masks unused heads
             continue
         cfg = _cfg(t)
+        if gluon and not use_gluon(cfg, pool.kv, V, pool.kv_scale):   # not Hopper / fp8: it would time Triton
+            continue
         try:
             err = check_config(pool, heads, cfg)
             us = time_cell(pool, heads, 32768, 32, cfg, naive=False)["time_us"] if err < 2e-2 else math.inf

@@ -23,8 +23,10 @@ DEV = "cuda" if CUDA else "cpu"
 LOW = torch.bfloat16 if CUDA else torch.float16   # the Triton interpreter mis-handles bf16 dots
 
 
-def make_case(seed, lens, c, page, heads, v_dim, rope, tokens_per_req=1, dtype=torch.float64, device="cpu"):
-    # -> dict: full per-request KV [L, R] (global order), per-rank paged pools, q [N, H, R], row_req, q_pos
+def make_case(seed, lens, c, page, heads, v_dim, rope, tokens_per_req=1, dtype=torch.float64, device="cpu",
+              garbage="randn"):
+    # -> dict: full per-request KV [L, R] (global order), per-rank paged pools, q [N, H, R], row_req, q_pos;
+    # garbage="nan" fills the pool slots no request owns with NaN (a kernel must never weigh them, not even by 0)
     g = torch.Generator().manual_seed(seed)
     r = v_dim + rope
     full = [torch.randn(L, r, generator=g, dtype=torch.float64) for L in lens]
@@ -39,6 +41,8 @@ def make_case(seed, lens, c, page, heads, v_dim, rope, tokens_per_req=1, dtype=t
         n_pages = len(lens) * max_pages + 3
         perm = torch.randperm(n_pages, generator=g)[: len(lens) * max_pages].view(len(lens), max_pages)
         pool = torch.randn(n_pages, page, r, generator=g, dtype=torch.float64)  # garbage in unused slots
+        if garbage == "nan":
+            pool.fill_(float("nan"))
         for b, s in enumerate(shard):
             for j in range(len(s)):
                 pool[perm[b, j // page], j % page] = s[j]

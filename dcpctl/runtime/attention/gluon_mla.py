@@ -10,27 +10,41 @@ output accumulator, the replicated scores and the q operand then spill ~2 KB per
 Here (64 heads per program, 8 warps = 2 warpgroups):
   scores  S [64, BN]  = q [64, 576] . k^T      warps [4, 2]: each warpgroup owns BN/2 of the tile's tokens
   output  O [64, 512] += P [64, BN] . v        warps [4, 2]: each warpgroup owns 256 of the 512 columns
-q lives in shared memory (loaded once), KV tiles stream through a STAGES-deep ring of cp.async copies
-(row by row through the page table, zero-filled past the end, so any page size works), P goes through
-shared memory to the other warpgroup, and the PV wgmma of tile i runs while tile i+1's copies land.
-Scores are kept in base 2; the result is the same normalized (o, lse base e) partial as the Triton kernel.
-Only 16-bit pools (fp8 pools stay on the Triton kernel).
+q lives in shared memory (loaded once); KV tiles stream through a STAGES-deep ring: whole in-page tiles
+by bulk tensor copy (one mbarrier per stage) when PAGE % BLOCK_N == 0, otherwise (and for the partial last
+tile) by cp.async row by row through the page table, zero-filled past the end.  P goes through shared
+memory to the other warpgroup; each tile waits for the previous tile's PV wgmma (overlapping them made
+ptxas serialize every wgmma, C7514).  Scores are kept in base 2; the result is the same normalized
+(o, lse base e) partial as the Triton kernel.  Only 16-bit pools (fp8 pools stay on the Triton kernel),
+and only the Triton versions it was written against (Gluon's API changes between releases: in 3.9 the
+copy entry points used here are removed).
 """
 from __future__ import annotations
 
+TESTED_TRITON = ((3, 5), (3, 6))     # Gluon API versions this kernel compiles with (3.6.0 measured)
+
 try:
+    import triton
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) not in TESTED_TRITON:
+        raise ImportError(f"Gluon kernel written for Triton {TESTED_TRITON}, found {triton.__version__}")
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-except ImportError:  # no Triton, or a Triton without Gluon (< 3.5)
+except (ImportError, ValueError):  # no Triton, a Triton without Gluon (< 3.5), or an untested Gluon API
     gluon = None
 
 
 def gluon_available() -> bool:
     return gluon is not None
+
+
+def smem_bytes(block_h: int, block_n: int, stages: int, row: int) -> int:
+    """Shared memory the kernel allocates: q, the ring of KV tiles, P, and ~1 KB of barriers and
+    reduction scratch (ptxas: 229,904 B at 64 x 64 x 2 stages, R = 576)."""
+    return 2 * (block_h * row + stages * block_n * row + block_h * block_n) + 1024
 
 
 if gluon is not None:

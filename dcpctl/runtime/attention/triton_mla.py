@@ -16,13 +16,14 @@ import functools
 import json
 import math
 import os
+import sys
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
-from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
+from dcpctl.runtime.attention.gluon_mla import gluon_available, smem_bytes, tma_descriptors
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -200,16 +201,23 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
-    if use_gluon(cfg, kv_pool, v_dim):
+    if use_gluon(cfg, kv_pool, v_dim, kv_scale):
         use_tma = kv_pool.shape[1] % cfg.block_n == 0
         kvd_v, kvd_pe = tma_descriptors(kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
-        _gluon_mla_kernel[(head_blocks, s, n)](
-            q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
-            q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
-            do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
-            h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
-            PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
+        try:
+            _gluon_mla_kernel[(head_blocks, s, n)](
+                q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
+                q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
+                do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
+                h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
+                PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+                STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
+        except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
+            _gluon_failed.add(cfg)
+            print(f"dcpctl: the Gluon MLA kernel did not build here ({type(e).__name__}: "
+                  f"{str(e).strip().splitlines()[-1][:160]}); using the Triton kernel", file=sys.stderr, flush=True)
+            _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
+                           scale, kv_scale, chunk, head_blocks, s, v_dim)
     else:
         _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
                        scale, kv_scale, chunk, head_blocks, s, v_dim)
@@ -220,14 +228,23 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
 
-def use_gluon(cfg: KernelConfig, kv_pool: Tensor, v_dim: int) -> bool:
-    """Whether `cfg` runs the Gluon kernel here: asked for, importable, a Hopper GPU, a 16-bit pool, its tile
-    shape, and latent rows of 64-element multiples (DeepSeek/Kimi: 512 + 64)."""
+def use_gluon(cfg: KernelConfig, kv_pool: Tensor, v_dim: int, kv_scale: float | None = None) -> bool:
+    """Whether `cfg` runs the Gluon kernel here: asked for, a tested Triton, a Hopper GPU, a 16-bit pool
+    without a scale, its tile shape, latent rows of 64-element multiples (DeepSeek/Kimi: 512 + 64), and
+    its shared memory fits the device; and it has not failed to build here before."""
+    if not (cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
+            and kv_scale in (None, 1.0) and cfg not in _gluon_failed):
+        return False
     rope = kv_pool.shape[-1] - v_dim
-    return bool(cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
-                and torch.cuda.get_device_capability(kv_pool.device)[0] == 9
-                and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= 2
-                and v_dim % 64 == 0 and v_dim <= 512 and rope % 64 == 0 and rope <= 256)
+    props = torch.cuda.get_device_properties(kv_pool.device)
+    limit = props.shared_memory_per_multiprocessor - 1024      # the per-block opt-in maximum (227 KB on H100/H200)
+    return (props.major == 9 and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= 2
+            and cfg.block_n in (16, 32, 64, 128) and v_dim % 64 == 0 and v_dim <= 512
+            and rope % 64 == 0 and rope <= 256
+            and smem_bytes(cfg.block_h, cfg.block_n, cfg.num_stages, kv_pool.shape[-1]) <= limit)
+
+
+_gluon_failed: set[KernelConfig] = set()   # configs whose Gluon kernel failed to build here: Triton from then on
 
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
@@ -252,6 +269,9 @@ def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: T
 
 
 if gluon_available():
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
     from dcpctl.runtime.attention.gluon_mla import _mla_gluon_kernel as _gluon_mla_kernel
 
 if triton is not None:
