@@ -23,12 +23,12 @@ def check_gluon_case(case, scale, **kw):
     row of a long shard would hide under the whole-output norm."""
     got = check_triton_case(case, scale, 2e-2, **kw)
     for i, (g, rk) in enumerate(zip(got, case["ranks"])):
-        w = mla_decode_reference(case["q"].to(torch.bfloat16).double(), rk["pool"].cpu().double(), rk["bt"].cpu(),
+        w = mla_decode_reference(case["q"].to(rk["pool"].dtype).double(), rk["pool"].cpu().double(), rk["bt"].cpu(),
                                  rk["lens"].cpu(), case["row_req"], case["q_pos"], scale=scale, v_dim=case["v_dim"],
                                  dcp_rank=i, dcp_size=case["c"])
         seen = torch.isfinite(w.lse).all(-1)                     # rows that see at least one key
         err = (g.o - w.o).flatten(1).norm(dim=1) / w.o.flatten(1).norm(dim=1).clamp_min(1e-30)
-        assert float(err[seen].max(initial=0.0)) < 2e-2, err
+        assert seen.any() and float(err[seen].max()) < 2e-2, err
 
 
 def test_gluon_shared_memory_budget():
