@@ -87,6 +87,11 @@ def main() -> None:
     summary = {"prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
                **{k: {"all": sum(r[k] for r in rows), "margin_above_bf16_error": sum(r[k] for r in safe)}
                   for k in runs}}
+    if "cpu_bf16" in runs:   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
+        same = [a == b for a, b in zip(runs[f"{args.device}_bf16"], runs["cpu_bf16"])]
+        summary[f"{args.device}_bf16_vs_cpu_bf16"] = sum(same)
+        for r, ok in zip(rows, same):
+            r[f"{args.device}_bf16_vs_cpu_bf16"] = ok
     print("| prompt | min top-2 gap (fp64) | max bf16 error of the lead | " + " | ".join(runs) + " |")
     print("| ---: | ---: | ---: | " + " | ".join("---" for _ in runs) + " |")
     for r in sorted(rows, key=lambda r: r["min_gap"]):
@@ -94,7 +99,8 @@ def main() -> None:
               + " | ".join("same" if r[k] else "differs" for k in runs) + " |")
     print(json.dumps(summary, indent=1))
     if args.output:
-        args.output.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+        args.output.write_text(json.dumps({"summary": summary, "rows": rows, "ids": {"cpu_float64": ref, **runs}},
+                                          indent=1))
 
 
 if __name__ == "__main__":
