@@ -158,11 +158,10 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     from dcpctl.runtime.attention.triton_mla import use_gluon
     best, best_us = None, math.inf
     for t in CANDIDATES:
-        gluon = len(t) > 8 and t[8]
-        if t[0] > max(16, 1 << (heads - 1).bit_length()) and not gluon:   # Gluon masks unused heads
-            continue
         cfg = _cfg(t)
-        if gluon and not use_gluon(cfg, pool.kv, V, pool.kv_scale):   # not Hopper / fp8: it would time Triton
+        if cfg.block_h > max(16, 1 << (heads - 1).bit_length()) and not cfg.gluon:   # Gluon masks unused heads
+            continue
+        if cfg.gluon and not use_gluon(cfg, pool.kv, V, pool.kv_scale):   # not Hopper / fp8: it would time Triton
             continue
         try:
             err = check_config(pool, heads, cfg)

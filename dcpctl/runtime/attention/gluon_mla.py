@@ -33,6 +33,8 @@ try:
     from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, \
         warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from dcpctl.runtime.attention.kernel_rows import visible_range
 except (ImportError, ValueError):  # no Triton, a Triton without Gluon (< 3.5), or an untested Gluon API
     gluon = None
 
@@ -126,11 +128,7 @@ if gluon is not None:
                                                   element_bitwidth=16, rank=2)
 
         hb, sp, n = gl.program_id(0), gl.program_id(1), gl.program_id(2)
-        b = gl.load(ROWREQ + n)
-        causal = gl.maximum((gl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
-        nvis = gl.minimum(gl.load(LENS + b), causal)
-        start = sp * chunk
-        end = gl.minimum(start + chunk, nvis)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
 
         q_v_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_V], SH)

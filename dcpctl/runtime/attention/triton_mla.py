@@ -201,26 +201,10 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
-    if use_gluon(cfg, kv_pool, v_dim, kv_scale):
-        use_tma = kv_pool.shape[1] % cfg.block_n == 0
-        kvd_v, kvd_pe = tma_descriptors(kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
-        try:
-            _gluon_mla_kernel[(head_blocks, s, n)](
-                q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
-                q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
-                do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
-                h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
-                PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-                STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
-        except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
-            _gluon_failed.add(cfg)
-            print(f"dcpctl: the Gluon MLA kernel did not build here ({type(e).__name__}: "
-                  f"{str(e).strip().splitlines()[-1][:160]}); using the Triton kernel", file=sys.stderr, flush=True)
-            _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
-                           scale, kv_scale, chunk, head_blocks, s, v_dim)
-    else:
-        _launch_triton(cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size,
-                       scale, kv_scale, chunk, head_blocks, s, v_dim)
+    launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
+              chunk, head_blocks, s, v_dim)
+    if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
+        _launch_triton(*launch)
     if s == 1:
         return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
@@ -232,19 +216,48 @@ def use_gluon(cfg: KernelConfig, kv_pool: Tensor, v_dim: int, kv_scale: float | 
     """Whether `cfg` runs the Gluon kernel here: asked for, a tested Triton, a Hopper GPU, a 16-bit pool
     without a scale, its tile shape, latent rows of 64-element multiples (DeepSeek/Kimi: 512 + 64), and
     its shared memory fits the device; and it has not failed to build here before."""
-    if not (cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
-            and kv_scale in (None, 1.0) and cfg not in _gluon_failed):
-        return False
-    rope = kv_pool.shape[-1] - v_dim
-    props = torch.cuda.get_device_properties(kv_pool.device)
+    return bool(cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
+                and kv_scale in (None, 1.0) and cfg not in _gluon_failed
+                and _gluon_fits(cfg, kv_pool.device, kv_pool.shape[-1], v_dim))
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_fits(cfg: KernelConfig, device: torch.device, row: int, v_dim: int) -> bool:
+    # the device and shape half of use_gluon, once per (config, device, row shape): it runs every layer
+    props = torch.cuda.get_device_properties(device)
     limit = props.shared_memory_per_multiprocessor - 1024      # the per-block opt-in maximum (227 KB on H100/H200)
+    rope = row - v_dim
     return (props.major == 9 and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= 2
             and cfg.block_n in (16, 32, 64, 128) and v_dim % 64 == 0 and v_dim <= 512
             and rope % 64 == 0 and rope <= 256
-            and smem_bytes(cfg.block_h, cfg.block_n, cfg.num_stages, kv_pool.shape[-1]) <= limit)
+            and smem_bytes(cfg.block_h, cfg.block_n, cfg.num_stages, row) <= limit)
 
 
 _gluon_failed: set[KernelConfig] = set()   # configs whose Gluon kernel failed to build here: Triton from then on
+
+
+def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
+                  row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
+                  scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> bool:
+    """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon); False, and the Triton kernel
+    for cfg from then on, when it does not build here."""
+    n, r = q.shape[0], q.shape[2]
+    use_tma = kv_pool.shape[1] % cfg.block_n == 0
+    kvd_v, kvd_pe = tma_descriptors(kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
+    try:
+        _gluon_mla_kernel[(head_blocks, s, n)](
+            q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
+            q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
+            do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
+            h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
+            PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
+            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
+    except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
+        _gluon_failed.add(cfg)
+        print(f"dcpctl: the Gluon MLA kernel did not build here ({type(e).__name__}: "
+              f"{str(e).strip().splitlines()[-1][:160]}); using the Triton kernel", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
@@ -275,6 +288,8 @@ if gluon_available():
     from dcpctl.runtime.attention.gluon_mla import _mla_gluon_kernel as _gluon_mla_kernel
 
 if triton is not None:
+    from dcpctl.runtime.attention.kernel_rows import visible_range
+
     @triton.jit
     def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr):
         # one KV tile: scores in base 2, online softmax, acc += p @ v (v = the first D_V columns of the row)
@@ -306,11 +321,7 @@ if triton is not None:
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        b = tl.load(ROWREQ + n)
-        causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
-        nvis = tl.minimum(tl.load(LENS + b), causal)
-        start = sp * chunk
-        end = tl.minimum(start + chunk, nvis)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size)
         offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         hmask = offs_h < H
         offs_v = tl.arange(0, D_V)

@@ -1,0 +1,25 @@
+"""Which local KV rows a query row sees: one Triton helper that both MLA decode kernels call (the Triton
+split kernel in triton_mla and the Gluon one in gluon_mla), so the DCP visibility rule is written once.
+
+    visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size) -> (b, start, end)
+
+Local row j of rank r holds global position j*c + r, so query row n (request b = ROWREQ[n], global
+position QPOS[n]) sees local rows j < (QPOS[n] - r + c) // c of its request's LENS[b]; split sp covers
+[sp*chunk, sp*chunk + chunk) of them.  start >= end means this split sees nothing.
+"""
+from __future__ import annotations
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU CI without triton: the torch reference path only
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size):
+        b = tl.load(ROWREQ + n)
+        causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
+        nvis = tl.minimum(tl.load(LENS + b), causal)
+        start = sp * chunk
+        return b, start, tl.minimum(start + chunk, nvis)
