@@ -155,7 +155,7 @@ def _splits(heads: int, ctx: int, batch: int, cfg: Any) -> int:
 
 def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     """Fastest correct candidate config at (B=32, ctx=32K) for this head count."""
-    from dcpctl.runtime.attention.triton_mla import use_gluon
+    from dcpctl.runtime.attention.kernel_choice import use_gluon
     best, best_us = None, math.inf
     for t in CANDIDATES:
         cfg = _cfg(t)

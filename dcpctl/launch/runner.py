@@ -25,6 +25,7 @@ PROGRESS = re.compile(r"^dcpctl-progress (\w+) (\d+)/(\d+)$")
 RANK_ERROR = re.compile(r"^\[rank \S+\] ")
 READY = re.compile(r"^dcpctl-ready (\S+)$")
 STOPPED = "dcpctl-stopped"
+NOTE = re.compile(r"^dcpctl-note (.+)$")   # a runtime choice and its reason (runtime/notes.py), shown once
 STOP_GRACE_S = 10.0   # after SIGTERM, how long torchrun gets before its process group is killed
 FAIL_WAIT_S = 15.0    # after a rank error, how long torchrun gets to stop the others and report by itself
 ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")  # torchrun's "Root Cause" summary
@@ -48,19 +49,26 @@ def write_launch_files(workdir: Path, cfg: dict[str, Any], **json_files: Any) ->
 
 
 class StderrLog:
-    """torchrun's stderr, line by line: progress, rank errors, torchrun's "Root Cause" summary, the rest."""
+    """torchrun's stderr, line by line: progress, notes, rank errors, torchrun's "Root Cause" summary, the rest."""
 
     def __init__(self, debug: bool) -> None:
         self.debug = debug
         self.errors: list[str] = []
         self.other: list[str] = []       # the last lines that were none of the above
         self.root: dict[str, str] = {}   # torchrun's first observed failure: rank, exitcode, traceback
+        self.notes: list[str] = []       # distinct runtime notes, in order (each printed once, whatever the ranks)
 
     def feed(self, line: str) -> tuple[str, int, int] | None:
         """Record one line; a progress line comes back as (what, done, total) for the caller's bar."""
         m = PROGRESS.match(line)
         if m:
             return m.group(1), int(m.group(2)), int(m.group(3))
+        note = NOTE.match(line)
+        if note:
+            if note.group(1) not in self.notes:
+                self.notes.append(note.group(1))
+                console.err.print(f"dcpctl: {note.group(1)}", markup=False, highlight=False, soft_wrap=True)
+            return None
         field = ROOT_FIELD.match(line) if self.root else None
         if "Root Cause" in line:
             self.root["seen"] = "1"

@@ -9,7 +9,7 @@ def test_bench_decode_cpu_kv_bytes_fall_with_dcp():
     r = CliRunner().invoke(cli, ["bench", "decode", "--tp-size", "4", "--dcp-sizes", "1,2,4", "--batches", "2",
                                  "--contexts", "37", "--steps", "1", "--warmup", "0", "--format", "json"])
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output[r.output.index("{"):])["rows"]
+    rows = json.loads(r.stdout)["rows"]
     by = {x["dcp"]: x for x in rows}
     row_bytes = by[1]["kv_bytes_read_per_rank"][0] // (2 * 38)  # one latent row over all layers
     for c in (2, 4):

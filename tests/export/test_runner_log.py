@@ -39,3 +39,12 @@ def test_no_rank_error_shows_the_last_lines():
     feed(log, "\n".join(f"line {i}" for i in range(30)))
     assert len(log.other) == 20
     assert log.failure(3) == "torchrun exited with status 3: line 27 | line 28 | line 29"
+
+
+def test_runtime_notes_are_shown_once_whatever_the_ranks(capsys):
+    log = StderrLog(debug=False)
+    text = "local attention: the Triton MLA kernel (why)"
+    assert feed(log, f"dcpctl-note {text}\ndcpctl-note {text}\ndcpctl-note other") == [None, None, None]
+    assert log.notes == [text, "other"] and log.other == []
+    err = capsys.readouterr().err
+    assert err.count(f"dcpctl: {text}") == 1 and "dcpctl: other" in err

@@ -176,7 +176,7 @@ def test_generate_cli_speculative(reference, drafts):
             "--speculative-num-draft-tokens", "3"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["outputs"][0]["output_ids"] == reference["outputs"][1]["output_ids"]
     assert out["stats"]["spec"]["num_draft_tokens"] == 3
     assert len(set(out["stats"]["spec"]["draft_kv_rows_per_rank"])) == 1

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 TESTED_TRITON = ((3, 6),)     # the Gluon API this kernel compiles with (3.6.0 measured; 3.5 lacks gl.num_warps, 3.9 the copy calls)
 
+UNAVAILABLE: str | None = None   # why the Gluon kernel cannot be built with this Triton (None: it can)
 try:
     import triton
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) not in TESTED_TRITON:
-        raise ImportError(f"Gluon kernel written for Triton {TESTED_TRITON}, found {triton.__version__}")
+        raise ImportError(f"Triton {triton.__version__} is installed; the kernel is written for "
+                          + ", ".join(f"{a}.{b}" for a, b in TESTED_TRITON))
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -35,8 +37,10 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from dcpctl.runtime.attention.kernel_rows import visible_range
-except (ImportError, ValueError):  # no Triton, a Triton without Gluon (< 3.5), or an untested Gluon API
+except (ImportError, ValueError) as e:  # no Triton, a Triton without Gluon (< 3.5), or an untested Gluon API
     gluon = None
+    UNAVAILABLE = ("Triton is not installed" if getattr(e, "name", None) == "triton" else str(e)
+                   if "is installed" in str(e) else f"this Triton lacks the Gluon API the kernel uses ({e})")
 
 
 def gluon_available() -> bool:

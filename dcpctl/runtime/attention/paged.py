@@ -29,6 +29,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference, triton_available
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+from dcpctl.runtime.notes import note_once
 
 PATHS = ("auto", "paged", "layout")
 
@@ -113,6 +114,10 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
     if triton_available(q.device) and kernel_fits(v_dim, q.shape[-1]) and q.dtype != torch.float64:
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
+    why = ("the KV pool is on the CPU" if q.device.type != "cuda" else "Triton is not installed"
+           if not triton_available(q.device) else "float64 runs the exact reference" if q.dtype == torch.float64
+           else f"the latent row {v_dim} + {q.shape[-1] - v_dim} is not powers of two >= 16, as the kernel needs")
+    note_once(f"local attention: the torch reference over the block table (attention_path paged; {why})")
     return mla_decode_reference(*args, **kw)
 
 
@@ -120,6 +125,8 @@ def resolve_path(requested: str, device: torch.device) -> str:
     """'auto' -> 'paged' when the pool is on CUDA (the Triton kernel), else 'layout' (the exact reference)."""
     if requested not in PATHS:
         raise ValueError(f"attention_path {requested!r} is not supported; valid: {list(PATHS)}")
-    if requested != "auto":
-        return requested
-    return "paged" if device.type == "cuda" else "layout"
+    path = requested if requested != "auto" else "paged" if device.type == "cuda" else "layout"
+    if path == "layout":
+        why = "asked for" if requested == "layout" else "auto: the KV pool is on the CPU"
+        note_once(f"local attention: the torch reference over gathered shard rows (attention_path layout, {why})")
+    return path

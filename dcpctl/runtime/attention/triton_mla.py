@@ -16,14 +16,14 @@ import functools
 import json
 import math
 import os
-import sys
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
-from dcpctl.runtime.attention.gluon_mla import gluon_available, smem_bytes, tma_descriptors
+from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
+from dcpctl.runtime.attention.kernel_choice import announce, mark_failed, use_gluon
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -184,6 +184,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
     cfg = config or default_config(q.shape[1])
+    if config is None:
+        announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
     n, h, r = q.shape
     q = q.to(cdt).contiguous()
     kv_pool = kv_pool.contiguous()
@@ -212,30 +214,6 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
 
-def use_gluon(cfg: KernelConfig, kv_pool: Tensor, v_dim: int, kv_scale: float | None = None) -> bool:
-    """Whether `cfg` runs the Gluon kernel here: asked for, a tested Triton, a Hopper GPU, a 16-bit pool
-    without a scale, its tile shape, latent rows of 64-element multiples (DeepSeek/Kimi: 512 + 64), and
-    its shared memory fits the device; and it has not failed to build here before."""
-    return bool(cfg.gluon and gluon_available() and kv_pool.is_cuda and kv_pool.element_size() == 2
-                and kv_scale in (None, 1.0) and cfg not in _gluon_failed
-                and _gluon_fits(cfg, kv_pool.device, kv_pool.shape[-1], v_dim))
-
-
-@functools.lru_cache(maxsize=None)
-def _gluon_fits(cfg: KernelConfig, device: torch.device, row: int, v_dim: int) -> bool:
-    # the device and shape half of use_gluon, once per (config, device, row shape): it runs every layer
-    props = torch.cuda.get_device_properties(device)
-    limit = props.shared_memory_per_multiprocessor - 1024      # the per-block opt-in maximum (227 KB on H100/H200)
-    rope = row - v_dim
-    return (props.major == 9 and cfg.block_h == 64 and cfg.num_warps == 8 and cfg.num_stages >= 2
-            and cfg.block_n in (16, 32, 64, 128) and v_dim % 64 == 0 and v_dim <= 512
-            and rope % 64 == 0 and rope <= 256
-            and smem_bytes(cfg.block_h, cfg.block_n, cfg.num_stages, row) <= limit)
-
-
-_gluon_failed: set[KernelConfig] = set()   # configs whose Gluon kernel failed to build here: Triton from then on
-
-
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> bool:
@@ -253,9 +231,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
             STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
     except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
-        _gluon_failed.add(cfg)
-        print(f"dcpctl: the Gluon MLA kernel did not build here ({type(e).__name__}: "
-              f"{str(e).strip().splitlines()[-1][:160]}); using the Triton kernel", file=sys.stderr, flush=True)
+        mark_failed(cfg, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:160]}")
         return False
     return True
 

@@ -1,0 +1,54 @@
+"""Which local MLA decode kernel runs and the reason printed for it (kernel_choice): fake hardware, no GPU."""
+import pytest
+import torch
+
+from dcpctl.runtime import notes
+from dcpctl.runtime.attention import kernel_choice as kc
+from dcpctl.runtime.attention.triton_mla import KernelConfig, default_config
+
+H200 = kc.GpuFacts((9, 0), 232_448)
+GLUON = KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
+
+
+def blocker(cfg=GLUON, gpu=H200, dtype=torch.bfloat16, row=576, v_dim=512, kv_scale=None, missing=None):
+    return kc.gluon_blocker(cfg, gpu, dtype, row, v_dim, kv_scale, gluon_missing=missing)
+
+
+def test_the_deepseek_shape_runs_gluon_on_hopper():
+    assert blocker() is None
+    assert blocker(kv_scale=1.0) is None
+    assert blocker(dtype=torch.float16) is None
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(cfg=GLUON._replace(gluon=False)), "the tile config does not ask for it"),
+    (dict(missing="Triton 3.9.0 is installed; the kernel is written for 3.6"), "Triton 3.9.0 is installed"),
+    (dict(gpu=None), "the KV pool is not on a GPU"),
+    (dict(gpu=kc.GpuFacts((8, 0), 166_912)), "sm_80 is not Hopper (sm_90)"),
+    (dict(gpu=kc.GpuFacts((10, 0), 232_448)), "sm_100 is not Hopper (sm_90)"),
+    (dict(dtype=torch.float8_e4m3fn), "the KV pool is float8_e4m3fn (it reads 16-bit pools)"),
+    (dict(kv_scale=0.5), "the KV pool carries a scale"),
+    (dict(cfg=GLUON._replace(num_warps=4)), "it does not run the tiles (64, 64, 4, 2)"),
+    (dict(row=48, v_dim=32), "the latent row 32 + 16 is not 64-element parts"),
+    (dict(row=640), "its tiles need 249 KB of shared memory, over the GPU's 227 KB"),
+])
+def test_each_blocker_names_its_cause(kw, why):
+    assert blocker(**kw).startswith(why)
+
+
+def test_describe_says_which_kernel_and_why(monkeypatch):
+    monkeypatch.delenv("DCPCTL_MLA_CONFIGS", raising=False)
+    cpu = torch.device("cpu")
+    line = kc.describe(16, default_config(16), cpu, torch.bfloat16, 576, 512, None)
+    assert line == ("local attention: the Triton MLA kernel (16 heads x 128 tokens per program, 2 stages) for 16 "
+                    "query heads per rank (not the Gluon kernel: 16 query heads per rank are not a multiple of its 64)")
+    line = kc.describe(128, default_config(128), cpu, torch.bfloat16, 576, 512, None)
+    assert line.startswith("local attention: the Triton MLA kernel (64 heads x 64 tokens per program, 2 stages)")
+    assert line.endswith(f"(not the Gluon kernel: {kc.UNAVAILABLE or 'the KV pool is not on a GPU'})")
+
+
+def test_a_note_is_printed_once(capsys, monkeypatch):
+    monkeypatch.setattr(notes, "_sent", set())
+    for _ in range(3):
+        notes.note_once("local attention: x")
+    assert capsys.readouterr().err == "dcpctl-note local attention: x\n"
