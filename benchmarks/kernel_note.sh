@@ -3,6 +3,8 @@
 # first GPU: a DeepSeek-V3 attention shape (128 heads, kv_lora 512, rope 64; 2 small layers, random
 # weights) and the built-in tiny model (latent row 32 + 8).  Prints the `dcpctl:` lines and the outputs.
 # usage: benchmarks/kernel_note.sh [DIR]     (DIR: where the model is written; default /tmp/dcpctl-v3attn)
+# Needs dcpctl installed (pip install -e .); from a bare checkout on PYTHONPATH, `ln -s ../presets dcpctl/presets`
+# first (pyproject maps presets/ to dcpctl.presets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-/tmp/dcpctl-v3attn}
