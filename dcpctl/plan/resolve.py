@@ -34,6 +34,9 @@ def merge_options(flags: dict[str, Any], explicit: set[str], preset: str | None)
             merged[key] = value
     if "model_path" in explicit:
         merged.pop("model", None)
+    if merged.get("dcp_size") == 1 and "dcp_size" in explicit and "dcp_comm_backend" not in explicit:
+        # the recipe's exchange backend has nothing to exchange once the user asks for dcp 1: decide it afresh
+        merged["dcp_comm_backend"] = flags.get("dcp_comm_backend")
     return merged
 
 

@@ -166,3 +166,12 @@ def test_launch_refuses_pd_with_one_line():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "serves PD disaggregation only in batch mode" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_dcp_1_over_a_preset_with_an_exchange_backend_plans():
+    # the default tiny-cpu recipe pins a2a; typing only --dcp-size 1 must not fail on a flag the user never typed
+    r = run("plan", "--preset", "tiny-cpu", "--dcp-size", "1", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["decisions"]["dcp_comm_backend"]["value"] == "ag_rs"
+    typed = run("plan", "--preset", "tiny-cpu", "--dcp-size", "1", "--dcp-comm-backend", "a2a")
+    assert typed.exit_code == 2 and "--dcp-comm-backend a2a needs dcp > 1" in typed.output
