@@ -146,6 +146,17 @@ def test_triton_small_matches_reference(c, tokens, splits, tma):
 
 
 @needs_triton
+@pytest.mark.parametrize("v_dim,rope", [(32, 8), (24, 40), (512, 64)])
+def test_triton_rows_that_are_not_powers_of_two(v_dim, rope):
+    # the tiny models' rows (32 + 8) and odd widths: the kernel pads each part to a power of two >= 16
+    # with zero columns (and no bulk copies); v 512 + rope 64 keeps the unpadded path
+    case = make_case(v_dim + rope, [1, 9, 40], 2, page=16, heads=20, v_dim=v_dim, rope=rope, tokens_per_req=2,
+                     dtype=LOW, device=DEV)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1, tma=True)
+    check_triton_case(case, 0.2, 2e-2, num_splits=2, config=cfg)
+
+
+@needs_triton
 @pytest.mark.parametrize("scale", [0.2, 3.0])
 @pytest.mark.parametrize("tma", [False, True])
 def test_triton_lazy_rescale_matches_reference(scale, tma):

@@ -93,12 +93,6 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
                        ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks))
 
 
-def kernel_fits(v_dim: int, row: int) -> bool:
-    """Whether the Triton kernel takes this latent row (v_dim and rope powers of two >= 16)."""
-    rope = row - v_dim
-    return all(d >= 16 and not d & (d - 1) for d in (v_dim, rope))
-
-
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
                     dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk] base e)
@@ -112,11 +106,10 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
-    if triton_available(q.device) and kernel_fits(v_dim, q.shape[-1]) and q.dtype != torch.float64:
+    if triton_available(q.device) and q.dtype != torch.float64:
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
     why = ("the KV pool is on the CPU" if q.device.type != "cuda" else "Triton is not installed"
-           if not triton_available(q.device) else "float64 runs the exact reference" if q.dtype == torch.float64
-           else f"the latent row {v_dim} + {q.shape[-1] - v_dim} is not powers of two >= 16, as the kernel needs")
+           if not triton_available(q.device) else "float64 runs the exact reference")
     note_once(f"local attention: the torch reference over the block table (attention_path paged; {why})")
     return mla_decode_reference(*args, **kw)
 

@@ -148,6 +148,7 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                              max_local_len=max_local_len, num_splits=num_splits, config=config, out=out)
 
 
+@functools.lru_cache(maxsize=4096)     # pure; every layer of a step asks the same question
 def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int, overhead: int = 96) -> int:
     """Splits per (row, head block): least time for waves of ~one CTA per SM, each CTA costing its chunk
     plus `overhead` tokens' worth (launch, q load, partial write and merge)."""
@@ -162,14 +163,18 @@ def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: 
     return best
 
 
+def padded(d: int) -> int:
+    """A latent part's width as the Triton kernel's tiles hold it: the next power of two, at least 16."""
+    return max(16, 1 << (d - 1).bit_length())
+
+
 def _check(q: Tensor, kv_pool: Tensor, v_dim: int, kv_scale: float | None) -> torch.dtype:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> compute dtype of the dots
     r, rope = kv_pool.shape[-1], kv_pool.shape[-1] - v_dim
     if q.shape[-1] != r:
         raise ValueError(f"q row ({q.shape[-1]}) != kv row ({r})")
-    for name, d in (("v_dim", v_dim), ("rope", rope)):
-        if d < 16 or d & (d - 1):
-            raise ValueError(f"{name} ({d}) must be a power of two >= 16 for the Triton kernel")
+    if v_dim < 1 or rope < 1:
+        raise ValueError(f"the latent row {r} must split into v_dim ({v_dim}) >= 1 and rope ({rope}) >= 1")
     fp8 = kv_pool.dtype == torch.float8_e4m3fn
     if fp8 and kv_scale is None:
         raise ValueError("an fp8 KV pool needs kv_scale")
@@ -192,7 +197,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     if max_local_len is None:
         max_local_len = int(local_lens.max()) if local_lens.numel() else 0
     head_blocks = triton.cdiv(h, cfg.block_h)
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    sms = _sm_count(q.device) if q.is_cuda else 132
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
     if out is not None:
@@ -214,6 +219,35 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+_DESCRIPTORS: dict[tuple, tuple] = {}   # bulk-copy descriptors per pool view and tile (see _descriptors)
+
+
+def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int) -> tuple:
+    """The v and rope tile descriptors over the pool's rows, made once per pool view: building them is
+    ~20 us of host time a layer.  A descriptor is the address, shape, strides and tile, so one cached for
+    the same key describes the same memory; each entry holds its pool alive, hence the bound."""
+    key = (kind, kv_pool.data_ptr(), tuple(kv_pool.shape), tuple(kv_pool.stride()), kv_pool.dtype,
+           kv_pool.device, block_n, v_dim)
+    d = _DESCRIPTORS.get(key)
+    if d is None:
+        if len(_DESCRIPTORS) >= 256:
+            _DESCRIPTORS.clear()
+        if kind == "gluon":
+            d = tma_descriptors(kv_pool, block_n, v_dim)
+        else:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+            flat = kv_pool.view(-1, kv_pool.shape[-1])
+            d = (TensorDescriptor.from_tensor(flat, [block_n, v_dim]),
+                 TensorDescriptor.from_tensor(flat, [block_n, kv_pool.shape[-1] - v_dim]))
+        _DESCRIPTORS[key] = d
+    return d
+
+
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> bool:
@@ -221,7 +255,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
     for cfg from then on, when it does not build here."""
     n, r = q.shape[0], q.shape[2]
     use_tma = kv_pool.shape[1] % cfg.block_n == 0
-    kvd_v, kvd_pe = tma_descriptors(kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
+    kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
     try:
         _gluon_mla_kernel[(head_blocks, s, n)](
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
@@ -240,20 +274,19 @@ def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: T
                    row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
                    scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> None:
     n, r = q.shape[0], q.shape[2]
-    use_tma = cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
+    d_vp, d_pep = padded(v_dim), padded(r - v_dim)
+    use_tma = (cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
+               and (d_vp, d_pep) == (v_dim, r - v_dim))         # bulk copies take whole rows only
     kvd_v = kvd_pe = kv_pool
     if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        flat = kv_pool.view(-1, r)
-        kvd_v = TensorDescriptor.from_tensor(flat, [cfg.block_n, v_dim])
-        kvd_pe = TensorDescriptor.from_tensor(flat, [cfg.block_n, r - v_dim])
+        kvd_v, kvd_pe = _descriptors("triton", kv_pool, cfg.block_n, v_dim)
     _mla_split_kernel[(head_blocks, s, n)](
         q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
         q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
         do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
-        PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
+        PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, D_VP=d_vp, D_PEP=d_pep, BLOCK_H=cfg.block_h,
+        BLOCK_N=cfg.block_n, IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -291,23 +324,32 @@ if triton is not None:
     def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
-                          PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, BLOCK_H: tl.constexpr,
-                          BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr, USE_TMA: tl.constexpr, LAZY: tl.constexpr,
-                          WS: tl.constexpr):
+                          PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, D_VP: tl.constexpr,
+                          D_PEP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr,
+                          USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
+        # D_VP, D_PEP: D_V and D_PE padded to powers of two >= 16 (tl.dot's shapes); padded columns load as 0
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size)
         offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         hmask = offs_h < H
-        offs_v = tl.arange(0, D_V)
-        offs_pe = D_V + tl.arange(0, D_PE)
+        offs_v = tl.arange(0, D_VP)
+        offs_pe = D_V + tl.arange(0, D_PEP)
+        vmask = offs_v < D_V                 # column masks, used only where a part is padded (so unpadded
+        pemask = offs_pe < D_V + D_PE        # rows compile to the same loads as before)
         q_row = Q + n.to(tl.int64) * s_qn + offs_h[:, None] * s_qh
-        q_v = tl.load(q_row + offs_v[None, :], mask=hmask[:, None], other=0.0)
-        q_pe = tl.load(q_row + offs_pe[None, :], mask=hmask[:, None], other=0.0)
+        if D_VP != D_V:
+            q_v = tl.load(q_row + offs_v[None, :], mask=hmask[:, None] & vmask[None, :], other=0.0)
+        else:
+            q_v = tl.load(q_row + offs_v[None, :], mask=hmask[:, None], other=0.0)
+        if D_PEP != D_PE:
+            q_pe = tl.load(q_row + offs_pe[None, :], mask=hmask[:, None] & pemask[None, :], other=0.0)
+        else:
+            q_pe = tl.load(q_row + offs_pe[None, :], mask=hmask[:, None], other=0.0)
         m = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_sum = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, D_V], tl.float32)
+        acc = tl.zeros([BLOCK_H, D_VP], tl.float32)
         tail = start
         if USE_TMA:     # whole tiles (each inside one page) by bulk copy; the partial last tile below
             tail = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
@@ -321,8 +363,14 @@ if triton is not None:
             jmask = offs_j < end
             page = tl.load(BT + b * s_bt + offs_j // PAGE, mask=jmask, other=0).to(tl.int64)
             row = KV + page * s_kvp + (offs_j % PAGE) * s_kvs
-            k_v = tl.load(row[:, None] + offs_v[None, :], mask=jmask[:, None], other=0.0)
-            k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None], other=0.0)
+            if D_VP != D_V:
+                k_v = tl.load(row[:, None] + offs_v[None, :], mask=jmask[:, None] & vmask[None, :], other=0.0)
+            else:
+                k_v = tl.load(row[:, None] + offs_v[None, :], mask=jmask[:, None], other=0.0)
+            if D_PEP != D_PE:
+                k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None] & pemask[None, :], other=0.0)
+            else:
+                k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None], other=0.0)
             if IS_FP8:
                 k_v = k_v.to(tl.bfloat16)
                 k_pe = k_pe.to(tl.bfloat16)
@@ -333,5 +381,8 @@ if triton is not None:
         blk = (sp + offs_h // HL).to(tl.int64)
         hl = (offs_h % HL).to(tl.int64)
         o_ptr = O + blk[:, None] * s_oc + n.to(tl.int64) * s_on + hl[:, None] * s_oh + offs_v[None, :]
-        tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None])
+        if D_VP != D_V:
+            tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None] & vmask[None, :])
+        else:
+            tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None])
         tl.store(LSE + blk * s_lc + n.to(tl.int64) * s_ln + hl * s_lh, lse.to(LSE.dtype.element_ty), mask=hmask)
