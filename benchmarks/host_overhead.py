@@ -1,7 +1,7 @@
 """Host time per call of the per-layer decode ops, eagerly, on one GPU: where an uncaptured step spends
 its launch time (the CUDA-graph path does not pay it).
 
-For each op: host µs per call (perf_counter over N back-to-back calls, no sync inside) and the eager
+For each op: host µs per call (the least mean over 5 runs of 100 back-to-back calls, no sync inside) and the eager
 wall µs of one call timed alone with CUDA events after a sync (what `dcpctl bench exchange` reports as
 its eager column).  With two GPUs (--a2a) the NCCL all_to_all_single and the in-place exchange are
 added, through torch.multiprocessing with one rank per GPU.
@@ -18,17 +18,21 @@ import time
 from typing import Callable
 
 
-def host_us(fn: Callable[[], object], n: int = 200) -> float:
+def host_us(fn: Callable[[], object], n: int = 100, batches: int = 5) -> float:
+    """Least mean host time per call over `batches` runs of n back-to-back calls (the machine's own
+    noise, other processes and clock ramps, only ever adds time)."""
     import torch
     for _ in range(5):
         fn()
+    best = float("inf")
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
     torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
+    return best
 
 
 def top_functions(fn: Callable[[], object], n: int = 100, lines: int = 18) -> str:

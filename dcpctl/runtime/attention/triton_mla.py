@@ -287,7 +287,7 @@ def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: T
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, D_VP=d_vp, D_PEP=d_pep, BLOCK_H=cfg.block_h,
         BLOCK_N=cfg.block_n, IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        PREC="ieee" if kv_pool.dtype == torch.float32 else "tf32", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 if gluon_available():
@@ -300,11 +300,12 @@ if triton is not None:
     from dcpctl.runtime.attention.kernel_rows import visible_range
 
     @triton.jit
-    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr):
+    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr, PREC: tl.constexpr):
         # one KV tile: scores in base 2, online softmax, acc += p @ v (v = the first D_V columns of the row)
         # LAZY: keep a stale running max until some row's max grows by more than 8 (so p <= 2^8; exact
         # after the final normalization); the acc rescale is skipped on most tiles
-        qk = tl.dot(q_v, tl.trans(k_v)) + tl.dot(q_pe, tl.trans(k_pe))
+        # PREC: "ieee" for fp32 pools (tl.dot would round fp32 operands to tf32), Triton's default otherwise
+        qk = tl.dot(q_v, tl.trans(k_v), input_precision=PREC) + tl.dot(q_pe, tl.trans(k_pe), input_precision=PREC)
         qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
         m_new = tl.maximum(m, tl.max(qk, 1))
         if LAZY:
@@ -315,10 +316,11 @@ if triton is not None:
                 l_sum = l_sum * alpha
                 m = m_new
             p = tl.exp2(qk - m[:, None])
-            return m, l_sum + tl.sum(p, 1), tl.dot(p.to(k_v.dtype), k_v, acc)
+            return m, l_sum + tl.sum(p, 1), tl.dot(p.to(k_v.dtype), k_v, acc, input_precision=PREC)
         p = tl.exp2(qk - m_new[:, None])
         alpha = tl.exp2(m - m_new)
-        return m_new, l_sum * alpha + tl.sum(p, 1), acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v)
+        return m_new, l_sum * alpha + tl.sum(p, 1), acc * alpha[:, None] + tl.dot(p.to(k_v.dtype), k_v,
+                                                                                   input_precision=PREC)
 
     @triton.jit
     def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
@@ -326,7 +328,7 @@ if triton is not None:
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, D_VP: tl.constexpr,
                           D_PEP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr,
-                          USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr):
+                          USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr, PREC: tl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # D_VP, D_PEP: D_V and D_PE padded to powers of two >= 16 (tl.dot's shapes); padded columns load as 0
@@ -357,7 +359,7 @@ if triton is not None:
             for s in tl.range(start, tail, BLOCK_N, warp_specialize=WS):
                 r0 = tl.load(BT + b * s_bt + s // PAGE) * PAGE + s % PAGE
                 m, l_sum, acc = _attend(q_v, q_pe, KVD_V.load([r0, 0]), KVD_PE.load([r0, D_V]), every,
-                                        m, l_sum, acc, qk_scale2, LAZY)
+                                        m, l_sum, acc, qk_scale2, LAZY, PREC)
         for s in range(tail, end, BLOCK_N):
             offs_j = s + tl.arange(0, BLOCK_N)
             jmask = offs_j < end
@@ -374,7 +376,7 @@ if triton is not None:
             if IS_FP8:
                 k_v = k_v.to(tl.bfloat16)
                 k_pe = k_pe.to(tl.bfloat16)
-            m, l_sum, acc = _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY)
+            m, l_sum, acc = _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY, PREC)
         seen = l_sum > 0
         o = tl.where(seen[:, None], acc * kv_scale / tl.where(seen, l_sum, 1.0)[:, None], 0.0)
         lse = tl.where(seen, (m + tl.log2(tl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
