@@ -1,9 +1,11 @@
-"""Notes from the runtime to the launcher: `dcpctl-note TEXT` on stderr, once per process and text.
+"""The runtime's own automatic choices, said once per process and text, with their reason.
 
-The launcher prints each distinct text once, however many ranks send it (launch/runner.StderrLog);
-used for the runtime's own automatic choices (which local attention kernel runs, and why)."""
+Under the launcher ($DCPCTL_LAUNCH_CONFIG set: `dcpctl generate/launch` under torchrun) every rank prints
+`dcpctl-note TEXT` on stderr and the launcher shows each distinct text once (launch/runner.StderrLog).
+Elsewhere (benchmarks, tests, a process of its own) rank 0 prints `dcpctl: TEXT` on stderr."""
 from __future__ import annotations
 
+import os
 import sys
 
 PREFIX = "dcpctl-note "
@@ -11,6 +13,15 @@ _sent: set[str] = set()
 
 
 def note_once(text: str) -> None:
-    if text not in _sent:
-        _sent.add(text)
+    if text in _sent:
+        return
+    _sent.add(text)
+    if os.environ.get("DCPCTL_LAUNCH_CONFIG"):
         print(PREFIX + text, file=sys.stderr, flush=True)
+    elif _rank() == 0:
+        print(f"dcpctl: {text}", file=sys.stderr, flush=True)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

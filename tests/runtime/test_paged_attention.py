@@ -6,6 +6,7 @@ import torch
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.attention.paged import build_paged, resolve_path
+from dcpctl.runtime.attention.triton_mla import kernel_takes
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
 from tests.dist import run_ranks
 from tests.runtime.dcp_steps import grow, seeded_qkv, step_inputs, whole_world
@@ -85,6 +86,9 @@ def test_path_resolution():
     assert resolve_path("paged", torch.device("cpu")) == "paged"
     with pytest.raises(ValueError, match=r"valid: \['auto', 'paged', 'layout'\]"):
         resolve_path("dense", torch.device("cpu"))
+    # rows the Triton kernel takes (each part padded to a power of two >= 16, at most 512 + 256)
+    assert kernel_takes(512, 576) and kernel_takes(32, 40) and kernel_takes(24, 64) and kernel_takes(512, 768)
+    assert not kernel_takes(520, 584) and not kernel_takes(512, 1024) and not kernel_takes(576, 576)
 
 
 def _exchanges(rank, world):

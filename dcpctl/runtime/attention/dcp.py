@@ -132,7 +132,8 @@ class DCPContext:
         # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
         self.kv_bytes_read += self.kv_bytes_hint
-        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out)
+        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
+                              self.pool.descriptors)
         return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:

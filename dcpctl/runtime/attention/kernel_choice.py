@@ -39,12 +39,12 @@ def gluon_blocker(cfg: KernelConfig, gpu: GpuFacts | None, kv_dtype: torch.dtype
     rope = row - v_dim
     if not cfg.gluon:
         return "the tile config does not ask for it"
-    if gluon_missing:
-        return gluon_missing
     if gpu is None:
         return "the KV pool is not on a GPU"
     if gpu.sm[0] != 9:
         return f"sm_{gpu.sm[0]}{gpu.sm[1]} is not Hopper (sm_90)"
+    if gluon_missing:                    # only worth saying where a Triton change would help
+        return gluon_missing
     if kv_dtype.itemsize != 2:
         return f"the KV pool is {str(kv_dtype).removeprefix('torch.')} (it reads 16-bit pools)"
     if kv_scale not in (None, 1.0):

@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.layout import SeqChunk
-from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference, triton_available
+from dcpctl.runtime.attention.triton_mla import (MAX_PADDED, MLAOut, kernel_takes, mla_decode, mla_decode_reference,
+                                                 triton_available)
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.notes import note_once
 
@@ -94,7 +95,8 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
-                    dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+                    dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None,
+                    descriptors: dict | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk] base e)
     # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
     if q.shape[0] == 0 and out is not None:
@@ -106,10 +108,12 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
-    if triton_available(q.device) and q.dtype != torch.float64:
-        return mla_decode(*args, **kw, max_local_len=lay.max_local_len)
+    if triton_available(q.device) and q.dtype != torch.float64 and kernel_takes(v_dim, q.shape[-1]):
+        return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors)
     why = ("the KV pool is on the CPU" if q.device.type != "cuda" else "Triton is not installed"
-           if not triton_available(q.device) else "float64 runs the exact reference")
+           if not triton_available(q.device) else "float64 runs the exact reference" if q.dtype == torch.float64
+           else f"the latent row {v_dim} + {q.shape[-1] - v_dim} is wider than the kernel's {MAX_PADDED[0]} + "
+                f"{MAX_PADDED[1]}")
     note_once(f"local attention: the torch reference over the block table (attention_path paged; {why})")
     return mla_decode_reference(*args, **kw)
 

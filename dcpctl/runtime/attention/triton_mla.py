@@ -128,7 +128,8 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
                kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                max_local_len: int | None = None, num_splits: int | None = None,
-               config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+               config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None,
+               descriptors: dict | None = None) -> MLAOut:
     """Local MLA decode: Triton on CUDA when triton imports, else the torch reference.
 
     q [N, H, R] bf16/fp16; kv_pool [pages, P, R] bf16/fp16 or float8_e4m3fn with `kv_scale`;
@@ -137,6 +138,8 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
     lse [N, H] fp32 base e, "e").  `max_local_len` avoids a device sync when given.
     out: a destination (o [c, N, H/c, v_dim], lse [c, N, H/c]; any strides, e.g. the views of
     `comm.send_buffer`): head h of row n is written to [h // (H/c), n, h % (H/c)], and the views are returned.
+    descriptors: a dict owned by the pool (KVPool.descriptors) in which the kernels' bulk-copy descriptors
+    are kept per pool view (~20 us of host time a layer otherwise); None builds them on every call.
     """
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H]
     if not triton_available(q.device):
@@ -145,7 +148,8 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                                     out=out)
     return mla_decode_triton(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
                              dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
-                             max_local_len=max_local_len, num_splits=num_splits, config=config, out=out)
+                             max_local_len=max_local_len, num_splits=num_splits, config=config, out=out,
+                             descriptors=descriptors)
 
 
 @functools.lru_cache(maxsize=4096)     # pure; every layer of a step asks the same question
@@ -168,6 +172,14 @@ def padded(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
+MAX_PADDED = (512, 256)   # v and rope widths (padded) the kernel's register tiles are sized for
+
+
+def kernel_takes(v_dim: int, row: int) -> bool:
+    """Whether the Triton kernel takes this latent row (DeepSeek/Kimi: 512 + 64; tiny models: 32 + 8)."""
+    return 1 <= v_dim and padded(v_dim) <= MAX_PADDED[0] and 1 <= row - v_dim and padded(row - v_dim) <= MAX_PADDED[1]
+
+
 def _check(q: Tensor, kv_pool: Tensor, v_dim: int, kv_scale: float | None) -> torch.dtype:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> compute dtype of the dots
     r, rope = kv_pool.shape[-1], kv_pool.shape[-1] - v_dim
@@ -185,15 +197,15 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       q_pos: Tensor, *, scale: float, v_dim: int, dcp_rank: int = 0, dcp_size: int = 1,
                       kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                       max_local_len: int | None = None, num_splits: int | None = None,
-                      config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+                      config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None,
+                      descriptors: dict | None = None) -> MLAOut:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
     cfg = config or default_config(q.shape[1])
-    if config is None:
-        announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
     n, h, r = q.shape
     q = q.to(cdt).contiguous()
-    kv_pool = kv_pool.contiguous()
+    if not kv_pool.is_contiguous():      # a temporary copy: its descriptors must not be kept
+        kv_pool, descriptors = kv_pool.contiguous(), None
     if max_local_len is None:
         max_local_len = int(local_lens.max()) if local_lens.numel() else 0
     head_blocks = triton.cdiv(h, cfg.block_h)
@@ -209,9 +221,11 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
-              chunk, head_blocks, s, v_dim)
+              chunk, head_blocks, s, v_dim, descriptors)
     if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
         _launch_triton(*launch)
+    if config is None:      # after the launch: a Gluon build failure has already switched it to Triton
+        announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
     if s == 1:
         return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
@@ -224,19 +238,12 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-_DESCRIPTORS: dict[tuple, tuple] = {}   # bulk-copy descriptors per pool view and tile (see _descriptors)
-
-
-def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int) -> tuple:
-    """The v and rope tile descriptors over the pool's rows, made once per pool view: building them is
-    ~20 us of host time a layer.  A descriptor is the address, shape, strides and tile, so one cached for
-    the same key describes the same memory; each entry holds its pool alive, hence the bound."""
-    key = (kind, kv_pool.data_ptr(), tuple(kv_pool.shape), tuple(kv_pool.stride()), kv_pool.dtype,
-           kv_pool.device, block_n, v_dim)
-    d = _DESCRIPTORS.get(key)
+def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: dict | None) -> tuple:
+    """The v and rope tile descriptors over the pool's rows; kept in `cache` (the pool's own dict, so they
+    live as long as the pool) per pool view and tile.  A descriptor is an address, shape, strides and tile."""
+    key = (kind, kv_pool.data_ptr(), tuple(kv_pool.shape), tuple(kv_pool.stride()), kv_pool.dtype, block_n, v_dim)
+    d = cache.get(key) if cache is not None else None
     if d is None:
-        if len(_DESCRIPTORS) >= 256:
-            _DESCRIPTORS.clear()
         if kind == "gluon":
             d = tma_descriptors(kv_pool, block_n, v_dim)
         else:
@@ -244,18 +251,20 @@ def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int) -> tuple:
             flat = kv_pool.view(-1, kv_pool.shape[-1])
             d = (TensorDescriptor.from_tensor(flat, [block_n, v_dim]),
                  TensorDescriptor.from_tensor(flat, [block_n, kv_pool.shape[-1] - v_dim]))
-        _DESCRIPTORS[key] = d
+        if cache is not None:
+            cache[key] = d
     return d
 
 
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                  scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> bool:
+                  scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int,
+                  descriptors: dict | None) -> bool:
     """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon); False, and the Triton kernel
     for cfg from then on, when it does not build here."""
     n, r = q.shape[0], q.shape[2]
     use_tma = kv_pool.shape[1] % cfg.block_n == 0
-    kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim) if use_tma else (kv_pool, kv_pool)
+    kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim, descriptors) if use_tma else (kv_pool, kv_pool)
     try:
         _gluon_mla_kernel[(head_blocks, s, n)](
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
@@ -272,14 +281,15 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                    row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int) -> None:
+                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int,
+                   descriptors: dict | None) -> None:
     n, r = q.shape[0], q.shape[2]
     d_vp, d_pep = padded(v_dim), padded(r - v_dim)
     use_tma = (cfg.tma and kv_pool.element_size() == 2 and kv_pool.shape[1] % cfg.block_n == 0
                and (d_vp, d_pep) == (v_dim, r - v_dim))         # bulk copies take whole rows only
     kvd_v = kvd_pe = kv_pool
     if use_tma:
-        kvd_v, kvd_pe = _descriptors("triton", kv_pool, cfg.block_n, v_dim)
+        kvd_v, kvd_pe = _descriptors("triton", kv_pool, cfg.block_n, v_dim, descriptors)
     _mla_split_kernel[(head_blocks, s, n)](
         q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
         q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),

@@ -11,6 +11,7 @@ class KVPool:
     def __init__(self, num_layers: int, capacity: int, row_dim: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> None:
         self.kv = torch.zeros(num_layers, capacity, row_dim, dtype=dtype, device=device)
+        self.descriptors: dict = {}   # the decode kernels' bulk-copy descriptors per layer view (triton_mla)
 
     @property
     def capacity(self) -> int:

@@ -90,9 +90,24 @@ class MoE:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
         w, idx = self.router(x)
         out = torch.zeros_like(x)
-        for j, expert in enumerate(self.experts):
-            tok, slot = torch.nonzero(idx == self.first + j, as_tuple=True)
-            if tok.numel():
-                y = expert(x[tok]) * w[tok, slot, None]
-                out.index_add_(0, tok, y.to(x.dtype))
+        for j, tok, slot in self._dispatch(idx):
+            y = self.experts[j](x[tok]) * w[tok, slot, None]
+            out.index_add_(0, tok, y.to(x.dtype))
         return out + self.shared(x) if self.shared is not None else out
+
+    def _dispatch(self, idx: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+        # idx: [T, k] global expert ids -> (local expert j, tokens [n], their top-k slots [n]) per expert
+        # with n > 0, tokens ascending.  One host sync per layer (the per-expert counts), not one per
+        # expert: a stable sort of the (token, slot) pairs by expert, cut by the counts.
+        k, e = idx.shape[1], len(self.experts)
+        local = idx.reshape(-1) - self.first                       # [T*k], flat position = tok * k + slot
+        local = torch.where((local >= 0) & (local < e), local, e)  # other ranks' experts sort last
+        order = torch.sort(local, stable=True).indices
+        counts = torch.bincount(local, minlength=e + 1)[:e].tolist()
+        out, start = [], 0
+        for j, n in enumerate(counts):
+            if n:
+                pos = order[start:start + n]
+                out.append((j, pos // k, pos % k))
+            start += n
+        return out
