@@ -79,21 +79,61 @@ class Router:
         return choice.topk(cfg.top_k, dim=-1)[1]
 
 
+def grouped_mm_ok(w: Tensor) -> bool:
+    """Whether the routed experts run as grouped GEMMs (torch._grouped_mm: bf16 on an sm_90+ GPU, every
+    dimension a multiple of 8); otherwise one small GEMM chain per expert."""
+    return (hasattr(torch, "_grouped_mm") and w.is_cuda and w.dtype == torch.bfloat16
+            and torch.cuda.get_device_capability(w.device) >= (9, 0) and all(d % 8 == 0 for d in w.shape))
+
+
 class MoE:
     def __init__(self, cfg: MlaConfig, p: str, t: dict[str, Tensor], s: Shards):
         self.router = Router(cfg, t[p + "gate.weight"], t.get(p + "gate.e_score_correction_bias"))
         self.first = s.expert_start
         self.experts = [DenseMLP(f"{p}experts.{e}.", t) for e in range(s.expert_start, s.expert_end)]
         self.shared = DenseMLP(p + "shared_experts.", t) if cfg.n_shared_experts else None
+        self.stacked: tuple[Tensor, Tensor, Tensor] | None = None   # [E, I, D], [E, I, D], [E, D, I]
+        if self.experts and grouped_mm_ok(self.experts[0].gate):
+            self.stack_experts()
+            for e in range(s.expert_start, s.expert_end):   # the stack holds them now (views below)
+                for n in ("gate_proj", "up_proj", "down_proj"):
+                    t.pop(f"{p}experts.{e}.{n}.weight", None)
+
+    def stack_experts(self) -> None:
+        """One [E, ...] tensor per projection for the grouped GEMMs; each expert keeps views into it."""
+        self.stacked = tuple(torch.stack([getattr(e, n) for e in self.experts]) for n in ("gate", "up", "down"))
+        for j, e in enumerate(self.experts):
+            e.gate, e.up, e.down = (w[j] for w in self.stacked)
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
         w, idx = self.router(x)
-        out = torch.zeros_like(x)
-        for j, tok, slot in self._dispatch(idx):
-            y = self.experts[j](x[tok]) * w[tok, slot, None]
-            out.index_add_(0, tok, y.to(x.dtype))
+        if self.stacked is not None and x.shape[0]:
+            out = self._grouped(x, w, idx)
+        else:
+            out = torch.zeros_like(x)
+            for j, tok, slot in self._dispatch(idx):
+                y = self.experts[j](x[tok]) * w[tok, slot, None]
+                out.index_add_(0, tok, y.to(x.dtype))
         return out + self.shared(x) if self.shared is not None else out
+
+    def _grouped(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
+        # x: [T, D]  w, idx: [T, k] -> [T, D]: every local expert in three grouped GEMMs over the (token,
+        # slot) rows sorted by expert; the group ends stay on the device, so no host sync (graph-safe)
+        k, e = idx.shape[1], len(self.experts)
+        local = idx.reshape(-1) - self.first
+        mine = (local >= 0) & (local < e)
+        order = torch.sort(torch.where(mine, local, e), stable=True).indices       # [T*k]
+        ends = torch.bincount(local[mine], minlength=e).cumsum(0).to(torch.int32)  # [e]
+        tok = order // k
+        xs = x[tok]                                                                # [T*k, D]
+        gate, up, down = self.stacked
+        h = F.silu(torch._grouped_mm(xs, gate.transpose(1, 2), offs=ends)) * \
+            torch._grouped_mm(xs, up.transpose(1, 2), offs=ends)
+        y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)                  # rows past ends[-1]: unset
+        keep = mine[order].unsqueeze(1)
+        y = torch.where(keep, y * w.reshape(-1)[order].unsqueeze(1), 0.0)         # other ranks' rows: exact 0
+        return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
 
     def _dispatch(self, idx: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         # idx: [T, k] global expert ids -> (local expert j, tokens [n], their top-k slots [n]) per expert
