@@ -56,3 +56,40 @@ def test_grouped_gemms_equal_the_per_expert_loop(first, n, tokens):
     assert err < 2e-2, err
     other = torch.isin(idx - first, torch.arange(n)).any(1) == 0      # tokens routed only to other ranks
     assert torch.equal(got[other], torch.zeros_like(got[other]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU only: sync detection and graph capture")
+def test_grouped_moe_never_syncs_and_captures_in_a_cuda_graph():
+    from dcpctl.runtime.models.mlp import DenseMLP, grouped_mm_ok
+    dev, D, inter, k = torch.device("cuda"), 64, 32, 3
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def weights(*shape):
+        return (torch.randn(*shape, generator=g, device=dev) * 0.2).to(torch.bfloat16)
+    rank = _Rank(2, 4)
+    rank.experts = [DenseMLP("e.", {"e.gate_proj.weight": weights(inter, D), "e.up_proj.weight": weights(inter, D),
+                                    "e.down_proj.weight": weights(D, inter)}) for _ in range(4)]
+    if not grouped_mm_ok(rank.experts[0].gate):
+        pytest.skip("grouped GEMMs need an sm_90+ GPU")
+    rank.stack_experts()
+    x = weights(16, D)
+    idx = torch.randint(0, 8, (16, k), generator=g, device=dev)
+    w = torch.rand(16, k, generator=g, device=dev)
+    want = rank._grouped(x, w, idx)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")       # any device-to-host sync raises
+    try:
+        rank._grouped(x, w, idx)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rank._grouped(x, w, idx)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = rank._grouped(x, w, idx)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)

@@ -123,8 +123,10 @@ class MoE:
         k, e = idx.shape[1], len(self.experts)
         local = idx.reshape(-1) - self.first
         mine = (local >= 0) & (local < e)
-        order = torch.sort(torch.where(mine, local, e), stable=True).indices       # [T*k]
-        ends = torch.bincount(local[mine], minlength=e).cumsum(0).to(torch.int32)  # [e]
+        keys, order = torch.sort(torch.where(mine, local, e), stable=True)        # [T*k]
+        # group ends: rows with key <= j (searchsorted, not bincount or a boolean mask: both size their
+        # output from the data, which is a device-to-host sync)
+        ends = torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True).to(torch.int32)
         tok = order // k
         xs = x[tok]                                                                # [T*k, D]
         gate, up, down = self.stacked
