@@ -90,6 +90,8 @@ def test_grouped_moe_never_syncs_and_captures_in_a_cuda_graph():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = rank._grouped(x, w, idx)
-    graph.replay()
+    graph.replay()                                 # capture itself fails on any sync inside it
     torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    assert out.abs().sum() > 0
+    # not bitwise: index_add_ on CUDA sums a token's k rows with atomics, in any order
+    torch.testing.assert_close(out.float(), want.float(), atol=2e-3, rtol=2e-2)
