@@ -24,4 +24,6 @@ def note_once(text: str) -> None:
 
 def _rank() -> int:
     import torch.distributed as dist
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))    # torchrun sets it before the process group exists

@@ -95,3 +95,32 @@ def test_grouped_moe_never_syncs_and_captures_in_a_cuda_graph():
     assert out.abs().sum() > 0
     # not bitwise: index_add_ on CUDA sums a token's k rows with atomics, in any order
     torch.testing.assert_close(out.float(), want.float(), atol=2e-3, rtol=2e-2)
+
+
+@pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="torch without _grouped_mm")
+def test_loaded_model_takes_the_grouped_path_and_matches_the_loop(monkeypatch, tmp_path):
+    # load the tiny model twice in bf16 on the CPU, once with the grouped path forced on (as grouped_mm_ok
+    # says on an H200): experts stacked with views, the same layer outputs, the loop for T = 0 and long chunks
+    from dcpctl.runtime.models import load_model, mlp
+    from dcpctl.runtime.parallel import ParallelState
+    from dcpctl.runtime.tiny import write_tiny_model
+    path = write_tiny_model(tmp_path / "tiny")
+    plain = load_model(path, ParallelState.single(), {}, torch.bfloat16, torch.device("cpu"))
+    monkeypatch.setattr(mlp, "grouped_mm_ok", lambda w: True)
+    grouped = load_model(path, ParallelState.single(), {}, torch.bfloat16, torch.device("cpu"))
+    layer = 1                                                   # first_k_dense_replace = 1: layer 1 is MoE
+    a, b = plain.layers[layer].mlp, grouped.layers[layer].mlp
+    assert a.stacked is None and b.stacked is not None
+    assert all(e.gate.data_ptr() == b.stacked[0][j].data_ptr() for j, e in enumerate(b.experts))
+    calls = []
+    original = mlp.MoE._grouped
+    monkeypatch.setattr(mlp.MoE, "_grouped", lambda self, *args: calls.append(1) or original(self, *args))
+    g = torch.Generator().manual_seed(0)
+    for tokens in (0, 7, mlp.GROUPED_MAX_TOKENS + 1):
+        x = torch.randn(tokens, 64, generator=g).to(torch.bfloat16)
+        want, got = a(x), b(x)
+        assert got.shape == want.shape
+        if tokens:
+            err = (got.float() - want.float()).norm() / want.float().norm()
+            assert err < 2e-2, (tokens, err)
+    assert calls == [1]                                         # only the 7-token batch ran grouped

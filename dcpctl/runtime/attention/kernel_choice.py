@@ -43,8 +43,6 @@ def gluon_blocker(cfg: KernelConfig, gpu: GpuFacts | None, kv_dtype: torch.dtype
         return "the KV pool is not on a GPU"
     if gpu.sm[0] != 9:
         return f"sm_{gpu.sm[0]}{gpu.sm[1]} is not Hopper (sm_90)"
-    if gluon_missing:                    # only worth saying where a Triton change would help
-        return gluon_missing
     if kv_dtype.itemsize != 2:
         return f"the KV pool is {str(kv_dtype).removeprefix('torch.')} (it reads 16-bit pools)"
     if kv_scale not in (None, 1.0):
@@ -56,7 +54,7 @@ def gluon_blocker(cfg: KernelConfig, gpu: GpuFacts | None, kv_dtype: torch.dtype
     need = smem_bytes(cfg.block_h, cfg.block_n, cfg.num_stages, row)
     if need > gpu.smem_per_block:
         return f"its tiles need {need // 1024} KB of shared memory, over the GPU's {gpu.smem_per_block // 1024} KB"
-    return None
+    return gluon_missing                 # last: only worth saying where a Triton change alone would help
 
 
 _failed: set[KernelConfig] = set()    # configs whose Gluon kernel failed to build here: Triton from then on

@@ -150,6 +150,7 @@ def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: S
     wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp, _flat_a_log(hc, ckpt, prefix))
     read = ckpt.read(wants, dtype, device, progress)
     t = {ours: read[theirs] for ours, theirs in names.items()}
+    del read     # t holds the only references: what a layer takes over (stacked experts) is freed
     rotary, scale, group = NoRotary(upcast), softmax_scale(hc.mla), ps.attn_tp.group
     h0, h1 = kda_heads(hc, ps.attn_tp.size, ps.attn_tp.rank)
     layers = []

@@ -79,11 +79,15 @@ class Router:
         return choice.topk(cfg.top_k, dim=-1)[1]
 
 
+GROUPED_MAX_TOKENS = 512   # above it (long prefill chunks) the per-expert loop: grouped GEMMs hold T * k rows
+
+
 def grouped_mm_ok(w: Tensor) -> bool:
-    """Whether the routed experts run as grouped GEMMs (torch._grouped_mm: bf16 on an sm_90+ GPU, every
-    dimension a multiple of 8); otherwise one small GEMM chain per expert."""
+    """Whether the routed experts run as grouped GEMMs: torch._grouped_mm's CUTLASS kernel (bf16 on sm_9x
+    and sm_10x; elsewhere torch falls back to a loop that reads the offsets back to the host), every
+    dimension a multiple of 8.  Otherwise one small GEMM chain per expert."""
     return (hasattr(torch, "_grouped_mm") and w.is_cuda and w.dtype == torch.bfloat16
-            and torch.cuda.get_device_capability(w.device) >= (9, 0) and all(d % 8 == 0 for d in w.shape))
+            and torch.cuda.get_device_capability(w.device)[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
 
 class MoE:
@@ -108,7 +112,7 @@ class MoE:
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
         w, idx = self.router(x)
-        if self.stacked is not None and x.shape[0]:
+        if self.stacked is not None and 0 < x.shape[0] <= GROUPED_MAX_TOKENS:
             out = self._grouped(x, w, idx)
         else:
             out = torch.zeros_like(x)
@@ -139,17 +143,17 @@ class MoE:
 
     def _dispatch(self, idx: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         # idx: [T, k] global expert ids -> (local expert j, tokens [n], their top-k slots [n]) per expert
-        # with n > 0, tokens ascending.  One host sync per layer (the per-expert counts), not one per
-        # expert: a stable sort of the (token, slot) pairs by expert, cut by the counts.
+        # with n > 0, tokens ascending.  One host sync per layer (the group ends), not one per expert: a
+        # stable sort of the (token, slot) pairs by expert, cut where each expert's rows end
         k, e = idx.shape[1], len(self.experts)
         local = idx.reshape(-1) - self.first                       # [T*k], flat position = tok * k + slot
         local = torch.where((local >= 0) & (local < e), local, e)  # other ranks' experts sort last
-        order = torch.sort(local, stable=True).indices
-        counts = torch.bincount(local, minlength=e + 1)[:e].tolist()
+        keys, order = torch.sort(local, stable=True)
+        ends = torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True).tolist()
         out, start = [], 0
-        for j, n in enumerate(counts):
-            if n:
-                pos = order[start:start + n]
+        for j, end in enumerate(ends):
+            if end > start:
+                pos = order[start:end]
                 out.append((j, pos // k, pos % k))
-            start += n
+            start = end
         return out
