@@ -11,6 +11,19 @@ class _Rank(MoE):
         self.first, self.experts = first, [None] * n
 
 
+def _random_rank(first: int, n: int, hidden: int, inter: int, g: torch.Generator):
+    # a rank of n bf16 experts with random weights -> (rank, weights(*shape): more bf16 draws from g)
+    from dcpctl.runtime.models.mlp import DenseMLP
+
+    def weights(*shape):
+        return (torch.randn(*shape, generator=g, device=g.device) * 0.2).to(torch.bfloat16)
+    rank = _Rank(first, n)
+    rank.experts = [DenseMLP("e.", {"e.gate_proj.weight": weights(inter, hidden),
+                                    "e.up_proj.weight": weights(inter, hidden),
+                                    "e.down_proj.weight": weights(hidden, inter)}) for _ in range(n)]
+    return rank, weights
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_dispatch_equals_one_nonzero_per_expert(seed):
     g = torch.Generator().manual_seed(seed)
@@ -34,15 +47,9 @@ def test_dispatch_equals_one_nonzero_per_expert(seed):
 @pytest.mark.parametrize("first,n,tokens", [(0, 8, 5), (3, 4, 9), (6, 2, 1), (0, 8, 64)])
 def test_grouped_gemms_equal_the_per_expert_loop(first, n, tokens):
     # bf16 on the CPU (torch._grouped_mm runs there too); the GPU picks this path by grouped_mm_ok
-    from dcpctl.runtime.models.mlp import DenseMLP
     g = torch.Generator().manual_seed(first * 100 + n + tokens)
     D, inter, k, experts = 64, 32, 3, 8
-
-    def weights(*shape):
-        return (torch.randn(*shape, generator=g) * 0.2).to(torch.bfloat16)
-    rank = _Rank(first, n)
-    rank.experts = [DenseMLP("e.", {"e.gate_proj.weight": weights(inter, D), "e.up_proj.weight": weights(inter, D),
-                                    "e.down_proj.weight": weights(D, inter)}) for _ in range(n)]
+    rank, weights = _random_rank(first, n, D, inter, g)
     x = weights(tokens, D) * 5
     idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
     w = torch.rand(tokens, k, generator=g)
@@ -60,15 +67,10 @@ def test_grouped_gemms_equal_the_per_expert_loop(first, n, tokens):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU only: sync detection and graph capture")
 def test_grouped_moe_never_syncs_and_captures_in_a_cuda_graph():
-    from dcpctl.runtime.models.mlp import DenseMLP, grouped_mm_ok
+    from dcpctl.runtime.models.mlp import grouped_mm_ok
     dev, D, inter, k = torch.device("cuda"), 64, 32, 3
     g = torch.Generator(device=dev).manual_seed(0)
-
-    def weights(*shape):
-        return (torch.randn(*shape, generator=g, device=dev) * 0.2).to(torch.bfloat16)
-    rank = _Rank(2, 4)
-    rank.experts = [DenseMLP("e.", {"e.gate_proj.weight": weights(inter, D), "e.up_proj.weight": weights(inter, D),
-                                    "e.down_proj.weight": weights(D, inter)}) for _ in range(4)]
+    rank, weights = _random_rank(2, 4, D, inter, g)
     if not grouped_mm_ok(rank.experts[0].gate):
         pytest.skip("grouped GEMMs need an sm_90+ GPU")
     rank.stack_experts()

@@ -121,37 +121,38 @@ class MoE:
                 out.index_add_(0, tok, y.to(x.dtype))
         return out + self.shared(x) if self.shared is not None else out
 
+    def _by_expert(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        # idx: [T, k] global expert ids -> order [T*k]: the flat (token, slot) rows (tok * k + slot), stably
+        # sorted by local expert, other ranks' experts last; ends [e]: the row where each local expert's
+        # group ends.  Both stay on the device (searchsorted, not bincount or a boolean mask: those size
+        # their output from the data, a device-to-host sync)
+        e = len(self.experts)
+        local = idx.reshape(-1) - self.first
+        keys, order = torch.sort(torch.where((local >= 0) & (local < e), local, e), stable=True)
+        return order, torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True)
+
     def _grouped(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: every local expert in three grouped GEMMs over the (token,
         # slot) rows sorted by expert; the group ends stay on the device, so no host sync (graph-safe)
-        k, e = idx.shape[1], len(self.experts)
-        local = idx.reshape(-1) - self.first
-        mine = (local >= 0) & (local < e)
-        keys, order = torch.sort(torch.where(mine, local, e), stable=True)        # [T*k]
-        # group ends: rows with key <= j (searchsorted, not bincount or a boolean mask: both size their
-        # output from the data, which is a device-to-host sync)
-        ends = torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True).to(torch.int32)
-        tok = order // k
+        order, ends = self._by_expert(idx)
+        ends = ends.to(torch.int32)
+        tok = order // idx.shape[1]
         xs = x[tok]                                                                # [T*k, D]
         gate, up, down = self.stacked
         h = F.silu(torch._grouped_mm(xs, gate.transpose(1, 2), offs=ends)) * \
             torch._grouped_mm(xs, up.transpose(1, 2), offs=ends)
         y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)                  # rows past ends[-1]: unset
-        keep = mine[order].unsqueeze(1)
+        keep = (torch.arange(order.numel(), device=order.device) < ends[-1:]).unsqueeze(1)   # this rank's rows
         y = torch.where(keep, y * w.reshape(-1)[order].unsqueeze(1), 0.0)         # other ranks' rows: exact 0
         return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
 
     def _dispatch(self, idx: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         # idx: [T, k] global expert ids -> (local expert j, tokens [n], their top-k slots [n]) per expert
-        # with n > 0, tokens ascending.  One host sync per layer (the group ends), not one per expert: a
-        # stable sort of the (token, slot) pairs by expert, cut where each expert's rows end
-        k, e = idx.shape[1], len(self.experts)
-        local = idx.reshape(-1) - self.first                       # [T*k], flat position = tok * k + slot
-        local = torch.where((local >= 0) & (local < e), local, e)  # other ranks' experts sort last
-        keys, order = torch.sort(local, stable=True)
-        ends = torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True).tolist()
+        # with n > 0, tokens ascending.  One host sync per layer (the group ends), not one per expert
+        k = idx.shape[1]
+        order, ends = self._by_expert(idx)
         out, start = [], 0
-        for j, end in enumerate(ends):
+        for j, end in enumerate(ends.tolist()):
             if end > start:
                 pos = order[start:end]
                 out.append((j, pos // k, pos % k))
