@@ -6,7 +6,7 @@ from dcpctl.runtime import notes
 from dcpctl.runtime.attention import kernel_choice as kc
 from dcpctl.runtime.attention.triton_mla import KernelConfig, default_config
 
-H200 = kc.GpuFacts((9, 0), 232_448)
+H200 = kc.GpuFacts((9, 0), 232_448, 132)
 GLUON = KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
 
 
@@ -24,9 +24,9 @@ def test_the_deepseek_shape_runs_gluon_on_hopper():
     (dict(cfg=GLUON._replace(gluon=False)), "the tile config does not ask for it"),
     (dict(missing="Triton 3.9.0 is installed; the kernel is written for 3.6"), "Triton 3.9.0 is installed"),
     (dict(gpu=None), "the KV pool is not on a GPU"),
-    (dict(gpu=kc.GpuFacts((8, 0), 166_912)), "sm_80 is not Hopper (sm_90)"),
-    (dict(gpu=kc.GpuFacts((10, 0), 232_448)), "sm_100 is not Hopper (sm_90)"),
-    (dict(gpu=kc.GpuFacts((8, 0), 166_912), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),  # not Triton
+    (dict(gpu=kc.GpuFacts((8, 0), 166_912, 108)), "sm_80 is not Hopper (sm_90)"),
+    (dict(gpu=kc.GpuFacts((10, 0), 232_448, 148)), "sm_100 is not Hopper (sm_90)"),
+    (dict(gpu=kc.GpuFacts((8, 0), 166_912, 108), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),  # not Triton
     (dict(dtype=torch.float8_e4m3fn), "the KV pool is float8_e4m3fn (it reads 16-bit pools)"),
     (dict(kv_scale=0.5), "the KV pool carries a scale"),
     (dict(cfg=GLUON._replace(num_warps=4)), "it does not run the tiles (64, 64, 4, 2)"),

@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 class GpuFacts(NamedTuple):
     sm: tuple[int, int]       # compute capability
     smem_per_block: int       # the per-block opt-in maximum of shared memory, bytes
+    sms: int                  # streaming multiprocessors (the split choice's wave size)
 
 
 @functools.lru_cache(maxsize=None)
 def gpu_facts(device: torch.device) -> GpuFacts:
     props = torch.cuda.get_device_properties(device)
     # the opt-in per-block maximum is the per-SM size less 1 KB reserved by the driver (227 KB on H100/H200)
-    return GpuFacts((props.major, props.minor), props.shared_memory_per_multiprocessor - 1024)
+    return GpuFacts((props.major, props.minor), props.shared_memory_per_multiprocessor - 1024,
+                    props.multi_processor_count)
 
 
 def gluon_blocker(cfg: KernelConfig, gpu: GpuFacts | None, kv_dtype: torch.dtype, row: int, v_dim: int,

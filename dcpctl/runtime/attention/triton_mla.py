@@ -23,7 +23,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
 from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
-from dcpctl.runtime.attention.kernel_choice import announce, mark_failed, use_gluon
+from dcpctl.runtime.attention.kernel_choice import announce, gpu_facts, mark_failed, use_gluon
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -209,7 +209,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     if max_local_len is None:
         max_local_len = int(local_lens.max()) if local_lens.numel() else 0
     head_blocks = triton.cdiv(h, cfg.block_h)
-    sms = _sm_count(q.device) if q.is_cuda else 132
+    sms = gpu_facts(q.device).sms if q.is_cuda else 132
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
     if out is not None:
@@ -231,11 +231,6 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
                             out=out)
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: dict | None) -> tuple:
