@@ -17,9 +17,16 @@ def note_once(text: str) -> None:
         return
     _sent.add(text)
     if os.environ.get("DCPCTL_LAUNCH_CONFIG"):
-        print(PREFIX + text, file=sys.stderr, flush=True)
+        stderr_line(PREFIX + text)
     elif _rank() == 0:
-        print(f"dcpctl: {text}", file=sys.stderr, flush=True)
+        stderr_line(f"dcpctl: {text}")
+
+
+def stderr_line(text: str) -> None:
+    """One line on stderr in a single write: every rank shares torchrun's stderr pipe, and print() writes
+    the text and its newline separately, so two ranks' lines could interleave into one (seen with notes)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _rank() -> int:

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import yaml
 
 from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.runtime.notes import stderr_line
 from dcpctl.runtime.parallel import ParallelState
 
 
@@ -62,7 +63,7 @@ def eos_token_id(model_path: str | Path) -> Any:
 def progress_lines(what: str) -> Callable[[int, int], None]:
     """A progress callback printing `dcpctl-progress WHAT done/total` lines (the launcher draws the bar)."""
     def report(done: int, total: int) -> None:
-        print(f"dcpctl-progress {what} {done}/{total}", file=sys.stderr, flush=True)
+        stderr_line(f"dcpctl-progress {what} {done}/{total}")
     return report
 
 
@@ -111,7 +112,7 @@ def main() -> int:
         if os.environ.get("DCPCTL_DEBUG") == "1":
             traceback.print_exc()
         msg = " ".join(str(e).split())
-        print(f"[rank {rank}] {type(e).__name__}: {msg}", file=sys.stderr, flush=True)
+        stderr_line(f"[rank {rank}] {type(e).__name__}: {msg}")
         return 1
     finally:
         if dist.is_initialized():

@@ -60,3 +60,21 @@ def test_a_note_is_printed_once(capsys, monkeypatch, launcher, line):
     for _ in range(3):
         notes.note_once("local attention: x")
     assert capsys.readouterr().err == line
+
+
+def test_a_protocol_line_is_one_write(monkeypatch):
+    # ranks share torchrun's stderr pipe: a line written in two pieces (print's text, then its newline)
+    # can interleave with another rank's line into one garbled line
+    writes = []
+
+    class Err:
+        def write(self, s):
+            writes.append(s)
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(notes.sys, "stderr", Err())
+    monkeypatch.setattr(notes, "_sent", set())
+    monkeypatch.setenv("DCPCTL_LAUNCH_CONFIG", "launch.yaml")
+    notes.note_once("local attention: x")
+    assert writes == ["dcpctl-note local attention: x\n"]

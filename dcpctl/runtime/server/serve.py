@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.runtime.notes import stderr_line
 from dcpctl.runtime.server.control import control_group
 from dcpctl.runtime.server.loop import run_loop
 
@@ -72,7 +72,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
                         int(time.time()))
     http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
     _on_signals(lambda: setattr(bridge, "stop_requested", True))
-    print(f"dcpctl-ready {http.url}", file=sys.stderr, flush=True)
+    stderr_line(f"dcpctl-ready {http.url}")
     try:
         steps = run_loop(engine, group, bridge, metrics.on_step)
         bridge.fail("the server is shutting down")  # requests still open get an error, not a hang
@@ -82,5 +82,5 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
         raise
     finally:
         http.stop()
-    print("dcpctl-stopped", file=sys.stderr, flush=True)
+    stderr_line("dcpctl-stopped")
     return steps
