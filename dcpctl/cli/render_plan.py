@@ -63,6 +63,7 @@ def _memory(p: Plan) -> None:
         ["KV per token (all MLA layers)", _bytes(m["kv_bytes_per_token"]) + f" ({m['kv_cache_dtype']})"],
         ["KV per token per rank", _bytes(m["kv_bytes_per_token_per_rank"])],
         ["weights per rank", _bytes(m["weight_bytes_per_rank"])],
+        ["weight format", m["weight_format"]],
         ["replicated-Q overhead per rank", _bytes(m["replicated_q_bytes_per_rank"])],
         ["KV budget per rank", _bytes(m["kv_budget_bytes_per_rank"])],
         ["KV rows per rank / virtual tokens", f"{m['kv_rows_per_rank']:,} / {m['kv_virtual_tokens']:,}"],

@@ -13,6 +13,7 @@ from typing import Any
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.request import PlanRequest
+from dcpctl.plan.weights import weight_bytes, weight_format
 
 GIB = 2**30
 KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -23,65 +24,17 @@ def kv_row_bytes(m: ModelSpec, kv_dtype: str, layers: int | None = None) -> int:
     return n * m.kv_row_elems * KV_DTYPE_BYTES[kv_dtype]
 
 
-def _attn_params(m: ModelSpec) -> tuple[int, int]:
-    """(replicated, head-split) parameters of one MLA layer."""
-    h, qk = m.num_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
-    q_split = (m.q_lora_rank or m.hidden_size) * h * qk
-    q_rep = m.hidden_size * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0
-    kv_rep = m.hidden_size * m.kv_row_elems + m.kv_lora_rank
-    split = q_split + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim) + h * m.v_head_dim * m.hidden_size
-    return q_rep + kv_rep, split
-
-
-def _kda_params(m: ModelSpec) -> int:
-    assert m.kda is not None
-    inner = m.kda.num_heads * m.kda.head_dim
-    return 4 * m.hidden_size * inner + 3 * inner * m.kda.conv_kernel  # q, k, v, o (+ gates ~ o) and convs
-
-
-def _mlp_params(m: ModelSpec, layer: int) -> tuple[int, int]:
-    """(split over tp, replicated) MLP parameters of one layer."""
-    h = m.hidden_size
-    if m.n_routed_experts == 0 or layer < m.first_k_dense_replace:
-        return 3 * h * m.intermediate_size, 0
-    experts = (m.n_routed_experts + m.n_shared_experts) * 3 * h * m.moe_intermediate_size
-    return experts, h * m.n_routed_experts
-
-
 def weight_bytes_per_rank(req: PlanRequest) -> int:
-    """Attention by attention-TP, experts by EP x moe-TP (= tp), dense by TP, per pipeline stage."""
-    m, t = req.model, req.topology
-    lin = 1 if m.quantization else _dtype_bytes(m.dtype)
-    hi = _dtype_bytes(m.dtype) if not m.quantization else 2  # embeddings and norms stay 16-bit
-    total = 0.0
-    mla = set(m.mla_layers)
-    for layer in range(m.num_layers):
-        if layer in mla:
-            rep, split = _attn_params(m)
-            total += rep * lin + split * lin / t.attn_tp
-        else:
-            total += _kda_params(m) * lin / t.attn_tp
-        split, rep = _mlp_params(m, layer)
-        total += split * lin / t.tp_size + rep * hi
-    total /= t.pp_size
-    total += 2 * m.vocab_size * m.hidden_size * hi / t.tp_size
-    return int(total)
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return {"float64": 8, "float32": 4}.get(dtype, 2)
+    """What the bundled runtime's loader keeps on one rank (weights.py), replicated Q not counted."""
+    return weight_bytes(req.model, req.topology, False, weight_format(req.model, req.hardware)[0])
 
 
 def replicated_q_bytes_per_rank(req: PlanRequest, on: bool) -> int:
-    """Extra q_b_proj rows and w_kc of the other dcp-1 ranks' heads, per MLA layer of this stage."""
-    m, t = req.model, req.topology
-    if not on or t.dcp_size == 1:
+    """Extra q_b_proj rows (FP8 where the checkpoint is) and w_kc of the other dcp-1 ranks' heads."""
+    if not on or req.topology.dcp_size == 1:
         return 0
-    local_heads = m.num_heads // t.attn_tp
-    per_head = (m.q_lora_rank or m.hidden_size) * (m.qk_nope_head_dim + m.qk_rope_head_dim) \
-        + m.qk_nope_head_dim * m.kv_lora_rank
-    layers = -(-len(m.mla_layers) // t.pp_size)
-    return int((t.dcp_size - 1) * local_heads * per_head * layers * _dtype_bytes(m.dtype))
+    fp8 = weight_format(req.model, req.hardware)[0]
+    return weight_bytes(req.model, req.topology, True, fp8) - weight_bytes(req.model, req.topology, False, fp8)
 
 
 @dataclass(frozen=True)
@@ -148,6 +101,7 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[d
         "draft_kv_bytes_per_token_per_rank": draft_row_bytes(req, kv_dtype),
         "memory_per_rank_bytes": int(per_rank_mem),
         "weight_bytes_per_rank": weights,
+        "weight_format": weight_format(m, hw)[1],
         "replicated_q_bytes_per_rank": rep_q,
         "kv_budget_bytes_per_rank": max(budget, 0),
         "kv_rows_per_rank": cap.physical_rows,

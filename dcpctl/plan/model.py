@@ -57,6 +57,7 @@ class ModelSpec:
     mla_layers: tuple[int, ...]  # 0-based indices of MLA (full attention) layers
     kda: KdaSpec | None = None
     uses_rope: bool = True
+    weight_block: tuple[int, int] | None = None  # block-FP8 checkpoints: quantization_config.weight_block_size
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -132,6 +133,14 @@ def _quantization(cfg: dict[str, Any], outer: dict[str, Any]) -> str | None:
     return str(q.get("quant_method") or q.get("fmt") or "quantized") if isinstance(q, dict) else str(q)
 
 
+def _weight_block(cfg: dict[str, Any], outer: dict[str, Any]) -> tuple[int, int] | None:
+    q = cfg.get("quantization_config") or outer.get("quantization_config")
+    block = q.get("weight_block_size") if isinstance(q, dict) and q.get("quant_method") == "fp8" else None
+    if isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+        return int(block[0]), int(block[1])
+    return None
+
+
 def spec_from_config(cfg: dict[str, Any], name: str = "model", source: str = "config.json") -> ModelSpec:
     """Build a ModelSpec; an unsupported model or a missing MLA key is a UserError."""
     outer = cfg
@@ -174,7 +183,8 @@ def _build_spec(cfg: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ..
         first_k_dense_replace=int(cfg.get("first_k_dense_replace", 0)),
         max_position_embeddings=int(_get(cfg, "max_position_embeddings", "model_max_length", default=4096)),
         dtype=dtype, quantization=_quantization(cfg, outer), mla_layers=mla, kda=kda,
-        uses_rope=not (kda is not None or bool(cfg.get("mla_use_nope"))), extra={"config": outer},
+        uses_rope=not (kda is not None or bool(cfg.get("mla_use_nope"))), weight_block=_weight_block(cfg, outer),
+        extra={"config": outer},
     )
 
 

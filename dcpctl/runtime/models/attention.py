@@ -18,6 +18,7 @@ from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
+from dcpctl.runtime.models.quant import linear
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.shards import Shards
 
@@ -30,17 +31,18 @@ def attention_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
     kvh = cfg.qk_nope_head_dim + cfg.v_head_dim
     q_rows = (s.q_head_start * qk, (s.q_head_start + s.q_heads) * qk)
     wants = [
-        Want(p + "kv_a_proj_with_mqa.weight", (L + cfg.qk_rope_head_dim, D)),
+        Want(p + "kv_a_proj_with_mqa.weight", (L + cfg.qk_rope_head_dim, D), fp8_ok=True),
         Want(p + "kv_a_layernorm.weight", (L,)),
+        # kv_b_proj is split into w_kc / w_vc for absorbed MLA: always dequantized
         Want(p + "kv_b_proj.weight", (H * kvh, L), 0, s.q_head_start * kvh, (s.q_head_start + s.q_heads) * kvh),
         Want(p + "o_proj.weight", (D, H * cfg.v_head_dim), 1, s.head_start * cfg.v_head_dim,
-             (s.head_start + s.heads) * cfg.v_head_dim),
+             (s.head_start + s.heads) * cfg.v_head_dim, fp8_ok=True),
     ]
     if cfg.q_lora_rank is None:
-        return wants + [Want(p + "q_proj.weight", (H * qk, D), 0, *q_rows)]
+        return wants + [Want(p + "q_proj.weight", (H * qk, D), 0, *q_rows, fp8_ok=True)]
     Q = cfg.q_lora_rank
-    return wants + [Want(p + "q_a_proj.weight", (Q, D)), Want(p + "q_a_layernorm.weight", (Q,)),
-                    Want(p + "q_b_proj.weight", (H * qk, Q), 0, *q_rows)]
+    return wants + [Want(p + "q_a_proj.weight", (Q, D), fp8_ok=True), Want(p + "q_a_layernorm.weight", (Q,)),
+                    Want(p + "q_b_proj.weight", (H * qk, Q), 0, *q_rows, fp8_ok=True)]
 
 
 class MlaAttention:
@@ -64,14 +66,14 @@ class MlaAttention:
     def _q(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, Hq, qk_head_dim]
         if self.q_a is not None:
-            x = rms_norm(F.linear(x, self.q_a), self.q_a_norm, LATENT_NORM_EPS, self.upcast)
-        return F.linear(x, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
+            x = rms_norm(linear(x, self.q_a), self.q_a_norm, LATENT_NORM_EPS, self.upcast)
+        return linear(x, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
 
     def latent_qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
         # x: [T, D] -> q: [T, Hq, R] absorbed query, kv_new: [T, R] latent rows
         cfg = self.cfg
         q_nope, q_pe = self._q(x).split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
-        c_kv, k_pe = F.linear(x, self.kv_a).split([cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
+        c_kv, k_pe = linear(x, self.kv_a).split([cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
         c_kv = rms_norm(c_kv, self.kv_a_norm, LATENT_NORM_EPS, self.upcast)
         q_lat = torch.einsum("thn,hnl->thl", q_nope, self.w_kc)
         q = torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
@@ -82,4 +84,4 @@ class MlaAttention:
         q, kv_new = self.latent_qkv(x, cos, sin)
         o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
         v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(x.shape[0], self.heads * self.cfg.v_head_dim)
-        return all_reduce(F.linear(v, self.o_proj), self.group)
+        return all_reduce(linear(v, self.o_proj), self.group)

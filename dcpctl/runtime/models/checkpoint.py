@@ -6,7 +6,9 @@
 Every tensor's full on-disk shape is checked against the shape the config implies before any
 slice is read; mismatches and missing files or tensors raise ModelLoadError. With `quant`
 (block-wise fp8, see quant.py) an fp8 tensor is dequantized from its slice and the scale blocks
-that cover it, so a rank never materializes more of a quantized weight than its shard.
+that cover it, so a rank never materializes more of a quantized weight than its shard. With
+`keep_fp8` a want marked `fp8_ok` (a linear layer's weight) whose slice starts and ends on block
+boundaries stays FP8: an Fp8Weight of its e4m3 slice and the scale blocks of that slice.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 from safetensors import safe_open
 
 from dcpctl.runtime.models.config import ModelLoadError
-from dcpctl.runtime.models.quant import FP8_DTYPES, BlockFp8, dequantize, scale_name
+from dcpctl.runtime.models.quant import FP8_DTYPES, BlockFp8, Fp8Weight, dequantize, scale_name
 
 INDEX = "model.safetensors.index.json"
 Progress = Callable[[int, int], None]
@@ -37,11 +39,12 @@ class Want:
     start: int = 0
     end: int = 0
     dtype: torch.dtype | None = None  # overrides the model dtype (router weights stay fp32)
+    fp8_ok: bool = False  # a linear layer's weight: may stay block-FP8 (Checkpoint.keep_fp8)
 
 
 class Checkpoint:
-    def __init__(self, path: Path, quant: BlockFp8 | None = None):
-        self.path, self.quant = Path(path), quant
+    def __init__(self, path: Path, quant: BlockFp8 | None = None, keep_fp8: bool = False):
+        self.path, self.quant, self.keep_fp8 = Path(path), quant, keep_fp8
         self.where = self._index()  # tensor name -> file
 
     def _index(self) -> dict[str, Path]:
@@ -70,13 +73,13 @@ class Checkpoint:
         return hits[0] if hits else None
 
     def read(self, wants: list[Want], dtype: torch.dtype, device: torch.device | str,
-             progress: Progress | None = None) -> dict[str, torch.Tensor]:
+             progress: Progress | None = None) -> dict[str, torch.Tensor | Fp8Weight]:
         by_file: dict[Path, list[Want]] = defaultdict(list)
         for w in wants:
             if w.name not in self.where:
                 raise ModelLoadError(f"tensor {w.name} is not in the checkpoint at {self.path}")
             by_file[self.where[w.name]].append(w)
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, torch.Tensor | Fp8Weight] = {}
         files = sorted(by_file)
         for i, file in enumerate(files):
             with ExitStack() as stack:  # this file, and any other that holds one of its weights' scales
@@ -88,13 +91,15 @@ class Checkpoint:
                     return handles[f]
 
                 for w in by_file[file]:
-                    out[w.name] = self._read_one(handle, file, w).to(device=device, dtype=w.dtype or dtype)
+                    t = self._read_one(handle, file, w)
+                    out[w.name] = Fp8Weight(t.w8.to(device), t.scale.to(device), t.block) \
+                        if isinstance(t, Fp8Weight) else t.to(device=device, dtype=w.dtype or dtype)
             if progress is not None:
                 progress(i + 1, len(files))
         return out
 
-    def _read_one(self, handle: Callable[[Path], Any], file: Path, w: Want) -> torch.Tensor:
-        # -> w.shape narrowed to [w.start, w.end) along w.dim; fp8 weights dequantized to float32
+    def _read_one(self, handle: Callable[[Path], Any], file: Path, w: Want) -> torch.Tensor | Fp8Weight:
+        # -> w.shape narrowed to [w.start, w.end) along w.dim; fp8 weights kept or dequantized to float32
         sl = handle(file).get_slice(w.name)
         got = tuple(sl.get_shape())
         if got != tuple(w.shape):
@@ -106,8 +111,8 @@ class Checkpoint:
             return sl[:]
         return sl[tuple([slice(None)] * w.dim + [slice(w.start, w.end)])]
 
-    def _dequantized(self, handle: Callable[[Path], Any], file: Path, w: Want, sl: Any) -> torch.Tensor:
-        # w8 [out, in] + scale_inv [ceil(out/b0), ceil(in/b1)] -> this want's slice, float32
+    def _dequantized(self, handle: Callable[[Path], Any], file: Path, w: Want, sl: Any) -> torch.Tensor | Fp8Weight:
+        # w8 [out, in] + scale_inv [ceil(out/b0), ceil(in/b1)] -> this want's slice, FP8 kept or float32
         if self.quant is None:
             raise ModelLoadError(f"tensor {w.name} in {file.name} is stored as fp8 ({sl.get_dtype()}) but "
                                  f"config.json has no quantization_config")
@@ -127,7 +132,19 @@ class Checkpoint:
         bounds = [(0, n) for n in w.shape]
         if w.dim is not None:
             bounds[w.dim] = (w.start, w.end)
-        return dequantize(sl, ssl, bounds[0], bounds[1], self.quant.block)
+        block = self.quant.block
+        if self.keep_fp8 and w.fp8_ok and all(_on_blocks(b, n, k) for b, n, k in zip(bounds, w.shape, block)):
+            (r0, r1), (c0, c1) = bounds
+            scale = ssl[r0 // block[0]:-(-r1 // block[0]), c0 // block[1]:-(-c1 // block[1])]
+            # clone: safetensors' fp8 row slices are views that would pin the whole tensor
+            return Fp8Weight(sl[r0:r1, c0:c1].clone(), scale.to(torch.float32).clone(), block)
+        return dequantize(sl, ssl, bounds[0], bounds[1], block)
+
+
+def _on_blocks(bounds: tuple[int, int], full: int, block: int) -> bool:
+    """Whether the slice [start, end) of a dimension of `full` starts and ends on a block boundary."""
+    start, end = bounds
+    return start % block == 0 and (end % block == 0 or end == full)
 
 
 @contextmanager

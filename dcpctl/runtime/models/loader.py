@@ -5,8 +5,9 @@
 
 Dispatches on model_type / architectures: DeepSeek-V2/V3 and Kimi K2 build a DeepseekModel,
 Kimi Linear (`kimi_linear`) a KimiLinearModel whose KDA state pool holds `kda_max_requests` slots.
-Block-wise fp8 checkpoints (DeepSeek-V3 / Kimi K2 releases) are dequantized to `dtype` per shard
-at load (quant.py); compute then runs unquantized.
+Block-wise fp8 checkpoints (DeepSeek-V3 / Kimi K2 releases) keep their linear layers in FP8 on GPUs
+with e4m3 tensor cores (quant.fp8_compute decides, once, with a note) and are dequantized to `dtype`
+per shard at load elsewhere; kv_b_proj is always dequantized (absorbed MLA splits it).
 
 `decisions` is the launch config's `decisions` mapping; only `dcp_replicate_q_proj` matters here.
 `progress(done, total)` is called once per safetensors file read. Raises ModelLoadError for an
@@ -29,7 +30,8 @@ from dcpctl.runtime.models.kimi_config import is_kimi_linear, parse_kimi_linear
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import upcast_dtype
-from dcpctl.runtime.models.quant import read_quantization
+from dcpctl.runtime.models.quant import fp8_compute, read_quantization
+from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
 from dcpctl.runtime.parallel import ParallelState
@@ -40,13 +42,14 @@ EMBED = "embed_tokens.weight"
 def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
                device: torch.device | str = "cpu",
                progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False,
-               kda_max_requests: int | None = None) -> DeepseekModel:
+               kda_max_requests: int | None = None, keep_fp8: bool | None = None) -> DeepseekModel:
     """Read config.json and this rank's shards of every weight; see the module docstring.
 
     hf_numerics: keep norms, rope angles, the router (and KDA's gates, recurrence and gated norm) in
     fp32 even for float64 (bit-compatible with Hugging Face; only the oracle tests want it).
     kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
-    replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models."""
+    replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models.
+    keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes."""
     path = Path(path)
     raw, file = read_language_model(path)
     upcast = upcast_dtype(dtype, hf_numerics)
@@ -57,13 +60,25 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
         return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
                                 kda_max_requests or DEFAULT_KDA_REQUESTS)
     cfg = parse_config(raw, file)
-    ckpt = Checkpoint(path, read_quantization(raw, file))
+    quant = read_quantization(raw, file)
+    ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
     s = plan_shards(cfg, ps, replicate_q_decision(decisions))
     prefix, head = _names(cfg, ckpt)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
     rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
     layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
     return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary)
+
+
+def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int, int]) -> bool:
+    if forced is not None:
+        return forced
+    keep, why = fp8_compute(str(torch.device(device)))
+    if keep and (block[1] < 16 or block[1] & (block[1] - 1)):
+        keep, why = False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width "
+                            f">= 16, so block-FP8 weights are dequantized to the compute dtype at load")
+    note_once(why)
+    return keep
 
 
 def _names(cfg: MlaConfig, ckpt: Checkpoint) -> tuple[str, str]:

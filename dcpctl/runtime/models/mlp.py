@@ -12,15 +12,16 @@ from torch import Tensor
 
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.quant import Fp8Weight, Weight, grouped_linear, linear, stack
 from dcpctl.runtime.models.shards import Shards, split
 
 
 def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) -> list[Want]:
     """gate/up rows and down columns of part idx of the intermediate dimension."""
     a, b = split(inter, parts, idx, what, "its tensor-parallel degree")
-    return [Want(p + "gate_proj.weight", (inter, hidden), 0, a, b),
-            Want(p + "up_proj.weight", (inter, hidden), 0, a, b),
-            Want(p + "down_proj.weight", (hidden, inter), 1, a, b)]
+    return [Want(p + "gate_proj.weight", (inter, hidden), 0, a, b, fp8_ok=True),
+            Want(p + "up_proj.weight", (inter, hidden), 0, a, b, fp8_ok=True),
+            Want(p + "down_proj.weight", (hidden, inter), 1, a, b, fp8_ok=True)]
 
 
 class DenseMLP:
@@ -29,7 +30,7 @@ class DenseMLP:
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, D] partial over the intermediate split
-        return F.linear(F.silu(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
+        return linear(F.silu(linear(x, self.gate)) * linear(x, self.up), self.down)
 
 
 def moe_wants(cfg: MlaConfig, p: str, s: Shards, upcast: torch.dtype) -> list[Want]:
@@ -82,10 +83,13 @@ class Router:
 GROUPED_MAX_TOKENS = 512   # above it (long prefill chunks) the per-expert loop: grouped GEMMs hold T * k rows
 
 
-def grouped_mm_ok(w: Tensor) -> bool:
-    """Whether the routed experts run as grouped GEMMs: torch._grouped_mm's CUTLASS kernel (bf16 on sm_9x
-    and sm_10x; elsewhere torch falls back to a loop that reads the offsets back to the host), every
-    dimension a multiple of 8.  Otherwise one small GEMM chain per expert."""
+def grouped_mm_ok(w: Weight) -> bool:
+    """Whether the routed experts run as grouped GEMMs: block-FP8 experts on a GPU through the grouped
+    block-scaled GEMM (fp8_gemm.py); bf16 through torch._grouped_mm's CUTLASS kernel (sm_9x and sm_10x;
+    elsewhere torch falls back to a loop that reads the offsets back to the host), every dimension a
+    multiple of 8.  Otherwise one small GEMM chain per expert."""
+    if isinstance(w, Fp8Weight):
+        return w.is_cuda
     return (hasattr(torch, "_grouped_mm") and w.is_cuda and w.dtype == torch.bfloat16
             and torch.cuda.get_device_capability(w.device)[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
@@ -96,7 +100,7 @@ class MoE:
         self.first = s.expert_start
         self.experts = [DenseMLP(f"{p}experts.{e}.", t) for e in range(s.expert_start, s.expert_end)]
         self.shared = DenseMLP(p + "shared_experts.", t) if cfg.n_shared_experts else None
-        self.stacked: tuple[Tensor, Tensor, Tensor] | None = None   # [E, I, D], [E, I, D], [E, D, I]
+        self.stacked: tuple[Weight, Weight, Weight] | None = None   # [E, I, D], [E, I, D], [E, D, I]
         if self.experts and grouped_mm_ok(self.experts[0].gate):
             self.stack_experts()
             for e in range(s.expert_start, s.expert_end):   # the stack holds them now (views below)
@@ -105,7 +109,7 @@ class MoE:
 
     def stack_experts(self) -> None:
         """One [E, ...] tensor per projection for the grouped GEMMs; each expert keeps views into it."""
-        self.stacked = tuple(torch.stack([getattr(e, n) for e in self.experts]) for n in ("gate", "up", "down"))
+        self.stacked = tuple(stack([getattr(e, n) for e in self.experts]) for n in ("gate", "up", "down"))
         for j, e in enumerate(self.experts):
             e.gate, e.up, e.down = (w[j] for w in self.stacked)
 
@@ -139,9 +143,13 @@ class MoE:
         tok = order // idx.shape[1]
         xs = x[tok]                                                                # [T*k, D]
         gate, up, down = self.stacked
-        h = F.silu(torch._grouped_mm(xs, gate.transpose(1, 2), offs=ends)) * \
-            torch._grouped_mm(xs, up.transpose(1, 2), offs=ends)
-        y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)                  # rows past ends[-1]: unset
+        if isinstance(gate, Fp8Weight):
+            h = F.silu(grouped_linear(xs, gate, ends)) * grouped_linear(xs, up, ends)
+            y = grouped_linear(h, down, ends)
+        else:
+            h = F.silu(torch._grouped_mm(xs, gate.transpose(1, 2), offs=ends)) * \
+                torch._grouped_mm(xs, up.transpose(1, 2), offs=ends)
+            y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)              # rows past ends[-1]: unset
         keep = (torch.arange(order.numel(), device=order.device) < ends[-1:]).unsqueeze(1)   # this rank's rows
         y = torch.where(keep, y * w.reshape(-1)[order].unsqueeze(1), 0.0)         # other ranks' rows: exact 0
         return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))

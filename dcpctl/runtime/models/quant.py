@@ -1,7 +1,9 @@
-"""Block-wise FP8 weights (DeepSeek-V3 / V3.1, Kimi K2): parsed from config.json, dequantized at load.
+"""Block-wise FP8 weights (DeepSeek-V3 / V3.1, Kimi K2): parsed from config.json, kept in FP8 on GPUs.
 
     read_quantization(cfg: dict, file: Path) -> BlockFp8 | None   ModelLoadError for other methods
     dequantize(w8, scale_inv, rows, cols, block) -> float32 slice of the real weight
+    fp8_compute(device) -> (keep, reason)      whether linear layers stay FP8 here; decided once
+    Fp8Weight(w8, scale, block); linear(x, w)  a linear layer over a plain or a block-FP8 weight
 
 A quantized weight `<name>.weight` is float8_e4m3fn, [out, in]; its `<name>.weight_scale_inv` is
 float32 [ceil(out/b0), ceil(in/b1)] and block (i, j) holds the factor for rows i*b0..(i+1)*b0-1,
@@ -10,11 +12,13 @@ any other dtype (norms, embeddings, lm_head, the MoE router) are simply unquanti
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.runtime.models.config import ModelLoadError
@@ -73,3 +77,78 @@ def dequantize(w8: Any, scale_inv: Any, rows: tuple[int, int], cols: tuple[int, 
     s = s.repeat_interleave(b0, dim=0).repeat_interleave(b1, dim=1)
     dr, dc = r0 - r0 // b0 * b0, c0 - c0 // b1 * b1
     return w * s[dr:dr + r1 - r0, dc:dc + c1 - c0]
+
+
+@dataclass
+class Fp8Weight:
+    """A block-FP8 weight as stored: w8 [N, K] (or [E, N, K] stacked experts) e4m3 and its fp32 factors
+    scale [ceil(N/b0), ceil(K/b1)] (+E); real = w8 * scale[n // b0, k // b1]."""
+
+    w8: Tensor
+    scale: Tensor
+    block: tuple[int, int]
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.w8.shape
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.w8.is_cuda
+
+    def __getitem__(self, j: int) -> "Fp8Weight":
+        return Fp8Weight(self.w8[j], self.scale[j], self.block)
+
+    def nbytes(self) -> int:
+        return self.w8.numel() * self.w8.element_size() + self.scale.numel() * self.scale.element_size()
+
+
+Weight = Union[Tensor, Fp8Weight]
+
+
+def stack(ws: list[Weight]) -> Weight:
+    """[E, ...] of equally shaped weights (the grouped MoE path)."""
+    if isinstance(ws[0], Fp8Weight):
+        return Fp8Weight(torch.stack([w.w8 for w in ws]), torch.stack([w.scale for w in ws]), ws[0].block)
+    return torch.stack(ws)
+
+
+def linear(x: Tensor, w: Weight) -> Tensor:
+    # x: [T, K]  w: [N, K] -> [T, N]; a block-FP8 weight goes through the block-scaled GEMM
+    if isinstance(w, Fp8Weight):
+        return grouped_linear(x, w, None)
+    return F.linear(x, w)
+
+
+def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None) -> Tensor:
+    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]; ends None: one matrix
+    from dcpctl.runtime.models.fp8_gemm import fp8_matmul
+    if x.shape[0] == 0:
+        return x.new_zeros((0, w.shape[-2]))
+    return fp8_matmul(x, w.w8, w.scale, w.block, ends)
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return str(triton.__version__)
+
+
+@functools.lru_cache(maxsize=None)
+def fp8_compute(device: str) -> tuple[bool, str]:
+    """(keep FP8, why): linear layers stay block-FP8 on CUDA GPUs of sm_89 and newer (e4m3 tensor cores)
+    with Triton; everywhere else they are dequantized to the compute dtype at load."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return False, f"{dev.type}: no FP8 GEMM here, so block-FP8 weights are dequantized to the compute dtype at load"
+    major, minor = torch.cuda.get_device_capability(dev)
+    if (major, minor) < (8, 9):
+        return False, (f"sm_{major}{minor} has no e4m3 tensor cores (sm_89 and newer do), so block-FP8 weights "
+                       f"are dequantized to the compute dtype at load")
+    if _triton_version() is None:
+        return False, "Triton is not installed, so block-FP8 weights are dequantized to the compute dtype at load"
+    return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
+                  f"GEMM (activations quantized per token and weight block column); kv_b_proj is dequantized "
+                  f"once at load for absorbed MLA")

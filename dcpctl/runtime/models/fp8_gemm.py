@@ -1,0 +1,124 @@
+"""Block-scaled FP8 GEMM (Triton): y = x @ W^T with W in e4m3 and one fp32 factor per (b0 x b1) block.
+
+    fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
+
+The activations are quantized inside the kernel per token and per K block of b1 columns, as DeepSeek's
+inference code and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), so one launch reads x once per
+N tile and W once in all: at decode sizes the weight read is the whole cost.
+
+| argument | shape                        | meaning                                                    |
+| -------- | ---------------------------- | ---------------------------------------------------------- |
+| x        | [R, K]  16/32-bit            | rows; grouped: sorted by expert, expert e owns [ends[e-1], ends[e]) |
+| w8       | [N, K] or [E, N, K] e4m3     | the weight (one matrix per expert when grouped)            |
+| scale    | [ceil(N/b0), ceil(K/b1)] (+E) | real W = w8 * scale[n // b0, k // b1]                      |
+| ends     | [E] int32 or None            | grouped GEMM: rows past ends[-1] are left unwritten        |
+
+The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials that
+one sum reduces, so results are deterministic. `quantize_in_kernel=False` takes pre-quantized rows (the
+CPU interpreter's e4m3 rounding differs from the GPU's; tests use it to check the rest exactly).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+FP8_MAX = 448.0
+
+
+@triton.jit
+def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr,
+                     R, N, K, nkb, kb_per_split,
+                     sx_r, sw_e, sw_n, sws_e, sws_n, so_s, so_r,
+                     B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                     GROUPED: tl.constexpr, QUANT: tl.constexpr):
+    e = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    if GROUPED:
+        row1 = tl.load(ends_ptr + e)
+        row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
+    else:
+        row0 = 0
+        row1 = R
+    n = pid_n * BN + tl.arange(0, BN)
+    n_ok = n < N
+    kb0 = pid_k * kb_per_split
+    kb1 = tl.minimum(kb0 + kb_per_split, nkb)
+    kk = tl.arange(0, BK)
+    w_base = w_ptr + e.to(tl.int64) * sw_e + n[:, None].to(tl.int64) * sw_n
+    ws_base = ws_ptr + e * sws_e + (n // B0) * sws_n
+    for m0 in range(row0, row1, BM):
+        rows = m0 + tl.arange(0, BM)
+        r_ok = rows < row1
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kb in range(kb0, kb1):
+            k = kb * BK + kk
+            k_ok = k < K
+            xm = r_ok[:, None] & k_ok[None, :]
+            if QUANT:
+                x = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx_r + k[None, :], mask=xm, other=0.0)
+                x = x.to(tl.float32)
+                s = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / 448.0
+                x8 = (x / s[:, None]).to(tl.float8e4nv)
+            else:
+                x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx_r + k[None, :], mask=xm, other=0.0)
+                s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
+            w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
+            acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
+        o = out_ptr + pid_k.to(tl.int64) * so_s + rows[:, None].to(tl.int64) * so_r + n[None, :]
+        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+
+
+def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
+    # x: [R, K] -> x8 [R, K] e4m3, s [R, ceil(K/b1)] fp32 with x ~ x8 * s per (row, K block)
+    R, K = x.shape
+    nkb = -(-K // b1)
+    padded = torch.zeros(R, nkb * b1, dtype=torch.float32, device=x.device)
+    padded[:, :K] = x.float()
+    blocks = padded.view(R, nkb, b1)
+    s = blocks.abs().amax(-1).clamp(min=1e-10) / FP8_MAX
+    x8 = (blocks / s[..., None]).view(R, nkb * b1)[:, :K].to(torch.float8_e4m3fn)
+    return x8.contiguous(), s.contiguous()
+
+
+def _tiles(R: int, N: int, nkb: int, experts: int, sms: int) -> tuple[int, int, int]:
+    """(BM, BN, K splits): BM the smallest dot tile that covers the rows per expert at decode; enough
+    K splits that a dense GEMM puts ~2 programs on every SM (a grouped one has programs per expert)."""
+    rows = R if experts == 1 else max(1, R // experts)
+    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    bn = 64
+    tiles = experts * -(-N // bn)
+    split = 1 if experts > 1 else max(1, min(nkb, -(-2 * sms // tiles)))
+    return bm, bn, -(-nkb // -(-nkb // split))
+
+
+def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
+               quantize_in_kernel: bool = True, sms: int = 132) -> Tensor:
+    """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM."""
+    b0, b1 = block
+    grouped = ends is not None
+    w3 = w8 if grouped else w8.unsqueeze(0)
+    s3 = scale if grouped else scale.unsqueeze(0)
+    E, N, K = w3.shape
+    R = x.shape[0]
+    nkb = -(-K // b1)
+    bm, bn, splits = _tiles(R, N, nkb, E, sms)
+    per = -(-nkb // splits)
+    if quantize_in_kernel:
+        xk, xs = x.contiguous(), x  # xs unused
+    else:
+        xk, xs = quantize_rows(x, b1)
+    out = torch.empty((splits, R, N), dtype=torch.float32 if splits > 1 else x.dtype, device=x.device)
+    if grouped:
+        out.zero_()  # rows past ends[-1] (other ranks' experts) read as 0, not garbage
+    ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
+    grid = (E, triton.cdiv(N, bn), splits)
+    _fp8_gemm_kernel[grid](xk, xs, w3, s3, ends_arg, out, R, N, K, nkb, per,
+                           xk.stride(0), w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
+                           out.stride(0), out.stride(1),
+                           B0=b0, BK=b1, BM=bm, BN=bn, GROUPED=grouped, QUANT=quantize_in_kernel,
+                           num_warps=4, num_stages=3)
+    return out[0] if splits == 1 else out.sum(0).to(x.dtype)
