@@ -1,8 +1,9 @@
 """Run by test_fp8_gemm.py in a subprocess with TRITON_INTERPRET=1: the block-FP8 GEMM kernel on the CPU.
 
 Checks the kernel (dense, K splits, grouped by expert with empty groups and rows past the last group)
-against fp32 math on the dequantized operands, with pre-quantized rows: the interpreter's own e4m3
-rounding differs from the GPU's, so in-kernel quantization is checked by the GPU tests."""
+against fp32 math on the dequantized operands; rows are quantized with torch on the CPU (the
+interpreter's own e4m3 rounding differs from the GPU's), the GPU quantization kernel is checked by the
+GPU tests."""
 import sys
 
 import torch
@@ -30,7 +31,7 @@ def _ref_rows(x, b1):
 def dense(R, N, K, block, sms):
     x, w = torch.randn(R, K), torch.randn(N, K)
     w8, s = quantize(w, block)
-    got = fp8_matmul(x, w8, s, block, quantize_in_kernel=False, sms=sms)
+    got = fp8_matmul(x, w8, s, block, sms=sms)
     return got, _ref_rows(x, block[1]) @ reference_dequant(w8, s, block).T
 
 
@@ -39,7 +40,7 @@ def grouped(ends, N, K, block):
     pairs = [quantize(torch.randn(N, K), block) for _ in range(E)]
     w8, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
     x = torch.randn(R, K)
-    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32), quantize_in_kernel=False)
+    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32))
     xr, ref, start = _ref_rows(x, block[1]), torch.zeros(R, N), 0
     for e, end in enumerate(ends):
         ref[start:end] = xr[start:end] @ reference_dequant(w8[e], s[e], block).T

@@ -25,7 +25,7 @@ def test_kernel_in_the_interpreter_matches_dequantized_math():
 @pytest.mark.parametrize("R", [1, 7, 64, 300])
 @pytest.mark.parametrize("N,K", [(1536, 7168), (7168, 2048), (576, 7168)])
 def test_gpu_kernel_matches_torch_quantized_math(R, N, K):
-    from dcpctl.runtime.models.fp8_gemm import fp8_matmul, quantize_rows
+    from dcpctl.runtime.models.fp8_gemm import fp8_matmul, quantize_rows, quantize_rows_gpu
     from tests.runtime.test_model_fp8 import quantize, reference_dequant
     torch.manual_seed(R)
     x, w = torch.randn(R, K, device="cuda", dtype=torch.bfloat16), torch.randn(N, K, device="cuda")
@@ -33,6 +33,8 @@ def test_gpu_kernel_matches_torch_quantized_math(R, N, K):
     w8, s = w8.cuda(), s.cuda()
     got = fp8_matmul(x, w8, s, (128, 128)).float()
     x8, xs = quantize_rows(x, 128)
+    g8, gs = quantize_rows_gpu(x, 128)
+    assert torch.equal(g8.view(torch.uint8), x8.view(torch.uint8)) and torch.equal(gs, xs)
     ref = (x8.float() * xs.repeat_interleave(128, 1)[:, :K]) @ reference_dequant(w8.cpu(), s.cpu(), (128, 128)).cuda().T
     err = (got - ref).abs().max() / ref.abs().max()
     assert err < 1e-2, err   # bf16 output rounding; the same quantized operands

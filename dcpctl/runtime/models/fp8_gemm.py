@@ -2,9 +2,9 @@
 
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
-The activations are quantized inside the kernel per token and per K block of b1 columns, as DeepSeek's
-inference code and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), so one launch reads x once per
-N tile and W once in all: at decode sizes the weight read is the whole cost.
+The activations are quantized first, per token and per K block of b1 columns, as DeepSeek's inference
+code and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`: one small launch), then the GEMM reads
+x8 once per N tile and W once in all: at decode sizes the weight read is the whole cost.
 
 | argument | shape                        | meaning                                                    |
 | -------- | ---------------------------- | ---------------------------------------------------------- |
@@ -14,10 +14,14 @@ N tile and W once in all: at decode sizes the weight read is the whole cost.
 | ends     | [E] int32 or None            | grouped GEMM: rows past ends[-1] are left unwritten        |
 
 The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials that
-one sum reduces, so results are deterministic. `quantize_in_kernel=False` takes pre-quantized rows (the
-CPU interpreter's e4m3 rounding differs from the GPU's; tests use it to check the rest exactly).
+one sum reduces, so results are deterministic. `Tiles` (N tile, warps, pipeline stages, programs per SM)
+defaults to `default_tiles`; `benchmarks/fp8_gemm.py --sweep` measures the alternatives. On the CPU
+(Triton's interpreter, tests only) rows are quantized with torch: the interpreter's e4m3 rounding
+differs from the GPU's.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -30,9 +34,10 @@ FP8_MAX = 448.0
 @triton.jit
 def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr,
                      R, N, K, nkb, kb_per_split,
-                     sx_r, sw_e, sw_n, sws_e, sws_n, so_s, so_r,
+                     sw_e, sw_n, sws_e, sws_n, so_s, so_r,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                     GROUPED: tl.constexpr, QUANT: tl.constexpr):
+                     GROUPED: tl.constexpr):
+    # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 -> out[split, R, N]
     e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -56,20 +61,27 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr,
         for kb in range(kb0, kb1):
             k = kb * BK + kk
             k_ok = k < K
-            xm = r_ok[:, None] & k_ok[None, :]
-            if QUANT:
-                x = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx_r + k[None, :], mask=xm, other=0.0)
-                x = x.to(tl.float32)
-                s = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / 448.0
-                x8 = (x / s[:, None]).to(tl.float8e4nv)
-            else:
-                x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx_r + k[None, :], mask=xm, other=0.0)
-                s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
+            x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                         other=0.0)
+            s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
             acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
         o = out_ptr + pid_k.to(tl.int64) * so_s + rows[:, None].to(tl.int64) * so_r + n[None, :]
         tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _quant_kernel(x_ptr, x8_ptr, s_ptr, K, nkb, sx, BK: tl.constexpr):
+    # x: [R, K] -> x8 [R, K] e4m3, s [R, nkb]: one program per (row, K block)
+    r = tl.program_id(0)
+    kb = tl.program_id(1)
+    k = kb * BK + tl.arange(0, BK)
+    ok = k < K
+    x = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=ok, other=0.0).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-10) / 448.0
+    tl.store(x8_ptr + r.to(tl.int64) * K + k, (x / s).to(tl.float8e4nv), mask=ok)
+    tl.store(s_ptr + r * nkb + kb, s)
 
 
 def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
@@ -84,19 +96,37 @@ def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
     return x8.contiguous(), s.contiguous()
 
 
-def _tiles(R: int, N: int, nkb: int, experts: int, sms: int) -> tuple[int, int, int]:
-    """(BM, BN, K splits): BM the smallest dot tile that covers the rows per expert at decode; enough
-    K splits that a dense GEMM puts ~2 programs on every SM (a grouped one has programs per expert)."""
-    rows = R if experts == 1 else max(1, R // experts)
-    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
-    bn = 64
-    tiles = experts * -(-N // bn)
-    split = 1 if experts > 1 else max(1, min(nkb, -(-2 * sms // tiles)))
-    return bm, bn, -(-nkb // -(-nkb // split))
+@dataclass(frozen=True)
+class Tiles:
+    bn: int = 64          # N columns per program (<= the weight block rows keeps one scale per K block)
+    warps: int = 4
+    stages: int = 3       # software pipeline depth of the K loop
+    per_sm: int = 2       # dense GEMMs: K splits until about this many programs run per SM
+
+
+def default_tiles(R: int, N: int, K: int, experts: int) -> Tiles:
+    return Tiles()
+
+
+def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
+    """K splits of a dense GEMM so that about per_sm programs run on every SM (none for grouped ones:
+    their programs come per expert), every split non-empty."""
+    split = 1 if experts > 1 else max(1, min(nkb, -(-per_sm * sms // tiles)))
+    return -(-nkb // -(-nkb // split))
+
+
+def quantize_rows_gpu(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
+    # x: [R, K] cuda -> x8 [R, K] e4m3, s [R, ceil(K/b1)] fp32 (one launch)
+    R, K = x.shape
+    nkb = -(-K // b1)
+    x8 = torch.empty((R, K), dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty((R, nkb), dtype=torch.float32, device=x.device)
+    _quant_kernel[(R, nkb)](x, x8, s, K, nkb, x.stride(0), BK=b1, num_warps=1)
+    return x8, s
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
-               quantize_in_kernel: bool = True, sms: int = 132) -> Tensor:
+               sms: int = 132, tiles: Tiles | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM."""
     b0, b1 = block
     grouped = ends is not None
@@ -105,20 +135,18 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    bm, bn, splits = _tiles(R, N, nkb, E, sms)
+    t = tiles or default_tiles(R, N, K, E)
+    rows = R if E == 1 else max(1, R // E)
+    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
     per = -(-nkb // splits)
-    if quantize_in_kernel:
-        xk, xs = x.contiguous(), x  # xs unused
-    else:
-        xk, xs = quantize_rows(x, b1)
+    x8, xs = quantize_rows_gpu(x.contiguous(), b1) if x.is_cuda else quantize_rows(x, b1)
     out = torch.empty((splits, R, N), dtype=torch.float32 if splits > 1 else x.dtype, device=x.device)
     if grouped:
         out.zero_()  # rows past ends[-1] (other ranks' experts) read as 0, not garbage
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
-    grid = (E, triton.cdiv(N, bn), splits)
-    _fp8_gemm_kernel[grid](xk, xs, w3, s3, ends_arg, out, R, N, K, nkb, per,
-                           xk.stride(0), w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
-                           out.stride(0), out.stride(1),
-                           B0=b0, BK=b1, BM=bm, BN=bn, GROUPED=grouped, QUANT=quantize_in_kernel,
-                           num_warps=4, num_stages=3)
+    grid = (E, triton.cdiv(N, t.bn), splits)
+    _fp8_gemm_kernel[grid](x8, xs, w3, s3, ends_arg, out, R, N, K, nkb, per,
+                           w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1), out.stride(0), out.stride(1),
+                           B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, num_warps=t.warps, num_stages=t.stages)
     return out[0] if splits == 1 else out.sum(0).to(x.dtype)
