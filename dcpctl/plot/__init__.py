@@ -1,1 +1,1 @@
-"""Pictures (`--picture FILE`): matplotlib figures of plain plan and recommend values; matplotlib is imported only here, on demand."""
+"""Pictures for `--picture FILE`: matplotlib figures drawn from plain plan and recommend values."""

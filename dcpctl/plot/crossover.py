@@ -30,16 +30,32 @@ def crossover_figure(series: dict[str, Any]) -> Any:
     panels = series["panels"]
     cols = min(len(panels), 2)
     rows = -(-len(panels) // cols)
-    fig = new_figure(5.2 * cols, 3.3 * rows + 1.3, constrained=True)
+    width = 5.2 * cols if cols > 1 else 6.4
+    fig = new_figure(width, 3.3 * rows + (1.3 if cols > 1 else 1.9), constrained=True)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, p in zip(axes, panels):
         _panel(ax, p, series)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    fig.suptitle(_caption(series, int(5.2 * cols * 15)), fontsize=9, x=0.01, ha="left", linespacing=1.4)
+    handles, labels = handles + _marks(), labels + [h.get_label() for h in _marks()]
+    for ax in axes[len(panels):]:
+        ax.axis("off")
+    if len(panels) < len(axes):  # the empty slot holds the legend
+        axes[-1].legend(handles, labels, loc="center", fontsize=8.5, frameon=False, title="choice")
+    else:
+        fig.legend(handles, labels, loc="outside lower center", ncol=4 if cols > 1 else 2, fontsize=8, frameon=False)
+    fig.suptitle(_caption(series, int(width * 15)), fontsize=9, x=0.01, ha="left", linespacing=1.4)
     return fig
+
+
+def _marks() -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    return [Line2D([], [], color="#555555", marker="|", markersize=9, markeredgewidth=2, linestyle="none",
+                   label="curve ends: the choice fits no more"),
+            Line2D([], [], color="#555555", marker="*", markersize=10, linestyle="none",
+                   label="the DCP size starts to beat DCP 1"),
+            Patch(color=NO_FIT, alpha=0.45, label="DCP 1 does not fit"),
+            Line2D([], [], color="#444444", linestyle=(0, (1, 2)), label="--concurrency")]
 
 
 def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
@@ -59,7 +75,7 @@ def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
     _wins(ax, p)
     if chosen:
         ax.axvline(series["concurrency"], color="#444444", linestyle=(0, (1, 2)), linewidth=1.2)
-    _axes(ax, top)
+    _axes(ax, top, [ms for c in curves for _, ms in c["points"]])
     ax.grid(True, which="major", color="#e6e6e6", linewidth=0.7)
     ax.set_title(f"context {p['context_len']:,}" + (f" (--context-len; --concurrency {series['concurrency']})"
                                                     if chosen else ""), fontsize=9,
@@ -69,13 +85,27 @@ def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
     ax.tick_params(labelsize=7)
 
 
-def _axes(ax: Any, top: int) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator
+def _axes(ax: Any, top: int, ms: list[float]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
     ax.set_xscale("log", base=2)
     ax.set_xlim(0.8, top * 1.3)
     ax.xaxis.set_major_locator(LogLocator(base=2))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.set_ylim(bottom=0)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(_log_ticks(min(ms), max(ms))))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """At least four readable ticks on a log axis: 1-2-5 steps, finer when the range is under a decade."""
+    ticks: list[float] = []
+    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7), (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9)):
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in subs if lo <= m * 10.0 ** e <= hi]
+        if len(ticks) >= 4:
+            break
+    return ticks
 
 
 def _wins(ax: Any, p: dict[str, Any]) -> None:
