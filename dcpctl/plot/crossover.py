@@ -7,22 +7,15 @@ workload's --concurrency.
 """
 from __future__ import annotations
 
-import math
 import textwrap
 from typing import Any
 
 from dcpctl.plan.series import crossover_series
 from dcpctl.plot.output import new_figure, save
-
-SIZE_COLOURS = ["#222222", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2"]
+from dcpctl.plot.style import log_axes, size_colour as _colour
 STYLES = {("none", False): "-", ("ag_rs", False): ":", ("a2a", False): "--", ("a2a", True): "-.",
           ("fi_a2a", True): "-"}
 NO_FIT = "#d9d9d9"
-
-
-def _colour(dcp: int) -> str:
-    return SIZE_COLOURS[int(math.log2(dcp)) % len(SIZE_COLOURS)] if dcp & (dcp - 1) == 0 else \
-        SIZE_COLOURS[dcp % len(SIZE_COLOURS)]
 
 
 def crossover_figure(series: dict[str, Any]) -> Any:
@@ -75,37 +68,12 @@ def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
     _wins(ax, p)
     if chosen:
         ax.axvline(series["concurrency"], color="#444444", linestyle=(0, (1, 2)), linewidth=1.2)
-    _axes(ax, top, [ms for c in curves for _, ms in c["points"]])
-    ax.grid(True, which="major", color="#e6e6e6", linewidth=0.7)
+    log_axes(ax, top, [ms for c in curves for _, ms in c["points"]])
     ax.set_title(f"context {p['context_len']:,}" + (f" (--context-len; --concurrency {series['concurrency']})"
                                                     if chosen else ""), fontsize=9,
                  weight="bold" if chosen else "normal")
     ax.set_xlabel("concurrent requests", fontsize=8)
     ax.set_ylabel("attention ms per decode step", fontsize=8)
-    ax.tick_params(labelsize=7)
-
-
-def _axes(ax: Any, top: int, ms: list[float]) -> None:
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(0.8, top * 1.3)
-    ax.xaxis.set_major_locator(LogLocator(base=2))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(FixedLocator(_log_ticks(min(ms), max(ms))))
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-
-
-def _log_ticks(lo: float, hi: float) -> list[float]:
-    """At least four readable ticks on a log axis: 1-2-5 steps, finer when the range is under a decade."""
-    ticks: list[float] = []
-    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7), (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9)):
-        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-                 for m in subs if lo <= m * 10.0 ** e <= hi]
-        if len(ticks) >= 4:
-            break
-    return ticks
 
 
 def _wins(ax: Any, p: dict[str, Any]) -> None:

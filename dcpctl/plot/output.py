@@ -27,7 +27,20 @@ def check_path(path: str) -> str:
 def _checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         check_path(value)
+        _check_writable(Path(value))
     return value
+
+
+def _check_writable(path: Path) -> None:
+    """Fail while parsing, not after a plan or a benchmark has run."""
+    existed = path.exists()
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write --picture {path}: {e.strerror or e}") from None
+    if not existed:
+        path.unlink()
 
 
 def picture_option(what: str) -> Callable[[Any], Any]:
