@@ -72,7 +72,7 @@ def rank_map_figure(doc: dict[str, Any]) -> Any:
     _cells(ax, doc, grid)
     crossings = 0
     if doc["groups"]:
-        _replicas(ax, doc["groups"]["attn_dp"], grid)
+        _replicas(ax, doc["groups"]["attn_dp"], doc["topology"], grid)
         crossings = _node_edges(ax, doc, grid)
     for n in range(grid.nodes):
         x, y = grid.xy(n * grid.per_node)
@@ -128,7 +128,15 @@ def _runs(ranks: list[int], grid: _Grid) -> list[list[int]]:
     return runs
 
 
-def _replicas(ax: Any, replicas: list[list[int]], grid: _Grid) -> None:
+def _replica_name(i: int, t: dict[str, Any]) -> str:
+    """attn-DP i inside one engine; with whole-engine replicas (dp without attention DP) the engine too."""
+    engine, a = divmod(i, t["attn_dp_size"])
+    if t["total_gpus"] == t["world_size"]:
+        return f"attn-DP {a}"
+    return f"engine {engine}" + (f", attn-DP {a}" if t["attn_dp_size"] > 1 else "")
+
+
+def _replicas(ax: Any, replicas: list[list[int]], t: dict[str, Any], grid: _Grid) -> None:
     from matplotlib.patches import FancyBboxPatch
     pad = GAP / 4
     for i, ranks in enumerate(replicas):
@@ -138,7 +146,7 @@ def _replicas(ax: Any, replicas: list[list[int]], grid: _Grid) -> None:
                                         boxstyle="round,pad=0,rounding_size=0.12", fill=False, edgecolor="#222222",
                                         linewidth=2.2, gid="attn-dp-outline"))
             if k == 0:
-                ax.text(x + 0.1, y + CELL + 0.03, f"attn-DP {i}", ha="left", va="bottom", fontsize=7,
+                ax.text(x + 0.1, y + CELL + 0.03, _replica_name(i, t), ha="left", va="bottom", fontsize=7,
                         color="#222222", weight="bold")
 
 
@@ -165,6 +173,8 @@ def _node_edges(ax: Any, doc: dict[str, Any], grid: _Grid) -> int:
 def _caption(doc: dict[str, Any]) -> str:
     t, hw = doc["topology"], doc["hardware"]
     pp = f", PP {t['pp_size']}" if t["pp_size"] > 1 else ""
+    engines = t["total_gpus"] // t["world_size"] if t["world_size"] else 1
+    pp += f", {engines} whole-engine replicas (DP {t['dp_size']} without attention DP)" if engines > 1 else ""
     head = (f"{doc['model']['name']} on {hw['name']}: TP {t['tp_size']}, attention DP {t['attn_dp_size']} "
             f"(attn_tp {t['attn_tp_size']}), DCP {t['dcp_size']}, EP {t['ep_size']}{pp}; {t['total_gpus']} GPUs on "
             f"{t['nnodes']} node(s), {t['ranks_per_node']} per node")

@@ -89,3 +89,12 @@ def test_too_many_gpus_is_a_user_error():
     doc = plan_doc(hardware="gb200-nvl72", tp_size=2048, nnodes=512)
     with pytest.raises(UserError, match="draws at most 1024 GPUs and this plan has 2048"):
         rank_map_figure(doc)
+
+
+def test_whole_engine_replicas_and_pipeline_stages():
+    doc = plan_doc(hardware="cpu", tp_size=2, pp_size=2, dp_size=2, dcp_size=2)
+    fig = rank_map_figure(doc)
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("engine")]
+    assert labels == ["engine 0", "engine 1"] and len(drawn(fig, "attn-dp-outline")) == 2
+    assert len({c.get_facecolor() for c in drawn(fig, "gpu-cell")}) == 4  # tp 2 x pp 2 x 2 engines / dcp 2
+    assert "PP 2, 2 whole-engine replicas (DP 2 without attention DP)" in caption(fig)
