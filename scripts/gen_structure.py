@@ -8,6 +8,7 @@ heads = {
  "dcpctl/plan": "pure and torch-free: topology, rank map, model spec, hardware, decisions, memory, compositions, cost model",
  "dcpctl/launch": "plan -> launch config (YAML) -> torchrun argv/env; exports for real deployments",
  "dcpctl/bench": "`dcpctl bench ...`: measured, not asserted",
+ "dcpctl/plot": "`--picture FILE`: matplotlib (the optional `plot` extra), imported only when a picture is asked for",
  "dcpctl/runtime": "torch.distributed runtime; reads only torchrun's environment and the launch config",
 }
 for f in sorted(root.rglob("*.py")):

@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from dcpctl.plot.output import picture_option
+
 SHAPES: dict[str, dict[str, Any]] = {
     "tiny": {},
     "small": {"hidden_size": 512, "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": 128,
@@ -171,9 +173,10 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--timeout", type=float, default=1800, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON rows here.")
+@picture_option("step time against context per DCP size, one panel per batch (measured; predicted on CUDA)")
 def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str, batches: str, contexts: str,
             backend: str, replicate_q: bool, dtype: str, page: int | None, graphs: bool, path_kind: str, steps: int,
-            warmup: int, timeout: float, fmt: str, output: str | None) -> None:
+            warmup: int, timeout: float, fmt: str, output: str | None, picture: str | None) -> None:
     """Time decode steps for DCP sizes at fixed TP over batch x context.
 
     For each --dcp-sizes value, --tp-size ranks run the real runtime on a synthetic checkpoint of
@@ -216,6 +219,9 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
             Path(output).write_text(json.dumps(doc, indent=2))
         except OSError as e:  # the rows still reach stdout below
             console.warn(f"cannot write {output}: {e.strerror or e}")
+    if picture:
+        from dcpctl.plot.bench import save_decode  # matplotlib only when a picture is asked for
+        save_decode(doc, picture)
     if fmt == "json":
         console.write_text(json.dumps(doc, indent=2))
         return

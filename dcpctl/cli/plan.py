@@ -14,6 +14,7 @@ from dcpctl.cli.render_plan import render_table
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.resolve import request_from_options
+from dcpctl.plot.output import picture_option
 
 
 def build_plan(opts: dict[str, Any]) -> Plan:
@@ -40,9 +41,10 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 @click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="With --context-len: add a step-time estimate.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False), help="Measured cost constants.")
+@picture_option("the rank map (nodes, DCP groups, attention-DP replicas)")
 @click.pass_context
 def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | None, show_ranks: bool,
-         concurrency: int | None, calibration: str | None, **params: Any) -> None:
+         concurrency: int | None, calibration: str | None, picture: str | None, **params: Any) -> None:
     """Validate and explain a DCP topology before any GPU is touched.
 
     Prints the verdict, the rank map (TP, attention-TP, attention-DP, DCP and EP groups, nodes), every
@@ -54,6 +56,7 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
       dcpctl plan --model-path ./DeepSeek-V3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
+      dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
     """
     opts = collect(ctx, params, saved_plan)
     if concurrency and not opts.get("context_len"):
@@ -64,6 +67,9 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
         doc["estimate"] = p.estimate = _estimate(p, concurrency, calibration)
     if output:
         _save(doc, Path(output))
+    if picture:
+        from dcpctl.plot.rankmap import save_rank_map  # matplotlib only when a picture is asked for
+        save_rank_map(doc, picture)
     if fmt == "table":
         render_table(p, show_ranks)
     else:

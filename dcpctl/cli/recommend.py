@@ -13,6 +13,7 @@ from dcpctl.plan.cost import Constants, load_calibration
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.recommend import candidates, crossover, recommend
 from dcpctl.plan.resolve import request_from_options
+from dcpctl.plot.output import picture_option
 
 
 def constants_for(req: Any, calibration: str | None) -> Constants:
@@ -28,18 +29,21 @@ def constants_for(req: Any, calibration: str | None) -> Constants:
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
               help="Measured constants from `dcpctl bench ... --save-calibration` (replace the profile's).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@picture_option("the crossover (step time against concurrency per choice, one panel per context length)")
 @click.pass_context
 def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, calibration: str | None, fmt: str,
-                  **params: Any) -> None:
+                  picture: str | None, **params: Any) -> None:
     """Recommend a DCP size, exchange backend and Q replication for a model, hardware and workload.
 
     For --context-len L and --concurrency N: a table of attention step time (roofline: KV read,
     attention FLOPs, projection GEMMs, DCP collectives) and max concurrency per choice, the
     crossover concurrency per context length (where DCP starts to win), and the pick with its reason.
+    --picture FILE draws the step time against concurrency for the same context lengths.
 
     \b
-    Example:
+    Examples:
       dcpctl recommend --model deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
+      dcpctl recommend --preset kimi-k3-32gpu-dpa-dcp8 --concurrency 32 --picture crossover.png
     """
     opts = collect(ctx, params)
     if not opts.get("context_len"):
@@ -49,6 +53,9 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
     k = constants_for(req, calibration)
     result = recommend(req, opts["context_len"], concurrency, k)
     result["crossovers"] = _crossovers(req, k, ctxs)
+    if picture:
+        from dcpctl.plot.crossover import save_crossover  # matplotlib only when a picture is asked for
+        save_crossover(req, k, result, ctxs, picture)
     if fmt == "json":
         console.write_text(json.dumps(result, indent=2))
     else:

@@ -66,7 +66,9 @@ def crossover(req: PlanRequest, ch: Choice, context: int, k: Constants) -> int |
         return n > base.max_concurrency or (a.cost is not None and b.cost is not None
                                             and a.cost.layer_s < b.cost.layer_s)
 
-    hi = max(base.max_concurrency + 1, 1)
+    # probe the top of the range where `ch` fits: past DCP 1's limit, or `ch`'s own limit when that is lower
+    # (a cap both share, e.g. --max-running-requests, would otherwise hide a win below it)
+    hi = max(min(base.max_concurrency + 1, evaluate(req, ch, context, 1, k).max_concurrency), 1)
     if not wins(min(hi, MAX_SEARCH)):
         return None
     lo = 0

@@ -1,0 +1,1 @@
+"""Pictures for `--picture FILE`: matplotlib figures drawn from plain plan and recommend values."""
