@@ -45,6 +45,15 @@ class Probe:
     def mnnvl(self) -> bool:
         return self.fabric_state == "completed" and bool(self.cluster_uuid.replace("0", "").replace("-", ""))
 
+    def find(self, uuid: str) -> Gpu | None:
+        """The GPU with this UUID (NVML's `GPU-...` or torch's bare form), None when none has it."""
+        key = _uuid_key(uuid)
+        return next((g for g in self.gpus if key and _uuid_key(g.uuid) == key), None)
+
+
+def _uuid_key(uuid: str) -> str:
+    return uuid.strip().lower().removeprefix("gpu-")
+
 
 def _text(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dcpctl.runtime.attention.kernel_choice import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.shards import Shards, split
@@ -87,7 +88,7 @@ def grouped_mm_ok(w: Tensor) -> bool:
     and sm_10x; elsewhere torch falls back to a loop that reads the offsets back to the host), every
     dimension a multiple of 8.  Otherwise one small GEMM chain per expert."""
     return (hasattr(torch, "_grouped_mm") and w.is_cuda and w.dtype == torch.bfloat16
-            and torch.cuda.get_device_capability(w.device)[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
+            and gpu_facts(w.device).sm[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
 
 class MoE:
