@@ -43,7 +43,7 @@ def require(hw: Hardware, attn_tp: int) -> None:
     why = hw.figure_source(missing[0]).removeprefix("unknown: ")
     benches = " and ".join(f"`dcpctl bench {b} --save-calibration FILE`"
                            for b in dict.fromkeys(_MEASURED_BY[f] for f in missing))
-    raise UnknownFigures(f"the cost figures {', '.join(missing)} of {hw.gpu_name} ({hw.source}) are unknown ({why}): "
+    raise UnknownFigures(f"the cost figures {', '.join(missing)} of {hw.gpu_name} (hardware {hw.name}) are unknown ({why}): "
                          f"pass --hardware with a profile or YAML file that has them, or --calibration with the file "
                          f"{benches} writes")
 

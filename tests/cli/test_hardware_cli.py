@@ -50,7 +50,7 @@ def test_unknown_gpu_refuses_to_rank_and_plan_says_why(machine):
     r = run("recommend", *KIMI)
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "error: dcpctl recommend cannot rank the choices: the cost figures hbm_tbps, bf16_tflops of NVIDIA " \
-           "H200 NVL (detected: nvml) are unknown (no built-in profile has NVIDIA H200 NVL with 140.4 GiB)" \
+           "H200 NVL (hardware detected-1x) are unknown (no built-in profile has NVIDIA H200 NVL with 140.4 GiB)" \
            in " ".join(r.output.split())
     p = run("plan", *KIMI, "--format", "json")
     e = json.loads(p.output)["estimate"]

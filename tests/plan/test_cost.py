@@ -106,7 +106,7 @@ def test_unknown_figures_refuse_to_price():
     with pytest.raises(UnknownFigures) as e:
         constants_for(unknown_gpu(), attn_tp=8)
     assert str(e.value) == (
-        "the cost figures hbm_tbps, bf16_tflops, link_gbps, coll_latency_us of NVIDIA X (detected: nvml) are unknown "
+        "the cost figures hbm_tbps, bf16_tflops, link_gbps, coll_latency_us of NVIDIA X (hardware h200-8) are unknown "
         "(no built-in profile has NVIDIA X with 80.0 GiB): pass --hardware with a profile or YAML file that has them, "
         "or --calibration with the file `dcpctl bench kernel --save-calibration FILE` and "
         "`dcpctl bench exchange --save-calibration FILE` writes")
