@@ -215,3 +215,76 @@ def test_profiles_and_yaml(tmp_path):
     f.write_text("hardware: [\n")
     with pytest.raises(UserError, match=r"hw.yaml is not valid YAML \(line 2, column 1\)"):
         resolve_hardware(str(f), PROFILES)
+
+
+class FakeLibNvml:
+    """libnvidia-ml.so as nvidia-ml-py's own wrappers call it (ctypes arguments): 8 NVLinked H200s whose
+    driver has only the fabric calls in `fabric`, so the real wrappers' signatures are what is tested."""
+    def __init__(self, fabric=("nvmlDeviceGetGpuFabricInfoV",)):
+        for name in fabric:
+            setattr(self, name, self._fabric)
+
+    @staticmethod
+    def _index(handle):
+        return ctypes.cast(handle, ctypes.c_void_p).value - 1
+
+    def nvmlInitWithFlags(self, flags): return 0
+    def nvmlShutdown(self): return 0
+
+    def nvmlDeviceGetCount_v2(self, ref):
+        ref._obj.value = 8
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, ref):
+        ctypes.memmove(ctypes.addressof(ref._obj), ctypes.byref(ctypes.c_size_t(index.value + 1)),
+                       ctypes.sizeof(ctypes.c_void_p))
+        return 0
+
+    def nvmlDeviceGetName(self, handle, buf, size):
+        buf.value = b"NVIDIA H200"
+        return 0
+
+    def nvmlDeviceGetUUID(self, handle, buf, size):
+        buf.value = f"GPU-{self._index(handle):08x}-0000-0000-0000-000000000000".encode()
+        return 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle, ref):
+        ref._obj.total = 143771 * 2**20
+        return 0
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
+        major._obj.value, minor._obj.value = 9, 0
+        return 0
+
+    def nvmlDeviceGetNvLinkState(self, handle, link, ref):
+        if link >= 18:
+            return 2   # NVML_ERROR_INVALID_ARGUMENT past the last link
+        ref._obj.value = 1
+        return 0
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index, ref):
+        ref._obj.value = 0 if index == 2 else 4
+        return 0
+
+    def nvmlDeviceGetFieldValues(self, handle, count, ref):
+        ref._obj[0].nvmlReturn, ref._obj[0].value.uiVal = 0, 26562
+        return 0
+
+    def _fabric(self, handle, ref):
+        ref._obj.state = 3   # completed, cluster UUID zero: one NVLink box
+        return 0
+
+
+@pytest.mark.parametrize("fabric", [("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"),
+                                    ("nvmlDeviceGetGpuFabricInfo",)])
+def test_real_nvidia_ml_py_wrappers(monkeypatch, fabric):
+    pynvml = pytest.importorskip("pynvml")   # nvidia-ml-py (the `nvml` extra)
+    monkeypatch.setattr(pynvml, "nvmlLib", FakeLibNvml(fabric))
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    found = probe_machine(nvml=pynvml, run=no_smi, torch=NO_TORCH)
+    assert [g.uuid[:12] for g in found.gpus[:2]] == ["GPU-00000000", "GPU-00000001"]
+    assert (found.nvlink, found.nvlink_peers, found.links, found.link_speed_gbps) == (True, 7, 18, 26.562)
+    assert (found.fabric_state, found.cluster_uuid, found.mnnvl) == (
+        "completed", "00000000-0000-0000-0000-000000000000", False)
+    hw = from_probe(found, PROFILES)
+    assert (hw.gpu_name, hw.memory_gib, hw.sm, hw.hbm_tbps, hw.link_gbps) == ("NVIDIA H200", 140.4, 90, 4.8, 478.1)
