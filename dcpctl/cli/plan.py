@@ -13,6 +13,7 @@ from dcpctl.cli.options import collect, plan_options
 from dcpctl.cli.render_plan import render_table
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
+from dcpctl.plan.recommend import estimate
 from dcpctl.plan.resolve import request_from_options
 from dcpctl.plot.output import picture_option
 
@@ -40,7 +41,8 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 @click.option("-o", "--output", type=click.Path(), help="Also save the plan (YAML, or JSON for *.json).")
 @click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="With --context-len: add a step-time estimate.")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), help="Measured cost constants.")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
+              help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the profile's.")
 @picture_option("the rank map (nodes, DCP groups, attention-DP replicas)")
 @click.pass_context
 def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | None, show_ranks: bool,
@@ -59,12 +61,14 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
     """
     opts = collect(ctx, params, saved_plan)
+    if calibration:
+        opts["calibration"] = calibration
     if concurrency and not opts.get("context_len"):
         raise UserError("--concurrency needs --context-len (the step-time estimate is per context length)")
     p = build_plan(opts)
     doc = plan_document(p, opts)
     if concurrency and p.valid and opts.get("context_len"):
-        doc["estimate"] = p.estimate = _estimate(p, concurrency, calibration)
+        doc["estimate"] = p.estimate = estimate(p, concurrency, opts.get("calibration"))
     if output:
         _save(doc, Path(output))
     if picture:
@@ -76,24 +80,6 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
         console.write_text(dump(doc, fmt))
     if not p.valid:
         ctx.exit(2)
-
-
-def _estimate(p: Plan, concurrency: int, calibration: str | None) -> dict[str, Any]:
-    """The plan's own choice against DCP 1 from the cost model (dcpctl recommend searches all)."""
-    from dcpctl.cli.recommend import constants_for
-    from dcpctl.plan.cost import Choice
-    from dcpctl.plan.recommend import evaluate, step_ms
-    r, d = p.request, p.decisions
-    k = constants_for(r, calibration)
-    mine = Choice(r.topology.dcp_size, d["dcp_comm_backend"].value if r.topology.dcp_size > 1 else "none",
-                  bool(d["dcp_replicate_q_proj"].value))
-    rows = [evaluate(r, ch, r.context_len or 1, concurrency, k) for ch in (mine, Choice(1, "none", False))]
-    out = {"concurrency": concurrency, "constants": k.source}
-    for name, row in zip(("plan", "dcp1"), rows):
-        out[name] = {"choice": row.choice.label, "step_attention_ms": step_ms(r, row),
-                     "fits": row.valid and row.max_concurrency >= concurrency}
-    out["speedup_vs_dcp1"] = out["dcp1"]["step_attention_ms"] / out["plan"]["step_attention_ms"]
-    return out
 
 
 def _save(doc: dict[str, Any], path: Path) -> None:

@@ -2,23 +2,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
 from dcpctl.cli import console
 from dcpctl.cli.options import collect, plan_options, positive_ints
-from dcpctl.plan.cost import Constants, load_calibration
+from dcpctl.plan.cost import Constants
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.figures import UnknownFigures, constants_for
 from dcpctl.plan.recommend import candidates, crossover, recommend
 from dcpctl.plan.resolve import request_from_options
 from dcpctl.plot.output import picture_option
-
-
-def constants_for(req: Any, calibration: str | None) -> Constants:
-    k = Constants.from_hardware(req.hardware)
-    return load_calibration(Path(calibration), k) if calibration else k
 
 
 @click.command(name="recommend")
@@ -27,7 +22,8 @@ def constants_for(req: Any, calibration: str | None) -> Constants:
 @click.option("--contexts", default=None, help="Comma-separated context lengths for the crossover table "
                                                 "(default: --context-len, 8K, 32K, 128K).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
-              help="Measured constants from `dcpctl bench ... --save-calibration` (replace the profile's).")
+              help="Measured cost figures from `dcpctl bench ... --save-calibration` (replace the profile's; "
+                   "needed where no profile matches the GPU).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @picture_option("the crossover (step time against concurrency per choice, one panel per context length)")
 @click.pass_context
@@ -38,19 +34,24 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
     For --context-len L and --concurrency N: a table of attention step time (roofline: KV read,
     attention FLOPs, projection GEMMs, DCP collectives) and max concurrency per choice, the
     crossover concurrency per context length (where DCP starts to win), and the pick with its reason.
+    The figures come from the hardware profile (--hardware auto: the profile matching the detected
+    GPU) or --calibration; where neither has them, recommend refuses (exit 2) and says how to fix it.
     --picture FILE draws the step time against concurrency for the same context lengths.
 
     \b
     Examples:
-      dcpctl recommend --model deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
+      dcpctl recommend --model-preset deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
       dcpctl recommend --preset kimi-k3-32gpu-dpa-dcp8 --concurrency 32 --picture crossover.png
     """
     opts = collect(ctx, params)
     if not opts.get("context_len"):
         raise UserError("dcpctl recommend needs --context-len")
     ctxs = _contexts(contexts, opts["context_len"])
-    req = request_from_options(opts)
-    k = constants_for(req, calibration)
+    req = request_from_options({**opts, "calibration": calibration})
+    try:
+        k = constants_for(req.hardware, req.topology.attn_tp, calibration)
+    except UnknownFigures as e:
+        raise UserError(f"dcpctl recommend cannot rank the choices: {e}") from None
     result = recommend(req, opts["context_len"], concurrency, k)
     result["crossovers"] = _crossovers(req, k, ctxs)
     if picture:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcpctl.cli import console
+from dcpctl.cli.render_hardware import render_hardware
 from dcpctl.plan.groups import collapse, rank_info
 from dcpctl.plan.planner import Plan
 
@@ -92,15 +93,20 @@ def _estimate(p: Plan) -> None:
     e = p.estimate
     if not e:
         return
+    if "unavailable" in e:
+        console.out.print(f"No estimate at {e['concurrency']} concurrent requests: {e['unavailable']}", soft_wrap=True)
+        return
+    same = e["plan"]["choice"] == e["dcp1"]["choice"]   # a dcp 1 plan is its own baseline: one row
     rows = [[e[k]["choice"], f"{e[k]['step_attention_ms']:.3f}", "yes" if e[k]["fits"] else "no"]
-            for k in ("plan", "dcp1")]
-    console.out.print(console.table(f"Estimate at {e['concurrency']} concurrent requests ({e['constants']}); "
-                                    f"speedup vs dcp 1: {e['speedup_vs_dcp1']:.2f}x",
+            for k in (("plan",) if same else ("plan", "dcp1"))]
+    vs = "the plan is dcp 1" if same else f"speedup vs dcp 1: {e['speedup_vs_dcp1']:.2f}x"
+    console.out.print(console.table(f"Estimate at {e['concurrency']} concurrent requests ({e['constants']}); {vs}",
                                     ["choice", "attention ms/step", "fits"], rows))
 
 
 def render_table(p: Plan, show_all_ranks: bool = False) -> None:
     _header(p)
+    render_hardware(p.request.hardware)
     if p.groups:
         _groups(p)
         _rank_map(p, show_all_ranks)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.hardware import Hardware
+from dcpctl.plan.hardware import FIGURES, Hardware
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.memory import KV_DTYPE_BYTES
 
@@ -51,14 +51,21 @@ class Constants:
     attn_fixed_s: float = 0.0      # per kernel call (launch, split reduction): small batches are latency bound
     a2a_latency_s: float | None = None    # packed a2a exchange; None: a plain collective
     a2a_bytes_per_s: float | None = None  # per send-buffer byte; None: received bytes over the link
+    sources: tuple[tuple[str, str], ...] = ()  # (hardware figure, where its value came from)
 
     @staticmethod
     def from_hardware(hw: Hardware) -> "Constants":
-        return Constants(hw.hbm_tbps * 1e12 or 1e11, hw.bf16_tflops * 1e12 or 1e12, hw.link_gbps * 1e9 or 1e10,
-                         hw.coll_latency_us * 1e-6, f"hardware profile {hw.name}")
+        """The hardware's figures as they are: an unknown one stays 0 (`require` refuses to price with it)."""
+        return Constants(hw.hbm_tbps * 1e12, hw.bf16_tflops * 1e12, hw.link_gbps * 1e9, hw.coll_latency_us * 1e-6,
+                         _summary(hw.figures, f"hardware {hw.name}"), sources=hw.figures)
 
     def efficiency(self, heads: int) -> float:
         return interpolate_log2(self.efficiency_by_heads, heads) if self.efficiency_by_heads else self.attn_efficiency
+
+
+def _summary(sources: tuple[tuple[str, str], ...], default: str) -> str:
+    """Where the known figures came from, each source once ("profile h200-8, nvml: 18 active NVLinks ...")."""
+    return ", ".join(dict.fromkeys(s for _, s in sources if not s.startswith("unknown"))) or default
 
 
 def interpolate_log2(table: tuple[tuple[int, float], ...], x: float) -> float:
@@ -79,6 +86,7 @@ _KEYS = {"copy_tbps": ("hbm_bytes_per_s", 1e12), "bf16_tflops": ("flops_per_s", 
          "a2a_latency_us": ("a2a_latency_s", 1e-6), "a2a_gbps": ("a2a_bytes_per_s", 1e9),
          "attn_fixed_us": ("attn_fixed_s", 1e-6), "layer_overhead_us": ("layer_overhead_s", 1e-6)}
 CALIBRATION_KEYS = sorted([*_KEYS, "attn_efficiency"])
+_FIGURE = {"copy_tbps": "hbm_tbps"}  # calibration key -> the hardware figure it measures (others: the same name)
 
 
 def load_calibration(path: Path, base: Constants) -> Constants:
@@ -101,7 +109,11 @@ def load_calibration(path: Path, base: Constants) -> Constants:
         raise UserError(f"{path}: calibration rates must be positive and times must be >= 0")
     measured_only = {"attn_efficiency": 1.0, "layer_overhead_s": 0.0, "efficiency_by_heads": (), "attn_fixed_s": 0.0,
                      "a2a_latency_s": None, "a2a_bytes_per_s": None}  # not inherited from the profile
-    k = replace(base, **{**measured_only, **vals, "source": f"calibration {path}"})
+    measured = {_FIGURE.get(key, key) for key in d} | ({"coll_latency_us"} if "a2a_latency_us" in d else set())
+    before = dict(base.sources)
+    sources = tuple((f, f"calibration {path}" if f in measured else before.get(f, "unknown")) for f in FIGURES)
+    k = replace(base, **{**measured_only, **vals, "source": _summary(sources, f"calibration {path}"),
+                         "sources": sources})
     return _with_efficiency(k, d.get("attn_efficiency", 1.0), path)
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from dcpctl.plan.cost import Choice, Constants, StepCost, layer_cost, to_dict
 from dcpctl.plan.errors import divisors
-from dcpctl.plan.planner import make_plan
+from dcpctl.plan.figures import UnknownFigures, constants_for
+from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.request import PlanRequest
 
 MAX_SEARCH = 1 << 16
@@ -110,3 +111,22 @@ def _pick(req: PlanRequest, fitting: list[tuple[float, Row]], rows: list[Row], n
         why = f"{r.choice.label} is fastest: {ms:.3f} ms vs {step_ms(req, base):.3f} ms for DCP 1 per step"
     return {"choice": r.choice.label, "dcp_size": r.choice.dcp, "dcp_comm_backend": r.choice.backend,
             "dcp_replicate_q_proj": r.choice.replicate_q, "step_attention_ms": ms, "reason": why}
+
+
+def estimate(p: Plan, concurrency: int, calibration: str | None = None) -> dict[str, Any]:
+    """The plan's own choice against DCP 1 from the cost model (`recommend` searches all); with unknown
+    cost figures, no estimate and why."""
+    r, d = p.request, p.decisions
+    try:
+        k = constants_for(r.hardware, r.topology.attn_tp, calibration)
+    except UnknownFigures as e:
+        return {"concurrency": concurrency, "constants": None, "unavailable": str(e)}
+    mine = Choice(r.topology.dcp_size, d["dcp_comm_backend"].value if r.topology.dcp_size > 1 else "none",
+                  bool(d["dcp_replicate_q_proj"].value))
+    out: dict[str, Any] = {"concurrency": concurrency, "constants": k.source}
+    for name, ch in (("plan", mine), ("dcp1", Choice(1, "none", False))):
+        row = evaluate(r, ch, r.context_len or 1, concurrency, k)
+        out[name] = {"choice": row.choice.label, "step_attention_ms": step_ms(r, row),
+                     "fits": row.valid and row.max_concurrency >= concurrency}
+    out["speedup_vs_dcp1"] = out["dcp1"]["step_attention_ms"] / out["plan"]["step_attention_ms"]
+    return out

@@ -6,6 +6,7 @@ from typing import Any
 
 from dcpctl.plan import presets
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.figures import calibrated
 from dcpctl.plan.hardware import Hardware, resolve_hardware
 from dcpctl.plan.model import ModelSpec, spec_from_config, spec_from_path
 from dcpctl.plan.request import PlanRequest
@@ -16,7 +17,7 @@ TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_si
 REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
                                                                               "draft_model"))
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
-              "attn_dp_size")
+              "attn_dp_size", "calibration")
 DEFAULT_MODEL = "tiny"
 
 
@@ -64,6 +65,8 @@ def _attn_dp(opts: dict[str, Any]) -> dict[str, Any]:
 
 def request_from_options(opts: dict[str, Any]) -> PlanRequest:
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
+    if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
+        hardware = calibrated(hardware, Path(opts["calibration"]))
     opts = _attn_dp(opts)
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)

@@ -93,3 +93,45 @@ def test_calibrated_efficiency_and_overhead(tmp_path):
     f.write_text("calibration: {attn_efficiency: 1.5}\n")
     with pytest.raises(UserError, match="0 < attn_efficiency <= 1"):
         load_calibration(f, K)
+
+
+def unknown_gpu(**figures):
+    from dcpctl.plan.hardware import FIGURES
+    return replace(hw("h200-8"), gpu_name="NVIDIA X", source="detected: nvml", **{f: 0.0 for f in FIGURES},
+                   figures=tuple((f, "unknown: no built-in profile has NVIDIA X with 80.0 GiB") for f in FIGURES))
+
+
+def test_unknown_figures_refuse_to_price():
+    from dcpctl.plan.figures import UnknownFigures, constants_for
+    with pytest.raises(UnknownFigures) as e:
+        constants_for(unknown_gpu(), attn_tp=8)
+    assert str(e.value) == (
+        "the cost figures hbm_tbps, bf16_tflops, link_gbps, coll_latency_us of NVIDIA X (hardware h200-8) are unknown "
+        "(no built-in profile has NVIDIA X with 80.0 GiB): pass --hardware with a profile or YAML file that has them, "
+        "or --calibration with the file `dcpctl bench kernel --save-calibration FILE` and "
+        "`dcpctl bench exchange --save-calibration FILE` writes")
+    with pytest.raises(UnknownFigures, match=r"^the cost figures hbm_tbps, bf16_tflops of .*bench kernel --save-cal"
+                                             r"ibration FILE` writes$"):
+        constants_for(unknown_gpu(), attn_tp=1)   # one rank: no collective, no link figure needed
+
+
+def test_profile_constants_have_no_placeholders():
+    k = Constants.from_hardware(hw("h200-8"))
+    assert (k.hbm_bytes_per_s, k.flops_per_s, k.link_bytes_per_s, k.coll_latency_s) == pytest.approx((4.8e12, 989e12, 450e9, 15e-6))
+    zero = Constants.from_hardware(unknown_gpu())
+    assert (zero.hbm_bytes_per_s, zero.flops_per_s, zero.link_bytes_per_s) == (0, 0, 0)
+
+
+def test_calibration_fills_unknown_figures_and_says_so(tmp_path):
+    from dcpctl.plan.figures import calibrated, constants_for
+    f = tmp_path / "kernel.yaml"
+    f.write_text("calibration: {copy_tbps: 4.2617, bf16_tflops: 789.35, attn_fixed_us: 17}\n")
+    h = calibrated(unknown_gpu(), f)
+    assert (h.hbm_tbps, h.bf16_tflops, h.link_gbps) == (4.2617, 789.35, 0.0)
+    assert h.figure_source("hbm_tbps") == f"calibration {f}" and h.figure_source("link_gbps").startswith("unknown")
+    k = constants_for(h, attn_tp=1, calibration=f)
+    assert k.hbm_bytes_per_s == pytest.approx(4.2617e12) and k.attn_fixed_s == pytest.approx(17e-6)
+    assert k.source == f"calibration {f}"
+    g = calibrated(hw("h200-8"), f)   # measured figures replace the profile's, the rest stay the profile's
+    assert g.figure_source("hbm_tbps") == f"calibration {f}" and g.figure_source("link_gbps") == "h200-8"
+    assert constants_for(g, 8, f).source == f"calibration {f}, h200-8"

@@ -78,3 +78,15 @@ def test_a_protocol_line_is_one_write(monkeypatch):
     monkeypatch.setenv("DCPCTL_LAUNCH_CONFIG", "launch.yaml")
     notes.note_once("local attention: x")
     assert writes == ["dcpctl-note local attention: x\n"]
+
+
+def test_gpu_facts_read_the_plans_probe():
+    from types import SimpleNamespace
+
+    from dcpctl.plan.detect import Gpu, Probe
+    found = Probe((Gpu(0, "NVIDIA B200", 179.1, 100, "GPU-0a1b"), Gpu(1, "NVIDIA H200", 140.4, 90, "GPU-9f8e")), "nvml")
+    props = SimpleNamespace(uuid="9f8e", shared_memory_per_multiprocessor=233_472, multi_processor_count=132)
+    assert kc.facts_from(props, found) == H200                   # torch's bare UUID finds NVML's GPU-... record
+    torch_only = SimpleNamespace(**vars(props), major=8, minor=0)
+    assert kc.facts_from(torch_only, None).sm == (8, 0)          # no probe answer: torch's own capability
+    assert kc.facts_from(SimpleNamespace(**{**vars(torch_only), "uuid": "ffff"}), found).sm == (8, 0)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from dcpctl.plan.detect import Probe, probe
 from dcpctl.runtime.attention.gluon_mla import UNAVAILABLE, smem_bytes
 from dcpctl.runtime.notes import note_once
 
@@ -29,10 +30,17 @@ class GpuFacts(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def gpu_facts(device: torch.device) -> GpuFacts:
-    props = torch.cuda.get_device_properties(device)
+    """This GPU as the plan's memoized probe saw it (`dcpctl.plan.detect.probe`, matched by UUID), plus what
+    only torch knows (shared memory, SM count): the plan and the runtime read one answer about the machine."""
+    return facts_from(torch.cuda.get_device_properties(device), probe())
+
+
+def facts_from(props: object, found: Probe | None) -> GpuFacts:
+    gpu = found.find(str(getattr(props, "uuid", ""))) if found else None
+    sm = divmod(gpu.sm, 10) if gpu else (props.major, props.minor)   # type: ignore[attr-defined]
     # the opt-in per-block maximum is the per-SM size less 1 KB reserved by the driver (227 KB on H100/H200)
-    return GpuFacts((props.major, props.minor), props.shared_memory_per_multiprocessor - 1024,
-                    props.multi_processor_count)
+    return GpuFacts(sm, props.shared_memory_per_multiprocessor - 1024,  # type: ignore[attr-defined]
+                    props.multi_processor_count)  # type: ignore[attr-defined]
 
 
 def gluon_blocker(cfg: KernelConfig, gpu: GpuFacts | None, kv_dtype: torch.dtype, row: int, v_dim: int,

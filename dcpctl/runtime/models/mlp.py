@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dcpctl.runtime.attention.kernel_choice import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.quant import Fp8Weight, Weight, grouped_linear, linear, stack
@@ -91,7 +92,7 @@ def grouped_mm_ok(w: Weight) -> bool:
     if isinstance(w, Fp8Weight):
         return w.is_cuda
     return (hasattr(torch, "_grouped_mm") and w.is_cuda and w.dtype == torch.bfloat16
-            and torch.cuda.get_device_capability(w.device)[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
+            and gpu_facts(w.device).sm[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
 
 class MoE:
