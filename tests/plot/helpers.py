@@ -21,7 +21,7 @@ def plan_doc(preset: str | None = None, **flags: Any) -> dict[str, Any]:
 def recommended(contexts: list[int], concurrency: int, preset: str | None = None, **flags: Any):
     opts = options(preset, **flags)
     req = request_from_options(opts)
-    k = constants_for(req, None)
+    k = constants_for(req.hardware, req.topology.attn_tp)
     result = recommend(req, opts["context_len"], concurrency, k)
     result["crossovers"] = _crossovers(req, k, contexts)
     return req, k, result
