@@ -60,3 +60,23 @@ def test_gpu_grouped_kernel_is_graph_safe():
         torch.cuda.set_sync_debug_mode("default")
     g.replay()
     torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_split_k_counts_reset_across_calls_and_replays():
+    # decode shape with K splits: the last program of each tile sums the partials and zeroes its count
+    from dcpctl.runtime.models.fp8_gemm import fp8_matmul
+    from tests.runtime.test_model_fp8 import quantize
+    w8, s = (t.cuda() for t in quantize(torch.randn(1536, 7168), (128, 128)))
+    x = torch.randn(1, 7168, device="cuda", dtype=torch.bfloat16)
+    first = fp8_matmul(x, w8, s, (128, 128))
+    for _ in range(3):
+        torch.testing.assert_close(fp8_matmul(x, w8, s, (128, 128)), first, rtol=0, atol=0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fp8_matmul(x, w8, s, (128, 128))
+    for _ in range(3):
+        out.zero_()
+        g.replay()
+        torch.testing.assert_close(out, first, rtol=0, atol=0)

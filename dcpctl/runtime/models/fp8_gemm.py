@@ -13,8 +13,9 @@ x8 once per N tile and W once in all: at decode sizes the weight read is the who
 | scale    | [ceil(N/b0), ceil(K/b1)] (+E) | real W = w8 * scale[n // b0, k // b1]                      |
 | ends     | [E] int32 or None            | grouped GEMM: rows past ends[-1] are left unwritten        |
 
-The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials that
-one sum reduces, so results are deterministic. `Tiles` (N tile, warps, pipeline stages, programs per SM)
+The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials; the
+last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
+split order and writes the output, so one launch does it and results are deterministic. `Tiles` (N tile, warps, pipeline stages, programs per SM)
 defaults to `default_tiles`; `benchmarks/fp8_gemm.py --sweep` measures the alternatives. On the CPU
 (Triton's interpreter, tests only) rows are quantized with torch: the interpreter's e4m3 rounding
 differs from the GPU's.
@@ -32,12 +33,12 @@ FP8_MAX = 448.0
 
 
 @triton.jit
-def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr,
-                     R, N, K, nkb, kb_per_split,
-                     sw_e, sw_n, sws_e, sws_n, so_s, so_r,
+def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, count_ptr,
+                     R, N, K, nkb, kb_per_split, splits,
+                     sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                     GROUPED: tl.constexpr):
-    # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 -> out[split, R, N]
+                     GROUPED: tl.constexpr, SPLIT: tl.constexpr):
+    # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 -> out [R, N]; with SPLIT, part [splits, R, N] fp32
     e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -67,8 +68,23 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr,
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
             acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
-        o = out_ptr + pid_k.to(tl.int64) * so_s + rows[:, None].to(tl.int64) * so_r + n[None, :]
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+        at = rows[:, None].to(tl.int64) * N + n[None, :]
+        if SPLIT:
+            tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=r_ok[:, None] & n_ok[None, :])
+        else:
+            tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+    if SPLIT:
+        done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
+        if done == splits - 1:
+            for m0 in range(0, R, BM):
+                rows = m0 + tl.arange(0, BM)
+                ok = (rows < R)[:, None] & n_ok[None, :]
+                at = rows[:, None].to(tl.int64) * N + n[None, :]
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for sp in range(0, splits):
+                    acc += tl.load(part_ptr + sp * R * N + at, mask=ok, other=0.0, cache_modifier=".cg")
+                tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+            tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
 
 
 @triton.jit
@@ -141,12 +157,32 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
     per = -(-nkb // splits)
     x8, xs = quantize_rows_gpu(x.contiguous(), b1) if x.is_cuda else quantize_rows(x, b1)
-    out = torch.empty((splits, R, N), dtype=torch.float32 if splits > 1 else x.dtype, device=x.device)
-    if grouped:
-        out.zero_()  # rows past ends[-1] (other ranks' experts) read as 0, not garbage
+    out = (torch.zeros if grouped else torch.empty)((R, N), dtype=x.dtype, device=x.device)  # grouped: rows
+    part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out  # past ends: 0
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
-    grid = (E, triton.cdiv(N, t.bn), splits)
-    _fp8_gemm_kernel[grid](x8, xs, w3, s3, ends_arg, out, R, N, K, nkb, per,
-                           w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1), out.stride(0), out.stride(1),
-                           B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, num_warps=t.warps, num_stages=t.stages)
-    return out[0] if splits == 1 else out.sum(0).to(x.dtype)
+    n_tiles = triton.cdiv(N, t.bn)
+    _fp8_gemm_kernel[(E, n_tiles, splits)](x8, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
+                                           R, N, K, nkb, per, splits,
+                                           w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
+                                           B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
+                                           num_warps=t.warps, num_stages=t.stages)
+    return out
+
+
+_COUNTERS: dict[str, Tensor] = {}
+_MAX_TILES = 1 << 14
+
+
+def prepare(device: torch.device | str) -> None:
+    """Allocate this device's tile counts now (at load), not inside a CUDA graph capture."""
+    _counters(torch.device(device), 1)
+
+
+def _counters(device: torch.device, n: int) -> Tensor:
+    """One zeroed int32 count per N tile, kept per device (each GEMM leaves them zero again)."""
+    if n > _MAX_TILES:
+        raise ValueError(f"fp8 GEMM with {n} N tiles; at most {_MAX_TILES}")
+    key = str(device)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
+    return _COUNTERS[key]

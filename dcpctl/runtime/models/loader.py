@@ -78,6 +78,9 @@ def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int,
         keep, why = False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width "
                             f">= 16, so block-FP8 weights are dequantized to the compute dtype at load")
     note_once(why)
+    if keep:
+        from dcpctl.runtime.models.fp8_gemm import prepare
+        prepare(device)
     return keep
 
 
