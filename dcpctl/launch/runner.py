@@ -3,6 +3,8 @@
     run_torchrun(cfg, env)        batch (generate): wait for the end, raise RuntimeFailed on a rank error
     ServeProcess(argv, env)       serving: start, wait_ready() -> URL, wait(stop_event) -> exit status;
                                   a stop sends SIGTERM to torchrun, then kills its process group
+Killed launcher (even SIGKILL): torchrun gets SIGTERM (parent-death signal) and every rank watches
+the launcher's pid (runtime/lifeline.py), so nothing outlives it by more than a few seconds.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dcpctl.cli import console
 from dcpctl.launch.torchrun import runtime_env, torchrun_argv
+from dcpctl.runtime.lifeline import LAUNCHER_PID, parent_death_hook
 
 PROGRESS = re.compile(r"^dcpctl-progress (\w+) (\d+)/(\d+)$")
 RANK_ERROR = re.compile(r"^\[rank \S+\] ")
@@ -102,15 +105,21 @@ class StderrLog:
         return f"rank {rank} died: {how}"
 
 
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """torchrun's environment: ours, the runtime's variables, and this launcher's pid for the ranks to watch."""
+    return {**os.environ, **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
+
+
 def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) -> None:
     """Start every rank of this node and wait; raise RuntimeFailed with the first rank error."""
     argv = torchrun_argv(cfg)
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    full_env = child_env(env)
     log = StderrLog(debug=bool(os.environ.get("DCPCTL_DEBUG")))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console.err, transient=True, disable=quiet) as bar:
         tasks: dict[str, Any] = {}
-        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=parent_death_hook())
         assert proc.stderr is not None
         try:
             for line in proc.stderr:
@@ -144,10 +153,9 @@ class ServeProcess:
     """torchrun serving in its own session; stderr is parsed by a reader thread."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         debug = bool(os.environ.get("DCPCTL_DEBUG"))
-        self.proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True, preexec_fn=parent_death_hook())
         self.url: str | None = None
         self.stopped_cleanly = False
         self.log = StderrLog(debug)
