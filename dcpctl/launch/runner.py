@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -110,14 +110,33 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
 
 
+class Bars:
+    """Rank 0's `dcpctl-progress` lines as transient bars on stderr (one per kind: loading, requests)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console.err, transient=True, disable=quiet)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "Bars":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.progress.stop()
+
+    def step(self, what: str, done: int, total: int | None) -> None:
+        if what not in self.tasks:
+            self.tasks[what] = self.progress.add_task(f"{what} (rank 0)" if total else what, total=total)
+        self.progress.update(self.tasks[what], completed=done)
+
+
 def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) -> None:
     """Start every rank of this node and wait; raise RuntimeFailed with the first rank error."""
     argv = torchrun_argv(cfg)
     full_env = child_env(env)
     log = StderrLog(debug=bool(os.environ.get("DCPCTL_DEBUG")))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console.err, transient=True, disable=quiet) as bar:
-        tasks: dict[str, Any] = {}
+    with Bars(quiet) as bars:
         proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=parent_death_hook())
         assert proc.stderr is not None
@@ -125,10 +144,7 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
             for line in proc.stderr:
                 progress = log.feed(line.rstrip("\n"))
                 if progress:
-                    what, done, total = progress
-                    if what not in tasks:
-                        tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
-                    bar.update(tasks[what], completed=done)
+                    bars.step(*progress)
             rc = proc.wait()
         finally:
             _reap(proc)
@@ -152,7 +168,8 @@ def _reap(proc: subprocess.Popen) -> None:
 class ServeProcess:
     """torchrun serving in its own session; stderr is parsed by a reader thread."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], on_progress: Callable[..., None] | None = None) -> None:
+        self.on_progress = on_progress   # called with (what, done, total) from the reader thread
         debug = bool(os.environ.get("DCPCTL_DEBUG"))
         self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, preexec_fn=parent_death_hook())
@@ -174,7 +191,9 @@ class ServeProcess:
             elif line == STOPPED:
                 self.stopped_cleanly = True
             else:
-                self.log.feed(line)  # progress lines have no bar while serving
+                progress = self.log.feed(line)
+                if progress and self.on_progress is not None:
+                    self.on_progress(*progress)
         self.ready.set()  # torchrun is gone: wake a waiter
 
     def wait_ready(self, stop: threading.Event) -> str | None:
