@@ -96,3 +96,15 @@ def test_curl_line_expands_the_key_variable(capsys):
 def test_model_text_is_escaped_for_the_terminal():
     from dcpctl.cli.generate import printable
     assert printable("a\x00b\x1b[31mc\u200bd\n\té") == "a\\x00b\\x1b[31mc\\u200bd\n\té"
+
+
+def test_runtime_limits_are_refused_before_the_ranks(tmp_path):
+    from dcpctl.runtime.tiny import ensure_tiny_model
+    from dcpctl.runtime.tiny_kimi import write_tiny_kimi_model
+    kimi = write_tiny_kimi_model(tmp_path / "kimi")
+    r = run("generate", "--model-path", kimi, "--disaggregation-mode", "decode", "--prompt-ids", "1,2")
+    assert_user_error(r, "the bundled runtime's PD transfer moves MLA KV only, not the KDA state")
+    tiny = ensure_tiny_model()
+    r = run("generate", "--prompt-ids", "1,2", "--enable-hierarchical-cache", "--speculative-algorithm", "STANDALONE",
+            "--speculative-draft-model-path", tiny, "--speculative-num-draft-tokens", "2", "--dcp-size", "1")
+    assert_user_error(r, "does not run the HiCache host tier together with speculative decoding")
