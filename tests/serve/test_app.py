@@ -241,3 +241,10 @@ def test_unseeded_requests_draw_fresh_seeds_and_stop_strings_count_as_finished(m
 
 class _State:
     vocab_size = 260
+
+
+def test_every_refused_parameter_is_a_declared_field():
+    """A name in REFUSED but on no body would be dropped by extra="ignore", i.e. silently ignored."""
+    from dcpctl.runtime.server.protocol import REFUSED, ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
+    declared = set().union(*(m.model_fields for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
+    assert set(REFUSED) <= declared, sorted(set(REFUSED) - declared)

@@ -55,7 +55,8 @@ REFUSED: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1), "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
     "repetition_penalty": (None, 1), "min_p": (None, 0), "min_tokens": (None, 0), "suffix": (None, ""),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}), "guided_json": (None,), "guided_regex": (None,),
+    "response_format": (None, {"type": "text"}), "audio": (None,), "modalities": (None, ["text"]),
+    "web_search_options": (None,), "reasoning_effort": (None,), "verbosity": (None,), "guided_json": (None,), "guided_regex": (None,),
     "guided_choice": (None,), "guided_grammar": (None,),
     # SGLang /generate
     "min_new_tokens": (None, 0), "regex": (None,), "json_schema": (None,), "ebnf": (None,),
@@ -151,6 +152,11 @@ class ChatRequest(_Body):
     tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
+    audio: Any = None
+    modalities: Any = None
+    web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
 
 
 class GenerateParams(BaseModel):
