@@ -1,6 +1,9 @@
 """Fuzz: hypothesis bodies for /v1/completions, /v1/chat/completions and /generate against ONE live
-tiny server (2 ranks, DCP 2).  Every answer must be a 2xx or a 4xx JSON error in OpenAI's shape,
-never a 5xx; a greedy request answers identically before and after.  The totals are printed
+tiny server (2 ranks, DCP 2): wrong types, huge and negative integers, NaN and infinities, long
+strings, lone surrogates, nesting, unsupported parameters, and valid one-token bodies with one
+number made extreme.  Every answer must be a 2xx or a 4xx JSON error in OpenAI's shape, never a
+5xx; a greedy request answers identically before and after.  (With `top_k` left unbounded the
+engine dies on such a body and this test fails with a 503.)  The totals are printed
 (`-s` shows them) and quoted in docs/benchmarks-serve.md.
 """
 import json
@@ -63,6 +66,31 @@ BODIES = {
         "stream": field(st.booleans()), "return_logprob": field(st.booleans())}),
 }
 
+# a valid one-token body with one number replaced by an extreme: what must be bounded before the engine
+VALID = {"/v1/completions": ({"prompt": "Hi", "max_tokens": 1}, ""),
+         "/v1/chat/completions": ({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}, ""),
+         "/generate": ({"text": "Hi", "sampling_params": {"max_new_tokens": 1}}, "sampling_params")}
+NUMBERS = ["top_k", "seed", "temperature", "top_p", "max_tokens", "logprobs", "n", "best_of", "presence_penalty"]
+EXTREME = st.one_of(EXTREME_INTS, st.sampled_from([float("nan"), float("inf"), -1e308, 2.0**64, -0.5]))
+
+
+def _mutant(path: str) -> st.SearchStrategy:
+    base, nest = VALID[path]
+
+    def put(name: str, value) -> dict:
+        body = json.loads(json.dumps(base))
+        if nest and name != "logprobs":
+            body[nest][{"max_tokens": "max_new_tokens"}.get(name, name)] = value
+        else:
+            body[name] = value
+        return body
+    return st.builds(put, st.sampled_from(NUMBERS), EXTREME)
+
+
+def bodies(path: str) -> st.SearchStrategy:
+    """One body in four: a valid body with one extreme number; else a body from the schema above."""
+    return st.integers(0, 3).flatmap(lambda i: _mutant(path) if i == 0 else BODIES[path])
+
 
 @pytest.fixture(scope="module")
 def server():
@@ -107,7 +135,7 @@ def _send(server: Server, path: str, body: dict) -> None:
 def _fuzz(path: str):
     @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(body=BODIES[path])
+    @given(body=bodies(path))
     def run(server, body):
         _send(server, path, body)
     return run
