@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from dcpctl.cli import console
 from dcpctl.cli.options import collect, plan_options
@@ -37,16 +38,48 @@ def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str)
 def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
     out = []
     for v in values:
+        items = v.split(",")
+        if not v.strip():
+            raise UserError(f"--prompt-ids needs at least one token id, got {v!r}")
+        if any(not x.strip() for x in items):
+            raise UserError(f"--prompt-ids has an empty item (token {[x.strip() for x in items].index('') + 1}) "
+                            f"in {v!r}: give comma-separated integers such as 1,2,3")
         try:
-            ids = [int(x) for x in v.split(",") if x.strip()]
+            ids = [int(x) for x in items]
         except ValueError:
             raise UserError(f"--prompt-ids must be comma-separated integers, got {v!r}") from None
-        if not ids:
-            raise UserError(f"--prompt-ids needs at least one token id, got {v!r}")
         if min(ids) < 0:
             raise UserError(f"--prompt-ids must be non-negative token ids, got {v!r}")
         out.append(ids)
     return out
+
+
+def check_chunk(chunked_prefill_size: int) -> None:
+    if chunked_prefill_size != -1 and chunked_prefill_size < 1:
+        raise UserError(f"--chunked-prefill-size must be a positive token count or -1 (no chunking), "
+                        f"got {chunked_prefill_size}")
+
+
+def check_devices(device: str, ranks_here: int) -> None:
+    """--device cuda: enough visible GPUs for this node's ranks, checked before any rank starts."""
+    if device == "cuda":
+        import torch
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < ranks_here:
+            raise UserError(f"--device cuda needs {ranks_here} CUDA GPU(s) on this node, {have} visible "
+                            f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not built in'}); "
+                            "use --device cpu or a smaller --tp-size")
+
+
+def show_plan_warnings(plan: Any) -> None:
+    """What the plan changed or dropped (`dcpctl plan` prints the same lines)."""
+    for w in plan.warnings:
+        console.warn(w)
+
+
+def printable(text: str) -> str:
+    """Model text for a terminal: control bytes, NULs and other non-printables escaped (\\x00, \\u200b)."""
+    return "".join(c if c.isprintable() or c in "\n\t" else ascii(c)[1:-1] for c in text)
 
 
 def check_weights(path: str) -> None:
@@ -128,6 +161,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     """
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files
+    check_chunk(chunked_prefill_size)
     opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
@@ -137,12 +171,15 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
         cfg = render_pd_from_plan(plan, *args)
     else:
         cfg = render_launch_config(plan, *args)
-    tok = _tokenizer(opts["model_path"])
-    ids = parse_prompt_ids(prompt_ids) + [tok.encode(p, add_bos=True) for p in prompts]
+    check_devices(device, int(cfg["world_size"]))
+    show_plan_warnings(plan)
+    check_weights(opts["model_path"])
+    ids = parse_prompt_ids(prompt_ids)
+    tok = _tokenizer(opts["model_path"], needed=bool(prompts) or not ids)
+    ids += [tok.encode(p, add_bos=True) for p in prompts] if prompts else []
     if not ids:
         ids = [tok.encode("Hello", add_bos=True)]
     check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
-    check_weights(opts["model_path"])
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
     with tempfile.TemporaryDirectory(prefix="dcpctl-") as tmp:
@@ -156,25 +193,33 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     _print(result, tok, fmt, logprobs)
 
 
-def _tokenizer(path: str) -> Any:
+def _tokenizer(path: str, needed: bool) -> Any:
+    """The checkpoint's tokenizer; None when it has none and only --prompt-ids were given (no text then)."""
     from dcpctl.runtime.tokenizer import TokenizerError, load_tokenizer
     try:
         return load_tokenizer(path)
     except TokenizerError as e:
-        raise UserError(str(e)) from None
+        if needed:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"--prompt needs a tokenizer, and {path} has no usable one ({first}); "
+                            "pass --prompt-ids instead") from None
+        return None
 
 
 def _print(result: dict[str, Any], tok: Any, fmt: str, logprobs: bool) -> None:
     for o in result["outputs"]:
-        o["text"] = tok.decode(o["output_ids"])
+        if tok is not None:
+            o["text"] = tok.decode(o["output_ids"])
         if not logprobs:
             o.pop("output_logprobs", None)
     if fmt == "json":
         console.write_text(json.dumps(result))
         return
     for o in result["outputs"]:
-        console.out.print(f"[bold]prompt[/] ({len(o['prompt_ids'])} tokens) -> {tok.decode(o['prompt_ids'])!r}")
-        console.out.print(o["text"], markup=False)
+        shown = repr(tok.decode(o["prompt_ids"])) if tok is not None else ",".join(map(str, o["prompt_ids"]))
+        console.out.print(f"[bold]prompt[/] ({len(o['prompt_ids'])} tokens) -> {escape(shown)}")
+        console.out.print(printable(o["text"]) if tok is not None else "output ids: " +
+                          ",".join(map(str, o["output_ids"])) + " (no tokenizer: no text)", markup=False)
     console.info(f"kv rows per rank: {result['stats'].get('kv_rows_per_rank')}")
     spec = result["stats"].get("spec")
     if spec:

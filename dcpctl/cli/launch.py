@@ -14,7 +14,7 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.generate import resolve_run_options
+from dcpctl.cli.generate import check_chunk, check_devices, resolve_run_options, show_plan_warnings
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
@@ -29,7 +29,7 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
               help="Virtual KV tokens to allocate (capped by the plan's capacity).")
-@click.option("--chunked-prefill-size", type=int, default=8192, show_default=True)
+@click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking.")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
               help="HOST:PORT of node 0 (single node: a free port unless given).")
@@ -38,6 +38,9 @@ from dcpctl.plan.resolve import request_from_options
               help="HTTP port; 0 picks a free one (the ready line prints it).")
 @click.option("--api-key", envvar="DCPCTL_API_KEY", help="Require `Authorization: Bearer KEY` (or $DCPCTL_API_KEY).")
 @click.option("--allow-unauthenticated", is_flag=True, help="Allow a non-loopback --host without --api-key.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header names NAME (repeatable). A loopback server answers "
+                   "only loopback names by default (no DNS rebinding); a public one answers any unless given.")
 @click.option("--max-queued-requests", type=click.IntRange(min=0), default=256, show_default=True,
               help="Requests waiting beyond --max-running-requests before new ones get 503.")
 @click.option("--max-request-bytes", type=click.IntRange(min=1024), default=1 << 20, show_default=True,
@@ -47,7 +50,7 @@ from dcpctl.plan.resolve import request_from_options
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
            chunked_prefill_size: int, node_rank: int, dist_init_addr: str, host: str, port: int,
-           api_key: str | None, allow_unauthenticated: bool, max_queued_requests: int, max_request_bytes: int,
+           api_key: str | None, allow_unauthenticated: bool, allowed_hosts: tuple[str, ...], max_queued_requests: int, max_request_bytes: int,
            served_model_name: str | None, dry_run: bool, **params: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
@@ -65,6 +68,7 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     """
     from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    check_chunk(chunked_prefill_size)
     cfg, nnodes, summary, max_running = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                        chunked_prefill_size)
     mhost, _, mport = dist_init_addr.rpartition(":")
@@ -73,24 +77,37 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     if dry_run:
         _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml"))
         return
-    from dcpctl.runtime.server.http import is_loopback
-    if not is_loopback(host) and not api_key and not allow_unauthenticated:
-        raise UserError(f"--host {host} is not a loopback address: pass --api-key KEY (or $DCPCTL_API_KEY), "
-                        "or --allow-unauthenticated to serve without one")
+    _check_access(host, api_key, allow_unauthenticated)
     if node_rank >= nnodes:
         raise UserError(f"--node-rank ({node_rank}) must be < nnodes ({nnodes})")
+    check_devices(device, int(cfg["world_size"]) // nnodes)
     if node_rank == 0:
         _check_port_free(host, port)
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
     serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests": max_running,
                   "max_queued_requests": max_queued_requests,
-                  "max_request_bytes": max_request_bytes,
+                  "max_request_bytes": max_request_bytes, "allowed_hosts": list(allowed_hosts),
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name}
     from dcpctl.cli.generate import check_weights
     check_weights(cfg["model"]["path"])
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
     _serve(cfg, argv, serve_opts, summary, node_rank)
+
+
+def _check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -> None:
+    """Who may talk to the API: a key is required off loopback, an empty key is never one."""
+    from dcpctl.runtime.server.http import is_loopback
+    if api_key is not None and not api_key.strip():
+        raise UserError("--api-key (or $DCPCTL_API_KEY) is empty: a bare 'Authorization: Bearer' would pass; "
+                        "give a real key or leave it out")
+    if is_loopback(host) or api_key:
+        return
+    if not allow_unauthenticated:
+        raise UserError(f"--host {host} is not a loopback address: pass --api-key KEY (or $DCPCTL_API_KEY), "
+                        "or --allow-unauthenticated to serve without one")
+    console.warn(f"serving on {host} without an API key (--allow-unauthenticated): anyone who can reach this "
+                 "address can use the model")
 
 
 def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
@@ -113,6 +130,7 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     else:
         opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
+    show_plan_warnings(plan)
     if plan.request.disaggregation_mode != "null":
         raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides with "
                         "`dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export sglang`")
@@ -173,34 +191,37 @@ def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: 
 
 
 def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], summary: str, node_rank: int) -> None:
-    from dcpctl.launch.runner import RuntimeFailed, ServeProcess, write_launch_files
+    from dcpctl.launch.runner import Bars, RuntimeFailed, ServeProcess, write_launch_files
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="dcpctl-serve-") as tmp:
         env = write_launch_files(Path(tmp), cfg, serve=serve_opts)
         console.info(f"starting {summary}")
-        proc = ServeProcess(argv, env)
+        proc = None
         try:
-            if node_rank == 0:
-                url = proc.wait_ready(stop)
-                if url is not None:
-                    _print_ready(url, serve_opts, summary)
-            else:
+            with Bars() as bars:  # the cold start: ranks starting, then rank 0 loading the weights
+                bars.step("starting torchrun and the ranks", 0, None)
+                proc = ServeProcess(argv, env, on_progress=bars.step)
+                url = proc.wait_ready(stop) if node_rank == 0 else None
+                proc.on_progress = None
+            if url is not None:
+                _print_ready(url, serve_opts, summary)
+            elif node_rank != 0:
                 console.info(f"node {node_rank}: ranks started; node 0 serves the API")
             proc.wait(stop)
         except RuntimeFailed as e:
             console.error(str(e))  # console.error escapes markup itself
             raise SystemExit(1) from None
         finally:
-            if proc.proc.poll() is None:
+            if proc is not None and proc.proc.poll() is None:
                 proc.terminate()
     console.info("stopped")
 
 
 def _print_ready(url: str, serve_opts: dict[str, Any], summary: str) -> None:
     body = json.dumps({"model": serve_opts["served_model_name"], "prompt": "Hello", "max_tokens": 16})
-    auth = " -H 'Authorization: Bearer $DCPCTL_API_KEY'" if serve_opts.get("api_key") else ""
+    auth = ' -H "Authorization: Bearer $DCPCTL_API_KEY"' if serve_opts.get("api_key") else ""  # the shell expands it
     console.write_text(f"dcpctl: serving at {url} ({summary})")
     console.write_text(f"try: curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
     sys.stdout.flush()

@@ -61,6 +61,14 @@ def _check_runtime_supports(plan: Plan, dtype: str) -> None:
     if t.pp_size > 1:
         raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
                         "SGLang with `dcpctl export sglang`")
+    req = plan.request
+    if req.enable_hierarchical_cache and req.speculative_algorithm:
+        raise UserError("the bundled runtime does not run the HiCache host tier together with speculative decoding "
+                        "(at any --dcp-size): drop --enable-hierarchical-cache or --speculative-algorithm")
+    if req.disaggregation_mode != "null" and req.model.kda is not None:  # SGLang moves the state (PR #10912)
+        raise UserError("the bundled runtime's PD transfer moves MLA KV only, not the KDA state of a hybrid model's "
+                        "linear-attention layers: run it without --disaggregation-mode, or deploy with "
+                        "`dcpctl export sglang`")
 
 
 def _rows_per_rank(plan: Plan, max_total_tokens: int) -> int:

@@ -3,6 +3,8 @@
     run_torchrun(cfg, env)        batch (generate): wait for the end, raise RuntimeFailed on a rank error
     ServeProcess(argv, env)       serving: start, wait_ready() -> URL, wait(stop_event) -> exit status;
                                   a stop sends SIGTERM to torchrun, then kills its process group
+Killed launcher (even SIGKILL): torchrun gets SIGTERM (parent-death signal) and every rank watches
+the launcher's pid (runtime/lifeline.py), so nothing outlives it by more than a few seconds.
 """
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dcpctl.cli import console
 from dcpctl.launch.torchrun import runtime_env, torchrun_argv
+from dcpctl.runtime.lifeline import LAUNCHER_PID, parent_death_hook
 
 PROGRESS = re.compile(r"^dcpctl-progress (\w+) (\d+)/(\d+)$")
 RANK_ERROR = re.compile(r"^\[rank \S+\] ")
@@ -102,24 +105,46 @@ class StderrLog:
         return f"rank {rank} died: {how}"
 
 
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """torchrun's environment: ours, the runtime's variables, and this launcher's pid for the ranks to watch."""
+    return {**os.environ, **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
+
+
+class Bars:
+    """Rank 0's `dcpctl-progress` lines as transient bars on stderr (one per kind: loading, requests)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console.err, transient=True, disable=quiet)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "Bars":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.progress.stop()
+
+    def step(self, what: str, done: int, total: int | None) -> None:
+        if what not in self.tasks:
+            self.tasks[what] = self.progress.add_task(f"{what} (rank 0)" if total else what, total=total)
+        self.progress.update(self.tasks[what], completed=done)
+
+
 def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) -> None:
     """Start every rank of this node and wait; raise RuntimeFailed with the first rank error."""
     argv = torchrun_argv(cfg)
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    full_env = child_env(env)
     log = StderrLog(debug=bool(os.environ.get("DCPCTL_DEBUG")))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console.err, transient=True, disable=quiet) as bar:
-        tasks: dict[str, Any] = {}
-        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with Bars(quiet) as bars:
+        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=parent_death_hook())
         assert proc.stderr is not None
         try:
             for line in proc.stderr:
                 progress = log.feed(line.rstrip("\n"))
                 if progress:
-                    what, done, total = progress
-                    if what not in tasks:
-                        tasks[what] = bar.add_task(f"{what} (rank 0)", total=total)
-                    bar.update(tasks[what], completed=done)
+                    bars.step(*progress)
             rc = proc.wait()
         finally:
             _reap(proc)
@@ -143,11 +168,11 @@ def _reap(proc: subprocess.Popen) -> None:
 class ServeProcess:
     """torchrun serving in its own session; stderr is parsed by a reader thread."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    def __init__(self, argv: list[str], env: dict[str, str], on_progress: Callable[..., None] | None = None) -> None:
+        self.on_progress = on_progress   # called with (what, done, total) from the reader thread
         debug = bool(os.environ.get("DCPCTL_DEBUG"))
-        self.proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True, preexec_fn=parent_death_hook())
         self.url: str | None = None
         self.stopped_cleanly = False
         self.log = StderrLog(debug)
@@ -166,7 +191,9 @@ class ServeProcess:
             elif line == STOPPED:
                 self.stopped_cleanly = True
             else:
-                self.log.feed(line)  # progress lines have no bar while serving
+                progress = self.log.feed(line)
+                if progress and self.on_progress is not None:
+                    self.on_progress(*progress)
         self.ready.set()  # torchrun is gone: wake a waiter
 
     def wait_ready(self, stop: threading.Event) -> str | None:

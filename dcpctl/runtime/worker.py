@@ -91,7 +91,9 @@ def _env(name: str) -> str:
 
 
 def main() -> int:
+    from dcpctl.runtime.lifeline import hold_on
     rank = os.environ.get("RANK", "?")
+    hold_on()  # exit when the launcher or torchrun dies (docs/launch.md)
     try:
         cfg = yaml.safe_load(Path(_env("DCPCTL_LAUNCH_CONFIG")).read_text())
         serve_opts = json.loads(Path(os.environ["DCPCTL_SERVE"]).read_text()) if "DCPCTL_SERVE" in os.environ else None

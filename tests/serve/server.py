@@ -69,3 +69,30 @@ class Server:
                 if ranks and b"dcpctl.runtime.worker" in open(f"/proc/{c}/cmdline", "rb").read():
                     out[int(ranks[0])] = c
         return out
+
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, None once it is gone."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, grandchildren, ...)."""
+    parents = {int(p): st[1] for p in os.listdir("/proc") if p.isdigit() and (st := _stat(int(p)))}
+    out, todo = [], [pid]
+    while todo:
+        at = todo.pop()
+        kids = [c for c, parent in parents.items() if parent == at]
+        out += kids
+        todo += kids
+    return out
+
+
+def running(pids: list[int]) -> list[int]:
+    """The pids of `pids` still running (a zombie has ended)."""
+    return [p for p in pids if (st := _stat(p)) is not None and st[0] != "Z"]

@@ -49,9 +49,10 @@ class FakeEngine(threading.Thread):
 def make():
     made = []
 
-    def _make(api_key=None, max_outstanding=8, hold=False):
+    def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None):
         bridge, metrics = Bridge(max_outstanding), Metrics(1)
-        state = ServerState(bridge, ByteTokenizer(), "fake", 260, 64, 48, metrics, api_key, 4096)
+        state = ServerState(bridge, ByteTokenizer(), "fake", 260, 64, 48, metrics, api_key, 4096,
+                            allowed_hosts=allowed_hosts)
         engine = FakeEngine(bridge, metrics, hold)
         engine.start()
         made.append(bridge)
@@ -138,3 +139,112 @@ def test_kda_ceiling_in_metrics():
                for fam in text_string_to_metric_families(text) for s in fam.samples}
     assert samples[("dcpctl_kda_state_slots", "used")] == 3 and samples[("dcpctl_kda_state_slots", "free")] == 5
     assert "dcpctl_kda_state_slots" not in Metrics(1).render().decode()
+
+
+def test_auth_runs_before_the_body_is_read(make):
+    client, _, _ = make(api_key="sekrit")
+    r = client.post("/v1/completions", content=b'{"prompt": ', headers={"Content-Type": "application/json"})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    r = client.post("/v1/completions", content=b"x" * 10000)  # over the 4096-byte limit: still 401 first
+    assert r.status_code == 401
+    assert client.post("/v1/completions", json={"prompt": "hi"}, headers={"Authorization": "Bearer"}).status_code == 401
+    assert client.get("/nope").status_code == 401  # every path but /health needs the key
+
+
+def test_loopback_server_refuses_foreign_host_headers(make):
+    from dcpctl.runtime.server.guard import host_allowed, host_name
+    client, _, _ = make(allowed_hosts=())
+    body = {"prompt": "hi", "max_tokens": 1}
+    for host in ("127.0.0.1:30000", "localhost", "[::1]:8000", "app.localhost:1"):
+        assert client.post("/v1/completions", json=body, headers={"Host": host}).status_code == 200, host
+    r = client.post("/v1/completions", json=body, headers={"Host": "evil.example:30000"})
+    assert r.status_code == 403 and "evil.example" in r.json()["error"]["message"]
+    assert client.get("/health", headers={"Host": "evil.example"}).status_code == 403
+    client, _, _ = make(allowed_hosts=("Box.lan",))
+    assert client.post("/v1/completions", json=body, headers={"Host": "box.lan:30000"}).status_code == 200
+    assert host_name("[::1]:80") == "::1" and host_name("a:b") == "a:b" and host_allowed("x", None)
+
+
+def test_unknown_model_is_404_and_unsupported_fields_are_400(make):
+    client, _, _ = make()
+    r = client.post("/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
+    assert r.status_code == 404
+    assert r.json()["error"] | {"message": ""} == {"message": "", "type": "not_found_error", "param": "model",
+                                                   "code": 404}
+    assert client.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 1}).status_code == 200
+    for path, body, field in [
+        ("/v1/completions", {"prompt": "hi", "best_of": 2}, "best_of"),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": {"1": 5}}, "logit_bias"),
+        ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 5}, "logprobs"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+         "tools"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                  "response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+                                  "top_logprobs": 3}, "top_logprobs"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x"}}]}]}, "messages"),
+        ("/generate", {"text": "hi", "sampling_params": {"frequency_penalty": 1}}, "sampling_params"),
+    ]:
+        r = client.post(path, json=body)
+        assert r.status_code == 400, (body, r.text)
+        assert field in r.json()["error"]["message"], r.json()
+    ok = {"prompt": "hi", "max_tokens": 1, "best_of": 1, "presence_penalty": 0, "logit_bias": {}, "logprobs": 0}
+    assert client.post("/v1/completions", json=ok).status_code == 200
+
+
+def test_numbers_are_bounded_before_the_engine(make):
+    client, _, engine = make()
+    for body in ({"prompt": "Hello", "max_tokens": 4, "top_k": 9223372036854775808},
+                 {"prompt": "Hello", "max_tokens": 2**70}, {"prompt": "Hello", "seed": -2**63 - 1},
+                 {"prompt": "Hello", "top_k": -2}, {"prompt": [2**64]}):
+        r = client.post("/v1/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", (body, r.text)
+    r = client.post("/generate", json={"text": "hi", "sampling_params": {"top_k": -9223372036854775809}})
+    assert r.status_code == 400 and "sampling_params.top_k" in r.json()["error"]["message"]
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "top_k": 2**63 - 1})
+    assert r.status_code == 200  # at or above the vocabulary: top-k is off (as vLLM clamps it)
+
+
+def test_lone_surrogates_are_400_json(make):
+    client, _, _ = make()
+    for path, body in [("/v1/completions", b'{"prompt": "\\ud800x"}'),
+                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfffx"}]}'),
+                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", '
+                                                b'"text": "\\ud800"}]}]}'),
+                       ("/generate", b'{"text": "a\\ud800", "sampling_params": {"stop": ["\\ud801"]}}'),
+                       ("/v1/completions", b'{"prompt": "x", "model": "\\ud800"}')]:
+        r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "surrogate" in r.json()["error"]["message"], (body, r.text)
+
+
+def test_chunked_body_over_the_limit_is_413(make):
+    client, _, _ = make()
+    chunks = (b'{"prompt": "' + b"x" * 1000 for _ in range(10))  # a generator: sent chunked, no Content-Length
+    r = client.post("/v1/completions", content=chunks, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "4096 bytes" in r.json()["error"]["message"]
+    small = iter([b'{"prompt": "hi", ', b'"max_tokens": 2}'])
+    r = client.post("/v1/completions", content=small, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "ab"
+
+
+def test_unseeded_requests_draw_fresh_seeds_and_stop_strings_count_as_finished(make):
+    from dcpctl.runtime.server.gen import sampling
+    client, _, _ = make()
+    seeds = {sampling(_State(), 4, 1.0, 1.0).seed for _ in range(8)}
+    assert len(seeds) == 8
+    assert sampling(_State(), 4, 1.0, 1.0, seed=7).seed == 7 and sampling(_State(), 4, 1.0, 1.0, 300).top_k == -1
+    client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 6, "stop": ["cd"]})
+    assert 'dcpctl_finished_requests_total{reason="stop"} 1.0' in client.get("/metrics").text
+
+
+class _State:
+    vocab_size = 260
+
+
+def test_every_refused_parameter_is_a_declared_field():
+    """A name in REFUSED but on no body would be dropped by extra="ignore", i.e. silently ignored."""
+    from dcpctl.runtime.server.protocol import REFUSED, ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
+    declared = set().union(*(m.model_fields for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
+    assert set(REFUSED) <= declared, sorted(set(REFUSED) - declared)

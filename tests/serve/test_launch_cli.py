@@ -23,3 +23,27 @@ def test_dry_run_prints_config_and_torchrun():
 def test_node_rank_must_be_below_nnodes():
     r = _run("--nnodes", "1", "--node-rank", "1")
     assert r.exit_code == 2 and "--node-rank (1) must be < nnodes (1)" in r.output
+
+
+def test_cold_start_progress_reaches_the_launcher():
+    """ServeProcess hands rank 0's progress lines to its callback until the ready line (launch draws bars)."""
+    import sys
+    import threading
+
+    from dcpctl.launch.runner import ServeProcess
+    script = ("import sys, time\nfor i in range(3): print(f'dcpctl-progress loading {i + 1}/3', file=sys.stderr)\n"
+              "print('dcpctl-ready http://127.0.0.1:9', file=sys.stderr, flush=True)\ntime.sleep(0.2)\n"
+              "print('dcpctl-stopped', file=sys.stderr)")
+    seen = []
+    proc = ServeProcess([sys.executable, "-c", script], {}, on_progress=lambda *p: seen.append(p))
+    assert proc.wait_ready(threading.Event()) in ("http://127.0.0.1:9", None)
+    proc.wait(threading.Event())
+    assert seen == [("loading", 1, 3), ("loading", 2, 3), ("loading", 3, 3)]
+
+
+def test_engine_failures_reach_clients_as_a_short_reason():
+    from dcpctl.runtime.server.serve import failure_reason
+    e = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                     "[127.0.0.1]:29781")
+    assert failure_reason(e) == "another rank stopped responding (RuntimeError); the server log has the detail"
+    assert "/" not in failure_reason(ValueError("/some/internal/path.py failed"))

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from tests.serve.server import Server
+from tests.serve.server import Server, descendants, running
 
 
 def test_rank_death_stops_the_launcher():
@@ -36,4 +36,23 @@ def test_rank_death_stops_the_launcher():
         err = "".join(s.stderr)
         assert "error: rank 1 died: Signal 9 (SIGKILL)" in err, err[-2000:]
     finally:
+        s.stop()
+
+
+def test_launcher_sigkill_leaves_no_process_behind():
+    s, below = Server(), []
+    try:
+        assert set(s.worker_pids()) == {0, 1}
+        below += descendants(s.proc.pid)  # torchrun and both ranks
+        assert len(below) >= 3, below
+        os.kill(s.proc.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        while running(below) and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        assert not running(below), f"still running {took:.1f} s after the launcher died: {running(below)}"
+        assert took < 5, f"the ranks took {took:.1f} s to go"
+    finally:
+        for pid in running(below):  # orphans (now children of init) when the test failed
+            os.kill(pid, signal.SIGKILL)
         s.stop()

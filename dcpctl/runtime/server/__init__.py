@@ -5,7 +5,8 @@ loop.py       every rank's lockstep loop: broadcast, apply, step, gather events 
 serve.py      entry from the worker: load, start HTTP on rank 0, run the loop, stop cleanly
 bridge.py     thread-safe hand-over between the HTTP thread (asyncio) and the engine (main thread)
 http.py       uvicorn in a background thread on a pre-bound socket
-app.py        FastAPI app: auth, body limit, OpenAI-style errors, models/health/metrics
+app.py        FastAPI app: OpenAI-style errors, models/health/metrics
+guard.py      ASGI middleware before any body is read: Host check, API key, body limit (413)
 openai_api.py /v1/completions, /v1/chat/completions, SGLang /generate (plain and SSE)
 gen.py        one request's validation, submission and token stream
 protocol.py   request bodies (pydantic)       text.py  detokenization, stop strings, chat prompts

@@ -1,14 +1,18 @@
 """One request's life on rank 0's HTTP side: validate, submit, stream chunks, cancel on exit.
 
+    check_model(state, body.model)                  404 in OpenAI's shape for a model we do not serve
     ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab
     check_fits(state, ids, max_tokens)              KV capacity and context length, naming the numbers
+    params = sampling(state, ...)                   no seed: a fresh one; top_k at or above the vocab: off
     rid, q = submit(state, ids, params)             503 when the queue is full or the engine is dead
     async for chunk in chunks(state, rid, q, stop, request)   cancels the request unless it finished
+                                                    (counted as finish reason "stop" or "abort")
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -36,6 +40,7 @@ class ServerState:
     api_key: str | None = None
     max_request_bytes: int = 1 << 20
     created: int = 0
+    allowed_hosts: tuple[str, ...] | None = None   # None: any Host header (guard.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,10 +75,19 @@ def check_fits(state: ServerState, ids: list[int], max_tokens: int, param: str =
                                 f"({limit} tokens)", param)
 
 
-def sampling(max_tokens: int, temperature: float, top_p: float, top_k: int = -1, seed: int | None = None,
-             logprobs: bool = False, ignore_eos: bool = False) -> SamplingParams:
-    return SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                          seed=seed or 0, logprobs=logprobs, ignore_eos=ignore_eos)
+def check_model(state: ServerState, model: str | None) -> None:
+    if model is not None and model != state.model_name:
+        raise ApiError(404, f"the model {model!r} does not exist: this server serves {state.model_name!r} "
+                            "(see /v1/models)", "model")
+
+
+def sampling(state: ServerState, max_tokens: int, temperature: float, top_p: float, top_k: int = -1,
+             seed: int | None = None, logprobs: bool = False, ignore_eos: bool = False) -> SamplingParams:
+    """Engine parameters: every int fits the int64 control message (protocol.py bounds them)."""
+    return SamplingParams(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                          top_k=-1 if top_k >= state.vocab_size else top_k,
+                          seed=secrets.randbits(63) if seed is None else seed, logprobs=logprobs,
+                          ignore_eos=ignore_eos)
 
 
 def stops(stop: Any) -> list[str]:
@@ -108,8 +122,9 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str]
                 return
             yield Chunk(delta, ev.token, ev.logprob, None)
     finally:
-        if not finished:
+        if not finished:  # a stop string matched, or the client went away: the engine never reports it
             state.bridge.cancel(rid)
+            state.metrics.finished.labels("stop" if text.stopped else "abort").inc()
 
 
 async def _next(q: asyncio.Queue, request: Request | None) -> Any:

@@ -8,9 +8,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from dcpctl.runtime.server.gen import (Chunk, ServerState, check_fits, chunks, prompt_ids, sampling, sse_stream, stops,
-                                      submit)
-from dcpctl.runtime.server.protocol import ApiError, ChatRequest, CompletionRequest, GenerateRequest
+from dcpctl.runtime.server.gen import (Chunk, ServerState, check_fits, check_model, chunks, prompt_ids, sampling,
+                                      sse_stream, stops, submit)
+from dcpctl.runtime.server.protocol import ApiError, ChatRequest, CompletionRequest, GenerateRequest, refuse_unsupported
 from dcpctl.runtime.server.text import chat_prompt, token_text
 
 CHAT_DEFAULT_MAX_TOKENS = 128  # admission reserves prompt + max_tokens of KV: keep the default modest
@@ -43,9 +43,11 @@ def routes(state: ServerState) -> APIRouter:
 
     @r.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
+        check_model(state, body.model)
+        refuse_unsupported(body)
         ids = prompt_ids(state, body.prompt)
         check_fits(state, ids, body.max_tokens)
-        params = sampling(body.max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
+        params = sampling(state, body.max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
                           body.logprobs is not None, body.ignore_eos)
         rid, q = submit(state, ids, params)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
@@ -64,12 +66,14 @@ def routes(state: ServerState) -> APIRouter:
 
     @r.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
+        check_model(state, body.model)
+        refuse_unsupported(body)
         ids = prompt_ids(state, chat_prompt(state.tok, [{"role": m.role, "content": m.text()} for m in body.messages]),
                          "messages")
         room = min(state.capacity, state.context_len) - len(ids)
         max_tokens = body.max_completion_tokens or body.max_tokens or max(1, min(CHAT_DEFAULT_MAX_TOKENS, room))
         check_fits(state, ids, max_tokens, "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
-        params = sampling(max_tokens, body.temperature, body.top_p, body.top_k, body.seed, body.logprobs,
+        params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, body.logprobs,
                           body.ignore_eos)
         rid, q = submit(state, ids, params)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
@@ -89,12 +93,14 @@ def routes(state: ServerState) -> APIRouter:
     @r.post("/generate")
     async def generate(body: GenerateRequest, request: Request) -> Any:
         sp = body.sampling_params
+        refuse_unsupported(body)
+        refuse_unsupported(sp, "sampling_params.")
         if (body.text is None) == (body.input_ids is None):
             raise ApiError(400, "give exactly one of text and input_ids", "text")
         ids = prompt_ids(state, body.text if body.text is not None else body.input_ids,
                          "text" if body.text is not None else "input_ids")
         check_fits(state, ids, sp.max_new_tokens, "max_new_tokens")
-        params = sampling(sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed, body.return_logprob,
+        params = sampling(state, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed, body.return_logprob,
                           sp.ignore_eos)
         rid, q = submit(state, ids, params)
         events = _generate_events(rid, len(ids), chunks(state, rid, q, stops(sp.stop),

@@ -22,7 +22,8 @@ from dcpctl.runtime.server.loop import run_loop
 
 FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long before exiting
 DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
-            "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None}
+            "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None,
+            "allowed_hosts": []}
 
 
 def model_limits(path: str | Path) -> tuple[int, int]:
@@ -30,6 +31,20 @@ def model_limits(path: str | Path) -> tuple[int, int]:
     cfg = json.loads((Path(path) / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)
     return int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 4096))
+
+
+def allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
+    """Host names the API answers (guard.py): a loopback bind, or any --allowed-host, limits them; else any."""
+    from dcpctl.runtime.server.http import is_loopback
+    return tuple(extra) if extra or is_loopback(host) else None
+
+
+def failure_reason(e: BaseException) -> str:
+    """What clients and /health see when the engine loop fails; the full error goes to the server log."""
+    what = type(e).__name__
+    if isinstance(e, RuntimeError) and any(w in str(e) for w in ("gloo", "NCCL", "Connection", "peer", "closed")):
+        return f"another rank stopped responding ({what}); the server log has the detail"
+    return f"the engine stopped ({what}); the server log has the detail"
 
 
 def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
@@ -69,7 +84,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
                       getattr(engine.model, "kda_pool", None))
     state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
                         engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
-                        int(time.time()))
+                        int(time.time()), allowed_hosts=allowed_hosts(opts["host"], opts["allowed_hosts"]))
     http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
     _on_signals(lambda: setattr(bridge, "stop_requested", True))
     stderr_line(f"dcpctl-ready {http.url}")
@@ -77,7 +92,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
         steps = run_loop(engine, group, bridge, metrics.on_step)
         bridge.fail("the server is shutting down")  # requests still open get an error, not a hang
     except BaseException as e:
-        bridge.fail(f"{type(e).__name__}: {' '.join(str(e).split())}")
+        bridge.fail(failure_reason(e))  # the rank's own error line (worker.py) carries the detail
         time.sleep(FAIL_GRACE_S)
         raise
     finally:
