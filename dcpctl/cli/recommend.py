@@ -89,7 +89,10 @@ def _render(r: dict[str, Any]) -> None:
                                     f"(per MLA layer; {r['constants']})", cols, rows))
     ctxs = [k for k in r["crossovers"][0] if k != "choice"] if r["crossovers"] else []
     rows = [[c["choice"], *[c[L] if c[L] is not None else "never" for L in ctxs]] for c in r["crossovers"]]
-    console.out.print(console.table("Crossover concurrency (DCP beats DCP 1 from here on)",
-                                    ["choice", *[f"L={int(L):,}" for L in ctxs]], rows))
+    if rows:
+        console.out.print(console.table("Crossover concurrency (DCP beats DCP 1 from here on)",
+                                        ["choice", *[f"L={int(L):,}" for L in ctxs]], rows))
+    else:
+        console.out.print("Crossover: no DCP size > 1 is a candidate here (attention TP allows only dcp 1)")
     rec = r["recommendation"]
     console.out.print(f"[bold]Recommendation:[/] {rec['choice'] or 'none'} - {rec['reason']}")
