@@ -171,7 +171,7 @@ def train(args: argparse.Namespace) -> dict:
         imbalance = balancer.step()
         bpb = loss.item() / math.log(2)
         loss_avg = bpb if loss_avg is None else 0.98 * loss_avg + 0.02 * bpb
-        if step % 50 == 0 or step == args.steps - 1:
+        if step % 50 == 0 or step in (10, args.steps - 1):
             log.append({"step": step, "train_bpb": round(bpb, 4), "max_over_mean_expert_load": round(imbalance, 3)})
             print(f"step {step:5d}  train {bpb:.3f} bpb (avg {loss_avg:.3f})  expert load max/mean {imbalance:.2f}  "
                   f"{time.monotonic() - start:.0f}s", flush=True)
@@ -191,7 +191,10 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
         {"bos_token_id": ByteTokenizer.bos_token_id, "eos_token_id": ByteTokenizer.eos_token_id}, indent=2))
     (out / "heldout.txt").write_bytes(b"".join(slice_windows))
     from transformers import AutoModelForCausalLM   # the saved directory, read back as the test reads it
-    model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64, experts_implementation="eager")
+    try:
+        model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64, experts_implementation="eager")
+    except TypeError:  # transformers without experts_implementation
+        model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64)
     with torch.no_grad():
         slice_bpb = bits_per_byte(model64.eval(), batch_of(slice_windows))
     record = {
@@ -201,7 +204,7 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_bytes": SEQ, "peak_lr": args.lr,
         "warmup": args.warmup, "threads": THREADS, "train_seconds": round(r["train_s"], 1),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-        "python": platform.python_version(), "machine": platform.machine(),
+        "python": platform.python_version(), "machine": platform.machine(), "cpu": _cpu_name(),
         "corpus": {"source": "CPython standard library sources (sysconfig stdlib dir) of the python above",
                    "rule": f"the fixed sorted list `files`; every {HOLDOUT_EVERY}th (index 0, {HOLDOUT_EVERY}, ...) "
                            f"is held out; training windows are {SEQ} random bytes of the other files joined by "
@@ -220,6 +223,14 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     }
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def _cpu_name() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def main() -> None:
