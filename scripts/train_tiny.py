@@ -6,8 +6,8 @@ Corpus: the CORPUS files below (a fixed list; each exists in CPython 3.10, 3.11 
 from the running interpreter's standard library (`sysconfig.get_paths()["stdlib"]`), so the bytes
 depend on the Python version only (the record names it and each file's sha256).  Every HOLDOUT_EVERY-th
 file of the sorted list is held out; the rest, joined by blank lines, is the training stream.
-Training samples are windows of SEQ bytes with BOS in front (as `dcpctl generate` encodes a prompt),
-drawn from a torch.Generator seeded with --seed; the model is Hugging Face's DeepseekV3ForCausalLM
+Training samples are windows of SEQ bytes that start at a line start, with BOS in front (as `dcpctl
+generate` encodes a prompt), drawn from a torch.Generator seeded with --seed; the model is Hugging Face's DeepseekV3ForCausalLM
 (MLA with q LoRA, YaRN rope, one dense layer then MoE layers with routed + shared experts, routed by
 noaux_tc whose correction bias is updated by DeepSeek-V3's aux-loss-free balancing rule).
 Deterministic for one seed, torch version, thread count and Python version.
@@ -76,6 +76,13 @@ def split(files: list[tuple[str, bytes]]) -> tuple[bytes, list[bytes]]:
 def eval_windows(held: list[bytes]) -> list[bytes]:
     """Non-overlapping SEQ-byte windows of each held-out file, in order (a file's short tail dropped)."""
     return [b[i:i + SEQ] for b in held for i in range(0, len(b) - SEQ + 1, SEQ)]
+
+
+def line_starts(data: torch.Tensor) -> torch.Tensor:
+    """Offsets just after each newline (and 0) with a whole window after them: BOS then means "a line
+    begins", as in a prompt such as "def " (random offsets taught it "anywhere, mid-word")."""
+    after = torch.cat([torch.zeros(1, dtype=torch.int64), (data == ord("\n")).nonzero().flatten() + 1])
+    return after[after <= len(data) - SEQ]
 
 
 def batch_of(windows: list[bytes]) -> torch.Tensor:
@@ -155,11 +162,12 @@ def train(args: argparse.Namespace) -> dict:
     balancer = Balancer(model, rate=1e-3)
     g = torch.Generator().manual_seed(args.seed)
     data = torch.frombuffer(bytearray(stream), dtype=torch.uint8).long()
+    starts = line_starts(data)
     bos = torch.full((args.batch, 1), ByteTokenizer.bos_token_id, dtype=torch.int64)
     log, start, loss_avg = [], time.monotonic(), None
     model.train()
     for step in range(args.steps):
-        offsets = torch.randint(0, len(data) - SEQ, (args.batch,), generator=g)
+        offsets = starts[torch.randint(0, len(starts), (args.batch,), generator=g)]
         ids = torch.cat([bos, data[offsets[:, None] + torch.arange(SEQ)]], dim=1)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
@@ -207,8 +215,8 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
         "python": platform.python_version(), "machine": platform.machine(), "cpu": _cpu_name(),
         "corpus": {"source": "CPython standard library sources (sysconfig stdlib dir) of the python above",
                    "rule": f"the fixed sorted list `files`; every {HOLDOUT_EVERY}th (index 0, {HOLDOUT_EVERY}, ...) "
-                           f"is held out; training windows are {SEQ} random bytes of the other files joined by "
-                           "blank lines, BOS in front",
+                           f"is held out; training windows are {SEQ} bytes from a random line start of the other "
+                           "files joined by blank lines, BOS in front",
                    "files": {f: hashlib.sha256(b).hexdigest() for f, b in r["files"]},
                    "heldout_files": [f for i, (f, _) in enumerate(r["files"]) if i % HOLDOUT_EVERY == 0],
                    "train_bytes": sum(len(b) for i, (_, b) in enumerate(r["files"]) if i % HOLDOUT_EVERY)},
