@@ -206,8 +206,8 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     with torch.no_grad():
         slice_bpb = bits_per_byte(model64.eval(), batch_of(slice_windows))
     record = {
-        "description": f"tiny DeepSeek-V3-shaped model trained on Python stdlib sources "
-                       f"({heldout_bpb:.2f} bits/byte held out)",
+        "description": f"tiny DeepSeek-V3-shaped model trained on Python stdlib sources, "
+                       f"{heldout_bpb:.2f} bits/byte held out",
         "script": "scripts/train_tiny.py", "command": " ".join(["python", "scripts/train_tiny.py", *sys.argv[1:]]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_bytes": SEQ, "peak_lr": args.lr,
         "warmup": args.warmup, "threads": THREADS, "train_seconds": round(r["train_s"], 1),

@@ -38,7 +38,7 @@ def fill_default_model(opts: dict[str, Any], no_weights: str) -> None:
         raise UserError(no_weights.format(model=opts["model"]))
     from dcpctl.launch.default_model import default_model
     model = default_model()
-    console.info(f"model: {model.path.name} ({model.reason})")
+    console.info(f"model: {model.path.name}: {model.reason}")
     opts["model_path"] = str(model.path)
     opts.pop("model", None)
 

@@ -153,7 +153,7 @@ def _check_port_free(host: str, port: int) -> None:
 def _summary(cfg: dict[str, Any]) -> str:
     from dcpctl.launch.default_model import describe
     t, d, kv = cfg["topology"], cfg["decisions"], cfg["kv"]
-    what = describe(cfg["model"]["path"])  # the built-in model says what it is: "tiny ... (2.1 bits/byte held out)"
+    what = describe(cfg["model"]["path"])  # a trained checkpoint says what it is (training.json)
     return (f"{Path(cfg['model']['path']).name}{f' ({what})' if what else ''} on {cfg['world_size']} {cfg['device']} "
             f"rank(s): tp {t['tp_size']}, "
             f"attn_dp {t['attn_dp_size']}, dcp {t['dcp_size']} ({d['dcp_comm_backend']}"

@@ -23,7 +23,7 @@ class DefaultModel:
 
     @property
     def reason(self) -> str:
-        return f"no --model-path: the built-in {self.description}"
+        return f"the built-in {self.description}, as no --model-path was given"
 
 
 def describe(path: str | Path) -> str | None:
