@@ -112,7 +112,7 @@ def main() -> None:
     summary = {"model": args.model, "path": str(path), "prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
                **{k: {"all": sum(r[k] for r in rows), "margin_above_bf16_error": sum(r[k] for r in safe)}
                   for k in runs}}
-    if "cpu_bf16" in runs:   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
+    if args.device != "cpu":   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
         same = [a == b for a, b in zip(runs[f"{args.device}_bf16"], runs["cpu_bf16"])]
         summary[f"{args.device}_bf16_vs_cpu_bf16"] = sum(same)
         for r, ok in zip(rows, same):
