@@ -61,6 +61,10 @@ SHAPE = dict(hidden_size=128, intermediate_size=384, moe_intermediate_size=64, n
              qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, initializer_range=0.02)
 
 
+def stdlib_dir() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
 def corpus_files(stdlib: Path) -> list[tuple[str, bytes]]:
     missing = [f for f in CORPUS if not (stdlib / f).is_file()]
     if missing:
@@ -150,7 +154,7 @@ def build_model(seed: int) -> torch.nn.Module:
 
 def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(THREADS)
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    stdlib = stdlib_dir()
     files = corpus_files(stdlib)
     stream, held = split(files)
     windows = eval_windows(held)
