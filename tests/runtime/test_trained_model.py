@@ -96,3 +96,17 @@ def test_greedy_text_after_def_looks_like_python():
     text = tok.decode(outs[0])
     assert text.isascii() and all(c.isprintable() or c in "\n\t" for c in text), repr(text)
     assert "(" in text and text.split("(")[0].isidentifier(), repr(text)  # "def name(..."
+
+
+def test_launch_and_generate_say_what_the_default_model_is(record):
+    import yaml
+    from click.testing import CliRunner
+
+    from dcpctl.cli.launch import _summary
+    from dcpctl.cli.main import cli
+    r = CliRunner().invoke(cli, ["launch", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert f"model: {MODEL.name}: the built-in {record['description']}, as no --model-path was given" in r.stderr
+    cfg = yaml.safe_load(r.stdout.split("\n# node 0")[0])
+    assert cfg["model"]["path"] == str(MODEL)
+    assert _summary(cfg).startswith(f"{MODEL.name} ({record['description']}) on 2 cpu rank(s)")
