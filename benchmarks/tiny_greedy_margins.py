@@ -1,13 +1,17 @@
-"""Why greedy ids on the random tiny model flip under bf16: the top-2 logit gaps along the path.
+"""Greedy ids of a tiny model under bf16 against float64, and why they flip: the top-2 logit gaps.
 
-    python benchmarks/tiny_greedy_margins.py [--device cuda] [-o margins.json]
+    python benchmarks/tiny_greedy_margins.py [--model trained|random] [--device cuda] [-o margins.json]
 
-The 32 prompts of tests/runtime/test_gpu_decode.py (seed 0, 8 new tokens each).  The reference is the
-bundled runtime in float64 on the CPU.  Along each reference path (teacher-forced, Hugging Face
-DeepseekV3ForCausalLM as the oracle: it matches the runtime to ~1e-12 in float64) the script records,
-per prompt, the smallest gap between the top two float64 logits over the 8 steps, and the largest
-error bf16 makes in the winner's lead over its four runners-up at those steps (HF in bf16 on the CPU:
-the size of bf16's own noise where it matters for the argmax).
+--model trained (the default): the built-in model of `dcpctl launch/generate` (trained on Python
+stdlib sources, dcpctl/data/tiny-deepseek-stdlib); its 32 prompts are BOS + 2..40 bytes of its
+shipped held-out slice (heldout.txt) at seeded offsets.  --model random: the seeded random tiny
+model (`ensure_tiny_model`) with the 32 random-byte prompts of tests/runtime/test_gpu_decode.py.
+Seed 0, 8 new tokens each.  The reference is the bundled runtime in float64 on the CPU.  Along each
+reference path (teacher-forced, Hugging Face DeepseekV3ForCausalLM as the oracle: it matches the
+runtime to ~1e-12 in float64) the script records, per prompt, the smallest gap between the top two
+float64 logits over the 8 steps, and the largest error bf16 makes in the winner's lead over its four
+runners-up at those steps (HF in bf16 on the CPU: the size of bf16's own noise where it matters for
+the argmax).
 Then it runs the runtime's greedy generation in bf16 (and float32) on --device and counts, per
 margin class, how many prompts reproduce the reference ids.  A prompt whose smallest gap is below
 bf16's error on that lead is a coin flip for any bf16 implementation.
@@ -24,20 +28,33 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dcpctl.launch.default_model import default_model  # noqa: E402
 from dcpctl.runtime.tiny import ensure_tiny_model  # noqa: E402
+from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
 from dcpctl.runtime.worker import run_worker  # noqa: E402
 
 
-def prompts() -> list[dict]:
-    rng = random.Random(0)   # exactly the GPU test's requests
-    return [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 40))], "max_new_tokens": 8,
-             "temperature": 0, "ignore_eos": True} for _ in range(32)]
+def prompts(model: str, path: Path) -> list[list[int]]:
+    rng = random.Random(0)
+    if model == "random":   # exactly the GPU test's requests
+        return [[rng.randrange(4, 256) for _ in range(rng.randrange(2, 40))] for _ in range(32)]
+    text = (path / "heldout.txt").read_bytes()
+    out = []
+    for _ in range(32):
+        n = rng.randrange(2, 40)
+        at = rng.randrange(0, len(text) - n)
+        out.append([ByteTokenizer.bos_token_id, *text[at:at + n]])
+    return out
 
 
-def greedy(device: str, dtype: str, reqs: list[dict]) -> list[list[int]]:
+def requests(ids: list[list[int]]) -> list[dict]:
+    return [{"prompt_ids": p, "max_new_tokens": 8, "temperature": 0, "ignore_eos": True} for p in ids]
+
+
+def greedy(path: Path, device: str, dtype: str, reqs: list[dict]) -> list[list[int]]:
     from tests.runtime.test_engine import launch_cfg
     cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
-    cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = device, dtype, str(ensure_tiny_model())
+    cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = device, dtype, str(path)
     return [o["output_ids"] for o in run_worker(cfg, reqs)["outputs"]]
 
 
@@ -59,19 +76,21 @@ hf_logits.cache = {}
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["trained", "random"], default="trained",
+                    help="the built-in trained model (default) or the seeded random tiny model")
     ap.add_argument("--device", default="cpu", help="where the runtime's bf16/fp32 greedy runs (cpu or cuda)")
     ap.add_argument("-o", "--output", type=Path)
     ap.add_argument("--no-margins", action="store_true",
                     help="only the id agreement counts (no Hugging Face oracle: for a machine without transformers)")
     args = ap.parse_args()
     torch.manual_seed(0)
-    reqs = prompts()
-    path = ensure_tiny_model()
-    ref = greedy("cpu", "float64", reqs)
-    runs = {f"{args.device}_bf16": greedy(args.device, "bfloat16", reqs),
-            f"{args.device}_fp32": greedy(args.device, "float32", reqs)}
+    path = default_model().path if args.model == "trained" else ensure_tiny_model()
+    reqs = requests(prompts(args.model, path))
+    ref = greedy(path, "cpu", "float64", reqs)
+    runs = {f"{args.device}_bf16": greedy(path, args.device, "bfloat16", reqs),
+            f"{args.device}_fp32": greedy(path, args.device, "float32", reqs)}
     if args.device != "cpu":
-        runs["cpu_bf16"] = greedy("cpu", "bfloat16", reqs)
+        runs["cpu_bf16"] = greedy(path, "cpu", "bfloat16", reqs)
     rows = []
     for i, (req, out) in enumerate(zip(reqs, ref)):
         if args.no_margins:
@@ -90,10 +109,10 @@ def main() -> None:
         rows.append({"prompt": i, "min_gap": gap, "bf16_lead_err": err,
                      **{k: v[i] == out for k, v in runs.items()}})
     safe = [r for r in rows if r["min_gap"] > r["bf16_lead_err"]]
-    summary = {"prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
+    summary = {"model": args.model, "path": str(path), "prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
                **{k: {"all": sum(r[k] for r in rows), "margin_above_bf16_error": sum(r[k] for r in safe)}
                   for k in runs}}
-    if "cpu_bf16" in runs:   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
+    if args.device != "cpu":   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
         same = [a == b for a, b in zip(runs[f"{args.device}_bf16"], runs["cpu_bf16"])]
         summary[f"{args.device}_bf16_vs_cpu_bf16"] = sum(same)
         for r, ok in zip(rows, same):

@@ -9,3 +9,11 @@ def test_every_package_is_listed_in_pyproject():
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "dcpctl").rglob("__init__.py")}
     assert on_disk - listed == set()
     assert "dcpctl.presets" in listed
+
+
+def test_the_shipped_model_is_package_data():
+    from fnmatch import fnmatch
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["dcpctl"]
+    files = [p.relative_to(ROOT / "dcpctl").as_posix() for p in (ROOT / "dcpctl" / "data").rglob("*") if p.is_file()]
+    assert "data/tiny-deepseek-stdlib/model.safetensors" in files
+    assert [f for f in files if not any(fnmatch(f, pat) for pat in patterns)] == []

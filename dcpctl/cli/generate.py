@@ -20,19 +20,28 @@ DEFAULT_PRESET = "tiny-cpu"
 
 
 def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str) -> dict[str, Any]:
-    """No --model-path and no --preset: the built-in tiny model on CPU (tp 2, dcp 2)."""
+    """No --model-path and no --preset: the built-in trained tiny model on CPU (tp 2, dcp 2)."""
     if not params.get("model_path") and not params.get("preset") and not params.get("model"):
         params["preset"] = DEFAULT_PRESET
     opts = collect(ctx, params)
-    if not opts.get("model_path"):
-        if opts.get("model") not in (None, "tiny"):
-            raise UserError(f"model preset {opts['model']!r} has no weights: pass --model-path DIR")
-        from dcpctl.runtime.tiny import ensure_tiny_model
-        opts["model_path"] = str(ensure_tiny_model())
-        opts.pop("model", None)
+    fill_default_model(opts, "model preset {model!r} has no weights: pass --model-path DIR")
     if not opts.get("hardware") or ctx.get_parameter_source("hardware") != click.core.ParameterSource.COMMANDLINE:
         opts["hardware"] = "cpu" if device == "cpu" else "auto"
     return opts
+
+
+def fill_default_model(opts: dict[str, Any], no_weights: str) -> None:
+    """Without model_path, serve the shipped trained tiny model (the `tiny` preset names it too), once,
+    saying so on stderr; any other model preset has no weights: UserError(no_weights)."""
+    if opts.get("model_path"):
+        return
+    if opts.get("model") not in (None, "tiny"):
+        raise UserError(no_weights.format(model=opts["model"]))
+    from dcpctl.launch.default_model import default_model
+    model = default_model()
+    console.info(f"model: {model.path.name}: {model.reason}")
+    opts["model_path"] = str(model.path)
+    opts.pop("model", None)
 
 
 def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
@@ -150,12 +159,12 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts the ranks under
     torchrun (gloo on CPU, NCCL on CUDA), loads the checkpoint sharded across ranks and prints each
-    continuation. Without --model-path the built-in tiny DeepSeek-shaped model runs on 2 CPU ranks
-    with DCP 2.
+    continuation. Without --model-path the built-in tiny DeepSeek-V3-shaped model trained on Python
+    standard-library sources (docs/generate.md) runs on 2 CPU ranks with DCP 2.
 
     \b
     Examples:
-      dcpctl generate --prompt "Hello"
+      dcpctl generate --prompt "def "                          # the built-in model writes Python
       dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt "..." --max-new-tokens 64
       dcpctl generate --prompt-ids 1,2,3 --temperature 0 --dtype float64 --logprobs --format json
     """

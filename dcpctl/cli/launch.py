@@ -14,7 +14,7 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.generate import check_chunk, check_devices, resolve_run_options, show_plan_warnings
+from dcpctl.cli.generate import check_chunk, check_devices, fill_default_model, resolve_run_options, show_plan_warnings
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
@@ -56,7 +56,8 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
     node under torchrun and, on node 0, serves http://HOST:PORT until Ctrl-C or SIGTERM.  Without
-    --model-path the built-in tiny model runs on 2 CPU ranks with DCP 2.  CONFIG is a saved plan
+    --model-path the built-in tiny DeepSeek-V3-shaped model trained on Python
+    stdlib sources runs on 2 CPU ranks with DCP 2.  CONFIG is a saved plan
     (`dcpctl plan -o plan.yaml`) or a launch config (`--dry-run` output); flags override a plan.
 
     \b
@@ -121,12 +122,7 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
             _check_launch_config(data, config)
             return data, int(params.get("nnodes") or 1), _summary(data), params.get("max_running_requests")
         opts = collect(ctx, params, config)
-        if not opts.get("model_path"):
-            if opts.get("model") not in (None, "tiny"):
-                raise UserError(f"the saved plan {config} has no model_path: pass --model-path DIR")
-            from dcpctl.runtime.tiny import ensure_tiny_model
-            opts["model_path"] = str(ensure_tiny_model())
-            opts.pop("model", None)
+        fill_default_model(opts, f"the saved plan {config} has no model_path: pass --model-path DIR")
     else:
         opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
@@ -173,8 +169,11 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _summary(cfg: dict[str, Any]) -> str:
+    from dcpctl.launch.default_model import describe
     t, d, kv = cfg["topology"], cfg["decisions"], cfg["kv"]
-    return (f"{Path(cfg['model']['path']).name} on {cfg['world_size']} {cfg['device']} rank(s): tp {t['tp_size']}, "
+    what = describe(cfg["model"]["path"])  # a trained checkpoint says what it is (training.json)
+    return (f"{Path(cfg['model']['path']).name}{f' ({what})' if what else ''} on {cfg['world_size']} {cfg['device']} "
+            f"rank(s): tp {t['tp_size']}, "
             f"attn_dp {t['attn_dp_size']}, dcp {t['dcp_size']} ({d['dcp_comm_backend']}"
             f"{', replicated q' if d.get('dcp_replicate_q_proj') else ''}), {cfg['model']['dtype']}, "
             f"KV {kv['capacity_tokens'] * t['dcp_size']} virtual tokens per replica")

@@ -172,6 +172,7 @@ def test_generate_cli_speculative(reference, drafts):
     req = REQUESTS[1]
     args = ["generate", "--prompt-ids", ",".join(map(str, req["prompt_ids"])), "--max-new-tokens",
             str(req["max_new_tokens"]), "--dtype", "float64", "--page-size", "2", "--format", "json",
+            "--model-path", str(tiny.ensure_tiny_model()), "--tp-size", "2", "--dcp-size", "2",  # random weights
             "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafts["near"],
             "--speculative-num-draft-tokens", "3"]
     r = CliRunner().invoke(cli, args)

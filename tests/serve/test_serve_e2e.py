@@ -69,10 +69,10 @@ def _wait_idle(url: str, timeout: float = 20.0) -> dict[str, float]:
 
 def test_openai_completions_match_generate(client, reference):
     for prompt, want in zip(PROMPTS + [IDS], reference):
-        r = client.completions.create(model="tiny-deepseek", prompt=prompt, max_tokens=MAX_NEW, temperature=0)
+        r = client.completions.create(model="tiny-deepseek-stdlib", prompt=prompt, max_tokens=MAX_NEW, temperature=0)
         assert r.choices[0].text == want["text"]
         assert r.usage.completion_tokens == len(want["output_ids"])
-        streamed = client.completions.create(model="tiny-deepseek", prompt=prompt, max_tokens=MAX_NEW,
+        streamed = client.completions.create(model="tiny-deepseek-stdlib", prompt=prompt, max_tokens=MAX_NEW,
                                              temperature=0, stream=True)
         chunks = list(streamed)
         assert "".join(c.choices[0].text for c in chunks) == want["text"]
@@ -102,7 +102,7 @@ def test_logprobs_and_chat(client):
     assert len(c.choices[0].logprobs.content) == c.usage.completion_tokens
     s = client.chat.completions.create(model="tiny-deepseek", messages=msgs, max_tokens=6, temperature=0, stream=True)
     assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == c.choices[0].message.content
-    assert [m.id for m in client.models.list().data] == ["tiny-deepseek"]
+    assert [m.id for m in client.models.list().data] == ["tiny-deepseek-stdlib"]
 
 
 def test_stop_string_ends_the_request(client, reference):
