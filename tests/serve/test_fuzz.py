@@ -45,7 +45,7 @@ SAMPLING = {"temperature": field(st.floats(0, 2)), "top_p": field(st.floats(0, 1
             "n": field(st.integers(0, 3))}
 REFUSABLE = {"best_of": field(st.integers(0, 3)), "presence_penalty": field(FLOATS), "logit_bias": JUNK,
              "response_format": field(st.sampled_from([{"type": "text"}, {"type": "json_object"}]))}
-COMMON = {**SAMPLING, **REFUSABLE, "model": field(st.sampled_from(["tiny-deepseek", "gpt-4"])),
+COMMON = {**SAMPLING, **REFUSABLE, "model": field(st.sampled_from(["tiny-deepseek-stdlib", "gpt-4"])),
           "stream": field(st.booleans()), "stream_options": field(st.just({"include_usage": True}))}
 MAX_TOKENS = field(st.one_of(st.integers(1, 2), EXTREME_INTS))
 MESSAGE = st.fixed_dictionaries({"role": field(st.sampled_from(["user", "system", "assistant", "robot"]))},

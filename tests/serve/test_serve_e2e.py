@@ -93,14 +93,14 @@ def test_native_generate_returns_the_same_ids(server, reference):
 
 
 def test_logprobs_and_chat(client):
-    r = client.completions.create(model="tiny-deepseek", prompt="Hi", max_tokens=4, temperature=0, logprobs=1)
+    r = client.completions.create(model="tiny-deepseek-stdlib", prompt="Hi", max_tokens=4, temperature=0, logprobs=1)
     lp = r.choices[0].logprobs
     assert len(lp.token_logprobs) == 4 and all(x <= 0 for x in lp.token_logprobs)
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hi"}]
-    c = client.chat.completions.create(model="tiny-deepseek", messages=msgs, max_tokens=6, temperature=0, logprobs=True)
+    c = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6, temperature=0, logprobs=True)
     assert c.choices[0].message.role == "assistant" and c.usage.completion_tokens <= 6
     assert len(c.choices[0].logprobs.content) == c.usage.completion_tokens
-    s = client.chat.completions.create(model="tiny-deepseek", messages=msgs, max_tokens=6, temperature=0, stream=True)
+    s = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6, temperature=0, stream=True)
     assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == c.choices[0].message.content
     assert [m.id for m in client.models.list().data] == ["tiny-deepseek-stdlib"]
 
@@ -110,16 +110,16 @@ def test_stop_string_ends_the_request(client, reference):
     stop = next((text[i:i + 1] for i in range(2, len(text)) if text[i:i + 1].isprintable()), None)
     if stop is None:
         pytest.skip("no printable character in the reference continuation")
-    r = client.completions.create(model="tiny-deepseek", prompt=PROMPTS[0], max_tokens=MAX_NEW, temperature=0, stop=[stop])
+    r = client.completions.create(model="tiny-deepseek-stdlib", prompt=PROMPTS[0], max_tokens=MAX_NEW, temperature=0, stop=[stop])
     assert r.choices[0].finish_reason == "stop" and r.choices[0].text == text[:text.index(stop)]
 
 
 def test_sixteen_concurrent_clients(client, server):
     prompts = [f"client {i % 4} says" for i in range(16)]
-    solo = {p: client.completions.create(model="tiny-deepseek", prompt=p, max_tokens=8, temperature=0).choices[0].text
+    solo = {p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p, max_tokens=8, temperature=0).choices[0].text
             for p in sorted(set(prompts))}
     with ThreadPoolExecutor(16) as pool:
-        texts = list(pool.map(lambda p: client.completions.create(model="tiny-deepseek", prompt=p, max_tokens=8,
+        texts = list(pool.map(lambda p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p, max_tokens=8,
                                                                   temperature=0).choices[0].text, prompts))
     assert texts == [solo[p] for p in prompts]
     m = _wait_idle(server.url)
@@ -176,7 +176,7 @@ def test_client_disconnect_mid_stream_frees_pages(server):
 
 def test_unseeded_requests_differ_and_seeded_ones_repeat(client, server):
     def texts(**kw):
-        return [client.completions.create(model="tiny-deepseek", prompt="Hello", max_tokens=12, temperature=1.0,
+        return [client.completions.create(model="tiny-deepseek-stdlib", prompt="Hello", max_tokens=12, temperature=1.0,
                                           **kw).choices[0].text for _ in range(3)]
     unseeded = texts()
     assert len(set(unseeded)) == 3, unseeded
