@@ -219,3 +219,16 @@ def test_missing_model_path_named_like_a_preset(tmp_path, monkeypatch):
         assert_user_error(r, "did you mean --model-preset")
     r = run("plan", "--model-path", "./nothing-here")
     assert_user_error(r, "cannot read nothing-here")
+
+
+@pytest.mark.parametrize("change, text", [
+    ({"architectures": True}, "architectures must be a list of class names, got True"),
+    ({"layer_types": ["linear_attention"] * 4}, "the MLA (full attention) layers [] from layer_types"),
+    ({"num_hidden_layers": 17034258734657}, "num_hidden_layers must be 1 to 4096"),
+    ({"intermediate_size": float("-inf")}, "cannot convert float infinity to integer"),
+    ({"v_head_dim": -5}, "model field(s) ['v_head_dim'] must be integers from 0 to"),
+])
+def test_config_json_values(tmp_path, change, text):
+    from dcpctl.plan import presets
+    (tmp_path / "config.json").write_text(json.dumps({**presets.get("models", "tiny")["config"], **change}))
+    assert_user_error(run("plan", "--model-path", tmp_path), text)
