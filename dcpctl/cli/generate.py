@@ -123,7 +123,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     \b
     Examples:
       dcpctl generate --prompt "Hello"
-      dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt "..." --max-new-tokens 64
+      dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt TEXT --max-new-tokens 64
       dcpctl generate --prompt-ids 1,2,3 --temperature 0 --dtype float64 --logprobs --format json
     """
     from dcpctl.launch.config import render_launch_config

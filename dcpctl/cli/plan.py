@@ -70,7 +70,9 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
 
     \b
     Examples:
-      dcpctl plan --model-path ./DeepSeek-V3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
+      dcpctl plan --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
+      dcpctl plan --model-path DIR --tp-size 8 --dcp-size 8   # DIR: a checkpoint with config.json
+      dcpctl plan --tp-size 64 --dp-size 4 --enable-dp-attention --dcp-size 16   # topology only
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
     """

@@ -39,7 +39,7 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
 
     \b
     Example:
-      dcpctl recommend --model deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
+      dcpctl recommend --model-preset deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
     """
     opts = collect(ctx, params)
     if not opts.get("context_len"):
