@@ -7,6 +7,7 @@ UUID (a 2x H200 NVLink box reads Completed with a zero UUID: not MNNVL).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import subprocess
@@ -58,9 +59,9 @@ def hardware_from_dict(d: dict[str, Any], source: str) -> Hardware:
             raise UserError(f"{source}: hardware field {k} must be a {'positive' if k == 'gpus_per_node' else 'non-negative'}"
                             f" integer, got {d[k]!r}")
     for k in ("memory_gib", "hbm_tbps", "link_gbps", "bf16_tflops", "coll_latency_us"):
-        if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or d[k] < 0
-                       or (k == "memory_gib" and d[k] == 0)):
-            raise UserError(f"{source}: hardware field {k} must be a positive number, got {d[k]!r}")
+        if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or not math.isfinite(d[k])
+                       or d[k] < 0 or (k == "memory_gib" and d[k] == 0)):
+            raise UserError(f"{source}: hardware field {k} must be a positive finite number, got {d[k]!r}")
     if d["device"] not in ("cuda", "cpu"):
         raise UserError(f"{source}: hardware field device must be cuda or cpu, got {d['device']!r}")
     try:

@@ -149,3 +149,16 @@ def test_config_json_never_crashes(changes):
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps({**TINY, **changes}))
     assert_clean_exit(invoke("plan", "--model-path", d, "--format", "json"), changes)
+
+
+H200 = presets.hardware_profiles()["h200-8"]
+
+
+@FAST
+@given(changes=st.dictionaries(st.sampled_from(sorted(H200) + ["bogus"]), ANY_VALUE, max_size=3),
+       nest=st.booleans())
+def test_hardware_yaml_never_crashes(changes, nest):
+    f = WORK / "hw.yaml"
+    hw = {**H200, **changes}
+    f.write_text(yaml.safe_dump({"hardware": hw} if nest else hw))
+    assert_clean_exit(invoke("plan", "--hardware", f, "--tp-size", "8", "--dcp-size", "8", "--format", "json"), hw)

@@ -82,6 +82,9 @@ def test_hardware_file_field_types(tmp_path):
     f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 0, memory_gib: 80, sm: 90, "
                  "nvlink: true, mnnvl: false}\n")
     assert_user_error(run("plan", "--hardware", f), "hardware field gpus_per_node must be a positive integer, got 0")
+    f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 8, memory_gib: .inf, sm: 90, "
+                 "nvlink: true, mnnvl: false}\n")
+    assert_user_error(run("plan", "--hardware", f), "hardware field memory_gib must be a positive finite number, got inf")
 
 
 def test_export_to_unwritable_dir(tmp_path):
