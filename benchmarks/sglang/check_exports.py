@@ -70,6 +70,10 @@ CASES: list[tuple[str, list[str]]] = [
     # fp8 KV cache + page 64 on H200
     ("dsv31 h200-8 tp8 dcp8 fp8kv page64", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
                                                  "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"]),
+    # speculative decoding: SGLang's EAGLE family takes steps, top-k and draft tokens together
+    *[(f"dsv31 h200-8 tp8 dcp8 {algo} k4", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+                                                 "--speculative-algorithm", algo, "--speculative-num-draft-tokens", "4"])
+      for algo in ("EAGLE", "NEXTN")],
     # Kimi K3 where dcpctl overrides a user value (DESIGN: the K3 model override wins)
     ("kimi-k3 32gpu user ag_rs", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-comm-backend", "ag_rs"]),
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),

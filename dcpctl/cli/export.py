@@ -31,7 +31,8 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
 
     \b
     sglang    the `sglang serve` command for every node (and the PD pair + router)
-    torchrun  per-node torchrun commands for the bundled runtime (c10d rendezvous)
+    torchrun  per-node torchrun commands for the bundled runtime, with the launch.yaml and
+              serve.json its ranks read (one node: standalone; several: c10d at --dist-init-addr)
     slurm     an sbatch script starting one task per node
     k8s       a LeaderWorkerSet manifest (leader = node 0)
 
@@ -39,13 +40,17 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     Examples:
       dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000
       dcpctl export k8s --preset deepseek-v3.1-tp8-dcp8 -o deploy/
+      dcpctl export torchrun --preset tiny-cpu -o tiny/ && bash tiny/node-0.sh   # serves on this machine
     """
     opts = collect(ctx, params, saved_plan)
     plan = make_plan(request_from_options(opts))
     if not plan.valid:
         raise UserError("the plan is invalid, nothing to export: " + "; ".join(v.message for v in plan.violations))
-    model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo") or "MODEL_PATH"
-    files = EXPORTERS[fmt](plan, ExportOptions(str(model), dist_init_addr, port, image=image))
+    model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo")
+    if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
+        from dcpctl.runtime.tiny import ensure_tiny_model  # the bundled runtime serves the built-in checkpoint
+        model = ensure_tiny_model()
+    files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)
     if output_dir:

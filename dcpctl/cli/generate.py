@@ -165,8 +165,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     \b
     Examples:
       dcpctl generate --prompt "def "                          # the built-in model writes Python
-      dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt "..." --max-new-tokens 64
-      dcpctl generate --prompt-ids 1,2,3 --temperature 0 --dtype float64 --logprobs --format json
+      dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt TEXT --max-new-tokens 64
+      dcpctl generate --prompt-ids 1,2,3 --prompt-ids 4,5 --temperature 0 --dtype float64 --logprobs --format json
     """
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files

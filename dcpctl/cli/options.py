@@ -1,11 +1,13 @@
 """Plan flags shared by plan/generate/launch (SGLang's names and aliases, DESIGN section 8)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from dcpctl.plan import request as R
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.resolve import merge_options, options_from_saved_plan
 
 F = Callable[..., Any]
@@ -78,15 +80,48 @@ def collect(ctx: click.Context, params: dict[str, Any], saved_plan: str | None =
     explicit = {k for k in PLAN_KEYS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
     flags = {k: params.get(k) for k in PLAN_KEYS}
     if saved_plan:
-        base = options_from_saved_plan(__import__("pathlib").Path(saved_plan))
+        base = options_from_saved_plan(Path(saved_plan))
+        check_option_types(ctx.command, base, f"{saved_plan}: request")
         base.update({k: flags[k] for k in explicit})
         return base
     return merge_options(flags, explicit, params.get("preset"))
 
 
+def check_option_types(command: click.Command, opts: dict[str, Any], where: str) -> None:
+    """UserError unless every value has the type its flag takes (a saved plan is read back as the flags were)."""
+    params = {p.name: p for p in command.params}
+    for key, value in opts.items():
+        p = params.get(key)
+        if value is None or p is None:
+            continue
+        expected = _expected_type(p.type)
+        if not _has_type(p.type, value):
+            raise UserError(f"{where}.{key} must be {expected}, got {value!r}")
+
+
+def _expected_type(t: click.ParamType) -> str:
+    if isinstance(t, click.Choice):
+        return "one of " + ", ".join(map(str, t.choices))
+    return {click.types.BoolParamType: "true or false", click.types.IntParamType: "an integer",
+            click.types.FloatParamType: "a number"}.get(type(t), "a string")
+
+
+def _has_type(t: click.ParamType, value: Any) -> bool:
+    if isinstance(t, click.Choice):
+        return isinstance(value, str) and value in t.choices
+    if isinstance(t, click.types.BoolParamType):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(t, click.types.IntParamType):
+        return isinstance(value, int)
+    if isinstance(t, click.types.FloatParamType):
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
+
+
 def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:
     """A comma-separated list of positive integers from a flag (`--batches 1,8,32`); UserError otherwise."""
-    from dcpctl.plan.errors import UserError
     try:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:

@@ -9,17 +9,31 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.options import collect, plan_options
+from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
+from dcpctl.cli.options import PLAN_KEYS, collect, plan_options
 from dcpctl.cli.render_plan import render_table
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.recommend import estimate
-from dcpctl.plan.resolve import request_from_options
+from dcpctl.plan.resolve import NO_MODEL, has_model, request_from_options
 from dcpctl.plot.output import picture_option
 
 
 def build_plan(opts: dict[str, Any]) -> Plan:
-    return make_plan(request_from_options(opts))
+    """A model named by --model-path/--model-preset/--preset: the full plan; none: the topology-only verdict."""
+    if has_model(opts):
+        return make_plan(request_from_options(opts))
+    return make_plan(request_from_options(opts, model=NO_MODEL), topology_only=True)
+
+
+def _plan_options(ctx: click.Context, params: dict[str, Any], saved_plan: str | None) -> dict[str, Any]:
+    """No flags at all (and no saved plan): plan what `dcpctl launch` runs, and say so."""
+    typed = [k for k in PLAN_KEYS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+    if saved_plan or typed:
+        return collect(ctx, params, saved_plan)
+    console.info(f"no flags: planning what `dcpctl launch` runs (preset {DEFAULT_PRESET}); pass topology flags "
+                 "for a topology-only verdict, or a model for the full plan")
+    return collect(ctx, {**params, "preset": DEFAULT_PRESET})
 
 
 def plan_document(plan: Plan, opts: dict[str, Any], rank_map: bool = True) -> dict[str, Any]:
@@ -53,19 +67,27 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
     automatic decision with its reason, and the memory per rank. Exit status 0 when the plan is
     valid, 2 when it is not (each violation is an equation with the valid choices).
 
+    Without a model (--model-path, --model-preset or --preset) the verdict rests on the topology and
+    the hardware alone, and the model checks it skipped are listed. With no flags at all it plans what
+    `dcpctl launch` runs (preset tiny-cpu). SAVED_PLAN is a plan saved with -o; flags override it.
+
     \b
     Examples:
-      dcpctl plan --model-path ./DeepSeek-V3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
+      dcpctl plan --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
+      dcpctl plan --model-path DIR --tp-size 8 --dcp-size 8   # DIR: a checkpoint with config.json
+      dcpctl plan --tp-size 64 --dp-size 4 --enable-dp-attention --dcp-size 16   # topology only
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
     """
-    opts = collect(ctx, params, saved_plan)
+    opts = _plan_options(ctx, params, saved_plan)
     if calibration:
         opts["calibration"] = calibration
     if concurrency and not opts.get("context_len"):
         raise UserError("--concurrency needs --context-len (the step-time estimate is per context length)")
     p = build_plan(opts)
+    if concurrency and p.topology_only:
+        raise UserError("--concurrency needs a model for its estimate: pass --model-path, --model-preset or --preset")
     doc = plan_document(p, opts)
     if concurrency and p.valid and opts.get("context_len"):
         doc["estimate"] = p.estimate = estimate(p, concurrency, opts.get("calibration"))

@@ -115,3 +115,12 @@ def render_table(p: Plan, show_all_ranks: bool = False) -> None:
         _memory(p)
     _compositions(p)
     _estimate(p)
+    _skipped(p)
+
+
+def _skipped(p: Plan) -> None:
+    if p.topology_only:
+        console.out.print("[bold]Topology-only verdict[/] (no --model-path, --model-preset or --preset); "
+                          "model checks skipped:", soft_wrap=True)
+        for s in p.skipped_checks:
+            console.out.print(f"  - {s}", soft_wrap=True)

@@ -7,15 +7,19 @@
 """
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from dcpctl.plan.planner import Plan, make_plan
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.planner import Plan
 
 FORMATS = ("sglang", "torchrun", "slurm", "k8s")
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
 MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
 
 
@@ -24,7 +28,7 @@ class ExportOptions:
     model_path: str  # what the serving nodes load (a path on the cluster or a hub id)
     dist_init_addr: str = "NODE0_ADDR:5000"
     port: int = 30000
-    launch_config: str = "launch.yaml"  # torchrun export: the rendered config on every node
+    launch_config: str = "launch.yaml"  # torchrun export: the rendered config, next to node-N.sh
     image: str = "lmsysorg/sglang:latest"
 
 
@@ -69,12 +73,21 @@ def _sgl_kv_dtype(v: str) -> str:
 
 
 def _spec_args(plan: Plan) -> list[str]:
+    """SGLang 0.5.23's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) takes steps, top-k and draft tokens together
+    or none of them (arg_groups/speculative_hook.py `_handle_eagle_family`: with no --speculative-num-steps it asserts
+    the other two are unset and picks all three). dcpctl verifies a static chain, so K draft tokens are K - 1 steps
+    at top-k 1."""
     r = plan.request
     if not r.speculative_algorithm:
         return []
     a = ["--speculative-algorithm", r.speculative_algorithm]
-    a += _if(r.speculative_num_draft_tokens is not None, "--speculative-num-draft-tokens",
-             r.speculative_num_draft_tokens)
+    k = r.speculative_num_draft_tokens
+    if k is not None and r.speculative_algorithm in EAGLE_FAMILY:
+        if k < 2:
+            raise UserError(f"--speculative-num-draft-tokens {k} leaves SGLang's {r.speculative_algorithm} no draft "
+                            "step (num_draft_tokens = num_steps + 1 at top-k 1, num_steps >= 1): pass 2 or more")
+        a += ["--speculative-num-steps", str(k - 1), "--speculative-eagle-topk", "1"]
+    a += _if(k is not None, "--speculative-num-draft-tokens", k)
     draft = r.draft_model.extra.get("path") if r.draft_model else None
     return a + _if(bool(draft), "--speculative-draft-model-path", draft)
 
@@ -131,17 +144,39 @@ def _bump_port(addr: str) -> str:
     return f"{host}:{int(port) + 1}" if port.isdigit() else addr
 
 
+TORCHRUN_MAX_TOTAL_TOKENS = 16384  # CPU: `dcpctl launch`'s default; CUDA takes the plan's whole KV capacity
+TORCHRUN_CHUNKED_PREFILL = 8192
+HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
+
+
 def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-    t = plan.request.topology
-    env = {"DCPCTL_LAUNCH_CONFIG": opts.launch_config, "OMP_NUM_THREADS": "1", **hardware_env(plan)}
-    out = {}
+    """node-N.sh plus the launch.yaml and serve.json every rank reads ($DCPCTL_LAUNCH_CONFIG, $DCPCTL_SERVE), next
+    to the script; one node uses torchrun's standalone rendezvous, several use c10d at --dist-init-addr."""
+    from dcpctl.launch.config import render_launch_config
+    from dcpctl.launch.torchrun import SAFE_ENV
+    t, cuda = plan.request.topology, plan.request.hardware.device == "cuda"
+    if plan.request.disaggregation_mode != "null":
+        raise UserError("the bundled runtime serves PD disaggregation only in batch mode (`dcpctl generate`): "
+                        "export it with `dcpctl export sglang`")
+    tokens = (plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS) if cuda else TORCHRUN_MAX_TOTAL_TOKENS
+    cfg = render_launch_config(plan, opts.model_path, "bfloat16" if cuda else "float32", "cuda" if cuda else "cpu",
+                               tokens, TORCHRUN_CHUNKED_PREFILL)
+    if not Path(opts.model_path).exists():
+        cfg["model"]["path"] = opts.model_path  # a path on the serving nodes, not on this machine
+    serve = {"host": "127.0.0.1", "port": opts.port, "max_running_requests": plan.request.max_running_requests}
+    files = {opts.launch_config: yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None),
+             "serve.json": json.dumps({k: v for k, v in serve.items() if v is not None}, indent=1) + "\n"}
+    env = (f'DCPCTL_LAUNCH_CONFIG="$HERE/{opts.launch_config}" DCPCTL_SERVE="$HERE/serve.json" '
+           + _env_prefix({**SAFE_ENV, **hardware_env(plan)}))
     for i in range(t.nnodes):
-        argv = ["torchrun", f"--nnodes={t.nnodes}", f"--nproc-per-node={t.ranks_per_node}", f"--node-rank={i}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}", "--rdzv-id=dcpctl",
-                "-m", "dcpctl.runtime.worker"]
-        out[f"node-{i}.sh"] = f"#!/usr/bin/env bash\n# bundled runtime, node {i} of {t.nnodes}\n" \
-                              f"{_env_prefix(env)}{shlex.join(argv)}\n"
-    return out
+        rdzv = ["--standalone"] if t.nnodes == 1 else [
+            f"--node-rank={i}", "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}", "--rdzv-id=dcpctl"]
+        argv = ["torchrun", f"--nnodes={t.nnodes}", f"--nproc-per-node={t.ranks_per_node}", *rdzv,
+                "--max-restarts=0", "-m", "dcpctl.runtime.worker"]
+        files[f"node-{i}.sh"] = (f"#!/usr/bin/env bash\n# bundled runtime, node {i} of {t.nnodes}: serves "
+                                 f"http://127.0.0.1:{opts.port} on node 0 (host, port: serve.json)\n"
+                                 f"set -euo pipefail\n{HERE}\n{env}{shlex.join(argv)}\n")
+    return files
 
 
 def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
@@ -176,10 +211,12 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
         env = [{"name": k, "value": v} for k, v in hardware_env(plan).items()]
         container = {"name": "sglang", "image": opts.image, "command": argv[:2], "args": argv[2:],
                      "resources": {"limits": {"nvidia.com/gpu": t.ranks_per_node}},
-                     "ports": [{"containerPort": opts.port}]}
+                     "ports": [{"containerPort": opts.port}],
+                     "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
         if env:
             container["env"] = env
-        return {"spec": {"containers": [container]}}
+        # NCCL and torch's shared-memory transports need more than a container's default 64 MiB /dev/shm
+        return {"spec": {"containers": [container], "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
     manifest = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                 "metadata": {"name": "dcpctl-sglang"},

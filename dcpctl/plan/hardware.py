@@ -8,6 +8,7 @@ node are reported (`gpu_models`), never averaged, and take no profile's figures.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
@@ -75,9 +76,9 @@ def hardware_from_dict(d: dict[str, Any], source: str) -> Hardware:
             raise UserError(f"{source}: hardware field {k} must be a {'positive' if k == 'gpus_per_node' else 'non-negative'}"
                             f" integer, got {d[k]!r}")
     for k in ("memory_gib", *FIGURES):
-        if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or d[k] < 0
-                       or (k == "memory_gib" and d[k] == 0)):
-            raise UserError(f"{source}: hardware field {k} must be a positive number, got {d[k]!r}")
+        if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or not math.isfinite(d[k])
+                       or d[k] < 0 or (k == "memory_gib" and d[k] == 0)):
+            raise UserError(f"{source}: hardware field {k} must be a positive finite number, got {d[k]!r}")
     if d["device"] not in ("cuda", "cpu"):
         raise UserError(f"{source}: hardware field device must be cuda or cpu, got {d['device']!r}")
     try:

@@ -14,6 +14,8 @@ from typing import Any
 from dcpctl.plan.errors import UserError
 
 SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_linear", "kimi_k3")
+MAX_LAYERS = 4096  # guards against a typo building a million-entry layer list
+MAX_DIM = 2**31 - 1  # any model size or count past int32 is a typo, and would overflow the memory math
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
 
 
@@ -146,7 +148,10 @@ def spec_from_config(cfg: dict[str, Any], name: str = "model", source: str = "co
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"]}
-    archs = tuple(outer.get("architectures") or cfg.get("architectures") or ())
+    archs = outer.get("architectures") or cfg.get("architectures") or ()
+    if not isinstance(archs, (list, tuple)) or not all(isinstance(a, str) for a in archs):
+        raise UserError(f"{source}: architectures must be a list of class names, got {archs!r}")
+    archs = tuple(archs)
     mtype = str(cfg.get("model_type") or outer.get("model_type") or "")
     if mtype not in SUPPORTED_TYPES and not any("Kimi" in a or "Deepseek" in a for a in archs):
         raise UserError(f"{source}: model_type {mtype!r} is not an MLA model dcpctl supports; "
@@ -157,16 +162,25 @@ def spec_from_config(cfg: dict[str, Any], name: str = "model", source: str = "co
         spec = _build_spec(cfg, outer, archs, mtype, name)
     except KeyError as e:
         raise UserError(f"{source}: missing model field {e.args[0]!r}") from None
-    except (TypeError, ValueError, AttributeError) as e:
-        raise UserError(f"{source}: a model field has the wrong type ({e})") from None
+    except (TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise UserError(f"{source}: a model field has the wrong type or value ({e})") from None
     bad = [k for k in ("hidden_size", "num_layers", "num_heads", "kv_lora_rank") if getattr(spec, k) < 1]
     if bad:
         raise UserError(f"{source}: model field(s) {bad} must be positive integers")
+    sizes = {k: v for k, v in spec.__dict__.items() if isinstance(v, int) and not isinstance(v, bool)}
+    bad = [k for k, v in sizes.items() if not 0 <= v <= MAX_DIM]
+    if bad:
+        raise UserError(f"{source}: model field(s) {bad} must be integers from 0 to {MAX_DIM:,}")
+    if not spec.mla_layers or not all(0 <= i < spec.num_layers for i in spec.mla_layers):
+        raise UserError(f"{source}: the MLA (full attention) layers {[i + 1 for i in spec.mla_layers]} from "
+                        f"layer_types / linear_attn_config must be 1 to {spec.num_layers} layers of num_hidden_layers")
     return spec
 
 
 def _build_spec(cfg: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ...], mtype: str, name: str) -> ModelSpec:
     layers = int(cfg["num_hidden_layers"])
+    if not 1 <= layers <= MAX_LAYERS:
+        raise ValueError(f"num_hidden_layers must be 1 to {MAX_LAYERS}, got {layers}")
     mla, kda = _layer_split(cfg, layers)
     dtype = str(_get(cfg, "torch_dtype", "dtype", default=_get(outer, "torch_dtype", "dtype", default="bfloat16")))
     return ModelSpec(

@@ -19,6 +19,11 @@ class Plan:
     memory: dict[str, Any] = field(default_factory=dict)
     compositions: dict[str, Any] = field(default_factory=dict)
     estimate: dict[str, Any] = field(default_factory=dict)  # cost model, when asked for
+    skipped_checks: list[str] = field(default_factory=list)  # topology-only: the model checks not made
+
+    @property
+    def topology_only(self) -> bool:
+        return bool(self.skipped_checks)
 
     @property
     def valid(self) -> bool:
@@ -34,8 +39,8 @@ class Plan:
             "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
                          "attn_dp_size": t.attn_dp, "ranks_per_node": t.ranks_per_node,
                          "kernel_heads": r.model.num_heads // t.attn_tp * t.dcp_size
-                         if r.model.num_heads % t.attn_tp == 0 else None},
-            "model": r.model.summary(),
+                         if r.model.num_heads % t.attn_tp == 0 and not self.topology_only else None},
+            "model": None if self.topology_only else r.model.summary(),
             "hardware": r.hardware.to_dict(),
             "groups": self.groups,
             "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
@@ -44,18 +49,26 @@ class Plan:
             "options": {"page_size": r.page_size, "mem_fraction_static": r.mem_fraction_static,
                         "context_len": r.context_len},
         }
+        if self.topology_only:
+            d["topology_only"] = True
+            d["skipped_checks"] = list(self.skipped_checks)
         if rank_map and self.groups:
             d["rank_map"] = [groups.rank_info(t, i).to_dict() for i in range(t.total_gpus)]
         return d
 
 
-def make_plan(req: PlanRequest) -> Plan:
+def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
+    """The verdict, groups, decisions and memory of a request.
+
+    topology_only: no model was given (req.model is resolve.NO_MODEL, a stand-in); the verdict rests on the
+    topology and the hardware alone and `skipped_checks` names every model check left out."""
     if req.topology.gpus_per_node is None and req.hardware.device == "cuda":
         # a GPU profile fixes the node size; on CPU, ranks of a node share the host
         req = replace(req, topology=replace(req.topology, gpus_per_node=req.hardware.gpus_per_node))
     t, m = req.topology, req.model
-    plan = Plan(req)
-    plan.violations += t.violations(num_heads=m.num_heads, num_layers=m.num_layers)
+    plan = Plan(req, skipped_checks=list(SKIPPED_WITHOUT_MODEL) if topology_only else [])
+    plan.violations += t.violations(num_heads=None if topology_only else m.num_heads,
+                                    num_layers=None if topology_only else m.num_layers)
     dec = decisions.decide(req)
     req = plan.request = replace(req, page_size=dec.value("page_size"))  # decided once, used everywhere
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
@@ -64,14 +77,28 @@ def make_plan(req: PlanRequest) -> Plan:
     plan.compositions, cviol, cwarn = compose.check_compositions(req, kv_dtype)
     plan.violations += cviol
     plan.warnings += cwarn
-    if any(v.code in ("tp_dp",) for v in plan.violations):
-        return plan  # no consistent rank layout to show
+    if any(v.code in ("tp_dp", "tp_ep") for v in plan.violations):
+        return plan  # no consistent rank layout to show (attention-DP or EP groups undefined)
     plan.groups = groups.build_groups(t)
     if not any(v.code == "tp_dcp" for v in plan.violations):  # dcp > tp: no real DCP group to place on nodes
         _node_warnings(plan)
+    if topology_only:
+        return plan
     plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"))
     plan.violations += mviol
     return plan
+
+
+SKIPPED_WITHOUT_MODEL = (
+    "heads: num_attention_heads % attn_tp == 0 and the kernel heads per DCP rank",
+    "pp_layers: pp_size <= num_hidden_layers",
+    "memory: weights + KV per rank, longest context and concurrency (DESIGN section 6 model facts)",
+    "model overrides keyed on architectures (Kimi K3: backend, replicated Q, decode kernel, page size)",
+    "replicated Q needs unquantized bf16/fp16 weights (decided here as if they were)",
+    "kv_cache_dtype auto takes the model's dtype (decided here as bfloat16)",
+    "SM100 decode kernel by architecture (trtllm_mla for the DeepSeek family; decided here as another MLA model)",
+    "hybrid (KDA) layers",
+)
 
 
 def _node_warnings(plan: Plan) -> None:

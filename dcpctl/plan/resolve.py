@@ -19,6 +19,14 @@ REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("t
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
               "attn_dp_size", "calibration")
 DEFAULT_MODEL = "tiny"
+MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is topology-only
+# topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape, unquantized bf16, no
+# architecture, so no model override applies); the plan lists what it skipped (planner.SKIPPED_WITHOUT_MODEL)
+NO_MODEL = ModelSpec(name="(no model)", architectures=(), model_type="mla", hidden_size=7168, num_layers=61,
+                     num_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                     v_head_dim=128, vocab_size=0, intermediate_size=0, moe_intermediate_size=0, n_routed_experts=0,
+                     num_experts_per_tok=0, n_shared_experts=0, first_k_dense_replace=0,
+                     max_position_embeddings=0, dtype="bfloat16", quantization=None, mla_layers=tuple(range(61)))
 
 
 def merge_options(flags: dict[str, Any], explicit: set[str], preset: str | None) -> dict[str, Any]:
@@ -41,14 +49,29 @@ def merge_options(flags: dict[str, Any], explicit: set[str], preset: str | None)
     return merged
 
 
+def has_model(opts: dict[str, Any]) -> bool:
+    return any(opts.get(k) for k in MODEL_KEYS)
+
+
 def model_from_options(opts: dict[str, Any]) -> ModelSpec:
     if opts.get("model_path"):
+        _check_model_path(str(opts["model_path"]))
         return spec_from_path(opts["model_path"])
     name = opts.get("model") or DEFAULT_MODEL
     data = presets.get("models", name)
     spec = spec_from_config(data["config"], name=name, source=f"model preset {name}")
     spec.extra["hf_repo"] = data.get("hf_repo")
     return spec
+
+
+def _check_model_path(path: str) -> None:
+    """A missing --model-path named like a model preset is the preset the user meant."""
+    if Path(path).exists():
+        return
+    name = Path(path).name.lower()
+    if name in presets.names("models"):
+        raise UserError(f"--model-path {path} does not exist; did you mean --model-preset {name}? "
+                        "(--model is an alias of --model-path)")
 
 
 def _attn_dp(opts: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +86,8 @@ def _attn_dp(opts: dict[str, Any]) -> dict[str, Any]:
     return {**opts, "dp_size": n, "enable_dp_attention": n > 1 or bool(opts.get("enable_dp_attention"))}
 
 
-def request_from_options(opts: dict[str, Any]) -> PlanRequest:
+def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest:
+    """The PlanRequest of merged options; `model` (NO_MODEL for a topology-only plan) replaces the options' model."""
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
         hardware = calibrated(hardware, Path(opts["calibration"]))
@@ -76,7 +100,7 @@ def request_from_options(opts: dict[str, Any]) -> PlanRequest:
         draft.extra["path"] = opts["speculative_draft_model_path"]
     fields = {k: opts[k] for k in REQUEST_KEYS if opts.get(k) is not None}
     _check_ranges(fields)
-    return PlanRequest(topology=topology, model=model_from_options(opts), hardware=hardware, draft_model=draft,
+    return PlanRequest(topology=topology, model=model or model_from_options(opts), hardware=hardware, draft_model=draft,
                        **fields)
 
 

@@ -83,7 +83,12 @@ class Topology:
                                  f"dcp ({c}): a DCP group would cross attention-DP replicas; valid dcp sizes: "
                                  f"{divisors(attn_tp)}"))
         if tp % self.ep_size:
-            out.append(Violation("tp_ep", f"tp ({tp}) is not a multiple of ep ({self.ep_size}); valid ep sizes: {divisors(tp)}"))
+            # SGLang 0.5.23's argument checks accept it; its model runner raises "tp_size 8 must be divisible by
+            # ep_size 16" at startup (model_executor/model_runner_components/moe_ep_setup.py), and its MoE TP width
+            # tp // ep // moe_dp is 0 for ep > tp (runtime_context.derive_parallel_widths)
+            out.append(Violation("tp_ep", f"tp_size ({tp}) % ep_size ({self.ep_size}) != 0: SGLang's model runner "
+                                 f"stops at startup (tp_size must be divisible by ep_size); valid ep sizes: "
+                                 f"{divisors(tp)}"))
         if num_heads is not None and num_heads % attn_tp:
             ok = [d for d in divisors(num_heads) if tp % d == 0]
             out.append(Violation("heads", f"num_attention_heads ({num_heads}) is not a multiple of attn_tp ({attn_tp}); "

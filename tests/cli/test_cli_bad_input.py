@@ -82,6 +82,9 @@ def test_hardware_file_field_types(tmp_path):
     f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 0, memory_gib: 80, sm: 90, "
                  "nvlink: true, mnnvl: false}\n")
     assert_user_error(run("plan", "--hardware", f), "hardware field gpus_per_node must be a positive integer, got 0")
+    f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 8, memory_gib: .inf, sm: 90, "
+                 "nvlink: true, mnnvl: false}\n")
+    assert_user_error(run("plan", "--hardware", f), "hardware field memory_gib must be a positive finite number, got inf")
 
 
 def test_export_to_unwritable_dir(tmp_path):
@@ -175,3 +178,60 @@ def test_dcp_1_over_a_preset_with_an_exchange_backend_plans():
     assert json.loads(r.stdout)["decisions"]["dcp_comm_backend"]["value"] == "ag_rs"
     typed = run("plan", "--preset", "tiny-cpu", "--dcp-size", "1", "--dcp-comm-backend", "a2a")
     assert typed.exit_code == 2 and "--dcp-comm-backend a2a needs dcp > 1" in typed.output
+
+
+def test_ep_larger_than_tp_is_a_violation_not_a_crash():
+    for args in (["--tp-size", "8", "--ep-size", "16"], ["--model-preset", "deepseek-v3.1", "--hardware", "h200-8",
+                                                        "--tp-size", "8", "--ep-size", "16"]):
+        r = run("plan", *args, "--format", "json")
+        assert r.exit_code == 2, r.output
+        d = json.loads(r.stdout)
+        assert [v["code"] for v in d["violations"]] == ["tp_ep"]
+        assert "tp_size (8) % ep_size (16) != 0" in d["violations"][0]["message"]
+        assert "rank_map" not in d
+    assert_user_error(run("export", "sglang", "--tp-size", "8", "--ep-size", "16"), "nothing to export")
+
+
+@pytest.mark.parametrize("request_doc, text", [
+    ("{hardware: {name: x}}", "request.hardware must be a string, got {'name': 'x'}"),
+    ("{speculative_algorithm: 7}", "request.speculative_algorithm must be one of EAGLE"),
+    ("{kv_cache_dtype: int3}", "request.kv_cache_dtype must be one of auto"),
+    ("{tp_size: '8'}", "request.tp_size must be an integer, got '8'"),
+    ("{enable_dp_attention: 1}", "request.enable_dp_attention must be true or false, got 1"),
+    ("{mem_fraction_static: true}", "request.mem_fraction_static must be a number, got True"),
+])
+def test_saved_plan_value_types(tmp_path, request_doc, text):
+    f = tmp_path / "plan.yaml"
+    f.write_text(f"request: {request_doc}\n")
+    for cmd in (["plan", f], ["export", "sglang", f], ["launch", f, "--dry-run"]):
+        assert_user_error(run(*cmd), text)
+
+
+def test_bad_yaml_saved_plan(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("request: {tp_size: 8\n")
+    assert_user_error(run("plan", f), "is not valid YAML (line 2, column 1)")
+
+
+def test_missing_model_path_named_like_a_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for cmd in (["plan", "--model-path", "./DeepSeek-V3.1", "--tp-size", "8"],
+                ["recommend", "--model", "deepseek-v3.1", "--context-len", "1000", "--concurrency", "1"],
+                ["export", "sglang", "--model-path", "kimi-k2"]):
+        r = run(*cmd)
+        assert_user_error(r, "did you mean --model-preset")
+    r = run("plan", "--model-path", "./nothing-here")
+    assert_user_error(r, "cannot read nothing-here")
+
+
+@pytest.mark.parametrize("change, text", [
+    ({"architectures": True}, "architectures must be a list of class names, got True"),
+    ({"layer_types": ["linear_attention"] * 4}, "the MLA (full attention) layers [] from layer_types"),
+    ({"num_hidden_layers": 17034258734657}, "num_hidden_layers must be 1 to 4096"),
+    ({"intermediate_size": float("-inf")}, "cannot convert float infinity to integer"),
+    ({"v_head_dim": -5}, "model field(s) ['v_head_dim'] must be integers from 0 to"),
+])
+def test_config_json_values(tmp_path, change, text):
+    from dcpctl.plan import presets
+    (tmp_path / "config.json").write_text(json.dumps({**presets.get("models", "tiny")["config"], **change}))
+    assert_user_error(run("plan", "--model-path", tmp_path), text)

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from dcpctl.launch.exports import EXPORTERS, ExportOptions
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import merge_options, request_from_options
 
@@ -29,9 +30,17 @@ def render(case: str, fmt: str) -> str:
     return "".join(f"# ---- {name}\n{text}" for name, text in sorted(files.items()))
 
 
+# the bundled runtime has no fi_a2a exchange and serves PD only in batch mode: no torchrun export for these
+NOT_FOR_TORCHRUN = {"k3-dpa", "v31-pd"}
+
+
 @pytest.mark.parametrize("fmt", sorted(EXPORTERS))
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_snapshot(case, fmt):
+    if fmt == "torchrun" and case in NOT_FOR_TORCHRUN:
+        with pytest.raises(UserError):
+            render(case, fmt)
+        return
     got = render(case, fmt)
     path = SNAP / f"{case}.{fmt}.txt"
     if os.environ.get("UPDATE_SNAPSHOTS") or not path.exists():
@@ -67,3 +76,21 @@ def test_k8s_manifest_shape():
 def test_slurm_node_rank_from_slurm():
     text = render("v31-2node", "slurm")
     assert "#SBATCH --nodes=2" in text and '--node-rank "$SLURM_NODEID"' in text
+
+
+def test_k8s_mounts_dev_shm():
+    doc = yaml.safe_load(render("v31-tp8", "k8s").split("\n", 1)[1])
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = doc["spec"]["leaderWorkerTemplate"][role]["spec"]
+        assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+
+
+def test_eagle_family_exports_steps_and_topk():
+    for algo in ("EAGLE", "NEXTN"):
+        opts = merge_options({"speculative_algorithm": algo, "speculative_num_draft_tokens": 4}, set(),
+                             "deepseek-v3.1-tp8-dcp8")
+        plan = make_plan(request_from_options(opts))
+        text = EXPORTERS["sglang"](plan, ExportOptions("m"))["node-0.sh"]
+        assert (f"--speculative-algorithm {algo} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens 4") in text
