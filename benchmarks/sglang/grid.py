@@ -174,6 +174,9 @@ def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, 
         print(f"  {g:<12} {sum(cnt.values()):>5}  " + ", ".join(f"{k} {v}" for k, v in sorted(cnt.items())))
     for k in ("agree_accept", "agree_reject", "dcpctl_rejects_explained", *FAILURES):
         print(f"{k:<32} {counts[k]:>5}")
+    other = [c for c in cases if c["class"] == "agree_reject" and "user_error" not in c["dcpctl"]
+             and {v["code"] for v in c["dcpctl"]["violations"]} <= set(EXTRA_CHECKS)]
+    print(f"  (of agree_reject, {len(other)} where dcpctl names only checks SGLang cannot see, not SGLang's own)")
     for f in FAILURES:
         seen = collections.Counter()
         for c in cases:

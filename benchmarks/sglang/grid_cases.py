@@ -102,9 +102,14 @@ def _speculative() -> Iterator[dict[str, Any]]:
                                                             (None, *SPEC), (None, 4), (None, "tiny"), (1, 8)):
         c = {"model": model, "hardware": hw, "tp_size": 8, "dcp_size": dcp, "speculative_algorithm": algo,
              "speculative_num_draft_tokens": k, "speculative_draft_model_path": draft}
-        if model == "kimi-k3":
-            c.update(dp_size=2, enable_dp_attention=True, ep_size=8)
+        if model == "kimi-k3":  # two nodes: the weights fit and a DCP8 group fits an attention-DP replica
+            c.update(tp_size=16, dp_size=2, enable_dp_attention=True, ep_size=16, nnodes=2)
         yield c
+    for algo, dpa, hic in itertools.product((None, *SPEC), (1, 2), (None, True)):  # DeepSeek + attention DP
+        yield {"model": "deepseek-v3.1", "hardware": "h200-8", "tp_size": 8, "dcp_size": 4, "dp_size": dpa,
+               "enable_dp_attention": dpa > 1 or None, "speculative_algorithm": algo,
+               "speculative_draft_model_path": "tiny" if algo in ("DFLASH", "DSPARK") else None,
+               "enable_hierarchical_cache": hic}
 
 
 def _spec_params() -> Iterator[dict[str, Any]]:

@@ -93,9 +93,9 @@ def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation], warn:
                       "l3": f"{req.hicache_storage_backend}: sharded per DCP rank" if req.hicache_storage_backend else None}
     if c == 1:
         return
-    if req.speculative_algorithm:
-        viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 is not supported together with "
-                              f"--speculative-algorithm {req.speculative_algorithm}"))
+    if req.speculative_algorithm not in (None, "DSPARK"):  # arg_groups/hicache_hook.py
+        viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 supports only DSPARK speculative "
+                              f"decoding, got --speculative-algorithm {req.speculative_algorithm}"))
 
 
 def _context(req: PlanRequest, viol: list[Violation]) -> None:

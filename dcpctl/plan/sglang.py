@@ -35,6 +35,4 @@ EXTRA_CHECKS: dict[str, str] = {
     "pd_dcp_sizes": "a PD pair needs both sides' DCP sizes; one `sglang serve` sees one side",
     "pd_page_size": "a PD pair needs both sides' page sizes; one `sglang serve` sees one side",
     "pd_kv_dtype": "a PD pair needs both sides' KV dtypes; one `sglang serve` sees one side",
-    "hicache_spec": "DESIGN section 5 (the DCP host tier does not carry draft KV); not checked by SGLang's "
-                    "argument resolution",
 }

@@ -9,6 +9,8 @@
   STANDALONE on a DeepSeek-family target without a draft path drafts with the target checkpoint.
 - DFLASH and DSPARK need --speculative-draft-model-path; their width comes from the draft checkpoint.
 - UNO needs --uno-lora-path (not planned by dcpctl).
+- With attention DP: STANDALONE and NGRAM are refused; DFLASH and DSPARK need --enable-dp-lm-head
+  (not planned by dcpctl).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ def num_draft_tokens(req: PlanRequest, kernel: str, page: int, add: Add,
         add(Violation("spec_uno", "--speculative-algorithm UNO needs --uno-lora-path (a LoRA draft on the target), "
                       "which dcpctl does not plan"))
         return k, "UNO: set by --speculative-num-draft-tokens" if k else "UNO: chosen by SGLang"
+    _attention_dp(req, algo, add)
     mtp = algo == "STANDALONE" and any(a in MTP_ARCHS for a in req.model.architectures)
     if algo in ("STANDALONE", "DFLASH", "DSPARK") and req.draft_model is None and not mtp:
         add(Violation("spec_draft_model", f"--speculative-algorithm {algo} needs --speculative-draft-model-path"))
@@ -52,6 +55,16 @@ def num_draft_tokens(req: PlanRequest, kernel: str, page: int, add: Add,
         _tree_page(algo, NGRAM_BFS_BREADTH, kernel, page, add)
         return (k, "set by --speculative-num-draft-tokens") if k else (NGRAM_DRAFT_TOKENS, "NGRAM default")
     return (k, "set by --speculative-num-draft-tokens") if k else (None, f"{algo}: from the draft checkpoint")
+
+
+def _attention_dp(req: PlanRequest, algo: str, add: Add) -> None:
+    n = req.topology.attn_dp
+    if n > 1 and algo in ("STANDALONE", "NGRAM"):
+        add(Violation("spec_attention_dp", f"--speculative-algorithm {algo} does not support attention DP "
+                      f"(attn_dp {n}) in SGLang; use EAGLE/NEXTN or attn_dp 1"))
+    elif n > 1 and algo in ("DFLASH", "DSPARK"):
+        add(Violation("spec_attention_dp", f"--speculative-algorithm {algo} with attention DP (attn_dp {n}) needs "
+                      "SGLang's --enable-dp-lm-head, which dcpctl does not plan"))
 
 
 def _tree_page(algo: str, topk: int, kernel: str, page: int, add: Add) -> None:
