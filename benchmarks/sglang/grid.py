@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid_cases  # noqa: E402
 from dcpctl.plan import sglang as sglang_rules  # noqa: E402
+from dcpctl.plan.sglang import SGLANG_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMPARED = ("dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend", "page_size", "kv_cache_dtype")
@@ -97,17 +99,21 @@ def run_sglang(jobs: list[tuple[int, bool, bool, list[str]]], sgl_py: str, cache
               file=sys.stderr)
 
 
-def sglang_values(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
-    """SGLang's resolved values in dcpctl's vocabulary (unset replicate-q is off; auto KV is the model dtype)."""
-    kv = res.get("kv_cache_dtype")
-    return {"dcp_comm_backend": res.get("dcp_comm_backend"),
-            "dcp_replicate_q_proj": bool(res.get("dcp_replicate_q_proj")),
-            "decode_attention_backend": res.get("decode_attention_backend") or res.get("attention_backend"),
-            "page_size": res.get("page_size"),
-            "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv, kv)}
+def sglang_verdict(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
+    """SGLang's answer in dcpctl's vocabulary (unset replicate-q is off; auto KV is the model dtype)."""
+    if not res["accepted"]:
+        return {"accepted": False, "error": res["error"], "at": res.get("at")}
+    r = res["resolved"]
+    kv = r.get("kv_cache_dtype")
+    return {"accepted": True, "values": {
+        "dcp_comm_backend": r.get("dcp_comm_backend"), "dcp_replicate_q_proj": bool(r.get("dcp_replicate_q_proj")),
+        "decode_attention_backend": r.get("decode_attention_backend") or r.get("attention_backend"),
+        "page_size": r.get("page_size"), "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv, kv),
+        SPEC_K: r.get(SPEC_K)}}
 
 
-def classify(d: dict[str, Any], s: dict[str, Any], model_dtype: str) -> tuple[str, Any]:
+def classify(d: dict[str, Any], s: dict[str, Any]) -> tuple[str, Any]:
+    """One class per case (module docstring); `d` from run_dcpctl, `s` from sglang_verdict."""
     if "crash" in d:
         return "crash", d["crash"]
     if d["valid"] and not s["accepted"]:
@@ -120,10 +126,8 @@ def classify(d: dict[str, Any], s: dict[str, Any], model_dtype: str) -> tuple[st
         odd = [v for v in d["violations"] if v["code"] not in EXTRA_CHECKS]
         return ("dcpctl_rejects_unexplained", odd) if odd else ("dcpctl_rejects_explained",
                                                                  [v["code"] for v in d["violations"]])
-    got = sglang_values(s["resolved"], model_dtype)
-    if d["resolved"].get(SPEC_K) is not None:
-        got[SPEC_K] = s["resolved"].get(SPEC_K)
-    diffs = {k: (d["resolved"].get(k), got[k]) for k in got if k in d["resolved"] and d["resolved"][k] != got[k]}
+    got = s["values"]
+    diffs = {k: (v, got[k]) for k, v in d["resolved"].items() if v != got[k] and (k != SPEC_K or v is not None)}
     return ("differs", diffs) if diffs else ("agree_accept", None)
 
 
@@ -133,6 +137,7 @@ def main() -> int:
     ap.add_argument("--cache", default="/tmp/dcpctl-sglang-grid-cache.json", help="SGLang results by argv")
     ap.add_argument("--fresh", action="store_true", help="ignore the cache (resolve every argv again)")
     ap.add_argument("--json", help="write every case (flags, argv, both results, class) here")
+    ap.add_argument("--record", help="write SGLang's verdict per case here, gzipped JSON (the CI replay file)")
     ap.add_argument("--group", help="only this case group (" + ", ".join(grid_cases.GROUPS) + ")")
     ap.add_argument("--show", type=int, default=3, help="examples printed per failure class and reason")
     a = ap.parse_args()
@@ -154,12 +159,17 @@ def main() -> int:
     counts: collections.Counter = collections.Counter()
     for c in cases:
         c["dcpctl"] = run_dcpctl(c["flags"])
-        c["sglang"] = cache[_key(c["sm"], c["mnnvl"], c["argv"])]
-        c["class"], c["detail"] = classify(c["dcpctl"], c["sglang"], dtypes[grid_cases.merged(c["opts"])["model"]])
+        c["sglang"] = sglang_verdict(cache[_key(c["sm"], c["mnnvl"], c["argv"])],
+                                     dtypes[grid_cases.merged(c["opts"])["model"]])
+        c["class"], c["detail"] = classify(c["dcpctl"], c["sglang"])
         counts[c["class"]] += 1
     report(cases, counts, a.show, t1 - t0, time.time() - t1)
     if a.json:
         Path(a.json).write_text(json.dumps(cases, indent=1, default=str))
+    if a.record:  # SGLang's verdicts alone, replayed against dcpctl in CI (tests/plan/test_sglang_grid.py)
+        rows = [{"opts": c["opts"], "sglang": c["sglang"]} for c in cases]
+        doc = json.dumps({"sglang": SGLANG_VERSION, "cases": rows}, separators=(",", ":"), sort_keys=True)
+        Path(a.record).write_bytes(gzip.compress(doc.encode(), mtime=0))
     return 1 if any(counts[f] for f in FAILURES) else 0
 
 
