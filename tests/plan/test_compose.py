@@ -90,3 +90,21 @@ def test_context_len_above_the_model():
         "--context-len (10000000000000) > the model's max_position_embeddings (163840); SGLang refuses it unless "
         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
     assert "context_len_model" not in codes(plan(tp_size=8, dcp_size=8, context_len=163840))
+
+
+def test_speculative_with_attention_dp():
+    dpa = dict(tp_size=8, dp_size=2, enable_dp_attention=True, dcp_size=4)
+    p = plan(**dpa, speculative_algorithm="NGRAM")
+    assert [v.message for v in p.violations] == [
+        "--speculative-algorithm NGRAM does not support attention DP (attn_dp 2) in SGLang; use EAGLE/NEXTN or "
+        "attn_dp 1"]
+    assert codes(plan(**dpa, speculative_algorithm="STANDALONE")) == ["spec_attention_dp"]
+    assert codes(plan(**dpa, speculative_algorithm="EAGLE")) == []
+
+
+def test_hicache_with_dcp_takes_dspark_only():
+    p = plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True, speculative_algorithm="NEXTN")
+    assert [v.message for v in p.violations] == [
+        "HiCache with dcp (8) > 1 supports only DSPARK speculative decoding, got --speculative-algorithm NEXTN"]
+    assert codes(plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True, speculative_algorithm="DSPARK")) == [
+        "spec_draft_model"]  # DSPARK itself is fine with HiCache; it needs its draft

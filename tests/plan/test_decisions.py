@@ -90,3 +90,10 @@ def test_runtime_traps_reported_at_plan_time():
     assert dec(p, "page_size")[0] == 64 and "replaced by 64" in p.warnings[0]
     assert codes(plan(tp_size=8, dcp_size=8, enable_prefill_cp=True)) == ["dcp_prefill_cp"]
     assert codes(plan(tp_size=8, dcp_size=1, enable_prefill_cp=True)) == ["prefill_cp_strategy"]
+
+
+def test_fi_a2a_fabric_counts_tp_per_node_as_sglang_does():
+    p = plan(model_name="kimi-k2", hardware="b200-8", tp_size=16, dcp_size=16, nnodes=2, dcp_comm_backend="fi_a2a")
+    assert [v.message for v in p.violations] == [
+        "fi_a2a needs an MNNVL fabric or a DCP group inside one node: tp per node (8) = tp (16) // (nnodes (2) // "
+        "pp (1)) is not a multiple of dcp (16) and b200-8 has no MNNVL"]
