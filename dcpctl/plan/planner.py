@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dcpctl.plan import compose, decisions, groups, memory
+from dcpctl.plan import compose, decisions, groups, memory, speculative
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.sglang import SGLANG_VERSION
@@ -61,7 +61,7 @@ def make_plan(req: PlanRequest) -> Plan:
     dec = decisions.decide(req)
     spec_k = dec.items.get("speculative_num_draft_tokens")  # decided once, used everywhere
     req = plan.request = replace(req, page_size=dec.value("page_size"), speculative_num_draft_tokens=spec_k.value
-                                 if spec_k else req.speculative_num_draft_tokens)
+                                 if spec_k else req.speculative_num_draft_tokens, **speculative.auto_steps_topk(req))
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
     plan.violations += dec.violations
     kv_dtype = dec.value("kv_cache_dtype")

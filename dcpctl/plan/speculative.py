@@ -57,6 +57,14 @@ def num_draft_tokens(req: PlanRequest, kernel: str, page: int, add: Add,
     return (k, "set by --speculative-num-draft-tokens") if k else (None, f"{algo}: from the draft checkpoint")
 
 
+def auto_steps_topk(req: PlanRequest) -> dict[str, int]:
+    """The steps and topk SGLang chooses for an EAGLE-family plan given none of the three (else {})."""
+    given = (req.speculative_num_steps, req.speculative_eagle_topk, req.speculative_num_draft_tokens)
+    if req.speculative_algorithm not in EAGLE_FAMILY or any(v is not None for v in given):
+        return {}
+    return {"speculative_num_steps": AUTO_PARAMS[0], "speculative_eagle_topk": AUTO_PARAMS[1]}
+
+
 def _attention_dp(req: PlanRequest, algo: str, add: Add) -> None:
     n = req.topology.attn_dp
     if n > 1 and algo in ("STANDALONE", "NGRAM"):

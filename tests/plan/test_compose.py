@@ -5,6 +5,7 @@ def test_eagle_parameters_as_sglang_chooses_them():
     p = plan(tp_size=8, dcp_size=8, speculative_algorithm="EAGLE")  # SGLang picks steps 3, topk 1, 4 tokens
     assert p.valid and p.decisions["speculative_num_draft_tokens"].value == 4
     assert p.request.speculative_num_draft_tokens == 4 and p.compositions["speculative"]["num_draft_tokens"] == 4
+    assert (p.request.speculative_num_steps, p.request.speculative_eagle_topk) == (3, 1)  # all three, for exports
     p = plan(tp_size=8, dcp_size=8, speculative_algorithm="NEXTN", speculative_num_draft_tokens=4)
     assert [v.message for v in p.violations] == [
         "--speculative-algorithm NEXTN: give --speculative-num-steps with --speculative-num-draft-tokens/"
