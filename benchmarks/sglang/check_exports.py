@@ -53,7 +53,8 @@ CASES: list[tuple[str, list[str]]] = [
        DS + ["--hardware", hw, "--tp-size", "8", "--dcp-size", "8"]
        + (["--dcp-comm-backend", be] if be else [])
        + (["--dcp-replicate-q-proj"] if rq == "on" else ["--no-dcp-replicate-q-proj"]))
-      for hw in ("h200-8", "b200-8") for be in (None, "a2a", "ag_rs") for rq in ("off", "on")],
+      for hw in ("h200-8", "b200-8") for be in (None, "a2a", "ag_rs") for rq in ("off", "on")
+      if (be, rq) != ("ag_rs", "on")],  # replicated Q with ag_rs: both dcpctl and SGLang reject it
     # attention DP: TP8, 2 attention-DP replicas of attn_tp 4, DCP4 inside each
     ("dsv31 h200-8 tp8 attn-dp2 dcp4", DS + ["--hardware", "h200-8", "--tp-size", "8", "--attn-dp-size", "2",
                                              "--dcp-size", "4"]),
@@ -72,9 +73,12 @@ CASES: list[tuple[str, list[str]]] = [
                                                  "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"]),
     # speculative decoding: SGLang's EAGLE family takes steps, top-k and draft tokens together
     *[(f"dsv31 h200-8 tp8 dcp8 {algo} k4", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
-                                                 "--speculative-algorithm", algo, "--speculative-num-draft-tokens", "4"])
+                                                 "--speculative-algorithm", algo, "--speculative-num-steps", "3",
+                                                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"])
       for algo in ("EAGLE", "NEXTN")],
-    # Kimi K3 where dcpctl overrides a user value (DESIGN: the K3 model override wins)
+    *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+                                                       "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
+    # Kimi K3 with a user backend / replicated Q off: SGLang's K3 override keeps both, and so does dcpctl
     ("kimi-k3 32gpu user ag_rs", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-comm-backend", "ag_rs"]),
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),
 ]

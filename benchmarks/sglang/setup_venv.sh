@@ -33,7 +33,7 @@ T1=$(date +%s); echo "torch: $((T1 - T0))s"
 PIN=$(mktemp); echo "torch==2.13.0" > "$PIN"
 "$V/bin/pip" install -q -c "$PIN" \
   numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm IPython \
-  aiohttp transformers dill apache-tvm-ffi sentencepiece loguru gguf triton
+  aiohttp transformers dill apache-tvm-ffi sentencepiece loguru gguf triton openai partial_json_parser einops
 rm -f "$PIN"
 # compressed-tensors' own requirements would replace torch/transformers: install it alone
 "$V/bin/pip" install -q --no-deps compressed-tensors

@@ -46,6 +46,9 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--kda-state-fraction", type=float, help="Share of the KV budget for KDA state (hybrids; 0.1)."),
     click.option("--speculative-algorithm", type=click.Choice(R.SPEC_ALGORITHMS), help="Speculative decoding."),
     click.option("--speculative-num-draft-tokens", type=int, help="Candidates verified per request per step."),
+    click.option("--speculative-num-steps", type=int, help="Draft steps (EAGLE family; with none of the three "
+                                                           "SGLang chooses steps 3, topk 1, 4 draft tokens)."),
+    click.option("--speculative-eagle-topk", type=int, help="Draft branching per step (EAGLE family)."),
     click.option("--speculative-draft-model-path", "--speculative-draft-model", "speculative_draft_model_path",
                  type=click.Path(), help="Draft checkpoint (STANDALONE)."),
     click.option("--disaggregation-mode", type=click.Choice(R.PD_MODES), help="PD disaggregation role."),
@@ -64,7 +67,7 @@ PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", 
              "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "gpus_per_node",
              "attention_backend", "kv_cache_dtype", "page_size", "mem_fraction_static", "context_len",
              "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
-             "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
+             "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
              "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend")
 

@@ -65,7 +65,8 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
 
     Prints the verdict, the rank map (TP, attention-TP, attention-DP, DCP and EP groups, nodes), every
     automatic decision with its reason, and the memory per rank. Exit status 0 when the plan is
-    valid, 2 when it is not (each violation is an equation with the valid choices).
+    valid, 2 when it is not (each violation is an equation with the valid choices). Verdicts and
+    defaults are SGLang 0.5.23's own (docs/plan.md), plus the checks SGLang's arguments cannot see.
 
     Without a model (--model-path, --model-preset or --preset) the verdict rests on the topology and
     the hardware alone, and the model checks it skipped are listed. With no flags at all it plans what

@@ -74,20 +74,16 @@ def _sgl_kv_dtype(v: str) -> str:
 
 def _spec_args(plan: Plan) -> list[str]:
     """SGLang 0.5.23's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) takes steps, top-k and draft tokens together
-    or none of them (arg_groups/speculative_hook.py `_handle_eagle_family`: with no --speculative-num-steps it asserts
-    the other two are unset and picks all three). dcpctl verifies a static chain, so K draft tokens are K - 1 steps
-    at top-k 1."""
+    or none of them (arg_groups/speculative_hook.py `_handle_eagle_family`); the plan has resolved them already
+    (plan/speculative.py: given, or SGLang's own 3 / 1 / 4), so the export writes what the plan holds."""
     r = plan.request
     if not r.speculative_algorithm:
         return []
     a = ["--speculative-algorithm", r.speculative_algorithm]
-    k = r.speculative_num_draft_tokens
-    if k is not None and r.speculative_algorithm in EAGLE_FAMILY:
-        if k < 2:
-            raise UserError(f"--speculative-num-draft-tokens {k} leaves SGLang's {r.speculative_algorithm} no draft "
-                            "step (num_draft_tokens = num_steps + 1 at top-k 1, num_steps >= 1): pass 2 or more")
-        a += ["--speculative-num-steps", str(k - 1), "--speculative-eagle-topk", "1"]
-    a += _if(k is not None, "--speculative-num-draft-tokens", k)
+    if r.speculative_algorithm in EAGLE_FAMILY and r.speculative_num_steps is not None:
+        a += ["--speculative-num-steps", str(r.speculative_num_steps),
+              "--speculative-eagle-topk", str(r.speculative_eagle_topk)]
+    a += _if(r.speculative_num_draft_tokens is not None, "--speculative-num-draft-tokens", r.speculative_num_draft_tokens)
     draft = r.draft_model.extra.get("path") if r.draft_model else None
     return a + _if(bool(draft), "--speculative-draft-model-path", draft)
 

@@ -14,7 +14,8 @@ def check_compositions(req: PlanRequest, kv_dtype: str) -> tuple[dict[str, Any],
     warn: list[str] = []
     _speculative(req, out, viol)
     _disaggregation(req, kv_dtype, out, viol, warn)
-    _hicache(req, out, viol)
+    _hicache(req, out, viol, warn)
+    _context(req, viol)
     if req.model.kda is not None and req.topology.dcp_size > 1:
         out["hybrid"] = {"striped_layers": "mla", "kda_layers": len(req.model.kda_layers),
                          "note": "KDA state is request-indexed and not striped: DCP grows long-context "
@@ -23,18 +24,10 @@ def check_compositions(req: PlanRequest, kv_dtype: str) -> tuple[dict[str, Any],
 
 
 def _speculative(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -> None:
+    """Parameters and their rules: dcpctl.plan.speculative (a decision); here only the summary."""
     algo, k = req.speculative_algorithm, req.speculative_num_draft_tokens
     if not algo:
-        if k is not None:
-            viol.append(Violation("spec_tokens_without_algorithm",
-                                  "--speculative-num-draft-tokens needs --speculative-algorithm"))
         return
-    if k is None or k < 1:
-        viol.append(Violation("spec_num_draft_tokens", f"--speculative-algorithm {algo} needs "
-                              f"--speculative-num-draft-tokens >= 1, got {k}"))
-    if algo == "STANDALONE" and req.draft_model is None:
-        viol.append(Violation("spec_draft_model", "--speculative-algorithm STANDALONE needs "
-                              "--speculative-draft-model-path"))
     out["speculative"] = {"algorithm": algo, "num_draft_tokens": k, "verification": "static (same width per request)",
                           "draft_kv": "replicated on every rank (not striped)"}
 
@@ -60,17 +53,21 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
         path = None
         viol.append(Violation("pd_dcp_sizes", f"prefill dcp ({prefill}) -> decode dcp ({decode}) is not supported: "
                               f"use equal sizes or dcp 1 prefill; valid prefill sizes: [1, {decode}]"))
-    _pd_rules(req, kv_dtype, mode, max(prefill, decode) > 1, viol)
+    _pd_rules(req, kv_dtype, mode, max(prefill, decode) > 1, viol, warn)
     out["disaggregation"] = {"mode": mode, "prefill_dcp": prefill, "decode_dcp": decode, "transfer": path,
                              "backend": req.disaggregation_transfer_backend,
                              "decode_cache": "chunk cache (no radix cache)" if mode == "decode" else None}
 
 
-def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[Violation]) -> None:
+def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[Violation],
+              warn: list[str]) -> None:
     """Page size and KV dtype must match for every PD pair; the rest applies when DCP is used."""
-    if dcp and req.disaggregation_transfer_backend not in ("mooncake", "nixl"):
-        viol.append(Violation("pd_backend", f"DCP with PD disaggregation needs --disaggregation-transfer-backend "
-                              f"mooncake or nixl, got {req.disaggregation_transfer_backend}"))
+    if req.disaggregation_transfer_backend == "fake":
+        if mode == "prefill":  # SGLang 0.5.23 disaggregation hook: a decode-side test backend only
+            viol.append(Violation("pd_fake_prefill", "--disaggregation-transfer-backend fake runs only on the decode "
+                                  "side (a test backend that moves no KV); use mooncake or nixl for prefill"))
+        else:
+            warn.append("--disaggregation-transfer-backend fake moves no KV: a decode-side test setup")
     peer_page = req.disaggregation_peer_page_size
     if peer_page is not None and peer_page != req.page_size:
         viol.append(Violation("pd_page_size", f"page_size ({req.page_size}) != peer page_size ({peer_page}); "
@@ -79,25 +76,31 @@ def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[
     if peer_kv is not None and peer_kv not in ("auto", kv_dtype):
         viol.append(Violation("pd_kv_dtype", f"kv_cache_dtype ({kv_dtype}) != peer kv_cache_dtype ({peer_kv}); "
                               "prefill and decode must match"))
-    if dcp and mode == "decode" and req.enable_hierarchical_cache:
-        viol.append(Violation("pd_decode_hicache", "PD decode with DCP does not support "
-                              "--enable-hierarchical-cache (decode uses the chunk cache)"))
+    if mode == "decode" and req.enable_hierarchical_cache:
+        viol.append(Violation("pd_decode_hicache", "PD decode does not support --enable-hierarchical-cache: the "
+                              "decode side runs without the radix cache (chunk cache)"))
 
 
-def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -> None:
+def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation], warn: list[str]) -> None:
     if not req.enable_hierarchical_cache:
-        if req.hicache_storage_backend:
-            viol.append(Violation("hicache_storage_without_hicache",
-                                  "--hicache-storage-backend needs --enable-hierarchical-cache"))
+        if req.hicache_storage_backend:  # SGLang ignores it then
+            warn.append(f"--hicache-storage-backend {req.hicache_storage_backend} ignored: no "
+                        "--enable-hierarchical-cache")
         return
     c = req.topology.dcp_size
     out["hicache"] = {"l2": f"host tier with {req.page_size * c} virtual slots per page, {req.page_size} local rows "
-                            "per rank; no DCP collective", "l3": req.hicache_storage_backend}
+                            "per rank; no DCP collective",
+                      "l3": f"{req.hicache_storage_backend}: sharded per DCP rank" if req.hicache_storage_backend else None}
     if c == 1:
         return
-    if req.hicache_storage_backend:
-        viol.append(Violation("hicache_l3", f"HiCache L3 (--hicache-storage-backend {req.hicache_storage_backend}) "
-                              f"is not supported with dcp ({c}) > 1; use the L2 host tier alone"))
-    if req.speculative_algorithm:
-        viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 is not supported together with "
-                              f"--speculative-algorithm {req.speculative_algorithm}"))
+    if req.speculative_algorithm not in (None, "DSPARK"):  # arg_groups/hicache_hook.py
+        viol.append(Violation("hicache_spec", f"HiCache with dcp ({c}) > 1 supports only DSPARK speculative "
+                              f"decoding, got --speculative-algorithm {req.speculative_algorithm}"))
+
+
+def _context(req: PlanRequest, viol: list[Violation]) -> None:
+    """SGLang refuses a context length above the model's (configs/model_config.py, derived context_length)."""
+    n, top = req.context_len, req.model.max_position_embeddings
+    if n is not None and n > top:
+        viol.append(Violation("context_len_model", f"--context-len ({n}) > the model's max_position_embeddings "
+                              f"({top}); SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"))

@@ -27,7 +27,7 @@ def rank_info(t: Topology, rank: int) -> RankInfo:
     pp_rank, tp_rank = divmod(local, t.tp_size)
     attn_dp_rank, attn_tp_rank = divmod(tp_rank, t.attn_tp)
     return RankInfo(rank, rank // t.ranks_per_node, engine, pp_rank, tp_rank, attn_dp_rank, attn_tp_rank,
-                    attn_tp_rank % t.dcp_size, tp_rank // (t.tp_size // t.ep_size))
+                    attn_tp_rank % t.dcp_size, tp_rank // max(t.tp_size // t.ep_size, 1))  # ep > tp: tp_ep
 
 
 def _blocks(t: Topology, size: int) -> list[list[int]]:

@@ -77,7 +77,7 @@ class ModelSpec:
 
     @property
     def weights_replicable(self) -> bool:
-        """Only unquantized bf16/fp16 weights can use replicated Q projection."""
+        """Unquantized bf16/fp16 weights (recommend's replicated-Q search; SGLang 0.5.23 replicates any weights)."""
         return self.quantization is None and self.dtype in ("bfloat16", "float16")
 
     def summary(self) -> dict[str, Any]:

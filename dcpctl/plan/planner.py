@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dcpctl.plan import compose, decisions, groups, memory
+from dcpctl.plan import compose, decisions, groups, memory, speculative
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.request import PlanRequest
+from dcpctl.plan.sglang import SGLANG_VERSION
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Plan:
         r, t = self.request, self.request.topology
         d: dict[str, Any] = {
             "valid": self.valid,
+            "sglang_version": SGLANG_VERSION,
             "violations": [v.to_dict() for v in self.violations],
             "warnings": list(self.warnings),
             "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
@@ -70,7 +72,9 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
     plan.violations += t.violations(num_heads=None if topology_only else m.num_heads,
                                     num_layers=None if topology_only else m.num_layers)
     dec = decisions.decide(req)
-    req = plan.request = replace(req, page_size=dec.value("page_size"))  # decided once, used everywhere
+    spec_k = dec.items.get("speculative_num_draft_tokens")  # decided once, used everywhere
+    req = plan.request = replace(req, page_size=dec.value("page_size"), speculative_num_draft_tokens=spec_k.value
+                                 if spec_k else req.speculative_num_draft_tokens, **speculative.auto_steps_topk(req))
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
     plan.violations += dec.violations
     kv_dtype = dec.value("kv_cache_dtype")

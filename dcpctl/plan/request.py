@@ -8,7 +8,7 @@ from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.topology import Topology
 
 COMM_BACKENDS = ("ag_rs", "a2a", "fi_a2a")
-KV_DTYPES = ("auto", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")
+KV_DTYPES = ("auto", "bf16", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")  # float*: CPU only
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 PD_MODES = ("null", "prefill", "decode")
 PD_BACKENDS = ("mooncake", "nixl", "fake")
@@ -31,7 +31,9 @@ class PlanRequest:
     max_running_requests: int | None = None
     kda_state_fraction: float = 0.1
     speculative_algorithm: str | None = None
-    speculative_num_draft_tokens: int | None = None
+    speculative_num_draft_tokens: int | None = None  # None: decided (dcpctl.plan.speculative)
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
     draft_model: ModelSpec | None = None
     disaggregation_mode: str = "null"
     disaggregation_peer_dcp_size: int | None = None

@@ -109,7 +109,8 @@ def _check_ranges(f: dict[str, Any]) -> None:
         if key in f and (not isinstance(f[key], (int, float)) or not 0 < f[key] <= 1):
             raise UserError(f"--{key.replace('_', '-')} must be in (0, 1], got {f[key]!r}")
     for key in ("page_size", "context_len", "max_running_requests", "disaggregation_peer_dcp_size",
-                "disaggregation_peer_page_size"):
+                "disaggregation_peer_page_size", "speculative_num_draft_tokens", "speculative_num_steps",
+                "speculative_eagle_topk"):
         if key in f and (not isinstance(f[key], int) or f[key] < 1):
             raise UserError(f"--{key.replace('_', '-')} must be a positive integer, got {f[key]!r}")
 

@@ -175,7 +175,8 @@ def _caption(doc: dict[str, Any]) -> str:
     pp = f", PP {t['pp_size']}" if t["pp_size"] > 1 else ""
     engines = t["total_gpus"] // t["world_size"] if t["world_size"] else 1
     pp += f", {engines} whole-engine replicas (DP {t['dp_size']} without attention DP)" if engines > 1 else ""
-    head = (f"{doc['model']['name']} on {hw['name']}: TP {t['tp_size']}, attention DP {t['attn_dp_size']} "
+    model = doc["model"]["name"] if doc.get("model") else "topology only (no model)"
+    head = (f"{model} on {hw['name']}: TP {t['tp_size']}, attention DP {t['attn_dp_size']} "
             f"(attn_tp {t['attn_tp_size']}), DCP {t['dcp_size']}, EP {t['ep_size']}{pp}; {t['total_gpus']} GPUs on "
             f"{t['nnodes']} node(s), {t['ranks_per_node']} per node")
     chars = int(max(MIN_WIDTH_IN, INCH * min(t["ranks_per_node"], PER_LINE) + 1.25) * 14)  # at 8.5 pt

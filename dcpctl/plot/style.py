@@ -32,6 +32,8 @@ def log_axes(ax: Any, x_top: float, ys: list[float]) -> None:
     ax.xaxis.set_major_locator(LogLocator(base=2))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_yscale("log")
+    if not ys:   # nothing fits (every choice invalid): an empty panel, the caption says why
+        ys = [1.0, 10.0]
     ax.yaxis.set_major_locator(FixedLocator(log_ticks(min(ys), max(ys))))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

@@ -36,6 +36,7 @@ FLAG_VALUES = {
     "tp_size": INTS, "dp_size": INTS, "dcp_size": INTS, "ep_size": INTS, "pp_size": INTS, "nnodes": INTS,
     "attn_dp_size": INTS, "gpus_per_node": INTS, "page_size": INTS, "context_len": INTS,
     "max_running_requests": INTS, "speculative_num_draft_tokens": INTS, "disaggregation_peer_dcp_size": INTS,
+    "speculative_num_steps": INTS, "speculative_eagle_topk": INTS,
     "disaggregation_peer_page_size": INTS,
     "mem_fraction_static": st.sampled_from(["0.5", "0", "1.5", "-1", "nan", "x"]),
     "kda_state_fraction": st.sampled_from(["0.1", "0", "2", "x"]),

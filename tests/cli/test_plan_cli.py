@@ -142,3 +142,27 @@ def test_multi_node_engine_replicas_rejected():
     d = json.loads(run("plan", "--hardware", "h200-8", "--tp-size", "8", "--dp-size", "2", "--nnodes", "2",
                        "--format", "json").output)
     assert [v["code"] for v in d["violations"]] == ["multi_node_dp"]
+
+
+def test_plan_names_the_sglang_release_it_models():
+    r = run("plan", "--model-preset", "deepseek-v3.1", "--hardware", "b200-8", "--tp-size", "8", "--dcp-size", "8",
+            "--format", "json")
+    d = json.loads(r.output)
+    assert d["sglang_version"] == "0.5.23"
+    # SGLang 0.5.23's defaults on an in-node Blackwell group: fi_a2a, trtllm_mla at page 64
+    assert [d["decisions"][k]["value"] for k in ("dcp_comm_backend", "decode_attention_backend", "page_size")] == [
+        "fi_a2a", "trtllm_mla", 64]
+    r = run("plan", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8")
+    assert "SGLang 0.5.23 rules" in r.output
+
+
+def test_bf16_kv_spelling_and_new_spec_flags():
+    r = run("plan", "--model-preset", "deepseek-v3.1", "--hardware", "b200-8", "--tp-size", "8", "--dcp-size", "8",
+            "--kv-cache-dtype", "bf16", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--format", "json")
+    d = json.loads(r.output)
+    assert r.exit_code == 2 and [v["code"] for v in d["violations"]] == ["trtllm_dcp_spec"]
+    assert d["decisions"]["kv_cache_dtype"]["value"] == "bfloat16"
+    assert d["decisions"]["speculative_num_draft_tokens"]["value"] == 3
+    r = run("plan", "--tp-size", "8", "--speculative-num-steps", "0")
+    assert r.exit_code == 2 and "--speculative-num-steps must be a positive integer, got 0" in r.output

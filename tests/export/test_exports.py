@@ -87,10 +87,16 @@ def test_k8s_mounts_dev_shm():
 
 
 def test_eagle_family_exports_steps_and_topk():
+    # SGLang takes the three together: the plan resolves them (none given: SGLang's 3 / 1 / 4) and the export
+    # writes all three; draft tokens alone are a plan violation, as in SGLang
     for algo in ("EAGLE", "NEXTN"):
-        opts = merge_options({"speculative_algorithm": algo, "speculative_num_draft_tokens": 4}, set(),
-                             "deepseek-v3.1-tp8-dcp8")
-        plan = make_plan(request_from_options(opts))
-        text = EXPORTERS["sglang"](plan, ExportOptions("m"))["node-0.sh"]
-        assert (f"--speculative-algorithm {algo} --speculative-num-steps 3 --speculative-eagle-topk 1 "
-                "--speculative-num-draft-tokens 4") in text
+        for given, want in (({}, (3, 1, 4)), ({"speculative_num_steps": 2, "speculative_eagle_topk": 1}, (2, 1, 3))):
+            opts = merge_options({"speculative_algorithm": algo, **given}, set(), "deepseek-v3.1-tp8-dcp8")
+            plan = make_plan(request_from_options(opts))
+            assert plan.valid, plan.violations
+            text = EXPORTERS["sglang"](plan, ExportOptions("m"))["node-0.sh"]
+            assert (f"--speculative-algorithm {algo} --speculative-num-steps {want[0]} --speculative-eagle-topk "
+                    f"{want[1]} --speculative-num-draft-tokens {want[2]}") in text
+        alone = make_plan(request_from_options(merge_options(
+            {"speculative_algorithm": algo, "speculative_num_draft_tokens": 4}, set(), "deepseek-v3.1-tp8-dcp8")))
+        assert [v.code for v in alone.violations] == ["spec_eagle_params"]

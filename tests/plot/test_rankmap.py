@@ -65,7 +65,7 @@ def test_only_groups_that_leave_an_attention_tp_group_are_offending():
     doc = plan_doc(hardware="h200-8", tp_size=8, dp_size=2, enable_dp_attention=True, dcp_size=4, ep_size=3)
     assert [v["code"] for v in doc["violations"]] == ["tp_ep"] and offending_dcp_groups(doc) == set()
     fig = rank_map_figure(doc)
-    assert len(drawn(fig, "gpu-cell")) == 8 and "\ntp_ep: tp (8) is not a multiple of ep (3)" in caption(fig)
+    assert len(drawn(fig, "gpu-cell")) == 8 and "\ntp_ep: tp_size (8) % ep_size (3) != 0" in caption(fig)
 
 
 def test_no_rank_layout_still_draws_the_gpus_and_names_the_violation():

@@ -174,15 +174,14 @@ def test_generate_cli_speculative(reference, drafts):
             str(req["max_new_tokens"]), "--dtype", "float64", "--page-size", "2", "--format", "json",
             "--model-path", str(tiny.ensure_tiny_model()), "--tp-size", "2", "--dcp-size", "2",  # random weights
             "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafts["near"],
-            "--speculative-num-draft-tokens", "3"]
+            "--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]  # SGLang's spelling of 3 draft tokens
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["outputs"][0]["output_ids"] == reference["outputs"][1]["output_ids"]
     assert out["stats"]["spec"]["num_draft_tokens"] == 3
     assert len(set(out["stats"]["spec"]["draft_kv_rows_per_rank"])) == 1
-    bad = CliRunner().invoke(cli, args[:-6] + ["--speculative-algorithm", "NGRAM",
-                                               "--speculative-num-draft-tokens", "3"])
+    bad = CliRunner().invoke(cli, args[:-8] + ["--speculative-algorithm", "EAGLE"])  # a valid plan
     assert bad.exit_code == 2 and "supports STANDALONE only" in bad.output
 
 
