@@ -75,11 +75,6 @@ class ModelSpec:
     def is_hybrid(self) -> bool:
         return self.kda is not None
 
-    @property
-    def weights_replicable(self) -> bool:
-        """Unquantized bf16/fp16 weights (recommend's replicated-Q search; SGLang 0.5.23 replicates any weights)."""
-        return self.quantization is None and self.dtype in ("bfloat16", "float16")
-
     def summary(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("extra", "kda", "mla_layers")}
         d["mla_layers"] = [i + 1 for i in self.mla_layers]  # 1-based, as model cards count

@@ -14,14 +14,13 @@ MAX_SEARCH = 1 << 16
 
 
 def candidates(req: PlanRequest) -> list[Choice]:
-    t, hw, m = req.topology, req.hardware, req.model
+    t, hw = req.topology, req.hardware
     out = [Choice(1, "none", False)]
     for c in divisors(t.attn_tp)[1:]:
-        out += [Choice(c, "ag_rs", False), Choice(c, "a2a", False)]
-        if m.weights_replicable:
-            out.append(Choice(c, "a2a", True))
-            if hw.is_sm100 and (hw.mnnvl or t.ranks_per_node % c == 0):
-                out.append(Choice(c, "fi_a2a", True))
+        # SGLang 0.5.23 replicates Q for any weights (block-FP8 too) and runs fi_a2a with or without it
+        out += [Choice(c, "ag_rs", False), Choice(c, "a2a", False), Choice(c, "a2a", True)]
+        if hw.is_sm100 and (hw.mnnvl or t.ranks_per_node % c == 0):
+            out += [Choice(c, "fi_a2a", False), Choice(c, "fi_a2a", True)]
     return out
 
 

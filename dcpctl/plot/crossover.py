@@ -14,7 +14,7 @@ from dcpctl.plan.series import crossover_series
 from dcpctl.plot.output import new_figure, save
 from dcpctl.plot.style import log_axes, size_colour as _colour
 STYLES = {("none", False): "-", ("ag_rs", False): ":", ("a2a", False): "--", ("a2a", True): "-.",
-          ("fi_a2a", True): "-"}
+          ("fi_a2a", False): (0, (5, 1, 1, 1, 1, 1)), ("fi_a2a", True): "-"}
 NO_FIT = "#d9d9d9"
 
 

@@ -115,7 +115,7 @@ def test_recommend_cli():
             "--context-len", "131072", "--concurrency", "32", "--format", "json")
     assert r.exit_code == 0
     d = json.loads(r.output)
-    assert d["recommendation"]["dcp_size"] == 8 and len(d["table"]) == 7
+    assert d["recommendation"]["dcp_size"] == 8 and len(d["table"]) == 1 + 3 * 3   # dcp 1; 2, 4, 8 x (ag_rs, a2a, a2a +repQ)
     assert {"choice", "8192", "131072"} <= set(d["crossovers"][0])
     r = run("recommend", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--concurrency", "2")
     assert r.exit_code == 2 and "needs --context-len" in r.output

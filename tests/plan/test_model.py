@@ -14,7 +14,7 @@ def cfg(name):
 def test_design_table_facts():
     v3 = spec_from_config(cfg("deepseek-v3"))
     assert (len(v3.mla_layers), v3.hidden_size, v3.num_heads, v3.kv_row_elems) == (61, 7168, 128, 576)
-    assert v3.quantization == "fp8" and not v3.weights_replicable
+    assert v3.quantization == "fp8" and v3.weight_block == (128, 128)
     k2 = spec_from_config(cfg("kimi-k2"))
     assert (k2.num_heads, k2.n_routed_experts, k2.model_type) == (64, 384, "kimi_k2")
     kl = spec_from_config(cfg("kimi-linear-48b-a3b"))
