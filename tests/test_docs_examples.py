@@ -107,6 +107,7 @@ def _workdir(where: str, factory: pytest.TempPathFactory) -> Path:
         d = DIRS[where] = factory.mktemp("doc")
         for name in REPO_INPUTS:
             (d / name).symlink_to(ROOT / name)
+        (d / "docs" / "img").mkdir(parents=True)   # the picture examples write here, not into the repo
     return DIRS[where]
 
 

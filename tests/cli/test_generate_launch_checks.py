@@ -107,5 +107,6 @@ def test_runtime_limits_are_refused_before_the_ranks(tmp_path):
     assert_user_error(r, "the bundled runtime's PD transfer moves MLA KV only, not the KDA state")
     tiny = ensure_tiny_model()
     r = run("generate", "--prompt-ids", "1,2", "--enable-hierarchical-cache", "--speculative-algorithm", "STANDALONE",
-            "--speculative-draft-model-path", tiny, "--speculative-num-draft-tokens", "2", "--dcp-size", "1")
+            "--speculative-draft-model-path", tiny, "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+            "--dcp-size", "1")
     assert_user_error(r, "does not run the HiCache host tier together with speculative decoding")
