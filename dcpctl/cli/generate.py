@@ -134,6 +134,20 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
             raise UserError(f"prompt id {bad[0]} is outside the vocabulary (vocab_size {vocab})")
 
 
+def runtime_options(f: Any) -> Any:
+    """The bundled runtime's options that generate and launch share."""
+    for opt in reversed([
+        click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
+                     help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA)."),
+        click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
+        click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
+                     help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
+        click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking."),
+    ]):
+        f = opt(f)
+    return f
+
+
 @click.command()
 @plan_options
 @click.option("--prompt", "prompts", multiple=True, help="Prompt text (repeatable).")
@@ -144,12 +158,7 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--logprobs", is_flag=True, help="Report the log-probability of every generated token.")
-@click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
-              help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
-              help="Virtual KV tokens to allocate (capped by the plan's capacity).")
-@click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking.")
+@runtime_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,

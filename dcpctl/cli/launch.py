@@ -14,7 +14,8 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.generate import check_chunk, check_devices, fill_default_model, resolve_run_options, show_plan_warnings
+from dcpctl.cli.generate import (check_chunk, check_devices, fill_default_model, resolve_run_options, runtime_options,
+                                 show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
@@ -24,12 +25,7 @@ from dcpctl.plan.resolve import request_from_options
 @click.command()
 @click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @plan_options
-@click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
-              help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
-              help="Virtual KV tokens to allocate (capped by the plan's capacity).")
-@click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking.")
+@runtime_options
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
               help="HOST:PORT of node 0 (single node: a free port unless given).")
