@@ -32,8 +32,7 @@ from typing import Any
 
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.hardware import FIGURES, Hardware
-from dcpctl.plan.model import ModelSpec
-from dcpctl.plan.memory import KV_DTYPE_BYTES
+from dcpctl.plan.model import DTYPE_BYTES, ModelSpec
 
 ACT_BYTES = 2  # 16-bit activations on the wire and in the kernel's q / o
 
@@ -184,7 +183,7 @@ def local_len(L: int, c: int, r: int = 0) -> int:
 def layer_cost(m: ModelSpec, attn_tp: int, ch: Choice, batch: int, context: int, kv_dtype: str,
                k: Constants) -> StepCost:
     """Time of one MLA layer's attention block on the busiest rank (dcp rank 0)."""
-    b = KV_DTYPE_BYTES.get(kv_dtype, 2)
+    b = DTYPE_BYTES.get(kv_dtype, 2)
     R, Lr, c = m.kv_row_elems, m.kv_lora_rank, ch.dcp
     local_heads = m.num_heads // attn_tp
     hk = local_heads * c

@@ -11,17 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from dcpctl.plan.errors import Violation
-from dcpctl.plan.model import ModelSpec
+from dcpctl.plan.model import DTYPE_BYTES, ModelSpec
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.weights import weight_bytes, weight_format
 
 GIB = 2**30
-KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def kv_row_bytes(m: ModelSpec, kv_dtype: str, layers: int | None = None) -> int:
     n = len(m.mla_layers) if layers is None else layers
-    return n * m.kv_row_elems * KV_DTYPE_BYTES[kv_dtype]
+    return n * m.kv_row_elems * DTYPE_BYTES[kv_dtype]
 
 
 def weight_bytes_per_rank(req: PlanRequest) -> int:

@@ -16,7 +16,9 @@ from dcpctl.plan.errors import UserError
 SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_linear", "kimi_k3")
 MAX_LAYERS = 4096  # guards against a typo building a million-entry layer list
 MAX_DIM = 2**31 - 1  # any model size or count past int32 is a typo, and would overflow the memory math
-DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
+# bytes per element of every dtype name dcpctl meets (model dtypes, KV cache dtypes, torch names): one table
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "float8_e4m3fn": 1,
+               "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 @dataclass(frozen=True)

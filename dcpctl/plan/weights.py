@@ -24,10 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dcpctl.plan.hardware import Hardware
-from dcpctl.plan.model import ModelSpec
+from dcpctl.plan.model import DTYPE_BYTES, ModelSpec
 from dcpctl.plan.topology import Topology
 
-DTYPE_BYTES = {"float64": 8, "float32": 4}  # everything else the runtime computes in is 16-bit
 SCALE_BYTES = 4  # one fp32 weight_scale_inv per block
 FP8_MIN_SM = 89  # e4m3 tensor cores
 
