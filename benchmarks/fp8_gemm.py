@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import itertools
 
-from dcpctl.runtime.models.fp8_gemm import Tiles, default_tiles, fp8_matmul
+from dcpctl.runtime.models.fp8_gemm import DEFAULT_TILES, Tiles, fp8_matmul
 
 SHAPES = {  # name: (N, K)
     "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_b_proj": (24576, 1536), "o_proj": (7168, 16384),
@@ -95,7 +95,7 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, sweep: bool) -> dict:
     roof = moved / (hbm * 1e12)
     row = {"shape": name, "N": N, "K": K, "M": M, "fp8_us": round(fp8 * 1e6, 2), "bf16_us": round(bf16 * 1e6, 2),
            "speedup_vs_bf16": round(bf16 / fp8, 3), "roofline_us": round(roof * 1e6, 2),
-           "fp8_over_roofline": round(fp8 / roof, 3), "tiles": vars(default_tiles(M, N, K, 1))}
+           "fp8_over_roofline": round(fp8 / roof, 3), "tiles": vars(DEFAULT_TILES)}
     if best is not None:
         row.update(best_us=round(best[0] * 1e6, 2), best_tiles=vars(best[1]), best_over_roofline=round(best[0] / roof, 3))
     peer, info = _scaled_mm_peer(x, w8[0], s[0])

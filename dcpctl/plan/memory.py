@@ -23,17 +23,14 @@ def kv_row_bytes(m: ModelSpec, kv_dtype: str, layers: int | None = None) -> int:
     return n * m.kv_row_elems * DTYPE_BYTES[kv_dtype]
 
 
-def weight_bytes_per_rank(req: PlanRequest) -> int:
-    """What the bundled runtime's loader keeps on one rank (weights.py), replicated Q not counted."""
-    return weight_bytes(req.model, req.topology, False, weight_format(req.model, req.hardware)[0])
-
-
-def replicated_q_bytes_per_rank(req: PlanRequest, on: bool) -> int:
-    """Extra q_b_proj rows (FP8 where the checkpoint is) and w_kc of the other dcp-1 ranks' heads."""
-    if not on or req.topology.dcp_size == 1:
-        return 0
-    fp8 = weight_format(req.model, req.hardware)[0]
-    return weight_bytes(req.model, req.topology, True, fp8) - weight_bytes(req.model, req.topology, False, fp8)
+def weights_and_replicated_q(req: PlanRequest, replicate_q: bool) -> tuple[int, int]:
+    """(weight bytes per rank, the extra of replicated Q): what the bundled runtime's loader keeps
+    (weights.py); the extra is the DCP group's q_b_proj rows (FP8 where the checkpoint is) and w_kc."""
+    m, t = req.model, req.topology
+    fp8 = weight_format(m, req.hardware)[0]
+    weights = weight_bytes(m, t, False, fp8)
+    on = replicate_q and t.dcp_size > 1
+    return weights, (weight_bytes(m, t, True, fp8) - weights) if on else 0
 
 
 @dataclass(frozen=True)
@@ -81,8 +78,7 @@ def kda_state_bytes_per_rank(req: PlanRequest) -> int:
 def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[dict[str, Any], list[Violation]]:
     m, t, hw = req.model, req.topology, req.hardware
     per_rank_mem = hw.memory_gib * GIB / (t.ranks_per_node if hw.device == "cpu" else 1)
-    weights = weight_bytes_per_rank(req)
-    rep_q = replicated_q_bytes_per_rank(req, replicate_q)
+    weights, rep_q = weights_and_replicated_q(req, replicate_q)
     static = per_rank_mem * req.mem_fraction_static
     budget = int(static - weights - rep_q)
     viol: list[Violation] = []

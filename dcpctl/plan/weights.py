@@ -35,10 +35,19 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(dtype, 2)
 
 
+def fp8_block_ok(block: tuple[int, int]) -> bool:
+    """Whether the FP8 GEMM takes these weight blocks: its K tile is one block column, a power of two >= 16."""
+    return block[1] >= 16 and block[1] & (block[1] - 1) == 0
+
+
 def weight_format(m: ModelSpec, hw: Hardware) -> tuple[bool, str]:
-    """Whether a block-FP8 checkpoint's linear layers stay FP8 on this hardware, and why."""
+    """Whether a block-FP8 checkpoint's linear layers stay FP8 on this hardware, and why (the runtime's
+    runtime/models/quant.fp8_compute asks the same of the GPU it finds)."""
     if m.weight_block is None:
         return False, "weights are not block-FP8"
+    if not fp8_block_ok(m.weight_block):
+        return False, (f"weight blocks {m.weight_block[0]}x{m.weight_block[1]}: the FP8 GEMM needs a power-of-two "
+                       f"block width >= 16, so block-FP8 weights are dequantized to {m.dtype} at load")
     if hw.device != "cuda" or (hw.sm or 0) < FP8_MIN_SM:
         where = "CPU" if hw.device != "cuda" else f"sm_{hw.sm}"
         return False, f"{where} has no FP8 GEMM: block-FP8 weights are dequantized to {m.dtype} at load"
@@ -55,7 +64,7 @@ class _Rank:
 
 class _Count:
     def __init__(self, m: ModelSpec, fp8: bool):
-        self.m, self.fp8 = m, fp8 and m.weight_block is not None
+        self.m, self.fp8 = m, fp8 and m.weight_block is not None and fp8_block_ok(m.weight_block)
         self.compute = dtype_bytes(m.dtype)
         self.total = 0
 
@@ -66,8 +75,8 @@ class _Count:
         # one weight's slice [r0, r1) x [c0, c1) of a [full rows, full cols] matrix
         (r0, r1), (c0, c1) = rows, cols
         n = (r1 - r0) * (c1 - c0)
-        if not self.fp8 or not (_on_blocks(r0, r1, full[0], self.m.weight_block[0])
-                                and _on_blocks(c0, c1, full[1], self.m.weight_block[1])):
+        if not self.fp8 or not (on_blocks(r0, r1, full[0], self.m.weight_block[0])
+                                and on_blocks(c0, c1, full[1], self.m.weight_block[1])):
             self.plain(n)
             return
         b0, b1 = self.m.weight_block
@@ -75,7 +84,9 @@ class _Count:
         self.total += n + scales * SCALE_BYTES
 
 
-def _on_blocks(start: int, end: int, full: int, block: int) -> bool:
+def on_blocks(start: int, end: int, full: int, block: int) -> bool:
+    """Whether the slice [start, end) of a dimension of `full` starts and ends on a block boundary (the
+    loader keeps such a slice FP8, runtime/models/checkpoint.py)."""
     return start % block == 0 and (end % block == 0 or end == full)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 from safetensors import safe_open
 
+from dcpctl.plan.weights import on_blocks
 from dcpctl.runtime.models.config import ModelLoadError
 from dcpctl.runtime.models.quant import FP8_DTYPES, BlockFp8, Fp8Weight, dequantize, scale_name
 
@@ -133,18 +134,12 @@ class Checkpoint:
         if w.dim is not None:
             bounds[w.dim] = (w.start, w.end)
         block = self.quant.block
-        if self.keep_fp8 and w.fp8_ok and all(_on_blocks(b, n, k) for b, n, k in zip(bounds, w.shape, block)):
+        if self.keep_fp8 and w.fp8_ok and all(on_blocks(*b, n, k) for b, n, k in zip(bounds, w.shape, block)):
             (r0, r1), (c0, c1) = bounds
             scale = ssl[r0 // block[0]:-(-r1 // block[0]), c0 // block[1]:-(-c1 // block[1])]
             # clone: safetensors' fp8 row slices are views that would pin the whole tensor
             return Fp8Weight(sl[r0:r1, c0:c1].clone(), scale.to(torch.float32).clone(), block)
         return dequantize(sl, ssl, bounds[0], bounds[1], block)
-
-
-def _on_blocks(bounds: tuple[int, int], full: int, block: int) -> bool:
-    """Whether the slice [start, end) of a dimension of `full` starts and ends on a block boundary."""
-    start, end = bounds
-    return start % block == 0 and (end % block == 0 or end == full)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ x8 once per N tile and W once in all: at decode sizes the weight read is the who
 The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials; the
 last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
 split order and writes the output, so one launch does it and results are deterministic. `Tiles` (N tile, warps, pipeline stages, programs per SM)
-defaults to `default_tiles`; `benchmarks/fp8_gemm.py --sweep` measures the alternatives. On the CPU
+defaults to `DEFAULT_TILES`; `benchmarks/fp8_gemm.py --sweep` measures the alternatives. On the CPU
 (Triton's interpreter, tests only) rows are quantized with torch: the interpreter's e4m3 rounding
 differs from the GPU's.
 """
@@ -120,8 +120,7 @@ class Tiles:
     per_sm: int = 2       # dense GEMMs: K splits until about this many programs run per SM
 
 
-def default_tiles(R: int, N: int, K: int, experts: int) -> Tiles:
-    return Tiles()
+DEFAULT_TILES = Tiles()  # the sweep (benchmarks/fp8_gemm.py --sweep) found at most 10% over it on an H200
 
 
 def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
@@ -142,7 +141,7 @@ def quantize_rows_gpu(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
-               sms: int = 132, tiles: Tiles | None = None) -> Tensor:
+               sms: int | None = None, tiles: Tiles | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM."""
     b0, b1 = block
     grouped = ends is not None
@@ -151,7 +150,10 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or default_tiles(R, N, K, E)
+    t = tiles or DEFAULT_TILES
+    if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
+        from dcpctl.runtime.attention.kernel_choice import gpu_facts
+        sms = gpu_facts(x.device).sms if x.is_cuda else 1
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)

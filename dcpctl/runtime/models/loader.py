@@ -73,10 +73,7 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
 def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int, int]) -> bool:
     if forced is not None:
         return forced
-    keep, why = fp8_compute(str(torch.device(device)))
-    if keep and (block[1] < 16 or block[1] & (block[1] - 1)):
-        keep, why = False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width "
-                            f">= 16, so block-FP8 weights are dequantized to the compute dtype at load")
+    keep, why = fp8_compute(str(torch.device(device)), block)
     note_once(why)
     if keep:
         from dcpctl.runtime.models.fp8_gemm import prepare

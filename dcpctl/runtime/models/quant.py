@@ -2,7 +2,7 @@
 
     read_quantization(cfg: dict, file: Path) -> BlockFp8 | None   ModelLoadError for other methods
     dequantize(w8, scale_inv, rows, cols, block) -> float32 slice of the real weight
-    fp8_compute(device) -> (keep, reason)      whether linear layers stay FP8 here; decided once
+    fp8_compute(device, block) -> (keep, why)  whether linear layers stay FP8 here; decided once
     Fp8Weight(w8, scale, block); linear(x, w)  a linear layer over a plain or a block-FP8 weight
 
 A quantized weight `<name>.weight` is float8_e4m3fn, [out, in]; its `<name>.weight_scale_inv` is
@@ -13,6 +13,7 @@ any other dtype (norms, embeddings, lm_head, the MoE router) are simply unquanti
 from __future__ import annotations
 
 import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dcpctl.plan.weights import FP8_MIN_SM, fp8_block_ok
 from dcpctl.runtime.models.config import ModelLoadError
 
 FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
@@ -99,9 +101,6 @@ class Fp8Weight:
     def __getitem__(self, j: int) -> "Fp8Weight":
         return Fp8Weight(self.w8[j], self.scale[j], self.block)
 
-    def nbytes(self) -> int:
-        return self.w8.numel() * self.w8.element_size() + self.scale.numel() * self.scale.element_size()
-
 
 Weight = Union[Tensor, Fp8Weight]
 
@@ -128,27 +127,24 @@ def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None) -> Tensor:
     return fp8_matmul(x, w.w8, w.scale, w.block, ends)
 
 
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return None
-    return str(triton.__version__)
-
-
 @functools.lru_cache(maxsize=None)
-def fp8_compute(device: str) -> tuple[bool, str]:
+def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     """(keep FP8, why): linear layers stay block-FP8 on CUDA GPUs of sm_89 and newer (e4m3 tensor cores)
-    with Triton; everywhere else they are dequantized to the compute dtype at load."""
+    with Triton and blocks the GEMM takes (plan/weights.py asks the same of a hardware profile); everywhere
+    else they are dequantized to the compute dtype at load."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return False, f"{dev.type}: no FP8 GEMM here, so block-FP8 weights are dequantized to the compute dtype at load"
-    major, minor = torch.cuda.get_device_capability(dev)
-    if (major, minor) < (8, 9):
+    from dcpctl.runtime.attention.kernel_choice import gpu_facts
+    major, minor = gpu_facts(dev).sm
+    if major * 10 + minor < FP8_MIN_SM:
         return False, (f"sm_{major}{minor} has no e4m3 tensor cores (sm_89 and newer do), so block-FP8 weights "
                        f"are dequantized to the compute dtype at load")
-    if _triton_version() is None:
+    if importlib.util.find_spec("triton") is None:
         return False, "Triton is not installed, so block-FP8 weights are dequantized to the compute dtype at load"
+    if not fp8_block_ok(block):
+        return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
+                       f"so block-FP8 weights are dequantized to the compute dtype at load")
     return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
                   f"GEMM (activations quantized per token and weight block column); kv_b_proj is dequantized "
                   f"once at load for absorbed MLA")
