@@ -6,11 +6,11 @@
     read_config(path) -> MlaConfig;  ModelLoadError for anything the runtime cannot load
     model.kda_pool: KdaStatePool (None unless hybrid);  model.release(rid) when a request ends
 """
-from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, read_config
+from dcpctl.runtime.models.config import MlaConfig, ModelLoadError
 from dcpctl.runtime.models.deepseek import DeepseekModel
 from dcpctl.runtime.models.kda_state import KdaPoolError, KdaStatePool
 from dcpctl.runtime.models.kimi_linear import KimiLinearModel
-from dcpctl.runtime.models.loader import load_model
+from dcpctl.runtime.models.loader import load_model, read_config
 
 __all__ = ["DeepseekModel", "KdaPoolError", "KdaStatePool", "KimiLinearModel", "MlaConfig", "ModelLoadError",
            "load_model", "read_config"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.runtime.attention.api import AttentionContext

@@ -27,6 +27,7 @@ from dcpctl.runtime.models.config import ModelLoadError
 from dcpctl.runtime.models.quant import FP8_DTYPES, BlockFp8, Fp8Weight, dequantize, scale_name
 
 INDEX = "model.safetensors.index.json"
+EMBED = "embed_tokens.weight"
 Progress = Callable[[int, int], None]
 
 
@@ -72,6 +73,16 @@ class Checkpoint:
         """The name ending in `suffix` with the shortest prefix (the language model's own)."""
         hits = sorted((k for k in self.where if k == suffix or k.endswith("." + suffix)), key=len)
         return hits[0] if hits else None
+
+    def language_model_names(self, tie_word_embeddings: bool) -> tuple[str, str]:
+        """(language-model prefix such as 'model.', lm_head tensor name) as stored in the checkpoint."""
+        embed = self.find_suffix(EMBED)
+        if embed is None:
+            raise ModelLoadError(f"no tensor named *{EMBED} in the checkpoint at {self.path}")
+        head = self.find_suffix("lm_head.weight")
+        if head is None and not tie_word_embeddings:
+            raise ModelLoadError(f"no lm_head.weight in the checkpoint at {self.path} and tie_word_embeddings is false")
+        return embed[:-len(EMBED)], head or embed
 
     def read(self, wants: list[Want], dtype: torch.dtype, device: torch.device | str,
              progress: Progress | None = None) -> dict[str, torch.Tensor | Fp8Weight]:

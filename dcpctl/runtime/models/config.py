@@ -1,10 +1,10 @@
 """Hugging Face `config.json` -> MlaConfig, the model description the runtime builds from.
 
-    read_config(path: Path) -> MlaConfig        raises ModelLoadError for anything we cannot run
+    parse_config(cfg: dict, file) -> MlaConfig   raises ModelLoadError for anything we cannot run
 
 Supported: DeepSeek-V2 (`deepseek_v2`), DeepSeek-V3 (`deepseek_v3`), Kimi K2 (`kimi_k2`), Kimi Linear
-(`kimi_linear`, hybrid: see kimi_config.py; read_config returns its MLA part), and wrappers that nest
-one of them under `text_config`.
+(`kimi_linear`, hybrid: parsed by kimi_config.py; loader.read_config returns its MLA part), and wrappers
+that nest one of them under `text_config`.
 
     read_language_model(path) -> (config dict, config.json path)   the unwrapped dict, any supported type
 """
@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dcpctl.runtime.models.errors import ModelLoadError
+from dcpctl.runtime.models.quant import read_quantization
+
 SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 SUPPORTED_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 HYBRID_TYPES, HYBRID_ARCHS = ("kimi_linear",), ("KimiLinearForCausalLM",)
 ROPE_TYPES = ("default", "yarn")
-
-
-class ModelLoadError(Exception):
-    """A checkpoint the runtime cannot load; the message is one sentence naming what and where."""
 
 
 @dataclass(frozen=True)
@@ -84,15 +83,6 @@ class MlaConfig:
                 and i % self.moe_layer_freq == 0)
 
 
-def read_config(path: Path) -> MlaConfig:
-    """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
-    cfg, file = read_language_model(path)
-    if _hybrid(cfg):
-        from dcpctl.runtime.models.kimi_config import parse_kimi_linear  # it imports this module
-        return parse_kimi_linear(cfg, file).mla
-    return parse_config(cfg, file)
-
-
 def read_language_model(path: Path) -> tuple[dict[str, Any], Path]:
     """The language model's config dict (unwrapped from `text_config`) and the file it came from."""
     path = Path(path)
@@ -136,7 +126,6 @@ def _need(cfg: dict[str, Any], key: str, file: Path) -> Any:
 
 def parse_config(cfg: dict[str, Any], file: Path = Path("config.json")) -> MlaConfig:
     """Build an MlaConfig from an already-unwrapped language-model config dict."""
-    from dcpctl.runtime.models.quant import read_quantization  # it imports this module
     read_quantization(cfg, file)  # block-wise fp8 loads (dequantized); any other method raises here
     for flag in ("attention_bias", "mlp_bias"):
         if cfg.get(flag):

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
-from dcpctl.runtime.models.checkpoint import Checkpoint, Want
+from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.kda import KdaAttention, kda_heads, kda_wants
 from dcpctl.runtime.models.kda_state import KdaStatePool, batch_chunks
@@ -109,7 +109,6 @@ def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str
 
     with_mlp: layer prefixes ('model.layers.0') whose MLP is stored under 'mlp.' rather than
     'block_sparse_moe.'; flat_a_log: A_log stored as [H] rather than [1, 1, H, 1]."""
-    from dcpctl.runtime.models.loader import EMBED
     cfg, D, V = hc.mla, hc.mla.hidden_size, hc.mla.vocab_size
     ours = [Want(prefix + EMBED, (V, D), 0, s.vocab_start, s.vocab_end), Want(prefix + "norm.weight", (D,))]
     if head != prefix + EMBED:
@@ -144,8 +143,7 @@ def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: S
                      device: torch.device | str, upcast: torch.dtype,
                      progress: Callable[[int, int], None] | None, max_requests: int) -> KimiLinearModel:
     """This rank's KimiLinearModel (called by loader.load_model after dispatch)."""
-    from dcpctl.runtime.models.loader import EMBED, _names  # the loader imports this module
-    prefix, head = _names(hc.mla, ckpt)
+    prefix, head = ckpt.language_model_names(hc.mla.tie_word_embeddings)
     with_mlp = {k.split(".mlp.", 1)[0] for k in ckpt.where if ".mlp." in k}
     wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp, _flat_a_log(hc, ckpt, prefix))
     read = ckpt.read(wants, dtype, device, progress)

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
-from dcpctl.runtime.models.checkpoint import Checkpoint, Want
-from dcpctl.runtime.models.config import MlaConfig, ModelLoadError, parse_config, read_language_model
+from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
+from dcpctl.runtime.models.config import MlaConfig, parse_config, read_language_model
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.kimi_config import is_kimi_linear, parse_kimi_linear
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
@@ -35,9 +35,6 @@ from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
 from dcpctl.runtime.parallel import ParallelState
-
-EMBED = "embed_tokens.weight"
-
 
 def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
                device: torch.device | str = "cpu",
@@ -63,11 +60,17 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
     quant = read_quantization(raw, file)
     ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
     s = plan_shards(cfg, ps, replicate_q_decision(decisions))
-    prefix, head = _names(cfg, ckpt)
+    prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
     rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
     layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
     return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary)
+
+
+def read_config(path: Path) -> MlaConfig:
+    """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
+    cfg, file = read_language_model(path)
+    return parse_kimi_linear(cfg, file).mla if is_kimi_linear(cfg) else parse_config(cfg, file)
 
 
 def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int, int]) -> bool:
@@ -79,18 +82,6 @@ def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int,
         from dcpctl.runtime.models.fp8_gemm import prepare
         prepare(device)
     return keep
-
-
-def _names(cfg: MlaConfig, ckpt: Checkpoint) -> tuple[str, str]:
-    """(language-model prefix such as 'model.', lm_head tensor name) as stored in the checkpoint."""
-    embed = ckpt.find_suffix(EMBED)
-    if embed is None:
-        raise ModelLoadError(f"no tensor named *{EMBED} in the checkpoint at {ckpt.path}")
-    prefix = embed[:-len(EMBED)]
-    head = ckpt.find_suffix("lm_head.weight")
-    if head is None and not cfg.tie_word_embeddings:
-        raise ModelLoadError(f"no lm_head.weight in the checkpoint at {ckpt.path} and tie_word_embeddings is false")
-    return prefix, head or embed
 
 
 def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str, upcast: torch.dtype) -> list[Want]:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.plan.weights import FP8_MIN_SM, fp8_block_ok
-from dcpctl.runtime.models.config import ModelLoadError
+from dcpctl.runtime.models.errors import ModelLoadError
 
 FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
 SUPPORTED_METHODS = ("fp8",)
