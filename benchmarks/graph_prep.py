@@ -37,8 +37,7 @@ class OldPrepare(DecodeGraphs):
             if ch.start % self.c == self.rank:
                 slots[i] = pages[ch.start // self.alloc.page_tokens] * self.page \
                     + (ch.start % self.alloc.page_tokens) // self.c
-        self.hidden[:n].copy_(self.model._embed(ids))
-        self.hidden[n:b].zero_()
+        self.ids[:n].copy_(ids)   # was: the eager embedding into a hidden buffer (now inside the graph)
         self.positions[:b].copy_(torch.tensor(pos), non_blocking=True)
         self.q_pos[:b].copy_(torch.tensor(pos, dtype=torch.int32), non_blocking=True)
         self.local_lens[:b + 1].copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)

@@ -87,8 +87,7 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: d
         chunks = [SeqChunk(r, start + s, 1) for r in range(batch)]
         _sync(device)
         t0 = time.perf_counter()
-        b = g.prepare(ids, chunks)
-        graph = g.graphs[b][0]
+        graph = g.graphs[g.prepare(ids, chunks)][0]
         graph.replay()
         torch.cuda.synchronize(device)
         wall_ms = (time.perf_counter() - t0) * 1e3

@@ -11,12 +11,20 @@ import click
 from rich.markup import escape
 
 from dcpctl.cli import console
-from dcpctl.cli.options import collect, plan_options
+from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
 
 DEFAULT_PRESET = "tiny-cpu"
+
+
+def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | None) -> dict[str, Any]:
+    """The launch config's cuda_graph section from (and popped off) the runtime's three graph flags."""
+    from dcpctl.launch.cuda_graphs import cuda_graph_section
+    sizes = params.pop("cuda_graph_bs", None)
+    return cuda_graph_section(device, params.pop("disable_cuda_graph", False), params.pop("cuda_graph_max_bs", None),
+                              positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running)
 
 
 def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str) -> dict[str, Any]:
@@ -143,6 +151,13 @@ def runtime_options(f: Any) -> Any:
         click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
         click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking."),
+        click.option("--disable-cuda-graph", is_flag=True,
+                     help="CUDA: run every decode step eagerly (no graph capture before ready)."),
+        click.option("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
+                     help="CUDA: largest decode batch captured as a graph (default: the max running requests, "
+                          "at most 256; SGLang's bucket sizes up to it)."),
+        click.option("--cuda-graph-bs", "--cuda-graph-bs-decode", "cuda_graph_bs", metavar="N,N,...",
+                     help="CUDA: the exact decode batch sizes to capture, comma-separated (instead of the buckets)."),
     ]):
         f = opt(f)
     return f
@@ -180,6 +195,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files
     check_chunk(chunked_prefill_size)
+    graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
     opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
@@ -198,6 +214,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     if not ids:
         ids = [tok.encode("Hello", add_bos=True)]
     check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
+    if "disaggregation" not in cfg:   # PD instances decode eagerly (docs/launch.md)
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, len(ids))
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
     with tempfile.TemporaryDirectory(prefix="dcpctl-") as tmp:

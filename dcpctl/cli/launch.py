@@ -14,12 +14,14 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.generate import (check_chunk, check_devices, fill_default_model, resolve_run_options, runtime_options,
-                                 show_plan_warnings)
+from dcpctl.cli.generate import (check_chunk, check_devices, cuda_graph_options, fill_default_model, resolve_run_options,
+                                 runtime_options, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
+
+SERVE_MAX_RUNNING = 64   # the server's --max-running-requests default (runtime/server/serve.py DEFAULTS)
 
 
 @click.command()
@@ -66,8 +68,11 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     check_chunk(chunked_prefill_size)
+    graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
     cfg, nnodes, summary, max_running = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                        chunked_prefill_size)
+    if "cuda_graph" not in cfg:
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], max_running or SERVE_MAX_RUNNING)
     mhost, _, mport = dist_init_addr.rpartition(":")
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")

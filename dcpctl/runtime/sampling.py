@@ -27,6 +27,11 @@ def make_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
 
 
+def is_greedy(temperature: float, top_k: int) -> bool:
+    """Whether sample() takes the argmax (no random draw)."""
+    return temperature <= 0 or top_k == 1
+
+
 def greedy(logits: Tensor) -> Tensor:
     # logits: [N, V] -> [N] int64
     return logits.argmax(-1)
@@ -59,7 +64,7 @@ def sample(logits: Tensor, temperature: float = 0.0, top_k: int = -1, top_p: flo
     if logits.dim() == 1:
         ids, lp = sample(logits[None], temperature, top_k, top_p, generator)
         return ids[0], lp[0]
-    if temperature <= 0 or top_k == 1:
+    if is_greedy(temperature, top_k):
         ids = greedy(logits)
     else:
         probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1).cpu()

@@ -81,6 +81,7 @@ def run_worker(cfg: dict, requests: list, model: Any = None, show_progress: bool
         model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
                            torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if report else None)
     engine = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]))
+    engine.warm_up(progress_lines("cuda_graphs") if report else None)
     return engine.generate(requests, progress=progress_lines("requests") if report else None)
 
 

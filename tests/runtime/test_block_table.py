@@ -183,7 +183,7 @@ def test_prepare_buffers_equal_build_paged(c, page):
             chunks = sim.step()
             if not chunks:
                 continue
-            n, b = len(chunks), g.prepare(torch.zeros(len(chunks), dtype=torch.int64), chunks)
+            n, b = len(chunks), g.prepare(torch.zeros(len(chunks), dtype=torch.int64), chunks)[0]
             ref = build_paged(sim.alloc, chunks, r, page, max_pages=sim.width)
             for i, ch in enumerate(chunks):
                 need = sim.alloc.pages_for(ch.start + 1)

@@ -1,25 +1,29 @@
-"""CUDA graphs of the decode step: one graph per batch size over static buffers, replayed per step.
+"""CUDA graphs of the decode step: one graph per (batch size, context bucket) over static buffers.
 
-Captured: the model's layer stack (rope, MLA attention through the paged DCP context, the
-exchanges, the dense MLP, the final norm).  Left eager: the embedding lookup (its vocab-slice
-mask is data-dependent) and everything on the host.  Buffers, shared by every batch size and
-never reallocated after capture (a graph of batch B uses their first B rows):
+Captured: the whole step from token ids (the embedding, sync-free), the layer stack (rope, MLA
+attention through the paged DCP context, the exchanges, the dense or grouped-MoE MLP, attention-DP
+gathers of fixed replica sizes), the final norm and, with `logits=True` (the serving engine), the
+lm_head with its vocab gather.  Left on the host: building the step's metadata, which goes down as
+ONE int64 copy per step (plus the block-table changes).  Buffers, shared by every graph and never
+reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
-| hidden       | [Bmax, D]              | the eager embedding of the step's input ids          |
-| positions    | [Bmax] int64           | global position of each request's new token          |
+| meta         | [4, Bmax + 1] int64    | rows: input ids, positions, local lens, write slots  |
+| q_pos        | [Bmax] int32           | positions, as the kernel reads them                  |
+| local_lens   | [Bmax + 1] int32       | local_len(position + 1, r, c); pads and the last 0   |
 | row_req      | [Bmax] int32           | arange (one query row per request), fixed            |
 | block_table  | [Bmax + 1, max_pages]  | row i: chunk i's pages; only changes are written     |
 |              |                        | (`block_table.DeviceBlockTable`), stale tails unread |
-| local_lens   | [Bmax + 1] int32       | local_len(position + 1, r, c)                        |
 | write_rows   | [Bmax] int64           | arange, fixed                                        |
-| write_slots  | [Bmax] int64           | owned rows' slots; rows this rank does not own (and  |
+| write slots  | meta[3]                | owned rows' slots; rows this rank does not own (and  |
 |              |                        | pads) go to `trash_slot`, a spare pool row           |
 
-The kernel gets max_local_len = max_pages * P (fixed at capture: no host sync, splits sized for
-the widest request).  Requires attention DP 1 (no per-step replica sizes) and a model whose MLP
-has no data-dependent host sync (dense MLPs; MoE routing here syncs).
+The kernel gets max_local_len = the graph's context bucket (fixed at capture: no host sync; the
+splits are sized for it, so a step picks the smallest bucket that holds its widest request: the
+buckets grow by 4x up to max_pages * P).  Under attention DP every replica replays the same batch
+size (the engine agrees on it; pads are rows with local length 0), so the MLP's replica gather has
+fixed sizes.  Off CUDA (tests) a replay runs the same function eagerly on the same buffers.
 """
 from __future__ import annotations
 
@@ -36,78 +40,117 @@ from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.ops import rms_norm
 
+CONTEXT_GROWTH = 4        # context buckets: max_pages * P, / 4, / 16, ... down to MIN_BUCKET
+MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
 
-def layer_stack(model: Any, h: Tensor, positions: Tensor, ctx: DCPContext) -> Tensor:
-    """DeepseekModel.forward after the embedding (attention DP 1): what the graph captures."""
-    # h: [B, D]  positions: [B] -> [B, D]
+
+def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any, logits: bool) -> Tensor:
+    """DeepseekModel.forward (+ logits) with fixed replica sizes `reps`: what a graph captures."""
+    # ids, positions: [B] -> hidden [B, D] (or logits [B, V])
+    h = model._embed(ids)
     cos, sin = model.rotary.cos_sin(positions)
     eps, up = model.cfg.rms_norm_eps, model.rotary.upcast
     for layer in model.layers:
         h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps, up), cos, sin, ctx)
-        h = h + model._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps, up), None)
-    return rms_norm(h, model.norm, eps, up)
+        h = h + model._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps, up), reps)
+    h = rms_norm(h, model.norm, eps, up)
+    return model.logits(h) if logits else h
+
+
+def context_buckets(max_rows: int, page: int) -> list[int]:
+    """Local-row buckets, ascending: max_rows, max_rows / 4, ... (whole pages, >= MIN_BUCKET)."""
+    out, b = [], max_rows
+    while True:
+        out.append(b)
+        b = -(-(b // CONTEXT_GROWTH) // page) * page
+        if b < MIN_BUCKET or b >= out[-1]:
+            return sorted(out)
 
 
 class DecodeGraphs:
-    """Decode-step graphs for `batch_sizes` (see module docstring)."""
+    """Decode-step graphs for `batch_sizes` x context buckets (see module docstring)."""
 
     def __init__(self, model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: dict, v_dim: int,
-                 batch_sizes: list[int], max_pages: int, trash_slot: int) -> None:
-        if model.ps.attn_dp_size != 1:
-            raise ValueError(f"CUDA graphs need attention DP 1, got attn_dp_size ({model.ps.attn_dp_size})")
-        self.model, self.alloc, self.pool = model, alloc, pool
+                 batch_sizes: list[int], max_pages: int, trash_slot: int, logits: bool = False,
+                 buckets: bool = False, progress: Any = None) -> None:
+        self.model, self.alloc, self.pool, self.logits = model, alloc, pool, logits
         self.c, self.rank = alloc.dcp, model.ps.dcp.rank
         self.page = alloc.page_tokens // alloc.dcp
         self.max_pages, self.trash = max_pages, trash_slot
+        self.dp, self.dp_index = model.ps.attn_dp_size, getattr(model.ps, "attn_dp_index", 0)
         dev, bmax = pool.kv.device, max(batch_sizes)
         i32 = dict(dtype=torch.int32, device=dev)
-        self.hidden = torch.zeros(bmax, model.cfg.hidden_size, dtype=model.dtype, device=dev)
-        self.positions = torch.zeros(bmax, dtype=torch.int64, device=dev)
+        self.meta = torch.zeros(4, bmax + 1, dtype=torch.int64, device=dev)
+        self.meta[3].fill_(trash_slot)
+        self.ids, self.positions, self.write_slots = self.meta[0, :bmax], self.meta[1, :bmax], self.meta[3, :bmax]
         self.q_pos = torch.zeros(bmax, **i32)
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
         self.table = DeviceBlockTable(self.block_table)
         self.local_lens = torch.zeros(bmax + 1, **i32)
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
-        self.write_slots = torch.full((bmax,), trash_slot, dtype=torch.int64, device=dev)
         self.backend = decision(decisions, "dcp_comm_backend", "ag_rs")
         self.base, self.v_dim = str(decision(decisions, "lse_base", "e")), v_dim
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
-        self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same stack eagerly on the buffers
+        top = max_pages * self.page
+        self.buckets = context_buckets(top, self.page) if buckets else [top]
+        self.sizes = sorted(batch_sizes)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, Tensor | None]] = {}
+        self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
         self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
-        for b in sorted(batch_sizes, reverse=True):
-            self.graphs[b] = self._capture(b) if self.cuda else (None, None)
+        keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]
+        for i, key in enumerate(keys):    # largest first: later graphs reuse its memory pool
+            self.graphs[key] = self._capture(*key) if self.cuda else (None, None)
+            if progress is not None:
+                progress(i + 1, len(keys))
 
-    def _context(self, b: int) -> DCPContext:
+    def _replicas(self, b: int) -> Any:
+        if self.dp == 1:
+            return None
+        from dcpctl.runtime.models.deepseek import Replicas
+        return Replicas([b] * self.dp, b * self.dp_index, b)
+
+    def _context(self, b: int, rows: int) -> DCPContext:
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
-                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b],
-                          self.max_pages * self.page, self.page, [])
+                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [])
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
-    def _capture(self, b: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        ctx, stream = self._context(b), torch.cuda.Stream()
+    def _run(self, b: int, rows: int) -> Tensor:
+        return decode_step(self.model, self.ids[:b], self.positions[:b], self._context(b, rows), self._replicas(b),
+                           self.logits)
+
+    def _capture(self, b: int, rows: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):      # warm-up: compiles the kernels, touches no real slot
-            layer_stack(self.model, self.hidden[:b], self.positions[:b], ctx)
+        with torch.cuda.stream(stream):      # warm-up: compiles the kernels, writes only the trash slot
+            self._run(b, rows)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._mempool):
-            out = layer_stack(self.model, self.hidden[:b], self.positions[:b], ctx)
+            out = self._run(b, rows)
         return graph, out
 
     def graph_size(self, n: int) -> int:
-        fits = [b for b in self.graphs if b >= n]
+        fits = [b for b in self.sizes if b >= n]
         if not fits:
-            raise ValueError(f"decode batch ({n}) > largest captured batch size ({max(self.graphs)})")
-        return min(fits)
+            raise ValueError(f"decode batch ({n}) > largest captured batch size ({self.sizes[-1]})")
+        return fits[0]
 
-    def prepare(self, ids: Tensor, chunks: list[SeqChunk]) -> int:
-        """Fill the static buffers for one decode step (one token per chunk); returns the graph size."""
-        # ids: [n] -> hidden[:n]; O(batch + new pages) host work (the table writes only what changed)
-        n, b = len(chunks), self.graph_size(len(chunks))
+    def bucket(self, rows: int) -> int:
+        fits = [L for L in self.buckets if L >= rows]
+        if not fits:
+            raise ValueError(f"a request's local context ({rows} rows) > the graphs' widest ({self.buckets[-1]})")
+        return fits[0]
+
+    def prepare(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None) -> tuple[int, int]:
+        """Fill the static buffers for one decode step (one token per chunk); returns the graph's key.
+
+        size: the batch size to replay (attention DP: the one every replica agreed on), else the smallest fit."""
+        # O(batch + new pages) host work: one int64 copy of the metadata; the table writes only what changed
+        n = len(chunks)
+        b = self.graph_size(max(n, size or 0))
         pos = [ch.start for ch in chunks] + [0] * (b - n)
         lens = [local_len(p + 1, self.rank, self.c) for p in pos[:n]] + [0] * (b - n + 1)
-        slots = [self.trash] * b
+        slots = [self.trash] * (b + 1)
         rows = []
         for i, ch in enumerate(chunks):
             pages = self.alloc.pages(ch.rid)          # the live list, not a copy: indexing is O(1)
@@ -116,22 +159,21 @@ class DecodeGraphs:
                 slots[i] = pages[ch.start // self.alloc.page_tokens] * self.page \
                     + (ch.start % self.alloc.page_tokens) // self.c
         self.table.update(rows)
-        self.hidden[:n].copy_(self.model._embed(ids))
-        self.hidden[n:b].zero_()
-        self.positions[:b].copy_(torch.tensor(pos), non_blocking=True)
-        self.q_pos[:b].copy_(torch.tensor(pos, dtype=torch.int32), non_blocking=True)
-        self.local_lens[:b + 1].copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
-        self.write_slots[:b].copy_(torch.tensor(slots), non_blocking=True)
-        return b
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots], dtype=torch.int64)
+        self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
+        self.q_pos[:b].copy_(self.meta[1, :b])
+        self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
+        return b, self.bucket(max(lens))
 
-    def replay(self, ids: Tensor, chunks: list[SeqChunk]) -> Tensor:
-        """One decode step: hidden [n, D] after the final norm (a view of the graph's output)."""
+    def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None) -> Tensor:
+        """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output)."""
         if any(ch.num_tokens != 1 for ch in chunks):
             raise ValueError("CUDA graphs replay decode steps only (one token per request)")
-        b = self.prepare(ids, chunks)
-        graph, out = self.graphs[b]
+        key = self.prepare(ids, chunks, size)
+        graph, out = self.graphs[key]
         if graph is None:
-            out = layer_stack(self.model, self.hidden[:b], self.positions[:b], self._context(b))
+            out = self._run(*key)
         else:
             graph.replay()
         return out[:len(chunks)]

@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dcpctl.runtime.attention.dcp import SeqChunk, build_context
+from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
 from dcpctl.runtime.engine.events import Event, ReplicaStats
+from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
@@ -26,6 +27,8 @@ from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.models.ops import gather_sizes
+from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -57,7 +60,9 @@ class Engine:
         layers = getattr(model, "kv_layers", layers)  # hybrids: only MLA layers keep latent KV
         page = int(kv["page_size"])
         self.alloc = VirtualAllocator(int(kv["capacity_tokens"]), page, ps.dcp.size)
-        self.pool = KVPool(layers, self.alloc.num_pages * page, row,
+        graph = launch_cfg.get("cuda_graph") or {"batch_sizes": [], "reason": ""}
+        self.trash_slot = self.alloc.num_pages * page   # a spare page: decode graphs write pad rows there
+        self.pool = KVPool(layers, (self.alloc.num_pages + int(bool(graph["batch_sizes"]))) * page, row,
                            DTYPES[launch_cfg["model"]["dtype"]], self.device)
         state_pool = getattr(model, "kda_pool", None)  # hybrids: request-indexed KDA state, never striped
         if state_pool is not None and max_running and state_pool.slots != max_running:
@@ -69,6 +74,11 @@ class Engine:
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
         self.spec = make_speculative(launch_cfg, self)  # None unless launch_cfg["speculative"]
+        off = why_not(model, self.spec, list(graph["batch_sizes"]))
+        if off:
+            note_once(off)
+        self.graphs = GraphDecode(self, graph["batch_sizes"], graph["reason"]) \
+            if graph["batch_sizes"] and not off else None   # captured by warm_up()
         self.busy = False                        # whether any replica ran the last step
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
@@ -124,25 +134,49 @@ class Engine:
         self.alloc.check_integrity()   # once per run: every slot's owner (finish checks page counts only)
         return self._collect(len(requests), steps)
 
-    def _any_replica_busy(self, busy: bool) -> bool:
-        if self.dp_size == 1 or self.ps.tp.group is None:
-            return busy  # one replica: nothing to agree on, no device round trip per step
-        flag = torch.tensor([int(busy)], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ps.tp.group)
-        return bool(flag.item())
+    def warm_up(self, progress: Progress | None = None, prompts: bool = False) -> None:
+        """Before serving: capture the decode graphs and (prompts=True) run two short requests per replica,
+        so the first real request compiles nothing.  Every rank calls it together; counters are reset after."""
+        if self.graphs is not None:
+            self.graphs.capture(progress)
+        if prompts and self.device.type == "cuda":
+            cap = min(self.alloc.virtual_capacity, 1 << 20) - 2
+            lens = [max(1, min(n, cap)) for n in (128, 37)]   # a multiple of 16 and an odd length (Triton specializes)
+            reqs = [{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(lens[i // self.dp_size])],
+                     "max_new_tokens": 2} for i in range(2 * self.dp_size)]
+            self.generate(reqs)
+            self.kv_rows = self.kv_bytes_read = 0
+            self.exchange_seconds = 0.0
+            if self.spec:
+                self.spec.counters = type(self.spec.counters)()
+
+    def _agree(self, chunks: list[SeqChunk]) -> tuple[bool, int | None]:
+        """(any replica busy, the graph batch size every replica replays or None for an eager step)."""
+        vote = self.graphs.eligible(chunks) if self.graphs is not None else (-1 if chunks else 0)
+        if self.dp_size == 1 or self.ps.tp.group is None:  # one replica: no device round trip per step
+            return bool(chunks), vote if vote > 0 else None
+        every = gather_sizes(vote, self.ps.tp.group, self.ps.tp.size, self.device)
+        busy = any(v != 0 for v in every)
+        return busy, (max(every) if busy and min(every) >= 0 else None)
 
     def step(self) -> list[Event]:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
-        self.busy = self._any_replica_busy(bool(chunks))
+        self.busy, size = self._agree(chunks)
         if not self.busy:
             return []
         if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
             return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
-        hidden = self.forward(chunks, self._input_ids(chunks))
         picks = self.sched.samples(chunks)
-        rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
-        logits = self.model.logits(hidden.index_select(0, rows))
+        if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
+            logits = self.graphs.run(self._input_ids(chunks), chunks, size)
+            self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
+            if len(picks) != len(chunks):
+                logits = logits.index_select(0, torch.tensor([r for r, _ in picks], device=self.device))
+        else:
+            hidden = self.forward(chunks, self._input_ids(chunks))
+            rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
+            logits = self.model.logits(hidden.index_select(0, rows))
         self.sched.advance(chunks)
         return self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 

@@ -87,9 +87,10 @@ class DeepseekModel:
         # ids: [T] -> [T, D]; rows outside this rank's vocab slice are zero before the all-reduce
         s = self.shards
         local = ids - s.vocab_start
-        mine = (local >= 0) & (local < s.vocab_end - s.vocab_start)
-        h = torch.zeros(ids.shape[0], self.cfg.hidden_size, dtype=self.dtype, device=self.device)
-        h[mine] = self.embed[local[mine]]
+        n = s.vocab_end - s.vocab_start
+        mine = ((local >= 0) & (local < n)).unsqueeze(1)
+        # a gather of clamped ids, masked: no boolean indexing (its size is data: a host sync), so graphs capture it
+        h = torch.where(mine, self.embed[local.clamp(0, n - 1)], 0.0)
         return all_reduce(h, self.ps.attn_tp.group)
 
     def _replicas(self, n: int) -> Replicas | None:

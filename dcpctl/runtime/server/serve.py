@@ -59,6 +59,7 @@ def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
         model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
                            torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if ps.rank == 0 else None)
     engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
+    engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True)  # before the ready line
     if ps.rank != 0:
         _on_signals(lambda: None)
         return run_loop(engine, group, None)

@@ -1,0 +1,77 @@
+"""CUDA-graph decode in the serving engine: which steps replay a graph, and the warm-up before ready.
+
+The launch config's `cuda_graph.batch_sizes` (dcpctl/launch/cuda_graphs.py: SGLang's decode buckets up
+to --cuda-graph-max-bs, or --cuda-graph-bs, or [] with --disable-cuda-graph / on CPU) says what to
+capture.  A step replays a graph when every chunk in it is one token (decode, or a prompt's last
+single-token chunk) and the batch fits the largest size; the batch is padded up to the next captured
+size.  Under attention DP the replicas agree on the size first (engine._agree).  What cannot replay
+runs eagerly, with one note saying why; a graph never changes a token (the same kernels, the same
+order of operations: tests/runtime/test_engine_graphs.py).
+
+Not captured, with their reason: speculative decoding's steps (draft + verify shapes per step), a
+hybrid model's KDA layers (request-indexed recurrent state).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from torch import Tensor
+
+from dcpctl.runtime.attention.dcp import SeqChunk
+from dcpctl.runtime.notes import note_once
+
+Progress = Callable[[int, int], None]
+
+
+def why_not(model: Any, spec: Any, sizes: list[int]) -> str | None:
+    """Why this engine replays no graph at all (None: it can)."""
+    if not sizes:
+        return None
+    if getattr(model, "kda_pool", None) is not None:
+        return "cuda graphs: off (a hybrid model's KDA layers keep request-indexed state the graphs do not capture)"
+    if not hasattr(model, "layers") or not hasattr(model, "_mlp"):
+        return f"cuda graphs: off ({type(model).__name__} has no capturable decode step)"
+    if spec is not None:
+        return "cuda graphs: off (speculative decoding's draft and verify steps run eagerly)"
+    return None
+
+
+class GraphDecode:
+    """The engine's decode graphs: capture once, then replay per eligible step."""
+
+    def __init__(self, engine: Any, sizes: list[int], reason: str) -> None:
+        self.engine, self.sizes, self.reason = engine, sorted(sizes), reason
+        self.graphs: Any = None
+        self.capture_s = 0.0
+
+    @property
+    def max_size(self) -> int:
+        return self.sizes[-1]
+
+    def capture(self, progress: Progress | None = None) -> None:
+        from dcpctl.runtime.attention.graphs import DecodeGraphs
+        e = self.engine
+        t0 = time.perf_counter()
+        self.graphs = DecodeGraphs(e.model, e.alloc, e.pool, e.decisions, e.v_dim, self.sizes,
+                                   e.alloc.pages_for(e.alloc.virtual_capacity), e.trash_slot, logits=True,
+                                   buckets=True, progress=progress)
+        self.capture_s = time.perf_counter() - t0
+        note_once(f"{self.reason}; {len(self.graphs.graphs)} graphs ({len(self.sizes)} batch sizes x "
+                  f"{len(self.graphs.buckets)} context buckets) captured in {self.capture_s:.1f} s")
+
+    def eligible(self, chunks: list[SeqChunk]) -> int:
+        """This replica's vote: its batch size when the step can replay (0 when idle), else -1."""
+        if self.graphs is None:
+            return -1 if chunks else 0
+        if any(ch.num_tokens != 1 for ch in chunks):
+            return -1
+        if len(chunks) > self.max_size:
+            note_once(f"cuda graphs: decode batches above the largest captured size ({self.max_size}) run "
+                      "eagerly (raise --cuda-graph-max-bs)")
+            return -1
+        return len(chunks)
+
+    def run(self, ids: list[int], chunks: list[SeqChunk], size: int) -> Tensor:
+        """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step)."""
+        return self.graphs.replay(ids, chunks, size)

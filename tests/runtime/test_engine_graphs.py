@@ -1,0 +1,83 @@
+"""The engine's decode-graph path (engine/graph_runner.py) on CPU, where a replay runs the captured
+step eagerly on the same static buffers: generate() with a cuda_graph section equals generate()
+without, float64, token for token, at DCP 1 and 2 (both exchanges, replicated Q) and attention DP 2,
+with batches padded up to a captured size, batches larger than the largest size (eager, with a
+note), requests joining and leaving between steps, and a sampled request."""
+import pytest
+import torch
+
+from dcpctl.launch.cuda_graphs import cuda_graph_section, sglang_decode_sizes
+from dcpctl.plan.errors import UserError
+from dcpctl.runtime.engine import Engine
+from dcpctl.runtime.parallel import ParallelState
+from tests.dist import run_ranks
+from tests.runtime.test_engine import launch_cfg
+
+REQUESTS = [  # five requests of different lengths: the decode batch shrinks 5 -> 1 as they finish
+    {"prompt_ids": [5], "max_new_tokens": 7, "logprobs": True},
+    {"prompt_ids": [1, 2, 3, 4], "max_new_tokens": 3, "logprobs": True},
+    {"prompt_ids": [7, 3, 9, 1, 2, 8, 8, 6, 5, 4, 3], "max_new_tokens": 5, "logprobs": True},
+    {"prompt_ids": [2, 9, 4], "max_new_tokens": 6, "temperature": 0.8, "top_k": 10, "seed": 11, "logprobs": True},
+    {"prompt_ids": [6, 6], "max_new_tokens": 2, "logprobs": True},
+]
+
+
+def _rank(rank, world, path, cfg, requests, sizes):
+    from dcpctl.runtime.models import load_model
+    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    model = load_model(path, ps, cfg["decisions"], torch.float64, "cpu")
+    cfg = dict(cfg, cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
+    engine = Engine(model, ps, cfg, max_running=4)
+    engine.warm_up()
+    replays = []
+    if engine.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps
+        run = engine.graphs.run
+        engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
+    out = engine.generate(requests)
+    return out["outputs"], replays
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    from dcpctl.runtime.tiny import write_tiny_model
+    return str(write_tiny_model(tmp_path_factory.mktemp("g") / "m", num_hidden_layers=2, first_k_dense_replace=1))
+
+
+CASES = [  # world, dcp, dp, backend, replicated Q
+    (1, 1, 1, "ag_rs", False),
+    (2, 2, 1, "a2a", False),
+    (2, 2, 1, "ag_rs", True),
+    (2, 1, 2, "a2a", False),
+]
+
+
+@pytest.mark.parametrize("world,dcp,dp,backend,rep_q", CASES)
+def test_graph_steps_equal_eager_steps(path, world, dcp, dp, backend, rep_q):
+    cfg = launch_cfg(world, dcp, dp, backend, rep_q, capacity=64, chunk=6)
+    cfg["decisions"]["attention_path"] = "paged"     # the graphs' path; eager runs it too, so only graphs differ
+    eager = run_ranks(_rank, world, path, cfg, REQUESTS, [])
+    graph = run_ranks(_rank, world, path, cfg, REQUESTS, [1, 2, 3])   # 4 running: eager; 2 of 3: padded
+    assert not eager[0][1] and graph[0][1], "the graph path never ran"
+    assert max(n for r in graph for n in r[1]) <= 3
+    for (eo, _), (go, _) in zip(eager, graph):
+        for e, g in zip(eo, go):
+            assert g["output_ids"] == e["output_ids"]
+            torch.testing.assert_close(torch.tensor(g["output_logprobs"]), torch.tensor(e["output_logprobs"]), atol=1e-12, rtol=0)
+
+
+def test_sglang_buckets():
+    assert sglang_decode_sizes(64) == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]
+    assert sglang_decode_sizes(20) == [1, 2, 4, 8, 12, 16, 20]
+    assert sglang_decode_sizes(300)[-3:] == [272, 288, 300]
+
+
+def test_cuda_graph_section_reasons():
+    assert cuda_graph_section("cpu", False, None, None, 64)["batch_sizes"] == []
+    off = cuda_graph_section("cuda", True, None, None, 64)
+    assert off["batch_sizes"] == [] and "--disable-cuda-graph" in off["reason"]
+    auto = cuda_graph_section("cuda", False, None, None, 8)
+    assert auto["batch_sizes"] == [1, 2, 4, 8] and "max running requests (8)" in auto["reason"]
+    assert cuda_graph_section("cuda", False, 16, None, 64)["batch_sizes"][-1] == 16
+    assert cuda_graph_section("cuda", False, None, [4, 1, 4], 64)["batch_sizes"] == [1, 4]
+    with pytest.raises(UserError, match="--cuda-graph-bs"):
+        cuda_graph_section("cuda", False, 2, [4], 64)
