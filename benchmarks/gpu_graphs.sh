@@ -56,8 +56,15 @@ PY
   done
   kill -INT $pid; wait $pid; st "launch_$mode" $?
 }
+PYTHONPATH=$PYTHONPATH timeout 200 python3 benchmarks/engine_overhead.py --model $M --batches $(echo $CONC | tr ' ' ,) \
+  -o "$O/engine_overhead.json" > "$O/engine_overhead.log" 2>&1; st engine_overhead $?
+for b in 1 32; do
+  timeout 120 python3 benchmarks/step_profile.py --model $M --batch $b -o "$O/step_profile_b$b.json" \
+    > "$O/step_profile_b$b.log" 2>&1; st "step_profile_b$b" $?
+done
 serve graph
+[ -n "$GIL_EXPERIMENT" ] && DCPCTL_GIL_SWITCH_S=0.005 serve graph_gil5ms
 serve eager --disable-cuda-graph
-timeout 300 dcpctl bench decode --device cuda --shape v3 --layers 4 --dcp-sizes 1 --batches $(echo $CONC | tr ' ' ,) \
+timeout 300 dcpctl bench decode --device cuda --tp-size 1 --shape v3 --layers 4 --dcp-sizes 1 --batches $(echo $CONC | tr ' ' ,) \
   --contexts 1000 --cuda-graphs --format json > "$O/decode.json" 2> "$O/decode.err"; st decode $?
 cat "$O/status.txt"

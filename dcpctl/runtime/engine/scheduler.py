@@ -29,6 +29,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.cache: Any = None  # HiCache (engine/hicache.py): keep/reclaim/admit hooks, else None
+        self._index: dict[int, Sequence] = {}   # rid -> running sequence (seq()'s cache)
 
     def add(self, seq: Sequence) -> None:
         if not seq.prompt:
@@ -81,7 +82,12 @@ class Scheduler:
         return chunks
 
     def seq(self, rid: int) -> Sequence:
-        return next(s for s in self.running if s.rid == rid)
+        """The running sequence `rid`: O(1) per decode row (a cache checked for staleness), else a scan."""
+        s = self._index.get(rid)
+        if s is None or s.finished or s.rid != rid:
+            s = next(s for s in self.running if s.rid == rid)
+            self._index[rid] = s
+        return s
 
     def samples(self, chunks: list[SeqChunk]) -> list[tuple[int, int]]:
         """(row of the chunk's last token, rid) for chunks that reach their sequence's end."""
@@ -113,6 +119,7 @@ class Scheduler:
     def finish(self, seq: Sequence) -> None:
         seq.finished = True
         self.running.remove(seq)
+        self._index.pop(seq.rid, None)
         self.alloc.free(seq.rid, self.cache.keep(seq) if self.cache is not None else frozenset())
         self.alloc.check_counts()     # O(requests); the full O(tokens) check runs when the engine drains
         if self.state_pool is not None:

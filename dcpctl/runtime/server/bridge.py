@@ -87,13 +87,18 @@ class Bridge:
         return msg
 
     def deliver(self, events: list[Event]) -> None:
-        for ev in events:
-            with self._lock:
+        """Route a step's events: one wake-up per event loop per step, not one per event (a syscall each)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
+        with self._lock:
+            for ev in events:
                 stream = self._streams.get(ev.rid)
-                if stream is not None and ev.finish:
+                if stream is None:
+                    continue
+                if ev.finish:
                     del self._streams[ev.rid]
-            if stream is not None:
-                _post(stream, ev)
+                by_loop.setdefault(stream.loop, []).append((stream.queue, ev))
+        for loop, items in by_loop.items():
+            _post_all(loop, items)
 
     def fail(self, message: str) -> None:
         self.error = message
@@ -101,6 +106,18 @@ class Bridge:
             streams, self._streams = list(self._streams.values()), {}
         for s in streams:
             _post(s, Failure(message))
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for q, item in items:
+        q.put_nowait(item)
+
+
+def _post_all(loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue, Any]]) -> None:
+    try:
+        loop.call_soon_threadsafe(_put_all, items)
+    except RuntimeError:  # that event loop is gone (its server thread ended)
+        pass
 
 
 def _post(stream: _Stream, item: Any) -> None:

@@ -128,6 +128,8 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str]
 
 
 async def _next(q: asyncio.Queue, request: Request | None) -> Any:
+    if not q.empty():      # the common case while decoding: no timer, no task per token
+        return q.get_nowait()
     while True:
         try:
             return await asyncio.wait_for(q.get(), DISCONNECT_POLL_S)

@@ -8,7 +8,9 @@ rank 0 (which torchrun signals too) ends the loop for everyone within one idle w
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ from dcpctl.runtime.server.control import control_group
 from dcpctl.runtime.server.loop import run_loop
 
 FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long before exiting
+# Rank 0's engine loop and HTTP thread share the GIL; Python's default 5 ms switch interval can hold a decode
+# step that many ms behind token streaming (docs/benchmarks-serve.md measures it); $DCPCTL_GIL_SWITCH_S overrides
+GIL_SWITCH_S = 0.0005
 DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
             "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None,
             "allowed_hosts": []}
@@ -86,6 +91,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
     state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
                         engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
                         int(time.time()), allowed_hosts=allowed_hosts(opts["host"], opts["allowed_hosts"]))
+    sys.setswitchinterval(float(os.environ.get("DCPCTL_GIL_SWITCH_S", GIL_SWITCH_S)))
     http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
     _on_signals(lambda: setattr(bridge, "stop_requested", True))
     stderr_line(f"dcpctl-ready {http.url}")

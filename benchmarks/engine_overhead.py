@@ -1,0 +1,123 @@
+"""Where a served decode step spends its time outside the GPU, and what the first request after warm-up compiles.
+
+In one process on one GPU (no HTTP): builds the Engine the server builds (graphs on, warm-up with prompts),
+then (1) times the first B=1 request (prompt PROMPT tokens, 1 output token) under cProfile and a second one
+plainly, printing the top functions of the first; (2) runs B requests of PROMPT tokens x STEPS output tokens
+and, per decode step, records the wall time of engine.step() and the GPU time of its graph replay (CUDA events
+around the replay): host overhead = wall - GPU.  JSON to -o.
+
+usage: PYTHONPATH=. python3 benchmarks/engine_overhead.py --model DIR [--batches 1,8,32] [--prompt 1000]
+       [--steps 64] [--capacity 140000] [--disable-cuda-graph] [-o out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import time
+
+
+def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda"):
+    import torch
+    from dcpctl.launch.cuda_graphs import cuda_graph_section
+    from dcpctl.runtime.engine import Engine
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.parallel import ParallelState
+    ps = ParallelState.single()
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    cfg = {"version": 1, "model": {"path": model_path, "dtype": dtype}, "device": device, "world_size": 1,
+           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
+           "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
+           "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
+           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": 8192},
+           "cuda_graph": cuda_graph_section(device, not graphs, None, None, max_running)}
+    model = load_model(model_path, ps, {}, getattr(torch, dtype), torch.device(device))
+    engine = Engine(model, ps, cfg, max_running=max_running)
+    engine.warm_up(prompts=True)
+    return engine
+
+
+def prompt(n: int, i: int) -> list[int]:
+    return [1 + (i * 7 + j) % 250 for j in range(n)]
+
+
+def first_requests(engine, n: int) -> dict:
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    engine.generate([{"prompt_ids": prompt(n, 100), "max_new_tokens": 1}])
+    prof.disable()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine.generate([{"prompt_ids": prompt(n, 101), "max_new_tokens": 1}])
+    second = time.perf_counter() - t0
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
+    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "profile": s.getvalue()}
+
+
+def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
+    import torch
+    from dcpctl.runtime.engine.request import SamplingParams
+    for i in range(batch):
+        engine.submit(1000 + i, prompt(n, i), SamplingParams(max_new_tokens=steps, ignore_eos=True))
+    gpu, wall = [], []
+    g = engine.graphs
+    if g is not None:
+        run = g.run
+
+        def timed(*a):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            out = run(*a)
+            e.record()
+            gpu.append((s, e))
+            return out
+        g.run = timed
+    while engine.sched.has_work():
+        decoding = not any(s.prefilling for s in engine.sched.running) and not engine.sched.waiting
+        t0 = time.perf_counter()
+        engine.step()
+        if decoding:
+            wall.append(time.perf_counter() - t0)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    if g is not None:
+        g.run = run
+    gpu_ms = [s.elapsed_time(e) for s, e in gpu[-len(wall):]] if gpu else []
+    out = {"batch": batch, "steps": len(wall), "step_wall_ms_p50": statistics.median(wall) * 1e3}
+    if gpu_ms:
+        out["replay_gpu_ms_p50"] = statistics.median(gpu_ms)
+        out["host_overhead_ms_p50"] = out["step_wall_ms_p50"] - out["replay_gpu_ms_p50"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--prompt", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--capacity", type=int, default=140000)
+    ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run (eager steps, no GPU timing)")
+    ap.add_argument("-o", "--out")
+    a = ap.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
+    engine = build(a.model, a.capacity, not a.disable_cuda_graph, max(batches), a.device)
+    res = {"first": first_requests(engine, a.prompt), "decode": [decode_steps(engine, b, a.prompt, a.steps)
+                                                                 for b in batches]}
+    print(res["first"]["profile"])
+    res["first"].pop("profile") if not a.out else None
+    print(json.dumps({k: v for k, v in res.items() if k != "first"} | {"first_ms": res["first"]["first_ms"],
+                                                                       "second_ms": res["first"]["second_ms"]}, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
