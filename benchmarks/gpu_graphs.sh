@@ -14,7 +14,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$O/install.log" 2>&1; st install $?
 CONC=${1:-"1 8 32"}
-DCPCTL_GPU_REPORT=$O timeout 300 python3 -m pytest -q tests/runtime/test_gpu_engine_graphs.py tests/runtime/test_gpu_decode.py \
+DCPCTL_GPU_REPORT=$O timeout 300 python3 -m pytest -q tests/runtime/test_gpu_engine_graphs.py tests/runtime/test_gpu_norm.py tests/runtime/test_gpu_decode.py \
   > "$O/pytest.log" 2>&1; st pytest $?
 M=/tmp/v3l4
 python3 -c "from dcpctl.runtime.tiny import write_tiny_model; from dcpctl.bench.decode import SHAPES
