@@ -8,9 +8,7 @@ rank 0 (which torchrun signals too) ends the loop for everyone within one idle w
 from __future__ import annotations
 
 import json
-import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,6 @@ from dcpctl.runtime.server.control import control_group
 from dcpctl.runtime.server.loop import run_loop
 
 FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long before exiting
-# Rank 0's engine loop and HTTP thread share the GIL; Python's default 5 ms switch interval can hold a decode
-# step that many ms behind token streaming (docs/benchmarks-serve.md measures it); $DCPCTL_GIL_SWITCH_S overrides
-GIL_SWITCH_S = 0.0005
 DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
             "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None,
             "allowed_hosts": []}
@@ -77,32 +72,29 @@ def _on_signals(fn: Any) -> None:
 
 
 def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) -> int:
-    from dcpctl.runtime.server.app import build_app
-    from dcpctl.runtime.server.bridge import Bridge
-    from dcpctl.runtime.server.gen import ServerState
-    from dcpctl.runtime.server.http import HttpServer
-    from dcpctl.runtime.server.metrics import Metrics
-    from dcpctl.runtime.tokenizer import load_tokenizer
+    from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
     path = cfg["model"]["path"]
     vocab, context = model_limits(path)
-    bridge = Bridge(int(opts["max_running_requests"]) + int(opts["max_queued_requests"]))
-    metrics = Metrics(engine.ps.attn_tp.size, lambda: engine.exchange_seconds,
-                      getattr(engine.model, "kda_pool", None))
-    state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
-                        engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
-                        int(time.time()), allowed_hosts=allowed_hosts(opts["host"], opts["allowed_hosts"]))
-    sys.setswitchinterval(float(os.environ.get("DCPCTL_GIL_SWITCH_S", GIL_SWITCH_S)))
-    http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
-    _on_signals(lambda: setattr(bridge, "stop_requested", True))
-    stderr_line(f"dcpctl-ready {http.url}")
+    kda = getattr(engine.model, "kda_pool", None)
+    spec = FrontendSpec(opts["host"], int(opts["port"]), opts["api_key"], int(opts["max_request_bytes"]),
+                        allowed_hosts(opts["host"], opts["allowed_hosts"]), opts["served_model_name"] or Path(path).name,
+                        str(path), vocab, context, engine.alloc.virtual_capacity, engine.ps.attn_tp.size,
+                        int(opts["max_running_requests"]) + int(opts["max_queued_requests"]), kda is not None,
+                        int(time.time()))
+    front = Frontend(spec)      # HTTP in its own process (frontend.py says why)
+    _on_signals(lambda: setattr(front, "stop_requested", True))
+
+    def on_step(events: list, stats: list, step_s: float) -> None:
+        front.on_step(events, stats, step_s, engine.exchange_seconds, (kda.used, kda.free) if kda else None)
+    stderr_line(f"dcpctl-ready {front.url}")
     try:
-        steps = run_loop(engine, group, bridge, metrics.on_step)
-        bridge.fail("the server is shutting down")  # requests still open get an error, not a hang
+        steps = run_loop(engine, group, front, on_step)
+        front.fail("the server is shutting down")  # requests still open get an error, not a hang
     except BaseException as e:
-        bridge.fail(failure_reason(e))  # the rank's own error line (worker.py) carries the detail
+        front.fail(failure_reason(e))  # the rank's own error line (worker.py) carries the detail
         time.sleep(FAIL_GRACE_S)
         raise
     finally:
-        http.stop()
+        front.stop()
     stderr_line("dcpctl-stopped")
     return steps
