@@ -56,9 +56,9 @@ PY
   done
   kill -INT $pid; wait $pid; st "launch_$mode" $?
 }
-PYTHONPATH=$PYTHONPATH timeout 200 python3 benchmarks/engine_overhead.py --model $M --batches $(echo $CONC | tr ' ' ,) \
+[ -z "${SKIP_DIAG:-}" ] && PYTHONPATH=$PYTHONPATH timeout 200 python3 benchmarks/engine_overhead.py --model $M --batches $(echo $CONC | tr ' ' ,) \
   -o "$O/engine_overhead.json" > "$O/engine_overhead.log" 2>&1; st engine_overhead $?
-for b in 1 32; do
+[ -z "${SKIP_DIAG:-}" ] && for b in 1 32; do
   timeout 120 python3 benchmarks/step_profile.py --model $M --batch $b -o "$O/step_profile_b$b.json" \
     > "$O/step_profile_b$b.log" 2>&1; st "step_profile_b$b" $?
 done

@@ -161,7 +161,8 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--contexts", default="1024,4096,16384", show_default=True)
 @click.option("--dcp-comm-backend", "backend", type=click.Choice(["a2a", "ag_rs"]), default="a2a", show_default=True)
 @click.option("--dcp-replicate-q-proj", "replicate_q", is_flag=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]),
+              help="Compute dtype (default: bfloat16 on cuda, as served; float32 on cpu).")
 @click.option("--page-size", "page", type=click.IntRange(min=1),
               help="KV page size P (default: 64 on cuda, where the paged kernel runs; 1 on cpu).")
 @click.option("--cuda-graphs", "graphs", is_flag=True,
@@ -200,7 +201,7 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
         raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
     args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": positive_ints(batches, "batches"),
             "contexts": positive_ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
-            "dtype": dtype, "page": page or (64 if device == "cuda" else 1), "graphs": graphs,
+            "dtype": dtype or ("bfloat16" if device == "cuda" else "float32"), "page": page or (64 if device == "cuda" else 1), "graphs": graphs,
             "path_kind": path_kind, "steps": steps, "warmup": warmup, "timeout": timeout}
     if graphs and device != "cuda":
         raise UserError("--cuda-graphs needs --device cuda")
