@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dcpctl.contract.fields import parse_section
+from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
@@ -48,9 +50,10 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
     alloc, pool = _setup(model, c, batch, total, page, device, graphs)
     ids = torch.zeros(batch, dtype=torch.int64, device=device)
     fwd, lay, read = [], [], []
+    typed = parse_section(Decisions, decisions, "decisions")   # build_context's typed form (DecodeGraphs: the dict)
     for s in range(warmup + steps):
         t0 = time.perf_counter()
-        ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
+        ctx = build_context(alloc, pool, ps.dcp, typed, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
                             cfg.kv_lora_rank)
         _sync(device)
         t1 = time.perf_counter()

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from dcpctl.cli import console
 from dcpctl.cli.options import collect, plan_options
+from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
@@ -142,7 +143,7 @@ def runtime_options(f: Any) -> Any:
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
-        click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking."),
+        click.option("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL, show_default=True, help="-1: no chunking."),
     ]):
         f = opt(f)
     return f
@@ -186,9 +187,9 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     args = (opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)
     if plan.request.disaggregation_mode != "null":  # both PD instances in one launch (docs/pd.md)
         from dcpctl.launch.pd import render_pd_from_plan
-        cfg = render_pd_from_plan(plan, *args)
+        cfg = render_pd_from_plan(plan, *args).to_dict()
     else:
-        cfg = render_launch_config(plan, *args)
+        cfg = render_launch_config(plan, *args).to_dict()
     check_devices(device, int(cfg["world_size"]))
     show_plan_warnings(plan)
     check_weights(opts["model_path"])
