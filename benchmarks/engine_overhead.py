@@ -22,6 +22,7 @@ import time
 
 def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda"):
     import torch
+    from dcpctl.contract.launch_config import LaunchConfig
     from dcpctl.launch.cuda_graphs import cuda_graph_section
     from dcpctl.runtime.engine import Engine
     from dcpctl.runtime.models import load_model
@@ -29,13 +30,15 @@ def build(model_path: str, capacity: int, graphs: bool, max_running: int, device
     ps = ParallelState.single()
     dtype = "bfloat16" if device == "cuda" else "float32"
     cfg = {"version": 1, "model": {"path": model_path, "dtype": dtype}, "device": device, "world_size": 1,
+           "dist_backend": "nccl" if device == "cuda" else "gloo",
            "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
-           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": 8192},
+           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": 8192,
+                  "max_running_requests": max_running},
            "cuda_graph": cuda_graph_section(device, not graphs, None, None, max_running)}
-    model = load_model(model_path, ps, {}, getattr(torch, dtype), torch.device(device))
-    engine = Engine(model, ps, cfg, max_running=max_running)
+    model = load_model(model_path, ps, False, getattr(torch, dtype), torch.device(device))
+    engine = Engine(model, ps, LaunchConfig.from_dict(cfg))
     engine.warm_up(prompts=True)
     return engine
 

@@ -82,7 +82,7 @@ def write_checkpoint(d: Path, layers: int, experts: int) -> Path:
 def _load(d: Path, keep: bool):
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
-    m = load_model(d, ParallelState.single(), {}, torch.bfloat16, "cuda", keep_fp8=keep)
+    m = load_model(d, ParallelState.single(), False, torch.bfloat16, "cuda", keep_fp8=keep)
     torch.cuda.synchronize()
     return m, torch.cuda.memory_allocated() - before
 

@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batches", default="1,8,32,64")
     args = ap.parse_args()
-    from dcpctl.runtime.engine.engine import DTYPES
+    from dcpctl.runtime.boot import DTYPES
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     from dcpctl.runtime.tiny import write_tiny_model
@@ -31,7 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         write_tiny_model(d, hidden_size=1024, moe_intermediate_size=256, n_routed_experts=64, num_experts_per_tok=8,
                          n_group=8, topk_group=4, num_hidden_layers=2, first_k_dense_replace=1)
-        model = load_model(d, ParallelState.single(), {}, DTYPES[args.dtype], dev)
+        model = load_model(d, ParallelState.single(), False, DTYPES[args.dtype], dev)
     moe = model.layers[1].mlp
     rows = {}
     for b in [int(x) for x in args.batches.split(",")]:

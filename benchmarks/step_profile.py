@@ -25,6 +25,7 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from dcpctl.contract.launch_config import Decisions
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
     from dcpctl.runtime.attention.graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
@@ -32,7 +33,7 @@ def main() -> None:
     from dcpctl.runtime.parallel import ParallelState
     dev, page = torch.device("cuda"), 64
     ps = ParallelState.single()
-    model = load_model(a.model, ps, {}, torch.bfloat16, dev)
+    model = load_model(a.model, ps, False, torch.bfloat16, dev)
     total = a.context + 64
     alloc = VirtualAllocator(a.batch * (-(-total // page) + 1) * page, page, 1)
     for rid in range(a.batch):
@@ -42,8 +43,10 @@ def main() -> None:
     ids = torch.zeros(a.batch, dtype=torch.int64, device=dev)
     chunks = [SeqChunk(r, a.context, 1) for r in range(a.batch)]
 
+    decisions = Decisions("ag_rs", False, "e")
+
     def eager():
-        ctx = build_context(alloc, pool, ps.dcp, {}, chunks, model.cfg.kv_lora_rank)
+        ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
         return model.logits(model.forward(ids, ctx.positions, ctx))
     for _ in range(3):
         eager()
@@ -59,7 +62,7 @@ def main() -> None:
             rows.append({"kernel": ev.key[:110], "us_per_step": t / a.repeat, "calls_per_step": ev.count / a.repeat})
     rows.sort(key=lambda r: -r["us_per_step"])
     kernel_us = sum(r["us_per_step"] for r in rows)
-    g = DecodeGraphs(model, alloc, pool, {}, model.cfg.kv_lora_rank, [a.batch], alloc.pages_for(total),
+    g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [a.batch], alloc.pages_for(total),
                      alloc.num_pages * page, logits=True)
     key = g.prepare(ids, chunks)
     graph = g.graphs[key][0]

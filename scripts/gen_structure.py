@@ -6,6 +6,7 @@ heads = {
  "dcpctl": "the package root",
  "dcpctl/cli": "one file per command; a rich Console for all output; never imports torch for `plan`",
  "dcpctl/plan": "pure and torch-free: topology, rank map, model spec, hardware, decisions, memory, compositions, cost model",
+ "dcpctl/contract": "the typed, torch-free plan -> runtime contract: frozen launch-config sections, parsed once",
  "dcpctl/launch": "plan -> launch config (YAML) -> torchrun argv/env; exports for real deployments",
  "dcpctl/bench": "`dcpctl bench ...`: measured, not asserted",
  "dcpctl/plot": "`--picture FILE`: matplotlib (the optional `plot` extra), imported only when a picture is asked for",

@@ -62,7 +62,7 @@ def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any)
             ps = ParallelState.build(_groups(world, c))
             decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs", "attention_path": args["path_kind"],
                          "dcp_replicate_q_proj": bool(args["replicate_q"] and c > 1), "lse_base": "e"}
-            model = load_model(args["path"], ps, decisions, dtype, device)
+            model = load_model(args["path"], ps, decisions["dcp_replicate_q_proj"], dtype, device)
             for b in args["batches"]:
                 for L in args["contexts"]:
                     cell = run_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"], device,

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dcpctl.contract.fields import parse_section
+from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
@@ -48,9 +50,10 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
     alloc, pool = _setup(model, c, batch, total, page, device, graphs)
     ids = torch.zeros(batch, dtype=torch.int64, device=device)
     fwd, lay, read = [], [], []
+    typed = parse_section(Decisions, decisions, "decisions")   # the typed form build_context and DecodeGraphs take
     for s in range(warmup + steps):
         t0 = time.perf_counter()
-        ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
+        ctx = build_context(alloc, pool, ps.dcp, typed, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
                             cfg.kv_lora_rank)
         _sync(device)
         t1 = time.perf_counter()
@@ -65,7 +68,7 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
            "kv_bytes_read": read[-1], "paged": bool(ctx.paged)}
     if graphs:
         try:
-            out.update(_graph_steps(model, alloc, pool, decisions, batch, ctx_len + warmup + steps, steps, warmup,
+            out.update(_graph_steps(model, alloc, pool, typed, batch, ctx_len + warmup + steps, steps, warmup,
                                     device))
         except Exception as e:  # noqa: BLE001 - keep the eager numbers, report why the graph did not run
             out["graph_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -73,7 +76,7 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
     return out
 
 
-def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: dict, batch: int, start: int,
+def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: Any, batch: int, start: int,
                  steps: int, warmup: int, device: torch.device) -> dict[str, Any]:
     from dcpctl.runtime.attention.graphs import DecodeGraphs
     page = alloc.page_tokens // alloc.dcp

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from dcpctl.cli import console
 from dcpctl.cli.options import collect, plan_options, positive_ints
+from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
@@ -150,7 +151,8 @@ def runtime_options(f: Any) -> Any:
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
-        click.option("--chunked-prefill-size", type=int, default=8192, show_default=True, help="-1: no chunking."),
+        click.option("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL, show_default=True,
+                     help="-1: no chunking."),
         click.option("--disable-cuda-graph", is_flag=True,
                      help="CUDA: run every decode step eagerly (no graph capture before ready)."),
         click.option("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
@@ -202,9 +204,9 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     args = (opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)
     if plan.request.disaggregation_mode != "null":  # both PD instances in one launch (docs/pd.md)
         from dcpctl.launch.pd import render_pd_from_plan
-        cfg = render_pd_from_plan(plan, *args)
+        cfg = render_pd_from_plan(plan, *args).to_dict()
     else:
-        cfg = render_launch_config(plan, *args)
+        cfg = render_launch_config(plan, *args).to_dict()
     check_devices(device, int(cfg["world_size"]))
     show_plan_warnings(plan)
     check_weights(opts["model_path"])
@@ -215,7 +217,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
         ids = [tok.encode("Hello", add_bos=True)]
     check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
     if "disaggregation" not in cfg:   # PD instances decode eagerly (docs/launch.md)
-        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, len(ids))
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, min(len(ids), cfg["kv"].get("max_running_requests") or len(ids)))
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
     with tempfile.TemporaryDirectory(prefix="dcpctl-") as tmp:

@@ -17,12 +17,10 @@ from dcpctl.cli import console
 from dcpctl.cli.generate import (check_chunk, check_devices, cuda_graph_options, fill_default_model, resolve_run_options,
                                  runtime_options, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
+from dcpctl.contract.serve import ServeOptions
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
-
-SERVE_MAX_RUNNING = 64   # the server's --max-running-requests default (runtime/server/serve.py DEFAULTS)
-
 
 @click.command()
 @click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
@@ -31,17 +29,19 @@ SERVE_MAX_RUNNING = 64   # the server's --max-running-requests default (runtime/
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
               help="HOST:PORT of node 0 (single node: a free port unless given).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address (rank 0).")
-@click.option("--port", type=click.IntRange(0, 65535), default=30000, show_default=True,
+@click.option("--host", default=ServeOptions.host, show_default=True, help="HTTP bind address (rank 0).")
+@click.option("--port", type=click.IntRange(0, 65535), default=ServeOptions.port, show_default=True,
               help="HTTP port; 0 picks a free one (the ready line prints it).")
 @click.option("--api-key", envvar="DCPCTL_API_KEY", help="Require `Authorization: Bearer KEY` (or $DCPCTL_API_KEY).")
 @click.option("--allow-unauthenticated", is_flag=True, help="Allow a non-loopback --host without --api-key.")
 @click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="Also answer requests whose Host header names NAME (repeatable). A loopback server answers "
                    "only loopback names by default (no DNS rebinding); a public one answers any unless given.")
-@click.option("--max-queued-requests", type=click.IntRange(min=0), default=256, show_default=True,
+@click.option("--max-queued-requests", type=click.IntRange(min=0), default=ServeOptions.max_queued_requests,
+              show_default=True,
               help="Requests waiting beyond --max-running-requests before new ones get 503.")
-@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=1 << 20, show_default=True,
+@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=ServeOptions.max_request_bytes,
+              show_default=True,
               help="Largest accepted request body (413 above).")
 @click.option("--served-model-name", help="Model id in the API (default: the checkpoint directory's name).")
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
@@ -69,10 +69,9 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
-    cfg, nnodes, summary, max_running = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
-                                                       chunked_prefill_size)
-    if "cuda_graph" not in cfg:
-        cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], max_running or SERVE_MAX_RUNNING)
+    cfg, nnodes, summary = _launch_config(ctx, config, params, dtype, device, max_total_tokens, chunked_prefill_size)
+    if cfg.get("cuda_graph") is None:   # a given launch config keeps its own section
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"])
     mhost, _, mport = dist_init_addr.rpartition(":")
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
@@ -87,8 +86,7 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
         _check_port_free(host, port)
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
-    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_running_requests": max_running,
-                  "max_queued_requests": max_queued_requests,
+    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_queued_requests": max_queued_requests,
                   "max_request_bytes": max_request_bytes, "allowed_hosts": list(allowed_hosts),
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name}
     from dcpctl.cli.generate import check_weights
@@ -113,15 +111,20 @@ def _check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -
 
 
 def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
-                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str, int | None]:
-    """(launch config, nnodes, plan summary, max running requests) from flags, a saved plan or a launch config."""
+                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str]:
+    """(launch config, nnodes, plan summary) from flags, a saved plan or a launch config; ready to serve."""
+    from dcpctl.contract.launch_config import LaunchConfig, LaunchConfigError
     from dcpctl.launch.config import render_launch_config
     if config is not None:
         from dcpctl.plan.yamlio import read_yaml
         data = read_yaml(Path(config))
         if "groups" in data and "world_size" in data:  # already a launch config
-            _check_launch_config(data, config)
-            return data, int(params.get("nnodes") or 1), _summary(data), params.get("max_running_requests")
+            try:
+                typed = LaunchConfig.from_dict(data).for_serving(params.get("max_running_requests"))
+            except LaunchConfigError as e:
+                raise LaunchConfigError(f"{config}: {e}") from None
+            cfg = typed.to_dict()
+            return cfg, int(params.get("nnodes") or 1), _summary(cfg)
         opts = collect(ctx, params, config)
         fill_default_model(opts, f"the saved plan {config} has no model_path: pass --model-path DIR")
     else:
@@ -131,23 +134,8 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     if plan.request.disaggregation_mode != "null":
         raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides with "
                         "`dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export sglang`")
-    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
-    return cfg, plan.request.topology.nnodes, _summary(cfg), opts.get("max_running_requests")
-
-
-LAUNCH_CONFIG_KEYS = {"model": dict, "device": str, "world_size": int, "topology": dict, "groups": dict,
-                      "decisions": dict, "kv": dict}
-
-
-def _check_launch_config(data: dict[str, Any], path: str) -> None:
-    """A hand-edited launch config fails here with its file name, not deep inside the ranks."""
-    for key, kind in LAUNCH_CONFIG_KEYS.items():
-        if not isinstance(data.get(key), kind):
-            raise UserError(f"{path}: launch config key {key!r} must be a {kind.__name__} "
-                            f"(see `dcpctl launch --dry-run`), got {data.get(key)!r}")
-    for key, sub in (("model", "path"), ("topology", "dcp_size"), ("topology", "tp_size"), ("kv", "capacity_tokens")):
-        if data[key].get(sub) is None:
-            raise UserError(f"{path}: launch config has no {key}.{sub} (see `dcpctl launch --dry-run`)")
+    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk).for_serving().to_dict()
+    return cfg, plan.request.topology.nnodes, _summary(cfg)
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -176,7 +164,7 @@ def _summary(cfg: dict[str, Any]) -> str:
     return (f"{Path(cfg['model']['path']).name}{f' ({what})' if what else ''} on {cfg['world_size']} {cfg['device']} "
             f"rank(s): tp {t['tp_size']}, "
             f"attn_dp {t['attn_dp_size']}, dcp {t['dcp_size']} ({d['dcp_comm_backend']}"
-            f"{', replicated q' if d.get('dcp_replicate_q_proj') else ''}), {cfg['model']['dtype']}, "
+            f"{', replicated q' if d['dcp_replicate_q_proj'] else ''}), {cfg['model']['dtype']}, "
             f"KV {kv['capacity_tokens'] * t['dcp_size']} virtual tokens per replica")
 
 

@@ -2,49 +2,45 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import get_args
 
+from dcpctl.contract.fields import parse_value
+from dcpctl.contract.launch_config import (CommBackend, Decisions, Dtype, GroupsSection, HiCacheSection, KVSection,
+                                           LaunchConfig, ModelSection, SpecAlgorithm, SpeculativeSection,
+                                           TopologySection)
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
 
-RUNTIME_DTYPES = ("float64", "float32", "bfloat16", "float16")
-RUNTIME_BACKENDS = ("ag_rs", "a2a")
+RUNTIME_DTYPES = get_args(Dtype)
+RUNTIME_BACKENDS = get_args(CommBackend)
 HICACHE_RATIO = 2
-RUNTIME_SPEC_ALGORITHMS = ("STANDALONE",)   # the runtime's engine/spec.py ALGORITHMS (kept torch-free here)
+RUNTIME_SPEC_ALGORITHMS = get_args(SpecAlgorithm)
 
 
 def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device: str, max_total_tokens: int,
-                         chunked_prefill_size: int) -> dict[str, Any]:
+                         chunked_prefill_size: int) -> LaunchConfig:
     """The bundled runtime's launch config for a valid plan.
 
     `max_total_tokens` caps the virtual KV tokens (the plan's capacity can be far larger than a CPU
     run needs); physical rows per rank = min(plan rows, ceil(max_total_tokens / dcp)).
+    kv.max_running_requests is the plan's --max-running-requests (None: no cap; a server fills it
+    with `LaunchConfig.for_serving`).
     """
     _check_runtime_supports(plan, dtype)
-    t, d = plan.request.topology, plan.decisions
-    backend = d["dcp_comm_backend"].value
-    page = plan.request.page_size
+    t, d, req = plan.request.topology, plan.decisions, plan.request
+    page = req.page_size
     rows = _rows_per_rank(plan, max_total_tokens)
-    cfg = {
-        "version": 1,
-        "model": {"path": str(Path(model_path).resolve()), "dtype": dtype},
-        "device": device,
-        "dist_backend": "nccl" if device == "cuda" else "gloo",
-        "world_size": t.world,
-        "topology": {"tp_size": t.tp_size, "attn_tp_size": t.attn_tp, "attn_dp_size": t.attn_dp,
-                     "dcp_size": t.dcp_size, "ep_size": t.ep_size, "pp_size": t.pp_size},
-        "groups": plan.groups,
-        "decisions": {"dcp_comm_backend": backend, "dcp_replicate_q_proj": bool(d["dcp_replicate_q_proj"].value),
-                      "lse_base": d["lse_base"].value},
-        "kv": {"page_size": page, "capacity_tokens": rows, "chunked_prefill_size": chunked_prefill_size},
-    }
-    spec = speculative_section(plan)
-    if spec:
-        cfg["speculative"] = spec
-    if plan.request.enable_hierarchical_cache:
-        # HiCache L2 host tier: HICACHE_RATIO x the device pages (SGLang's --hicache-ratio default)
-        cfg["hicache"] = {"host_pages": HICACHE_RATIO * (rows // page)}
-    return cfg
+    kv = KVSection(page, rows, chunked_prefill_size, req.max_running_requests)
+    # HiCache L2 host tier: HICACHE_RATIO x the device pages (SGLang's --hicache-ratio default)
+    hicache = HiCacheSection(HICACHE_RATIO * (rows // page)) if req.enable_hierarchical_cache else None
+    return LaunchConfig(
+        model=ModelSection(str(Path(model_path).resolve()), dtype),  # type: ignore[arg-type]
+        device=device, dist_backend="nccl" if device == "cuda" else "gloo",  # type: ignore[arg-type]
+        world_size=t.world,
+        topology=TopologySection(t.tp_size, t.attn_tp, t.attn_dp, t.dcp_size, t.ep_size, t.pp_size),
+        groups=parse_value(GroupsSection, plan.groups, "groups"),
+        decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value), d["lse_base"].value),
+        kv=kv, speculative=speculative_section(plan), hicache=hicache)
 
 
 def _check_runtime_supports(plan: Plan, dtype: str) -> None:
@@ -61,10 +57,7 @@ def _check_runtime_supports(plan: Plan, dtype: str) -> None:
     if t.pp_size > 1:
         raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
                         "SGLang with `dcpctl export sglang`")
-    req = plan.request
-    if req.enable_hierarchical_cache and req.speculative_algorithm:
-        raise UserError("the bundled runtime does not run the HiCache host tier together with speculative decoding "
-                        "(at any --dcp-size): drop --enable-hierarchical-cache or --speculative-algorithm")
+    req = plan.request   # HiCache with speculative decoding: LaunchConfig refuses the pair
     if req.disaggregation_mode != "null" and req.model.kda is not None:  # SGLang moves the state (PR #10912)
         raise UserError("the bundled runtime's PD transfer moves MLA KV only, not the KDA state of a hybrid model's "
                         "linear-attention layers: run it without --disaggregation-mode, or deploy with "
@@ -80,7 +73,7 @@ def _rows_per_rank(plan: Plan, max_total_tokens: int) -> int:
     return max(rows // page, 1) * page
 
 
-def speculative_section(plan: Plan) -> dict[str, Any] | None:
+def speculative_section(plan: Plan) -> SpeculativeSection | None:
     """launch config `speculative` from the plan request (None without --speculative-algorithm)."""
     req = plan.request
     algo = req.speculative_algorithm
@@ -93,5 +86,4 @@ def speculative_section(plan: Plan) -> dict[str, Any] | None:
     if not path:
         raise UserError("--speculative-algorithm STANDALONE needs --speculative-draft-model-path DIR "
                         "(a checkpoint directory; a preset has no weights)")
-    return {"algorithm": algo, "draft_model_path": str(Path(path).resolve()),
-            "num_draft_tokens": int(req.speculative_num_draft_tokens)}
+    return SpeculativeSection(algo, str(Path(path).resolve()), int(req.speculative_num_draft_tokens))

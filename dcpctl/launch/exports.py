@@ -141,13 +141,13 @@ def _bump_port(addr: str) -> str:
 
 
 TORCHRUN_MAX_TOTAL_TOKENS = 16384  # CPU: `dcpctl launch`'s default; CUDA takes the plan's whole KV capacity
-TORCHRUN_CHUNKED_PREFILL = 8192
 HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
 
 
 def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     """node-N.sh plus the launch.yaml and serve.json every rank reads ($DCPCTL_LAUNCH_CONFIG, $DCPCTL_SERVE), next
     to the script; one node uses torchrun's standalone rendezvous, several use c10d at --dist-init-addr."""
+    from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.torchrun import SAFE_ENV
     t, cuda = plan.request.topology, plan.request.hardware.device == "cuda"
@@ -156,10 +156,10 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
                         "export it with `dcpctl export sglang`")
     tokens = (plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS) if cuda else TORCHRUN_MAX_TOTAL_TOKENS
     cfg = render_launch_config(plan, opts.model_path, "bfloat16" if cuda else "float32", "cuda" if cuda else "cpu",
-                               tokens, TORCHRUN_CHUNKED_PREFILL)
+                               tokens, DEFAULT_CHUNKED_PREFILL).for_serving().to_dict()
     if not Path(opts.model_path).exists():
         cfg["model"]["path"] = opts.model_path  # a path on the serving nodes, not on this machine
-    serve = {"host": "127.0.0.1", "port": opts.port, "max_running_requests": plan.request.max_running_requests}
+    serve = {"host": "127.0.0.1", "port": opts.port}
     files = {opts.launch_config: yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None),
              "serve.json": json.dumps({k: v for k, v in serve.items() if v is not None}, indent=1) + "\n"}
     env = (f'DCPCTL_LAUNCH_CONFIG="$HERE/{opts.launch_config}" DCPCTL_SERVE="$HERE/serve.json" '

@@ -1,16 +1,13 @@
 """Two plans (prefill, decode) -> one PD launch config for the bundled runtime (docs/pd.md); pure."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from dataclasses import replace
+from pathlib import Path
 
+from dcpctl.contract.launch_config import Disaggregation, GroupsSection, LaunchConfig, PDInstance, PDLaunchConfig
 from dcpctl.launch.config import render_launch_config
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
-
-_INSTANCE_KEYS = ("topology", "groups", "decisions", "kv")
 
 
 def pd_transfer_path(prefill_dcp: int, decode_dcp: int) -> str:
@@ -23,12 +20,18 @@ def pd_transfer_path(prefill_dcp: int, decode_dcp: int) -> str:
                     f"or dcp 1 prefill; valid prefill sizes: [1, {decode_dcp}]")
 
 
-def _shift(groups: dict[str, list[list[int]]], offset: int) -> dict[str, list[list[int]]]:
-    return {kind: [[r + offset for r in g] for g in lists] for kind, lists in groups.items()}
+def _shift(groups: GroupsSection, offset: int) -> GroupsSection:
+    return GroupsSection(**{kind: tuple(tuple(r + offset for r in g) for g in lists)
+                            for kind, lists in groups.lists().items()})
+
+
+def _instance(cfg: LaunchConfig, first: int) -> PDInstance:
+    return PDInstance(tuple(range(first, first + cfg.world_size)), cfg.topology, _shift(cfg.groups, first),
+                      cfg.decisions, cfg.kv)
 
 
 def render_pd_launch_config(prefill: Plan, decode: Plan, model_path: str | Path, dtype: str, device: str,
-                            max_total_tokens: int, chunked_prefill_size: int) -> dict[str, Any]:
+                            max_total_tokens: int, chunked_prefill_size: int) -> PDLaunchConfig:
     """One launch of a prefill instance (global ranks first) and a decode instance (the ranks after it).
 
     Each instance is rendered by `render_launch_config` from its own plan; they must agree on page
@@ -46,16 +49,12 @@ def render_pd_launch_config(prefill: Plan, decode: Plan, model_path: str | Path,
     args = (model_path, dtype, device, max_total_tokens, chunked_prefill_size)
     pre, dec = render_launch_config(prefill, *args), render_launch_config(decode, *args)
     for mode, cfg in (("prefill", pre), ("decode", dec)):
-        if cfg["topology"]["attn_dp_size"] != 1:
+        if cfg.topology.attn_dp_size != 1:
             raise UserError(f"the bundled PD runtime needs attn_dp_size 1 on each instance; the {mode} plan "
-                            f"has {cfg['topology']['attn_dp_size']}")
-    first = pre["world_size"]
-    dec["groups"] = _shift(dec["groups"], first)
-    instances = {"prefill": {"ranks": list(range(first)), **{k: pre[k] for k in _INSTANCE_KEYS}},
-                 "decode": {"ranks": list(range(first, first + dec["world_size"])),
-                            **{k: dec[k] for k in _INSTANCE_KEYS}}}
-    return {"version": 1, "model": pre["model"], "device": device, "dist_backend": pre["dist_backend"],
-            "world_size": first + dec["world_size"], "disaggregation": {"transfer": path, **instances}}
+                            f"has {cfg.topology.attn_dp_size}")
+    first = pre.world_size
+    return PDLaunchConfig(pre.model, pre.device, pre.dist_backend, first + dec.world_size,
+                          Disaggregation(path, _instance(pre, 0), _instance(dec, first)))  # type: ignore[arg-type]
 
 
 def peer_plan(plan: Plan) -> Plan:
@@ -71,7 +70,7 @@ def peer_plan(plan: Plan) -> Plan:
 
 
 def render_pd_from_plan(plan: Plan, model_path: str | Path, dtype: str, device: str, max_total_tokens: int,
-                        chunked_prefill_size: int) -> dict[str, Any]:
+                        chunked_prefill_size: int) -> PDLaunchConfig:
     """One PD launch from one side's plan (the peer is derived with `peer_plan`)."""
     peer = peer_plan(plan)
     if not peer.valid:

@@ -18,69 +18,33 @@ import sys
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import yaml
 
-from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.contract.fields import LaunchConfigError
+from dcpctl.contract.launch_config import LaunchConfig, PDLaunchConfig, read_launch_config
+from dcpctl.contract.serve import read_serve_options
+from dcpctl.runtime.boot import build_state, load_target, progress_lines
+from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.notes import stderr_line
-from dcpctl.runtime.parallel import ParallelState
+from dcpctl.runtime.server.serve import serve
 
 
-class LaunchConfigError(RuntimeError):
-    pass
-
-
-def build_state(cfg: dict) -> ParallelState:
-    """ParallelState from the config's groups, checked against its topology (never re-derived)."""
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    if cfg["world_size"] != world:
-        raise LaunchConfigError(f"launch config world_size ({cfg['world_size']}) != WORLD_SIZE ({world})")
-    topo = cfg["topology"]
-    ps = ParallelState.build(cfg["groups"], topo["attn_dp_size"]) if dist.is_initialized() else ParallelState.single()
-    for axis, key in (("tp", "tp_size"), ("attn_tp", "attn_tp_size"), ("dcp", "dcp_size")):
-        got = getattr(ps, axis).size
-        if got != topo[key]:
-            raise LaunchConfigError(f"rank {ps.rank}: size of its {axis} group ({got}) != topology.{key} ({topo[key]})")
-    if not set(ps.dcp.ranks) <= set(ps.attn_tp.ranks):
-        raise LaunchConfigError(f"rank {ps.rank}: dcp group {ps.dcp.ranks} is not inside attn_tp group {ps.attn_tp.ranks}")
-    return ps
-
-
-def eos_token_id(model_path: str | Path) -> Any:
-    """eos_token_id from generation_config.json, else config.json (int, list or None)."""
-    for name in ("generation_config.json", "config.json"):
-        f = Path(model_path) / name
-        if f.exists():
-            eos = json.loads(f.read_text()).get("eos_token_id")
-            if eos is not None:
-                return eos
-    return None
-
-
-def progress_lines(what: str) -> Callable[[int, int], None]:
-    """A progress callback printing `dcpctl-progress WHAT done/total` lines (the launcher draws the bar)."""
-    def report(done: int, total: int) -> None:
-        stderr_line(f"dcpctl-progress {what} {done}/{total}")
-    return report
-
-
-def run_worker(cfg: dict, requests: list, model: Any = None, show_progress: bool = False) -> dict:
+def run_worker(cfg: LaunchConfig | PDLaunchConfig, requests: list, model: Any = None,
+               show_progress: bool = False) -> dict:
     """Everything after init_process_group: groups, model, generate.  Returns the result on every rank.
 
     show_progress: rank 0 reports loading and finished requests for the launcher's progress bars."""
-    from dcpctl.runtime.models import load_model  # the model package is heavy; import late
-    if "disaggregation" in cfg:  # a prefill and a decode instance in one world (docs/pd.md)
+    if isinstance(cfg, PDLaunchConfig):  # a prefill and a decode instance in one world (docs/pd.md)
         from dcpctl.runtime.pd.driver import run_pd
-        return run_pd(cfg, requests, eos_token_id=eos_token_id(cfg["model"]["path"]))
+        return run_pd(cfg, requests)
     ps = build_state(cfg)
     report = show_progress and ps.rank == 0
     if model is None:
-        model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
-                           torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if report else None)
-    engine = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]))
+        model = load_target(cfg, ps, progress_lines("loading") if report else None)
+    engine = Engine(model, ps, cfg)
     engine.warm_up(progress_lines("cuda_graphs") if report else None)
     return engine.generate(requests, progress=progress_lines("requests") if report else None)
 
@@ -96,15 +60,16 @@ def main() -> int:
     rank = os.environ.get("RANK", "?")
     hold_on()  # exit when the launcher or torchrun dies (docs/launch.md)
     try:
-        cfg = yaml.safe_load(Path(_env("DCPCTL_LAUNCH_CONFIG")).read_text())
-        serve_opts = json.loads(Path(os.environ["DCPCTL_SERVE"]).read_text()) if "DCPCTL_SERVE" in os.environ else None
+        cfg = read_launch_config(_env("DCPCTL_LAUNCH_CONFIG"))  # parsed once; typed sections from here on
+        serve_opts = read_serve_options(os.environ["DCPCTL_SERVE"]) if "DCPCTL_SERVE" in os.environ else None
         requests = json.loads(Path(_env("DCPCTL_REQUESTS")).read_text()) if serve_opts is None else []
-        if cfg.get("device") == "cuda":
+        if cfg.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         timeout = timedelta(seconds=float(os.environ.get("DCPCTL_DIST_TIMEOUT", 600)))
-        dist.init_process_group(cfg.get("dist_backend", "gloo"), timeout=timeout)
+        dist.init_process_group(cfg.dist_backend, timeout=timeout)
         if serve_opts is not None:
-            from dcpctl.runtime.server.serve import serve
+            if not isinstance(cfg, LaunchConfig):
+                raise LaunchConfigError("a PD launch config runs in batch mode only (docs/pd.md)")
             serve(cfg, serve_opts)
             return 0
         result = run_worker(cfg, requests, show_progress=True)

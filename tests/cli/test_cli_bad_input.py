@@ -101,7 +101,7 @@ def test_recommend_contexts_must_be_positive():
 def test_launch_config_missing_keys(tmp_path):
     f = tmp_path / "launch.yaml"
     f.write_text("groups: 1\nworld_size: 2\n")
-    assert_user_error(run("launch", f, "--dry-run"), "launch config key 'model' must be a dict")
+    assert_user_error(run("launch", f, "--dry-run"), "launch config has no model")
 
 
 def test_launch_port_in_use_fails_before_loading():

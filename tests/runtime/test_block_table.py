@@ -14,6 +14,7 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import build_paged
 from dcpctl.runtime.attention.triton_mla import mla_decode_reference
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
+from tests.runtime.configs import typed
 
 BMAX, LIVE, STEPS = 8, 12, 80
 
@@ -176,7 +177,7 @@ def test_prepare_buffers_equal_build_paged(c, page):
     sims = [_Sim(c, page, seed=7) for _ in range(c)]      # one per rank, the same steps
     pool = KVPool(1, 4, 8, torch.float32)
     trash = 10**6
-    runners = [DecodeGraphs(_stub_model(r), s.alloc, pool, {}, 4, [2, 4, BMAX], s.width, trash)
+    runners = [DecodeGraphs(_stub_model(r), s.alloc, pool, typed({}), 4, [2, 4, BMAX], s.width, trash)
                for r, s in enumerate(sims)]
     for _ in range(STEPS):
         for r, (sim, g) in enumerate(zip(sims, runners)):

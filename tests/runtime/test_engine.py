@@ -9,6 +9,7 @@ from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.kv import local_len
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 
 V, D, H, L, ROPE, LAYERS = 40, 16, 4, 6, 2, 2
 
@@ -18,6 +19,7 @@ class FakeMLA:
 
     def __init__(self, ps: ParallelState, replicate_q: bool, dtype=torch.float64, seed: int = 3):
         self.cfg = SimpleNamespace(num_layers=LAYERS, kv_lora_rank=L, qk_rope_head_dim=ROPE)
+        self.kv_layers, self.kda_pool = LAYERS, None
         g = torch.Generator().manual_seed(seed)
         r = lambda *s: (torch.randn(*s, generator=g, dtype=torch.float64) / s[-2] ** 0.5).to(dtype)  # noqa
         self.emb, self.head = r(V, 1, D)[:, 0] * 4, r(D, V)
@@ -72,7 +74,7 @@ REQUESTS = [  # prompt lengths: shorter than dcp, equal to dcp 4, longer than a 
 def _run(rank, world, cfg, requests):
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
     model = FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"])
-    return Engine(model, ps, cfg).generate(requests)
+    return Engine(model, ps, config(cfg)).generate(requests)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def test_eos_stops_and_too_long_request_is_rejected():
 
     def eos_run(rank, world):
         model = FakeMLA(ParallelState.single(), False)
-        return Engine(model, ParallelState.single(), launch_cfg(1, 1), eos_token_id=ref[1]).generate(REQUESTS[:1])
+        return Engine(model, ParallelState.single(), config(launch_cfg(1, 1), eos=ref[1])).generate(REQUESTS[:1])
 
     assert run_ranks(eos_run, 1)[0]["outputs"][0]["output_ids"] == ref[:2]
     with pytest.raises(RuntimeError, match=r"prompt \(11\) \+ max_new_tokens \(3\) - 1 > virtual KV capacity \(8\)"):

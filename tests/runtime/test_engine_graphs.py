@@ -11,6 +11,7 @@ from dcpctl.plan.errors import UserError
 from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import launch_cfg
 
 REQUESTS = [  # five requests of different lengths: the decode batch shrinks 5 -> 1 as they finish
@@ -25,9 +26,10 @@ REQUESTS = [  # five requests of different lengths: the decode batch shrinks 5 -
 def _rank(rank, world, path, cfg, requests, sizes):
     from dcpctl.runtime.models import load_model
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
-    model = load_model(path, ps, cfg["decisions"], torch.float64, "cpu")
-    cfg = dict(cfg, cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
-    engine = Engine(model, ps, cfg, max_running=4)
+    model = load_model(path, ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64, "cpu")
+    cfg = dict(cfg, model={"path": path, "dtype": "float64"}, cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
+    cfg["kv"]["max_running_requests"] = 4
+    engine = Engine(model, ps, config(cfg))
     engine.warm_up()
     replays = []
     if engine.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps

@@ -5,6 +5,7 @@ import pytest
 from dcpctl.runtime.tiny_kimi import write_tiny_kimi_model
 from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import launch_cfg
 
 REQUESTS = [
@@ -28,13 +29,15 @@ def _cfg(path, world, dcp, backend="a2a"):
 def _run(rank, world, cfg, max_running):
     from dcpctl.runtime.engine.engine import Engine
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.worker import build_state, eos_token_id
+    from dcpctl.runtime.boot import build_state
     import torch
     if max_running is None:
-        return run_worker(cfg, REQUESTS)
-    ps = build_state(cfg)
-    model = load_model(cfg["model"]["path"], ps, cfg["decisions"], torch.float64, "cpu")
-    eng = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]), max_running=max_running)
+        return run_worker(config(cfg), REQUESTS)
+    cfg["kv"]["max_running_requests"] = max_running
+    typed_cfg = config(cfg)
+    ps = build_state(typed_cfg)
+    model = load_model(cfg["model"]["path"], ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64, "cpu")
+    eng = Engine(model, ps, typed_cfg)
     out = eng.generate(REQUESTS)
     return out, model.kda_pool.slots, model.kda_pool.used, eng.alloc.free_pages == eng.alloc.num_pages
 

@@ -8,6 +8,7 @@ from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.server.control import Control, NewRequest, decode, encode
 from dcpctl.runtime.server.loop import run_loop
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import REQUESTS, FakeMLA, launch_cfg
 
 
@@ -50,7 +51,8 @@ class ScriptedBridge:
 
 def _serve(rank, world, cfg, joins, cancel_at, requests=dict(enumerate(REQUESTS))):
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
-    engine = Engine(FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]), ps, cfg, max_running=2)
+    cfg["kv"]["max_running_requests"] = 2
+    engine = Engine(FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]), ps, config(cfg))
     bridge = ScriptedBridge(joins, cancel_at, requests) if rank == 0 else None
     run_loop(engine, None, bridge)  # raises unless every page is free again at shutdown
     return None if bridge is None else {rid: [(e.token, e.logprob, e.finish) for e in evs]
@@ -60,7 +62,7 @@ def _serve(rank, world, cfg, joins, cancel_at, requests=dict(enumerate(REQUESTS)
 @pytest.fixture(scope="module")
 def reference():
     return run_ranks(lambda rank, world: Engine(FakeMLA(ParallelState.single(), False), ParallelState.single(),
-                                                launch_cfg(1, 1)).generate(REQUESTS), 1)[0]["outputs"]
+                                                config(launch_cfg(1, 1))).generate(REQUESTS), 1)[0]["outputs"]
 
 
 @pytest.mark.parametrize("world,dcp,dp", [(2, 2, 1), (4, 2, 2)])

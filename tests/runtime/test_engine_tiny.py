@@ -10,6 +10,7 @@ import yaml
 
 from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import _expected_rows, launch_cfg
 
 tiny = pytest.importorskip("dcpctl.runtime.tiny")
@@ -30,7 +31,7 @@ def _cfg(world, dcp, dp=1, backend="ag_rs", rep_q=False, base="e"):
 
 
 def _run(rank, world, cfg):
-    return run_worker(cfg, REQUESTS)
+    return run_worker(config(cfg), REQUESTS)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import torch
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
 from dcpctl.runtime.parallel import ParallelState
+from tests.runtime.configs import config, typed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -41,7 +42,7 @@ def _steps(path, device, dtype, lens, decode_steps, graphs=False):
     # prefill every prompt in one batch, then decode_steps greedy-free steps (token 7): logits per step
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
-    model = load_model(path, ps, {}, dtype, device)
+    model = load_model(path, ps, False, dtype, device)
     alloc = VirtualAllocator(4096, PAGE, 1)
     pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, dtype, device)
     g = torch.Generator().manual_seed(1)
@@ -49,14 +50,14 @@ def _steps(path, device, dtype, lens, decode_steps, graphs=False):
     for rid, n in enumerate(lens):
         alloc.allocate(rid, n + decode_steps)
     chunks = [SeqChunk(rid, 0, n) for rid, n in enumerate(lens)]
-    ctx = build_context(alloc, pool, ps.dcp, {}, chunks, model.cfg.kv_lora_rank)
+    ctx = build_context(alloc, pool, ps.dcp, typed({}), chunks, model.cfg.kv_lora_rank)
     hidden = model.forward(torch.cat(prompts).to(device), ctx.positions, ctx)
     ends = torch.tensor(lens).cumsum(0) - 1
     out = [model.logits(hidden[ends.to(device)]).double().cpu()]
     runner = None
     if graphs:
         from dcpctl.runtime.attention.graphs import DecodeGraphs
-        runner = DecodeGraphs(model, alloc, pool, {}, model.cfg.kv_lora_rank, [len(lens)],
+        runner = DecodeGraphs(model, alloc, pool, typed({}), model.cfg.kv_lora_rank, [len(lens)],
                               alloc.pages_for(max(lens) + decode_steps), alloc.num_pages * PAGE)
     ids = torch.full((len(lens),), 7, dtype=torch.int64, device=device)
     for s in range(decode_steps):
@@ -64,7 +65,7 @@ def _steps(path, device, dtype, lens, decode_steps, graphs=False):
         if runner is not None:
             h = runner.replay(ids, chunks)
         else:
-            ctx = build_context(alloc, pool, ps.dcp, {}, chunks, model.cfg.kv_lora_rank)
+            ctx = build_context(alloc, pool, ps.dcp, typed({}), chunks, model.cfg.kv_lora_rank)
             assert ctx.paged == (device.type == "cuda")
             h = model.forward(ids, ctx.positions, ctx)
         out.append(model.logits(h).double().cpu())
@@ -100,7 +101,7 @@ def _tiny_cfg(device, dtype):
 
 def _greedy(device, dtype, reqs):
     from dcpctl.runtime.worker import run_worker
-    return [o["output_ids"] for o in run_worker(_tiny_cfg(device, dtype), reqs)["outputs"]]
+    return [o["output_ids"] for o in run_worker(config(_tiny_cfg(device, dtype)), reqs)["outputs"]]
 
 
 def test_tiny_greedy_gpu_matches_cpu_fp64():

@@ -11,6 +11,7 @@ import torch
 
 from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.parallel import ParallelState
+from tests.runtime.configs import config
 from tests.runtime.test_engine import launch_cfg
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -36,11 +37,11 @@ def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10))
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
-    cfg.update(device="cuda", model={"path": path, "dtype": "bfloat16"},
+    cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
                cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
-    cfg["kv"]["page_size"] = 16
-    model = load_model(path, ps, {}, torch.bfloat16, torch.device("cuda"))
-    engine = Engine(model, ps, cfg, max_running=8)
+    cfg["kv"].update(page_size=16, max_running_requests=8)
+    model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
+    engine = Engine(model, ps, config(cfg))
     engine.warm_up(prompts=True)
     replays = []
     if engine.graphs is not None:

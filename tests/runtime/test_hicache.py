@@ -8,12 +8,13 @@ import pytest
 import torch.distributed as dist
 
 from dcpctl.runtime.engine import Engine
-from dcpctl.runtime.engine.hicache import HiCacheError, check_composition
+from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.runtime.kv import VirtualAllocator
 from dcpctl.runtime.kv.host_tier import HostTier, local_rows, page_rows
 from dcpctl.runtime.kv.prefix_cache import DEVICE, HOST, Entry, PrefixCache
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import FakeMLA, launch_cfg
 
 BASE = [7, 3, 9, 1, 2, 8, 8, 6, 5, 4, 3, 2]
@@ -53,7 +54,8 @@ def _run(rank, world, cfg, max_running):
     for name in ("offload", "restore", "copy_device"):  # forked rank: patching the class is local
         setattr(HostTier, name, _no_collectives(getattr(HostTier, name)))
     ps = ParallelState.build(cfg["groups"], 1) if world > 1 else ParallelState.single()
-    engine = Engine(FakeMLA(ps, False), ps, cfg, max_running=max_running)
+    cfg["kv"]["max_running_requests"] = max_running
+    engine = Engine(FakeMLA(ps, False), ps, config(cfg))
     out = engine.generate(REQUESTS)
     engine.check_drained()
     out["hicache"] = engine.hicache.stats() if engine.hicache else None
@@ -123,11 +125,9 @@ def test_allocator_held_pages_are_counted():
     assert (a.free_pages, a.held_pages) == (4, 0)
 
 
-@pytest.mark.parametrize("extra,match", [({"speculative": {"algorithm": "STANDALONE"}}, "speculative"),
-                                         ({"disaggregation_mode": "decode"}, "PD decode")])
+@pytest.mark.parametrize("extra,match", [
+    ({"speculative": {"algorithm": "STANDALONE", "draft_model_path": "d", "num_draft_tokens": 2}}, "speculative"),
+    ({"disaggregation_mode": "decode"}, "PD decode")])
 def test_refused_with_speculative_and_pd_decode(extra, match):
-    cfg = _cfg(1, 1, 4) | extra
-    with pytest.raises(HiCacheError, match=match):
-        check_composition(cfg)
-    with pytest.raises(HiCacheError, match=match):
-        Engine(FakeMLA(ParallelState.single(), False), ParallelState.single(), cfg)
+    with pytest.raises(LaunchConfigError, match=match):
+        config(_cfg(1, 1, 4) | extra)

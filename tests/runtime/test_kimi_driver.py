@@ -11,6 +11,7 @@ import torch
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from tests.runtime.configs import typed
 from tests.runtime.ref_context import RefContext
 
 
@@ -32,7 +33,7 @@ def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2):
     def make(chunks: list[SeqChunk]):
         for c in chunks:
             alloc.allocate(c.rid, c.start + c.num_tokens)
-        ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
+        ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank)
         ctx.chunks = chunks  # the SeqChunks the KDA layers need (until the layout carries them)
         return ctx
     make.alloc, make.pool = alloc, pool

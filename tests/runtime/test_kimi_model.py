@@ -27,7 +27,7 @@ def tiny(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def model(tiny):
-    return load_model(tiny, ParallelState.single(), {}, torch.float64, kda_max_requests=4)
+    return load_model(tiny, ParallelState.single(), False, torch.float64, kda_max_requests=4)
 
 
 # --- state pool ---------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_unsupported_tensor_shape_is_a_load_error(tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match=r"q_proj.weight in model.safetensors has shape \[64, 64\], "
                                              r"expected \[32, 64\]"):
-        load_model(d, ParallelState.single(), {}, torch.float64)
+        load_model(d, ParallelState.single(), False, torch.float64)
 
 
 # --- the model's request bookkeeping --------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_flat_a_log_checkpoints_load_the_same(tiny, model, tmp_path):
     for name in [n for n in tensors if n.endswith("A_log")]:
         tensors[name] = tensors[name].flatten()  # [1, 1, H, 1] -> [H], as FLA-style checkpoints
     save_file(tensors, str(d / "model.safetensors"))
-    flat = load_model(d, ParallelState.single(), {}, torch.float64, kda_max_requests=4)
+    flat = load_model(d, ParallelState.single(), False, torch.float64, kda_max_requests=4)
     a, b = kimi_greedy(model, PROMPTS[:1], 2, ref_ctx(model)), kimi_greedy(flat, PROMPTS[:1], 2, ref_ctx(flat))
     assert a[2] == b[2]
     torch.testing.assert_close(a[1][0], b[1][0], rtol=0, atol=0)

@@ -21,6 +21,7 @@ from dcpctl.runtime.models.quant import BlockFp8
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
 from tests.dist import run_ranks
+from tests.runtime.configs import typed
 from tests.runtime.ref_context import RefContext, greedy_run
 from tests.runtime.test_model_load import fake_state
 from tests.runtime.test_model_parallel import make_groups
@@ -117,7 +118,7 @@ def test_checkpoint_slices_through_blocks_equal_reference(fp8, expected):
 
 @pytest.mark.parametrize("rank", range(4))
 def test_tp4_rank_shards_equal_reference(fp8, expected, rank):
-    m = load_model(fp8, fake_state(tp=4, rank=rank), {}, torch.float64)
+    m = load_model(fp8, fake_state(tp=4, rank=rank), False, torch.float64)
     attn, a = m.layers[0].attn, "model.layers.0.self_attn."
     def exact(got, name, rows=(None,), cols=(None,)):
         torch.testing.assert_close(got, expected[name][slice(*rows), slice(*cols)].double(), rtol=0, atol=0)
@@ -137,7 +138,7 @@ def test_tp4_rank_shards_equal_reference(fp8, expected, rank):
 
 
 def test_replicated_q_dequantizes_the_group_rows(fp8, expected):
-    m = load_model(fp8, fake_state(tp=4, rank=3, dcp=2), {"dcp_replicate_q_proj": True}, torch.float64)
+    m = load_model(fp8, fake_state(tp=4, rank=3, dcp=2), True, torch.float64)
     q_b = expected["model.layers.1.self_attn.q_b_proj.weight"][2 * 40:4 * 40].double()
     assert m.layers[1].attn.q_is_group
     torch.testing.assert_close(m.layers[1].attn.q_b, q_b, rtol=0, atol=0)
@@ -149,8 +150,8 @@ def test_fp8_logits_close_to_unquantized(tmp_path):
     # near-tied router can pick another expert for a token and move its logits by ~60%.
     dense = write_tiny_model(tmp_path / "dense", **SHAPE, n_routed_experts=0)
     fp8 = write_fp8(dense, tmp_path / "fp8")
-    pre8, _, _ = greedy_run(load_model(fp8, ParallelState.single(), {}, torch.float64), PROMPTS, STEPS)
-    pre, _, _ = greedy_run(load_model(dense, ParallelState.single(), {}, torch.float64), PROMPTS, STEPS)
+    pre8, _, _ = greedy_run(load_model(fp8, ParallelState.single(), False, torch.float64), PROMPTS, STEPS)
+    pre, _, _ = greedy_run(load_model(dense, ParallelState.single(), False, torch.float64), PROMPTS, STEPS)
     for a, b in zip(pre8, pre):
         assert ((a - b).norm(dim=-1) / b.norm(dim=-1)).max() < 0.12
         assert (a - b).abs().max() < 0.1 * b.abs().max()
@@ -158,13 +159,13 @@ def test_fp8_logits_close_to_unquantized(tmp_path):
 
 def _rank(rank: int, world: int, path: str, groups: dict, decisions: dict):
     ps = ParallelState.build(groups, attn_dp_size=1)
-    model = load_model(path, ps, decisions, torch.float64)
+    model = load_model(path, ps, typed(decisions).dcp_replicate_q_proj, torch.float64)
     return greedy_run(model, PROMPTS, STEPS, RefContext(model.cfg.kv_lora_rank, ps.dcp.rank, ps.dcp.size))
 
 
 @pytest.mark.parametrize("tp,dcp", [(2, 1), (4, 1), (4, 2)])
 def test_tp_sharding_does_not_change_fp8_logits(fp8, tp, dcp):
-    single = greedy_run(load_model(fp8, ParallelState.single(), {}, torch.float64), PROMPTS, STEPS)
+    single = greedy_run(load_model(fp8, ParallelState.single(), False, torch.float64), PROMPTS, STEPS)
     decisions = {"dcp_replicate_q_proj": dcp > 1}
     for pre, dec, outs in run_ranks(_rank, tp, str(fp8), make_groups(tp, dcp=dcp), decisions):
         assert outs == single[2]
@@ -178,28 +179,28 @@ def test_unsupported_method_names_it(dense, tmp_path):
     cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match="quant_method 'awq' is not"):
-        load_model(dst, ParallelState.single(), {}, torch.float32)
+        load_model(dst, ParallelState.single(), False, torch.float32)
     cfg["quantization_config"] = {"quant_method": "fp8"}
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match="'fp8' has no weight_block_size"):
-        load_model(dst, ParallelState.single(), {}, torch.float32)
+        load_model(dst, ParallelState.single(), False, torch.float32)
     del cfg["quantization_config"]
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match=r"is stored as fp8 \(F8_E4M3\) but config.json has no quantization"):
-        load_model(dst, ParallelState.single(), {}, torch.float32)
+        load_model(dst, ParallelState.single(), False, torch.float32)
 
 
 def test_missing_or_misshapen_scale_names_the_tensor(dense, tmp_path):
     name = "model.layers.1.mlp.experts.3.down_proj.weight"
     dst = write_fp8(dense, tmp_path / "noscale", drop_scale=name + "_scale_inv")
     with pytest.raises(ModelLoadError, match=f"tensor {name} is fp8 but its scale {name}_scale_inv is not in"):
-        load_model(dst, ParallelState.single(), {}, torch.float32)
+        load_model(dst, ParallelState.single(), False, torch.float32)
     dst = write_fp8(dense, tmp_path / "block", block=(16, 8))
     cfg = json.loads((dst / "config.json").read_text())
     cfg["quantization_config"]["weight_block_size"] = [16, 16]  # config disagrees with the stored scales
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match=r"_scale_inv in model.safetensors has shape \[\d+, \d+\], expected"):
-        load_model(dst, ParallelState.single(), {}, torch.float32)
+        load_model(dst, ParallelState.single(), False, torch.float32)
 
 
 def test_other_block_size_and_bf16(dense, tmp_path):
@@ -208,7 +209,7 @@ def test_other_block_size_and_bf16(dense, tmp_path):
     t = _tensors(dst)
     name = "model.layers.0.self_attn.o_proj.weight"
     ref = reference_dequant(t[name], t[name + "_scale_inv"], (24, 40))
-    m = load_model(dst, fake_state(tp=2, rank=1), {}, torch.bfloat16)
+    m = load_model(dst, fake_state(tp=2, rank=1), False, torch.bfloat16)
     torch.testing.assert_close(m.layers[0].attn.o_proj, ref[:, 48:].bfloat16(), rtol=0, atol=0)
 
 
@@ -220,7 +221,7 @@ def test_generate_cli_on_fp8_checkpoint(fp8):
     cmd += [a for p in PROMPTS for a in ("--prompt-ids", ",".join(map(str, p)))]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
-    _, _, want = greedy_run(load_model(fp8, ParallelState.single(), {}, torch.float64), PROMPTS, 4)
+    _, _, want = greedy_run(load_model(fp8, ParallelState.single(), False, torch.float64), PROMPTS, 4)
     assert [o["output_ids"] for o in json.loads(p.stdout)["outputs"]] == want
 
 
@@ -238,7 +239,7 @@ def test_scales_in_another_file_of_an_index(fp8, tmp_path):
         save_file(part, str(dst / file))
     (dst / "model.safetensors.index.json").write_text(json.dumps(
         {"weight_map": {n: file for file, part in parts.items() for n in part}}))
-    a, _, _ = greedy_run(load_model(dst, fake_state(tp=1, rank=0), {}, torch.float64), PROMPTS, 1)
-    b, _, _ = greedy_run(load_model(fp8, ParallelState.single(), {}, torch.float64), PROMPTS, 1)
+    a, _, _ = greedy_run(load_model(dst, fake_state(tp=1, rank=0), False, torch.float64), PROMPTS, 1)
+    b, _, _ = greedy_run(load_model(fp8, ParallelState.single(), False, torch.float64), PROMPTS, 1)
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, rtol=0, atol=0)

@@ -35,7 +35,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(tiny):
-    return greedy_run(load_model(tiny, ParallelState.single(), {}, torch.float64), [PROMPT], 2)
+    return greedy_run(load_model(tiny, ParallelState.single(), False, torch.float64), [PROMPT], 2)
 
 
 def _copy(tiny, tmp_path):
@@ -56,7 +56,7 @@ def _tensors(path):
 
 
 def test_rank_materializes_only_its_shards(tiny):
-    m = load_model(tiny, fake_state(tp=4, rank=3, ep=2), {}, torch.float32)
+    m = load_model(tiny, fake_state(tp=4, rank=3, ep=2), False, torch.float32)
     attn, moe = m.layers[0].attn, m.layers[1].mlp
     assert attn.q_b.shape == (2 * 24, 32) and attn.w_kc.shape == (2, 16, 32) and attn.w_vc.shape == (2, 32, 16)
     assert attn.o_proj.shape == (64, 2 * 16)
@@ -67,7 +67,7 @@ def test_rank_materializes_only_its_shards(tiny):
 
 
 def test_replicated_q_keeps_the_dcp_groups_heads(tiny):
-    dec = {"dcp_replicate_q_proj": True}
+    dec = True
     m = load_model(tiny, fake_state(tp=4, rank=3, dcp=2), dec, torch.float32)
     attn = m.layers[0].attn
     assert attn.q_is_group and m.shards.q_head_start == 4 and attn.q_b.shape == (4 * 24, 32)
@@ -89,12 +89,12 @@ def test_sharded_index_and_progress(tiny, tmp_path, reference):
         weight_map.update({n: f"model-0000{i + 1}-of-00003.safetensors" for n in part})
     (dst / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     calls = []
-    m = load_model(dst, ParallelState.single(), {}, torch.float64, progress=lambda d, t: calls.append((d, t)))
+    m = load_model(dst, ParallelState.single(), False, torch.float64, progress=lambda d, t: calls.append((d, t)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert greedy_run(m, [PROMPT], 2)[2] == reference[2]
     (dst / "model-00002-of-00003.safetensors").unlink()
     with pytest.raises(ModelLoadError, match="shard model-00002-of-00003.safetensors listed in .* is missing"):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
 
 
 def test_wrong_tensor_shape_names_tensor_file_and_shapes(tiny, tmp_path):
@@ -105,7 +105,7 @@ def test_wrong_tensor_shape_names_tensor_file_and_shapes(tiny, tmp_path):
     msg = r"tensor model.layers.2.self_attn.kv_b_proj.weight in model.safetensors has shape \[255, 32\], " \
           r"expected \[256, 32\] from config.json"
     with pytest.raises(ModelLoadError, match=msg):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
 
 
 def test_missing_tensor_and_missing_weights(tiny, tmp_path):
@@ -114,13 +114,13 @@ def test_missing_tensor_and_missing_weights(tiny, tmp_path):
     del tensors["model.layers.1.mlp.experts.5.up_proj.weight"]
     save_file(tensors, str(dst / "model.safetensors"))
     with pytest.raises(ModelLoadError, match="tensor model.layers.1.mlp.experts.5.up_proj.weight is not in"):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
     (dst / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(ModelLoadError, match=r"cannot read safetensors file .*model.safetensors"):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
     (dst / "model.safetensors").unlink()
     with pytest.raises(ModelLoadError, match=r"no \*.safetensors weights in"):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -137,12 +137,12 @@ def test_bad_config(tiny, tmp_path, changes, match):
     dst = _copy(tiny, tmp_path)
     _edit_config(dst, **changes)
     with pytest.raises(ModelLoadError, match=match):
-        load_model(dst, ParallelState.single(), {}, torch.float64)
+        load_model(dst, ParallelState.single(), False, torch.float64)
 
 
 def test_heads_must_divide_attention_tp(tiny):
     with pytest.raises(ModelLoadError, match=r"num_attention_heads \(8\) is not a multiple of attn_tp \(3\)"):
-        load_model(tiny, fake_state(tp=3, rank=0), {}, torch.float32)
+        load_model(tiny, fake_state(tp=3, rank=0), False, torch.float32)
 
 
 def test_kimi_k2_wrapper_and_mtp_layers(tiny, tmp_path, reference):
@@ -155,14 +155,14 @@ def test_kimi_k2_wrapper_and_mtp_layers(tiny, tmp_path, reference):
     (dst / "config.json").write_text(json.dumps({"architectures": ["KimiK3ForConditionalGeneration"],
                                                  "model_type": "kimi_k3", "text_config": inner}))
     assert read_config(dst).model_type == "kimi_k2"
-    m = load_model(dst, ParallelState.single(), {}, torch.float64)
+    m = load_model(dst, ParallelState.single(), False, torch.float64)
     pre, _, outs = greedy_run(m, [PROMPT], 2)
     assert outs == reference[2]
     torch.testing.assert_close(pre[0], reference[0][0], rtol=0, atol=0)
 
 
 def test_empty_batch_forward(tiny):
-    m = load_model(tiny, ParallelState.single(), {}, torch.float32)
+    m = load_model(tiny, ParallelState.single(), False, torch.float32)
     from tests.runtime.ref_context import RefContext
     ctx = RefContext(m.cfg.kv_lora_rank)
     ctx.set_batch([], [])

@@ -11,6 +11,7 @@ from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
 from tests.dist import run_ranks
+from tests.runtime.configs import typed
 from tests.runtime.ref_context import RefContext, greedy_run
 
 PROMPTS = [[256, 72, 101, 108, 108, 111], [256, 1, 2, 3, 200, 9, 9, 9, 14], [256, 33]]
@@ -32,13 +33,13 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single(tiny):
-    model = load_model(tiny, ParallelState.single(), {}, torch.float64)
+    model = load_model(tiny, ParallelState.single(), False, torch.float64)
     return {i: greedy_run(model, [p], STEPS) for i, p in enumerate(PROMPTS)}, greedy_run(model, PROMPTS, STEPS)
 
 
 def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict):
     ps = ParallelState.build(groups, attn_dp_size=dp)
-    model = load_model(path, ps, decisions, torch.float64)
+    model = load_model(path, ps, typed(decisions).dcp_replicate_q_proj, torch.float64)
     ctx = RefContext(model.cfg.kv_lora_rank, ps.dcp.rank, ps.dcp.size)
     return greedy_run(model, prompts[ps.attn_dp_index], STEPS, ctx)
 
@@ -81,7 +82,7 @@ def test_replicated_q_projection_matches(tiny, single, dp):
     # picks this rank's heads out of the group query
     per_prompt, both = single
     prompts = [PROMPTS] if dp == 1 else [[PROMPTS[0]], [PROMPTS[1]]]
-    decisions = {"dcp_replicate_q_proj": {"value": True, "reason": "test"}}
+    decisions = {"dcp_replicate_q_proj": True}
     results = run_ranks(_rank, 4, tiny, make_groups(4, dp=dp, dcp=2), dp, prompts, decisions)
     for rank, r in enumerate(results):
         _assert_same(r, both if dp == 1 else per_prompt[rank // 2])

@@ -64,7 +64,7 @@ def test_hf_runs_the_tiny_checkpoint(tmp_path):
     transformers = pytest.importorskip("transformers")
     path = write_tiny_model(tmp_path)
     prompt = ByteTokenizer().encode("tiny", add_bos=True)
-    ours = load_model(path, ParallelState.single(), {}, torch.float64, hf_numerics=True)
+    ours = load_model(path, ParallelState.single(), False, torch.float64, hf_numerics=True)
     pre, _, _ = greedy_run(ours, [prompt], 0)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, attn_implementation="sdpa",
                                                            experts_implementation="eager")
@@ -82,7 +82,7 @@ def test_variants_load_and_run(tmp_path, overrides):
         tensors = load_file(str(path / "model.safetensors"))
         del tensors["lm_head.weight"]
         save_file(tensors, str(path / "model.safetensors"))
-    m = load_model(path, ParallelState.single(), {}, torch.float64)
+    m = load_model(path, ParallelState.single(), False, torch.float64)
     _, _, outs = greedy_run(m, [[256, 1, 2]], 3)
     assert len(outs[0]) == 3 and all(0 <= t < 264 for t in outs[0])
 
@@ -91,7 +91,7 @@ def test_variants_load_and_run(tmp_path, overrides):
 def test_lower_precision_tracks_float64(tmp_path, dtype, tol):
     path = write_tiny_model(tmp_path)
     prompt = [256, 5, 6, 7, 8]
-    ref = greedy_run(load_model(path, ParallelState.single(), {}, torch.float64), [prompt], 0)[0][0]
-    got = greedy_run(load_model(path, ParallelState.single(), {}, dtype), [prompt], 0)[0][0]
+    ref = greedy_run(load_model(path, ParallelState.single(), False, torch.float64), [prompt], 0)[0][0]
+    got = greedy_run(load_model(path, ParallelState.single(), False, dtype), [prompt], 0)[0][0]
     assert got.dtype == dtype
     assert (got.double().log_softmax(-1) - ref.log_softmax(-1)).abs().max() < tol

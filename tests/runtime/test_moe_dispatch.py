@@ -107,9 +107,9 @@ def test_loaded_model_takes_the_grouped_path_and_matches_the_loop(monkeypatch, t
     from dcpctl.runtime.parallel import ParallelState
     from dcpctl.runtime.tiny import write_tiny_model
     path = write_tiny_model(tmp_path / "tiny")
-    plain = load_model(path, ParallelState.single(), {}, torch.bfloat16, torch.device("cpu"))
+    plain = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cpu"))
     monkeypatch.setattr(mlp, "grouped_mm_ok", lambda w: True)
-    grouped = load_model(path, ParallelState.single(), {}, torch.bfloat16, torch.device("cpu"))
+    grouped = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cpu"))
     layer = 1                                                   # first_k_dense_replace = 1: layer 1 is MoE
     a, b = plain.layers[layer].mlp, grouped.layers[layer].mlp
     assert a.stacked is None and b.stacked is not None

@@ -69,7 +69,7 @@ def test_bitwise_with_hf_numerics_one_sequence_at_a_time(case):
     # from Tensor.cos/sin by 1 ulp.
     path, hf = case
     tol = 2e-6 if "v2" in path.rsplit("/", 1)[-1] else 1e-12
-    ours = load_model(path, ParallelState.single(), {}, torch.float64, "cpu", hf_numerics=True)
+    ours = load_model(path, ParallelState.single(), False, torch.float64, "cpu", hf_numerics=True)
     for prompt in PROMPTS:
         pre, dec, outs = greedy_run(ours, [prompt], STEPS)
         ref_pre, ref_dec = _check_ids(hf, prompt, outs[0])
@@ -80,7 +80,7 @@ def test_bitwise_with_hf_numerics_one_sequence_at_a_time(case):
 def test_float64_batched_matches_hf(case):
     # default float64 mode keeps everything in float64; HF rounds norms/rope/router to fp32
     path, hf = case
-    ours = load_model(path, ParallelState.single(), {}, torch.float64, "cpu")
+    ours = load_model(path, ParallelState.single(), False, torch.float64, "cpu")
     pre, dec, outs = greedy_run(ours, PROMPTS, STEPS)  # both prompts in one batch, then batched decode
     for i, prompt in enumerate(PROMPTS):
         ref_pre, ref_dec = _check_ids(hf, prompt, outs[i])

@@ -21,6 +21,7 @@ import torch
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.configs import typed
 from tests.runtime.hf_oracle import hf_decode, load_hf, max_rel_logprob_error, randomize
 from tests.runtime.test_kimi_driver import dcp_ctx, kimi_greedy, ref_ctx
 from tests.runtime.test_model_parallel import make_groups
@@ -82,13 +83,13 @@ def _compare(model, hf, prompts, tol, chunk=None) -> None:
 
 @pytest.mark.parametrize("hf_numerics", [True, False])
 def test_matches_stock_transformers(path, hf, hf_numerics):
-    model = load_model(path, ParallelState.single(), {}, torch.float64, hf_numerics=hf_numerics)
+    model = load_model(path, ParallelState.single(), False, torch.float64, hf_numerics=hf_numerics)
     for prompt in PROMPTS:  # one sequence at a time, as transformers runs it
         _compare(model, hf, [prompt], 1e-6)
 
 
 def test_float64_matches_transformers_without_fp32_stages(path, hf, monkeypatch):
-    model = load_model(path, ParallelState.single(), {}, torch.float64)
+    model = load_model(path, ParallelState.single(), False, torch.float64)
     with _fp32_lifted(monkeypatch):
         _compare(model, hf, PROMPTS, 1e-12)  # both prompts in one batch
         _compare(model, hf, PROMPTS, 1e-12, chunk=3)  # chunked prefill continues the KDA state
@@ -101,7 +102,7 @@ DCP_PROMPTS = [[5, 17, 200, 3, 99, 42, 7, 11, 64], [250], [8, 3]]  # 1 and 2 tok
 
 def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict, chunk):
     ps = ParallelState.build(groups, attn_dp_size=dp) if world > 1 else ParallelState.single()
-    model = load_model(path, ps, decisions, torch.float64, kda_max_requests=4)
+    model = load_model(path, ps, typed(decisions).dcp_replicate_q_proj, torch.float64, kda_max_requests=4)
     make = dcp_ctx(model, ps, decisions)
     pre, dec, outs = kimi_greedy(model, prompts[ps.attn_dp_index], STEPS, make, chunk=chunk)
     model.kda_pool.check_integrity()

@@ -9,6 +9,7 @@ from dcpctl.runtime.attention.paged import build_paged, resolve_path
 from dcpctl.runtime.attention.triton_mla import kernel_takes
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
 from tests.dist import run_ranks
+from tests.runtime.configs import typed
 from tests.runtime.dcp_steps import grow, seeded_qkv, step_inputs, whole_world
 
 HL, R, L, SCALE = 2, 8, 6, 0.4
@@ -37,7 +38,7 @@ def _rank(rank, world, backend, page, path):
     for step, pad in zip(STEPS, PAD):
         chunks = [SeqChunk(*s) for s in step]
         grow(alloc, chunks)
-        ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, L, pad=pad)
+        ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, L, pad=pad)
         assert ctx.paged == (path == "paged")
         q, kv = step_inputs(qs, kvs, chunks, slice(rank * HL, (rank + 1) * HL), HL, pad)
         for layer in range(2):

@@ -10,6 +10,7 @@ from dcpctl.runtime.attention.graphs import DecodeGraphs
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
+from tests.runtime.configs import typed
 
 PAGE, LENS, STEPS = 2, [1, 6, 11], 3
 
@@ -19,17 +20,17 @@ def _rank(rank, world, path, use_graphs):
     groups = {k: [list(range(world))] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")}
     ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
     decisions = {"dcp_comm_backend": "a2a" if world > 1 else "ag_rs", "attention_path": "paged"}
-    model = load_model(path, ps, decisions, torch.float64, "cpu")
+    model = load_model(path, ps, False, torch.float64, "cpu")
     alloc = VirtualAllocator(64, PAGE, world)
     pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, torch.float64)
     for rid, n in enumerate(LENS):
         alloc.allocate(rid, n + STEPS)
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, 250, (n,), generator=g) for n in LENS]
-    ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, 0, n) for r, n in enumerate(LENS)],
+    ctx = build_context(alloc, pool, ps.dcp, typed(decisions), [SeqChunk(r, 0, n) for r, n in enumerate(LENS)],
                         model.cfg.kv_lora_rank)
     model.forward(torch.cat(prompts), ctx.positions, ctx)
-    runner = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [2, 4],
+    runner = DecodeGraphs(model, alloc, pool, typed(decisions), model.cfg.kv_lora_rank, [2, 4],
                           alloc.pages_for(max(LENS) + STEPS) + 1, alloc.num_pages * PAGE) if use_graphs else None
     outs = []
     for s in range(STEPS):
@@ -38,7 +39,7 @@ def _rank(rank, world, path, use_graphs):
         if runner is not None:
             h = runner.replay(ids, chunks)
         else:
-            ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
+            ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank)
             h = model.forward(ids, ctx.positions, ctx)
         outs.append(h.clone().numpy())
     return outs, pool.kv[:, :alloc.num_pages * PAGE].numpy().copy()

@@ -3,16 +3,20 @@
 Pools start as NaN, so a decode rank that attends a row the transfer did not deliver fails loudly.
 """
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
+from dcpctl.contract.fields import LaunchConfigError
+from dcpctl.contract.launch_config import HiCacheSection
 from dcpctl.runtime.kv import local_len
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.pd import PAGE, RELAYOUT, PDError, plan_transfers, transfer_path
-from dcpctl.runtime.pd.driver import instance_config, run_pd
+from dcpctl.runtime.pd.driver import run_pd
 from dcpctl.runtime.pd.plan import RankInfo
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import REQUESTS, FakeMLA, launch_cfg
 
 PROMPT_LENS = [len(r["prompt_ids"]) for r in REQUESTS]  # 1 and 3 are shorter than dcp 4; 11 spans pages
@@ -43,7 +47,7 @@ def _poisoned_pools():
 
 def _run_pd(rank, world, cfg):
     _poisoned_pools()
-    return run_pd(cfg, REQUESTS, lambda ps, c: FakeMLA(ps, c["decisions"]["dcp_replicate_q_proj"]))
+    return run_pd(config(cfg), REQUESTS, lambda ps, c: FakeMLA(ps, c.decisions.dcp_replicate_q_proj))
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +93,11 @@ def test_transfer_plan_rows_and_rejections():
 
 
 def test_instance_config_and_refusals():
-    cfg = pd_cfg(1, 1, 2, 2, 2)
-    dec = instance_config(cfg, "decode")
-    assert dec["disaggregation_mode"] == "decode" and dec["world_size"] == 2 and dec["groups"]["dcp"] == [[1, 2]]
-    with pytest.raises(PDError, match="not one of"):
-        instance_config(cfg, "both")
-    from dcpctl.runtime.engine.hicache import HiCacheError, check_composition
-    with pytest.raises(HiCacheError, match="PD decode"):
-        check_composition(dec | {"hicache": {"host_pages": 4}})
+    cfg = config(pd_cfg(1, 1, 2, 2, 2))
+    dec = cfg.instance("decode")
+    assert dec.disaggregation_mode == "decode" and dec.world_size == 2 and dec.groups.dcp == ((1, 2),)
+    with pytest.raises(LaunchConfigError, match=r"disaggregation.prefill.kv.page_size must be an integer"):
+        config(pd_cfg(1, 1, 2, 2, "2"))
+    with pytest.raises(LaunchConfigError, match="PD decode"):
+        replace(dec, hicache=HiCacheSection(4))
     assert torch.isnan(torch.tensor(math.nan))  # the poison really is NaN

@@ -10,9 +10,10 @@ from dcpctl.plan.planner import make_plan
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.topology import Topology
 from dcpctl.runtime.pd.driver import run_pd
-from dcpctl.runtime.worker import eos_token_id, run_worker
+from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
 from tests.plan.helpers import hw
+from tests.runtime.configs import config
 from tests.runtime.test_engine_tiny import REQUESTS, _cfg
 
 tiny = pytest.importorskip("dcpctl.runtime.tiny")
@@ -26,11 +27,11 @@ def _plan(tp, dcp, mode, peer, page=2):
 
 
 def _run_pd(rank, world, cfg):
-    return run_pd(cfg, REQUESTS, eos_token_id=eos_token_id(cfg["model"]["path"]))
+    return run_pd(cfg, REQUESTS)
 
 
 def _run_plain(rank, world, cfg):
-    return run_worker(cfg, REQUESTS)
+    return run_worker(config(cfg), REQUESTS)
 
 
 @pytest.mark.parametrize("pre,dec", [((1, 1), (2, 2))])
@@ -38,8 +39,8 @@ def test_tiny_pd_matches_plain(pre, dec):
     want = run_ranks(_run_plain, 1, _cfg(1, 1))[0]
     cfg = render_pd_launch_config(_plan(*pre, "prefill", dec[1]), _plan(*dec, "decode", pre[1]),
                                   tiny.ensure_tiny_model(), "float64", "cpu", 64, 6)
-    assert cfg["disaggregation"]["transfer"] == "token_relayout" and cfg["world_size"] == 3
-    got = run_ranks(_run_pd, cfg["world_size"], cfg)[0]
+    assert cfg.disaggregation.transfer == "token_relayout" and cfg.world_size == 3
+    got = run_ranks(_run_pd, cfg.world_size, config(cfg.to_dict()))[0]  # as the worker parses launch.yaml
     for w, g in zip(want["outputs"], got["outputs"]):
         assert g["output_ids"] == w["output_ids"]
         assert g["output_logprobs"] == pytest.approx(w["output_logprobs"], abs=1e-9)

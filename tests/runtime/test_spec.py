@@ -14,10 +14,11 @@ from safetensors.torch import load_file, save_file
 from dcpctl.plan.memory import kv_row_bytes
 from dcpctl.plan.model import spec_from_path
 from dcpctl.runtime.engine import Engine, SamplingParams
-from dcpctl.runtime.engine.spec import SpecConfigError
+from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.runtime.models import load_model
-from dcpctl.runtime.worker import build_state, eos_token_id
+from dcpctl.runtime.boot import build_state
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import _expected_rows, launch_cfg
 
 tiny = pytest.importorskip("dcpctl.runtime.tiny")
@@ -54,9 +55,10 @@ def _cfg(world, dcp, dp=1, backend="ag_rs", rep_q=False, page=2, draft=None, k=3
 
 
 def _engine(cfg, eos=None):
-    ps = build_state(cfg)
-    model = load_model(cfg["model"]["path"], ps, cfg["decisions"], torch.float64)
-    return Engine(model, ps, cfg, eos if eos is not None else eos_token_id(cfg["model"]["path"]))
+    typed_cfg = config(cfg, eos)
+    ps = build_state(typed_cfg)
+    model = load_model(cfg["model"]["path"], ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64)
+    return Engine(model, ps, typed_cfg)
 
 
 def _run(rank, world, cfg, requests, eos=None):
@@ -163,7 +165,7 @@ def test_cancel_releases_draft_kv(drafts):
 def test_only_standalone_runs(drafts):
     cfg = _cfg(1, 1, draft=drafts["self"])
     cfg["speculative"]["algorithm"] = "EAGLE"
-    with pytest.raises(SpecConfigError, match="supports STANDALONE only"):
+    with pytest.raises(LaunchConfigError, match="speculative.algorithm is 'EAGLE'; valid: STANDALONE"):
         _engine(cfg)  # single process: no process group needed
 
 

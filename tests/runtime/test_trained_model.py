@@ -57,7 +57,7 @@ def test_record_says_how_it_was_made(record):
 
 
 def test_runtime_loss_on_the_heldout_slice_is_the_recorded_one(record, slice_ids):
-    model = load_model(MODEL, ParallelState.single(), {}, torch.float64, "cpu")
+    model = load_model(MODEL, ParallelState.single(), False, torch.float64, "cpu")
     logits = []
     for row in slice_ids:
         ctx = RefContext(model.cfg.kv_lora_rank)
@@ -90,7 +90,7 @@ def test_the_record_names_the_corpus_the_script_selects(record):
 
 
 def test_greedy_text_after_def_looks_like_python():
-    model = load_model(MODEL, ParallelState.single(), {}, torch.float64, "cpu")
+    model = load_model(MODEL, ParallelState.single(), False, torch.float64, "cpu")
     tok = load_tokenizer(MODEL)
     _, _, outs = greedy_run(model, [tok.encode("def ", add_bos=True)], 24)
     text = tok.decode(outs[0])

@@ -8,12 +8,13 @@ import pytest
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
+from tests.runtime.configs import config
 from tests.runtime.test_engine import REQUESTS, FakeMLA, launch_cfg
 
 
 def _fake_worker(rank, world, cfg):
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
-    return run_worker(cfg, REQUESTS[:2], model=FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]))
+    return run_worker(config(cfg), REQUESTS[:2], model=FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]))
 
 
 def test_run_worker_result_shape():

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.comm import (exchange_ag_rs, exchange_packed, gather_heads, lanes_in_place,
                                            pack_by_owner, send_buffer)
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
@@ -34,7 +35,7 @@ from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis
 
 BACKENDS = ("ag_rs", "a2a")
-__all__ = ["BACKENDS", "DCPContext", "SeqChunk", "ShardLayout", "build_context", "build_layout", "decision"]
+__all__ = ["BACKENDS", "DCPContext", "SeqChunk", "ShardLayout", "build_context", "build_layout"]
 
 
 @dataclass
@@ -142,20 +143,13 @@ class DCPContext:
         return time.perf_counter()
 
 
-def decision(decisions: dict, key: str, default: Any) -> Any:
-    """A launch-config decision: a plain value, or the plan's {"value": ..., "reason": ...}."""
-    value = (decisions or {}).get(key, default)
-    return value.get("value", default) if isinstance(value, dict) else value
-
-
-def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: dict,
+def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: Decisions,
                   chunks: list[SeqChunk], v_dim: int, pad: int = 0) -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated).
 
-    decisions["attention_path"]: `auto` (paged when the pool is on CUDA), `paged` or `layout`."""
-    backend = decision(decisions, "dcp_comm_backend", "ag_rs")
-    base = str(decision(decisions, "lse_base", "e"))
-    if resolve_path(str(decision(decisions, "attention_path", "auto")), pool.kv.device) == "layout":
+    decisions.attention_path: `auto` (paged when the pool is on CUDA), `paged` or `layout`."""
+    backend, base = decisions.dcp_comm_backend, decisions.lse_base
+    if resolve_path(decisions.attention_path, pool.kv.device) == "layout":
         return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
     ctx = DCPContext(lay, pool, dcp, backend, base, v_dim)

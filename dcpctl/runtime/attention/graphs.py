@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
-from dcpctl.runtime.attention.dcp import DCPContext, decision
+from dcpctl.contract.launch_config import Decisions
+from dcpctl.runtime.attention.dcp import DCPContext
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import PagedLayout
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
@@ -70,7 +71,7 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
 class DecodeGraphs:
     """Decode-step graphs for `batch_sizes` x context buckets (see module docstring)."""
 
-    def __init__(self, model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: dict, v_dim: int,
+    def __init__(self, model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: Decisions, v_dim: int,
                  batch_sizes: list[int], max_pages: int, trash_slot: int, logits: bool = False,
                  buckets: bool = False, progress: Any = None) -> None:
         self.model, self.alloc, self.pool, self.logits = model, alloc, pool, logits
@@ -89,8 +90,7 @@ class DecodeGraphs:
         self.table = DeviceBlockTable(self.block_table)
         self.local_lens = torch.zeros(bmax + 1, **i32)
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
-        self.backend = decision(decisions, "dcp_comm_backend", "ag_rs")
-        self.base, self.v_dim = str(decision(decisions, "lse_base", "e")), v_dim
+        self.backend, self.base, self.v_dim = decisions.dcp_comm_backend, decisions.lse_base, v_dim
         top = max_pages * self.page
         self.buckets = context_buckets(top, self.page) if buckets else [top]
         self.sizes = sorted(batch_sizes)

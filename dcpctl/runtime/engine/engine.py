@@ -17,10 +17,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
+from dcpctl.runtime.boot import DTYPES
 from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
 from dcpctl.runtime.engine.hicache import HiCache
+from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
@@ -31,54 +34,36 @@ from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
-
-
-def model_dims(model: Any) -> tuple[int, int, int]:
-    """(num_layers, kv_lora_rank, latent row size R) from model.cfg / model.config."""
-    cfg = getattr(model, "cfg", None) or getattr(model, "config", None)
-    if cfg is None:
-        raise TypeError(f"{type(model).__name__} has no .cfg/.config with the MLA dimensions")
-    layers = getattr(cfg, "num_layers", None) or getattr(cfg, "num_hidden_layers")
-    return layers, cfg.kv_lora_rank, cfg.kv_lora_rank + cfg.qk_rope_head_dim
+RankPart = tuple[dict[int, dict], int, int, Any]   # (results, kv_rows, kv_bytes_read, spec counters) of one rank
 
 
 class Engine:
     """Runs generate() on every rank of the world; see module docstring."""
 
-    def __init__(self, model: Any, ps: ParallelState, launch_cfg: dict, eos_token_id: Any = None,
-                 max_running: int | None = None) -> None:
-        kv, topo = launch_cfg["kv"], launch_cfg["topology"]
+    def __init__(self, model: ServedModel, ps: ParallelState, cfg: LaunchConfig) -> None:
+        kv = cfg.kv
         self.model, self.ps = model, ps
-        self.decisions = launch_cfg.get("decisions", {})
-        self.dp_size = int(topo.get("attn_dp_size", 1))
-        self.device = torch.device(launch_cfg.get("device", "cpu"))
-        self.eos = set(eos_token_id if isinstance(eos_token_id, (list, tuple)) else
-                       [] if eos_token_id is None else [eos_token_id])
-        layers, self.v_dim, row = model_dims(model)
-        layers = getattr(model, "kv_layers", layers)  # hybrids: only MLA layers keep latent KV
-        page = int(kv["page_size"])
-        self.alloc = VirtualAllocator(int(kv["capacity_tokens"]), page, ps.dcp.size)
-        graph = launch_cfg.get("cuda_graph") or {"batch_sizes": [], "reason": ""}
-        self.trash_slot = self.alloc.num_pages * page   # a spare page: decode graphs write pad rows there
-        self.pool = KVPool(layers, (self.alloc.num_pages + int(bool(graph["batch_sizes"]))) * page, row,
-                           DTYPES[launch_cfg["model"]["dtype"]], self.device)
-        state_pool = getattr(model, "kda_pool", None)  # hybrids: request-indexed KDA state, never striped
-        if state_pool is not None and max_running and state_pool.slots != max_running:
-            model.set_kda_capacity(max_running)
-            state_pool = model.kda_pool
-        self.sched = Scheduler(self.alloc, int(kv.get("chunked_prefill_size", -1)), max_running, state_pool)
-        self.hicache = HiCache.from_launch_config(launch_cfg, self.alloc, self.pool, ps.dcp, state_pool)
-        self.sched.cache = self.hicache           # None unless launch_cfg["hicache"]
+        self.decisions = cfg.decisions
+        self.dp_size = cfg.topology.attn_dp_size
+        self.device = torch.device(cfg.device)
+        self.eos = set(cfg.eos_token_ids)
+        layers, self.v_dim, row = latent_dims(model)
+        self.alloc = VirtualAllocator(kv.capacity_tokens, kv.page_size, ps.dcp.size)
+        sizes = list(cfg.cuda_graph.batch_sizes) if cfg.cuda_graph is not None else []
+        self.trash_slot = self.alloc.num_pages * kv.page_size   # a spare page: decode graphs write pad rows there
+        self.pool = KVPool(layers, (self.alloc.num_pages + int(bool(sizes))) * kv.page_size, row,
+                           DTYPES[cfg.model.dtype], self.device)
+        self.state_pool = state_pool(model, kv.max_running_requests)  # hybrids: request-indexed KDA state
+        self.sched = Scheduler(self.alloc, kv.chunked_prefill_size, kv.max_running_requests, self.state_pool)
+        self.hicache = HiCache.from_section(cfg.hicache, self.alloc, self.pool, kv.page_size, ps.dcp, self.state_pool)
+        self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
-        self.spec = make_speculative(launch_cfg, self)  # None unless launch_cfg["speculative"]
-        off = why_not(model, self.spec, list(graph["batch_sizes"]))
+        self.spec = make_speculative(cfg.speculative, self, kv.page_size)  # None without a `speculative` section
+        off = why_not(model, self.spec, sizes)
         if off:
             note_once(off)
-        self.graphs = GraphDecode(self, graph["batch_sizes"], graph["reason"]) \
-            if graph["batch_sizes"] and not off else None   # captured by warm_up()
+        self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
         self.busy = False                        # whether any replica ran the last step
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
@@ -122,17 +107,67 @@ class Engine:
         progress(done, total) is called as this replica's requests finish (a CLI progress bar)."""
         for i, req in enumerate(requests):
             self.submit(i, req["prompt_ids"], SamplingParams.from_dict(req))
-        self._results, steps = {}, 0
+        self._results = {}
         mine = sum(self.owns(i) for i in range(len(requests)))
-        while True:
-            self.step()
-            if progress is not None:
-                progress(len(self._results), mine)
-            if not self.busy:
-                break
-            steps += 1
+        results = self._results
+        steps = self.drain(None if progress is None else lambda: progress(len(results), mine))
         self.alloc.check_integrity()   # once per run: every slot's owner (finish checks page counts only)
-        return self._collect(len(requests), steps)
+        outputs, parts = self.collect(self._results if self.ps.attn_tp.rank == 0 else {}, len(requests))
+        stats = {"kv_rows_per_rank": [p[1] for p in parts], "kv_bytes_read_per_rank": [p[2] for p in parts],
+                 "steps": steps}
+        if self.spec:
+            stats["spec"] = summarize([p[3] for p in parts], self.spec.k)
+        return {"outputs": outputs, "stats": stats}
+
+    def drain(self, after_step: Callable[[], None] | None = None,
+              before_step: Callable[[], None] | None = None) -> int:
+        """Step until no replica has work; returns the steps that ran a batch (the batch runner of plain and PD)."""
+        steps = 0
+        while True:
+            if before_step is not None:
+                before_step()
+            self.step()
+            if after_step is not None:
+                after_step()
+            if not self.busy:
+                return steps
+            steps += 1
+
+    def collect(self, results: dict[int, dict], n: int) -> tuple[list[dict], list[RankPart]]:
+        """Every rank: requests 0..n-1's results (each given by one rank) and every rank's counters, in rank order."""
+        mine: RankPart = (results, self.kv_rows, self.kv_bytes_read, self.spec.counters if self.spec else None)
+        parts: list[Any] = [mine]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            parts = [None] * dist.get_world_size()
+            dist.all_gather_object(parts, mine)
+        done = {k: v for p in parts for k, v in p[0].items()}
+        missing = sorted(set(range(n)) - set(done))
+        if missing:
+            raise RuntimeError(f"requests {missing} produced no result")
+        return [done[i] for i in range(n)], parts
+
+    def adopt(self, seq: Sequence, rows: Tensor | None) -> bool:
+        """Run a request whose prompt KV was computed elsewhere (PD decode); False when its pages do not fit.
+
+        rows: [layers, n, R], this rank's rows of the prompt positions it owns, in position order."""
+        if not self.alloc.can_allocate(seq.max_kv):
+            return False
+        slots = self.alloc.allocate(seq.rid, seq.max_kv)
+        c, r = self.ps.dcp.size, self.ps.dcp.rank
+        phys = [slots[p] // c for p in range(r, len(seq.prompt), c)]
+        if phys:
+            idx = torch.tensor(phys, dtype=torch.int64, device=self.pool.kv.device)
+            self.pool.kv.index_copy_(1, idx, rows.to(self.pool.kv.dtype))
+        self.sched.adopt(seq)
+        return True
+
+    def owned_prompt_rows(self, seq: Sequence) -> Tensor:
+        """[layers, n, R]: this rank's KV rows of seq's prompt positions it owns, in position order (PD prefill)."""
+        c, r = self.ps.dcp.size, self.ps.dcp.rank
+        slots = self.alloc.slots(seq.rid)
+        phys = torch.tensor([slots[p] // c for p in range(r, len(seq.prompt), c)], dtype=torch.int64,
+                            device=self.pool.kv.device)
+        return self.pool.kv.index_select(1, phys)
 
     def warm_up(self, progress: Progress | None = None, prompts: bool = False) -> None:
         """Before serving: capture the decode graphs and (prompts=True) run two short requests per replica,
@@ -199,23 +234,26 @@ class Engine:
     def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:
         # logits: [N, V] for the N sequences that produce a token this step
         toks, lps = self.sampler(logits, seqs)
-        toks = self._broadcast(toks)
+        toks = self.broadcast(toks)
         return [self.record(seq, tok, lp) for seq, tok, lp in zip(seqs, toks, lps)]
 
     def record(self, seq: Sequence, tok: int, lp: float) -> Event:
         """Append one emitted token; at EOS or max_new_tokens the request finishes (pages freed)."""
         seq.output.append(tok)
         seq.logprobs.append(lp)
-        if tok in self.eos and not seq.params.ignore_eos:
-            seq.finish_reason = "stop"
-        elif len(seq.output) >= seq.params.max_new_tokens:
-            seq.finish_reason = "length"
+        seq.finish_reason = self.stop_reason(seq)
         if seq.finish_reason:
             self._finish(seq)
         return Event(seq.rid, tok, lp, seq.finish_reason)
 
-    def _broadcast(self, toks: list[int]) -> list[int]:
-        # the replica's first rank decides; others already agree, this only guards against drift
+    def stop_reason(self, seq: Sequence) -> str:
+        """"stop" when the last output token is EOS, "length" at max_new_tokens, else ""."""
+        if seq.output[-1] in self.eos and not seq.params.ignore_eos:
+            return "stop"
+        return "length" if len(seq.output) >= seq.params.max_new_tokens else ""
+
+    def broadcast(self, toks: list[int]) -> list[int]:
+        """Token ids as the replica's first rank has them (ranks must feed equal ids; this guards against drift)."""
         if self.ps.attn_tp.size == 1:
             return toks
         t = torch.tensor(toks, dtype=torch.int64, device=self.device)
@@ -233,21 +271,3 @@ class Engine:
         self.sampler.forget(seq.rid)
         if self.spec:
             self.spec.release(seq)
-
-    def _collect(self, n: int, steps: int) -> dict:
-        done = self._results or {}
-        mine = (done if self.ps.attn_tp.rank == 0 else {}, self.kv_rows, self.kv_bytes_read,
-                self.spec.counters if self.spec else None)
-        parts = [mine]
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            parts = [None] * dist.get_world_size()
-            dist.all_gather_object(parts, mine)
-        done = {k: v for p in parts for k, v in p[0].items()}
-        missing = sorted(set(range(n)) - set(done))
-        if missing:
-            raise RuntimeError(f"requests {missing} produced no result")
-        stats = {"kv_rows_per_rank": [p[1] for p in parts], "kv_bytes_read_per_rank": [p[2] for p in parts],
-                 "steps": steps}
-        if self.spec:
-            stats["spec"] = summarize([p[3] for p in parts], self.spec.k)
-        return {"outputs": [done[i] for i in range(n)], "stats": stats}

@@ -11,14 +11,15 @@ another; each rank moves only its own rows, see kv/host_tier.py):
   (H2D from the host, or a device copy from a held page) and prefill starts after it.  At least the
   last prompt token is always computed, so its logits exist.
 
-Launch config: `hicache: {host_pages: N}` (N >= 0 pages of P local rows per rank).  Refused with
-`speculative` and with a PD decode instance (DESIGN section 5) and with request-indexed state
-(hybrid KDA models), whose prefill cannot be skipped.
+Launch config: `hicache: {host_pages: N}` (N >= 0 pages of P local rows per rank).  The launch
+config refuses it with `speculative` and on a PD decode instance (DESIGN section 5); here it is
+refused with request-indexed state (hybrid KDA models), whose prefill cannot be skipped.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from dcpctl.contract.launch_config import HiCacheSection
 from dcpctl.runtime.engine.request import Sequence
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.host_tier import HostTier
@@ -28,20 +29,7 @@ from dcpctl.runtime.parallel import Axis
 
 
 class HiCacheError(ValueError):
-    """The launch config asks for the host tier together with something it cannot compose with."""
-
-
-def check_composition(launch_cfg: dict, state_pool: Any = None) -> None:
-    """Raise HiCacheError when the tier is combined with speculative decoding, PD decode or KDA state."""
-    if launch_cfg.get("speculative"):
-        raise HiCacheError("hicache (HiCache L2 host tier) is not supported together with speculative "
-                           "decoding (launch config has both `hicache` and `speculative`)")
-    if launch_cfg.get("disaggregation_mode") == "decode":
-        raise HiCacheError("hicache (HiCache L2 host tier) is not supported on a PD decode instance "
-                           "(disaggregation_mode: decode uses the chunk cache)")
-    if state_pool is not None:
-        raise HiCacheError("hicache needs every layer's state in the paged KV; this model keeps "
-                           "request-indexed KDA state, so a cached prefix cannot skip prefill")
+    """The host tier cannot serve this model (request-indexed state)."""
 
 
 class HiCache:
@@ -52,15 +40,17 @@ class HiCache:
         self.hit_tokens = 0       # prompt tokens restored instead of prefilled
 
     @staticmethod
-    def from_launch_config(launch_cfg: dict, alloc: VirtualAllocator, pool: KVPool, dcp: Axis,
-                           state_pool: Any = None) -> "HiCache | None":
-        """The controller for launch_cfg["hicache"], or None when the section is absent."""
-        section = launch_cfg.get("hicache")
+    def from_section(section: HiCacheSection | None, alloc: VirtualAllocator, pool: KVPool, page_size: int,
+                     dcp: Axis, state_pool: Any = None) -> "HiCache | None":
+        """The controller for the launch config's `hicache` section, or None when it has none.
+
+        Which sections compose is the launch config's rule (LaunchConfig); the model's own state is checked here."""
         if section is None:
             return None
-        check_composition(launch_cfg, state_pool)
-        host_pages = int(section.get("host_pages", 0))
-        return HiCache(alloc, pool, int(launch_cfg["kv"]["page_size"]), dcp, host_pages)
+        if state_pool is not None:
+            raise HiCacheError("hicache needs every layer's state in the paged KV; this model keeps "
+                               "request-indexed KDA state, so a cached prefix cannot skip prefill")
+        return HiCache(alloc, pool, page_size, dcp, section.host_pages)
 
     # -- scheduler hooks -------------------------------------------------------------------------
     def keep(self, seq: Sequence) -> set[int]:

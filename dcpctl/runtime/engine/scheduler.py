@@ -61,6 +61,10 @@ class Scheduler:
             raise SchedulerError(f"request {seq.rid}: needs {self.alloc.pages_for(seq.max_kv)} pages, "
                                  f"free_pages = {self.alloc.free_pages}, nothing running to free more")
 
+    def adopt(self, seq: Sequence) -> None:
+        """Run an already-allocated request at once, bypassing the queue (PD decode: its prompt KV arrived)."""
+        self.running.append(seq)
+
     def _can_allocate(self, num_tokens: int) -> bool:
         if self.alloc.can_allocate(num_tokens):
             return True

@@ -28,19 +28,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dcpctl.contract.launch_config import Decisions, SpeculativeSection
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.engine.events import Event
+from dcpctl.runtime.engine.model import latent_dims
 from dcpctl.runtime.engine.request import Sequence
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis, ParallelState
 from dcpctl.runtime.sampling import greedy
 
-ALGORITHMS = ("STANDALONE",)
+# the draft runs unsharded (dcp 1): no exchange, no replicated query; the local attention's LSE in base e
+DRAFT_DECISIONS = Decisions(dcp_comm_backend="ag_rs", dcp_replicate_q_proj=False, lse_base="e")
 
 
 class SpecConfigError(ValueError):
-    """The launch config's `speculative` section cannot run on the bundled runtime."""
+    """The launch config's `speculative` section cannot run with this target model."""
 
 
 @dataclass
@@ -55,29 +58,19 @@ class SpecCounters:
     draft_rows: int = 0      # draft KV rows held by finished requests on this rank (never striped)
 
 
-def make_speculative(launch_cfg: dict, engine: Any) -> "SpecDecoder | None":
-    """The engine's speculative decoder from launch_cfg["speculative"], or None when absent."""
-    spec = launch_cfg.get("speculative")
-    if not spec:
+def make_speculative(section: SpeculativeSection | None, engine: Any, page_size: int) -> "SpecDecoder | None":
+    """The engine's speculative decoder for the launch config's `speculative` section, or None without one."""
+    if section is None:
         return None
-    algo = spec.get("algorithm")
-    if algo not in ALGORITHMS:
-        raise SpecConfigError(f"speculative algorithm {algo!r}: the bundled runtime supports "
-                              f"{', '.join(ALGORITHMS)} only")
-    k = int(spec.get("num_draft_tokens") or 0)
-    if k < 1:
-        raise SpecConfigError(f"speculative num_draft_tokens ({k}) must be >= 1")
-    if not spec.get("draft_model_path"):
-        raise SpecConfigError("speculative algorithm STANDALONE needs draft_model_path")
-    if getattr(engine.model, "kda_pool", None) is not None:
+    if engine.state_pool is not None:
         raise SpecConfigError("speculative decoding needs a pure-MLA target: KDA state cannot roll back "
                               "rejected candidates")
     from dcpctl.runtime.models import load_model  # heavy; import late
-    draft = load_model(spec["draft_model_path"], ParallelState.single(), {}, engine.pool.kv.dtype, engine.device)
+    draft = load_model(section.draft_model_path, ParallelState.single(), False, engine.pool.kv.dtype,
+                       engine.device)
     _check_vocab(engine.model, draft)
-    kv = launch_cfg["kv"]
-    return SpecDecoder(draft, k, engine.alloc.virtual_capacity, int(kv["page_size"]), engine.pool.kv.dtype,
-                       engine.device, lead=engine.ps.attn_tp.rank == 0)
+    return SpecDecoder(draft, section.num_draft_tokens, engine.alloc.virtual_capacity, page_size,
+                       engine.pool.kv.dtype, engine.device, lead=engine.ps.attn_tp.rank == 0)
 
 
 def _check_vocab(target: Any, draft: Any) -> None:
@@ -92,9 +85,8 @@ class SpecDecoder:
 
     def __init__(self, draft: Any, k: int, capacity_tokens: int, page_size: int, dtype: torch.dtype,
                  device: torch.device, lead: bool = True) -> None:
-        from dcpctl.runtime.engine.engine import model_dims
         self.draft, self.k, self.device, self.lead = draft, k, device, lead
-        layers, self.v_dim, row = model_dims(draft)
+        layers, self.v_dim, row = latent_dims(draft)
         # every rank holds the draft rows of every virtual target token: capacity C * dcp, unsplit
         self.alloc = VirtualAllocator(capacity_tokens, page_size, 1)
         self.pool = KVPool(layers, self.alloc.num_pages * page_size, row, dtype, device)
@@ -122,12 +114,12 @@ class SpecDecoder:
         """Propose, verify in one target forward, accept, roll back; this replica's events."""
         seqs = [engine.sched.seq(ch.rid) for ch in chunks]
         k = self.k
-        flat = engine._broadcast([t for d in self.propose(seqs) for t in d])  # ranks must feed equal ids
+        flat = engine.broadcast([t for d in self.propose(seqs) for t in d])  # ranks must feed equal ids
         drafts = [flat[i * k:(i + 1) * k] for i in range(len(seqs))]
         logits = self._verify_forward(engine, seqs, drafts)   # [B * (K + 1), V]
         picks = [self._choose(engine.sampler, logits[i * (k + 1):(i + 1) * (k + 1)], s, d)
                  for i, (s, d) in enumerate(zip(seqs, drafts))]
-        toks = engine._broadcast([t for p in picks for t in p[0] + [-1] * (k + 1 - len(p[0]))])
+        toks = engine.broadcast([t for p in picks for t in p[0] + [-1] * (k + 1 - len(p[0]))])
         c = self.counters
         c.target_steps += int(self.lead)
         events: list[Event] = []
@@ -162,7 +154,7 @@ class SpecDecoder:
 
     def _draft_forward(self, chunks: list[SeqChunk], ids: list[int]) -> list[int]:
         # chunks' tokens -> the draft's greedy next token after each chunk's last row
-        ctx = build_context(self.alloc, self.pool, self.axis, {}, chunks, self.v_dim)
+        ctx = build_context(self.alloc, self.pool, self.axis, DRAFT_DECISIONS, chunks, self.v_dim)
         hidden = self.draft.forward(torch.tensor(ids, dtype=torch.int64, device=self.device), ctx.positions, ctx)
         last = torch.tensor(ctx.layout.q_bounds[1:], dtype=torch.int64, device=hidden.device) - 1
         return greedy(self.draft.logits(hidden.index_select(0, last))).tolist()

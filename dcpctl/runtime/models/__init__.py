@@ -1,6 +1,6 @@
 """DeepSeek-V2/V3, Kimi K2 and Kimi Linear (hybrid MLA + KDA) in absorbed-MLA form, TP/EP/attention-DP sharded.
 
-    load_model(path, ps, decisions, dtype, device, progress=None) -> DeepseekModel | KimiLinearModel
+    load_model(path, ps, replicate_q, dtype, device, progress=None) -> DeepseekModel | KimiLinearModel
     DeepseekModel.forward(input_ids [T], positions [T], ctx) -> hidden [T, D]
     DeepseekModel.logits(hidden [T, D]) -> [T, vocab]
     read_config(path) -> MlaConfig;  ModelLoadError for anything the runtime cannot load

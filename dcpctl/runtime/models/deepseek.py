@@ -51,6 +51,7 @@ class DeepseekModel:
     def __init__(self, cfg: MlaConfig, ps: ParallelState, s: Shards, embed: Tensor, lm_head: Tensor,
                  norm: Tensor, layers: list[Layer], rotary: Rotary):
         self.cfg, self.ps, self.shards = cfg, ps, s
+        self.kv_layers = cfg.num_layers  # KV-pool layers (hybrids: only the MLA layers)
         self.embed, self.lm_head, self.norm = embed, lm_head, norm  # vocab rows [vocab_start, vocab_end)
         self.layers, self.rotary = layers, rotary
         self.dtype, self.device = norm.dtype, norm.device

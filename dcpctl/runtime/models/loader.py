@@ -1,6 +1,6 @@
 """Build a sharded DeepseekModel (or KimiLinearModel) from a Hugging Face checkpoint directory.
 
-    load_model(path, ps: ParallelState, decisions: dict, dtype: torch.dtype, device,
+    load_model(path, ps: ParallelState, replicate_q: bool, dtype: torch.dtype, device,
                progress: Callable[[int, int], None] | None = None) -> DeepseekModel
 
 Dispatches on model_type / architectures: DeepSeek-V2/V3 and Kimi K2 build a DeepseekModel,
@@ -9,7 +9,7 @@ Block-wise fp8 checkpoints (DeepSeek-V3 / Kimi K2 releases) keep their linear la
 with e4m3 tensor cores (quant.fp8_compute decides, once, with a note) and are dequantized to `dtype`
 per shard at load elsewhere; kv_b_proj is always dequantized (absorbed MLA splits it).
 
-`decisions` is the launch config's `decisions` mapping; only `dcp_replicate_q_proj` matters here.
+`replicate_q` is the launch config's decisions.dcp_replicate_q_proj (the DCP group's query computed locally).
 `progress(done, total)` is called once per safetensors file read. Raises ModelLoadError for an
 unsupported config, a missing shard file or tensor, or a tensor whose shape disagrees with config.
 MTP layers stored after `num_hidden_layers` are never read.
@@ -33,10 +33,10 @@ from dcpctl.runtime.models.ops import upcast_dtype
 from dcpctl.runtime.models.quant import fp8_compute, read_quantization
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
-from dcpctl.runtime.models.shards import Shards, plan_shards, replicate_q_decision
+from dcpctl.runtime.models.shards import Shards, plan_shards
 from dcpctl.runtime.parallel import ParallelState
 
-def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torch.dtype,
+def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: torch.dtype,
                device: torch.device | str = "cpu",
                progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False,
                kda_max_requests: int | None = None, keep_fp8: bool | None = None) -> DeepseekModel:
@@ -47,19 +47,21 @@ def load_model(path: str | Path, ps: ParallelState, decisions: dict, dtype: torc
     kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
     replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models.
     keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes."""
+    if not isinstance(replicate_q, bool):
+        raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
     raw, file = read_language_model(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if is_kimi_linear(raw):
         hc = parse_kimi_linear(raw, file)
         ckpt = Checkpoint(path)
-        s = plan_shards(hc.mla, ps, replicate_q_decision(decisions))
+        s = plan_shards(hc.mla, ps, replicate_q)
         return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
                                 kda_max_requests or DEFAULT_KDA_REQUESTS)
     cfg = parse_config(raw, file)
     quant = read_quantization(raw, file)
     ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
-    s = plan_shards(cfg, ps, replicate_q_decision(decisions))
+    s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
     rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)

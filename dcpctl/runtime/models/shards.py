@@ -43,11 +43,6 @@ def split(n: int, parts: int, idx: int, what: str, over: str) -> tuple[int, int]
     return idx * size, (idx + 1) * size
 
 
-def replicate_q_decision(decisions: dict) -> bool:
-    value = (decisions or {}).get("dcp_replicate_q_proj", False)
-    return bool(value.get("value") if isinstance(value, dict) else value)
-
-
 def plan_shards(cfg: MlaConfig, ps: ParallelState, replicate_q: bool) -> Shards:
     attn_tp, r = ps.attn_tp.size, ps.attn_tp.rank
     h0, h1 = split(cfg.num_heads, attn_tp, r, "num_attention_heads", "attn_tp")

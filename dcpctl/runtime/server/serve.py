@@ -7,30 +7,21 @@ rank 0 (which torchrun signals too) ends the loop for everyone within one idle w
 """
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from dcpctl.runtime.engine.engine import DTYPES, Engine
+from dcpctl.contract.fields import LaunchConfigError
+from dcpctl.contract.launch_config import LaunchConfig
+from dcpctl.contract.serve import ServeOptions
+from dcpctl.runtime.boot import build_state, load_target, progress_lines
+from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.notes import stderr_line
 from dcpctl.runtime.server.control import control_group
 from dcpctl.runtime.server.loop import run_loop
 
 FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long before exiting
-DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
-            "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None,
-            "allowed_hosts": []}
-
-
-def model_limits(path: str | Path) -> tuple[int, int]:
-    """(vocab_size, max_position_embeddings) from config.json (text_config for wrappers)."""
-    cfg = json.loads((Path(path) / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)
-    return int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 4096))
 
 
 def allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
@@ -47,18 +38,16 @@ def failure_reason(e: BaseException) -> str:
     return f"the engine stopped ({what}); the server log has the detail"
 
 
-def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
+def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
     """Every rank: load, then run the lockstep loop until shutdown; returns the steps run."""
-    from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.worker import build_state, eos_token_id, progress_lines
-    opts = DEFAULTS | {k: v for k, v in opts.items() if v is not None}
+    if cfg.kv.max_running_requests is None or cfg.limits is None or cfg.limits.vocab_size is None:
+        raise LaunchConfigError("serving needs kv.max_running_requests and a checkpoint with a config.json "
+                                "(render the launch config with `dcpctl launch --dry-run`)")
     ps = build_state(cfg)
-    group = control_group(cfg.get("dist_backend", "gloo"))
-    path = cfg["model"]["path"]
+    group = control_group(cfg.dist_backend)
     if model is None:
-        model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
-                           torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if ps.rank == 0 else None)
-    engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
+        model = load_target(cfg, ps, progress_lines("loading") if ps.rank == 0 else None)
+    engine = Engine(model, ps, cfg)
     engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True)  # before the ready line
     if ps.rank != 0:
         _on_signals(lambda: None)
@@ -71,16 +60,16 @@ def _on_signals(fn: Any) -> None:
         signal.signal(sig, lambda *_: fn())
 
 
-def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) -> int:
+def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptions) -> int:
     from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
-    path = cfg["model"]["path"]
-    vocab, context = model_limits(path)
-    kda = getattr(engine.model, "kda_pool", None)
-    spec = FrontendSpec(opts["host"], int(opts["port"]), opts["api_key"], int(opts["max_request_bytes"]),
-                        allowed_hosts(opts["host"], opts["allowed_hosts"]), opts["served_model_name"] or Path(path).name,
-                        str(path), vocab, context, engine.alloc.virtual_capacity, engine.ps.attn_tp.size,
-                        int(opts["max_running_requests"]) + int(opts["max_queued_requests"]), kda is not None,
-                        int(time.time()))
+    path, limits = cfg.model.path, cfg.limits
+    assert cfg.kv.max_running_requests is not None and limits is not None and limits.vocab_size is not None  # serve()
+    kda = engine.state_pool
+    spec = FrontendSpec(opts.host, opts.port, opts.api_key, opts.max_request_bytes,
+                        allowed_hosts(opts.host, list(opts.allowed_hosts)), opts.served_model_name or Path(path).name,
+                        str(path), limits.vocab_size, limits.max_position_embeddings, engine.alloc.virtual_capacity,
+                        engine.ps.attn_tp.size, cfg.kv.max_running_requests + opts.max_queued_requests,
+                        kda is not None, int(time.time()))
     front = Frontend(spec)      # HTTP in its own process (frontend.py says why)
     _on_signals(lambda: setattr(front, "stop_requested", True))
 
