@@ -177,8 +177,10 @@ class Engine:
         if prompts and self.device.type == "cuda":
             cap = min(self.alloc.virtual_capacity, 1 << 20) - 2
             # one batch of an even and one of an odd token count: Triton compiles separate variants for integer
-            # arguments divisible by 16 (row strides scale with the batch's tokens) and for the rest
-            for n in (128, 37):
+            # arguments divisible by 16 (row strides scale with the batch's tokens) and for the rest; then a
+            # long chunk, so the GEMM kernels of large prefill batches are chosen and loaded before ready too
+            chunk = self.sched.chunk_size if self.sched.chunk_size < 1 << 62 else 1024
+            for n in (128, 37, min(1024, chunk)):
                 self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(max(1, min(n, cap)))],
                                 "max_new_tokens": 2} for i in range(self.dp_size)])
             self.kv_rows = self.kv_bytes_read = 0
