@@ -29,7 +29,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.triton_mla import (MAX_PADDED, MLAOut, kernel_takes, mla_decode, mla_decode_reference,
                                                  triton_available)
-from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned, physical, virtual_slot
 from dcpctl.runtime.notes import note_once
 
 PATHS = ("auto", "paged", "layout")
@@ -55,9 +55,9 @@ def _chunk_rows(pages: list[int], ch: SeqChunk, row0: int, rank: int, c: int, pa
     # owned new positions of one chunk -> (batch rows, physical slots); O(num_tokens)
     rows, slots = [], []
     wide = page * c
-    for p in range(ch.start + (rank - ch.start) % c, ch.start + ch.num_tokens, c):
+    for p in owned(ch.start, ch.start + ch.num_tokens, rank, c):
         rows.append(row0 + p - ch.start)
-        slots.append(pages[p // wide] * page + (p % wide) // c)
+        slots.append(physical(virtual_slot(pages, p, wide), c))
     return rows, slots
 
 

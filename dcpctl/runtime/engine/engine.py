@@ -24,7 +24,7 @@ from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
-from dcpctl.runtime.kv.allocator import VirtualAllocator
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import ParallelState
 
@@ -189,7 +189,7 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> None:
         c, r = self.ps.dcp.size, self.ps.dcp.rank
-        self.kv_rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
+        self.kv_rows += local_len(seq.computed, r, c)  # the rows this rank owns of the computed positions
         if self._results is not None:
             self._results[seq.rid] = seq.result()
         for hook in self.finish_hooks:

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from dcpctl.runtime.engine.engine import DTYPES, Engine
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
+from dcpctl.runtime.kv.allocator import owned_rows
 from dcpctl.runtime.parallel import GROUP_KINDS, ParallelState
 from dcpctl.runtime.pd.plan import PDError, Transfer, dcp_infos, plan_transfers, transfer_path
 
@@ -99,7 +100,7 @@ def _prefill(engine: Engine, requests: list[dict], params: list[SamplingParams])
 
     def keep(seq: Sequence) -> None:
         slots = engine.alloc.slots(seq.rid)
-        phys = torch.tensor([slots[p] // c for p in range(r, len(seq.prompt), c)], dtype=torch.int64,
+        phys = torch.tensor(owned_rows(slots, 0, len(seq.prompt), r, c), dtype=torch.int64,
                             device=engine.pool.kv.device)
         # the sampled request's random stream continues on decode
         stash[seq.rid] = (engine.pool.kv.index_select(1, phys), seq.output[0], seq.logprobs[0],
@@ -177,7 +178,7 @@ def _admit(engine: Engine, pending: list[Sequence], rows: dict[int, torch.Tensor
     while pending and engine.alloc.can_allocate(pending[0].max_kv):
         seq = pending.pop(0)
         slots = engine.alloc.allocate(seq.rid, seq.max_kv)
-        phys = [slots[p] // c for p in range(r, len(seq.prompt), c)]
+        phys = owned_rows(slots, 0, len(seq.prompt), r, c)
         if phys:
             idx = torch.tensor(phys, dtype=torch.int64, device=engine.pool.kv.device)
             engine.pool.kv.index_copy_(1, idx, rows[seq.rid].to(engine.pool.kv.dtype))

@@ -84,7 +84,8 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
                       getattr(engine.model, "kda_pool", None))
     state = ServerState(bridge, load_tokenizer(path), opts["served_model_name"] or Path(path).name, vocab, context,
                         engine.alloc.virtual_capacity, metrics, opts["api_key"], int(opts["max_request_bytes"]),
-                        int(time.time()), allowed_hosts=allowed_hosts(opts["host"], opts["allowed_hosts"]))
+                        int(time.time()), allowed_hosts=allowed_hosts(opts["host"], opts["allowed_hosts"]),
+                        kv_extra=engine.spec.kv_extra if engine.spec else 0)
     http = HttpServer(build_app(state), opts["host"], int(opts["port"])).start()
     _on_signals(lambda: setattr(bridge, "stop_requested", True))
     stderr_line(f"dcpctl-ready {http.url}")
