@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from dcpctl.plan.hf_config import eos_token_ids
 from dcpctl.runtime.engine.engine import DTYPES, Engine
 from dcpctl.runtime.notes import stderr_line
 from dcpctl.runtime.parallel import ParallelState
@@ -49,17 +50,6 @@ def build_state(cfg: dict) -> ParallelState:
     return ps
 
 
-def eos_token_id(model_path: str | Path) -> Any:
-    """eos_token_id from generation_config.json, else config.json (int, list or None)."""
-    for name in ("generation_config.json", "config.json"):
-        f = Path(model_path) / name
-        if f.exists():
-            eos = json.loads(f.read_text()).get("eos_token_id")
-            if eos is not None:
-                return eos
-    return None
-
-
 def progress_lines(what: str) -> Callable[[int, int], None]:
     """A progress callback printing `dcpctl-progress WHAT done/total` lines (the launcher draws the bar)."""
     def report(done: int, total: int) -> None:
@@ -74,13 +64,13 @@ def run_worker(cfg: dict, requests: list, model: Any = None, show_progress: bool
     from dcpctl.runtime.models import load_model  # the model package is heavy; import late
     if "disaggregation" in cfg:  # a prefill and a decode instance in one world (docs/pd.md)
         from dcpctl.runtime.pd.driver import run_pd
-        return run_pd(cfg, requests, eos_token_id=eos_token_id(cfg["model"]["path"]))
+        return run_pd(cfg, requests, eos_token_id=eos_token_ids(cfg["model"]["path"]))
     ps = build_state(cfg)
     report = show_progress and ps.rank == 0
     if model is None:
         model = load_model(cfg["model"]["path"], ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
                            torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if report else None)
-    engine = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]))
+    engine = Engine(model, ps, cfg, eos_token_ids(cfg["model"]["path"]))
     return engine.generate(requests, progress=progress_lines("requests") if report else None)
 
 

@@ -28,13 +28,14 @@ def _cfg(path, world, dcp, backend="a2a"):
 def _run(rank, world, cfg, max_running):
     from dcpctl.runtime.engine.engine import Engine
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.worker import build_state, eos_token_id
+    from dcpctl.plan.hf_config import eos_token_ids
+    from dcpctl.runtime.worker import build_state
     import torch
     if max_running is None:
         return run_worker(cfg, REQUESTS)
     ps = build_state(cfg)
     model = load_model(cfg["model"]["path"], ps, cfg["decisions"], torch.float64, "cpu")
-    eng = Engine(model, ps, cfg, eos_token_id(cfg["model"]["path"]), max_running=max_running)
+    eng = Engine(model, ps, cfg, eos_token_ids(cfg["model"]["path"]), max_running=max_running)
     out = eng.generate(REQUESTS)
     return out, model.kda_pool.slots, model.kda_pool.used, eng.alloc.free_pages == eng.alloc.num_pages
 

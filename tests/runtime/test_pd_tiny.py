@@ -10,7 +10,8 @@ from dcpctl.plan.planner import make_plan
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.topology import Topology
 from dcpctl.runtime.pd.driver import run_pd
-from dcpctl.runtime.worker import eos_token_id, run_worker
+from dcpctl.plan.hf_config import eos_token_ids
+from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
 from tests.plan.helpers import hw
 from tests.runtime.test_engine_tiny import REQUESTS, _cfg
@@ -26,7 +27,7 @@ def _plan(tp, dcp, mode, peer, page=2):
 
 
 def _run_pd(rank, world, cfg):
-    return run_pd(cfg, REQUESTS, eos_token_id=eos_token_id(cfg["model"]["path"]))
+    return run_pd(cfg, REQUESTS, eos_token_id=eos_token_ids(cfg["model"]["path"]))
 
 
 def _run_plain(rank, world, cfg):

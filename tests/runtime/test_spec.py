@@ -16,7 +16,8 @@ from dcpctl.plan.model import spec_from_path
 from dcpctl.runtime.engine import Engine, SamplingParams
 from dcpctl.runtime.engine.spec import SpecConfigError
 from dcpctl.runtime.models import load_model
-from dcpctl.runtime.worker import build_state, eos_token_id
+from dcpctl.plan.hf_config import eos_token_ids
+from dcpctl.runtime.worker import build_state
 from tests.dist import run_ranks
 from tests.runtime.test_engine import _expected_rows, launch_cfg
 
@@ -56,7 +57,7 @@ def _cfg(world, dcp, dp=1, backend="ag_rs", rep_q=False, page=2, draft=None, k=3
 def _engine(cfg, eos=None):
     ps = build_state(cfg)
     model = load_model(cfg["model"]["path"], ps, cfg["decisions"], torch.float64)
-    return Engine(model, ps, cfg, eos if eos is not None else eos_token_id(cfg["model"]["path"]))
+    return Engine(model, ps, cfg, eos if eos is not None else eos_token_ids(cfg["model"]["path"]))
 
 
 def _run(rank, world, cfg, requests, eos=None):

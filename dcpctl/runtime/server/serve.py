@@ -7,7 +7,6 @@ rank 0 (which torchrun signals too) ends the loop for everyone within one idle w
 """
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import torch
 
+from dcpctl.plan.hf_config import eos_token_ids, read_hf_config
 from dcpctl.runtime.engine.engine import DTYPES, Engine
 from dcpctl.runtime.notes import stderr_line
 from dcpctl.runtime.server.control import control_group
@@ -24,13 +24,6 @@ FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long befor
 DEFAULTS = {"host": "127.0.0.1", "port": 30000, "api_key": None, "max_running_requests": 64,
             "max_queued_requests": 256, "max_request_bytes": 1 << 20, "served_model_name": None,
             "allowed_hosts": []}
-
-
-def model_limits(path: str | Path) -> tuple[int, int]:
-    """(vocab_size, max_position_embeddings) from config.json (text_config for wrappers)."""
-    cfg = json.loads((Path(path) / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)
-    return int(cfg["vocab_size"]), int(cfg.get("max_position_embeddings", 4096))
 
 
 def allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
@@ -50,7 +43,7 @@ def failure_reason(e: BaseException) -> str:
 def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
     """Every rank: load, then run the lockstep loop until shutdown; returns the steps run."""
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.worker import build_state, eos_token_id, progress_lines
+    from dcpctl.runtime.worker import build_state, progress_lines
     opts = DEFAULTS | {k: v for k, v in opts.items() if v is not None}
     ps = build_state(cfg)
     group = control_group(cfg.get("dist_backend", "gloo"))
@@ -58,7 +51,7 @@ def serve(cfg: dict, opts: dict[str, Any], model: Any = None) -> int:
     if model is None:
         model = load_model(path, ps, cfg.get("decisions", {}), DTYPES[cfg["model"]["dtype"]],
                            torch.device(cfg.get("device", "cpu")), progress=progress_lines("loading") if ps.rank == 0 else None)
-    engine = Engine(model, ps, cfg, eos_token_id(path), max_running=int(opts["max_running_requests"]))
+    engine = Engine(model, ps, cfg, eos_token_ids(path), max_running=int(opts["max_running_requests"]))
     if ps.rank != 0:
         _on_signals(lambda: None)
         return run_loop(engine, group, None)
@@ -78,7 +71,7 @@ def _serve_rank0(engine: Engine, group: Any, cfg: dict, opts: dict[str, Any]) ->
     from dcpctl.runtime.server.metrics import Metrics
     from dcpctl.runtime.tokenizer import load_tokenizer
     path = cfg["model"]["path"]
-    vocab, context = model_limits(path)
+    vocab, context = read_hf_config(path).limits()
     bridge = Bridge(int(opts["max_running_requests"]) + int(opts["max_queued_requests"]))
     metrics = Metrics(engine.ps.attn_tp.size, lambda: engine.exchange_seconds,
                       getattr(engine.model, "kda_pool", None))
