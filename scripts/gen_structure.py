@@ -8,7 +8,7 @@ Each fact below is one function (or one table) that every caller uses, so a chan
 | --- | --- | --- |
 | reading config.json (and generation_config.json's EOS ids) | `plan/hf_config.py` `read_hf_config` / `parse_hf_config`, defaults and aliases in `plan/hf_defaults.py`, layer kinds in `plan/hf_layers.py` | the planner (`plan/model.py` ModelSpec = a projection), the runtime (`runtime/models/config.py` MlaConfig, `kimi_config.py` HybridConfig), `server/serve.py` (`limits()`), `worker.py` (`eos_token_ids`) |
 | the shared model sizes | `plan/hf_config.py` `MlaShape` (base of HfConfig, ModelSpec and MlaConfig) | every reader of a model |
-| the stripe rule (owner = p % c, row = p // c) | `runtime/kv/allocator.py` `owner`, `physical`, `owned`, `virtual_slot`, `owned_rows`, `local_len` | attention/layout.py, attention/paged.py, kv/host_tier.py, engine/engine.py, pd/driver.py, pd/plan.py (attention/graphs.py `prepare` still inlines it) |
+| the stripe rule (owner = p % c, row = p // c) | `runtime/kv/allocator.py` `owner`, `physical`, `owned`, `virtual_slot`, `owned_rows`, `owned_page_rows`, `local_len` | attention/layout.py, attention/paged.py, kv/host_tier.py, engine/engine.py, pd/driver.py, pd/plan.py (attention/graphs.py `prepare` still inlines it) |
 | does a request fit | `runtime/fits.py` `kv_rows`, `misfit`, `room` | engine/request.py + engine/scheduler.py, server/gen.py + openai_api.py, cli/generate.py |
 | dtype byte sizes | `plan/model.py` `DTYPE_BYTES` | plan/memory.py, plan/weights.py, plan/cost.py |
 
