@@ -73,7 +73,8 @@ def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptio
     state = ServerState(bridge, load_tokenizer(path), opts.served_model_name or Path(path).name, limits.vocab_size,
                         limits.max_position_embeddings, engine.alloc.virtual_capacity, metrics, opts.api_key,
                         opts.max_request_bytes, int(time.time()),
-                        allowed_hosts=allowed_hosts(opts.host, list(opts.allowed_hosts)))
+                        allowed_hosts=allowed_hosts(opts.host, list(opts.allowed_hosts)),
+                        kv_extra=engine.spec.kv_extra if engine.spec else 0)
     http = HttpServer(build_app(state), opts.host, opts.port).start()
     _on_signals(lambda: setattr(bridge, "stop_requested", True))
     stderr_line(f"dcpctl-ready {http.url}")
