@@ -16,6 +16,7 @@ from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
+from dcpctl.runtime.fits import misfit
 
 DEFAULT_PRESET = "tiny-cpu"
 
@@ -130,14 +131,10 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
     virtual = inst["kv"]["capacity_tokens"] * inst["topology"]["dcp_size"]
     k = (cfg.get("speculative") or {}).get("num_draft_tokens", 0)  # verification writes K rows ahead
     for ids in prompts:
-        need = len(ids) + max_new + k
-        if need > virtual:
-            spec = f" + num_draft_tokens ({k})" if k else ""
-            raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}){spec} = {need} exceeds the "
-                            f"KV capacity ({virtual} virtual tokens); raise --max-total-tokens or --dcp-size")
-        if max_positions and len(ids) + max_new > max_positions:
-            raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new}) = {len(ids) + max_new} exceeds "
-                            f"the model's max_position_embeddings ({max_positions}); lower --max-new-tokens")
+        bad = misfit(len(ids), max_new, virtual, max_positions, k)
+        if bad:
+            hint = "raise --max-total-tokens or --dcp-size" if bad.limit == "capacity" else "lower --max-new-tokens"
+            raise UserError(f"{bad.sentence()}; {hint}")
         bad = [i for i in ids if i >= vocab]
         if bad:
             raise UserError(f"prompt id {bad[0]} is outside the vocabulary (vocab_size {vocab})")

@@ -1,7 +1,6 @@
 """Facts of the served checkpoint that the runtime needs beyond its weights: vocab, context, EOS."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,21 +15,11 @@ class ModelLimits:
 
 
 def read_model_limits(path: str | Path) -> ModelLimits:
-    """The limits of the checkpoint at `path` (text_config for wrappers); absent files give empty limits."""
-    from dcpctl.plan.model import load_config_json
-    p = Path(path)
-    cfg = load_config_json(p) if (p / "config.json").is_file() else {}
-    text = cfg.get("text_config", cfg)
-    vocab = text.get("vocab_size")
-    return ModelLimits(int(vocab) if vocab is not None else None,
-                       int(text.get("max_position_embeddings", DEFAULT_MAX_POSITIONS)), _eos(p, cfg))
-
-
-def _eos(path: Path, cfg: dict) -> tuple[int, ...]:
-    gen = path / "generation_config.json"
-    eos = json.loads(gen.read_text()).get("eos_token_id") if gen.is_file() else None
-    if eos is None:
-        eos = cfg.get("eos_token_id")
-    if eos is None:
-        return ()
-    return tuple(int(t) for t in (eos if isinstance(eos, (list, tuple)) else [eos]))
+    """The limits of the checkpoint at `path`, from the one config.json parser (plan/hf_config.py);
+    a path without config.json (fake models in tests) gives empty limits."""
+    from dcpctl.plan.hf_config import read_hf_config
+    if not (Path(path) / "config.json").is_file():
+        return ModelLimits(None, DEFAULT_MAX_POSITIONS, ())
+    hc = read_hf_config(path)
+    vocab, positions = hc.limits()
+    return ModelLimits(vocab, positions, tuple(hc.eos_token_ids))

@@ -21,3 +21,7 @@ class Violation:
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class ConfigError(UserError):
+    """A config.json that describes no model dcpctl knows (plan/hf_config.py); one sentence naming the file."""

@@ -61,7 +61,7 @@ def test_binary_or_incomplete_config_json(tmp_path):
     (tmp_path / "part" / "config.json").write_text(json.dumps(
         {"model_type": "deepseek_v3", "kv_lora_rank": 64, "num_hidden_layers": 2}))
     assert_user_error(run("plan", "--model-path", tmp_path / "part"),
-                      "missing model field 'hidden_size'")
+                      "required key 'hidden_size' is missing")
 
 
 def test_huge_sizes_are_refused_not_planned():

@@ -62,7 +62,9 @@ def test_defaults_live_in_the_dataclass():
 
 
 def test_limits_come_from_the_checkpoint(tmp_path):
-    (tmp_path / "config.json").write_text('{"text_config": {"vocab_size": 300}, "eos_token_id": 2}')
+    (tmp_path / "config.json").write_text(  # a wrapper's text_config, parsed by the one config.json parser
+        '{"text_config": {"model_type": "deepseek_v3", "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 1,'
+        ' "num_attention_heads": 2, "kv_lora_rank": 16}, "eos_token_id": 2}')
     d = _plain()
     d["model"]["path"] = str(tmp_path)
     lim = LaunchConfig.from_dict(d).limits

@@ -129,7 +129,7 @@ def test_eos_stops_and_too_long_request_is_rejected():
         return Engine(model, ParallelState.single(), config(launch_cfg(1, 1), eos=ref[1])).generate(REQUESTS[:1])
 
     assert run_ranks(eos_run, 1)[0]["outputs"][0]["output_ids"] == ref[:2]
-    with pytest.raises(RuntimeError, match=r"prompt \(11\) \+ max_new_tokens \(3\) - 1 > virtual KV capacity \(8\)"):
+    with pytest.raises(RuntimeError, match=r"prompt \(11 tokens\) \+ max_new_tokens \(3\) - 1 = 13 KV rows exceeds the KV capacity \(8 "):
         run_ranks(_run, 1, launch_cfg(1, 1, capacity=8), REQUESTS[2:3])
 
 

@@ -44,7 +44,7 @@ def test_admission_waits_for_pages_and_frees_on_finish():
 
 def test_request_errors_name_the_terms():
     s = _sched(capacity=4, page=2, dcp=1)
-    with pytest.raises(SchedulerError, match=r"prompt \(4\) \+ max_new_tokens \(2\) - 1 > virtual KV capacity \(4\)"):
+    with pytest.raises(SchedulerError, match=r"prompt \(4 tokens\) \+ max_new_tokens \(2\) - 1 = 5 KV rows exceeds the KV capacity \(4 "):
         s.add(_seq(0, 4, new=2))
     with pytest.raises(SchedulerError, match=r"max_new_tokens \(0\) < 1"):
         s.add(_seq(1, 1, new=0))

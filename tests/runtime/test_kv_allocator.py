@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -88,3 +90,22 @@ def test_check_counts_catches_a_leaked_or_double_freed_page():
     b._free.append(b.pages(1)[0])                  # a used page also on the free list: a double free
     with pytest.raises(AllocatorError, match="!= num_pages"):
         b.check_counts()
+
+
+def test_the_stripe_rule_functions_agree_with_the_definition():
+    import torch
+
+    from dcpctl.runtime.kv.allocator import owned, owned_page_rows, owned_rows, owner, physical, virtual_slot
+    a = VirtualAllocator(capacity_tokens=12, page_size=2, dcp=3)
+    a.allocate(7, 5)
+    a.allocate(8, 13)   # request 8 starts on page 1, after request 7
+    slots, pages = a.slots(8), a.pages(8)
+    for rank, (start, end) in itertools.product(range(3), [(0, 13), (4, 11), (5, 6), (6, 6)]):
+        mine = [p for p in range(start, end) if p % 3 == rank]
+        assert list(owned(start, end, rank, 3)) == mine
+        assert [virtual_slot(pages, p, a.page_tokens) for p in mine] == [slots[p] for p in mine]
+        assert owned_rows(slots, start, end, rank, 3) == [slots[p] // 3 for p in mine]
+        assert owned_page_rows(pages, start, end, rank, 3, a.page_tokens, base=10) == \
+            ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
+    v = torch.tensor(slots)
+    assert owner(v, 3).tolist() == [s % 3 for s in slots] and physical(v, 3).tolist() == [s // 3 for s in slots]

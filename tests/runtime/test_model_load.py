@@ -125,8 +125,8 @@ def test_missing_tensor_and_missing_weights(tiny, tmp_path):
 
 @pytest.mark.parametrize("changes,match", [
     ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
-     r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\) is not supported; supported model types: "
-     r"deepseek_v2, deepseek_v3, kimi_k2"),
+     r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\) is not an MLA model dcpctl supports; "
+     r"supported model types: deepseek_v2, deepseek_v3, kimi_k2"),
     ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}}, "rope type 'longrope' is not supported"),
     ({"quantization_config": {"quant_method": "fp8"}}, "quantized checkpoints are not supported"),
     ({"kv_lora_rank": None}, "required key 'kv_lora_rank' is missing"),

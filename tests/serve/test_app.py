@@ -106,8 +106,8 @@ def test_context_and_capacity_limits_name_the_numbers(make):
     client, _, _ = make()
     r = client.post("/v1/completions", json={"prompt": [1] * 40, "max_tokens": 10})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == ("prompt (40 tokens) + max_tokens (10) = 50 exceeds the KV capacity "
-                                            "(48 tokens)")
+    assert r.json()["error"]["message"] == ("prompt (40 tokens) + max_tokens (10) - 1 = 49 KV rows exceeds the KV "
+                                            "capacity (48 virtual tokens)")
     r = client.post("/generate", json={"input_ids": [1], "text": "x"})
     assert r.status_code == 400 and "exactly one" in r.json()["error"]["message"]
 

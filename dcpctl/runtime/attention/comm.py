@@ -15,22 +15,19 @@ from dcpctl.runtime.attention.merge import merge_stacked, merge_weights, to_natu
 from dcpctl.runtime.parallel import Axis
 
 
+def _flat_collective(name: str, older: str, out: Tensor, inp: Tensor, group) -> None:
+    # flat views keep gloo's shape checks happy; `older` is the same collective's name in older torch
+    getattr(dist, name if hasattr(dist, name) else older)(out.view(-1), inp.contiguous().view(-1), group=group)
+
+
 def _all_gather(out: Tensor, inp: Tensor, group) -> None:
-    # out: [c, *inp.shape] contiguous; flat views keep gloo's shape checks happy
-    out, inp = out.view(-1), inp.contiguous().view(-1)
-    if hasattr(dist, "all_gather_single"):
-        dist.all_gather_single(out, inp, group=group)
-    else:  # older torch
-        dist.all_gather_into_tensor(out, inp, group=group)
+    # out: [c, *inp.shape] contiguous
+    _flat_collective("all_gather_single", "all_gather_into_tensor", out, inp, group)
 
 
 def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
     # inp: [c, *out.shape] contiguous (block j goes to rank j), summed over ranks
-    out, inp = out.view(-1), inp.contiguous().view(-1)
-    if hasattr(dist, "reduce_scatter_single"):
-        dist.reduce_scatter_single(out, inp, group=group)
-    else:  # older torch
-        dist.reduce_scatter_tensor(out, inp, group=group)
+    _flat_collective("reduce_scatter_single", "reduce_scatter_tensor", out, inp, group)
 
 
 def by_owner(x: Tensor, c: int) -> Tensor:

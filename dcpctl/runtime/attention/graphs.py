@@ -37,7 +37,7 @@ from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import DCPContext
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import PagedLayout
-from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.ops import rms_norm
 
@@ -155,9 +155,8 @@ class DecodeGraphs:
         for i, ch in enumerate(chunks):
             pages = self.alloc.pages(ch.rid)          # the live list, not a copy: indexing is O(1)
             rows.append((i, ch.rid, self.alloc.pages_for(ch.start + 1), pages))
-            if ch.start % self.c == self.rank:
-                slots[i] = pages[ch.start // self.alloc.page_tokens] * self.page \
-                    + (ch.start % self.alloc.page_tokens) // self.c
+            if owner(ch.start, self.c) == self.rank:
+                slots[i] = physical(virtual_slot(pages, ch.start, self.alloc.page_tokens), self.c)
         self.table.update(rows)
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots], dtype=torch.int64)

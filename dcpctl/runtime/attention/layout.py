@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.kv.allocator import VirtualAllocator
+from dcpctl.runtime.kv.allocator import VirtualAllocator, owned, owned_rows
 
 _TENSORS = ("positions", "seq", "write_rows", "write_slots", "kv_slots", "kv_pos", "kv_seq")
 
@@ -65,15 +65,14 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
         slots, end, row = alloc.slots(ch.rid), ch.start + ch.num_tokens, q_bounds[-1]
         cols["positions"] += range(ch.start, end)
         cols["seq"] += [i] * ch.num_tokens
-        for p in range(ch.start + (dcp_rank - ch.start) % c, end, c):
-            cols["write_rows"].append(row + p - ch.start)
-            cols["write_slots"].append(slots[p] // c)
-        owned = range(dcp_rank, end, c)
-        cols["kv_slots"] += [slots[p] // c for p in owned]
-        cols["kv_pos"] += owned
-        cols["kv_seq"] += [i] * len(owned)
+        cols["write_rows"] += [row + p - ch.start for p in owned(ch.start, end, dcp_rank, c)]
+        cols["write_slots"] += owned_rows(slots, ch.start, end, dcp_rank, c)
+        shard = owned(0, end, dcp_rank, c)
+        cols["kv_slots"] += owned_rows(slots, 0, end, dcp_rank, c)
+        cols["kv_pos"] += shard
+        cols["kv_seq"] += [i] * len(shard)
         q_bounds.append(row + ch.num_tokens)
-        kv_bounds.append(kv_bounds[-1] + len(owned))
+        kv_bounds.append(kv_bounds[-1] + len(shard))
     cols["positions"] += [0] * pad
     cols["seq"] += [-1] * pad
     tensors = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()}

@@ -29,7 +29,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.triton_mla import (MAX_PADDED, MLAOut, kernel_takes, mla_decode, mla_decode_reference,
                                                  triton_available)
-from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
 from dcpctl.runtime.notes import note_once
 
 PATHS = ("auto", "paged", "layout")
@@ -49,16 +49,6 @@ class PagedLayout:
     max_local_len: int        # host int: the kernel sizes its splits without a device sync
     page_size: int
     chunks: list[SeqChunk]
-
-
-def _chunk_rows(pages: list[int], ch: SeqChunk, row0: int, rank: int, c: int, page: int) -> tuple[list, list]:
-    # owned new positions of one chunk -> (batch rows, physical slots); O(num_tokens)
-    rows, slots = [], []
-    wide = page * c
-    for p in range(ch.start + (rank - ch.start) % c, ch.start + ch.num_tokens, c):
-        rows.append(row0 + p - ch.start)
-        slots.append(pages[p // wide] * page + (p % wide) // c)
-    return rows, slots
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -82,7 +72,7 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     write_slots: list[int] = []
     for i, ch in enumerate(chunks):
         end, pages = ch.start + ch.num_tokens, alloc.pages(ch.rid)
-        rows, slots = _chunk_rows(pages, ch, len(positions), dcp_rank, c, page_size)
+        rows, slots = owned_page_rows(pages, ch.start, end, dcp_rank, c, page_size * c, len(positions))
         write_rows += rows
         write_slots += slots
         positions += range(ch.start, end)

@@ -28,7 +28,7 @@ from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
-from dcpctl.runtime.kv.allocator import VirtualAllocator
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
@@ -154,7 +154,7 @@ class Engine:
             return False
         slots = self.alloc.allocate(seq.rid, seq.max_kv)
         c, r = self.ps.dcp.size, self.ps.dcp.rank
-        phys = [slots[p] // c for p in range(r, len(seq.prompt), c)]
+        phys = owned_rows(slots, 0, len(seq.prompt), r, c)
         if phys:
             idx = torch.tensor(phys, dtype=torch.int64, device=self.pool.kv.device)
             self.pool.kv.index_copy_(1, idx, rows.to(self.pool.kv.dtype))
@@ -165,7 +165,7 @@ class Engine:
         """[layers, n, R]: this rank's KV rows of seq's prompt positions it owns, in position order (PD prefill)."""
         c, r = self.ps.dcp.size, self.ps.dcp.rank
         slots = self.alloc.slots(seq.rid)
-        phys = torch.tensor([slots[p] // c for p in range(r, len(seq.prompt), c)], dtype=torch.int64,
+        phys = torch.tensor(owned_rows(slots, 0, len(seq.prompt), r, c), dtype=torch.int64,
                             device=self.pool.kv.device)
         return self.pool.kv.index_select(1, phys)
 
@@ -264,7 +264,7 @@ class Engine:
 
     def _finish(self, seq: Sequence) -> None:
         c, r = self.ps.dcp.size, self.ps.dcp.rank
-        self.kv_rows += sum(1 for v in self.alloc.slots(seq.rid)[:seq.computed] if v % c == r)
+        self.kv_rows += local_len(seq.computed, r, c)  # the rows this rank owns of the computed positions
         if self._results is not None:
             self._results[seq.rid] = seq.result()
         for hook in self.finish_hooks:

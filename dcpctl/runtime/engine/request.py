@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcpctl.runtime.fits import kv_rows
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -44,8 +46,7 @@ class Sequence:
 
     @property
     def max_kv(self) -> int:
-        # the last sampled token is never fed back, so its KV is never written
-        return len(self.prompt) + self.params.max_new_tokens - 1 + self.kv_extra
+        return kv_rows(len(self.prompt), self.params.max_new_tokens, self.kv_extra)
 
     @property
     def prefilling(self) -> bool:

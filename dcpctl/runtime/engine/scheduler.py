@@ -12,6 +12,7 @@ from typing import Any
 
 from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.engine.request import Sequence
+from dcpctl.runtime.fits import misfit
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 
 
@@ -36,10 +37,9 @@ class Scheduler:
             raise SchedulerError(f"request {seq.rid}: empty prompt_ids")
         if seq.params.max_new_tokens < 1:
             raise SchedulerError(f"request {seq.rid}: max_new_tokens ({seq.params.max_new_tokens}) < 1")
-        if seq.max_kv > self.alloc.virtual_capacity:
-            raise SchedulerError(f"request {seq.rid}: prompt ({len(seq.prompt)}) + max_new_tokens "
-                                 f"({seq.params.max_new_tokens}) - 1 > virtual KV capacity "
-                                 f"({self.alloc.virtual_capacity})")
+        bad = misfit(len(seq.prompt), seq.params.max_new_tokens, self.alloc.virtual_capacity, extra=seq.kv_extra)
+        if bad:
+            raise SchedulerError(f"request {seq.rid}: {bad.sentence()}")
         self.waiting.append(seq)
 
     def has_work(self) -> bool:

@@ -8,22 +8,58 @@ Each rank has `C` physical rows in pages of `P`; the DCP group of size `c` sees 
 A sequence takes whole widened pages, so position p sits on virtual slot
 `v = page[p // (P*c)] * (P*c) + p % (P*c)` and `v % c == p % c` (P*c is a multiple of c): the
 owner of a position never depends on which page it got, and shards stay within one token.
+
+The stripe rule lives here and nowhere else: `owner`, `physical` (ints or tensors alike), `owned`
+(the positions of a range one rank stores), `virtual_slot` (position -> slot through the page list)
+and `owned_rows` / `owned_page_rows` (the physical rows of one rank's positions of a range, from a
+request's slot map or its page list).
 """
 from __future__ import annotations
 
 from collections import deque
+from typing import TypeVar
+
+I = TypeVar("I")  # an int, or an integer tensor (the same two operators serve both)
 
 
 class AllocatorError(RuntimeError):
     """Raised on misuse (unknown request, out of pages) and on a broken invariant."""
 
 
-def owner(v: int, c: int) -> int:
-    return v % c
+def owner(v: I, c: int) -> I:
+    """The DCP rank (of `c`) that stores virtual slot or position `v`."""
+    return v % c  # type: ignore[operator]
 
 
-def physical(v: int, c: int) -> int:
-    return v // c
+def physical(v: I, c: int) -> I:
+    """The physical row of virtual slot `v` on its owner."""
+    return v // c  # type: ignore[operator]
+
+
+def owned(start: int, end: int, rank: int, c: int) -> range:
+    """The positions p in [start, end) with owner(p, c) == rank, in order."""
+    return range(start + (rank - start) % c, end, c)
+
+
+def virtual_slot(pages: list[int], p: int, page_tokens: int) -> int:
+    """The virtual slot of position `p` of a request holding widened `pages` of `page_tokens` slots."""
+    return pages[p // page_tokens] * page_tokens + p % page_tokens
+
+
+def owned_page_rows(pages: list[int], start: int, end: int, rank: int, c: int, page_tokens: int,
+                    base: int = 0) -> tuple[list[int], list[int]]:
+    """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))), from
+    a request's widened page list in one loop without per-token calls (every decode step and prefill chunk)."""
+    index, rows = [], []
+    for p in owned(start, end, rank, c):
+        index.append(base + p - start)
+        rows.append((pages[p // page_tokens] * page_tokens + p % page_tokens) // c)
+    return index, rows
+
+
+def owned_rows(slots: list[int], start: int, end: int, rank: int, c: int) -> list[int]:
+    """Physical rows of the positions in [start, end) that `rank` stores, from a request's slot map."""
+    return [physical(slots[p], c) for p in owned(start, end, rank, c)]
 
 
 def local_len(length: int, rank: int, c: int) -> int:
@@ -71,8 +107,7 @@ class VirtualAllocator:
         slots = self._slots.setdefault(rid, [])
         while len(pages) < self.pages_for(num_tokens):
             pages.append(self._free.popleft())
-        for p in range(len(slots), max(num_tokens, len(slots))):
-            slots.append(pages[p // self.page_tokens] * self.page_tokens + p % self.page_tokens)
+        slots += [virtual_slot(pages, p, self.page_tokens) for p in range(len(slots), max(num_tokens, len(slots)))]
         return slots
 
     def slots(self, rid: int) -> list[int]:
@@ -139,6 +174,6 @@ class VirtualAllocator:
             raise AllocatorError(f"request {rid}: tokens({len(slots)}) > pages({len(self._pages[rid])}) "
                                  f"* page_tokens({self.page_tokens})")
         for p, v in enumerate(slots):
-            if v % self.dcp != p % self.dcp:
-                raise AllocatorError(f"request {rid}: owner(slot {v}) = {v % self.dcp} "
-                                     f"!= position {p} % dcp({self.dcp}) = {p % self.dcp}")
+            if owner(v, self.dcp) != owner(p, self.dcp):
+                raise AllocatorError(f"request {rid}: owner(slot {v}) = {owner(v, self.dcp)} "
+                                     f"!= position {p} % dcp({self.dcp}) = {owner(p, self.dcp)}")

@@ -17,6 +17,7 @@ from collections import deque
 
 import torch
 
+from dcpctl.runtime.kv.allocator import owner, physical
 from dcpctl.runtime.kv.pool import KVPool
 
 
@@ -26,7 +27,7 @@ class HostTierError(RuntimeError):
 
 def local_rows(virtual_slots: list[int], c: int, rank: int) -> list[int]:
     """Keep the slots this rank owns (v % c == rank) and map each to its physical row v // c."""
-    return [v // c for v in virtual_slots if v % c == rank]
+    return [physical(v, c) for v in virtual_slots if owner(v, c) == rank]
 
 
 def page_rows(pages: list[int], page_size: int, c: int, rank: int) -> list[int]:

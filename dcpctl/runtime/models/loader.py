@@ -22,11 +22,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from dcpctl.plan.hf_defaults import KIMI_LINEAR
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
-from dcpctl.runtime.models.config import MlaConfig, parse_config, read_language_model
+from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
-from dcpctl.runtime.models.kimi_config import is_kimi_linear, parse_kimi_linear
+from dcpctl.runtime.models.kimi_config import hybrid_config
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import upcast_dtype
@@ -50,16 +51,17 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     if not isinstance(replicate_q, bool):
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
-    raw, file = read_language_model(path)
+    parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
-    if is_kimi_linear(raw):
-        hc = parse_kimi_linear(raw, file)
+    if parsed.family == KIMI_LINEAR:
+        hc = hybrid_config(parsed)
         ckpt = Checkpoint(path)
         s = plan_shards(hc.mla, ps, replicate_q)
         return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
                                 kda_max_requests or DEFAULT_KDA_REQUESTS)
-    cfg = parse_config(raw, file)
-    quant = read_quantization(raw, file)
+    cfg = mla_config(parsed)
+    # quant.py parses the quantization_config mapping the one config.json parse kept as written
+    quant = read_quantization({"quantization_config": parsed.quantization}, Path(parsed.source))
     ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
@@ -71,8 +73,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
 
 def read_config(path: Path) -> MlaConfig:
     """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
-    cfg, file = read_language_model(path)
-    return parse_kimi_linear(cfg, file).mla if is_kimi_linear(cfg) else parse_config(cfg, file)
+    hc = read_model_config(path)
+    return hybrid_config(hc).mla if hc.family == KIMI_LINEAR else mla_config(hc)
 
 
 def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int, int]) -> bool:

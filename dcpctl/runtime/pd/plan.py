@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dcpctl.runtime.kv.allocator import owned, physical
+
 PAGE, RELAYOUT = "page", "token_relayout"
 
 
@@ -71,6 +73,6 @@ def plan_transfers(prefill: list[RankInfo], decode: list[RankInfo], lengths: lis
     for i, dst in enumerate(decode):
         src = source(prefill, dst, i)
         for rid, length in enumerate(lengths):
-            pos = tuple(range(dst.dcp_rank, length, dst.dcp_size))  # exactly local_len(L, r, c) rows
-            out.append(Transfer(rid, src.rank, dst.rank, pos, tuple(p // src.dcp_size for p in pos)))
+            pos = tuple(owned(0, length, dst.dcp_rank, dst.dcp_size))  # exactly local_len(L, r, c) rows
+            out.append(Transfer(rid, src.rank, dst.rank, pos, tuple(physical(p, src.dcp_size) for p in pos)))
     return out

@@ -47,6 +47,7 @@ class FrontendSpec:
     max_outstanding: int
     kda: bool
     created: int
+    kv_extra: int = 0          # speculative verification rows per request (the fits rule counts them)
 
 
 class Frontend:
@@ -147,7 +148,7 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, Any]:
     metrics.kda_counts = kda
     state = ServerState(bridge, load_tokenizer(spec.model_path), spec.model_name, spec.vocab_size,
                         spec.context_len, spec.capacity, metrics, spec.api_key, spec.max_request_bytes,
-                        spec.created, allowed_hosts=spec.allowed_hosts)
+                        spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra)
     return bridge, metrics, HttpServer(build_app(state), spec.host, spec.port).start()
 
 

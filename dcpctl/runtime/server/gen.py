@@ -2,7 +2,7 @@
 
     check_model(state, body.model)                  404 in OpenAI's shape for a model we do not serve
     ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab
-    check_fits(state, ids, max_tokens)              KV capacity and context length, naming the numbers
+    check_fits(state, ids, max_tokens)              KV capacity and context length (runtime/fits.py), naming the numbers
     params = sampling(state, ...)                   no seed: a fresh one; top_k at or above the vocab: off
     rid, q = submit(state, ids, params)             503 when the queue is full or the engine is dead
     async for chunk in chunks(state, rid, q, stop, request)   cancels the request unless it finished
@@ -20,6 +20,7 @@ from starlette.requests import Request
 
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.request import SamplingParams
+from dcpctl.runtime.fits import misfit
 from dcpctl.runtime.server.bridge import Bridge, EngineDead, Failure, Overloaded
 from dcpctl.runtime.server.metrics import Metrics
 from dcpctl.runtime.server.protocol import ApiError
@@ -41,6 +42,7 @@ class ServerState:
     max_request_bytes: int = 1 << 20
     created: int = 0
     allowed_hosts: tuple[str, ...] | None = None   # None: any Host header (guard.py)
+    kv_extra: int = 0         # KV rows a request writes past plain decode (speculative: num_draft_tokens)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,11 +70,9 @@ def prompt_ids(state: ServerState, prompt: Any, param: str = "prompt") -> list[i
 
 
 def check_fits(state: ServerState, ids: list[int], max_tokens: int, param: str = "max_tokens") -> None:
-    need = len(ids) + max_tokens
-    for limit, what in ((state.capacity, "the KV capacity"), (state.context_len, "the model's context length")):
-        if need > limit:
-            raise ApiError(400, f"prompt ({len(ids)} tokens) + {param} ({max_tokens}) = {need} exceeds {what} "
-                                f"({limit} tokens)", param)
+    bad = misfit(len(ids), max_tokens, state.capacity, state.context_len, state.kv_extra)
+    if bad:
+        raise ApiError(400, bad.sentence(param), param)
 
 
 def check_model(state: ServerState, model: str | None) -> None:

@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from dcpctl.runtime.fits import room
 from dcpctl.runtime.server.gen import (Chunk, ServerState, check_fits, check_model, chunks, prompt_ids, sampling,
                                       sse_stream, stops, submit)
 from dcpctl.runtime.server.protocol import ApiError, ChatRequest, CompletionRequest, GenerateRequest, refuse_unsupported
@@ -70,8 +71,8 @@ def routes(state: ServerState) -> APIRouter:
         refuse_unsupported(body)
         ids = prompt_ids(state, chat_prompt(state.tok, [{"role": m.role, "content": m.text()} for m in body.messages]),
                          "messages")
-        room = min(state.capacity, state.context_len) - len(ids)
-        max_tokens = body.max_completion_tokens or body.max_tokens or max(1, min(CHAT_DEFAULT_MAX_TOKENS, room))
+        most = room(len(ids), state.capacity, state.context_len, state.kv_extra)
+        max_tokens = body.max_completion_tokens or body.max_tokens or max(1, min(CHAT_DEFAULT_MAX_TOKENS, most))
         check_fits(state, ids, max_tokens, "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
         params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, body.logprobs,
                           body.ignore_eos)
