@@ -23,19 +23,22 @@ REQUESTS = [  # five requests of different lengths: the decode batch shrinks 5 -
 ]
 
 
-def _rank(rank, world, path, cfg, requests, sizes):
+def _rank(rank, world, path, cfg, requests, sizes, eos=None):
+    import dcpctl.runtime.engine.engine as eng_mod
     from dcpctl.runtime.models import load_model
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
     model = load_model(path, ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64, "cpu")
     cfg = dict(cfg, model={"path": path, "dtype": "float64"}, cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
     cfg["kv"]["max_running_requests"] = 4
-    engine = Engine(model, ps, config(cfg))
+    engine = Engine(model, ps, config(cfg, eos))
     engine.warm_up()
-    replays = []
+    replays, launch = [], eng_mod.launch_sampling
+    eng_mod.launch_sampling = lambda logits, seqs: replays.append(-len(seqs)) or launch(logits, seqs)
     if engine.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps
         run = engine.graphs.run
         engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
     out = engine.generate(requests)
+    eng_mod.launch_sampling = launch
     return out["outputs"], replays
 
 
@@ -61,10 +64,32 @@ def test_graph_steps_equal_eager_steps(path, world, dcp, dp, backend, rep_q):
     graph = run_ranks(_rank, world, path, cfg, REQUESTS, [1, 2, 3])   # 4 running: eager; 2 of 3: padded
     assert not eager[0][1] and graph[0][1], "the graph path never ran"
     assert max(n for r in graph for n in r[1]) <= 3
+    _same(eager, graph)
+
+
+def _same(eager, graph):
     for (eo, _), (go, _) in zip(eager, graph):
         for e, g in zip(eo, go):
             assert g["output_ids"] == e["output_ids"]
             torch.testing.assert_close(torch.tensor(g["output_logprobs"]), torch.tensor(e["output_logprobs"]), atol=1e-12, rtol=0)
+
+
+GREEDY = [dict(r, temperature=0.0) for r in REQUESTS]
+
+
+@pytest.mark.parametrize("world,dcp,dp,backend,rep_q", CASES[:2])
+def test_pipelined_steps_equal_eager_steps_with_eos(path, world, dcp, dp, backend, rep_q):
+    # all greedy: the next step is queued before the host reads the tokens (engine/pipeline.py); an EOS that
+    # one request emits mid-stream ends it one step after it was scheduled again, and its spare row is dropped
+    cfg = launch_cfg(world, dcp, dp, backend, rep_q, capacity=64, chunk=6)
+    cfg["decisions"]["attention_path"] = "paged"
+    first = run_ranks(_rank, world, path, cfg, GREEDY, [])[0][0]
+    eos = first[0]["output_ids"][2]                      # request 0's third token
+    eager = run_ranks(_rank, world, path, cfg, GREEDY, [], eos)
+    graph = run_ranks(_rank, world, path, cfg, GREEDY, [1, 2, 4, 5], eos)
+    assert any(n < 0 for n in graph[0][1]), "no step was pipelined"
+    assert any(len(o["output_ids"]) < r["max_new_tokens"] for o, r in zip(eager[0][0], GREEDY)), "EOS never hit"
+    _same(eager, graph)
 
 
 def test_sglang_buckets():

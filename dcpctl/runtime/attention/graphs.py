@@ -141,10 +141,13 @@ class DecodeGraphs:
             raise ValueError(f"a request's local context ({rows} rows) > the graphs' widest ({self.buckets[-1]})")
         return fits[0]
 
-    def prepare(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None) -> tuple[int, int]:
+    def prepare(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
+                src: list[int] | None = None, prev: Tensor | None = None) -> tuple[int, int]:
         """Fill the static buffers for one decode step (one token per chunk); returns the graph's key.
 
-        size: the batch size to replay (attention DP: the one every replica agreed on), else the smallest fit."""
+        size: the batch size to replay (attention DP: the one every replica agreed on), else the smallest fit.
+        src/prev: row i's input id is prev[src[i]] where src[i] >= 0 (a token still on the device: the
+        engine's pipelined decode), else ids[i]."""
         # O(batch + new pages) host work: one int64 copy of the metadata; the table writes only what changed
         n = len(chunks)
         b = self.graph_size(max(n, size or 0))
@@ -160,16 +163,23 @@ class DecodeGraphs:
         self.table.update(rows)
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots], dtype=torch.int64)
+        if self.cuda:     # pinned: the copy is queued behind the step in flight, the host does not wait for it
+            host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
+        if src is not None and prev is not None:
+            s = torch.tensor(src + [-1] * (b - n), dtype=torch.int64)
+            s = s.pin_memory().to(self.meta.device, non_blocking=True) if self.cuda else s
+            self.ids[:b].copy_(torch.where(s >= 0, prev[s.clamp(min=0)], self.ids[:b]))
         self.q_pos[:b].copy_(self.meta[1, :b])
         self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
         return b, self.bucket(max(lens))
 
-    def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None) -> Tensor:
+    def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
+               src: list[int] | None = None, prev: Tensor | None = None) -> Tensor:
         """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output)."""
         if any(ch.num_tokens != 1 for ch in chunks):
             raise ValueError("CUDA graphs replay decode steps only (one token per request)")
-        key = self.prepare(ids, chunks, size)
+        key = self.prepare(ids, chunks, size, src, prev)
         graph, out = self.graphs[key]
         if graph is None:
             out = self._run(*key)

@@ -24,6 +24,7 @@ from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
+from dcpctl.runtime.engine.pipeline import PENDING, InFlight, greedy_all, launch_sampling, resolve
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.engine.scheduler import Scheduler
@@ -64,6 +65,8 @@ class Engine:
         if off:
             note_once(off)
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
+        self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
+        self._inflight: InFlight | None = None
         self.busy = False                        # whether any replica ran the last step
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
@@ -87,6 +90,10 @@ class Engine:
         return seq is not None
 
     def cancel_all(self) -> None:
+        if self._inflight is not None:    # its tokens are dropped with their requests
+            if self._inflight.event is not None:
+                self._inflight.event.synchronize()
+            self._inflight = None
         for seq in list(self.sched.waiting) + list(self.sched.running):
             self.cancel(seq.rid)
 
@@ -201,22 +208,54 @@ class Engine:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
         self.busy, size = self._agree(chunks)
+        done: list[Event] = []
+        pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
+        if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
+            done = self._resolve()
+            live = {s.rid for s in self.sched.running}
+            chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
+            if not chunks:
+                self.busy = True
+                return done
         if not self.busy:
             return []
         if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
             return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
         picks = self.sched.samples(chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
-            logits = self.graphs.run(self._input_ids(chunks), chunks, size)
+            logits = self.graphs.run(self._input_ids(chunks), chunks, size, *self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
             if len(picks) != len(chunks):
                 logits = logits.index_select(0, torch.tensor([r for r, _ in picks], device=self.device))
+            if pipelined:       # queue the sampling, then read the previous step while the GPU runs this one
+                self.sched.advance(chunks)
+                new = launch_sampling(logits, [self.sched.seq(rid) for _, rid in picks])
+                done = self._resolve() if self._inflight is not None else []
+                self._inflight = new
+                return done
         else:
             hidden = self.forward(chunks, self._input_ids(chunks))
             rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
             logits = self.model.logits(hidden.index_select(0, rows))
         self.sched.advance(chunks)
-        return self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
+        return done + self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
+
+    def _sources(self, chunks: list[SeqChunk]) -> tuple[list[int] | None, Tensor | None]:
+        """Per chunk, the row of the in-flight step whose device id it feeds (-1: its id is on the host)."""
+        if self._inflight is None:
+            return None, None
+        rows = self._inflight.row_of()
+        src = []
+        for ch in chunks:
+            pending = self.sched.seq(ch.rid).tokens[ch.start] == PENDING
+            if pending and ch.rid not in rows:
+                raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
+            src.append(rows[ch.rid] if pending else -1)
+        return src, self._inflight.ids
+
+    def _resolve(self) -> list[Event]:
+        inf, self._inflight = self._inflight, None
+        return resolve(inf, self.eos, self._finish)
 
     def forward(self, chunks: list[SeqChunk], ids: list[int]) -> Tensor:
         """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""

@@ -72,6 +72,7 @@ class GraphDecode:
             return -1
         return len(chunks)
 
-    def run(self, ids: list[int], chunks: list[SeqChunk], size: int) -> Tensor:
+    def run(self, ids: list[int], chunks: list[SeqChunk], size: int, src: list[int] | None = None,
+            prev: Tensor | None = None) -> Tensor:
         """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step)."""
-        return self.graphs.replay(ids, chunks, size)
+        return self.graphs.replay(ids, chunks, size, src, prev)

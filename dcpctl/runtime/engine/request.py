@@ -39,6 +39,7 @@ class Sequence:
     finished: bool = False
     finish_reason: str = ""        # "stop" (EOS), "length" (max_new_tokens) or "abort" (cancelled)
     kv_extra: int = 0              # KV positions reserved beyond plain decode (speculative: K)
+    draining: bool = False         # its last token is in flight (engine/pipeline.py): no further steps
 
     @property
     def tokens(self) -> list[int]:

@@ -75,7 +75,7 @@ class Scheduler:
         self._admit()
         prefill = [s for s in self.running if s.prefilling]
         if not prefill:
-            return [SeqChunk(s.rid, s.computed, 1) for s in self.running]
+            return [SeqChunk(s.rid, s.computed, 1) for s in self.running if not s.draining]
         chunks, budget = [], self.chunk_size
         for s in prefill:
             n = min(len(s.prompt) - s.computed, budget)

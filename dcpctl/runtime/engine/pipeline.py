@@ -1,0 +1,97 @@
+"""Pipelined decode: the next step is queued on the GPU before the host reads this step's tokens.
+
+Without it every decode step ends in a device-to-host copy of the sampled ids, and the GPU idles while
+the host records them, streams them, schedules and prepares the next step.  With it (graph steps whose
+requests are all greedy, one attention-DP replica, no speculative decoding), step n:
+
+  1. schedules as usual: a request whose token of step n - 1 is still on the device feeds a placeholder
+     (PENDING) there, and the graph reads the real id from step n - 1's device ids (graphs.prepare's src);
+  2. replays the graph, takes the argmax and its log-probability on the device, starts their copy to a
+     pinned host buffer and records an event; appends a placeholder per sampled request (a request whose
+     placeholders reach max_new_tokens stops being scheduled: `draining`);
+  3. then resolves step n - 1 (the GPU is busy with step n by now): real ids replace its placeholders, EOS
+     and max_new_tokens finish requests as usual, its events are returned.
+
+A request that ends with EOS at step n - 1 was already scheduled in step n: that row's token is dropped
+(its KV write lands in the request's own pages, freed after step n is queued, so the stream orders any
+reuse after it).  Tokens reach the server one step later; TTFT is unchanged (the first token comes from
+an eager prefill step).  Any other step first resolves what is in flight, then runs as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime import sampling
+from dcpctl.runtime.engine.events import Event
+from dcpctl.runtime.engine.request import Sequence
+
+PENDING = -1   # a placeholder token id: the real one is still on the device
+
+
+@dataclass
+class InFlight:
+    """One queued decode step whose sampled ids the host has not read yet."""
+
+    seqs: list[Sequence]         # the sampled requests, in row order of `ids`
+    slots: list[int]             # the placeholder's index in each seq.output
+    ids: Tensor                  # [n] int64 on the device: the next step's inputs (graphs.prepare src)
+    host: Tensor                 # [2, n] (ids, logprobs) being copied to (pinned) host memory
+    event: Any                   # a CUDA event after the copy, or None off CUDA
+
+    def row_of(self) -> dict[int, int]:
+        return {s.rid: i for i, s in enumerate(self.seqs)}
+
+
+def greedy_all(seqs: list[Sequence]) -> bool:
+    return all(sampling.is_greedy(s.params.temperature, s.params.top_k) for s in seqs)
+
+
+def launch_sampling(logits: Tensor, seqs: list[Sequence]) -> InFlight:
+    """Argmax + log-probability of each row on the device, their host copy started; placeholders appended."""
+    ids = sampling.greedy(logits)
+    lps = sampling.chosen_logprobs(logits, ids)
+    both = torch.stack([ids.to(lps.dtype), lps])           # ids < 2^24: exact in fp32
+    event = None
+    if both.is_cuda:
+        host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
+        host.copy_(both, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+    else:
+        host = both.clone()
+    slots = []
+    for s in seqs:
+        slots.append(len(s.output))
+        s.output.append(PENDING)
+        s.logprobs.append(0.0)
+        s.draining = len(s.output) >= s.params.max_new_tokens
+    return InFlight(seqs, slots, ids, host, event)
+
+
+def resolve(inf: InFlight, eos: set[int], finish: Any) -> list[Event]:
+    """Read a step's ids, fill its placeholders, finish what ended (EOS drops later placeholders)."""
+    if inf.event is not None:
+        inf.event.synchronize()
+    toks, lps = inf.host.tolist()
+    events = []
+    for seq, k, tok, lp in zip(inf.seqs, inf.slots, toks, lps):
+        if seq.finished:          # cancelled, or ended by EOS at an earlier step: this row was a spare
+            continue
+        tok = int(tok)
+        seq.output[k], seq.logprobs[k] = tok, lp
+        reason = ""
+        if tok in eos and not seq.params.ignore_eos:
+            reason = "stop"
+            del seq.output[k + 1:], seq.logprobs[k + 1:]
+            seq.computed = min(seq.computed, len(seq.tokens) - 1)
+        elif k + 1 >= seq.params.max_new_tokens:
+            reason = "length"
+        seq.finish_reason = reason
+        if reason:
+            finish(seq)
+        events.append(Event(seq.rid, tok, lp, reason))
+    return events
