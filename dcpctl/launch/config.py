@@ -35,7 +35,7 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
                      "dcp_size": t.dcp_size, "ep_size": t.ep_size, "pp_size": t.pp_size},
         "groups": plan.groups,
         "decisions": {"dcp_comm_backend": backend, "dcp_replicate_q_proj": bool(d["dcp_replicate_q_proj"].value),
-                      "lse_base": d["lse_base"].value},
+                      "lse_base": d["lse_base"].value, "attention_backend": plan.request.attention_backend},
         "kv": {"page_size": page, "capacity_tokens": rows, "chunked_prefill_size": chunked_prefill_size},
     }
     spec = speculative_section(plan)

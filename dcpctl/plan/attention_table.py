@@ -4,8 +4,8 @@ The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` wr
 is dcpctl/data/attention/h200.json, or $DCPCTL_ATTENTION_TABLE): per measured cell (batch, local context) the
 backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
 (log distance in batch and context), so the choice is per cell, not one backend for every shape.
-`--attention-backend flashinfer|triton` fixes it; `auto` (and SGLang kernels the bundled runtime does not
-have) read the table.  Pure and torch-free: the plan shows the rule and the runtime runs it, one function.
+`--attention-backend flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
+runtime does not have) read the table.  Pure and torch-free: the plan shows the rule and the runtime runs it, one function.
 
 | backend      | what runs                                                                  |
 | ------------ | -------------------------------------------------------------------------- |
@@ -15,6 +15,7 @@ have) read the table.  Pure and torch-free: the plan shows the rule and the runt
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -23,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.request import PlanRequest
 
 BACKENDS = ("triton", "flashinfer")
 FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
 TABLE_ENV = "DCPCTL_ATTENTION_TABLE"
+SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"     # flashinfer_setup: FlashInfer from its source release
+KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
 DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "data" / "attention" / "h200.json"
 
 
@@ -108,6 +112,8 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
     if not usable:
         return Rule(key, (), "torch", "no kernel backend runs here: "
                     + "; ".join(f"{b}: {available.get(b)}" for b in BACKENDS))
+    if requested == "torch_native":
+        return Rule(key, (), "torch", "set by --attention-backend torch_native: the torch reference")
     if requested in BACKENDS:
         if requested in usable:
             return Rule(key, (), requested, f"set by --attention-backend {requested}")
@@ -126,3 +132,20 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
     why = (f"{ask}measured ({src}): the fastest per cell of {len(cells)}, the nearest cell per step"
            + (f"; not available: {', '.join(missing)}" if missing else ""))
     return Rule(key, cells, cells[0][2] if len({c[2] for c in cells}) == 1 else None, why)
+
+
+def flashinfer_missing() -> str | None:
+    """Why FlashInfer cannot be imported here (without importing it), or None."""
+    if importlib.util.find_spec("flashinfer") is not None or os.environ.get(SDIST_ENV):
+        return None
+    return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
+
+
+def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
+    """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's facts."""
+    hw, t = req.hardware, req.topology
+    if hw.device != "cuda":
+        return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
+    key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
+    rule = decide(key, req.attention_backend, {"triton": None, "flashinfer": flashinfer_missing()}, load_table())
+    return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

@@ -22,7 +22,9 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
-SDIST_ENV, WORK_ENV = "DCPCTL_FLASHINFER_SDIST", "DCPCTL_FLASHINFER_WORK"
+from dcpctl.plan.attention_table import SDIST_ENV, flashinfer_missing
+
+WORK_ENV = "DCPCTL_FLASHINFER_WORK"
 # flashinfer/data/<name> (where jit/env.py looks) -> the sdist folder (pyproject.toml package-dir)
 DATA_LINKS = {"csrc": "csrc", "include": "include", "tvm_binding": "tvm_binding",
               "cutlass": "3rdparty/cutlass", "spdlog": "3rdparty/spdlog"}
@@ -95,12 +97,12 @@ def version_tuple(text: str) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[ModuleType | None, str]:
     """(flashinfer, where it came from) or (None, why not); asked once per process."""
-    sdist = os.environ.get(SDIST_ENV)
+    sdist, missing = os.environ.get(SDIST_ENV), flashinfer_missing()
     where = "the installed package"
+    if missing is not None:
+        return None, missing
     if importlib.util.find_spec("flashinfer") is None:
-        if not sdist:
-            return None, f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
-        tarball = Path(sdist)
+        tarball = Path(str(sdist))
         if not tarball.exists():
             return None, f"${SDIST_ENV}={sdist} does not exist"
         work = Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashinfer"))
