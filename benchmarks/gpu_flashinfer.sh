@@ -34,9 +34,8 @@ t0 = time.time()
 fi.mla.get_batch_mla_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64, False)
 print(f"JIT fa3 MLA module: {time.time() - t0:.1f}s")
 PY
-part tests 150 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_backends.py \
-  tests/runtime/test_paged_attention.py
-part bench 240 bash -c 'python3 -m dcpctl.cli.main bench kernel --no-naive --heads 16,64,128 \
+part tests 150 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_backends.py
+part bench 270 bash -c 'python3 -m dcpctl.cli.main bench kernel --no-naive --heads 16,64,128 \
   --contexts 8K,32K,64K,128K --batches 1,8,32,64 --save-table "$0/h200_table.json" --format json > "$0/kernel.json"' "$O"
 part generate 120 python3 - "$O" <<'PY'
 import json, subprocess, sys, tempfile
