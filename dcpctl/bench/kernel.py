@@ -201,6 +201,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     cells = []
     for h in heads:
         ok = peer is not None and _peer_checks(peer, pool, h, cfgs[h], log)
+        rule = _auto_rule(h, "fp8_e4m3" if fp8 else "bf16", ok)
         for ctx in contexts:
             for b in batches:
                 row = time_cell(pool, h, ctx, b, cfgs[h], naive)
@@ -209,9 +210,14 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                 row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
                 row["backends"] = {"triton": {"time_us": row["time_us"], "fraction": row["fraction"]}}
                 if ok:
-                    row["backends"]["flashinfer"] = peer.time(h, ctx, b, SCALE, roof)
+                    try:
+                        row["backends"]["flashinfer"] = peer.time(h, ctx, b, SCALE, roof)
+                    except Exception as e:   # a CUDA error is sticky: FlashInfer's column ends here, ours goes on
+                        row["backends"]["flashinfer"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                        ok = False
                 timed = {k: v["time_us"] for k, v in row["backends"].items() if v.get("time_us")}
-                row["best"] = min(timed, key=timed.get)
+                row["best"], row["auto"] = min(timed, key=timed.get), rule.pick(b, ctx)
+                row["auto_over_best"] = timed[row["auto"]] / timed[row["best"]] - 1 if row["auto"] in timed else None
                 cells.append(row)
                 _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
@@ -223,6 +229,15 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "page_size": PAGE, "backends": ["triton"] + (["flashinfer"] if peer is not None else []),
             "flashinfer": peer_note,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
+
+
+def _auto_rule(heads: int, kv: str, flashinfer: bool) -> Any:
+    """The runtime's automatic choice for this head count (the table in effect: $DCPCTL_ATTENTION_TABLE or the
+    shipped one), with the backends this call timed."""
+    import torch
+    from dcpctl.plan.attention_table import Key, decide, load_table
+    key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
+    return decide(key, "auto", {"triton": None, "flashinfer": None if flashinfer else "not timed"}, load_table())
 
 
 def _peer(pool: Pool, backends: str) -> tuple[Any, str]:
@@ -263,6 +278,11 @@ def _triton_version() -> str:
     return triton.__version__
 
 
+def _auto(c: dict[str, Any]) -> str:
+    over = c.get("auto_over_best")
+    return c["auto"] + ("" if over is None else f" ({over:+.1%})")
+
+
 def _us(b: dict[str, Any] | None) -> str:
     return "-" if not b or b.get("time_us") is None else f"{b['time_us']:.1f}"
 
@@ -275,14 +295,15 @@ def _table(res: dict[str, Any]) -> None:
     from dcpctl.cli import console
     names = res["backends"]
     rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names], f"{c['roofline_us']:.1f}",
-             c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"],
+             c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"], _auto(c),
              "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
             for c in res["cells"]]
     cal = res["calibration"]
     title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; "
              f"ours' roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
     console.out.print(console.table(title, ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us", "bound",
-                                            *[f"{n} frac" for n in names], "fastest", "naive torch us"], rows))
+                                            *[f"{n} frac" for n in names], "fastest", "auto (over fastest)",
+                                            "naive torch us"], rows))
     console.out.print(f"FlashInfer: {res['flashinfer']}\nExchange: {res['exchange']}")
 
 

@@ -185,3 +185,20 @@ def test_cpu_paged_path_stays_on_the_reference():
     lay = build_paged(alloc, [SeqChunk(0, 4, 1)], 0, 4)
     paged_attention(torch.randn(1, 2, 40), pool.kv[0], lay, 0.1, 32, 0, 1, requested="flashinfer")
     assert lay.backend_state["backend"] == "torch"
+
+
+def test_bench_kernel_backends_option_and_table(capsys):
+    from click.testing import CliRunner
+    from dcpctl.bench import kernel
+    from dcpctl.cli.main import cli
+    r = CliRunner().invoke(cli, ["bench", "kernel", "--backends", "fa3"])
+    assert r.exit_code == 2 and "--backends fa3: unknown ['fa3']; valid: auto, triton, flashinfer" in r.output
+    cell = {"heads": 128, "ctx": 32768, "batch": 32, "roofline_us": 50.0, "bound": "memory", "best": "flashinfer",
+            "auto": "triton", "auto_over_best": 0.25, "backends": {"triton": {"time_us": 100.0, "fraction": 0.5},
+                                                                   "flashinfer": {"time_us": 80.0, "fraction": 0.625}}}
+    res = {"device": "NVIDIA H200", "kv_dtype": "bf16", "calibration": {"copy_tbps": 4.3, "bf16_tflops": 790},
+           "fraction_min": 0.5, "fraction_median": 0.5, "backends": ["triton", "flashinfer"], "cells": [cell],
+           "flashinfer": "FlashInfer 0.2.14", "exchange": "-"}
+    kernel._table(res)
+    out = capsys.readouterr().out
+    assert "100.0" in out and "80.0" in out and "0.62" in out and "triton (+25.0%)" in out

@@ -4,7 +4,8 @@
 
 is said once per rule (`note_once`); per batch the rule picks by (batch, max local length), both host ints.
 Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer cannot take: chunks of
-more than one token, or a layout without host page lists (the CUDA-graph buffers, graphs.py).
+more than one token, or a layout without host page lists (the CUDA-graph buffers, graphs.py: wiring FlashInfer's
+per-step plan() into the replay, before it, is what they would need).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dcpctl.runtime.attention.flashinfer_mla import blocker as flashinfer_blocke
 from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton_available
 from dcpctl.runtime.notes import note_once
 
+GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
 KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3", torch.float32: "fp32",
             torch.float64: "fp64"}
 
@@ -59,20 +61,15 @@ def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> 
 
 
 def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
-    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", flashinfer_blocker(pool, v_dim, q.dtype)))
+    # graph buffers (no host page lists) never ask FlashInfer: nothing is imported or planned during a capture
+    fi = (GRAPH_LAYOUT if lay.host_lens is None else flashinfer_blocker(pool, v_dim, q.dtype))  # type: ignore
+    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi))
     if all(why is not None for _, why in avail):
         return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
     key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
     which = rule_for(requested, key, avail).pick(len(lay.chunks), lay.max_local_len)   # type: ignore[attr-defined]
-    if which != "flashinfer":
-        return which
-    ours = "triton" if avail[0][1] is None else "torch"
-    if lay.host_lens is None:          # type: ignore[attr-defined]
-        note_once("local attention: ours in CUDA-graph replay (FlashInfer plans each step on the host; the "
-                  "graph buffers carry no host page lists)")
-        return ours
-    if any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
+    if which == "flashinfer" and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
         note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
                   "verification are causal by global position over a striped shard; FlashInfer's mask is not)")
-        return ours
+        return "triton" if avail[0][1] is None else "torch"
     return which
