@@ -35,7 +35,7 @@ except ImportError:  # CPU CI: the reference path only
 class MLAOut(NamedTuple):
     o: Tensor      # [N, H, v_dim]
     lse: Tensor    # [N, H] fp32 (float64 from the reference on float64 inputs)
-    base: str      # always "e"
+    base: str      # "e" from these kernels; "2" from FlashInfer (flashinfer_mla), which the merge takes
 
 
 def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:
