@@ -3,10 +3,8 @@
     python3 benchmarks/flashinfer_mla.py --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
 
 FlashInfer comes from the sdist that benchmarks/flashinfer/fetch.sh puts in .vendor/ (no network on
-the device, no pip install): it is unpacked under --work, its top-level csrc/ include/ 3rdparty/ are
-linked where an installed wheel keeps them (flashinfer/data/), and the source tree goes first on
-sys.path.  0.2.14 reads the arch list through torch (TORCH_CUDA_ARCH_LIST; its fa3 kernels add
-sm_90a themselves) and puts its JIT cache under $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer.
+the device, no pip install), made importable by dcpctl/runtime/attention/flashinfer_setup.py (the
+runtime's own route to it: unpacked under --work, its data folders linked, the tree first on sys.path).
 
 Ours is timed exactly as `dcpctl bench kernel` does (dcpctl/bench/kernel.py `time_cell`: CUDA-graph
 replay over block tables rotated across >= 512 MiB of disjoint pages), over the whole grid first and
@@ -19,27 +17,23 @@ full text in DIR/flashinfer_errors.log.
 from __future__ import annotations
 
 import argparse
-import glob
-import importlib.util
 import json
 import math
 import os
 import platform
-import shutil
 import sys
-import tarfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from dcpctl.runtime.attention.flashinfer_setup import activate, prepare_source  # noqa: E402
+
 VENDOR = ROOT / ".vendor"
 TARBALL = VENDOR / "flashinfer_python-0.2.14.tar.gz"
 PACKAGING_WHEEL = VENDOR / "packaging-25.0-py3-none-any.whl"   # fallback: flashinfer.jit imports `packaging`
-# flashinfer/data/<name> (where jit/env.py looks) -> the sdist folder (pyproject.toml package-dir)
-DATA_LINKS = {"csrc": "csrc", "include": "include", "tvm_binding": "tvm_binding",
-              "cutlass": "3rdparty/cutlass", "spdlog": "3rdparty/spdlog"}
 # mla_hopper.cuh / mla.cuh compute `page_index * stride_page` in uint32: a KV tensor over 2^32 elements wraps
 MAX_KV_ELEMENTS = 1 << 32
 TOL = 2e-2
@@ -49,61 +43,6 @@ EAGER = "eager: CUDA events over the same eager loop for both (FlashInfer's run(
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def unpack(tarball: Path, work: Path) -> Path:
-    # -> the sdist root (flashinfer/ csrc/ include/ 3rdparty/ side by side); an earlier unpack is reused
-    src = work / tarball.name.removesuffix(".tar.gz")
-    if not (src / "flashinfer" / "__init__.py").is_file():
-        work.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tarball) as tf:
-            tf.extractall(work, filter="data")
-    return src
-
-
-def prepare_source(tarball: Path, work: Path) -> Path:
-    """Unpack the sdist under work and link its data folders where the package looks for them."""
-    src = unpack(tarball, work)
-    data = src / "flashinfer" / "data"
-    data.mkdir(exist_ok=True)
-    for name, target in DATA_LINKS.items():
-        if not (data / name).is_symlink():
-            (data / name).symlink_to(Path("..", "..", target), target_is_directory=True)
-    return src
-
-
-def jit_environ(work: Path, arch: str = "9.0a") -> dict[str, str]:
-    """What flashinfer.jit reads (at import): torch's arch list, the cache base, ninja's job count."""
-    return {"TORCH_CUDA_ARCH_LIST": arch, "FLASHINFER_WORKSPACE_BASE": str(work),
-            "MAX_JOBS": str(os.cpu_count() or 1)}
-
-
-def cuda_home() -> str | None:
-    # torch takes CUDA_HOME, else nvcc's grandparent (wrong for a /usr/local/bin/nvcc wrapper script)
-    nvcc = shutil.which("nvcc")
-    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-             nvcc and str(Path(nvcc).resolve().parents[1]), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
-    return next((c for c in cands if c and (Path(c) / "include" / "cuda_runtime.h").is_file()), None)
-
-
-def activate(src: Path, work: Path) -> None:
-    """Make `import flashinfer` load src: environment, sys.path, and ninja on PATH (jit runs `ninja`)."""
-    os.environ.update(jit_environ(work))
-    home = cuda_home()
-    if home:
-        os.environ["CUDA_HOME"] = home
-        if "torch.utils.cpp_extension" in sys.modules:
-            sys.modules["torch.utils.cpp_extension"].CUDA_HOME = home
-    bins = [str(Path(sys.executable).parent)]
-    try:
-        import ninja
-        bins.insert(0, ninja.BIN_DIR)
-    except (ImportError, AttributeError):
-        pass
-    os.environ["PATH"] = os.pathsep.join(bins + [os.environ.get("PATH", "")])
-    sys.path.insert(0, str(src))
-    if importlib.util.find_spec("packaging") is None:
-        sys.path.append(str(PACKAGING_WHEEL))
 
 
 class Peer:
@@ -134,7 +73,7 @@ def load(peer: Peer, tarball: Path, work: Path) -> None:
     try:
         log(f"unpacking {tarball} under {work}")
         src = prepare_source(tarball, work)
-        activate(src, work)
+        activate(src, work, PACKAGING_WHEEL)
         import flashinfer
         from torch.utils.cpp_extension import CUDA_HOME
         peer.fi, peer.info["version"], peer.info["cuda_home"] = flashinfer, flashinfer.__version__, CUDA_HOME
@@ -343,7 +282,6 @@ def main() -> None:
                     help="FlashInfer's ckv/kpe: views of our fused pool or copies (auto: views under 2^32 elements)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT))
     import torch
     from dcpctl.bench.ceilings import measure
     from dcpctl.bench.kernel import FULL, QUICK, Pool, _ints, _triton_version

@@ -3,7 +3,9 @@
 Per cell (kernel heads H, local context ctx, batch B; one query row per request, all keys visible):
 bytes = KV (B*ctx*R*2) + q (B*H*R*2) + o (B*H*v*2, bf16), flops = 2*B*H*ctx*(R+v);
 roofline fraction = max(bytes / copy_bw, flops / bf16_rate) / time.  Times are CUDA-graph replays
-rotating over enough disjoint KV page sets that small cells are not served from L2.
+rotating over enough disjoint KV page sets that small cells are not served from L2.  Every available
+backend (`triton`: ours, Gluon or Triton; `flashinfer`: bench/kernel_flashinfer.py) is timed per cell over
+the same pages, side by side; `--save-table` writes them as the backend table the runtime chooses from.
 """
 from __future__ import annotations
 
@@ -80,7 +82,11 @@ class Pool:
         self.kv_scale = 1.0 if fp8 else None     # N(0, 1) values sit well inside e4m3's range
         if fp8:
             self.kv = self.kv.to(torch.float8_e4m3fn)
-        self.perm = torch.randperm(self.pages, device=device).int()
+        from dcpctl.bench.kernel_flashinfer import limit_pages
+        # the first pages below FlashInfer's uint32 offset limit, so most cells' tables stay under it
+        low = min(self.pages, limit_pages(PAGE, R))
+        self.perm = torch.cat([torch.randperm(low, device=device),
+                               low + torch.randperm(self.pages - low, device=device)]).int()
 
     def tables(self, batch: int, ctx: int) -> list[Any]:
         # -> k block tables [batch, ctx/PAGE], k = enough sets to exceed L2 (disjoint pages)
@@ -181,7 +187,7 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
 
 
 def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: bool, naive: bool,
-        fp8: bool = False) -> dict[str, Any]:
+        fp8: bool = False, backends: str = "auto") -> dict[str, Any]:
     import torch
     from dcpctl.bench.ceilings import measure
     from dcpctl.runtime.attention.triton_mla import default_config
@@ -191,14 +197,27 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
     cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
+    peer, peer_note = _peer(pool, backends)
     cells = []
     for h in heads:
+        ok = peer is not None and _peer_checks(peer, pool, h, cfgs[h], log)
+        rule = _auto_rule(h, "fp8_e4m3" if fp8 else "bf16", ok)
         for ctx in contexts:
             for b in batches:
                 row = time_cell(pool, h, ctx, b, cfgs[h], naive)
                 roof = ceil.roofline_s(row["bytes"], row["flops"]) * 1e6
                 compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
                 row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
+                row["backends"] = {"triton": {"time_us": row["time_us"], "fraction": row["fraction"]}}
+                if ok:
+                    try:
+                        row["backends"]["flashinfer"] = peer.time(h, ctx, b, SCALE, roof)
+                    except Exception as e:   # a CUDA error is sticky: FlashInfer's column ends here, ours goes on
+                        row["backends"]["flashinfer"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                        ok = False
+                timed = {k: v["time_us"] for k, v in row["backends"].items() if v.get("time_us")}
+                row["best"], row["auto"] = min(timed, key=timed.get), rule.pick(b, ctx)
+                row["auto_over_best"] = timed[row["auto"]] / timed[row["best"]] - 1 if row["auto"] in timed else None
                 cells.append(row)
                 _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
@@ -207,8 +226,46 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "calibration": ceil.calibration(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
-            "flashinfer": "not timed by this command: benchmarks/flashinfer_mla.py times it next to this kernel",
+            "page_size": PAGE, "backends": ["triton"] + (["flashinfer"] if peer is not None else []),
+            "flashinfer": peer_note,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
+
+
+def _auto_rule(heads: int, kv: str, flashinfer: bool) -> Any:
+    """The runtime's automatic choice for this head count (the table in effect: $DCPCTL_ATTENTION_TABLE or the
+    shipped one), with the backends this call timed."""
+    import torch
+    from dcpctl.plan.attention_table import Key, decide, load_table
+    key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
+    return decide(key, "auto", {"triton": None, "flashinfer": None if flashinfer else "not timed"}, load_table())
+
+
+def _peer(pool: Pool, backends: str) -> tuple[Any, str]:
+    # -> (FlashInferSide or None, what the result says about FlashInfer)
+    names = ["triton", "flashinfer"] if backends == "auto" else [b.strip() for b in backends.split(",")]
+    if "flashinfer" not in names:
+        return None, "not asked for (--backends)"
+    from dcpctl.bench.kernel_flashinfer import FlashInferSide
+    side = FlashInferSide(pool)
+    if side.fi is None:
+        if backends != "auto":
+            raise UserError(f"--backends flashinfer: {side.why}")
+        return None, f"not timed: {side.why}"
+    return side, side.why
+
+
+def _peer_checks(peer: Any, pool: Pool, heads: int, cfg: Any, log: list[dict[str, Any]]) -> bool:
+    """FlashInfer against ours on one small cell (B=3, ctx=3000) before it is timed at this head count."""
+    import torch
+    q = torch.randn(3, heads, R, device=pool.kv.device, dtype=torch.bfloat16)
+    bt = pool.tables(3, 3008)[0]
+    try:
+        err = peer.check(q, bt, 3000, SCALE, _decode_fn(q, pool, bt, 3000, cfg)())
+    except Exception as e:   # a JIT or run failure costs FlashInfer's column, never ours
+        log.append({"heads": heads, "backend": "flashinfer", "error": str(e).splitlines()[0][:300]})
+        return False
+    log.append({"heads": heads, "backend": "flashinfer", "rel_err_vs_ours": err})
+    return err < 2e-2
 
 
 def _progress(msg: str) -> None:
@@ -221,15 +278,31 @@ def _triton_version() -> str:
     return triton.__version__
 
 
+def _auto(c: dict[str, Any]) -> str:
+    over = c.get("auto_over_best")
+    return c["auto"] + ("" if over is None else f" ({over:+.1%})")
+
+
+def _us(b: dict[str, Any] | None) -> str:
+    return "-" if not b or b.get("time_us") is None else f"{b['time_us']:.1f}"
+
+
+def _frac(b: dict[str, Any] | None) -> str:
+    return "-" if not b or b.get("fraction") is None else f"{b['fraction']:.2f}"
+
+
 def _table(res: dict[str, Any]) -> None:
     from dcpctl.cli import console
-    rows = [[c["heads"], c["ctx"], c["batch"], f"{c['time_us']:.1f}", f"{c['roofline_us']:.1f}", c["bound"],
-             f"{c['fraction']:.2f}", "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
+    names = res["backends"]
+    rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names], f"{c['roofline_us']:.1f}",
+             c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"], _auto(c),
+             "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
             for c in res["cells"]]
     cal = res["calibration"]
     title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s; "
-             f"roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
-    console.out.print(console.table(title, ["heads", "ctx", "batch", "kernel us", "roofline us", "bound", "fraction",
+             f"ours' roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
+    console.out.print(console.table(title, ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us", "bound",
+                                            *[f"{n} frac" for n in names], "fastest", "auto (over fastest)",
                                             "naive torch us"], rows))
     console.out.print(f"FlashInfer: {res['flashinfer']}\nExchange: {res['exchange']}")
 
@@ -244,30 +317,45 @@ def _table(res: dict[str, Any]) -> None:
 @click.option("--naive/--no-naive", default=True, show_default=True, help="Also time a naive torch decode.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
               help="Latent KV pool dtype (fp8 = e4m3 with a per-tensor scale).")
+@click.option("--backends", default="auto", show_default=True,
+              help="Backends to time side by side: auto (every one available here), or a list of triton, flashinfer.")
+@click.option("--save-table", type=click.Path(dir_okay=False), default=None,
+              help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
+                   "$DCPCTL_ATTENTION_TABLE=FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
               help="Fit copy_tbps, bf16_tflops, attn_efficiency per head count and attn_fixed_us into this "
                    "calibration file (other keys kept) for `plan/recommend --calibration`.")
-def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, kv_dtype: str, fmt: str,
-            save_calibration: str | None) -> None:
-    """Time the local MLA decode kernel against this GPU's measured copy bandwidth and bf16 matmul rate.
+def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, kv_dtype: str,
+            backends: str, save_table: str | None, fmt: str, save_calibration: str | None) -> None:
+    """Time the local MLA decode backends against this GPU's measured copy bandwidth and bf16 matmul rate.
 
-    Reports per (kernel heads, local context, batch): time, roofline time, bound and the achieved
-    fraction of roofline (target >= 0.70), plus a naive torch decode for comparison.  Needs a CUDA GPU.
+    Reports per (kernel heads, local context, batch): each available backend's time (ours, `triton`:
+    the Gluon or Triton kernel; `flashinfer` where it imports) over the same pages, the roofline time,
+    bound, each one's fraction of roofline and the fastest, plus a naive torch decode for comparison.
+    `--save-table FILE` writes the backend table the runtime's automatic choice reads.  Needs a CUDA GPU.
     """
+    bad = set(backends.split(",")) - {"auto", "triton", "flashinfer"}
+    if bad:
+        raise UserError(f"--backends {backends}: unknown {sorted(bad)}; valid: auto, triton, flashinfer")
     import torch
     if not torch.cuda.is_available():
         raise UserError("dcpctl bench kernel needs a CUDA GPU (torch.cuda.is_available() is False).")
     from dcpctl.bench.decode import check_writable
-    if save_calibration:
-        check_writable(Path(save_calibration), "--save-calibration")
+    for path, flag in ((save_calibration, "--save-calibration"), (save_table, "--save-table")):
+        if path:
+            check_writable(Path(path), flag)
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
     with stdout_to_stderr():   # Triton prints a failed candidate's PTX on stdout; keep --format json clean
-        res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8")
+        res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8",
+                  backends)
     if fmt == "json":
         click.echo(json.dumps(res, indent=1))
     else:
         _table(res)
+    if save_table:
+        from dcpctl.bench.kernel_table import table_from_bench, write
+        write(table_from_bench(res, "dcpctl " + " ".join(sys.argv[1:])), Path(save_table))
     if save_calibration:   # after the results are out: a grid that does not determine the fit loses nothing
         from dcpctl.plan.calibrate import fit_kernel, merge_calibration
         merge_calibration(Path(save_calibration), fit_kernel(res), {"kernel": "dcpctl bench kernel"})

@@ -39,7 +39,8 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         world_size=t.world,
         topology=TopologySection(t.tp_size, t.attn_tp, t.attn_dp, t.dcp_size, t.ep_size, t.pp_size),
         groups=parse_value(GroupsSection, plan.groups, "groups"),
-        decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value), d["lse_base"].value),
+        decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value), d["lse_base"].value,
+                            attention_backend=plan.request.attention_backend),
         kv=kv, speculative=speculative_section(plan), hicache=hicache)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcpctl.plan import kernels, speculative
+from dcpctl.plan import attention_table, kernels, speculative
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.kernels import is_kimi_k3
 from dcpctl.plan.request import PlanRequest
@@ -56,12 +56,14 @@ def decide(req: PlanRequest) -> Decisions:
     d.items["decode_attention_backend"] = Decision(kernel, why)
     d.items["kv_cache_dtype"] = Decision(*kernels.kv_dtype(req))
     d.items["page_size"] = Decision(*kernels.page_size(req, kernel, d.warnings.append))
+    d.items["local_attention_backend"] = Decision(*attention_table.plan_decision(
+        req, d.value("kv_cache_dtype"), d.value("page_size")))
     spec = speculative.num_draft_tokens(req, kernel, d.value("page_size"), d.violations.append, d.warnings.append)
     if spec is not None:
         d.items["speculative_num_draft_tokens"] = Decision(*spec)
     d.items["symmetric_memory"] = _symm_mem(req)
-    d.items["lse_base"] = Decision("e", "the bundled runtime's local attention returns natural-log LSE; "
-                                        "the merge converts any base-2 partial before combining")
+    d.items["lse_base"] = Decision("e", "the bundled runtime's own kernels return natural-log LSE (FlashInfer's "
+                                        "base 2 is tagged so); the merge converts any base-2 partial before combining")
     _check_backend_rules(req, d)
     kernels.check(req, kernel, d.value("kv_cache_dtype"), d.violations.append)
     return d

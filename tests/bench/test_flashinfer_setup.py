@@ -1,4 +1,5 @@
-"""benchmarks/flashinfer_mla.py sets FlashInfer's sdist up for an uninstalled import; the CPU half of it.
+"""FlashInfer's sdist set up for an uninstalled import (runtime/attention/flashinfer_setup.py, which
+benchmarks/flashinfer_mla.py also uses); the CPU half of it.
 
 Skipped without .vendor/flashinfer_python-0.2.14.tar.gz (benchmarks/flashinfer/fetch.sh puts it there).
 """
@@ -10,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from dcpctl.runtime.attention import flashinfer_setup as fs
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flashinfer_mla.py"
 
@@ -28,12 +31,12 @@ pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TAR
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("flashinfer")
-    return bench.prepare_source(bench.TARBALL, work), work
+    return fs.prepare_source(bench.TARBALL, work), work
 
 
 def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     src, work = sdist
-    for k, v in bench.jit_environ(work).items():
+    for k, v in fs.jit_environ(work).items():
         monkeypatch.setenv(k, v)
     env = load("flashinfer_jit_env_alone", src / "flashinfer" / "jit" / "env.py")   # reads the environment at import
     assert (env.FLASHINFER_INCLUDE_DIR / "flashinfer" / "attention" / "mla_hopper.cuh").is_file()
@@ -45,18 +48,18 @@ def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path], monkeypa
 
 def test_prepare_source_twice_reuses_the_tree(sdist: tuple[Path, Path]) -> None:
     src, work = sdist
-    assert bench.prepare_source(bench.TARBALL, work) == src
-    assert sorted(p.name for p in (src / "flashinfer" / "data").iterdir()) == sorted(bench.DATA_LINKS)
+    assert fs.prepare_source(bench.TARBALL, work) == src
+    assert sorted(p.name for p in (src / "flashinfer" / "data").iterdir()) == sorted(fs.DATA_LINKS)
 
 
 def test_import_flashinfer_uninstalled(sdist: tuple[Path, Path]) -> None:
     pytest.importorskip("requests")   # flashinfer/artifacts.py imports it; the CPU venv may lack it
     src, work = sdist
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import flashinfer_mla as b; from pathlib import Path; "
-            "b.activate(Path(sys.argv[2]), Path(sys.argv[3])); import flashinfer; "
-            "print(flashinfer.__version__, flashinfer.__file__, "
-            "hasattr(flashinfer.mla, 'BatchMLAPagedAttentionWrapper'))")
-    r = subprocess.run([sys.executable, "-c", code, str(SCRIPT.parent), str(src), str(work)], capture_output=True,
-                       text=True, timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    code = ("from dcpctl.runtime.attention.flashinfer_setup import load; fi, why = load(); "
+            "print(fi.__version__, fi.__file__, hasattr(fi.mla, 'BatchMLAPagedAttentionWrapper'), why)")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DCPCTL_FLASHINFER_SDIST": str(bench.TARBALL),
+           "DCPCTL_FLASHINFER_WORK": str(work)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["0.2.14", str(src / "flashinfer" / "__init__.py"), "True"]
+    assert r.stdout.split()[:3] == ["0.2.14", str(src / "flashinfer" / "__init__.py"), "True"]
+    assert "FlashInfer 0.2.14 from the sdist flashinfer_python-0.2.14.tar.gz" in r.stdout

@@ -53,6 +53,7 @@ class DCPContext:
     sync_timing: bool = False      # CUDA: synchronize around collectives so exchange_seconds is exact
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     kv_bytes_hint: int = 0          # paged path: KV bytes per layer from host ints (no device sync)
+    attention_backend: str = "auto"  # decisions["attention_backend"]: --attention-backend (backend_choice)
     _mask: Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -134,7 +135,7 @@ class DCPContext:
         lay = self.layout
         self.kv_bytes_read += self.kv_bytes_hint
         res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
-                              self.pool.descriptors)
+                              self.pool.descriptors, self.attention_backend)
         return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:
@@ -147,12 +148,14 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
                   chunks: list[SeqChunk], v_dim: int, pad: int = 0) -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated).
 
-    decisions.attention_path: `auto` (paged when the pool is on CUDA), `paged` or `layout`."""
+    decisions.attention_path: `auto` (paged when the pool is on CUDA), `paged` or `layout`;
+    decisions.attention_backend: the paged path's --attention-backend (auto: the measured table)."""
     backend, base = decisions.dcp_comm_backend, decisions.lse_base
     if resolve_path(decisions.attention_path, pool.kv.device) == "layout":
         return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
-    ctx = DCPContext(lay, pool, dcp, backend, base, v_dim)
+    ctx = DCPContext(lay, pool, dcp, backend, base, v_dim,
+                     attention_backend=decisions.attention_backend)
     ctx.kv_bytes_hint = kv_rows(alloc, chunks, dcp.rank) * pool.kv.shape[-1] * pool.kv.element_size()
     return ctx
 

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from dcpctl.plan.detect import Probe, probe
 from dcpctl.runtime.attention.gluon_mla import UNAVAILABLE, smem_bytes
+from dcpctl.runtime.attention.kernel_config import CONFIGS_ENV, KernelConfig, tuned_configs
 from dcpctl.runtime.notes import note_once
-
-if TYPE_CHECKING:
-    from dcpctl.runtime.attention.triton_mla import KernelConfig
 
 
 class GpuFacts(NamedTuple):
@@ -103,7 +101,6 @@ def describe(heads: int, cfg: KernelConfig, device: torch.device, kv_dtype: torc
     if blocker is None:
         return f"local attention: the Gluon MLA kernel for Hopper ({tiles}) for {heads} query heads per rank"
     if not cfg.gluon:
-        from dcpctl.runtime.attention.triton_mla import CONFIGS_ENV, tuned_configs
         env = os.environ.get(CONFIGS_ENV)
         blocker = (f"${CONFIGS_ENV} does not ask for it" if env and heads in tuned_configs(env) else
                    f"{heads} query heads per rank are not a multiple of its 64")

@@ -18,17 +18,22 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | local_lens   | [n + 1] int32       | local_len(end_i, r, c) (row n: 0)                       |
 | write_rows   | [N] int64           | batch rows whose position this rank owns                |
 | write_slots  | [N] int64           | their physical slots                                    |
+| host_tables  | n lists (host)      | chunk i's pages, as the block table (FlashInfer's plan) |
+| host_lens    | n ints (host)       | local_lens without the pad row (None: not known on host)|
+
+Which backend reads the pool (ours, FlashInfer, the torch reference) is `backend_choice.choose`'s.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention.backend_choice import choose, triton_blocker
+from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
 from dcpctl.runtime.attention.layout import SeqChunk
-from dcpctl.runtime.attention.triton_mla import (MAX_PADDED, MLAOut, kernel_takes, mla_decode, mla_decode_reference,
-                                                 triton_available)
+from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
 from dcpctl.runtime.notes import note_once
 
@@ -49,6 +54,9 @@ class PagedLayout:
     max_local_len: int        # host int: the kernel sizes its splits without a device sync
     page_size: int
     chunks: list[SeqChunk]
+    host_tables: list[list[int]] | None = None
+    host_lens: list[int] | None = None
+    backend_state: dict = field(default_factory=dict)   # per batch: a backend's plan (flashinfer_mla)
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -88,13 +96,14 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
         bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
     ints = lambda v, dt=torch.int64: torch.tensor(v, dtype=dt).to(device)  # noqa: E731
     return PagedLayout(ints(positions), ints(positions, torch.int32), ints(row_req, torch.int32), bt.to(device), ints(lens + [0], torch.int32),
-                       ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks))
+                       ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks), table, lens)
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
                     dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None,
-                    descriptors: dict | None = None) -> MLAOut:
-    # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk] base e)
+                    descriptors: dict | None = None, requested: str = "auto") -> MLAOut:
+    # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk], its base)
+    # requested: --attention-backend (auto: the measured table, backend_choice)
     # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
     if q.shape[0] == 0 and out is not None:
         return MLAOut(*out, "e")
@@ -105,13 +114,13 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
-    if triton_available(q.device) and q.dtype != torch.float64 and kernel_takes(v_dim, q.shape[-1]):
+    which = choose(requested, q, pool, lay, v_dim)
+    if which == "flashinfer":
+        return flashinfer_decode(q, pool, lay, scale, v_dim, out)
+    if which == "triton":
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors)
-    why = ("the KV pool is on the CPU" if q.device.type != "cuda" else "Triton is not installed"
-           if not triton_available(q.device) else "float64 runs the exact reference" if q.dtype == torch.float64
-           else f"the latent row {v_dim} + {q.shape[-1] - v_dim} is wider than the kernel's {MAX_PADDED[0]} + "
-                f"{MAX_PADDED[1]}")
-    note_once(f"local attention: the torch reference over the block table (attention_path paged; {why})")
+    note_once(f"local attention: the torch reference over the block table (attention_path paged; "
+              f"{triton_blocker(q, pool, v_dim) or 'asked for'})")
     return mla_decode_reference(*args, **kw)
 
 

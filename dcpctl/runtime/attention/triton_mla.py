@@ -13,9 +13,7 @@ merged exactly by `fused_merge.merge_partials` (skipped when there is one split)
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
 from typing import NamedTuple
 
 import torch
@@ -24,6 +22,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
 from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
 from dcpctl.runtime.attention.kernel_choice import announce, gpu_facts, mark_failed, use_gluon
+from dcpctl.runtime.attention.kernel_config import CONFIGS_ENV, KernelConfig, default_config, tuned_configs  # noqa: F401
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 
 try:
@@ -36,59 +35,7 @@ except ImportError:  # CPU CI: the reference path only
 class MLAOut(NamedTuple):
     o: Tensor      # [N, H, v_dim]
     lse: Tensor    # [N, H] fp32 (float64 from the reference on float64 inputs)
-    base: str      # always "e"
-
-
-class KernelConfig(NamedTuple):
-    block_h: int = 64
-    block_n: int = 32
-    num_warps: int = 8
-    num_stages: int = 2
-    occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
-    tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
-    lazy: bool = False      # rescale acc only when a row's running max grows by more than 8 (base 2)
-    ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
-    gluon: bool = False     # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
-                            # num_stages = its ring depth; bulk tensor copies when page % block_n == 0)
-
-
-CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
-
-
-@functools.lru_cache(maxsize=None)
-def tuned_configs(path: str) -> dict[int, KernelConfig]:
-    """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
-    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws, gluon]} JSON file."""
-    from dcpctl.plan.errors import UserError
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-        cfgs = doc.get("configs", doc)
-        out = {}
-        for h, c in cfgs.items():
-            if not isinstance(c, list) or not 2 <= len(c) <= len(KernelConfig._fields):
-                raise ValueError(f"heads {h}: expected a list of 2-{len(KernelConfig._fields)} values "
-                                 f"{list(KernelConfig._fields)}, got {c!r}")
-            out[int(h)] = KernelConfig(*c)
-        return out
-    except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise UserError(f"${CONFIGS_ENV}={path}: not a kernel config file ({e})") from None
-
-
-def default_config(heads: int) -> KernelConfig:
-    """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
-    count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
-    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md).  A Gluon config runs the Triton
-    kernel with the same tiles where the Gluon kernel cannot (`use_gluon`)."""
-    if os.environ.get(CONFIGS_ENV):
-        cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
-        if cfg is not None:
-            return cfg
-    if heads % 64 == 0:     # the Gluon kernel on Hopper; elsewhere the Triton kernel with bulk copies
-        return KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
-    if heads % 32 == 0:
-        return KernelConfig(32, 64, 8, 2)
-    return KernelConfig(16, 128, 8, 2)
+    base: str      # "e" from these kernels; "2" from FlashInfer (flashinfer_mla), which the merge takes
 
 
 def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:

@@ -1,0 +1,151 @@
+"""Which local MLA decode backend the bundled runtime runs: one rule per (kernel heads, KV dtype, page size, GPU).
+
+The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one; the shipped default
+is dcpctl/data/attention/h200.json, or $DCPCTL_ATTENTION_TABLE): per measured cell (batch, local context) the
+backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
+(log distance in batch and context), so the choice is per cell, not one backend for every shape.
+`--attention-backend flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
+runtime does not have) read the table.  Pure and torch-free: the plan shows the rule and the runtime runs it, one function.
+
+| backend      | what runs                                                                  |
+| ------------ | -------------------------------------------------------------------------- |
+| `triton`     | ours: the Gluon (Hopper) or Triton split-KV kernel (runtime.kernel_choice)  |
+| `flashinfer` | FlashInfer's BatchMLAPagedAttentionWrapper over the same pool and pages     |
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.request import PlanRequest
+
+BACKENDS = ("triton", "flashinfer")
+FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
+TABLE_ENV = "DCPCTL_ATTENTION_TABLE"
+SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"     # flashinfer_setup: FlashInfer from its source release
+KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
+DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "data" / "attention" / "h200.json"
+
+
+@dataclass(frozen=True)
+class Key:
+    heads: int          # kernel heads: local heads x dcp
+    kv_dtype: str       # bf16, fp16, fp8_e4m3
+    page_size: int      # tokens per physical page
+    device: str         # the GPU's name as torch reports it (matched without vendor prefix and case)
+
+    def text(self) -> str:
+        return f"{self.heads} kernel heads, {self.kv_dtype} KV, page {self.page_size} on {self.device}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The winner per measured (batch, ctx) cell of one key, or one backend for all (`fixed`)."""
+
+    key: Key
+    cells: tuple[tuple[int, int, str], ...]
+    fixed: str | None
+    reason: str
+
+    def pick(self, batch: int, ctx: int) -> str:
+        if self.fixed is not None:
+            return self.fixed
+        return _pick(self.cells, max(batch, 1), max(ctx, 1))
+
+    def summary(self) -> str:
+        if self.fixed is not None:
+            return self.fixed
+        wins = {b: [c for c in self.cells if c[2] == b] for b in BACKENDS}
+        main = max(BACKENDS, key=lambda b: len(wins[b]))
+        rest = [f"{b} at {_where(wins[b])}" for b in BACKENDS if b != main and wins[b]]
+        return main + (f" ({'; '.join(rest)})" if rest else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pick(cells: tuple[tuple[int, int, str], ...], batch: int, ctx: int) -> str:
+    near = min(cells, key=lambda c: abs(math.log2(c[0] / batch)) + abs(math.log2(c[1] / ctx)))
+    return near[2]
+
+
+def _where(cells: list[tuple[int, int, str]]) -> str:
+    return ", ".join(f"B={b} ctx={_k(c)}" for b, c, _ in cells)
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+def same_device(a: str, b: str) -> bool:
+    strip = lambda s: s.lower().removeprefix("nvidia ").strip()  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def load_table(path: str | Path | None = None) -> dict[str, Any]:
+    """A table: {"source": ..., "cells": [{heads, kv_dtype, page_size, device, batch, ctx, us: {backend: us}}]}."""
+    path = Path(path or os.environ.get(TABLE_ENV) or DEFAULT_TABLE)
+    try:
+        return _read(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"attention backend table {path}: not a table `dcpctl bench kernel --save-table` "
+                        f"writes ({e})") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: str) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    for c in doc["cells"]:
+        if not all(k in c for k in ("heads", "kv_dtype", "page_size", "device", "batch", "ctx", "us")):
+            raise ValueError(f"a cell lacks a field: {c}")
+    return doc
+
+
+def decide(key: Key, requested: str, available: dict[str, str | None], table: dict[str, Any]) -> Rule:
+    """The rule for key.  available: backend -> None when it can run here, else why not (a clause)."""
+    usable = [b for b in BACKENDS if available.get(b, "not known to this runtime") is None]
+    if not usable:
+        return Rule(key, (), "torch", "no kernel backend runs here: "
+                    + "; ".join(f"{b}: {available.get(b)}" for b in BACKENDS))
+    if requested == "torch_native":
+        return Rule(key, (), "torch", "set by --attention-backend torch_native: the torch reference")
+    if requested in BACKENDS:
+        if requested in usable:
+            return Rule(key, (), requested, f"set by --attention-backend {requested}")
+        return Rule(key, (), usable[0], f"--attention-backend {requested} asked for, but {available[requested]}")
+    ask = "" if requested == "auto" else f"--attention-backend {requested} is not a bundled-runtime kernel; "
+    mine = [c for c in table["cells"] if c["heads"] == key.heads and c["kv_dtype"] == key.kv_dtype
+            and c["page_size"] == key.page_size and same_device(c["device"], key.device)]
+    timed = [(c["batch"], c["ctx"], {b: c["us"][b] for b in usable if c["us"].get(b) is not None}) for c in mine]
+    timed = [t for t in timed if t[2]]
+    src = table.get("source", "the measured table")
+    if not timed:
+        why = f"no measured cell for {key.text()} in {src}"
+        return Rule(key, (), FALLBACK if FALLBACK in usable else usable[0], ask + why)
+    cells = tuple((b, ctx, min(us, key=us.get)) for b, ctx, us in timed)
+    missing = [f"{b}: {available[b]}" for b in BACKENDS if b not in usable]
+    why = (f"{ask}measured ({src}): the fastest per cell of {len(cells)}, the nearest cell per step"
+           + (f"; not available: {', '.join(missing)}" if missing else ""))
+    return Rule(key, cells, cells[0][2] if len({c[2] for c in cells}) == 1 else None, why)
+
+
+def flashinfer_missing() -> str | None:
+    """Why FlashInfer cannot be imported here (without importing it), or None."""
+    if importlib.util.find_spec("flashinfer") is not None or os.environ.get(SDIST_ENV):
+        return None
+    return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
+
+
+def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
+    """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's facts."""
+    hw, t = req.hardware, req.topology
+    if hw.device != "cuda":
+        return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
+    key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
+    rule = decide(key, req.attention_backend, {"triton": None, "flashinfer": flashinfer_missing()}, load_table())
+    return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

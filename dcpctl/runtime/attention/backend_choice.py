@@ -1,0 +1,75 @@
+"""Which backend reads the pool for one batch of the paged path: the facts here, the rule in plan.attention_table.
+
+    local attention: flashinfer (triton at B=1 ctx=8K, ...) for 128 kernel heads, bf16 KV, page 64 on NVIDIA H200 (why)
+
+is said once per rule (`note_once`); per batch the rule picks by (batch, max local length), both host ints.
+Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer cannot take: chunks of
+more than one token, or a layout without host page lists (the CUDA-graph buffers, graphs.py: wiring FlashInfer's
+per-step plan() into the replay, before it, is what they would need).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from dcpctl.plan.attention_table import Key, Rule, decide, load_table
+from dcpctl.runtime.attention.flashinfer_mla import blocker as flashinfer_blocker
+from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton_available
+from dcpctl.runtime.notes import note_once
+
+GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
+KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3", torch.float32: "fp32",
+            torch.float64: "fp64"}
+
+
+def triton_blocker(q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+    """Why ours cannot run this batch (a clause), or None."""
+    if q.device.type != "cuda":
+        return "the KV pool is on the CPU"
+    if not triton_available(q.device):
+        return "Triton is not installed"
+    if q.dtype == torch.float64:
+        return "float64 runs the exact reference"
+    if not kernel_takes(v_dim, q.shape[-1]):
+        return (f"the latent row {v_dim} + {q.shape[-1] - v_dim} is wider than the kernel's {MAX_PADDED[0]} + "
+                f"{MAX_PADDED[1]}")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+@functools.lru_cache(maxsize=None)
+def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], ...]) -> Rule:
+    """The plan's rule for this key (memoized), said once."""
+    rule = decide(key, requested, dict(available), load_table())
+    note_once(f"local attention: {rule.summary()} for {key.text()} ({rule.reason})")
+    return rule
+
+
+def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
+    """'flashinfer', 'triton' or 'torch' for this batch (asked per layer, decided once per batch).
+    q: [T, Hk, R]  pool: [pages, P, R]  lay: a PagedLayout."""
+    state = lay.backend_state          # type: ignore[attr-defined]
+    if state.get("backend") is None:
+        state["backend"] = _choose(requested, q, pool, lay, v_dim)
+    return state["backend"]
+
+
+def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
+    # graph buffers (no host page lists) never ask FlashInfer: nothing is imported or planned during a capture
+    fi = (GRAPH_LAYOUT if lay.host_lens is None else flashinfer_blocker(pool, v_dim, q.dtype))  # type: ignore
+    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi))
+    if all(why is not None for _, why in avail):
+        return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
+    key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
+    which = rule_for(requested, key, avail).pick(len(lay.chunks), lay.max_local_len)   # type: ignore[attr-defined]
+    if which == "flashinfer" and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
+        note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
+                  "verification are causal by global position over a striped shard; FlashInfer's mask is not)")
+        return "triton" if avail[0][1] is None else "torch"
+    return which

@@ -1,0 +1,63 @@
+"""The local MLA decode kernel's tile config per kernel-head count (the Triton and Gluon kernels read it).
+
+Kept apart from triton_mla so that kernel_choice (which kernel runs, and why) and triton_mla (the kernels)
+both read it without importing each other.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import NamedTuple
+
+
+class KernelConfig(NamedTuple):
+    block_h: int = 64
+    block_n: int = 32
+    num_warps: int = 8
+    num_stages: int = 2
+    occupancy: int = 1      # CTAs per SM assumed when choosing the number of splits
+    tma: bool = False       # whole in-page tiles by bulk tensor copy (16-bit pools, page % block_n == 0)
+    lazy: bool = False      # rescale acc only when a row's running max grows by more than 8 (base 2)
+    ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
+    gluon: bool = False     # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
+                            # num_stages = its ring depth; bulk tensor copies when page % block_n == 0)
+
+
+CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
+
+
+@functools.lru_cache(maxsize=None)
+def tuned_configs(path: str) -> dict[int, KernelConfig]:
+    """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
+    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws, gluon]} JSON file."""
+    from dcpctl.plan.errors import UserError
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        cfgs = doc.get("configs", doc)
+        out = {}
+        for h, c in cfgs.items():
+            if not isinstance(c, list) or not 2 <= len(c) <= len(KernelConfig._fields):
+                raise ValueError(f"heads {h}: expected a list of 2-{len(KernelConfig._fields)} values "
+                                 f"{list(KernelConfig._fields)}, got {c!r}")
+            out[int(h)] = KernelConfig(*c)
+        return out
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise UserError(f"${CONFIGS_ENV}={path}: not a kernel config file ({e})") from None
+
+
+def default_config(heads: int) -> KernelConfig:
+    """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
+    count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
+    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md).  A Gluon config runs the Triton
+    kernel with the same tiles where the Gluon kernel cannot (`use_gluon`)."""
+    if os.environ.get(CONFIGS_ENV):
+        cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
+        if cfg is not None:
+            return cfg
+    if heads % 64 == 0:     # the Gluon kernel on Hopper; elsewhere the Triton kernel with bulk copies
+        return KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
+    if heads % 32 == 0:
+        return KernelConfig(32, 64, 8, 2)
+    return KernelConfig(16, 128, 8, 2)
