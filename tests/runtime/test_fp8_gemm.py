@@ -42,6 +42,40 @@ def test_gpu_kernel_matches_torch_quantized_math(R, N, K):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 5, 16, 40])
+@pytest.mark.parametrize("swap", [False, True])
+def test_gpu_fused_quantization_equals_the_quantization_launch(R, swap):
+    # the same tiles but for where the rows are quantized: the same e4m3 operands, the same sums, bit-equal
+    from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
+    from tests.runtime.test_model_fp8 import quantize
+    torch.manual_seed(R)
+    w8, s = (t.cuda() for t in quantize(torch.randn(1536, 7168), (128, 128)))
+    x = torch.randn(R, 7168, device="cuda", dtype=torch.bfloat16) * 3
+    two = fp8_matmul(x, w8, s, (128, 128), tiles=Tiles(fuse_rows=0, swap=swap))
+    one = fp8_matmul(x, w8, s, (128, 128), tiles=Tiles(fuse_rows=64, swap=swap))
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tiles", ["before", "swap", "bn128", "red1"])
+@pytest.mark.parametrize("R", [1, 8, 64])
+def test_gpu_tile_variants_match_torch_quantized_math(tiles, R):
+    from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles, fp8_matmul, quantize_rows
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    t = {"before": BEFORE_TILES, "swap": Tiles(swap=True, fuse_rows=64), "bn128": Tiles(bn=128, stages=4, per_sm=1),
+         "red1": Tiles(red=1, per_sm=4)}[tiles]
+    torch.manual_seed(R)
+    x, w = torch.randn(R, 2048, device="cuda", dtype=torch.bfloat16), torch.randn(7168, 2048)
+    w8, s = quantize(w, (128, 128))
+    got = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), tiles=t).float()
+    x8, xs = quantize_rows(x, 128)
+    ref = (x8.float() * xs.repeat_interleave(128, 1)) @ reference_dequant(w8, s, (128, 128)).cuda().T
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_grouped_kernel_is_graph_safe():
     from dcpctl.runtime.models.fp8_gemm import fp8_matmul
     from tests.runtime.test_model_fp8 import quantize

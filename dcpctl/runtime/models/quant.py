@@ -145,6 +145,7 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     if not fp8_block_ok(block):
         return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
                        f"so block-FP8 weights are dequantized to the compute dtype at load")
+    from dcpctl.runtime.models.fp8_gemm import tiles_note
     return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
                   f"GEMM (activations quantized per token and weight block column); kv_b_proj is dequantized "
-                  f"once at load for absorbed MLA")
+                  f"once at load for absorbed MLA; {tiles_note()}")
