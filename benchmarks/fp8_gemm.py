@@ -36,8 +36,12 @@ SHAPES = {  # name: (N, K)
 BATCHES = (1, 8, 32, 64)
 CALLS, REPLAYS = 20, 20
 L2_BYTES = 50 * 2**20
-CANDIDATES = [Tiles(bn, 4, st, ps, fuse_rows=64, swap=sw) for bn, st in ((64, 3), (128, 4))
-              for ps in (1, 2, 4) for sw in (False, True)] + [Tiles(), Tiles(stages=5, per_sm=1)]
+# N tiles of 32 (SGLang's H200 table for N=576, K=7168), 64 and 128, with 1-4 programs per SM from K splits;
+# the swapped MMA only where the weight rows fill its M side (>= 64)
+CANDIDATES = ([Tiles(32, 4, 4, ps, fuse_rows=64) for ps in (1, 2, 4)]
+              + [Tiles(64, 4, 3, ps, fuse_rows=64, swap=sw) for ps in (1, 2, 4) for sw in (False, True)]
+              + [Tiles(128, 4, 4, ps, fuse_rows=64, swap=sw) for ps in (1, 2) for sw in (False, True)]
+              + [Tiles(), Tiles(stages=5, per_sm=1)])
 
 
 def _graph_time(fn, copies: int) -> float:
