@@ -114,3 +114,22 @@ def test_gpu_split_k_counts_reset_across_calls_and_replays():
         out.zero_()
         g.replay()
         torch.testing.assert_close(out, first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("v", [
+    dict(bm=16, bn=64, quant=True, split=True, swap=False, red=8, grouped=False),    # decode: one launch
+    dict(bm=16, bn=64, quant=True, split=True, swap=True, red=8, grouped=False),     # weight rows on wgmma's M side
+    dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True),   # MoE prefill
+])
+def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
+    pytest.importorskip("triton")
+    from tests.runtime.fp8_compile_check import Variant, compile_sm90
+    try:
+        k = compile_sm90(Variant(**v))
+    except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
+        if "ptxas" not in str(e):
+            raise
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    ptx = k.asm["ptx"]
+    assert ("wgmma" in ptx) == (v["swap"] or v["bm"] == 64), "MMA kind"
+    assert ptx.count("cp.async.commit_group") >= 3, "the K loop's loads are not software-pipelined"

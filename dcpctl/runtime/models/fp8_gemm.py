@@ -99,16 +99,16 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
         done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
         if done == splits - 1:
             for m0 in range(0, R, BM):
-                rows = m0 + tl.arange(0, BM)
-                ok = (rows < R)[:, None] & n_ok[None, :]
-                at = rows[:, None].to(tl.int64) * N + n[None, :]
-                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                rr = m0 + tl.arange(0, BM)
+                sum_ok = (rr < R)[:, None] & n_ok[None, :]
+                sum_at = rr[:, None].to(tl.int64) * N + n[None, :]
+                total = tl.zeros((BM, BN), dtype=tl.float32)
                 for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
                     sp = sp0 + tl.arange(0, RED)
-                    p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + at[None, :, :],
-                                mask=(sp < splits)[:, None, None] & ok[None, :, :], other=0.0, cache_modifier=".cg")
-                    acc += tl.sum(p, axis=0)
-                tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+                    p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
+                                mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
+                    total += tl.sum(p, axis=0)
+                tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
             tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
 
 
