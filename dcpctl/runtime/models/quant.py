@@ -4,6 +4,7 @@
     dequantize(w8, scale_inv, rows, cols, block) -> float32 slice of the real weight
     fp8_compute(device, block) -> (keep, why)  whether linear layers stay FP8 here; decided once
     Fp8Weight(w8, scale, block); linear(x, w)  a linear layer over a plain or a block-FP8 weight
+    concat_rows(a, b), rows(w, r0, r1)         gate and up as one weight, and views of its halves
 
 A quantized weight `<name>.weight` is float8_e4m3fn, [out, in]; its `<name>.weight_scale_inv` is
 float32 [ceil(out/b0), ceil(in/b1)] and block (i, j) holds the factor for rows i*b0..(i+1)*b0-1,
@@ -110,6 +111,26 @@ def stack(ws: list[Weight]) -> Weight:
     if isinstance(ws[0], Fp8Weight):
         return Fp8Weight(torch.stack([w.w8 for w in ws]), torch.stack([w.scale for w in ws]), ws[0].block)
     return torch.stack(ws)
+
+
+def concat_rows(a: Weight, b: Weight) -> Weight | None:
+    """a's rows then b's as one weight ([..., Na + Nb, K]: gate and up in one GEMM), or None where they do
+    not concatenate: a block-FP8 a ending inside a scale block (its last block would mix both), mixed kinds."""
+    if isinstance(a, Fp8Weight) and isinstance(b, Fp8Weight):
+        if a.shape[-2] % a.block[0] or a.block != b.block:
+            return None
+        return Fp8Weight(torch.cat([a.w8, b.w8], -2), torch.cat([a.scale, b.scale], -2), a.block)
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype:
+        return torch.cat([a, b], -2)
+    return None
+
+
+def rows(w: Weight, r0: int, r1: int) -> Weight:
+    """Rows r0..r1-1 ([..., r1 - r0, K]) as a view; block-FP8: r0 on a scale-block bound."""
+    if isinstance(w, Fp8Weight):
+        b0 = w.block[0]
+        return Fp8Weight(w.w8[..., r0:r1, :], w.scale[..., r0 // b0:-(-r1 // b0), :], w.block)
+    return w[..., r0:r1, :]
 
 
 def linear(x: Tensor, w: Weight) -> Tensor:
