@@ -29,6 +29,7 @@ class Variant:
     grouped: bool
     warps: int = 4
     stages: int = 3
+    pdl: bool = False
 
 
 def compile_sm90(v: Variant):
@@ -40,9 +41,9 @@ def compile_sm90(v: Variant):
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in INTS})
     const = dict(B0=128, BK=128, BM=v.bm, BN=v.bn, GROUPED=v.grouped, SPLIT=v.split, QUANT=v.quant, SWAP=v.swap,
-                 RED=v.red)
+                 RED=v.red, PDL=v.pdl)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
     src = ASTSource(_fp8_gemm_kernel, sig, constexprs=const, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=v.warps, num_stages=v.stages))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=v.warps, num_stages=v.stages, launch_pdl=v.pdl))

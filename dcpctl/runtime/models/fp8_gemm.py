@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 FP8_MAX = 448.0
 
@@ -41,7 +42,7 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
-                     RED: tl.constexpr):
+                     RED: tl.constexpr, PDL: tl.constexpr):
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
     # here) -> out [R, N]; with SPLIT, part [splits, R, N] fp32.  SWAP computes the [BN, BM] transpose
     e = tl.program_id(0)
@@ -60,6 +61,14 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     kk = tl.arange(0, BK)
     w_base = w_ptr + e.to(tl.int64) * sw_e + n[:, None].to(tl.int64) * sw_n
     ws_base = ws_ptr + e * sws_e + (n // B0) * sws_n
+    if PDL:   # launched before the previous kernel ends: pull this program's weight slab (which no kernel
+        # writes) into L2 meanwhile, then wait for it before anything it writes (x, counts, partials)
+        w_rows = tl.where(n_ok, w_ptr + e.to(tl.int64) * sw_e + n.to(tl.int64) * sw_n, w_ptr)
+        for kb in range(kb0, kb1):   # one 128-byte line per weight row and K block of 128
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [w_rows + kb * BK],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+        gdc_wait()
+        gdc_launch_dependents()
     for m0 in range(row0, row1, BM):
         rows = m0 + tl.arange(0, BM)
         r_ok = rows < row1
@@ -147,6 +156,8 @@ class Tiles:
     swap: bool = False    # compute W x^T (N on the MMA's M side: few tokens fill the small side)
     red: int = 8          # K-split partials summed per load by the tile's last program (a power of two;
                           # capped so that red x BM x BN <= 8192 fp32 stay in registers)
+    pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
+                          # kernel finishes
 
 
 BEFORE_TILES = Tiles(fuse_rows=0, red=1)   # the kernel as first shipped: a quantization launch, one partial a load
@@ -220,7 +231,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
-                                           num_warps=t.warps, num_stages=t.stages)
+                                           PDL=t.pdl and x.is_cuda, num_warps=t.warps, num_stages=t.stages,
+                                           launch_pdl=t.pdl and x.is_cuda)
     return out
 
 
