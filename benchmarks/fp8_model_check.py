@@ -165,13 +165,25 @@ def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16:
     }
 
 
+def _profile(m, name: str) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _run(m, timed=False)
+        torch.cuda.synchronize()
+    for key in ("self_cuda_time_total", "cpu_time_total"):
+        print(f"== {name}: one greedy run, top ops by {key}", file=sys.stderr)
+        print(prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=60), file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--json")
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--profile", action="store_true", help="print the top ops of one fp8 and one bf16 run")
     args = ap.parse_args()
+    t0 = time.perf_counter()
     d = write_checkpoint(Path(args.dir), args.layers, args.experts)
     spec = spec_from_path(d)
     report: dict = {"checkpoint": str(d), "layers": args.layers, "experts": args.experts}
@@ -184,6 +196,9 @@ def main() -> int:
         logits[name], ids[name], step = _run(m, None if name == "bf16" else ids["bf16"], dtype == torch.bfloat16)
         if name == "fp8":
             ids["fp8_free"] = _run(m, timed=False)[1]
+        if args.profile and dtype == torch.bfloat16:
+            _profile(m, name)
+        print(f"{name}: loaded and run, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         if dtype == torch.bfloat16:
             planned = weight_bytes(spec, Topology(), False, keep)
             report[name] = {"allocated_bytes": allocated, "planned_bytes": planned,
