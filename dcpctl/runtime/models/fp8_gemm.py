@@ -48,12 +48,6 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if GROUPED:
-        row1 = tl.load(ends_ptr + e)
-        row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
-    else:
-        row0 = 0
-        row1 = R
     n = pid_n * BN + tl.arange(0, BN)
     n_ok = n < N
     kb0 = pid_k * kb_per_split
@@ -69,6 +63,12 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                                       dtype=tl.int32, is_pure=False, pack=1)
         gdc_wait()
         gdc_launch_dependents()
+    if GROUPED:   # after the PDL wait: the group ends come from the kernel before
+        row1 = tl.load(ends_ptr + e)
+        row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
+    else:
+        row0 = 0
+        row1 = R
     for m0 in range(row0, row1, BM):
         rows = m0 + tl.arange(0, BM)
         r_ok = rows < row1
