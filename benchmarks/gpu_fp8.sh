@@ -21,8 +21,8 @@ part() {  # name seconds command...: run it under a timeout, log it, keep its ex
   rc[$name]=$?
   echo "== $name rc=${rc[$name]} ($((SECONDS - t0)) s)"; tail -n 60 "$R/$name.log"
 }
-part gemm 170 python3 benchmarks/fp8_gemm.py --sweep --budget-s 100 --table --json "$R/fp8_gemm.json"
+part gemm 150 python3 benchmarks/fp8_gemm.py --sweep --budget-s 80 --table --json "$R/fp8_gemm.json"
 part model 150 python3 benchmarks/fp8_model_check.py /tmp/v3-fp8 --profile --json "$R/fp8_model_check.json"
-part tests 100 python3 -m pytest -q -p no:cacheprovider -rfE tests/runtime/test_fp8_gemm.py \
+part tests 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/runtime/test_fp8_gemm.py \
   tests/runtime/test_weight_bytes.py tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py
 printf '{"gemm": %s, "model": %s, "tests": %s}\n' "${rc[gemm]}" "${rc[model]}" "${rc[tests]}" | tee "$R/status.json"
