@@ -21,12 +21,12 @@ def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array,
 
 ti._patch_lang_tensor = _patched
 
-from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, DEFAULT_TILES, Tiles, fp8_matmul, quantize_rows  # noqa: E402
+from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, TABLE, Tiles, fp8_matmul, quantize_rows  # noqa: E402
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
-VARIANTS = [BEFORE_TILES, DEFAULT_TILES, Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
-            Tiles(bn=128, fuse_rows=64)]
+VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
+            Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries)]
 
 
 def _ref_rows(x, b1):

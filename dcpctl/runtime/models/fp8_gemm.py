@@ -152,20 +152,28 @@ class Tiles:
     warps: int = 4
     stages: int = 3       # software pipeline depth of the K loop
     per_sm: int = 2       # dense GEMMs: K splits until about this many programs run per SM
-    fuse_rows: int = 16   # quantize the activations inside the GEMM (one launch) when R <= this
+    fuse_rows: int = 0    # quantize the activations inside the GEMM (one launch) when R <= this
     swap: bool = False    # compute W x^T (N on the MMA's M side: few tokens fill the small side)
-    red: int = 8          # K-split partials summed per load by the tile's last program (a power of two;
+    red: int = 1          # K-split partials summed per load by the tile's last program (a power of two;
                           # capped so that red x BM x BN <= 8192 fp32 stay in registers)
     pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
                           # kernel finishes
 
 
-BEFORE_TILES = Tiles(fuse_rows=0, red=1)   # the kernel as first shipped: a quantization launch, one partial a load
-DEFAULT_TILES = Tiles()
-# (N, K, most rows) -> Tiles, measured by `benchmarks/fp8_gemm.py --sweep` on an H200; shapes not here
-# take DEFAULT_TILES. The first entry whose row bound covers R wins.
-TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {}
-TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm.json"
+BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
+# Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
+# fusing the quantization into the K loop puts an absmax, a division and a shared-memory store on every
+# iteration's critical path (q_b_proj at M = 1, no K splits: 14.5 -> 16.9 us), and summing 8 partials a
+# load costs registers the whole kernel pays for (q_a_proj at M = 32, not fused: 12.8 -> 21.3 us), so
+# neither is the default.
+DEFAULT_TILES = BEFORE_TILES
+# (N, K) -> ((most rows, Tiles), ...): a setting kept only where the sweep beat BEFORE_TILES by more than
+# 10% in the same run (repeat runs of one setting differ by up to 5%); the first bound covering R wins.
+TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
+    (24576, 1536): ((8, BEFORE_TILES),   # q_b_proj: weight rows on wgmma's M side, 21.7 -> 18.7 us at M = 32
+                    (32, Tiles(per_sm=1, fuse_rows=64, swap=True, red=8))),
+}
+TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_variants.json"
 
 
 def choose_tiles(N: int, K: int, rows: int) -> Tiles:
