@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -166,9 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         torch.cuda.empty_cache()
                 doc["rows"].append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-                if args.output:   # after every row: a run cut short by its caller still leaves its figures
-                    with open(args.output, "w") as f:
-                        f.write(json.dumps(doc, indent=2))
+                save(doc, args.output)   # after every row: a run cut short by its caller still leaves its figures
     return doc
 
 
@@ -192,11 +191,16 @@ def main(argv: list[str] | None = None) -> None:
                  f"{args.output_len}, {args.reps})")
     args.cell = args.cell or [parse_cell("1000:1,8,32")]
     doc = run(args)
-    text = json.dumps(doc, indent=2)
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
-    print(text)
+    save(doc, args.output)
+    print(json.dumps(doc, indent=2))
+
+
+def save(doc: dict[str, Any], path: str | None) -> None:
+    """The JSON document at `path` (nothing without one), whole each time: a reader never sees half."""
+    if path:
+        with open(path + ".tmp", "w") as f:
+            f.write(json.dumps(doc, indent=2))
+        os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ Per checkpoint: for each server variant (graph, eager = --disable-cuda-graph; on
 `dcpctl launch --help` has no CUDA-graph flags) start `dcpctl launch`, record seconds from process start to
 the ready line, the first request's TTFT and the steady TTFT (5 more requests, one at a time, fresh random
 prompts of the first cell's length), run `bench serve` per cell and concurrency, stop the server; then
-`bench decode` (graph + eager step, roofline prediction; dense shapes only: it has no MoE shape) at context
-prompt + output/2 (the mean decode context); then benchmarks/hf_peer.py. Every part records its exit status;
+`bench decode` (graph + eager step, roofline prediction) at context prompt + output/2 (the mean decode
+context; MoE checkpoints: decode_step.py, the same cell without a prediction); then benchmarks/hf_peer.py.
+The other server variants run after every checkpoint's first round. Every part records its exit status;
 a part that would start past --budget-s is skipped and says so. Writes DIR/serve.json, DIR/serve.md, DIR/logs/.
 """
 from __future__ import annotations
@@ -218,19 +219,22 @@ def serve_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str], variant: 
     return res
 
 
-def decode_part(run: Run, ckpt_name: str, cells: list[str]) -> dict | None:
+def decode_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str]) -> dict | None:
+    """`bench decode` for dense shapes (it writes the same checkpoint); decode_step.py on the checkpoint
+    itself for MoE ones, which bench decode cannot write (no prediction there)."""
     shape, layers, extra = CHECKPOINTS[ckpt_name]
-    if extra is not None:
-        run.record(f"decode-{ckpt_name}", None, 0, "skipped: bench decode has no MoE shape (--layers makes all dense)")
-        return None
-    batches = sorted({c for name in cells for c, _ in CELLS[name][2]})
-    contexts = sorted({CELLS[name][1] + output_len(run) // 2 for name in cells})
+    batches = ",".join(map(str, sorted({c for name in cells for c, _ in CELLS[name][2]})))
+    contexts = ",".join(map(str, sorted({CELLS[name][1] + output_len(run) // 2 for name in cells})))
     path = run.out / f"decode-{ckpt_name}.json"
-    a = ["bench", "decode", "--device", run.device, "--tp-size", "1", "--dcp-sizes", "1", "--shape", shape,
-         "--layers", str(layers), "--batches", ",".join(map(str, batches)), "--contexts", ",".join(map(str, contexts)),
-         "--steps", "5", "--warmup", "2", "-o", str(path)]
-    a += ["--dtype", "float32"] if run.smoke else ["--dtype", "bfloat16", "--page-size", "64", "--cuda-graphs"]
-    rc, _ = run.cmd(f"decode-{ckpt_name}", dcpctl(*a))
+    common = ["--device", run.device, "--batches", batches, "--contexts", contexts, "--steps", "5", "--warmup", "2",
+              "-o", str(path)]
+    common += ["--dtype", "float32"] if run.smoke else ["--dtype", "bfloat16", "--page-size", "64", "--cuda-graphs"]
+    if extra is None:
+        argv = dcpctl("bench", "decode", "--tp-size", "1", "--dcp-sizes", "1", "--shape", shape, "--layers",
+                      str(layers), *common)
+    else:
+        argv = [PY, str(HERE / "decode_step.py"), str(ckpt), *common]
+    rc, _ = run.cmd(f"decode-{ckpt_name}", argv)
     return json.loads(path.read_text()) if rc == 0 and path.exists() else None
 
 
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         ckpts[ckpt_name] = ckpt = write_checkpoint(ckpt_name, args.ckpt_dir / ckpt_name, run.device)
         run.record(f"write-{ckpt_name}", 0, time.monotonic() - t0)
         entry: dict[str, Any] = {"serve": {vs[0]: serve_part(run, ckpt_name, ckpt, mine, vs[0], flags)}}
-        entry["decode"] = decode_part(run, ckpt_name, mine)
+        entry["decode"] = decode_part(run, ckpt_name, ckpt, mine)
         entry["hf"] = hf_part(run, ckpt_name, ckpt, mine, args.hf_modes.split(","))
         doc["checkpoints"][ckpt_name] = entry
     for ckpt_name, ckpt in ckpts.items():                          # then the other server variants

@@ -1,6 +1,7 @@
 """benchmarks/hf_peer.py, serve_peers.py and serve_report.py on CPU: HF's DeepseekV3 loads the checkpoints
 the serve benchmark writes and computes our runtime's logits; the peer's timing rows; the ratio table."""
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -28,7 +29,7 @@ def load(name: str) -> ModuleType:
     return mod
 
 
-hf_peer, peers, report = load("hf_peer"), load("serve_peers"), load("serve_report")
+hf_peer, peers, report, step = load("hf_peer"), load("serve_peers"), load("serve_report"), load("decode_step")
 
 
 @pytest.fixture(scope="module", params=["dense_fp32", "moe_bf16"])
@@ -61,6 +62,20 @@ def test_peer_load_and_timing_rows(ckpt):
     assert row["mode"] == "eager" and row["batch"] == 2 and row["reps"] == 2
     assert row["prefill_ms"] > 0 and row["decode_ms_per_token"] > 0
     assert 0 < row["itl_ms"]["p50"] <= row["itl_ms"]["p90"]
+
+
+def test_decode_step_rows_on_the_checkpoint(ckpt, tmp_path, capsys):
+    # bench decode's cell on the directory itself (how the MoE checkpoint gets its step time)
+    out = tmp_path / "rows.json"
+    step.main([ckpt, "--device", "cpu", "--dtype", "float32", "--batches", "1,2", "--contexts", "9", "--steps", "1",
+               "--warmup", "0", "-o", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["batch"], r["context"]) for r in rows] == [(1, 9), (2, 9)]
+    assert all(r["step_ms"] > 0 and "error" not in r for r in rows)
+    assert rows[1]["kv_bytes_read"] == 2 * rows[0]["kv_bytes_read"]
+    with pytest.raises(SystemExit) as e:
+        step.main([ckpt, "--device", "cpu", "--cuda-graphs"])
+    assert e.value.code == 2 and "--cuda-graphs needs --device cuda" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bad", ["1000", "x:1", "1000:0", "1000:1,8:0", "1000:1:2:3"])
