@@ -10,15 +10,17 @@ Cells (CELLS below): a checkpoint, a prompt length and the concurrencies (= batc
   dense32k  the same checkpoint (and server) at 32K-token prompts, concurrency 1 and 8
   moe       the V3 attention shape, 16 layers: layer 0 dense, 15 MoE (32 routed experts of width 256, top-8 of
             4 kept groups out of 8, one shared expert), written in bf16 on the GPU (init_tensor's rules)
-  tiny, tiny-moe (--smoke)  the built-in tiny shape, 32-token prompts, 8 output tokens, on CPU
+  tiny, tiny-moe, tiny-long (--smoke)  the built-in tiny shape, 32-token (tiny-long: 8292) prompts, 8 output
+            tokens, on CPU
 
 Per checkpoint: for each server variant (graph, eager = --disable-cuda-graph; only `default` when
 `dcpctl launch --help` has no CUDA-graph flags) start `dcpctl launch`, record seconds from process start to
 the ready line, the first request's TTFT and the steady TTFT (5 more requests, one at a time, fresh random
 prompts of the first cell's length), run `bench serve` per cell and concurrency, stop the server; then
 `bench decode` (graph + eager step, roofline prediction) at context prompt + output/2 (the mean decode
-context; MoE checkpoints: decode_step.py, the same cell without a prediction); then benchmarks/hf_peer.py.
-The other server variants run after every checkpoint's first round. Every part records its exit status;
+context; MoE checkpoints: decode_step.py, the same cell without a prediction); then benchmarks/hf_peer.py at
+prompts up to LONG tokens. After every checkpoint's first round: the other server variants, then HF at the
+longer prompts (the least needed last, so a tight --budget-s cuts those). Every part records its exit status;
 a part that would start past --budget-s is skipped and says so. Writes DIR/serve.json, DIR/serve.md, DIR/logs/.
 """
 from __future__ import annotations
@@ -41,6 +43,8 @@ sys.path.insert(0, str(HERE))
 import serve_report  # noqa: E402 - benchmarks/ is not a package
 
 PY = sys.executable
+LONG = 8192   # prompts above it: HF runs them last (long prefills, another compile)
+MAX_POSITIONS = 40960   # every checkpoint's max_position_embeddings: room for 32K prompts + 64 tokens
 READY = re.compile(r"^dcpctl: serving at (\S+) ")
 MOE = {"n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "moe_intermediate_size": 256,
        "n_shared_experts": 1, "first_k_dense_replace": 1}
@@ -54,6 +58,7 @@ CELLS: dict[str, tuple[str, int, list[tuple[int, int]], int]] = {
     "moe": ("moe", 1000, [(1, 8), (8, 24), (32, 64)], 3),
     "tiny": ("tiny", 32, [(1, 3), (2, 4)], 2),
     "tiny-moe": ("tiny-moe", 32, [(1, 3), (2, 4)], 2),
+    "tiny-long": ("tiny", LONG + 100, [(1, 1)], 1),
 }
 
 
@@ -81,13 +86,14 @@ class Run:
             return None, ""
         t0 = time.monotonic()
         with open(self.logs / f"{name}.log", "w") as log:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
             try:
-                p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=log, text=True,
-                                   timeout=min(timeout or 1e9, max(5.0, self.left())))
-                rc, stdout = p.returncode, p.stdout
-            except subprocess.TimeoutExpired as e:
-                rc, stdout = None, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-                log.write("\n[serve_peers] timed out\n")
+                stdout, _ = p.communicate(timeout=min(timeout or 1e9, max(5.0, self.left())))
+                rc = p.returncode
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)   # our child's own session: its spawned ranks, compile workers
+                stdout, rc = p.communicate()[0], None
+                log.write("\n[serve_peers] timed out: killed\n")
         self.record(name, rc, time.monotonic() - t0, "" if rc is not None else "timed out")
         return rc, stdout
 
@@ -100,8 +106,10 @@ def write_checkpoint(name: str, d: Path, device: str) -> Path:
     from dcpctl.bench.decode import SHAPES
     from dcpctl.runtime.tiny import write_tiny_model
     shape, layers, extra = CHECKPOINTS[name]
-    overrides = dict(SHAPES[shape], num_hidden_layers=layers, first_k_dense_replace=layers)
-    if extra is None:          # exactly what `bench decode --shape SHAPE --layers N` writes
+    # max_position_embeddings: the server refuses prompts past it (the tiny default is 2048); weights unchanged
+    overrides = dict(SHAPES[shape], num_hidden_layers=layers, first_k_dense_replace=layers,
+                     max_position_embeddings=MAX_POSITIONS)
+    if extra is None:          # the weights `bench decode --shape SHAPE --layers N` writes, byte for byte
         return write_tiny_model(d, **overrides)
     return write_bf16(d, {**overrides, **extra}, device)
 
@@ -161,7 +169,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(90)
+            rc = self.proc.wait(45)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)   # our own child's session: its torchrun and ranks
             rc = self.proc.wait()
@@ -192,8 +200,8 @@ def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_
     rc, out = run.cmd(name, dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
                                    "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
                                    "--format", "json"), timeout=600)
-    try:
-        return json.loads(out) if rc == 0 else None
+    try:   # exit 1 (no request completed) still prints the JSON, with the errors
+        return json.loads(out) if out.strip() else None
     except ValueError:
         return None
 
@@ -238,14 +246,16 @@ def decode_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str]) -> dict 
     return json.loads(path.read_text()) if rc == 0 and path.exists() else None
 
 
-def hf_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str], modes: list[str]) -> dict | None:
-    path = run.out / f"hf-{ckpt_name}.json"
+def hf_part(run: Run, tag: str, ckpt: Path, cells: list[str], modes: list[str]) -> dict | None:
+    if not cells or not modes:
+        return None
+    path = run.out / f"hf-{tag}.json"
     a = [PY, str(HERE / "hf_peer.py"), str(ckpt), "--device", run.device, "--modes", ",".join(modes),
          "--output-len", str(output_len(run)), "-o", str(path), "--dtype", "float32" if run.smoke else "bfloat16"]
     for name in cells:
         _, length, conc, reps = CELLS[name]
         a += ["--cell", f"{length}:{','.join(str(c) for c, _ in conc)}:{reps}"]
-    rc, _ = run.cmd(f"hf-{ckpt_name}", a)
+    rc, _ = run.cmd(f"hf-{tag}", a)
     return json.loads(path.read_text()) if path.exists() else None   # hf_peer rewrites it after every row
 
 
@@ -256,8 +266,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny checkpoints: a check of the script itself")
     ap.add_argument("--cells", help=f"comma list from {sorted(CELLS)} (default: dense,dense32k,moe; smoke: tiny)")
     ap.add_argument("--variants", default="graph,eager", help="server variants when launch has CUDA-graph flags")
-    ap.add_argument("--hf-modes", default="compiled,eager")
-    ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
+    ap.add_argument("--hf-modes", default="compiled,eager", help="'' skips Hugging Face")
+    ap.add_argument("--budget-s", type=float, default=360.0, help="parts that would start later are skipped")
     ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-serve-ckpt"),
                     help="where the checkpoints are written (each is removed once its parts ran)")
     args = ap.parse_args(argv)
@@ -268,27 +278,41 @@ def main(argv: list[str] | None = None) -> None:
     flags = launch_flags()
     doc: dict[str, Any] = {"smoke": args.smoke, "launch_flags": flags, "cells": {c: CELLS[c] for c in cells},
                            "output_len": output_len(run), "checkpoints": {}}
-    vs = variants(args.variants.split(","), flags)
+    vs, modes = variants(args.variants.split(","), flags), [m for m in args.hf_modes.split(",") if m]
     ckpts: dict[str, Path] = {}
-    for ckpt_name in dict.fromkeys(CELLS[c][0] for c in cells):   # first the variant the targets name, decode, HF
-        mine = [c for c in cells if CELLS[c][0] == ckpt_name]
+    mine = {k: [c for c in cells if CELLS[c][0] == k] for k in dict.fromkeys(CELLS[c][0] for c in cells)}
+    for name, its in mine.items():     # 1. the server variant the targets name, the decode step, HF at short prompts
+        if run.left() < 60:
+            run.record(f"write-{name}", None, 0, "skipped: budget spent (and every part of this checkpoint)")
+            continue
         t0 = time.monotonic()
-        ckpts[ckpt_name] = ckpt = write_checkpoint(ckpt_name, args.ckpt_dir / ckpt_name, run.device)
-        run.record(f"write-{ckpt_name}", 0, time.monotonic() - t0)
-        entry: dict[str, Any] = {"serve": {vs[0]: serve_part(run, ckpt_name, ckpt, mine, vs[0], flags)}}
-        entry["decode"] = decode_part(run, ckpt_name, ckpt, mine)
-        entry["hf"] = hf_part(run, ckpt_name, ckpt, mine, args.hf_modes.split(","))
-        doc["checkpoints"][ckpt_name] = entry
-    for ckpt_name, ckpt in ckpts.items():                          # then the other server variants
-        mine = [c for c in cells if CELLS[c][0] == ckpt_name]
+        ckpts[name] = ckpt = write_checkpoint(name, args.ckpt_dir / name, run.device)
+        run.record(f"write-{name}", 0, time.monotonic() - t0)
+        entry = doc["checkpoints"][name] = {"serve": {vs[0]: serve_part(run, name, ckpt, its, vs[0], flags)}}
+        entry["decode"] = decode_part(run, name, ckpt, its)
+        entry["hf"] = hf_part(run, name, ckpt, [c for c in its if CELLS[c][1] <= LONG], modes)
+        save(run, doc)
+    for name, ckpt in ckpts.items():   # 2. the other server variants
         for v in vs[1:]:
-            doc["checkpoints"][ckpt_name]["serve"][v] = serve_part(run, ckpt_name, ckpt, mine, v, flags)
+            doc["checkpoints"][name]["serve"][v] = serve_part(run, name, ckpt, mine[name], v, flags)
+            save(run, doc)
+    for name, ckpt in ckpts.items():   # 3. HF at long prompts (minutes of prefill and compiles)
+        long = [c for c in mine[name] if CELLS[c][1] > LONG]
+        if long:
+            got = hf_part(run, f"{name}-long", ckpt, long, modes)
+            hf = doc["checkpoints"][name]["hf"] = doc["checkpoints"][name]["hf"] or {"rows": []}
+            hf["rows"] += (got or {}).get("rows", [])
+            save(run, doc)
         shutil.rmtree(ckpt, ignore_errors=True)
+    print(serve_report.markdown(doc))
+
+
+def save(run: Run, doc: dict[str, Any]) -> None:
+    """serve.json and serve.md as they stand (after every phase: a run cut short keeps what it measured)."""
     doc["parts"] = run.parts
     doc["summary"] = serve_report.summarize(doc)
     (run.out / "serve.json").write_text(json.dumps(doc, indent=2))
     (run.out / "serve.md").write_text(serve_report.markdown(doc))
-    print(serve_report.markdown(doc))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ def _get(d: Any, *keys: Any) -> Any:
     return d
 
 
+def _served(s: Any, *keys: Any) -> float | None:
+    """ITL or TTFT p50 of one bench serve run; None when it did not run or no request completed."""
+    r = _get(s, *keys[:-1])
+    return r[keys[-1]]["p50"] if isinstance(r, dict) and r.get("completed") else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -45,7 +51,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for cell, (ckpt, length, conc, _) in doc["cells"].items():
         entry = doc["checkpoints"].get(ckpt, {})
         for c, _n in conc:
-            served = {v: _get(s, "cells", cell, str(c), "itl_ms", "p50") for v, s in entry.get("serve", {}).items()}
+            served = {v: _served(s, "cells", cell, str(c), "itl_ms") for v, s in entry.get("serve", {}).items()}
             best = served.get("graph", served.get("default"))
             dec = _decode_row(entry, c, length + doc["output_len"] // 2)
             hf_c, hf_e = _hf(entry, "compiled", c, length), _hf(entry, "eager", c, length)
@@ -58,7 +64,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     startup = []
     for ckpt, entry in doc["checkpoints"].items():
         for v, s in entry.get("serve", {}).items():
-            first, steady = _get(s, "first", "ttft_ms", "p50"), _get(s, "steady", "ttft_ms", "p50")
+            first, steady = _served(s, "first", "ttft_ms"), _served(s, "steady", "ttft_ms")
             startup.append({"checkpoint": ckpt, "variant": v, "ready_s": s.get("ready_s"), "first_ttft_ms": first,
                             "steady_ttft_ms": steady, "first_vs_steady": _ratio(first, steady)})
     return {"cells": rows, "startup": startup}
