@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
+    from hf_peer import save  # benchmarks/ (this script's folder) is on sys.path
+
     from dcpctl.bench.decode_cell import run_cell
-    from hf_peer import save   # benchmarks/ (this script's folder) is on sys.path
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     device = torch.device(args.device)

@@ -44,7 +44,7 @@ class Stamps:
     def __init__(self) -> None:
         self.t: list[float] = []
 
-    def put(self, value: Any) -> None:  # noqa: ARG002 - the tokens are not needed, only when they came
+    def put(self, value: Any) -> None:
         self.t.append(time.perf_counter())
 
     def end(self) -> None:
@@ -67,7 +67,7 @@ def load(path: str, dtype: torch.dtype, device: str) -> Any:
 
 def _pct(xs: list[float]) -> dict[str, float]:
     s = sorted(xs)
-    at = lambda q: s[min(len(s) - 1, int(q * len(s)))]  # noqa: E731 - the same rule as bench serve
+    at = lambda q: s[min(len(s) - 1, int(q * len(s)))]
     return {"mean": statistics.fmean(s), "p50": at(0.5), "p90": at(0.9)}
 
 
@@ -113,7 +113,7 @@ def time_cell(model: Any, mode: str, batch: int, input_len: int, output_len: int
         prefill.append(t[1] - t[0])
         per_token.append((t[-1] - t[1]) / max(1, output_len - 1))
         gaps += [b - a for a, b in zip(t[1:], t[2:])]
-    ms = lambda xs: [x * 1e3 for x in xs]  # noqa: E731
+    ms = lambda xs: [x * 1e3 for x in xs]
     row = {"mode": mode, "batch": batch, "input_len": input_len, "output_len": output_len, "reps": reps,
            "warmup_s": round(warmup_s, 2), "prefill_ms": statistics.median(ms(prefill)),
            "decode_ms_per_token": statistics.median(ms(per_token)), "itl_ms": _pct(ms(gaps))}

@@ -27,25 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import serve_report  # noqa: E402 - benchmarks/ is not a package
+import serve_report  # benchmarks/ is not a package: these two sit next to this file
+from serve_procs import PY, Run, Server, dcpctl
 
-PY = sys.executable
 LONG = 8192   # prompts above it: HF runs them last (long prefills, another compile)
 MAX_POSITIONS = 40960   # every checkpoint's max_position_embeddings: room for 32K prompts + 64 tokens
-READY = re.compile(r"^dcpctl: serving at (\S+) ")
 MOE = {"n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "moe_intermediate_size": 256,
        "n_shared_experts": 1, "first_k_dense_replace": 1}
 # checkpoint -> (bench decode --shape, layers, extra config overrides or None for a plain dense write_tiny_model)
@@ -60,46 +55,6 @@ CELLS: dict[str, tuple[str, int, list[tuple[int, int]], int]] = {
     "tiny-moe": ("tiny-moe", 32, [(1, 3), (2, 4)], 2),
     "tiny-long": ("tiny", LONG + 100, [(1, 1)], 1),
 }
-
-
-class Run:
-    """Shared state of one benchmark run: where logs go, the budget, every part's exit status."""
-
-    def __init__(self, out: Path, budget_s: float, smoke: bool) -> None:
-        self.out, self.logs, self.t0, self.budget_s, self.smoke = out, out / "logs", time.monotonic(), budget_s, smoke
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.parts: list[dict[str, Any]] = []
-        self.device = "cpu" if smoke else "cuda"
-
-    def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.t0)
-
-    def record(self, name: str, rc: int | None, seconds: float, note: str = "") -> None:
-        self.parts.append({"part": name, "rc": rc, "seconds": round(seconds, 1), **({"note": note} if note else {})})
-        print(f"[serve_peers {time.monotonic() - self.t0:6.0f}s] {name}: rc={rc} ({seconds:.1f} s) {note}",
-              file=sys.stderr, flush=True)
-
-    def cmd(self, name: str, argv: list[str], timeout: float | None = None) -> tuple[int | None, str]:
-        """Run argv with its stderr in logs/NAME.log; (exit status or None when skipped/timed out, stdout)."""
-        if self.left() < 5:
-            self.record(name, None, 0, "skipped: budget spent")
-            return None, ""
-        t0 = time.monotonic()
-        with open(self.logs / f"{name}.log", "w") as log:
-            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
-            try:
-                stdout, _ = p.communicate(timeout=min(timeout or 1e9, max(5.0, self.left())))
-                rc = p.returncode
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)   # our child's own session: its spawned ranks, compile workers
-                stdout, rc = p.communicate()[0], None
-                log.write("\n[serve_peers] timed out: killed\n")
-        self.record(name, rc, time.monotonic() - t0, "" if rc is not None else "timed out")
-        return rc, stdout
-
-
-def dcpctl(*args: str) -> list[str]:
-    return [PY, "-m", "dcpctl.cli.main", *args]
 
 
 def write_checkpoint(name: str, d: Path, device: str) -> Path:
@@ -121,7 +76,12 @@ def write_bf16(d: Path, overrides: dict[str, Any], device: str) -> Path:
     from safetensors.torch import save_file
 
     from dcpctl.runtime.models.config import parse_config
-    from dcpctl.runtime.tiny import init_tensor, tensor_shapes, tiny_config, write_random_checkpoint
+    from dcpctl.runtime.tiny import (
+        init_tensor,
+        tensor_shapes,
+        tiny_config,
+        write_random_checkpoint,
+    )
     cfg = tiny_config(**overrides, torch_dtype="bfloat16")
     write_random_checkpoint(d, cfg, {}, 0, zero_specials=True)        # config, tokenizer (weights below)
     g = torch.Generator(device).manual_seed(0)
@@ -134,7 +94,7 @@ def write_bf16(d: Path, overrides: dict[str, Any], device: str) -> Path:
 
 def launch_flags() -> dict[str, bool]:
     """Which CUDA-graph flags this build's `dcpctl launch` has (the engine work of issue 17 adds them)."""
-    text = subprocess.run(dcpctl("launch", "--help"), capture_output=True, text=True).stdout
+    text = subprocess.run(dcpctl("launch", "--help"), capture_output=True, text=True, check=False).stdout
     return {f: f in text for f in ("--disable-cuda-graph", "--cuda-graph-max-bs")}
 
 
@@ -142,39 +102,6 @@ def variants(asked: list[str], flags: dict[str, bool]) -> list[str]:
     if not flags["--disable-cuda-graph"]:
         return ["default"]
     return asked
-
-
-class Server:
-    """`dcpctl launch` as a child in its own session; its stdout and stderr go to one log file."""
-
-    def __init__(self, argv: list[str], log: Path, timeout: float) -> None:
-        self.t0 = time.monotonic()
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        self.url, self.ready_s, ready = "", None, threading.Event()
-        threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
-        ready.wait(timeout)
-
-    def _pump(self, ready: threading.Event) -> None:
-        for line in self.proc.stdout:
-            self.log.write(line)
-            m = READY.match(line)
-            if m and not self.url:
-                self.url, self.ready_s = m.group(1), time.monotonic() - self.t0
-                ready.set()
-        ready.set()   # the launcher ended (or closed stdout) without a ready line
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(45)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)   # our own child's session: its torchrun and ranks
-            rc = self.proc.wait()
-        self.log.close()
-        return rc
 
 
 def serve_args(ckpt: Path, cells: list[str], variant: str, flags: dict[str, bool], run: Run) -> list[str]:
@@ -197,7 +124,7 @@ def output_len(run: Run) -> int:
 
 
 def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_len: int, seed: int) -> dict | None:
-    rc, out = run.cmd(name, dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
+    _, out = run.cmd(name, dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
                                    "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
                                    "--format", "json"), timeout=600)
     try:   # exit 1 (no request completed) still prints the JSON, with the errors
@@ -255,7 +182,7 @@ def hf_part(run: Run, tag: str, ckpt: Path, cells: list[str], modes: list[str]) 
     for name in cells:
         _, length, conc, reps = CELLS[name]
         a += ["--cell", f"{length}:{','.join(str(c) for c, _ in conc)}:{reps}"]
-    rc, _ = run.cmd(f"hf-{tag}", a)
+    run.cmd(f"hf-{tag}", a)
     return json.loads(path.read_text()) if path.exists() else None   # hf_peer rewrites it after every row
 
 

@@ -105,7 +105,7 @@ def test_launch_argv_per_variant(tmp_path):
 
 
 def _doc() -> dict:
-    ok = lambda key, p50: {"completed": 1, key: {"p50": p50}}  # noqa: E731 - a bench serve JSON, in part
+    ok = lambda key, p50: {"completed": 1, key: {"p50": p50}}
     serve = {"ready_s": 12.0, "first": ok("ttft_ms", 30.0), "steady": ok("ttft_ms", 10.0),
              "cells": {"dense": {"1": ok("itl_ms", 2.0), "8": {"completed": 0, "itl_ms": {"p50": 0.0}}}}}
     decode = {"rows": [{"batch": 1, "context": 1032, "graph_ms": 1.6, "step_ms": 6.0, "predicted_ms": 0.8},
