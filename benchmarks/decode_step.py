@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--cuda-graphs needs --device cuda")
     ps = ParallelState.single()
     decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
-    model = load_model(args.model, ps, decisions, getattr(torch, args.dtype), device)
+    model = load_model(args.model, ps, False, getattr(torch, args.dtype), device)
     page = args.page_size or (64 if device.type == "cuda" else 1)
     rows = []
     for b in (int(x) for x in args.batches.split(",")):

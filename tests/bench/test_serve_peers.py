@@ -42,7 +42,7 @@ def ckpt(request, tmp_path_factory) -> str:
 
 def test_hf_logits_equal_ours_on_the_benchmark_checkpoints(ckpt):
     # float64, HF's fp32 norms/rope/router on our side: the same numbers to ~1 ulp, prefill and cached decode
-    ours = load_model(ckpt, ParallelState.single(), {}, torch.float64, "cpu", hf_numerics=True)
+    ours = load_model(ckpt, ParallelState.single(), False, torch.float64, "cpu", hf_numerics=True)
     pre, dec, outs = greedy_run(ours, [PROMPT], 4)
     ref_pre, ref_dec = hf_decode(load_hf(ckpt), PROMPT, outs[0][:-1])
     torch.testing.assert_close(torch.cat([pre[0], dec[0][:-1]]), torch.cat([ref_pre, ref_dec]), rtol=1e-12, atol=1e-12)
@@ -53,7 +53,7 @@ def test_peer_load_and_timing_rows(ckpt):
     # timed cell has one stamp per step: prefill and per-token times positive, p50 <= p90
     model = hf_peer.load(ckpt, torch.float32, "cpu")
     assert model.generation_config.eos_token_id is None
-    ours = load_model(ckpt, ParallelState.single(), {}, torch.float32, "cpu")
+    ours = load_model(ckpt, ParallelState.single(), False, torch.float32, "cpu")
     pre, _, _ = greedy_run(ours, [PROMPT], 1)
     with torch.no_grad():
         ref = model(torch.tensor([PROMPT])).logits[0]
