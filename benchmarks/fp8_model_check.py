@@ -6,11 +6,25 @@ Writes (once) a random checkpoint with DeepSeek-V3's attention and MLP dimension
 q_lora 1536, kv_lora 512, dense intermediate 18432, expert intermediate 2048, YaRN rope), `--layers`
 layers of which the first is dense and the rest MoE with `--experts` routed experts (top-8) and one
 shared expert, quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale = amax / 448).
-Then loads it twice on cuda:0 (TP 1): FP8 kept (the default on sm_89+) and dequantized to bf16, and
-reports: torch.cuda.memory_allocated after each load against the planner's weight_bytes_per_rank for the
-same config on the h200-8 profile; per-step logits of a greedy run of 8 prompts x 8 tokens (relative max
-difference), greedy id agreement, and where they differ whether the bf16 top-2 margin exceeded the
-difference between the two paths' logits; eager step time of both (8 prompts; the second of two runs, so compiles are not counted).
+Then loads it on cuda:0 (TP 1) four ways and runs 8 prompts x 8 greedy tokens:
+
+| path       | weights                   | activations                                    |
+| ---------- | ------------------------- | ---------------------------------------------- |
+| fp8        | FP8 kept (sm_89+ default) | bf16, quantized 1x128 e4m3 by the Triton GEMM  |
+| bf16       | dequantized to bf16       | bf16                                           |
+| f64        | dequantized to float64    | float64: the exact reference                   |
+| f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the FP8 method's own arithmetic, exactly |
+
+bf16 decodes greedily; the other three are fed bf16's tokens (teacher forcing), so every step's logits
+come from the same context. Per step (the prefill's last position and each decode step, 9 per prompt)
+it reports the norm-relative logit difference ||a - b|| / ||b|| (the issue's "2e-2 relative per step")
+and the max-abs one over max |b| for fp8 vs bf16; for each path its error against f64; f64_fp8 vs f64 is
+the error 1x128 e4m3 activation quantization itself makes (no kernel can do better), fp8 vs f64_fp8
+what the kernel and bf16 activations add. Greedy: fp8 decodes freely too; its ids are compared with
+bf16's on every prompt, and on the prompts whose bf16 top-2 margin exceeds the sum of both paths' max
+logit errors (vs f64) at every step. Also torch.cuda.memory_allocated after the fp8 and bf16 loads
+against the planner's weight_bytes_per_rank (h200-8 profile), and the eager step time of both (the
+second of two runs, so compiles are not counted).
 """
 from __future__ import annotations
 
@@ -23,12 +37,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from dcpctl.plan import presets
-from dcpctl.plan.hardware import resolve_hardware
 from dcpctl.plan.model import spec_from_path
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
-from dcpctl.runtime.models import load_model
+from dcpctl.runtime.models import fp8_gemm, load_model
+from dcpctl.runtime.models.fp8_gemm import quantize_rows
 from dcpctl.runtime.models.config import parse_config
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import init_tensor, tensor_shapes, tiny_config, write_random_checkpoint
@@ -79,46 +92,87 @@ def write_checkpoint(d: Path, layers: int, experts: int) -> Path:
     return d
 
 
-def _load(d: Path, keep: bool):
+def _load(d: Path, keep: bool, dtype: torch.dtype):
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
-    m = load_model(d, ParallelState.single(), False, torch.bfloat16, "cuda", keep_fp8=keep)
+    m = load_model(d, ParallelState.single(), False, dtype, "cuda", keep_fp8=keep)
     torch.cuda.synchronize()
     return m, torch.cuda.memory_allocated() - before
 
 
-def _run(m):
+def _run(m, forced=None, timed=True):
+    # -> (logits per prompt [STEPS + 1, V] float64: the prefill's last position, then each step; ids; s/step)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.runtime.ref_context import greedy_run
-    greedy_run(m, PROMPTS, STEPS)   # first run compiles the kernels for every row count
-    torch.cuda.synchronize()
+    if timed:
+        greedy_run(m, PROMPTS, STEPS, forced=forced)   # first run compiles the kernels for every row count
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
-    out = greedy_run(m, PROMPTS, STEPS)
+    pre, dec, ids = greedy_run(m, PROMPTS, STEPS, forced=forced)
     torch.cuda.synchronize()
-    return out, (time.perf_counter() - t0) / (STEPS + 1)
+    step = (time.perf_counter() - t0) / (STEPS + 1)
+    return [torch.cat([p[-1:], d]).double().cpu() for p, d in zip(pre, dec)], ids, step
 
 
-def compare(fp8_out, bf16_out) -> dict:
-    (_, dec8, ids8), (_, dec16, ids16) = fp8_out, bf16_out
-    rel, norm, agree, explained = [], [], 0, 0
-    for p in range(len(PROMPTS)):
-        same = ids8[p] == ids16[p]
-        agree += same
-        for s in range(STEPS):
-            a, b = dec8[p][s].float(), dec16[p][s].float()
-            rel.append(((a - b).abs().max() / b.abs().max()).item())
-            norm.append(((a - b).norm() / b.norm()).item())
-            if ids8[p][:s] != ids16[p][:s]:
-                break   # once the paths have chosen different tokens the contexts differ
-        if not same:
-            s = next(i for i in range(STEPS) if ids8[p][i] != ids16[p][i])
-            b = dec16[p][s].float()
-            top2 = b.topk(2).values
-            explained += (top2[0] - top2[1]).item() <= 2 * (dec8[p][s].float() - b).abs().max().item()
-    return {"max_rel_logit_diff_per_step": max(rel), "median_rel_logit_diff": sorted(rel)[len(rel) // 2],
-            "max_norm_rel_logit_diff": max(norm), "median_norm_rel_logit_diff": sorted(norm)[len(norm) // 2],
-            "greedy_prompts_equal": f"{agree}/{len(PROMPTS)}",
-            "differing_prompts_within_margin_of_error": f"{explained}/{len(PROMPTS) - agree}"}
+def emulated_fp8_matmul(x, w8, scale, block, ends=None, **_):
+    """The FP8 GEMM's arithmetic in float64: rows quantized 1x128 e4m3 (quantize_rows), exact products."""
+    (b0, b1), K = block, x.shape[1]
+    x8, xs = quantize_rows(x, b1)
+    xq = x8.double() * xs.double().repeat_interleave(b1, 1)[:, :K]
+
+    def real(w, s):
+        return w.double() * s.double().repeat_interleave(b0, 0).repeat_interleave(b1, 1)[:w.shape[0], :K]
+    if ends is None:
+        return (xq @ real(w8, scale).T).to(x.dtype)
+    out, start = torch.zeros(x.shape[0], w8.shape[1], dtype=x.dtype, device=x.device), 0
+    for e, end in enumerate(ends.tolist()):
+        out[start:end] = (xq[start:end] @ real(w8[e], scale[e]).T).to(x.dtype)
+        start = end
+    return out
+
+
+def norm_rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _stats(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    return {"median": round(xs[len(xs) // 2], 5), "max": round(xs[-1], 5)}
+
+
+def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16: list[list[int]]) -> dict:
+    """logits[path][prompt]: [steps, V] on bf16's tokens for the paths fp8, bf16, f64, f64_fp8."""
+    L8, L16, L64, Le = (logits[k] for k in ("fp8", "bf16", "f64", "f64_fp8"))
+    steps = [(p, s) for p in range(len(L16)) for s in range(L16[p].shape[0])]
+    decided = []
+    for p in range(len(L16)):
+        top2 = L16[p].topk(2, dim=-1).values
+        err = (L8[p] - L64[p]).abs().amax(-1) + (L16[p] - L64[p]).abs().amax(-1)
+        decided.append(bool((top2[:, 0] - top2[:, 1] > err)[:len(ids16[p])].all()))
+    equal = [a == b for a, b in zip(ids8, ids16)]
+    return {
+        "fp8_vs_bf16_norm_rel": _stats([norm_rel(L8[p][s], L16[p][s]) for p, s in steps]),
+        "fp8_vs_bf16_max_rel": _stats([((L8[p][s] - L16[p][s]).abs().max() / L16[p][s].abs().max()).item()
+                                       for p, s in steps]),
+        "fp8_vs_f64_norm_rel": _stats([norm_rel(L8[p][s], L64[p][s]) for p, s in steps]),
+        "bf16_vs_f64_norm_rel": _stats([norm_rel(L16[p][s], L64[p][s]) for p, s in steps]),
+        "f64_fp8_vs_f64_norm_rel (activation quantization itself)":
+            _stats([norm_rel(Le[p][s], L64[p][s]) for p, s in steps]),
+        "fp8_vs_f64_fp8_norm_rel (kernel + bf16 activations)": _stats([norm_rel(L8[p][s], Le[p][s]) for p, s in steps]),
+        "greedy_prompts_equal": f"{sum(equal)}/{len(equal)}",
+        "prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)": f"{sum(decided)}/{len(decided)}",
+        "greedy_equal_on_decided": f"{sum(e for e, d in zip(equal, decided) if d)}/{sum(decided)}",
+    }
+
+
+def _profile(m, name: str) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _run(m, timed=False)
+        torch.cuda.synchronize()
+    for key in ("self_cuda_time_total", "cpu_time_total"):
+        print(f"== {name}: one greedy run, top ops by {key}", file=sys.stderr)
+        print(prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=60), file=sys.stderr)
 
 
 def main() -> int:
@@ -127,19 +181,30 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--profile", action="store_true", help="print the top ops of one fp8 and one bf16 run")
     args = ap.parse_args()
+    t0 = time.perf_counter()
     d = write_checkpoint(Path(args.dir), args.layers, args.experts)
-    spec, hw = spec_from_path(d), resolve_hardware("h200-8", presets.hardware_profiles())
+    spec = spec_from_path(d)
     report: dict = {"checkpoint": str(d), "layers": args.layers, "experts": args.experts}
-    for name, keep in (("fp8", True), ("bf16_dequantized", False)):
-        m, allocated = _load(d, keep)
-        planned = weight_bytes(spec, Topology(), False, keep)
-        out, step = _run(m)
-        report[name] = {"allocated_bytes": allocated, "planned_bytes": planned,
-                        "planned_over_allocated": round(planned / allocated, 4), "eager_step_s": round(step, 4)}
-        report[name + "_out"] = out
+    logits, ids = {}, {}
+    for name, keep, dtype in (("bf16", False, torch.bfloat16), ("fp8", True, torch.bfloat16),
+                              ("f64", False, torch.float64), ("f64_fp8", True, torch.float64)):
+        m, allocated = _load(d, keep, dtype)
+        if name == "f64_fp8":
+            fp8_gemm.fp8_matmul = emulated_fp8_matmul   # quant.grouped_linear looks it up at every call
+        logits[name], ids[name], step = _run(m, None if name == "bf16" else ids["bf16"], dtype == torch.bfloat16)
+        if name == "fp8":
+            ids["fp8_free"] = _run(m, timed=False)[1]
+        if args.profile and dtype == torch.bfloat16:
+            _profile(m, name)
+        print(f"{name}: loaded and run, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        if dtype == torch.bfloat16:
+            planned = weight_bytes(spec, Topology(), False, keep)
+            report[name] = {"allocated_bytes": allocated, "planned_bytes": planned,
+                            "planned_over_allocated": round(planned / allocated, 4), "eager_step_s": round(step, 4)}
         del m
-    report["compare"] = compare(report.pop("fp8_out"), report.pop("bf16_dequantized_out"))
+    report["compare"] = compare(logits, ids["fp8_free"], ids["bf16"])
     print(json.dumps(report, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -1,9 +1,11 @@
 """Run by test_fp8_gemm.py in a subprocess with TRITON_INTERPRET=1: the block-FP8 GEMM kernel on the CPU.
 
-Checks the kernel (dense, K splits, grouped by expert with empty groups and rows past the last group)
-against fp32 math on the dequantized operands; rows are quantized with torch on the CPU (the
-interpreter's own e4m3 rounding differs from the GPU's), the GPU quantization kernel is checked by the
-GPU tests."""
+Checks every kernel variant (the tile settings in VARIANTS: quantization launch or fused, swapped MMA
+sides, partials summed one or eight at a time) on dense, K-split and grouped GEMMs (empty groups, rows
+past the last group) against fp32 math on the dequantized operands. The interpreter's e4m3 cast does
+not carry a round-up into the exponent (31.7 -> 16, not 32), so rows quantized by the kernel itself
+(fused) are fed values that are already on the e4m3 grid of their block scale (exact, no rounding);
+other rows are quantized with torch. The GPU tests check the kernel's own rounding against torch."""
 import sys
 
 import torch
@@ -19,8 +21,12 @@ def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array,
 
 ti._patch_lang_tensor = _patched
 
-from dcpctl.runtime.models.fp8_gemm import fp8_matmul, quantize_rows  # noqa: E402
+from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, TABLE, Tiles, fp8_matmul, quantize_rows  # noqa: E402
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
+
+
+VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
+            Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries)]
 
 
 def _ref_rows(x, b1):
@@ -28,19 +34,29 @@ def _ref_rows(x, b1):
     return x8.float() * s[:, torch.arange(x.shape[1]) // b1]
 
 
-def dense(R, N, K, block, sms):
-    x, w = torch.randn(R, K), torch.randn(N, K)
+def _rows(R, K, b1, on_grid):
+    # [R, K]; on_grid: e4m3 values times a power-of-two scale per (row, K block), one |448| per block
+    if not on_grid:
+        return torch.randn(R, K)
+    nkb = -(-K // b1)
+    q = (torch.randn(R, nkb, b1) * 60).to(torch.float8_e4m3fn).float()
+    q[:, :, 0] = 448.0 * torch.sign(torch.randn(R, nkb))
+    return (q * 2.0 ** torch.randint(-4, 5, (R, nkb, 1)).float()).view(R, nkb * b1)[:, :K].contiguous()
+
+
+def dense(R, N, K, block, sms, t):
+    x, w = _rows(R, K, block[1], R <= t.fuse_rows), torch.randn(N, K)
     w8, s = quantize(w, block)
-    got = fp8_matmul(x, w8, s, block, sms=sms)
+    got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t)
     return got, _ref_rows(x, block[1]) @ reference_dequant(w8, s, block).T
 
 
-def grouped(ends, N, K, block):
+def grouped(ends, N, K, block, t):
     E, R = len(ends), ends[-1] + 3   # three rows past the last group: other ranks' experts
     pairs = [quantize(torch.randn(N, K), block) for _ in range(E)]
     w8, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-    x = torch.randn(R, K)
-    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32))
+    x = _rows(R, K, block[1], R <= t.fuse_rows)
+    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32), tiles=t)
     xr, ref, start = _ref_rows(x, block[1]), torch.zeros(R, N), 0
     for e, end in enumerate(ends):
         ref[start:end] = xr[start:end] @ reference_dequant(w8[e], s[e], block).T
@@ -50,10 +66,14 @@ def grouped(ends, N, K, block):
 
 def main() -> int:
     torch.manual_seed(0)
-    cases = [dense(3, 40, 72, (16, 16), 132), dense(17, 70, 256, (128, 128), 4), dense(1, 64, 96, (32, 32), 132),
-             dense(40, 24, 64, (8, 32), 1), grouped([2, 2, 5, 9], 48, 64, (16, 16))]
-    worst = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
-    print(f"worst relative error {worst:.2e}")
+    worst = 0.0
+    for t in VARIANTS:
+        cases = [dense(3, 40, 72, (16, 16), 132, t), dense(17, 70, 256, (128, 128), 4, t),
+                 dense(1, 64, 96, (32, 32), 132, t), dense(40, 24, 64, (8, 32), 1, t),
+                 grouped([2, 2, 5, 9], 48, 64, (16, 16), t)]
+        err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
+        print(f"{t}: worst relative error {err:.2e}")
+        worst = max(worst, err)
     return 0 if worst < 1e-5 else 1
 
 

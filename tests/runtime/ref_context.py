@@ -49,8 +49,10 @@ class RefContext:
         return torch.einsum("thn,nl->thl", p, kv[:, :self.L].to(acc)).to(q.dtype)
 
 
-def greedy_run(model, prompts: list[list[int]], steps: int, ctx: RefContext | None = None):
-    """Prefill all prompts in one batch, then decode `steps` tokens each in batches.
+def greedy_run(model, prompts: list[list[int]], steps: int, ctx: RefContext | None = None,
+               forced: list[list[int]] | None = None):
+    """Prefill all prompts in one batch, then decode `steps` tokens each in batches (`forced`: feed these
+    ids instead of the argmax, so two models see the same contexts; they are then the returned ids).
 
     Returns (prefill_logits per prompt [len, V], decode logits per prompt [steps, V], ids per prompt).
     """
@@ -64,8 +66,8 @@ def greedy_run(model, prompts: list[list[int]], steps: int, ctx: RefContext | No
     pre = [logits[a:b] for a, b in zip(bounds, bounds[1:])]
     last = [p[-1] for p in pre]
     lens, outs, dec = [len(p) for p in prompts], [[] for _ in prompts], [[] for _ in prompts]
-    for _ in range(steps):
-        nxt = [int(x.argmax()) for x in last]
+    for step in range(steps):
+        nxt = [f[step] for f in forced] if forced else [int(x.argmax()) for x in last]
         for s, t in enumerate(nxt):
             outs[s].append(t)
         live = [s for s in range(len(prompts)) if lens[s] > 0]

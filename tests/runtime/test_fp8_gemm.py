@@ -42,6 +42,40 @@ def test_gpu_kernel_matches_torch_quantized_math(R, N, K):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 5, 16, 40])
+@pytest.mark.parametrize("swap", [False, True])
+def test_gpu_fused_quantization_equals_the_quantization_launch(R, swap):
+    # the same tiles but for where the rows are quantized: the same e4m3 operands, the same sums, bit-equal
+    from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
+    from tests.runtime.test_model_fp8 import quantize
+    torch.manual_seed(R)
+    w8, s = (t.cuda() for t in quantize(torch.randn(1536, 7168), (128, 128)))
+    x = torch.randn(R, 7168, device="cuda", dtype=torch.bfloat16) * 3
+    two = fp8_matmul(x, w8, s, (128, 128), tiles=Tiles(fuse_rows=0, swap=swap))
+    one = fp8_matmul(x, w8, s, (128, 128), tiles=Tiles(fuse_rows=64, swap=swap))
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tiles", ["before", "swap", "bn128", "red1", "pdl"])
+@pytest.mark.parametrize("R", [1, 8, 64])
+def test_gpu_tile_variants_match_torch_quantized_math(tiles, R):
+    from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles, fp8_matmul, quantize_rows
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    t = {"before": BEFORE_TILES, "swap": Tiles(swap=True, fuse_rows=64), "bn128": Tiles(bn=128, stages=4, per_sm=1),
+         "red1": Tiles(red=1, per_sm=4), "pdl": Tiles(pdl=True, fuse_rows=64)}[tiles]
+    torch.manual_seed(R)
+    x, w = torch.randn(R, 2048, device="cuda", dtype=torch.bfloat16), torch.randn(7168, 2048)
+    w8, s = quantize(w, (128, 128))
+    got = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), tiles=t).float()
+    x8, xs = quantize_rows(x, 128)
+    ref = (x8.float() * xs.repeat_interleave(128, 1)) @ reference_dequant(w8, s, (128, 128)).cuda().T
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_grouped_kernel_is_graph_safe():
     from dcpctl.runtime.models.fp8_gemm import fp8_matmul
     from tests.runtime.test_model_fp8 import quantize
@@ -80,3 +114,49 @@ def test_gpu_split_k_counts_reset_across_calls_and_replays():
         out.zero_()
         g.replay()
         torch.testing.assert_close(out, first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("v", [
+    dict(bm=16, bn=64, quant=True, split=True, swap=False, red=8, grouped=False),    # decode: one launch
+    dict(bm=16, bn=64, quant=True, split=True, swap=True, red=8, grouped=False),     # weight rows on wgmma's M side
+    dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True),   # MoE prefill
+    dict(bm=16, bn=64, quant=True, split=True, swap=False, red=8, grouped=False, pdl=True),   # early launch
+])
+def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
+    pytest.importorskip("triton")
+    from tests.runtime.fp8_compile_check import Variant, compile_sm90
+    try:
+        k = compile_sm90(Variant(**v))
+    except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
+        if "ptxas" not in str(e):
+            raise
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    ptx = k.asm["ptx"]
+    assert ("wgmma" in ptx) == (v["swap"] or v["bm"] == 64), "MMA kind"
+    assert ptx.count("cp.async.commit_group") >= 3, "the K loop's loads are not software-pipelined"
+    assert ("griddepcontrol.wait" in ptx) == v.get("pdl", False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
+    # three dependent GEMMs (each reads the previous one's output, all share the tile counts) launched
+    # early (PDL) inside a CUDA graph: each must wait for the one before; bit-equal to plain launches
+    from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
+    from tests.runtime.test_model_fp8 import quantize
+    ws = [tuple(t.cuda() for t in quantize(torch.randn(2048, 2048), (128, 128))) for _ in range(3)]
+    x = torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)
+
+    def chain(t):
+        y = x
+        for w8, s in ws:
+            y = fp8_matmul(y, w8, s, (128, 128), tiles=t) / 40
+        return y
+    want = chain(Tiles(fuse_rows=64))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = chain(Tiles(fuse_rows=64, pdl=True))
+    for _ in range(3):
+        out.zero_()
+        g.replay()
+        torch.testing.assert_close(out, want, rtol=0, atol=0)

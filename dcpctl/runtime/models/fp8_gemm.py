@@ -2,9 +2,10 @@
 
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
-The activations are quantized first, per token and per K block of b1 columns, as DeepSeek's inference
-code and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`: one small launch), then the GEMM reads
-x8 once per N tile and W once in all: at decode sizes the weight read is the whole cost.
+The activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
+and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`): for up to `Tiles.fuse_rows` rows inside the
+GEMM itself (each program quantizes the rows of its K blocks as it loads them: one launch), above that
+by a small launch first. The GEMM reads W once in all: at decode sizes the weight read is the whole cost.
 
 | argument | shape                        | meaning                                                    |
 | -------- | ---------------------------- | ---------------------------------------------------------- |
@@ -15,10 +16,12 @@ x8 once per N tile and W once in all: at decode sizes the weight read is the who
 
 The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials; the
 last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
-split order and writes the output, so one launch does it and results are deterministic. `Tiles` (N tile, warps, pipeline stages, programs per SM)
-defaults to `DEFAULT_TILES`; `benchmarks/fp8_gemm.py --sweep` measures the alternatives. On the CPU
-(Triton's interpreter, tests only) rows are quantized with torch: the interpreter's e4m3 rounding
-differs from the GPU's.
+split order, `Tiles.red` partials a load, and writes the output, so one launch does it and results are
+deterministic. `Tiles.swap` puts the weight rows on the MMA's M side (y^T = W x^T), which decode's few
+tokens cannot fill. The setting per (N, K, rows) is `choose_tiles` (TABLE, from the H200 sweep of
+`benchmarks/fp8_gemm.py --sweep`), said once at load by quant.fp8_compute's note. Graph-safe: no host
+syncs, buffers sized by the shapes only. On the CPU (Triton's interpreter, tests only) rows quantized
+outside the kernel use torch: the interpreter's own e4m3 cast rounds differently.
 """
 from __future__ import annotations
 
@@ -28,26 +31,23 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 FP8_MAX = 448.0
 
 
 @triton.jit
 def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, count_ptr,
-                     R, N, K, nkb, kb_per_split, splits,
+                     R, N, K, nkb, kb_per_split, splits, sx,
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                     GROUPED: tl.constexpr, SPLIT: tl.constexpr):
-    # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 -> out [R, N]; with SPLIT, part [splits, R, N] fp32
+                     GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
+                     RED: tl.constexpr, PDL: tl.constexpr):
+    # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
+    # here) -> out [R, N]; with SPLIT, part [splits, R, N] fp32.  SWAP computes the [BN, BM] transpose
     e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
-    if GROUPED:
-        row1 = tl.load(ends_ptr + e)
-        row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
-    else:
-        row0 = 0
-        row1 = R
     n = pid_n * BN + tl.arange(0, BN)
     n_ok = n < N
     kb0 = pid_k * kb_per_split
@@ -55,35 +55,69 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     kk = tl.arange(0, BK)
     w_base = w_ptr + e.to(tl.int64) * sw_e + n[:, None].to(tl.int64) * sw_n
     ws_base = ws_ptr + e * sws_e + (n // B0) * sws_n
+    if PDL:   # launched before the previous kernel ends: pull this program's weight slab (which no kernel
+        # writes) into L2 meanwhile, then wait for it before anything it writes (x, counts, partials)
+        w_rows = tl.where(n_ok, w_ptr + e.to(tl.int64) * sw_e + n.to(tl.int64) * sw_n, w_ptr)
+        for kb in range(kb0, kb1):   # one 128-byte line per weight row and K block of 128
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [w_rows + kb * BK],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+        gdc_wait()
+        gdc_launch_dependents()
+    if GROUPED:   # after the PDL wait: the group ends come from the kernel before
+        row1 = tl.load(ends_ptr + e)
+        row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
+    else:
+        row0 = 0
+        row1 = R
     for m0 in range(row0, row1, BM):
         rows = m0 + tl.arange(0, BM)
         r_ok = rows < row1
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        if SWAP:
+            acc = tl.zeros((BN, BM), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
         for kb in range(kb0, kb1):
             k = kb * BK + kk
             k_ok = k < K
-            x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                         other=0.0)
-            s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
+            x_ok = r_ok[:, None] & k_ok[None, :]
+            if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
+                xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
+                xf = xf.to(tl.float32)
+                s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0
+                x8 = (xf / s[:, None]).to(tl.float8e4nv)
+            else:
+                x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k[None, :], mask=x_ok, other=0.0)
+                s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
-            acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
-        at = rows[:, None].to(tl.int64) * N + n[None, :]
-        if SPLIT:
-            tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=r_ok[:, None] & n_ok[None, :])
+            if SWAP:
+                acc += tl.dot(w, tl.trans(x8)) * ws[:, None] * s[None, :]
+            else:
+                acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
+        if SWAP:
+            at = rows[None, :].to(tl.int64) * N + n[:, None]
+            ok = n_ok[:, None] & r_ok[None, :]
         else:
-            tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
+            at = rows[:, None].to(tl.int64) * N + n[None, :]
+            ok = r_ok[:, None] & n_ok[None, :]
+        if SPLIT:
+            tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=ok)
+        else:
+            tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
     if SPLIT:
         done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
         if done == splits - 1:
             for m0 in range(0, R, BM):
-                rows = m0 + tl.arange(0, BM)
-                ok = (rows < R)[:, None] & n_ok[None, :]
-                at = rows[:, None].to(tl.int64) * N + n[None, :]
-                acc = tl.zeros((BM, BN), dtype=tl.float32)
-                for sp in range(0, splits):
-                    acc += tl.load(part_ptr + sp * R * N + at, mask=ok, other=0.0, cache_modifier=".cg")
-                tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+                rr = m0 + tl.arange(0, BM)
+                sum_ok = (rr < R)[:, None] & n_ok[None, :]
+                sum_at = rr[:, None].to(tl.int64) * N + n[None, :]
+                total = tl.zeros((BM, BN), dtype=tl.float32)
+                for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
+                    sp = sp0 + tl.arange(0, RED)
+                    p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
+                                mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
+                    total += tl.sum(p, axis=0)
+                tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
             tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
 
 
@@ -118,9 +152,41 @@ class Tiles:
     warps: int = 4
     stages: int = 3       # software pipeline depth of the K loop
     per_sm: int = 2       # dense GEMMs: K splits until about this many programs run per SM
+    fuse_rows: int = 0    # quantize the activations inside the GEMM (one launch) when R <= this
+    swap: bool = False    # compute W x^T (N on the MMA's M side: few tokens fill the small side)
+    red: int = 1          # K-split partials summed per load by the tile's last program (a power of two;
+                          # capped so that red x BM x BN <= 8192 fp32 stay in registers)
+    pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
+                          # kernel finishes
 
 
-DEFAULT_TILES = Tiles()  # the sweep (benchmarks/fp8_gemm.py --sweep) found at most 10% over it on an H200
+BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
+# Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
+# fusing the quantization into the K loop puts an absmax, a division and a shared-memory store on every
+# iteration's critical path (q_b_proj at M = 1, no K splits: 14.5 -> 16.9 us), and summing 8 partials a
+# load costs registers the whole kernel pays for (q_a_proj at M = 32, not fused: 12.8 -> 21.3 us), so
+# neither is the default.
+DEFAULT_TILES = BEFORE_TILES
+# (N, K) -> ((most rows, Tiles), ...): a setting kept only where the sweep beat BEFORE_TILES by more than
+# 10% in the same run (repeat runs of one setting differ by up to 5%); the first bound covering R wins.
+TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
+    (24576, 1536): ((8, BEFORE_TILES),   # q_b_proj: weight rows on wgmma's M side, 21.7 -> 18.7 us at M = 32
+                    (32, Tiles(per_sm=1, fuse_rows=64, swap=True, red=8))),
+}
+TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_variants.json"
+
+
+def choose_tiles(N: int, K: int, rows: int) -> Tiles:
+    """The measured tile setting for this shape and row count (TABLE), else DEFAULT_TILES."""
+    for most, t in TABLE.get((N, K), ()):
+        if rows <= most:
+            return t
+    return DEFAULT_TILES
+
+
+def tiles_note() -> str:
+    return (f"FP8 GEMM tiles: dense GEMMs of {len(TABLE)} DeepSeek-V3 shapes from the H200 sweep in "
+            f"{TABLE_SOURCE}, other shapes and the grouped MoE GEMMs {DEFAULT_TILES}")
 
 
 def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
@@ -150,7 +216,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or DEFAULT_TILES
+    t = tiles or (choose_tiles(N, K, R) if E == 1 else DEFAULT_TILES)   # the table is measured on dense GEMMs
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.attention.kernel_choice import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
@@ -158,16 +224,23 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
     per = -(-nkb // splits)
-    x8, xs = quantize_rows_gpu(x.contiguous(), b1) if x.is_cuda else quantize_rows(x, b1)
+    x = x.contiguous()
+    fuse = R <= t.fuse_rows
+    if fuse:
+        xq, xs = x, x   # xs unused
+    else:
+        xq, xs = quantize_rows_gpu(x, b1) if x.is_cuda else quantize_rows(x, b1)
     out = (torch.zeros if grouped else torch.empty)((R, N), dtype=x.dtype, device=x.device)  # grouped: rows
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out  # past ends: 0
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
     n_tiles = triton.cdiv(N, t.bn)
-    _fp8_gemm_kernel[(E, n_tiles, splits)](x8, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
-                                           R, N, K, nkb, per, splits,
+    _fp8_gemm_kernel[(E, n_tiles, splits)](xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
+                                           R, N, K, nkb, per, splits, x.stride(0),
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
-                                           num_warps=t.warps, num_stages=t.stages)
+                                           QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
+                                           PDL=t.pdl and x.is_cuda, num_warps=t.warps, num_stages=t.stages,
+                                           launch_pdl=t.pdl and x.is_cuda)
     return out
 
 

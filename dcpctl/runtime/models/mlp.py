@@ -13,7 +13,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.kernel_choice import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
-from dcpctl.runtime.models.quant import Fp8Weight, Weight, grouped_linear, linear, stack
+from dcpctl.runtime.models.quant import Fp8Weight, Weight, concat_rows, grouped_linear, linear, rows, stack
 from dcpctl.runtime.models.shards import Shards, split
 
 
@@ -26,12 +26,47 @@ def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) 
 
 
 class DenseMLP:
+    """SwiGLU. Gate and up are one [2I, D] weight (one GEMM, one launch at decode) wherever they
+    concatenate (quant.concat_rows); `gate` and `up` are views of its halves."""
+
     def __init__(self, p: str, t: dict[str, Tensor]):
-        self.gate, self.up, self.down = (t[p + n + ".weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+        names = [p + n + ".weight" for n in ("gate_proj", "up_proj", "down_proj")]
+        gate, up, self.down = (t[n] for n in names)
+        self.inter = gate.shape[-2]
+        self.gate_up = concat_rows(gate, up)
+        self.pair = (gate, up) if self.gate_up is None else None
+        if self.gate_up is not None:
+            for n in names[:2]:
+                t.pop(n)   # the concatenation replaces the loaded halves: free them now, not after the load
+
+    @property
+    def gate(self) -> Weight:
+        return self.pair[0] if self.gate_up is None else rows(self.gate_up, 0, self.inter)
+
+    @property
+    def up(self) -> Weight:
+        return self.pair[1] if self.gate_up is None else rows(self.gate_up, self.inter, 2 * self.inter)
+
+    def weights(self) -> list[Weight]:
+        return [*self.pair, self.down] if self.gate_up is None else [self.gate_up, self.down]
+
+    def set_weights(self, ws: list[Weight]) -> None:
+        if self.gate_up is None:
+            self.pair, self.down = (ws[0], ws[1]), ws[2]
+        else:
+            self.gate_up, self.down = ws
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, D] partial over the intermediate split
-        return linear(F.silu(linear(x, self.gate)) * linear(x, self.up), self.down)
+        if self.gate_up is None:
+            return linear(F.silu(linear(x, self.gate)) * linear(x, self.up), self.down)
+        return linear(swiglu(linear(x, self.gate_up), self.inter), self.down)
+
+
+def swiglu(h: Tensor, inter: int) -> Tensor:
+    # h: [T, 2I] (gate, up) -> [T, I]
+    g, u = h.split(inter, -1)
+    return F.silu(g) * u
 
 
 def moe_wants(cfg: MlaConfig, p: str, s: Shards, upcast: torch.dtype) -> list[Want]:
@@ -95,13 +130,20 @@ def grouped_mm_ok(w: Weight) -> bool:
             and gpu_facts(w.device).sm[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
 
+def _grouped_gemm(x: Tensor, w: Weight, ends: Tensor) -> Tensor:
+    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]
+    if isinstance(w, Fp8Weight):
+        return grouped_linear(x, w, ends)
+    return torch._grouped_mm(x, w.transpose(1, 2), offs=ends)
+
+
 class MoE:
     def __init__(self, cfg: MlaConfig, p: str, t: dict[str, Tensor], s: Shards):
         self.router = Router(cfg, t[p + "gate.weight"], t.get(p + "gate.e_score_correction_bias"))
         self.first = s.expert_start
         self.experts = [DenseMLP(f"{p}experts.{e}.", t) for e in range(s.expert_start, s.expert_end)]
         self.shared = DenseMLP(p + "shared_experts.", t) if cfg.n_shared_experts else None
-        self.stacked: tuple[Weight, Weight, Weight] | None = None   # [E, I, D], [E, I, D], [E, D, I]
+        self.stacked: tuple[Weight, ...] | None = None   # [E, 2I, D], [E, D, I] (or [E, I, D] x 2, [E, D, I])
         if self.experts and grouped_mm_ok(self.experts[0].gate):
             self.stack_experts()
             for e in range(s.expert_start, s.expert_end):   # the stack holds them now (views below)
@@ -109,10 +151,11 @@ class MoE:
                     t.pop(f"{p}experts.{e}.{n}.weight", None)
 
     def stack_experts(self) -> None:
-        """One [E, ...] tensor per projection for the grouped GEMMs; each expert keeps views into it."""
-        self.stacked = tuple(stack([getattr(e, n) for e in self.experts]) for n in ("gate", "up", "down"))
+        """One [E, ...] tensor per expert weight (gate_up and down, or gate, up and down) for the grouped
+        GEMMs; each expert keeps views into it."""
+        self.stacked = tuple(stack(list(ws)) for ws in zip(*(e.weights() for e in self.experts)))
         for j, e in enumerate(self.experts):
-            e.gate, e.up, e.down = (w[j] for w in self.stacked)
+            e.set_weights([w[j] for w in self.stacked])
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
@@ -143,14 +186,13 @@ class MoE:
         ends = ends.to(torch.int32)
         tok = order // idx.shape[1]
         xs = x[tok]                                                                # [T*k, D]
-        gate, up, down = self.stacked
-        if isinstance(gate, Fp8Weight):
-            h = F.silu(grouped_linear(xs, gate, ends)) * grouped_linear(xs, up, ends)
-            y = grouped_linear(h, down, ends)
+        if len(self.stacked) == 2:
+            gate_up, down = self.stacked
+            h = swiglu(_grouped_gemm(xs, gate_up, ends), self.experts[0].inter)
         else:
-            h = F.silu(torch._grouped_mm(xs, gate.transpose(1, 2), offs=ends)) * \
-                torch._grouped_mm(xs, up.transpose(1, 2), offs=ends)
-            y = torch._grouped_mm(h, down.transpose(1, 2), offs=ends)              # rows past ends[-1]: unset
+            gate, up, down = self.stacked
+            h = F.silu(_grouped_gemm(xs, gate, ends)) * _grouped_gemm(xs, up, ends)
+        y = _grouped_gemm(h, down, ends)                                           # rows past ends[-1]: unset
         keep = (torch.arange(order.numel(), device=order.device) < ends[-1:]).unsqueeze(1)   # this rank's rows
         y = torch.where(keep, y * w.reshape(-1)[order].unsqueeze(1), 0.0)         # other ranks' rows: exact 0
         return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))

@@ -4,6 +4,7 @@
     dequantize(w8, scale_inv, rows, cols, block) -> float32 slice of the real weight
     fp8_compute(device, block) -> (keep, why)  whether linear layers stay FP8 here; decided once
     Fp8Weight(w8, scale, block); linear(x, w)  a linear layer over a plain or a block-FP8 weight
+    concat_rows(a, b), rows(w, r0, r1)         gate and up as one weight, and views of its halves
 
 A quantized weight `<name>.weight` is float8_e4m3fn, [out, in]; its `<name>.weight_scale_inv` is
 float32 [ceil(out/b0), ceil(in/b1)] and block (i, j) holds the factor for rows i*b0..(i+1)*b0-1,
@@ -112,6 +113,26 @@ def stack(ws: list[Weight]) -> Weight:
     return torch.stack(ws)
 
 
+def concat_rows(a: Weight, b: Weight) -> Weight | None:
+    """a's rows then b's as one weight ([..., Na + Nb, K]: gate and up in one GEMM), or None where they do
+    not concatenate: a block-FP8 a ending inside a scale block (its last block would mix both), mixed kinds."""
+    if isinstance(a, Fp8Weight) and isinstance(b, Fp8Weight):
+        if a.shape[-2] % a.block[0] or a.block != b.block:
+            return None
+        return Fp8Weight(torch.cat([a.w8, b.w8], -2), torch.cat([a.scale, b.scale], -2), a.block)
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype:
+        return torch.cat([a, b], -2)
+    return None
+
+
+def rows(w: Weight, r0: int, r1: int) -> Weight:
+    """Rows r0..r1-1 ([..., r1 - r0, K]) as a view; block-FP8: r0 on a scale-block bound."""
+    if isinstance(w, Fp8Weight):
+        b0 = w.block[0]
+        return Fp8Weight(w.w8[..., r0:r1, :], w.scale[..., r0 // b0:-(-r1 // b0), :], w.block)
+    return w[..., r0:r1, :]
+
+
 def linear(x: Tensor, w: Weight) -> Tensor:
     # x: [T, K]  w: [N, K] -> [T, N]; a block-FP8 weight goes through the block-scaled GEMM
     if isinstance(w, Fp8Weight):
@@ -145,6 +166,7 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     if not fp8_block_ok(block):
         return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
                        f"so block-FP8 weights are dequantized to the compute dtype at load")
+    from dcpctl.runtime.models.fp8_gemm import tiles_note
     return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
                   f"GEMM (activations quantized per token and weight block column); kv_b_proj is dequantized "
-                  f"once at load for absorbed MLA")
+                  f"once at load for absorbed MLA; {tiles_note()}")

@@ -1,0 +1,57 @@
+"""`bench decode`'s cell (dcpctl.bench.decode_cell.run_cell) on a checkpoint directory, one device, DCP 1.
+
+    python3 benchmarks/decode_step.py DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
+
+For checkpoints `bench decode` cannot write (it makes every layer dense): the 16-layer MoE checkpoint of
+serve_peers.py. Same rows as `bench decode -o` (step_ms eager, graph_ms = one CUDA-graph replay's GPU
+time, graph_error when the capture failed), without the roofline prediction (the planner has no MoE cost).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float64"])
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--contexts", default="1032")
+    ap.add_argument("--page-size", type=int, help="default: 64 on cuda, 1 on cpu (as bench decode)")
+    ap.add_argument("--cuda-graphs", action="store_true")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("-o", "--output")
+    args = ap.parse_args(argv)
+    from hf_peer import save  # benchmarks/ (this script's folder) is on sys.path
+
+    from dcpctl.bench.decode_cell import run_cell
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.parallel import ParallelState
+    device = torch.device(args.device)
+    if args.cuda_graphs and device.type != "cuda":
+        ap.error("--cuda-graphs needs --device cuda")
+    ps = ParallelState.single()
+    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
+    model = load_model(args.model, ps, False, getattr(torch, args.dtype), device)
+    page = args.page_size or (64 if device.type == "cuda" else 1)
+    rows = []
+    for b in (int(x) for x in args.batches.split(",")):
+        for L in (int(x) for x in args.contexts.split(",")):
+            try:
+                cell = run_cell(model, ps, decisions, b, L, args.steps, args.warmup, page, device, args.cuda_graphs)
+            except Exception as e:  # noqa: BLE001 - one cell's failure (often OOM) is a result too
+                cell = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            rows.append({"dcp": 1, "batch": b, "context": L, **cell})
+    doc = {"model": args.model, "device": args.device, "rows": rows}
+    save(doc, args.output)
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

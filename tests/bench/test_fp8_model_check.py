@@ -1,0 +1,44 @@
+"""benchmarks/fp8_model_check.py's CPU half: the per-step metrics and the float64 emulation of the FP8 GEMM."""
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from tests.runtime.test_model_fp8 import quantize
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_model_check.py"
+spec = importlib.util.spec_from_file_location("fp8_model_check", SCRIPT)
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+
+
+def test_metrics_name_norm_relative_error_and_decided_prompts():
+    g = torch.Generator().manual_seed(0)
+    f64 = [torch.randn(3, 50, generator=g, dtype=torch.float64) for _ in range(2)]
+    f64[0][:, 7] += 10.0                     # prompt 0: a clear winner at every step; prompt 1: flat logits
+    bf16 = [l + 1e-3 * torch.randn(l.shape, generator=g, dtype=torch.float64) for l in f64]
+    fp8 = [l + 0.05 * torch.randn(l.shape, generator=g, dtype=torch.float64) for l in f64]
+    out = check.compare({"fp8": fp8, "bf16": bf16, "f64": f64, "f64_fp8": fp8}, [[7, 7], [1, 2]], [[7, 7], [1, 3]])
+    want = sorted(((fp8[p][s] - bf16[p][s]).norm() / bf16[p][s].norm()).item() for p in range(2) for s in range(3))
+    assert out["fp8_vs_bf16_norm_rel"] == {"median": round(want[3], 5), "max": round(want[-1], 5)}
+    assert out["fp8_vs_f64_fp8_norm_rel (kernel + bf16 activations)"] == {"median": 0.0, "max": 0.0}
+    assert out["greedy_prompts_equal"] == "1/2"
+    assert out["prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)"] == "1/2"
+    assert out["greedy_equal_on_decided"] == "1/1"
+
+
+def test_emulation_is_exact_on_grid_rows_and_groups_by_expert():
+    # rows already on the e4m3 grid of a power-of-two block scale quantize exactly: the emulation must
+    # then be the float64 product with the dequantized weight, expert by expert
+    g = torch.Generator().manual_seed(1)
+    q = (torch.randn(6, 2, 128, generator=g) * 60).to(torch.float8_e4m3fn).double()
+    q[:, :, 0] = 448.0
+    x = (q * 2.0 ** torch.randint(-3, 4, (6, 2, 1), generator=g)).view(6, 256)
+    pairs = [quantize(torch.randn(200, 256, generator=g), (128, 128)) for _ in range(2)]
+    w8, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    got = check.emulated_fp8_matmul(x, w8, s, (128, 128), ends=torch.tensor([2, 5]))
+    rows, cols = torch.arange(200) // 128, torch.arange(256) // 128
+    real = [w8[e].double() * s[e].double()[rows][:, cols] for e in range(2)]   # exact: 4 x 24 bits
+    want = torch.cat([x[:2] @ real[0].T, x[2:5] @ real[1].T, torch.zeros(1, 200, dtype=torch.float64)])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(check.emulated_fp8_matmul(x, w8[1], s[1], (128, 128)), x @ real[1].T)
