@@ -134,9 +134,16 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
     return Rule(key, cells, cells[0][2] if len({c[2] for c in cells}) == 1 else None, why)
 
 
+def flashinfer_installed() -> bool:
+    """Whether an installed FlashInfer package is importable (a bare `flashinfer/` folder on sys.path, such as
+    this repository's benchmarks/flashinfer, is a namespace package with no code: not FlashInfer)."""
+    spec = importlib.util.find_spec("flashinfer")
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
 def flashinfer_missing() -> str | None:
     """Why FlashInfer cannot be imported here (without importing it), or None."""
-    if importlib.util.find_spec("flashinfer") is not None or os.environ.get(SDIST_ENV):
+    if flashinfer_installed() or os.environ.get(SDIST_ENV):
         return None
     return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
 

@@ -22,7 +22,7 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
-from dcpctl.plan.attention_table import SDIST_ENV, flashinfer_missing
+from dcpctl.plan.attention_table import SDIST_ENV, flashinfer_installed, flashinfer_missing
 
 WORK_ENV = "DCPCTL_FLASHINFER_WORK"
 # flashinfer/data/<name> (where jit/env.py looks) -> the sdist folder (pyproject.toml package-dir)
@@ -101,7 +101,8 @@ def load() -> tuple[ModuleType | None, str]:
     where = "the installed package"
     if missing is not None:
         return None, missing
-    if importlib.util.find_spec("flashinfer") is None:
+    if not flashinfer_installed():
+        sys.modules.pop("flashinfer", None)       # a namespace package of that name imported earlier is no FlashInfer
         tarball = Path(str(sdist))
         if not tarball.exists():
             return None, f"${SDIST_ENV}={sdist} does not exist"
@@ -115,8 +116,8 @@ def load() -> tuple[ModuleType | None, str]:
         fi = importlib.import_module("flashinfer")
     except Exception as e:       # a broken install must cost the backend, never the run
         return None, f"import flashinfer failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    v = version_tuple(getattr(fi, "__version__", "0"))
-    if not SUPPORTED[0] <= v < SUPPORTED[1]:
-        return None, (f"FlashInfer {fi.__version__} is outside the tested range "
+    version = str(getattr(fi, "__version__", "unknown"))
+    if not SUPPORTED[0] <= version_tuple(version if version != "unknown" else "0") < SUPPORTED[1]:
+        return None, (f"FlashInfer {version} is outside the tested range "
                       f"[{'.'.join(map(str, SUPPORTED[0]))}, {'.'.join(map(str, SUPPORTED[1]))})")
     return fi, f"FlashInfer {fi.__version__} from {where}"

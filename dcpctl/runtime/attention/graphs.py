@@ -21,7 +21,7 @@ reallocated after capture (a graph of batch B uses their first B rows):
 
 The kernel gets max_local_len = the graph's context bucket (fixed at capture: no host sync; the
 splits are sized for it, so a step picks the smallest bucket that holds its widest request: the
-buckets grow by 4x up to max_pages * P).  Under attention DP every replica replays the same batch
+buckets grow by 2x up to max_pages * P).  Under attention DP every replica replays the same batch
 size (the engine agrees on it; pads are rows with local length 0), so the MLP's replica gather has
 fixed sizes.  Off CUDA (tests) a replay runs the same function eagerly on the same buffers.
 """
@@ -41,7 +41,9 @@ from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, phys
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.ops import rms_norm
 
-CONTEXT_GROWTH = 4        # context buckets: max_pages * P, / 4, / 16, ... down to MIN_BUCKET
+# context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (growing 4x, a 32K context ran in a 67K bucket,
+# whose splits left half the SMs idle: 1.85x the graph step at 8 x 32K, docs/benchmarks-serve.md)
+CONTEXT_GROWTH = 2
 MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
 
 
@@ -59,7 +61,7 @@ def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, rep
 
 
 def context_buckets(max_rows: int, page: int) -> list[int]:
-    """Local-row buckets, ascending: max_rows, max_rows / 4, ... (whole pages, >= MIN_BUCKET)."""
+    """Local-row buckets, ascending: max_rows, max_rows / 2, ... (whole pages, >= MIN_BUCKET)."""
     out, b = [], max_rows
     while True:
         out.append(b)
