@@ -61,7 +61,7 @@ class Engine:
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
         self.spec = make_speculative(cfg.speculative, self, kv.page_size)  # None without a `speculative` section
-        off = why_not(model, self.spec, sizes)
+        off = why_not(model, self.spec, sizes, self.state_pool)
         if off:
             note_once(off)
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()

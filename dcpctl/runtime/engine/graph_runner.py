@@ -24,11 +24,11 @@ from dcpctl.runtime.notes import note_once
 Progress = Callable[[int, int], None]
 
 
-def why_not(model: Any, spec: Any, sizes: list[int]) -> str | None:
+def why_not(model: Any, spec: Any, sizes: list[int], state_pool: Any) -> str | None:
     """Why this engine replays no graph at all (None: it can)."""
     if not sizes:
         return None
-    if getattr(model, "kda_pool", None) is not None:
+    if state_pool is not None:
         return "cuda graphs: off (a hybrid model's KDA layers keep request-indexed state the graphs do not capture)"
     if not hasattr(model, "layers") or not hasattr(model, "_mlp"):
         return f"cuda graphs: off ({type(model).__name__} has no capturable decode step)"
