@@ -84,9 +84,13 @@ class KVSection:
         if self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
             raise LaunchConfigError(f"launch config key kv.chunked_prefill_size must be a positive token count "
                                     f"or -1 (no chunking), got {self.chunked_prefill_size}")
-        if self.max_running_requests is not None and self.max_running_requests < 1:
-            raise LaunchConfigError(f"launch config key kv.max_running_requests must be >= 1, got "
-                                    f"{self.max_running_requests}")
+        if self.max_running_requests is not None:
+            _at_least("kv.max_running_requests", self.max_running_requests, 1)
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise LaunchConfigError(f"launch config key {key} must be >= {low}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,7 @@ class SpeculativeSection:
     num_draft_tokens: int       # K: candidates verified per request per target step
 
     def __post_init__(self) -> None:
-        if self.num_draft_tokens < 1:
-            raise LaunchConfigError(f"launch config key speculative.num_draft_tokens must be >= 1, got "
-                                    f"{self.num_draft_tokens}")
+        _at_least("speculative.num_draft_tokens", self.num_draft_tokens, 1)
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,7 @@ class HiCacheSection:
     host_pages: int             # HiCache L2 host tier: pages of P local rows per rank
 
     def __post_init__(self) -> None:
-        if self.host_pages < 0:
-            raise LaunchConfigError(f"launch config key hicache.host_pages must be >= 0, got {self.host_pages}")
+        _at_least("hicache.host_pages", self.host_pages, 0)
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,8 @@ class CudaGraphSection:
     reason: str                 # the decision's reason, said once by the runtime when it captures
 
     def __post_init__(self) -> None:
-        if any(b < 1 for b in self.batch_sizes):
-            raise LaunchConfigError(f"launch config key cuda_graph.batch_sizes must be positive, got "
-                                    f"{list(self.batch_sizes)}")
+        for b in self.batch_sizes:
+            _at_least("cuda_graph.batch_sizes[]", b, 1)
 
 
 # The sections one engine instance runs with: a plain launch config, or one side of a PD launch.
