@@ -39,7 +39,6 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import PagedLayout
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
-from dcpctl.runtime.models.ops import rms_norm
 
 # context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (growing 4x, a 32K context ran in a 67K bucket,
 # whose splits left half the SMs idle: 1.85x the graph step at 8 x 32K, docs/benchmarks-serve.md)
@@ -48,15 +47,9 @@ MIN_BUCKET = 2048          # local rows: below it one split covers a request in 
 
 
 def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any, logits: bool) -> Tensor:
-    """DeepseekModel.forward (+ logits) with fixed replica sizes `reps`: what a graph captures."""
+    """The model's forward (+ logits) with fixed replica sizes `reps`: what a graph captures."""
     # ids, positions: [B] -> hidden [B, D] (or logits [B, V])
-    h = model._embed(ids)
-    cos, sin = model.rotary.cos_sin(positions)
-    eps, up = model.cfg.rms_norm_eps, model.rotary.upcast
-    for layer in model.layers:
-        h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps, up), cos, sin, ctx)
-        h = h + model._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps, up), reps)
-    h = rms_norm(h, model.norm, eps, up)
+    h = model.forward(ids, positions, ctx, replicas=reps)
     return model.logits(h) if logits else h
 
 

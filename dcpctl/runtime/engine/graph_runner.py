@@ -30,7 +30,8 @@ def why_not(model: Any, spec: Any, sizes: list[int], state_pool: Any) -> str | N
         return None
     if state_pool is not None:
         return "cuda graphs: off (a hybrid model's KDA layers keep request-indexed state the graphs do not capture)"
-    if not hasattr(model, "layers") or not hasattr(model, "_mlp"):
+    from dcpctl.runtime.models.deepseek import DeepseekModel
+    if not isinstance(model, DeepseekModel):
         return f"cuda graphs: off ({type(model).__name__} has no capturable decode step)"
     if spec is not None:
         return "cuda graphs: off (speculative decoding's draft and verify steps run eagerly)"

@@ -60,11 +60,14 @@ class DeepseekModel:
         """Free per-request model state of `rid` (none here; hybrid models free their KDA slot)."""
 
     @torch.no_grad()
-    def forward(self, input_ids: Tensor, positions: Tensor, ctx: AttentionContext) -> Tensor:
+    def forward(self, input_ids: Tensor, positions: Tensor, ctx: AttentionContext,
+                replicas: Replicas | None = None) -> Tensor:
         # input_ids, positions: [T] -> hidden: [T, D] after the final norm
+        # replicas: every attention-DP replica's token count when the caller knows it (a CUDA graph's fixed
+        # sizes: no gather of the sizes, no host sync); else gathered here
         h = self._embed(input_ids.to(self.device))
         cos, sin = self.rotary.cos_sin(positions.to(self.device))
-        reps = self._replicas(h.shape[0])
+        reps = replicas if replicas is not None else self._replicas(h.shape[0])
         eps, up = self.cfg.rms_norm_eps, self.rotary.upcast
         for layer in self.layers:
             h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps, up), cos, sin, ctx)
