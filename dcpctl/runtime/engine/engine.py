@@ -24,9 +24,9 @@ from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
-from dcpctl.runtime.engine.pipeline import PENDING, InFlight, greedy_all, launch_sampling, resolve
+from dcpctl.runtime.engine.pipeline import PENDING, InFlight, launch_sampling, resolve
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
-from dcpctl.runtime.engine.sample import Sampler
+from dcpctl.runtime.engine.sample import Sampler, greedy_all
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
@@ -255,7 +255,7 @@ class Engine:
 
     def _resolve(self) -> list[Event]:
         inf, self._inflight = self._inflight, None
-        return resolve(inf, self.eos, self._finish)
+        return resolve(inf, self.stop_reason, self._finish)
 
     def forward(self, chunks: list[SeqChunk], ids: list[int]) -> Tensor:
         """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""
@@ -287,11 +287,11 @@ class Engine:
             self._finish(seq)
         return Event(seq.rid, tok, lp, seq.finish_reason)
 
-    def stop_reason(self, seq: Sequence) -> str:
-        """"stop" when the last output token is EOS, "length" at max_new_tokens, else ""."""
-        if seq.output[-1] in self.eos and not seq.params.ignore_eos:
+    def stop_reason(self, seq: Sequence, k: int = -1) -> str:
+        """"stop" when output token k (default: the last) is EOS, "length" when it is the max_new_tokens-th, else ""."""
+        if seq.output[k] in self.eos and not seq.params.ignore_eos:
             return "stop"
-        return "length" if len(seq.output) >= seq.params.max_new_tokens else ""
+        return "length" if (k if k >= 0 else len(seq.output) + k) + 1 >= seq.params.max_new_tokens else ""
 
     def broadcast(self, toks: list[int]) -> list[int]:
         """Token ids as the replica's first rank has them (ranks must feed equal ids; this guards against drift)."""

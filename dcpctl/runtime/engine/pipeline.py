@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dcpctl.runtime import sampling
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.request import Sequence
+from dcpctl.runtime.engine.sample import greedy_rows
 
 PENDING = -1   # a placeholder token id: the real one is still on the device
 
@@ -46,15 +46,9 @@ class InFlight:
         return {s.rid: i for i, s in enumerate(self.seqs)}
 
 
-def greedy_all(seqs: list[Sequence]) -> bool:
-    return all(sampling.is_greedy(s.params.temperature, s.params.top_k) for s in seqs)
-
-
 def launch_sampling(logits: Tensor, seqs: list[Sequence]) -> InFlight:
     """Argmax + log-probability of each row on the device, their host copy started; placeholders appended."""
-    ids = sampling.greedy(logits)
-    lps = sampling.chosen_logprobs(logits, ids)
-    both = torch.stack([ids.to(lps.dtype), lps])           # ids < 2^24: exact in fp32
+    ids, both = greedy_rows(logits)
     event = None
     if both.is_cuda:
         host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
@@ -72,7 +66,7 @@ def launch_sampling(logits: Tensor, seqs: list[Sequence]) -> InFlight:
     return InFlight(seqs, slots, ids, host, event)
 
 
-def resolve(inf: InFlight, eos: set[int], finish: Any) -> list[Event]:
+def resolve(inf: InFlight, stop_reason: Any, finish: Any) -> list[Event]:
     """Read a step's ids, fill its placeholders, finish what ended (EOS drops later placeholders)."""
     if inf.event is not None:
         inf.event.synchronize()
@@ -83,13 +77,10 @@ def resolve(inf: InFlight, eos: set[int], finish: Any) -> list[Event]:
             continue
         tok = int(tok)
         seq.output[k], seq.logprobs[k] = tok, lp
-        reason = ""
-        if tok in eos and not seq.params.ignore_eos:
-            reason = "stop"
+        reason = stop_reason(seq, k)           # the engine's rule, at the placeholder's index
+        if reason == "stop":                   # EOS: the placeholders after it were spare rows
             del seq.output[k + 1:], seq.logprobs[k + 1:]
             seq.computed = min(seq.computed, len(seq.tokens) - 1)
-        elif k + 1 >= seq.params.max_new_tokens:
-            reason = "length"
         seq.finish_reason = reason
         if reason:
             finish(seq)

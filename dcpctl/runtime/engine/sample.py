@@ -12,6 +12,19 @@ from dcpctl.runtime import sampling
 from dcpctl.runtime.engine.request import Sequence
 
 
+def greedy_all(seqs: list[Sequence]) -> bool:
+    """Whether every request takes the argmax (no random draw)."""
+    return all(sampling.is_greedy(s.params.temperature, s.params.top_k) for s in seqs)
+
+
+def greedy_rows(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """(ids [N] int64, [2, N] of the ids as floats (exact in fp32 below 2^24) and their log-probabilities), on
+    the logits' device: row for row what sampling.sample computes for a greedy request."""
+    ids = sampling.greedy(logits)
+    lps = sampling.chosen_logprobs(logits, ids)
+    return ids, torch.stack([ids.to(lps.dtype), lps])
+
+
 class Sampler:
     """Greedy / temperature / top-k / top-p per request; logprobs of the unmodified distribution."""
 
@@ -25,8 +38,9 @@ class Sampler:
 
     def __call__(self, logits: Tensor, seqs: list[Sequence]) -> tuple[list[int], list[float]]:
         # logits: [N, V] -> N ids, N logprobs
-        if all(sampling.is_greedy(s.params.temperature, s.params.top_k) for s in seqs):
-            return self._greedy(logits)
+        if greedy_all(seqs):
+            both = greedy_rows(logits)[1].cpu()     # the whole batch, one device-to-host copy
+            return both[0].long().tolist(), both[1].tolist()
         ids, lps = [], []
         for i, seq in enumerate(seqs):
             p = seq.params
@@ -34,14 +48,6 @@ class Sampler:
             ids.append(int(tok[0]))
             lps.append(float(lp[0]))
         return ids, lps
-
-    @staticmethod
-    def _greedy(logits: Tensor) -> tuple[list[int], list[float]]:
-        # the whole batch at once, one device-to-host copy: row for row what sampling.sample computes
-        ids = sampling.greedy(logits)
-        lps = sampling.chosen_logprobs(logits, ids)
-        both = torch.stack([ids.to(lps.dtype), lps]).cpu()   # ids < 2^24: exact in fp32
-        return both[0].long().tolist(), both[1].tolist()
 
     def forget(self, rid: int) -> None:
         self._gens.pop(rid, None)
