@@ -62,7 +62,6 @@ class Frontend:
         self.stop_requested = False
         self.error: str | None = None
         self._told_stopping = False
-        self._events: list[Event] = []
         self.url = self._wait_ready()
 
     def _wait_ready(self) -> str:
@@ -91,12 +90,11 @@ class Frontend:
         return msg
 
     def deliver(self, events: list[Event]) -> None:
-        self._events = events              # sent with the step's stats by on_step (one message per step)
+        """Nothing here: run_loop hands the same events to on_step, which sends them with the step's stats."""
 
     def on_step(self, events: list[Event], stats: list[ReplicaStats], step_s: float, exchange_s: float = 0.0,
                 kda: tuple[int, int] | None = None) -> None:
-        self._send(("step", self._events, stats, step_s, exchange_s, kda))
-        self._events = []
+        self._send(("step", events, stats, step_s, exchange_s, kda))   # one message per step
 
     def fail(self, message: str) -> None:
         self.error = message
@@ -121,19 +119,19 @@ def frontend_main(conn: Any, spec: FrontendSpec) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C reaches the whole process group: rank 0 decides
         signal.signal(sig, signal.SIG_IGN)
     try:
-        bridge, metrics, http = _start(spec)
+        bridge, metrics, figures, http = _start(spec)
     except BaseException as e:  # noqa: BLE001 - the engine process reports it as one line
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", http.url))
     threading.Thread(target=_pump, args=(bridge, conn), name="dcpctl-pump", daemon=True).start()
     try:
-        _receive(conn, bridge, metrics)
+        _receive(conn, bridge, metrics, figures)
     finally:
         http.stop(timeout=1.0)
 
 
-def _start(spec: FrontendSpec) -> tuple[Any, Any, Any]:
+def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
     from dcpctl.runtime.server.app import build_app
     from dcpctl.runtime.server.bridge import Bridge
     from dcpctl.runtime.server.gen import ServerState
@@ -141,19 +139,18 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, Any]:
     from dcpctl.runtime.server.metrics import Metrics
     from dcpctl.runtime.tokenizer import load_tokenizer
     bridge = Bridge(spec.max_outstanding)
-    kda = _KdaCounts() if spec.kda else None
-    exchange = [0.0]
-    metrics = Metrics(spec.attn_tp_size, lambda: exchange[0], kda)
-    metrics.exchange_cell = exchange
-    metrics.kda_counts = kda
+    figures = _EngineFigures()
+    metrics = Metrics(spec.attn_tp_size, lambda: figures.exchange_s, figures if spec.kda else None)
     state = ServerState(bridge, load_tokenizer(spec.model_path), spec.model_name, spec.vocab_size,
                         spec.context_len, spec.capacity, metrics, spec.api_key, spec.max_request_bytes,
                         spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra)
-    return bridge, metrics, HttpServer(build_app(state), spec.host, spec.port).start()
+    return bridge, metrics, figures, HttpServer(build_app(state), spec.host, spec.port).start()
 
 
-class _KdaCounts:
-    """Rank 0's KDA state slots as last reported by the engine (the metrics gauges read used/free)."""
+class _EngineFigures:
+    """What the engine last reported beyond its events: DCP exchange seconds and rank 0's KDA state slots
+    (used/free: the metrics gauges read them as they read the engine's pool in a single process)."""
+    exchange_s = 0.0
     used = 0
     free = 0
 
@@ -169,7 +166,7 @@ def _pump(bridge: Any, conn: Any) -> None:
                 return
 
 
-def _receive(conn: Any, bridge: Any, metrics: Any) -> None:
+def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures) -> None:
     while True:
         try:
             kind, *rest = conn.recv()
@@ -181,9 +178,9 @@ def _receive(conn: Any, bridge: Any, metrics: Any) -> None:
             events, stats, step_s, exchange_s, kda = rest
             bridge.deliver(events)
             metrics.on_step(events, stats, step_s)
-            metrics.exchange_cell[0] = exchange_s
-            if kda is not None and metrics.kda_counts is not None:
-                metrics.kda_counts.used, metrics.kda_counts.free = kda
+            figures.exchange_s = exchange_s
+            if kda is not None:
+                figures.used, figures.free = kda
         elif kind == "fail":
             bridge.fail(rest[0])
         elif kind == "stopping":
