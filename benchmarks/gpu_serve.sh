@@ -5,6 +5,7 @@
 # Results: $OUT/serve/serve.json, serve.md, logs/ (one log per part), decode-*.json, hf-*.json.
 # usage (repo root): OUT=dir bash benchmarks/gpu_serve.sh
 #   trim with CELLS=dense,dense32k,moe  VARIANTS=graph,eager  HF_MODES=compiled,eager  BUDGET_S=360
+#   SERVE_ARGS="--tokenizer-worker-num 4": more `dcpctl launch` flags for every server
 # CPU check of the same script (tiny checkpoint, CPU server): SMOKE=1 OUT=/tmp/x bash benchmarks/gpu_serve.sh
 set -uo pipefail
 # the device has no fastapi/uvicorn/pydantic: the lead carries their wheels in .whl/
@@ -23,6 +24,7 @@ echo "env rc=$?"; cat "$OUT/env.log"
 args=(--out "$OUT" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES:-compiled,eager}" --budget-s "${BUDGET_S:-360}")
 [ -n "${CELLS:-}" ] && args+=(--cells "$CELLS")       # default: dense,dense32k,moe (smoke: tiny)
 [ -n "${SMOKE:-}" ] && args+=(--smoke)
+[ -n "${SERVE_ARGS:-}" ] && args+=(--serve-args "$SERVE_ARGS")   # e.g. SERVE_ARGS="--tokenizer-worker-num 4"
 python3 benchmarks/serve_peers.py "${args[@]}" > "$OUT/run.log" 2>&1
 echo "serve_peers rc=$?"
 tail -25 "$OUT/run.log"

@@ -112,6 +112,7 @@ def serve_args(ckpt: Path, cells: list[str], variant: str, flags: dict[str, bool
          "--port", "0", "--page-size", "64", "--max-running-requests", str(max_c), "--max-total-tokens", str(tokens),
          "--dtype", "float32" if run.smoke else "bfloat16"]
     a += ["--hardware", "cpu"] if run.smoke else []
+    a += run.serve_args
     if variant == "eager":
         a.append("--disable-cuda-graph")
     elif variant == "graph" and flags["--cuda-graph-max-bs"]:
@@ -197,13 +198,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=360.0, help="parts that would start later are skipped")
     ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-serve-ckpt"),
                     help="where the checkpoints are written (each is removed once its parts ran)")
+    ap.add_argument("--serve-args", default="", help="more `dcpctl launch` flags for every server, e.g. "
+                    "'--tokenizer-worker-num 4'")
     args = ap.parse_args(argv)
     cells = (args.cells or ("tiny" if args.smoke else "dense,dense32k,moe")).split(",")
     if bad := [c for c in cells if c not in CELLS]:
         ap.error(f"unknown cells {bad}; valid: {sorted(CELLS)}")
     run = Run(args.out, args.budget_s, args.smoke)
+    run.serve_args = args.serve_args.split()
     flags = launch_flags()
-    doc: dict[str, Any] = {"smoke": args.smoke, "launch_flags": flags, "cells": {c: CELLS[c] for c in cells},
+    doc: dict[str, Any] = {"smoke": args.smoke, "launch_flags": flags, "serve_args": run.serve_args, "cells": {c: CELLS[c] for c in cells},
                            "output_len": output_len(run), "checkpoints": {}}
     vs, modes = variants(args.variants.split(","), flags), [m for m in args.hf_modes.split(",") if m]
     ckpts: dict[str, Path] = {}

@@ -23,6 +23,7 @@ class Run:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.parts: list[dict[str, Any]] = []
         self.device = "cpu" if smoke else "cuda"
+        self.serve_args: list[str] = []     # more `dcpctl launch` flags for every server
 
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.t0)

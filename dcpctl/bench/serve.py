@@ -69,41 +69,68 @@ def _pct(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(s) * 1e3, "p50": at(0.50), "p90": at(0.90), "p99": at(0.99)}
 
 
+STREAMS_PER_PROCESS = 8   # client threads per process: one Python process parses ~10k SSE events a second
+
+
+def client_processes(concurrency: int, given: int) -> int:
+    """How many client processes share the streams: `given`, or one per STREAMS_PER_PROCESS streams (0)."""
+    return max(1, min(concurrency, given or -(-concurrency // STREAMS_PER_PROCESS)))
+
+
+def _client_main(url: str, headers: dict[str, str], bodies: list[dict[str, Any]], threads: int, timeout: float,
+                 todo: Any, done: Any) -> None:
+    """One client process: `threads` streams, each taking the next request index until a None."""
+    def stream() -> None:
+        while (i := todo.get()) is not None:
+            done.put((i, _one(url, headers, bodies[i], timeout)))
+    workers = [threading.Thread(target=stream, daemon=True) for _ in range(threads)]
+    done.put(None)                          # this process is up: the clock starts when all are
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+
+
 def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_len: int, api_key: str | None,
-              seed: int, vocab: int, timeout: float, quiet: bool = False) -> dict[str, Any]:
+              seed: int, vocab: int, timeout: float, quiet: bool = False, processes: int = 0) -> dict[str, Any]:
+    """`concurrency` streams over `processes` client processes (0: one per 8 streams), so that at high token
+    rates the client's own parsing (GIL) does not bunch the arrival stamps it measures."""
+    import multiprocessing as mp
     rng = random.Random(seed)
     prompts = [[rng.randrange(1, vocab) for _ in range(input_len)] for _ in range(requests)]
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+    bodies = [{"prompt": p, "max_tokens": output_len, "temperature": 0, "stream": True, "ignore_eos": True,
+               "stream_options": {"include_usage": True}} for p in prompts]
+    n_proc = client_processes(concurrency, processes)
+    ctx = mp.get_context("spawn")
+    todo, done = ctx.Queue(), ctx.Queue()
+    shares = [concurrency // n_proc + (i < concurrency % n_proc) for i in range(n_proc)]
+    procs = [ctx.Process(target=_client_main, args=(url, headers, bodies, k, timeout, todo, done), daemon=True)
+             for k in shares]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        done.get()
     samples: list[Sample] = []
-    lock, next_i = threading.Lock(), iter(range(requests))
     with Progress(TextColumn("bench serve"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console.err, transient=True, disable=quiet) as bar:
         task = bar.add_task("requests", total=requests)
-
-        def client() -> None:
-            while True:
-                with lock:
-                    i = next(next_i, None)
-                if i is None:
-                    return
-                body = {"prompt": prompts[i], "max_tokens": output_len, "temperature": 0, "stream": True,
-                        "ignore_eos": True, "stream_options": {"include_usage": True}}
-                s = _one(url, headers, body, timeout)
-                with lock:
-                    samples.append(s)
-                bar.advance(task)
-
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for i in range(requests):
+            todo.put(i)
+        for _ in range(concurrency):
+            todo.put(None)
+        for _ in range(requests):
+            samples.append(done.get()[1])
+            bar.advance(task)
         duration = time.perf_counter() - t0
+    for p in procs:
+        p.join()
     ok = [s for s in samples if s.ok]
     out_tokens = sum(s.output_tokens for s in ok)
     return {"url": url, "concurrency": concurrency, "requests": requests, "input_len": input_len,
-            "output_len": output_len, "completed": len(ok), "failed": len(samples) - len(ok),
+            "output_len": output_len, "client_processes": n_proc, "completed": len(ok),
+            "failed": len(samples) - len(ok),
             "errors": sorted({s.error for s in samples if not s.ok})[:5], "duration_s": duration,
             "request_throughput": len(ok) / duration, "output_token_throughput": out_tokens / duration,
             "total_token_throughput": (out_tokens + input_len * len(ok)) / duration,
@@ -122,9 +149,12 @@ def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_
               help="Prompt ids are drawn from [1, vocab).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
+@click.option("--client-processes", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Client processes sharing the streams; 0: one per 8 streams (one Python process cannot parse "
+                   "tens of thousands of streamed tokens a second without bunching their arrival times).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(url: str, concurrency: int, num_requests: int, input_len: int, output_len: int, api_key: str | None,
-            vocab: int, seed: int, timeout: float, fmt: str) -> None:
+            vocab: int, seed: int, timeout: float, client_processes: int, fmt: str) -> None:
     """Load a running server (`dcpctl launch`) with streamed completions; report throughput, TTFT
     and inter-token latency percentiles.
 
@@ -134,7 +164,7 @@ def command(url: str, concurrency: int, num_requests: int, input_len: int, outpu
     """
     _check_reachable(url)
     r = run_bench(url, concurrency, num_requests, input_len, output_len, api_key, seed, vocab, timeout,
-                  quiet=fmt == "json")
+                  quiet=fmt == "json", processes=client_processes)
     if fmt == "json":
         console.write_text(json.dumps(r))
     else:

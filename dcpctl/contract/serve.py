@@ -21,6 +21,7 @@ class ServeOptions:
     max_request_bytes: int = 1 << 20
     served_model_name: str | None = None    # None: the checkpoint directory's name
     allowed_hosts: tuple[str, ...] = ()
+    tokenizer_worker_num: int = 1           # HTTP processes sharing the port (SGLang's --tokenizer-worker-num)
 
 
 def serve_options(data: dict[str, Any]) -> ServeOptions:

@@ -124,6 +124,19 @@ def test_text_stream_holds_back_partial_stops_and_utf8():
     assert [ts.push(t) for t in b"axy"] == ["a", "", ""] and ts.stopped and ts.sent == "a"
 
 
+def test_text_stream_window_decode_equals_the_whole_decode():
+    """Deltas of the windowed decode, joined, are the text of all ids, for any mix of multi-byte characters."""
+    import random
+    tok, rng = ByteTokenizer(), random.Random(0)
+    for _ in range(50):
+        text = "".join(rng.choice(["a", " ", "é", "€", "😀", "\n"]) for _ in range(rng.randrange(1, 40)))
+        ids = list(text.encode())
+        ts = TextStream(tok, ["<stop>"])
+        out = "".join(ts.push(t, final=i == len(ids) - 1) for i, t in enumerate(ids)) + ts.flush()
+        assert out == text == tok.decode(ids)
+        assert ts.read - ts.prefix <= 4    # one window, not the whole output
+
+
 def test_plain_chat_template():
     ids = chat_prompt(ByteTokenizer(), [{"role": "user", "content": "hi"}])
     assert ids[0] == ByteTokenizer.bos_token_id and bytes(ids[1:]).decode() == "<|user|>\nhi\n<|assistant|>\n"

@@ -1,6 +1,8 @@
 """End to end: `dcpctl launch` on the tiny model (2 ranks, DCP 2) against real clients.
 
-One server for the whole module (float64 so batched greedy equals `dcpctl generate` exactly).
+One server for the whole module (float64 so batched greedy equals `dcpctl generate` exactly), with two HTTP
+worker processes on its port (--tokenizer-worker-num 2): each client connection lands on either, so every
+test here also checks that the workers agree (ids, /metrics counts).
 """
 import json
 import subprocess
@@ -25,7 +27,7 @@ CAPACITY = 4096  # virtual KV tokens; the tiny model's context is 2048
 @pytest.fixture(scope="module")
 def server():
     s = Server("--dtype", "float64", "--max-total-tokens", str(CAPACITY), "--max-running-requests", "8",
-               "--max-request-bytes", "65536")
+               "--max-request-bytes", "65536", "--tokenizer-worker-num", "2")
     yield s
     s.stop()
 

@@ -10,10 +10,10 @@ events as int64 [N, 3] plus float64 [N] rows (no pickled objects), padded to the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:     # torch loads where events are packed, not in the HTTP workers that only read Event
+    import torch
 
 FINISH = ("", "stop", "length", "abort")
 
@@ -36,6 +36,7 @@ class ReplicaStats:
 
 def _pack(events: list[Event], n: int) -> tuple[torch.Tensor, torch.Tensor]:
     # -> ints [n, 3] (rid, token, finish index), logprobs [n] float64; rows past len(events) stay 0
+    import torch
     ints = torch.zeros(n, 3, dtype=torch.int64)
     lps = torch.zeros(n, dtype=torch.float64)
     for i, e in enumerate(events):
@@ -47,6 +48,8 @@ def _pack(events: list[Event], n: int) -> tuple[torch.Tensor, torch.Tensor]:
 def gather_to_rank0(events: list[Event], stats: ReplicaStats, group: Any,
                     world: int) -> tuple[list[Event], list[ReplicaStats]]:
     """Every rank calls this; rank 0 gets every replica's events once and every rank's stats."""
+    import torch
+    import torch.distributed as dist
     # head: [n_events, waiting, running, free_pages, num_pages]; only a replica's first rank sends events
     head = torch.tensor([len(events), stats.waiting, stats.running, stats.free_pages, stats.num_pages],
                         dtype=torch.int64)

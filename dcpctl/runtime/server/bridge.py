@@ -41,12 +41,15 @@ class _Stream:
 
 
 class Bridge:
-    def __init__(self, max_outstanding: int) -> None:
+    """`worker` of `workers` HTTP processes (frontend.py): its request ids are worker, worker + workers, ..."""
+
+    def __init__(self, max_outstanding: int, worker: int = 0, workers: int = 1) -> None:
         self.max_outstanding = max_outstanding
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._streams: dict[int, _Stream] = {}
         self._lock = threading.Lock()
-        self._rids = itertools.count()
+        self._rids = itertools.count(worker, workers)
+        self._ended: list[str] = []   # finish reasons of requests this side ended (stop string, client gone)
         self.stop_requested = False
         self.error: str | None = None
 
@@ -66,11 +69,20 @@ class Bridge:
         self._inbox.put(("new", NewRequest(rid, prompt, params)))
         return rid, stream.queue
 
-    def cancel(self, rid: int) -> None:
+    def cancel(self, rid: int, reason: str | None = None) -> None:
+        """Drop `rid`; `reason` ("stop" | "abort"): this side ended it, so the engine never reports its finish."""
         with self._lock:
             known = self._streams.pop(rid, None) is not None
+            if reason is not None:
+                self._ended.append(reason)
         if known:
             self._inbox.put(("cancel", rid))
+
+    def take_ended(self) -> list[str]:
+        """The finish reasons cancel() noted since the last call (the other HTTP workers count them too)."""
+        with self._lock:
+            ended, self._ended = self._ended, []
+        return ended
 
     # ---- engine side (main thread) ----
     def take(self, wait: bool) -> Control:

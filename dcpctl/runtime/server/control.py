@@ -11,12 +11,12 @@ Only fixed-layout numbers cross the network, so a rank never unpickles anything 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Any
 
 from dcpctl.runtime.engine.request import SamplingParams
+
+if TYPE_CHECKING:     # torch loads on the ranks that broadcast, not in the HTTP workers that build Control
+    import torch
 
 INT_FIELDS = ("max_new_tokens", "top_k", "seed", "logprobs", "ignore_eos")
 FLOAT_FIELDS = ("temperature", "top_p")
@@ -42,6 +42,7 @@ class Control:
 
 
 def encode(msg: Control) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    import torch
     ints: list[int] = []
     for r in msg.new:
         ints += [r.rid, len(r.prompt)] + [int(getattr(r.params, f)) for f in INT_FIELDS]
@@ -72,6 +73,8 @@ def decode(header: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> Co
 
 def broadcast_control(msg: Control | None, group: Any = None, src: int = 0) -> Control:
     """Rank `src` passes its message, every other rank None; all return the same Control."""
+    import torch
+    import torch.distributed as dist
     if not dist.is_initialized() or dist.get_world_size() == 1:
         assert msg is not None
         return msg
@@ -91,6 +94,7 @@ def broadcast_control(msg: Control | None, group: Any = None, src: int = 0) -> C
 
 def control_group(backend: str) -> Any:
     """The group the control plane uses: WORLD under gloo, a separate gloo group under NCCL."""
+    import torch.distributed as dist
     if not dist.is_initialized() or dist.get_world_size() == 1 or backend == "gloo":
         return None
     return dist.new_group(backend="gloo")

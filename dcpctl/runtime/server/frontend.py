@@ -1,25 +1,32 @@
-"""Rank 0's HTTP server in a process of its own, so token streaming never holds the engine loop's GIL.
+"""Rank 0's HTTP server in processes of its own, so token streaming never holds the engine loop's GIL.
 
-    engine process (rank 0)                         frontend process (spawned)
-    run_loop(engine, group, Frontend) ------------- Bridge + HttpServer (uvicorn, asyncio)
-      take()     <- ("control", new, cancel)         pump thread: bridge.take() -> send
-      deliver() + on_step() -> ("step", events, stats, step_s, exchange_s, kda)  receiver: bridge.deliver, metrics
+    engine process (rank 0)                         frontend processes (spawned; spec.workers of them)
+    run_loop(engine, group, Frontend) ------------- Bridge + HttpServer (uvicorn, asyncio) each
+      take()     <- ("control", new, cancel, ended)  pump thread: bridge.take() -> send
+      deliver() + on_step() -> ("step", events, stats, step_s, exchange_s, kda, ended)   to every worker:
+                                                     receiver: bridge.deliver (own ids), metrics (all)
       fail(msg)  -> ("fail", msg)                    every open request ends with that error
       stop()     -> ("stop",)                        the HTTP server stops, the process exits
 
 Why: with HTTP in a thread of the engine process, each streamed token's Python (queue, SSE encoding,
 uvicorn) competed with the decode loop for the GIL, so at 32 concurrent streams a served step took ~3x the
-engine's own step (docs/benchmarks-serve.md).  The pipe is a socketpair private to the two processes
-(multiprocessing.Pipe); messages are pickled dataclasses of this package.  The frontend exits when the pipe
-closes (the engine died), so it never outlives rank 0.
+engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~50 us of Python and a
+socket write per streamed token: at 32 streams of a 1.1 ms step (29k tokens a second) it falls behind and
+the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's name) processes on one port.  Each pipe
+is a socketpair private to two processes (multiprocessing.Pipe); messages are pickled dataclasses of this
+package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from dcpctl.runtime.engine.events import Event, ReplicaStats
@@ -48,30 +55,31 @@ class FrontendSpec:
     kda: bool
     created: int
     kv_extra: int = 0          # speculative verification rows per request (the fits rule counts them)
+    workers: int = 1           # HTTP processes on the port (--tokenizer-worker-num)
+    worker: int = 0            # this process's index: its request ids are worker + k * workers
 
 
 class Frontend:
-    """The engine side: the run_loop bridge API (take / deliver / fail / stop_requested) over the pipe."""
+    """The engine side: the run_loop bridge API (take / deliver / fail / stop_requested) over the pipes.
+
+    spec.workers HTTP processes share the port (SO_REUSEPORT: the kernel spreads connections over them);
+    worker 0 binds first, so `port 0` resolves once.  Every step's message goes to every worker (one pickle):
+    a worker delivers the events of its own request ids and counts all of them, so /metrics agrees whichever
+    worker answers it; the finishes a worker decides itself (stop strings, clients gone) are echoed to the rest.
+    """
 
     def __init__(self, spec: FrontendSpec) -> None:
-        ctx = mp.get_context("spawn")          # the engine process holds CUDA and NCCL threads: never fork it
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=frontend_main, args=(child, spec), name="dcpctl-http", daemon=True)
-        self.proc.start()
-        child.close()
         self.stop_requested = False
         self.error: str | None = None
         self._told_stopping = False
-        self.url = self._wait_ready()
-
-    def _wait_ready(self) -> str:
-        if not self.conn.poll(START_TIMEOUT_S):
-            self.proc.kill()
-            raise RuntimeError(f"the HTTP frontend did not start within {START_TIMEOUT_S:.0f} s")
-        kind, value = self.conn.recv()
-        if kind != "ready":
-            raise RuntimeError(f"the HTTP frontend failed to start: {value}")
-        return value
+        self._ended: list[tuple[int, str]] = []     # (worker, finish reason) to echo with the next step
+        first = _Worker(spec)
+        self.url = first.wait_ready()
+        port = int(self.url.rsplit(":", 1)[1])
+        rest = [_Worker(replace(spec, port=port, worker=i)) for i in range(1, spec.workers)]
+        for w in rest:
+            w.wait_ready()
+        self.workers = [first] + rest
 
     def take(self, wait: bool) -> Control:
         from dcpctl.runtime.server.bridge import IDLE_WAIT_S
@@ -80,11 +88,18 @@ class Frontend:
             self._told_stopping = True
         msg = Control(shutdown=self.stop_requested)
         timeout = IDLE_WAIT_S if wait else 0.0
-        while self.conn.poll(timeout):
-            kind, *rest = self.conn.recv()
-            if kind == "control":
-                msg.new += rest[0]
-                msg.cancel += rest[1]
+        by_conn = {w.conn: i for i, w in enumerate(self.workers)}
+        while ready := mp_connection.wait(list(by_conn), timeout):
+            for conn in ready:
+                try:
+                    kind, *rest = conn.recv()
+                except (EOFError, OSError):        # that worker is gone: stop() reaps it
+                    del by_conn[conn]
+                    continue
+                if kind == "control":
+                    msg.new += rest[0]
+                    msg.cancel += rest[1]
+                    self._ended += [(by_conn[conn], r) for r in rest[2]]
             timeout = 0.0
         msg.shutdown = self.stop_requested
         return msg
@@ -94,7 +109,8 @@ class Frontend:
 
     def on_step(self, events: list[Event], stats: list[ReplicaStats], step_s: float, exchange_s: float = 0.0,
                 kda: tuple[int, int] | None = None) -> None:
-        self._send(("step", events, stats, step_s, exchange_s, kda))   # one message per step
+        ended, self._ended = self._ended, []
+        self._send(("step", events, stats, step_s, exchange_s, kda, ended))   # one message per step
 
     def fail(self, message: str) -> None:
         self.error = message
@@ -102,16 +118,57 @@ class Frontend:
 
     def stop(self) -> None:
         self._send(("stop",))
-        self.proc.join(STOP_TIMEOUT_S)
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.conn.close()
+        for w in self.workers:
+            w.stop()
 
     def _send(self, item: tuple) -> None:
+        data = bytes(ForkingPickler.dumps(item))
+        for w in self.workers:
+            try:
+                w.conn.send_bytes(data)
+            except (BrokenPipeError, EOFError, OSError):   # that worker is gone; the engine finds out via stop()
+                pass
+
+
+class _Worker:
+    """One HTTP process and the engine's end of its pipe.
+
+    A plain `python -c` child, not multiprocessing's spawn: spawn would re-import the parent's main module
+    (the rank's worker: torch, the engine, the models) in every HTTP process."""
+
+    def __init__(self, spec: FrontendSpec) -> None:
+        mine, theirs = socket.socketpair()
+        code = f"from dcpctl.runtime.server.frontend import child_main; child_main({theirs.fileno()})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()])
+        theirs.close()
+        self.conn = mp_connection.Connection(mine.detach())
+        self.conn.send(spec)
+
+    def wait_ready(self) -> str:
+        if not self.conn.poll(START_TIMEOUT_S):
+            self.proc.kill()
+            raise RuntimeError(f"the HTTP frontend did not start within {START_TIMEOUT_S:.0f} s")
         try:
-            self.conn.send(item)
-        except (BrokenPipeError, EOFError, OSError):   # the frontend is gone; the engine finds out via stop()
-            pass
+            kind, value = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the HTTP frontend exited at start (status {self.proc.wait()})") from None
+        if kind != "ready":
+            raise RuntimeError(f"the HTTP frontend failed to start: {value}")
+        return value
+
+    def stop(self) -> None:
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+
+def child_main(fd: int) -> None:
+    """Entry of an HTTP process: its spec is the pipe's first message."""
+    conn = mp_connection.Connection(fd)
+    frontend_main(conn, conn.recv())
 
 
 def frontend_main(conn: Any, spec: FrontendSpec) -> None:
@@ -126,7 +183,7 @@ def frontend_main(conn: Any, spec: FrontendSpec) -> None:
     conn.send(("ready", http.url))
     threading.Thread(target=_pump, args=(bridge, conn), name="dcpctl-pump", daemon=True).start()
     try:
-        _receive(conn, bridge, metrics, figures)
+        _receive(conn, bridge, metrics, figures, spec.worker)
     finally:
         http.stop(timeout=1.0)
 
@@ -137,14 +194,17 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
     from dcpctl.runtime.server.gen import ServerState
     from dcpctl.runtime.server.http import HttpServer
     from dcpctl.runtime.server.metrics import Metrics
+    from dcpctl.runtime.server.prime import prime
     from dcpctl.runtime.tokenizer import load_tokenizer
-    bridge = Bridge(spec.max_outstanding)
+    bridge = Bridge(spec.max_outstanding, spec.worker, spec.workers)
     figures = _EngineFigures()
     metrics = Metrics(spec.attn_tp_size, lambda: figures.exchange_s, figures if spec.kda else None)
     state = ServerState(bridge, load_tokenizer(spec.model_path), spec.model_name, spec.vocab_size,
                         spec.context_len, spec.capacity, metrics, spec.api_key, spec.max_request_bytes,
                         spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra)
-    return bridge, metrics, figures, HttpServer(build_app(state), spec.host, spec.port).start()
+    app = build_app(state)
+    prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
+    return bridge, metrics, figures, HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1).start()
 
 
 class _EngineFigures:
@@ -159,14 +219,15 @@ def _pump(bridge: Any, conn: Any) -> None:
     # new and cancelled requests, as the HTTP side queues them, to the engine
     while True:
         msg = bridge.take(wait=True)
-        if msg.new or msg.cancel:
+        ended = bridge.take_ended()
+        if msg.new or msg.cancel or ended:
             try:
-                conn.send(("control", msg.new, msg.cancel))
+                conn.send(("control", msg.new, msg.cancel, ended))
             except (BrokenPipeError, OSError):
                 return
 
 
-def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures) -> None:
+def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures, me: int) -> None:
     while True:
         try:
             kind, *rest = conn.recv()
@@ -175,9 +236,12 @@ def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures) -> N
             time.sleep(0.2)
             return
         if kind == "step":
-            events, stats, step_s, exchange_s, kda = rest
-            bridge.deliver(events)
+            events, stats, step_s, exchange_s, kda, ended = rest
+            bridge.deliver(events)              # the events of other workers' requests find no stream here
             metrics.on_step(events, stats, step_s)
+            for worker, reason in ended:
+                if worker != me:                # that worker counted its own already
+                    metrics.finished.labels(reason).inc()
             figures.exchange_s = exchange_s
             if kda is not None:
                 figures.used, figures.free = kda

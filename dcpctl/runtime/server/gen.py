@@ -123,8 +123,9 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str]
             yield Chunk(delta, ev.token, ev.logprob, None)
     finally:
         if not finished:  # a stop string matched, or the client went away: the engine never reports it
-            state.bridge.cancel(rid)
-            state.metrics.finished.labels("stop" if text.stopped else "abort").inc()
+            reason = "stop" if text.stopped else "abort"
+            state.bridge.cancel(rid, reason)
+            state.metrics.finished.labels(reason).inc()
 
 
 async def _next(q: asyncio.Queue, request: Request | None) -> Any:

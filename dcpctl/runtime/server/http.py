@@ -26,10 +26,14 @@ def is_loopback(host: str) -> bool:
 
 
 class HttpServer:
-    def __init__(self, app: Any, host: str, port: int) -> None:
+    """`reuse_port`: several processes listen on one port and the kernel spreads connections over them."""
+
+    def __init__(self, app: Any, host: str, port: int, reuse_port: bool = False) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind((host, port))
         self.sock.listen(2048)

@@ -37,6 +37,8 @@ class Metrics:
             slots.labels("used").set_function(lambda: kda_pool.used)
             slots.labels("free").set_function(lambda: kda_pool.free)
         self._recent: deque[tuple[float, int]] = deque()
+        self._recent_tokens = 0       # the sum over _recent, kept as it changes (a step must not walk 10 s of steps)
+        self._pages: list[tuple[Any, Any]] = []   # per rank: its (used, free) gauge children, made once
         self.attn_tp_size = attn_tp_size
 
     def on_step(self, events: list[Event], stats: list[ReplicaStats], step_s: float) -> None:
@@ -44,21 +46,25 @@ class Metrics:
         replicas = stats[::self.attn_tp_size]
         self.running.set(sum(s.running for s in replicas))
         self.queued.set(sum(s.waiting for s in replicas))
-        for rank, s in enumerate(stats):
-            self.pages_used.labels(str(rank)).set(s.num_pages - s.free_pages)
-            self.pages_free.labels(str(rank)).set(s.free_pages)
+        while len(self._pages) < len(stats):
+            rank = str(len(self._pages))
+            self._pages.append((self.pages_used.labels(rank), self.pages_free.labels(rank)))
+        for (used, free), s in zip(self._pages, stats):
+            used.set(s.num_pages - s.free_pages)
+            free.set(s.free_pages)
         if step_s > 0:
             self.step.observe(step_s)
         now = time.monotonic()
         if events:
             self.tokens.inc(len(events))
             self._recent.append((now, len(events)))
+            self._recent_tokens += len(events)
         for ev in events:
             if ev.finish:
                 self.finished.labels(ev.finish).inc()
         while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
-            self._recent.popleft()
-        self.tps.set(sum(n for _, n in self._recent) / RATE_WINDOW_S)
+            self._recent_tokens -= self._recent.popleft()[1]
+        self.tps.set(self._recent_tokens / RATE_WINDOW_S)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

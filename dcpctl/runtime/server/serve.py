@@ -69,7 +69,8 @@ def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptio
                         allowed_hosts(opts.host, list(opts.allowed_hosts)), opts.served_model_name or Path(path).name,
                         str(path), limits.vocab_size, limits.max_position_embeddings, engine.alloc.virtual_capacity,
                         engine.ps.attn_tp.size, cfg.kv.max_running_requests + opts.max_queued_requests,
-                        kda is not None, int(time.time()), engine.spec.kv_extra if engine.spec else 0)
+                        kda is not None, int(time.time()), engine.spec.kv_extra if engine.spec else 0,
+                        opts.tokenizer_worker_num)
     front = Frontend(spec)      # HTTP in its own process (frontend.py says why)
     _on_signals(lambda: setattr(front, "stop_requested", True))
 

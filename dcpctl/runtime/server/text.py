@@ -1,8 +1,10 @@
 """Text around token ids: incremental detokenization with stop strings, and chat prompts.
 
-TextStream decodes the whole output each token and emits only the new suffix.  It holds back a
-trailing replacement character (an incomplete UTF-8 sequence may still complete) and any tail that
-could be the start of a stop string; on a stop string it truncates the text there and stops.
+TextStream decodes only a window of the output per token, as vLLM and SGLang do: the ids since the last
+confirmed text plus the one step before it (`decode(ids[prefix:])` minus `decode(ids[prefix:read])`), so a
+token costs the same at the 10th and the 10,000th output token.  Text ending in a replacement character
+stays unconfirmed (an incomplete UTF-8 sequence may still complete), and any confirmed tail that could be
+the start of a stop string is held back; on a stop string it truncates the text there and stops.
 """
 from __future__ import annotations
 
@@ -15,38 +17,47 @@ class TextStream:
     def __init__(self, tok: Any, stop: list[str] | None = None) -> None:
         self.tok = tok
         self.stop = [s for s in (stop or []) if s]
+        self.longest = max((len(s) for s in self.stop), default=0)
         self.ids: list[int] = []
+        self.text = ""         # confirmed text of ids[:read]
+        self.prefix = 0        # ids[prefix:read]: the context the next decode starts from
+        self.read = 0
         self.sent = ""         # text already handed out
         self.stopped = False   # a stop string matched
 
     def push(self, token: int, final: bool = False) -> str:
         """Add one generated id; the text that may be emitted now."""
         self.ids.append(token)
-        text = self.tok.decode(self.ids)
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        self._confirm(final)
+        text = self.text
+        hits = [i for i in (text.find(s, len(self.sent)) for s in self.stop) if i >= 0]
         if hits:
             text, self.stopped, final = text[:min(hits)], True, True
         visible = text if final else text[:len(text) - self._hold(text)]
-        if not visible.startswith(self.sent):  # a decoder rewrote earlier text: never retract
-            return ""
         delta, self.sent = visible[len(self.sent):], visible
         return delta
 
     def flush(self) -> str:
         """Whatever was held back, at the end of the request (no stop string matched)."""
-        text = self.tok.decode(self.ids)
-        if self.stopped or not text.startswith(self.sent):
+        if self.stopped:
             return ""
-        delta, self.sent = text[len(self.sent):], text
+        self._confirm(True)
+        delta, self.sent = self.text[len(self.sent):], self.text
         return delta
 
+    def _confirm(self, final: bool) -> None:
+        # the new ids' text, decoded after their context; unconfirmed while it ends in a partial character
+        before = self.tok.decode(self.ids[self.prefix:self.read]) if self.read > self.prefix else ""
+        after = self.tok.decode(self.ids[self.prefix:])
+        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
+            self.text += after[len(before):]
+            self.prefix, self.read = self.read, len(self.ids)
+
     def _hold(self, text: str) -> int:
-        hold = 1 if text.endswith("\ufffd") else 0
-        longest = max((len(s) for s in self.stop), default=0)
-        for k in range(min(longest - 1, len(text)), 0, -1):
+        for k in range(min(self.longest - 1, len(text) - len(self.sent)), 0, -1):
             if any(s.startswith(text[-k:]) for s in self.stop):
-                return max(hold, k)
-        return hold
+                return k
+        return 0
 
 
 def token_text(tok: Any, token: int) -> str:
