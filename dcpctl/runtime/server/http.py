@@ -25,6 +25,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _runner() -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
 class HttpServer:
     """`reuse_port`: several processes listen on one port and the kernel spreads connections over them."""
 
@@ -49,7 +57,10 @@ class HttpServer:
         return f"http://{host}:{self.port}"
 
     def _run(self) -> None:
-        asyncio.run(self.server.serve(sockets=[self.sock]))
+        # uvloop when installed (a pyproject dependency off Windows), as uvicorn's own run() picks it; uvicorn's
+        # "auto" HTTP protocol is httptools when installed: per streamed token both cost a fraction of the
+        # pure-Python asyncio loop and h11
+        _runner()(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> "HttpServer":
         self.thread.start()
