@@ -4,7 +4,7 @@
 # same shape, Hugging Face generate (benchmarks/hf_peer.py) on the same checkpoints, and the ratio table.
 # Results: $OUT/serve/serve.json, serve.md, logs/ (one log per part), decode-*.json, hf-*.json.
 # usage (repo root): OUT=dir bash benchmarks/gpu_serve.sh
-#   trim with CELLS=dense,dense32k,moe  VARIANTS=graph,eager  HF_MODES=compiled,eager  BUDGET_S=360
+#   trim with CELLS=dense,dense32k,moe  VARIANTS=graph,eager  HF_MODES=compiled,eager (empty: no HF)  BUDGET_S=360
 #   SERVE_ARGS="--tokenizer-worker-num 4": more `dcpctl launch` flags for every server
 # CPU check of the same script (tiny checkpoint, CPU server): SMOKE=1 OUT=/tmp/x bash benchmarks/gpu_serve.sh
 set -uo pipefail
@@ -21,7 +21,7 @@ mkdir -p "$OUT"
   python3 -c "import fastapi, uvicorn; print('fastapi', fastapi.__version__, 'uvicorn', uvicorn.__version__)"
   python3 -m dcpctl.cli.main launch --help | grep -i cuda-graph; } > "$OUT/env.log" 2>&1
 echo "env rc=$?"; cat "$OUT/env.log"
-args=(--out "$OUT" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES:-compiled,eager}" --budget-s "${BUDGET_S:-360}")
+args=(--out "$OUT" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES-compiled,eager}" --budget-s "${BUDGET_S:-360}")
 [ -n "${CELLS:-}" ] && args+=(--cells "$CELLS")       # default: dense,dense32k,moe (smoke: tiny)
 [ -n "${SMOKE:-}" ] && args+=(--smoke)
 [ -n "${SERVE_ARGS:-}" ] && args+=(--serve-args "$SERVE_ARGS")   # e.g. SERVE_ARGS="--tokenizer-worker-num 4"
