@@ -44,16 +44,15 @@ from dcpctl.plan.resolve import request_from_options
               show_default=True,
               help="Largest accepted request body (413 above).")
 @click.option("--served-model-name", help="Model id in the API (default: the checkpoint directory's name).")
-@click.option("--tokenizer-worker-num", type=click.IntRange(1, 64), default=ServeOptions.tokenizer_worker_num,
-              show_default=True,
-              help="HTTP worker processes sharing the port (SGLang's name). One process streams about 10-20k "
-                   "tokens a second; give more when concurrency x tokens per second per stream exceeds that.")
+@click.option("--tokenizer-worker-num", type=click.IntRange(1, 64), default=None,
+              help="HTTP worker processes sharing the port (SGLang's name). One streams at most ~14k tokens a "
+                   "second; default: 1 on CPU, on CUDA one per 16 --max-running-requests (at most 4).")
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
            chunked_prefill_size: int, node_rank: int, dist_init_addr: str, host: str, port: int,
            api_key: str | None, allow_unauthenticated: bool, allowed_hosts: tuple[str, ...], max_queued_requests: int, max_request_bytes: int,
-           served_model_name: str | None, tokenizer_worker_num: int, dry_run: bool, **params: Any) -> None:
+           served_model_name: str | None, tokenizer_worker_num: int | None, dry_run: bool, **params: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
@@ -90,10 +89,13 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
         _check_port_free(host, port)
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
+    from dcpctl.launch.http_workers import http_workers
+    workers, why = http_workers(tokenizer_worker_num, cfg["device"], int(cfg["kv"]["max_running_requests"]))
+    console.info(f"HTTP workers: {workers} ({why})")
     serve_opts = {"host": host, "port": port, "api_key": api_key, "max_queued_requests": max_queued_requests,
                   "max_request_bytes": max_request_bytes, "allowed_hosts": list(allowed_hosts),
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name,
-                  "tokenizer_worker_num": tokenizer_worker_num}
+                  "tokenizer_worker_num": workers}
     from dcpctl.cli.generate import check_weights
     check_weights(cfg["model"]["path"])
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
