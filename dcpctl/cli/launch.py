@@ -46,7 +46,7 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--served-model-name", help="Model id in the API (default: the checkpoint directory's name).")
 @click.option("--tokenizer-worker-num", type=click.IntRange(1, 64), default=None,
               help="HTTP worker processes sharing the port (SGLang's name). One streams at most ~14k tokens a "
-                   "second; default: 1 on CPU, on CUDA one per 16 --max-running-requests (at most 4).")
+                   "second; default: 1 on CPU, on CUDA one per 8 --max-running-requests (at most 4).")
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,

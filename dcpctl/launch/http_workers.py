@@ -2,15 +2,15 @@
 
 One worker process streams at most ~14k tokens a second on the H200 machine's CPUs (benchmarks/http_overhead.py:
 a fake 1.1 ms step, 32 streams, 68 us of CPU per streamed token; docs/benchmarks-serve.md); past that the stream
-arrives in bursts.  A CUDA step is ~1 ms, so on --device cuda the default is one worker per 16 running requests
-(32 -> 2: at 32 streams 2 workers measured ITL p50 1.17 ms against the 1.12 ms step), at most 4 and at most a
-quarter of the machine's CPUs.  On CPU a step takes tens of milliseconds: one worker.
+arrives in bursts.  A CUDA step is ~1 ms, so on --device cuda the default is one worker per 8 running requests,
+at most 4 and at most a quarter of the machine's CPUs: at 32 streams of that step 2 workers held ITL p50 / p90 at
+1.17 / 2.49 ms, 4 workers at 1.18 / 1.62 ms.  On CPU a step takes tens of milliseconds: one worker.
 """
 from __future__ import annotations
 
 import os
 
-STREAMS_PER_WORKER = 16
+STREAMS_PER_WORKER = 8
 MAX_AUTO = 4
 
 

@@ -11,8 +11,8 @@ def test_given_wins_and_cpu_gets_one():
     assert n == 1 and "CPU" in why
 
 
-def test_cuda_one_per_16_running_capped_by_cpus_and_four():
-    assert [http_workers(None, "cuda", r, cpus=16)[0] for r in (1, 16, 17, 32, 64, 256)] == [1, 1, 2, 2, 4, 4]
+def test_cuda_one_per_8_running_capped_by_cpus_and_four():
+    assert [http_workers(None, "cuda", r, cpus=16)[0] for r in (1, 8, 9, 16, 32, 256)] == [1, 1, 2, 2, 4, 4]
     assert http_workers(None, "cuda", 64, cpus=8)[0] == 2 and http_workers(None, "cuda", 64, cpus=2)[0] == 1
 
 
