@@ -86,3 +86,19 @@ def test_two_workers_stream_their_own_requests_and_agree_on_metrics(front):
             break
         time.sleep(0.1)
     assert all(c.get("stop") == 1 and c.get("length") == 12 for c in counts), counts
+
+
+def test_a_dead_worker_leaves_the_others_serving(front):
+    """Runs last: SIGKILL one worker; its listening socket closes with it, the engine drops its pipe and says so."""
+    f, _ = front
+    victim = f.workers[1]
+    victim.proc.kill()
+    victim.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while len(f.workers) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [w.index for w in f.workers] == [0]
+    for _ in range(6):
+        with httpx.Client() as c:
+            r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32}, timeout=30)
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == TEXT.decode()

@@ -14,7 +14,8 @@ engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~
 socket write per streamed token: at 32 streams of a 1.1 ms step (29k tokens a second) it falls behind and
 the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's name) processes on one port.  Each pipe
 is a socketpair private to two processes (multiprocessing.Pipe); messages are pickled dataclasses of this
-package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0.
+package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
+dies takes its share of the port with it, and the engine goes on with the others (it stops when none is left).
 """
 from __future__ import annotations
 
@@ -80,29 +81,40 @@ class Frontend:
         for w in rest:
             w.wait_ready()
         self.workers = [first] + rest
+        self.gone: list[_Worker] = []
 
     def take(self, wait: bool) -> Control:
         from dcpctl.runtime.server.bridge import IDLE_WAIT_S
         if self.stop_requested and not self._told_stopping:
             self._send(("stopping",))
             self._told_stopping = True
-        msg = Control(shutdown=self.stop_requested)
+        msg = Control()
         timeout = IDLE_WAIT_S if wait else 0.0
-        by_conn = {w.conn: i for i, w in enumerate(self.workers)}
+        by_conn = {w.conn: w for w in self.workers}
         while ready := mp_connection.wait(list(by_conn), timeout):
             for conn in ready:
                 try:
                     kind, *rest = conn.recv()
-                except (EOFError, OSError):        # that worker is gone: stop() reaps it
-                    del by_conn[conn]
+                except (EOFError, OSError):
+                    self._lost(by_conn.pop(conn))
                     continue
                 if kind == "control":
                     msg.new += rest[0]
                     msg.cancel += rest[1]
-                    self._ended += [(by_conn[conn], r) for r in rest[2]]
+                    self._ended += [(by_conn[conn].index, r) for r in rest[2]]
             timeout = 0.0
         msg.shutdown = self.stop_requested
         return msg
+
+    def _lost(self, w: "_Worker") -> None:
+        """A worker died: its port share closes with it, the others keep serving; with none left, stop."""
+        from dcpctl.runtime.notes import stderr_line
+        self.workers.remove(w)
+        self.gone.append(w)
+        stderr_line(f"dcpctl: HTTP worker {w.index} exited (status {w.proc.wait()}); {len(self.workers)} left"
+                    + ("" if self.workers else ": stopping"))
+        if not self.workers:
+            self.stop_requested = True
 
     def deliver(self, events: list[Event]) -> None:
         """Nothing here: run_loop hands the same events to on_step, which sends them with the step's stats."""
@@ -118,7 +130,7 @@ class Frontend:
 
     def stop(self) -> None:
         self._send(("stop",))
-        for w in self.workers:
+        for w in self.workers + self.gone:
             w.stop()
 
     def _send(self, item: tuple) -> None:
@@ -137,6 +149,7 @@ class _Worker:
     (the rank's worker: torch, the engine, the models) in every HTTP process."""
 
     def __init__(self, spec: FrontendSpec) -> None:
+        self.index = spec.worker
         mine, theirs = socket.socketpair()
         code = f"from dcpctl.runtime.server.frontend import child_main; child_main({theirs.fileno()})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()])
