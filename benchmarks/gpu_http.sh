@@ -3,13 +3,13 @@
 # engine step, the real frontend processes, --tokenizer-worker-num 1/2/4, concurrency 8/32), then the real server
 # on issue 17's dense checkpoint (benchmarks/gpu_serve.sh trimmed: graph server, first/steady TTFT, c = 1/8/32,
 # the bench decode graph step). Results under $OUT/http/.
-# usage (repo root): OUT=dir WORKERS=4 bash benchmarks/gpu_http.sh
+# usage (repo root): OUT=dir [WORKERS=N: --tokenizer-worker-num, else launch's default] bash benchmarks/gpu_http.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/dcpctl-gpu-out}
 mkdir -p "$OUT/http"
 python3 benchmarks/http_overhead.py --concurrency 8,32 --workers 1,2,4 --out "$OUT/http/http_overhead.json" \
   > "$OUT/http/http_overhead.log" 2>&1
 echo "http_overhead rc=$?"; cat "$OUT/http/http_overhead.log" | cut -c1-400
-CELLS=dense VARIANTS=graph HF_MODES= BUDGET_S=${BUDGET_S:-170} SERVE_ARGS="--tokenizer-worker-num ${WORKERS:-4}" \
+CELLS=dense VARIANTS=graph HF_MODES= BUDGET_S=${BUDGET_S:-170} SERVE_ARGS="${WORKERS:+--tokenizer-worker-num $WORKERS}" \
   bash benchmarks/gpu_serve.sh > "$OUT/http/gpu_serve.log" 2>&1
 echo "gpu_serve rc=$?"; tail -30 "$OUT/http/gpu_serve.log"
