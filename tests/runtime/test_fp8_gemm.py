@@ -160,3 +160,114 @@ def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
         out.zero_()
         g.replay()
         torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_few_rows_pick_the_weight_streaming_kernel():
+    from dcpctl.runtime.models.fp8_gemm import GEMV_ROWS, GemvTiles, Tiles, choose_tiles
+    assert isinstance(choose_tiles(7168, 16384, 1), GemvTiles)
+    assert isinstance(choose_tiles(4096, 7168, GEMV_ROWS, experts=256), GemvTiles)
+    assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
+    assert isinstance(choose_tiles(4096, 7168, GEMV_ROWS + 1, experts=256), Tiles)
+
+
+@pytest.mark.parametrize("quant,split,grouped,bm", [(True, True, False, 1), (True, True, False, 16),
+                                                    (False, True, False, 4), (True, False, True, 2)])
+def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm):
+    pytest.importorskip("triton")
+    from tests.runtime.fp8_compile_check import compile_gemv_sm90
+    try:
+        k = compile_gemv_sm90(16, 2, bm, quant, split, grouped)
+    except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
+        if "ptxas" not in str(e):
+            raise
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    ptx = k.asm["ptx"]
+    assert "mma" not in ptx
+    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, two 16-byte loads
+    assert ptx.count("ld.global.v4.b32") >= 2, "the weight is not read in 16-byte loads"
+    assert ("atom.global" in ptx) == split
+
+
+def _gemv_case(R, N, K, seed):
+    from tests.runtime.test_model_fp8 import quantize
+    torch.manual_seed(seed)
+    w8, s = quantize(torch.randn(N, K), (128, 128))
+    return torch.randn(R, K, device="cuda", dtype=torch.bfloat16) * 3, w8.cuda(), s.cuda(), w8, s
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 3, 8, 16])
+@pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048), (24576, 1536)])
+@pytest.mark.parametrize("tiles", ["default", "launch", "bn32kb4", "bm2"])
+def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
+    # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
+    from tests.runtime.test_model_fp8 import reference_dequant
+    t = {"default": GemvTiles(), "launch": GemvTiles(fuse=False), "bn32kb4": GemvTiles(bn=32, kb=4, per_sm=4),
+         "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16)}[tiles]
+    x, w8, s, w8c, sc = _gemv_case(R, N, K, R)
+    got = fp8_matmul(x, w8, s, (128, 128), tiles=t).float()
+    x8, xs = quantize_rows(x, 128)
+    ref = (x8.float() * xs.repeat_interleave(128, 1)[:, :K]) @ reference_dequant(w8c, sc, (128, 128)).cuda().T
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2   # bf16 output rounding; same quantized operands
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 5, 16])
+def test_gpu_gemv_fused_quantization_equals_the_quantization_launch(R):
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
+    x, w8, s, _, _ = _gemv_case(R, 2112, 7168, R)
+    one = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=True))
+    two = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=False))
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
+    # decode routing: 3 tokens x top-2 over 16 experts, one expert chosen twice, rows past ends[-1] untouched
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    torch.manual_seed(0)
+    pairs = [quantize(torch.randn(384, 1024), (128, 128)) for _ in range(16)]
+    w8 = torch.stack([p[0] for p in pairs]).cuda()
+    s = torch.stack([p[1] for p in pairs]).cuda()
+    counts = torch.zeros(16, dtype=torch.int64)
+    counts[[2, 5, 9, 11]] = torch.tensor([1, 2, 1, 1])
+    ends = counts.cumsum(0).to(torch.int32)
+    x = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = fp8_matmul(x, w8, s, (128, 128), ends=ends.cuda(), tiles=GemvTiles(bm=1))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    g.replay()
+    x8, xs = quantize_rows(x, 128)
+    xr = (x8.float() * xs.repeat_interleave(128, 1)).cpu()
+    ref, start = torch.zeros(7, 384), 0
+    for e, end in enumerate(ends.tolist()):
+        ref[start:end] = xr[start:end] @ reference_dequant(*pairs[e], (128, 128)).T
+        start = end
+    got = out.float().cpu()
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
+    assert torch.equal(got[5:], torch.zeros(2, 384))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_gemv_split_counts_reset_across_replays():
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
+    x, w8, s, _, _ = _gemv_case(2, 7168, 16384, 0)
+    t = GemvTiles(per_sm=16)
+    first = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+    for _ in range(3):
+        out.zero_()
+        g.replay()
+        torch.testing.assert_close(out, first, rtol=0, atol=0)
