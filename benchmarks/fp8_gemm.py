@@ -26,6 +26,7 @@ F.linear on the dequantized weight against float64.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -136,13 +137,14 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list) -> dict:
     fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t), copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
-    return _row(name, N, K, M, fp8, bf16, roof, cands, GEMV_TABLE.get((N, K), DEFAULT_GEMV), choose_tiles(N, K, M),
+    gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    return _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
                 errors(x, w8[0], s[0]) if M == 8 else None)
 
 
 def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_tiles, after_tiles, errs) -> dict:
     before = fp8(BEFORE_TILES)
-    gemv = fp8(gemv_tiles) if M <= GEMV_MAX_M else None
+    gemv = fp8(gemv_tiles) if gemv_tiles is not None else None
     after = fp8(after_tiles)
     row = {"shape": name, "N": N, "K": K, "M": M, "before_us": before, "gemv_us": gemv, "after_us": after,
            "bf16_us": bf16, "roofline_us": roof, "after_vs_before": round(before / after, 3),
@@ -162,15 +164,23 @@ def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_
     return row
 
 
-def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 256, top_k: int = 8) -> dict:
-    """The grouped GEMM of a decode step's routed experts: M tokens x top_k rows sorted by expert."""
-    g = torch.Generator(device="cuda").manual_seed(M)
-    bits = torch.randint(0, 0x7E, (experts, N, K), device="cuda", dtype=torch.uint8, generator=g)   # no NaN codes
+@functools.lru_cache(maxsize=1)
+def _experts(N: int, K: int, experts: int) -> tuple:
+    """Random e4m3 experts [E, N, K] (no NaN codes), their factors, and bf16 experts for torch._grouped_mm."""
+    g = torch.Generator(device="cuda").manual_seed(N)
+    bits = torch.randint(0, 0x7E, (experts, N, K), device="cuda", dtype=torch.uint8, generator=g)
     w8 = (bits | (torch.randint(0, 2, bits.shape, device="cuda", dtype=torch.uint8, generator=g) << 7)).view(
         torch.float8_e4m3fn)
     del bits
     s = torch.rand(experts, -(-N // 128), -(-K // 128), device="cuda", generator=g) * 1e-3 + 1e-4
     wb = torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g) if hasattr(torch, "_grouped_mm") else None
+    return w8, s, wb
+
+
+def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 256, top_k: int = 8) -> dict:
+    """The grouped GEMM of a decode step's routed experts: M tokens x top_k rows sorted by expert."""
+    w8, s, wb = _experts(N, K, experts)
+    g = torch.Generator(device="cuda").manual_seed(M)
     calls, busy = [], []
     for _ in range(CALLS):   # a new routing every call: its experts' weights are not in L2 from the call before
         idx = torch.rand(M, experts, device="cuda", generator=g).topk(top_k, dim=-1).indices.reshape(-1)
@@ -227,6 +237,24 @@ def _print(r: dict) -> None:
         print(f"  errors at M=8: {r['errors']}", flush=True)
 
 
+def _save(path: str | None, rows: list[dict]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
+
+
+def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
+    """One cell's row, printed; a cell that fails is recorded and the run goes on (one device call, every cell)."""
+    try:
+        rows.append(fn(name, N, K, M, *rest))
+    except Exception as e:  # noqa: BLE001
+        rows.append({"shape": name, "N": N, "K": K, "M": M, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        print(f"{name:18} {M:>3} failed: {rows[-1]['error']}", flush=True)
+        return
+    _print(rows[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
@@ -244,25 +272,21 @@ def main() -> int:
     rows, t0 = [], time.perf_counter()
     print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} "
           f"{'/roof':>6}  (us)")
-    for name, (N, K) in SHAPES.items():
-        for M in BATCHES:
+    for M in BATCHES:   # M outside: the sweep budget reaches every shape at the first swept M
+        for name, (N, K) in SHAPES.items():
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
-            r = cell(name, N, K, M, args.hbm_tbps, (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [])
-            rows.append(r)
-            _print(r)
-    if args.grouped:
-        for name, (N, K) in GROUPED.items():
-            for M in BATCHES:
-                rows.append(grouped_cell(name, N, K, M, args.hbm_tbps))
-                torch.cuda.empty_cache()   # the cell's 11-22 GB of experts
-                _print(rows[-1])
+            _add(rows, cell, name, N, K, M, args.hbm_tbps,
+                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [])
+            _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
+    for name, (N, K) in GROUPED.items() if args.grouped else ():
+        for M in BATCHES:
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps)
+            _save(args.json, rows)
+        _experts.cache_clear()   # 22 GB of experts
+        torch.cuda.empty_cache()
     print(f"{time.perf_counter() - t0:.0f} s")
     if args.table:
         print(table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
     return 0
 
 

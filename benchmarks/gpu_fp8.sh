@@ -23,7 +23,7 @@ part() {  # name seconds command...: run it under a timeout, log it, keep its ex
   rc[$name]=$?
   echo "== $name rc=${rc[$name]} ($((SECONDS - t0)) s)"; tail -n 80 "$R/$name.log"
 }
-part gemm 150 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 16 --budget-s 50 --grouped --table \
+part gemm 170 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 16 --budget-s 50 --grouped --table \
   --json "$R/fp8_gemm.json"
 part tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/runtime/test_fp8_gemm.py \
   tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py
