@@ -1,6 +1,7 @@
 """The block-FP8 GEMM kernel: on the CPU through Triton's interpreter; on a GPU against torch math."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -188,11 +189,18 @@ def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm
     assert ("atom.global" in ptx) == split
 
 
-def _gemv_case(R, N, K, seed):
-    from tests.runtime.test_model_fp8 import quantize
-    torch.manual_seed(seed)
+@functools.lru_cache(maxsize=4)
+def _gemv_weight(N, K):
+    # one quantized weight per shape for all the tests of it: e4m3 and factors on the GPU, its real value (fp32)
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    torch.manual_seed(N + K)
     w8, s = quantize(torch.randn(N, K), (128, 128))
-    return torch.randn(R, K, device="cuda", dtype=torch.bfloat16) * 3, w8.cuda(), s.cuda(), w8, s
+    return w8.cuda(), s.cuda(), reference_dequant(w8, s, (128, 128)).cuda()
+
+
+def _gemv_case(R, N, K, seed):
+    torch.manual_seed(seed)
+    return (torch.randn(R, K, device="cuda", dtype=torch.bfloat16) * 3, *_gemv_weight(N, K))
 
 
 @pytest.mark.gpu
@@ -203,13 +211,12 @@ def _gemv_case(R, N, K, seed):
 def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
     # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
-    from tests.runtime.test_model_fp8 import reference_dequant
     t = {"default": GemvTiles(), "launch": GemvTiles(fuse=False), "bn32kb4": GemvTiles(bn=32, kb=4, per_sm=4),
          "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16)}[tiles]
-    x, w8, s, w8c, sc = _gemv_case(R, N, K, R)
+    x, w8, s, real = _gemv_case(R, N, K, R)
     got = fp8_matmul(x, w8, s, (128, 128), tiles=t).float()
     x8, xs = quantize_rows(x, 128)
-    ref = (x8.float() * xs.repeat_interleave(128, 1)[:, :K]) @ reference_dequant(w8c, sc, (128, 128)).cuda().T
+    ref = (x8.float() * xs.repeat_interleave(128, 1)[:, :K]) @ real.T
     assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2   # bf16 output rounding; same quantized operands
 
 
@@ -218,7 +225,7 @@ def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
 @pytest.mark.parametrize("R", [1, 5, 16])
 def test_gpu_gemv_fused_quantization_equals_the_quantization_launch(R):
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
-    x, w8, s, _, _ = _gemv_case(R, 2112, 7168, R)
+    x, w8, s, _ = _gemv_case(R, 2112, 7168, R)
     one = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=True))
     two = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=False))
     torch.testing.assert_close(one, two, rtol=0, atol=0)
@@ -261,7 +268,7 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_gemv_split_counts_reset_across_replays():
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
-    x, w8, s, _, _ = _gemv_case(2, 7168, 16384, 0)
+    x, w8, s, _ = _gemv_case(2, 7168, 16384, 0)
     t = GemvTiles(per_sm=16)
     first = fp8_matmul(x, w8, s, (128, 128), tiles=t)
     g = torch.cuda.CUDAGraph()
