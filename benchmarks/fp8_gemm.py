@@ -59,9 +59,11 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               + [Tiles(64, 4, 3, ps, fuse_rows=64, swap=True) for ps in (1, 2)]
               + [Tiles(64, 4, 3, ps, swap=sw, pdl=True) for ps, sw in ((1, False), (2, False), (2, True))]
               + [Tiles(stages=5, per_sm=1)])
-# the few-rows kernel: 8-64 weight rows by 1-4 K blocks a program (1-16 KiB a load), 4-16 programs per SM
+# the few-rows kernel: 8-64 weight rows by 1-4 K blocks a program (1-16 KiB a load), 4-16 programs per SM, 8 warps,
+# the quantization launched first, 1 (no software pipeline), 3 or 5 slabs in flight
 GEMV_CANDIDATES = ([GemvTiles(bn, kb, 4, ps) for bn, kb in ((8, 2), (16, 4), (32, 2), (64, 1)) for ps in (4, 16)]
-                   + [GemvTiles(16, 2, 8, 8), GemvTiles(fuse=False)])
+                   + [GemvTiles(16, 2, 8, 8), GemvTiles(fuse=False), GemvTiles(stages=1),
+                      GemvTiles(16, 4, 4, 16, stages=1), GemvTiles(stages=5)])
 
 
 def _graph_time(fn, copies: int) -> float:

@@ -29,7 +29,8 @@ from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E4
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
-            GemvTiles(), GemvTiles(fuse=False), GemvTiles(bn=8, kb=1, bm=2), GemvTiles(bn=32, kb=4, fuse=False, bm=4),
+            GemvTiles(), GemvTiles(fuse=False), GemvTiles(bn=8, kb=1, bm=2, stages=1),
+            GemvTiles(bn=32, kb=4, fuse=False, bm=4),
             *GEMV_TABLE.values()]
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,21 +172,27 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     assert isinstance(choose_tiles(4096, 7168, GEMV_ROWS + 1, experts=256), Tiles)
 
 
-@pytest.mark.parametrize("quant,split,grouped,bm", [(True, True, False, 1), (True, True, False, 16),
-                                                    (False, True, False, 4), (True, False, True, 2)])
-def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm):
+@pytest.mark.parametrize("quant,split,grouped,bm,stages", [(True, True, False, 1, 3), (True, True, False, 16, 3),
+                                                           (False, True, False, 4, 1), (True, False, True, 2, 1),
+                                                           (True, False, True, 2, 3)])
+def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm, stages):
     pytest.importorskip("triton")
     from tests.runtime.fp8_compile_check import compile_gemv_sm90
     try:
-        k = compile_gemv_sm90(16, 2, bm, quant, split, grouped)
+        k = compile_gemv_sm90(16, 2, bm, quant, split, grouped, stages=stages)
     except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
         if "ptxas" not in str(e):
             raise
         pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
     ptx = k.asm["ptx"]
     assert "mma" not in ptx
-    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, two 16-byte loads
-    assert ptx.count("ld.global.v4.b32") >= 2, "the weight is not read in 16-byte loads"
+    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, in 16-byte pieces; pipelined (stages > 1)
+    # they go to shared memory by cp.async ahead of their use
+    if stages == 1:
+        assert ptx.count("ld.global.v4.b32") >= 2, "the weight is not read in 16-byte loads"
+    else:
+        assert re.search(r"cp\.async\.cg\.shared\.global .*, 0x10,", ptx), "the weight loads are not pipelined"
+        assert ptx.count("cp.async.commit_group") >= stages
     assert ("atom.global" in ptx) == split
 
 
@@ -212,7 +219,7 @@ def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
     # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
     t = {"default": GemvTiles(), "launch": GemvTiles(fuse=False), "bn32kb4": GemvTiles(bn=32, kb=4, per_sm=4),
-         "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16)}[tiles]
+         "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16, stages=1)}[tiles]
     x, w8, s, real = _gemv_case(R, N, K, R)
     got = fp8_matmul(x, w8, s, (128, 128), tiles=t).float()
     x8, xs = quantize_rows(x, 128)

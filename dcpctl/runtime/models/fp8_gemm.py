@@ -183,6 +183,7 @@ class GemvTiles:
     per_sm: int = 8       # dense GEMMs: K splits until about this many programs run per SM
     fuse: bool = True     # quantize the activations inside the GEMM (one launch), else a launch first
     bm: int = 16          # rows applied per pass over the weight (more rows: another pass, from L2)
+    stages: int = 3       # slabs in flight per program (software-pipelined loads); 1: each load waited for
 
 
 Kernel = Tiles | GemvTiles

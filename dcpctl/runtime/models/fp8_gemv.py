@@ -36,7 +36,7 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      R, N, K, E, nkb, kb_per_split, splits, sx, sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, B1: tl.constexpr, KB: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                      EP: tl.constexpr, GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr,
-                     RED: tl.constexpr):
+                     RED: tl.constexpr, STAGES: tl.constexpr):
     # x: [R, K] 16/32-bit, row stride sx (QUANT) or x8 [R, K] e4m3 + xs [R, nkb]; w: [E, N, K] e4m3, ws: its
     # factors -> out [R, N]; with SPLIT, part [splits, R, N] fp32
     slot = tl.program_id(0)
@@ -68,7 +68,7 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     ws_base = ws_ptr + e * sws_e + (n // B0)[:, None] * sws_n
     for m0 in range(row0, row1, BM):
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for kb in range(kb0, kb1, KB):
+        for kb in tl.range(kb0, kb1, KB, num_stages=STAGES):   # STAGES > 1: slabs loaded ahead (cp.async)
             k = (kb + jj)[:, None] * B1 + kk[None, :]                                         # [KB, B1]
             k_ok = k < k_end
             w = tl.load(w_base + k[None, :, :], mask=n_ok[:, None, None] & k_ok[None, :, :], other=0.0)
@@ -123,5 +123,5 @@ def fp8_gemv(x: Tensor, w3: Tensor, s3: Tensor, block: tuple[int, int], ends: Te
                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                            B0=b0, B1=b1, KB=t.kb, BN=t.bn, BM=bm, EP=triton.next_power_of_2(E),
                            GROUPED=grouped, SPLIT=splits > 1, QUANT=t.fuse,
-                           RED=max(1, min(8, 4096 // (bm * t.bn))), num_warps=t.warps)
+                           RED=max(1, min(8, 4096 // (bm * t.bn))), STAGES=t.stages, num_warps=t.warps)
     return out
