@@ -38,6 +38,7 @@ to bf16 per GEMM as the kernel's output is), in place of the Triton kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -147,17 +148,54 @@ def _load(d: Path, keep: bool, dtype: torch.dtype, dev: str):
 
 
 def _run(m, prompts, dev: str, forced=None, timed=True):
-    # -> (logits per prompt [STEPS + 1, V] float64: the prefill's last position, then each step; ids; s/step)
+    # -> (logits per prompt [STEPS + 1, V] float64: the prefill's last position, then each step; ids; s/step;
+    # the routed experts of every MoE call, recorded_routes)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.runtime.ref_context import greedy_run
     if timed:
         greedy_run(m, prompts, STEPS, forced=forced)   # first run compiles the kernels for every row count
         _sync(dev)
     t0 = time.perf_counter()
-    pre, dec, ids = greedy_run(m, prompts, STEPS, forced=forced)
+    with recorded_routes() as routes:
+        pre, dec, ids = greedy_run(m, prompts, STEPS, forced=forced)
     _sync(dev)
     step = (time.perf_counter() - t0) / (STEPS + 1)
-    return [torch.cat([p[-1:], d]).double().cpu() for p, d in zip(pre, dec)], ids, step
+    return [torch.cat([p[-1:], d]).double().cpu() for p, d in zip(pre, dec)], ids, step, routes
+
+
+@contextlib.contextmanager
+def recorded_routes():
+    """Every Router call's chosen experts (sorted per row), in call order, while the block runs."""
+    from dcpctl.runtime.models import mlp
+    calls: list[torch.Tensor] = []
+    plain = mlp.Router.__call__
+
+    def record(self, x):
+        w, idx = plain(self, x)
+        calls.append(idx.sort(-1).values.cpu())
+        return w, idx
+    mlp.Router.__call__ = record
+    try:
+        yield calls
+    finally:
+        mlp.Router.__call__ = plain
+
+
+def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int]) -> list[list[bool]]:
+    """[prompt][step]: whether any MoE layer chose other experts for this step's token or an earlier one of its
+    prompt. Calls: forward f (0: the prefill of all prompts, f >= 1: decode step f, one row a prompt) makes
+    one call per MoE layer; step s's logits come from forward s."""
+    per = len(a) // (STEPS + 1)
+    starts = [sum(lens[:p]) for p in range(len(lens))]
+    out = []
+    for p, n in enumerate(lens):
+        seen = any(not torch.equal(a[j][starts[p]:starts[p] + n], b[j][starts[p]:starts[p] + n]) for j in range(per))
+        row = [seen]
+        for f in range(1, STEPS + 1):
+            seen = seen or any(not torch.equal(a[f * per + j][p], b[f * per + j][p]) for j in range(per))
+            row.append(seen)
+        out.append(row)
+    return out
 
 
 def emulated_fp8_matmul(x, w8, scale, block, ends=None, **_):
@@ -186,8 +224,10 @@ def _stats(xs: list[float]) -> dict:
     return {"median": round(xs[len(xs) // 2], 5), "max": round(xs[-1], 5)}
 
 
-def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16: list[list[int]]) -> dict:
-    """logits[path][prompt]: [steps, V] on bf16's tokens for the paths fp8, bf16, f64, f64_fp8."""
+def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16: list[list[int]],
+            rerouted: list[list[bool]] | None = None) -> dict:
+    """logits[path][prompt]: [steps, V] on bf16's tokens for the paths fp8, bf16, f64, f64_fp8; rerouted
+    [prompt][step]: routing_differs of fp8 vs bf16."""
     L8, L16, L64, Le = (logits[k] for k in ("fp8", "bf16", "f64", "f64_fp8"))
     steps = [(p, s) for p in range(len(L16)) for s in range(L16[p].shape[0])]
     decided = []
@@ -207,10 +247,19 @@ def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16:
         "f64_fp8_vs_f64_norm_rel (activation quantization itself)":
             _stats([norm_rel(Le[p][s], L64[p][s]) for p, s in steps]),
         "fp8_vs_f64_fp8_norm_rel (kernel + bf16 activations)": _stats([norm_rel(L8[p][s], Le[p][s]) for p, s in steps]),
+        **({} if rerouted is None else _rerouted(per_step, [rerouted[p][s] for p, s in steps])),
         "greedy_prompts_equal": f"{sum(equal)}/{len(equal)}",
         "prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)": f"{sum(decided)}/{len(decided)}",
         "greedy_equal_on_decided": f"{sum(e for e, d in zip(equal, decided) if d)}/{sum(decided)}",
     }
+
+
+def _rerouted(err: list[float], moved: list[bool]) -> dict:
+    over = [m for e, m in zip(err, moved) if e > TARGET]
+    same = [e for e, m in zip(err, moved) if not m]
+    return {"steps over the target with other experts in their context (fp8 vs bf16)": f"{sum(over)}/{len(over)}",
+            "steps with the same experts in their whole context": f"{len(same)}/{len(err)}",
+            "fp8_vs_bf16_norm_rel on those": _stats(same) if same else None}
 
 
 def _profile(m, name: str, prompts) -> None:
@@ -250,14 +299,14 @@ def main() -> int:
         d, prompts = write_checkpoint(Path(args.dir), args.layers, args.experts), PROMPTS
         report = {"checkpoint": str(d), "layers": args.layers, "experts": args.experts}
     spec = spec_from_path(d)
-    logits, ids = {}, {}
+    logits, ids, routes = {}, {}, {}
     for name, keep, dtype in (("bf16", False, torch.bfloat16), ("f64", False, torch.float64),
                               ("fp8", True, torch.bfloat16), ("f64_fp8", True, torch.float64)):
         m, allocated = _load(d, keep, dtype, dev)
         if name == "f64_fp8" or (keep and dev == "cpu"):
             fp8_gemm.fp8_matmul = emulated_fp8_matmul   # quant.grouped_linear looks it up at every call
-        logits[name], ids[name], step = _run(m, prompts, dev, None if name == "bf16" else ids["bf16"],
-                                             dtype == torch.bfloat16)
+        logits[name], ids[name], step, routes[name] = _run(m, prompts, dev, None if name == "bf16" else ids["bf16"],
+                                                           dtype == torch.bfloat16)
         if name == "fp8":
             ids["fp8_free"] = _run(m, prompts, dev, timed=False)[1]
         if args.profile and dtype == torch.bfloat16 and dev == "cuda":
@@ -270,7 +319,8 @@ def main() -> int:
                 report[name].update(allocated_bytes=allocated, planned_bytes=planned,
                                     planned_over_allocated=round(planned / allocated, 4))
         del m
-    report["compare"] = compare(logits, ids["fp8_free"], ids["bf16"])
+    rerouted = routing_differs(routes["fp8"], routes["bf16"], [len(p) for p in prompts]) if routes["bf16"] else None
+    report["compare"] = compare(logits, ids["fp8_free"], ids["bf16"], rerouted)
     print(json.dumps(report, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -62,3 +62,14 @@ def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
     assert c["fp8_vs_bf16_norm_rel"]["median"] < 2e-2
     equal, decided = c["greedy_equal_on_decided"].split("/")
     assert int(decided) > 0 and equal == decided
+
+
+def test_routing_differs_marks_a_step_and_every_later_one_of_its_prompt():
+    # 2 prompts of 2 and 1 tokens, one MoE layer, top-1: forward 0 is the prefill (3 rows), then STEPS decodes
+    a = [torch.tensor([[0], [1], [2]])] + [torch.tensor([[3], [4]]) for _ in range(check.STEPS)]
+    b = [t.clone() for t in a]
+    b[0][2, 0] = 5          # prompt 1's prefill token
+    b[3][0, 0] = 6          # prompt 0 at decode step 3
+    got = check.routing_differs(a, b, [2, 1])
+    assert got[0] == [False] * 3 + [True] * (check.STEPS - 2)
+    assert got[1] == [True] * (check.STEPS + 1)
