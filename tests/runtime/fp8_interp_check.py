@@ -7,6 +7,7 @@ not carry a round-up into the exponent (31.7 -> 16, not 32), so rows quantized b
 (fused) are fed values that are already on the e4m3 grid of their block scale (exact, no rounding);
 other rows are quantized with torch. The GPU tests check the kernel's own rounding against torch."""
 import sys
+from dataclasses import replace
 
 import torch
 import triton.runtime.interpreter as ti
@@ -29,9 +30,10 @@ from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E4
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
-            GemvTiles(), GemvTiles(fuse=False), GemvTiles(bn=8, kb=1, bm=2, stages=1),
-            GemvTiles(bn=32, kb=4, fuse=False, bm=4),
-            *GEMV_TABLE.values()]
+            # (few programs per SM: the interpreter runs them one by one; K splits all the same)
+            GemvTiles(per_sm=1), GemvTiles(fuse=False, per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1),
+            GemvTiles(bn=32, kb=4, fuse=False, bm=4, per_sm=1),
+            *(replace(t, per_sm=1) for t in GEMV_TABLE.values())]
 
 
 def _fused(t, R):
