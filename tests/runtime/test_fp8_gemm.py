@@ -251,15 +251,17 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
     counts = torch.zeros(16, dtype=torch.int64)
     counts[[2, 5, 9, 11]] = torch.tensor([1, 2, 1, 1])
     ends = counts.cumsum(0).to(torch.int32)
-    x = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16)
+    x, ends_d, t = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(), GemvTiles(bm=1)
+    eager = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t)   # compiles outside the capture
     torch.cuda.set_sync_debug_mode("error")
     try:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            out = fp8_matmul(x, w8, s, (128, 128), ends=ends.cuda(), tiles=GemvTiles(bm=1))
+            out = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     g.replay()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
     x8, xs = quantize_rows(x, 128)
     xr = (x8.float() * xs.repeat_interleave(128, 1)).cpu()
     ref, start = torch.zeros(7, 384), 0
