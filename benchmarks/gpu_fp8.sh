@@ -5,7 +5,7 @@
 #   gemm   benchmarks/fp8_gemm.py --sweep --grouped: MMA kernel (before) / few-rows kernel (gemv) / shipped
 #          choice (after) / cuBLAS bf16 / roofline per DeepSeek-V3 shape and M, the few-rows settings swept at
 #          M = 1 and 16, and the grouped MoE GEMMs of a decode step (256 experts, top-8), in one process
-#   tests  the GPU tests of the kernels, MoE dispatch and the FP8 model
+#   tests  the GPU tests of the kernels, MoE dispatch, the FP8 model and its load bytes
 #   model  benchmarks/fp8_model_check.py --trained: the built-in trained model quantized block-FP8, FP8 kept
 #          vs dequantized bf16 vs float64 references
 # usage: OUT=dir bash benchmarks/gpu_fp8.sh
@@ -26,6 +26,6 @@ part() {  # name seconds command...: run it under a timeout, log it, keep its ex
 part gemm 160 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 16 --budget-s 40 --grouped --table \
   --json "$R/fp8_gemm.json"
 part tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/runtime/test_fp8_gemm.py \
-  tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py
+  tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py tests/runtime/test_weight_bytes.py
 part model 60 python3 benchmarks/fp8_model_check.py --trained --json "$R/fp8_model_check.json"
 printf '{"gemm": %s, "tests": %s, "model": %s}\n' "${rc[gemm]}" "${rc[tests]}" "${rc[model]}" | tee "$R/status.json"
