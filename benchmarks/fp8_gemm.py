@@ -15,7 +15,7 @@ times and the median per call is reported, so launch latency is amortized the wa
 sees it (kernel after kernel, no host in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
 Every cell times, in the same process: `before` (fp8_gemm.BEFORE_TILES: the MMA kernel with a quantization
-launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its default or GEMV_TABLE setting),
+launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV),
 `after` (the shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
@@ -59,11 +59,14 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               + [Tiles(64, 4, 3, ps, fuse_rows=64, swap=True) for ps in (1, 2)]
               + [Tiles(64, 4, 3, ps, swap=sw, pdl=True) for ps, sw in ((1, False), (2, False), (2, True))]
               + [Tiles(stages=5, per_sm=1)])
-# the few-rows kernel: 8-64 weight rows by 1-4 K blocks a program (1-16 KiB a load), 4-16 programs per SM, 8 warps,
-# the quantization launched first, 1 (no software pipeline), 3 or 5 slabs in flight
-GEMV_CANDIDATES = ([GemvTiles(bn, kb, 4, ps) for bn, kb in ((8, 2), (16, 4), (32, 2), (64, 1)) for ps in (4, 16)]
-                   + [GemvTiles(16, 2, 8, 8), GemvTiles(fuse=False), GemvTiles(stages=1),
-                      GemvTiles(16, 4, 4, 16, stages=1), GemvTiles(stages=5)])
+# the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
+# program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
+# blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
+GEMV_CANDIDATES = [GemvTiles(16, 8, 4, 16, stages=1), GemvTiles(16, 4, 4, 32, stages=1),
+                   GemvTiles(16, 2, 4, 16, stages=1), GemvTiles(32, 4, 4, 16, stages=1),
+                   GemvTiles(8, 4, 4, 16, stages=1), GemvTiles(8, 8, 4, 32, stages=1),
+                   GemvTiles(16, 4, 8, 16, stages=1), GemvTiles(16, 4, 2, 16, stages=1),
+                   GemvTiles(16, 4, 4, 16, fuse=False, stages=1), GemvTiles(16, 4, 4, 16, stages=2)]
 
 
 def _graph_time(fn, copies: int) -> float:
@@ -139,7 +142,7 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list) -> dict:
     fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t), copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
-    gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
     return _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
                 errors(x, w8[0], s[0]) if M == 8 else None)
 
@@ -224,7 +227,8 @@ def table(rows: list[dict]) -> str:
         ms = set.intersection(*(set(v) for v in by.values()))
         t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))
         wins = [m for m in sorted(ms) if by[t][m][1]]
-        lines.append(f"    {key}: {t},   # beats every MMA setting timed at M = {wins}")
+        lines.append(f"    {key}: {t},   # beats every MMA setting timed at M = {wins}" if wins else
+                     f"    {key}: None,   # the MMA kernel was faster at every M swept; best few-rows: {t}")
     return "\n".join(lines + ["}"])
 
 

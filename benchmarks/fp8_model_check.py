@@ -118,6 +118,7 @@ def write_trained(d: Path, dev: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = v3_config(1, 8)["quantization_config"]
+    cfg["dtype"] = cfg["torch_dtype"] = "bfloat16"   # what _save stores the unquantized tensors in, as DeepSeek's FP8 releases
     (d / "config.json").write_text(json.dumps(cfg, indent=1))
     for f in src.iterdir():
         if "token" in f.name or f.name == "generation_config.json":

@@ -4,8 +4,9 @@
 # one's exit status goes to $OUT/i19g/status.json:
 #   gemm   benchmarks/fp8_gemm.py --sweep --grouped: MMA kernel (before) / few-rows kernel (gemv) / shipped
 #          choice (after) / cuBLAS bf16 / roofline per DeepSeek-V3 shape and M, the few-rows settings swept at
-#          M = 1 and 16, and the grouped MoE GEMMs of a decode step (256 experts, top-8), in one process
-#   tests  the GPU tests of the kernels, MoE dispatch, the FP8 model and its load bytes
+#          M = 1 and 8, and the grouped MoE GEMMs of a decode step (256 experts, top-8), in one process
+#   tests  the GPU tests of the kernels, MoE dispatch, the FP8 model and its load bytes (not the CPU
+#          interpreter and sm_90 compile checks: CI runs those)
 #   model  benchmarks/fp8_model_check.py --trained: the built-in trained model quantized block-FP8, FP8 kept
 #          vs dequantized bf16 vs float64 references
 # usage: OUT=dir bash benchmarks/gpu_fp8.sh
@@ -23,9 +24,10 @@ part() {  # name seconds command...: run it under a timeout, log it, keep its ex
   rc[$name]=$?
   echo "== $name rc=${rc[$name]} ($((SECONDS - t0)) s)"; tail -n 80 "$R/$name.log"
 }
-part gemm 160 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 16 --budget-s 40 --grouped --table \
+part gemm 160 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 8 --budget-s 75 --grouped --table \
   --json "$R/fp8_gemm.json"
-part tests 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/runtime/test_fp8_gemm.py \
-  tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py tests/runtime/test_weight_bytes.py
+part tests 100 python3 -m pytest -q -p no:cacheprovider -rfE -k "not interpreter and not compiles" \
+  tests/runtime/test_fp8_gemm.py tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py \
+  tests/runtime/test_weight_bytes.py
 part model 60 python3 benchmarks/fp8_model_check.py --trained --json "$R/fp8_model_check.json"
 printf '{"gemm": %s, "tests": %s, "model": %s}\n' "${rc[gemm]}" "${rc[tests]}" "${rc[model]}" | tee "$R/status.json"

@@ -22,7 +22,7 @@ def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array,
 
 ti._patch_lang_tensor = _patched
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, GEMV_TABLE, TABLE, GemvTiles, Tiles, fp8_matmul,  # noqa: E402
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, TABLE, GemvTiles, Tiles, fp8_matmul,  # noqa: E402
                                             quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
@@ -33,7 +33,7 @@ VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn
             # (few programs per SM: the interpreter runs them one by one; K splits all the same)
             GemvTiles(per_sm=1), GemvTiles(fuse=False, per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1),
             GemvTiles(bn=32, kb=4, fuse=False, bm=4, per_sm=1),
-            *(replace(t, per_sm=1) for t in GEMV_TABLE.values())]
+            *(replace(t, per_sm=1) for t in (DEFAULT_GEMV, *GEMV_TABLE.values()) if t is not None)]
 
 
 def _fused(t, R):

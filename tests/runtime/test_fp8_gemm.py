@@ -165,11 +165,11 @@ def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
 
 
 def test_few_rows_pick_the_weight_streaming_kernel():
-    from dcpctl.runtime.models.fp8_gemm import GEMV_ROWS, GemvTiles, Tiles, choose_tiles
-    assert isinstance(choose_tiles(7168, 16384, 1), GemvTiles)
-    assert isinstance(choose_tiles(4096, 7168, GEMV_ROWS, experts=256), GemvTiles)
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GEMV_ROWS, Tiles, choose_tiles
+    assert choose_tiles(7168, 16384, 1) == DEFAULT_GEMV
     assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
-    assert isinstance(choose_tiles(4096, 7168, GEMV_ROWS + 1, experts=256), Tiles)
+    assert isinstance(choose_tiles(24576, 1536, 1), Tiles)                 # q_b_proj: the MMA kernel measured faster
+    assert isinstance(choose_tiles(4096, 7168, 1, experts=256), Tiles)    # grouped: the MMA kernel
 
 
 @pytest.mark.parametrize("quant,split,grouped,bm,stages", [(True, True, False, 1, 3), (True, True, False, 16, 3),
@@ -212,13 +212,13 @@ def _gemv_case(R, N, K, seed):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("R", [1, 3, 8, 16])
+@pytest.mark.parametrize("R", [1, 3, 16])
 @pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048), (24576, 1536)])
-@pytest.mark.parametrize("tiles", ["default", "launch", "bn32kb4", "bm2"])
+@pytest.mark.parametrize("tiles", ["shipped", "launch", "pipelined", "bm2"])
 def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
     # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
-    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
-    t = {"default": GemvTiles(), "launch": GemvTiles(fuse=False), "bn32kb4": GemvTiles(bn=32, kb=4, per_sm=4),
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GemvTiles, fp8_matmul, quantize_rows
+    t = {"shipped": DEFAULT_GEMV, "launch": GemvTiles(fuse=False, stages=1), "pipelined": GemvTiles(bn=32, stages=3),
          "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16, stages=1)}[tiles]
     x, w8, s, real = _gemv_case(R, N, K, R)
     got = fp8_matmul(x, w8, s, (128, 128), tiles=t).float()
@@ -233,8 +233,8 @@ def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
 def test_gpu_gemv_fused_quantization_equals_the_quantization_launch(R):
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
     x, w8, s, _ = _gemv_case(R, 2112, 7168, R)
-    one = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=True))
-    two = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=False))
+    one = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=True, stages=1))
+    two = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=False, stages=1))
     torch.testing.assert_close(one, two, rtol=0, atol=0)
 
 
@@ -251,7 +251,7 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
     counts = torch.zeros(16, dtype=torch.int64)
     counts[[2, 5, 9, 11]] = torch.tensor([1, 2, 1, 1])
     ends = counts.cumsum(0).to(torch.int32)
-    x, ends_d, t = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(), GemvTiles(bm=1)
+    x, ends_d, t = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(), GemvTiles(bm=1, stages=1)
     eager = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t)   # compiles outside the capture
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -277,8 +277,8 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_gemv_split_counts_reset_across_replays():
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
-    x, w8, s, _ = _gemv_case(2, 7168, 16384, 0)
-    t = GemvTiles(per_sm=16)
+    x, w8, s, _ = _gemv_case(2, 7168, 4096, 0)
+    t = GemvTiles(per_sm=16, stages=1)
     first = fp8_matmul(x, w8, s, (128, 128), tiles=t)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

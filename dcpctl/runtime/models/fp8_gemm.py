@@ -203,17 +203,28 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
 TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_variants.json"
 
 
-# The few-rows kernel (fp8_gemv.py) up to GEMV_ROWS rows (per expert, grouped), the MMA kernel above.
-GEMV_ROWS = 8
-DEFAULT_GEMV = GemvTiles()
-GEMV_TABLE: dict[tuple[int, int], GemvTiles] = {}
+# The few-rows kernel (fp8_gemv.py) for dense GEMMs of up to GEMV_ROWS rows, the MMA kernel otherwise. Measured on
+# an H200 (benchmarks/fp8_gemm.py --sweep, GEMV_SOURCE): at one row the unpipelined setting below beat the MMA
+# kernel on 7 of 8 DeepSeek-V3 shapes (o_proj 38.2 -> 34.9 us, kv_a_proj 8.2 -> 5.9 us) and every pipelined one
+# (cp.async slabs: o_proj 63.6 us); at 8 rows the kernel's first setting took 5-13x the MMA kernel's time, so one
+# row is the bound until more is measured. Grouped GEMMs stay on the MMA kernel: its decode expert GEMMs ran at
+# 1.07-1.11x their weight-read roofline for 8-64 tokens, the few-rows kernel's first setting 1.8x slower at one.
+GEMV_ROWS = 1
+DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
+# (N, K) -> its own few-rows setting, or None where the MMA kernel was faster at one row
+GEMV_TABLE: dict[tuple[int, int], GemvTiles | None] = {
+    (24576, 1536): None,   # q_b_proj: 14.34 us MMA vs 15.35 us
+}
+GEMV_SOURCE = "benchmarks/data/h200_fp8_gemv.json"
 
 
 def choose_tiles(N: int, K: int, rows: int, experts: int = 1) -> Kernel:
     """The kernel and tile setting for this shape and row count (per expert when grouped): the few-rows kernel
-    up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense), else DEFAULT_TILES."""
-    if rows <= GEMV_ROWS:
-        return GEMV_TABLE.get((N, K), DEFAULT_GEMV)
+    for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense), else
+    DEFAULT_TILES."""
+    gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
+    if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
+        return gemv
     for most, t in TABLE.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
             return t
@@ -221,9 +232,10 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1) -> Kernel:
 
 
 def tiles_note() -> str:
-    return (f"FP8 GEMM kernels: up to {GEMV_ROWS} rows (per expert) the weight-streaming kernel "
-            f"({len(GEMV_TABLE)} shapes tuned, others {DEFAULT_GEMV}), above it the MMA kernel (dense GEMMs of "
-            f"{len(TABLE)} DeepSeek-V3 shapes from the H200 sweep in {TABLE_SOURCE}, others {DEFAULT_TILES})")
+    return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
+            f"(but {sum(v is None for v in GEMV_TABLE.values())} shape(s) measured faster on the MMA kernel; "
+            f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
+            f"H200 sweep in {TABLE_SOURCE}, others and the grouped MoE GEMMs {DEFAULT_TILES})")
 
 
 def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
