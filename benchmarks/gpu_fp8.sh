@@ -24,7 +24,7 @@ part() {  # name seconds command...: run it under a timeout, log it, keep its ex
   rc[$name]=$?
   echo "== $name rc=${rc[$name]} ($((SECONDS - t0)) s)"; tail -n 80 "$R/$name.log"
 }
-part gemm 160 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 8 --budget-s 75 --grouped --table \
+part gemm 175 python3 benchmarks/fp8_gemm.py --sweep --sweep-m 1 8 --budget-s 75 --grouped --table \
   --json "$R/fp8_gemm.json"
 part tests 100 python3 -m pytest -q -p no:cacheprovider -rfE -k "not interpreter and not compiles" \
   tests/runtime/test_fp8_gemm.py tests/runtime/test_moe_dispatch.py tests/runtime/test_model_fp8.py \
