@@ -1,23 +1,32 @@
 """Block-FP8 GEMM vs the bf16 GEMM of the same shape at decode batch sizes, against the weight-read roofline.
 
-    python benchmarks/fp8_gemm.py [--json OUT] [--hbm-tbps 4.2] [--sweep] [--budget-s 150]
+    python benchmarks/fp8_gemm.py [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
+                                   [--grouped]
 
-Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices), one routed expert, and the gate and up
-projections concatenated (what a fused gate/up weight would read). Each timing is a CUDA graph of 20
-back-to-back calls that rotate over enough weight copies (> 2x the 50 MB L2) that every call reads its
-weight from HBM; the graph is replayed 20 times and the median per call is reported, so launch latency
-is amortized the way a captured decode step sees it (kernel after kernel, no host in between).
+Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices; a routed expert's down projection has o_proj/tp8's
+shape), q_a_proj and kv_a_proj joined (they share their input: 2112 x 7168, its last scale block 64 rows),
+and the gate and up projections of the TP-8 dense MLP and of one routed expert concatenated (how the
+runtime holds them). --grouped adds the MoE as a decode step runs it: 256 experts, M tokens routed top-8
+(distinct random experts per token, a new routing every call), the gate+up and down grouped GEMMs over the
+M x 8 rows sorted by expert, against torch._grouped_mm on bf16 experts; its roofline reads the weights of
+the experts that have rows. Each timing is a CUDA graph of 20 back-to-back calls that rotate over enough
+weight copies (> 2x the 50 MB L2) that every call reads its weight from HBM; the graph is replayed 20
+times and the median per call is reported, so launch latency is amortized the way a captured decode step
+sees it (kernel after kernel, no host in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
-Every cell times, in the same process: `before` (fp8_gemm.BEFORE_TILES: a quantization launch, then the
-GEMM), `after` (the shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16. --sweep also times every
-CANDIDATES setting and reports the best; `--table` prints the fp8_gemm.TABLE those bests make.
-Errors (M = 8, one cell per shape): the kernel against float64 math on the same quantized operands, the
-1x128 e4m3 activation quantization itself (float64, quantized vs not), and bf16 F.linear on the
-dequantized weight against float64.
+Every cell times, in the same process: `before` (fp8_gemm.BEFORE_TILES: the MMA kernel with a quantization
+launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV),
+`after` (the shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16. --sweep also times every
+GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
+best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
+Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) against float64 math on the same
+quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), and bf16
+F.linear on the dequantized weight against float64.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -26,14 +35,17 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles, choose_tiles, fp8_matmul, quantize_rows
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, GemvTiles, Tiles,
+                                            choose_tiles, fp8_matmul, quantize_rows)
 
-SHAPES = {  # name: (N, K)
-    "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_b_proj": (24576, 1536), "o_proj": (7168, 16384),
-    "o_proj/tp8": (7168, 2048), "dense_gate/tp8": (2304, 7168), "dense_gate_up/tp8": (4608, 7168),
-    "expert_gate": (2048, 7168), "expert_gate_up": (4096, 7168), "expert_down": (7168, 2048),
+SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
+    "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576, 1536),
+    "o_proj": (7168, 16384), "o_proj/tp8": (7168, 2048), "dense_gate_up/tp8": (4608, 7168),
+    "expert_gate_up": (4096, 7168),
 }
-BATCHES = (1, 8, 32, 64)
+GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --grouped: 256 experts, top-8
+BATCHES = (1, 8, 16, 64)
+GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
 CALLS, REPLAYS = 20, 20
 L2_BYTES = 50 * 2**20
 # N tiles of 32 (SGLang's H200 table for N=576, K=7168), 64 and 128, with 1-4 programs per SM from K splits;
@@ -47,6 +59,14 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               + [Tiles(64, 4, 3, ps, fuse_rows=64, swap=True) for ps in (1, 2)]
               + [Tiles(64, 4, 3, ps, swap=sw, pdl=True) for ps, sw in ((1, False), (2, False), (2, True))]
               + [Tiles(stages=5, per_sm=1)])
+# the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
+# program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
+# blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
+GEMV_CANDIDATES = [GemvTiles(16, 8, 4, 16, stages=1), GemvTiles(16, 4, 4, 32, stages=1),
+                   GemvTiles(16, 2, 4, 16, stages=1), GemvTiles(32, 4, 4, 16, stages=1),
+                   GemvTiles(8, 4, 4, 16, stages=1), GemvTiles(8, 8, 4, 32, stages=1),
+                   GemvTiles(16, 4, 8, 16, stages=1), GemvTiles(16, 4, 2, 16, stages=1),
+                   GemvTiles(16, 4, 4, 16, fuse=False, stages=1), GemvTiles(16, 4, 4, 16, stages=2)]
 
 
 def _graph_time(fn, copies: int) -> float:
@@ -70,100 +90,209 @@ def _graph_time(fn, copies: int) -> float:
 
 
 def errors(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor) -> dict:
-    """Max-abs and norm errors relative to the float64 product of x and the dequantized weight."""
+    """Max-abs and norm errors relative to the float64 product of x and the dequantized weight, for the MMA
+    kernel (DEFAULT_TILES) and the few-rows one (DEFAULT_GEMV)."""
     w = (w8.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:w8.shape[0], :w8.shape[1]])
     x8, xs = quantize_rows(x, 128)
     xq = x8.double() * xs.double().repeat_interleave(128, 1)[:, :x.shape[1]]
     exact, quant = x.double() @ w.T, xq @ w.T
-    kernel, bf16 = fp8_matmul(x, w8, s, (128, 128)).double(), F.linear(x, w.to(torch.bfloat16)).double()
+    mma, gemv = (fp8_matmul(x, w8, s, (128, 128), tiles=t).double() for t in (DEFAULT_TILES, DEFAULT_GEMV))
+    bf16 = F.linear(x, w.to(torch.bfloat16)).double()
 
     def rel(a, b):
         return {"max": round(((a - b).abs().max() / b.abs().max()).item(), 5),
                 "norm": round(((a - b).norm() / b.norm()).item(), 5)}
-    return {"kernel_vs_same_quantized_f64": rel(kernel, quant), "activation_quantization_f64": rel(quant, exact),
-            "fp8_kernel_vs_exact_f64": rel(kernel, exact), "bf16_vs_exact_f64": rel(bf16, exact)}
+    return {"kernel_vs_same_quantized_f64": rel(mma, quant), "gemv_vs_same_quantized_f64": rel(gemv, quant),
+            "activation_quantization_f64": rel(quant, exact), "fp8_kernel_vs_exact_f64": rel(mma, exact),
+            "gemv_vs_exact_f64": rel(gemv, exact), "bf16_vs_exact_f64": rel(bf16, exact)}
 
 
-def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list[Tiles]) -> dict:
+def tiles_dict(t: GemvTiles | Tiles) -> dict:
+    return {"kernel": "gemv" if isinstance(t, GemvTiles) else "mma", **vars(t)}
+
+
+def tiles_of(d: dict) -> GemvTiles | Tiles:
+    d = dict(d)
+    return (GemvTiles if d.pop("kernel") == "gemv" else Tiles)(**d)
+
+
+class Timer:
+    """fp8 timings of one cell, once per setting; a setting that does not run here is reported, not fatal."""
+
+    def __init__(self, fn):
+        self.fn, self.us, self.failed = fn, {}, []
+
+    def __call__(self, t) -> float:
+        if t not in self.us:
+            try:
+                self.us[t] = round(self.fn(t) * 1e6, 2)
+            except Exception as e:  # noqa: BLE001
+                self.failed.append(f"{t}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+                self.us[t] = float("inf")
+        return self.us[t]
+
+
+def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list) -> dict:
     w_bytes = N * K
     copies = max(2, -(-2 * L2_BYTES // w_bytes))
     w8 = [torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn) for _ in range(copies)]
     s = [torch.rand(-(-N // 128), -(-K // 128), device="cuda") * 1e-2 + 1e-3 for _ in range(copies)]
     wb = [w.to(torch.bfloat16) for w in w8[:max(2, -(-2 * L2_BYTES // (2 * w_bytes)))]]
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t), copies))
+    bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
+    roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
+    gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    return _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
+                errors(x, w8[0], s[0]) if M == 8 else None)
 
-    def fp8(t):
-        return _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t), copies)
-    after_tiles = choose_tiles(N, K, M)
-    before, after = fp8(BEFORE_TILES), fp8(after_tiles)
-    bf16 = _graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb))
-    roof = (w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12)
-    row = {"shape": name, "N": N, "K": K, "M": M, "before_us": round(before * 1e6, 2), "after_us": round(after * 1e6, 2),
-           "bf16_us": round(bf16 * 1e6, 2), "roofline_us": round(roof * 1e6, 2),
-           "after_vs_before": round(before / after, 3), "bf16_over_after": round(bf16 / after, 3),
-           "after_over_roofline": round(after / roof, 3), "bf16_over_roofline": round(bf16 / roof, 3),
-           "after_tiles": vars(after_tiles)}
-    failed = []
 
-    def trial(t):
-        try:
-            return fp8(t)
-        except Exception as e:  # noqa: BLE001 - a candidate that does not run here is reported, not fatal
-            failed.append(f"{t}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
-            return float("inf")
+def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_tiles, after_tiles, errs) -> dict:
+    before = fp8(BEFORE_TILES)
+    gemv = fp8(gemv_tiles) if gemv_tiles is not None else None
+    after = fp8(after_tiles)
+    row = {"shape": name, "N": N, "K": K, "M": M, "before_us": before, "gemv_us": gemv, "after_us": after,
+           "bf16_us": bf16, "roofline_us": roof, "after_vs_before": round(before / after, 3),
+           "bf16_over_after": round(bf16 / after, 3), "after_over_roofline": round(after / roof, 3),
+           "bf16_over_roofline": round(bf16 / roof, 3), "after_tiles": tiles_dict(after_tiles)}
+    for t in cands:
+        fp8(t)
     if cands:
-        timed = sorted(((trial(t), i) for i, t in enumerate(cands)), key=lambda p: p[0])
-        best, i = timed[0]
-        row.update(best_us=round(best * 1e6, 2), best_tiles=vars(cands[i]), best_over_roofline=round(best / roof, 3),
-                   bf16_over_best=round(bf16 / best, 3))
-        if failed:
-            row["failed"] = failed
-    if M == 8:
-        row["errors"] = errors(x, w8[0], s[0])
+        best = min(fp8.us, key=fp8.us.get)
+        row.update(best_us=fp8.us[best], best_tiles=tiles_dict(best), best_over_roofline=round(fp8.us[best] / roof, 3),
+                   bf16_over_best=round(bf16 / fp8.us[best], 3),
+                   timed=[{"tiles": tiles_dict(t), "us": us} for t, us in fp8.us.items()])
+    if fp8.failed:
+        row["failed"] = fp8.failed
+    if errs is not None:
+        row["errors"] = errs
+    return row
+
+
+@functools.lru_cache(maxsize=1)
+def _experts(N: int, K: int, experts: int) -> tuple:
+    """Random e4m3 experts [E, N, K] (no NaN codes), their factors, and bf16 experts for torch._grouped_mm."""
+    g = torch.Generator(device="cuda").manual_seed(N)
+    bits = torch.randint(0, 0x7E, (experts, N, K), device="cuda", dtype=torch.uint8, generator=g)
+    w8 = (bits | (torch.randint(0, 2, bits.shape, device="cuda", dtype=torch.uint8, generator=g) << 7)).view(
+        torch.float8_e4m3fn)
+    del bits
+    s = torch.rand(experts, -(-N // 128), -(-K // 128), device="cuda", generator=g) * 1e-3 + 1e-4
+    wb = torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g) if hasattr(torch, "_grouped_mm") else None
+    return w8, s, wb
+
+
+def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 256, top_k: int = 8) -> dict:
+    """The grouped GEMM of a decode step's routed experts: M tokens x top_k rows sorted by expert."""
+    w8, s, wb = _experts(N, K, experts)
+    g = torch.Generator(device="cuda").manual_seed(M)
+    calls, busy = [], []
+    for _ in range(CALLS):   # a new routing every call: its experts' weights are not in L2 from the call before
+        idx = torch.rand(M, experts, device="cuda", generator=g).topk(top_k, dim=-1).indices.reshape(-1)
+        counts = torch.bincount(idx, minlength=experts)
+        calls.append((torch.randn(M * top_k, K, device="cuda", dtype=torch.bfloat16, generator=g),
+                      counts.cumsum(0).to(torch.int32)))
+        busy.append(int((counts > 0).sum()))
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], tiles=t),
+                                      CALLS))
+    bf16 = (round(_graph_time(lambda i: torch._grouped_mm(calls[i][0], wb.transpose(1, 2), offs=calls[i][1]), CALLS)
+                  * 1e6, 2) if wb is not None else float("nan"))
+    per_expert = N * K + s[0].numel() * 4
+    roof = round((statistics.mean(busy) * per_expert + 2 * M * top_k * (K + N)) / (hbm * 1e12) * 1e6, 2)
+    rows = max(1, M * top_k // experts)
+    row = _row(name, N, K, M, fp8, bf16, roof, [], DEFAULT_GEMV, choose_tiles(N, K, rows, experts), None)
+    row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
     return row
 
 
 def table(rows: list[dict]) -> str:
-    """The fp8_gemm.TABLE literal of the sweep's best setting per shape and row count."""
-    by: dict = {}
+    """The fp8_gemm.TABLE (MMA) and GEMV_TABLE literals the sweep's bests make: per shape, the MMA setting
+    that was best per M above the few-rows range, and the few-rows setting with the least total time over
+    the swept M, with the M where it beat every MMA setting timed."""
+    mma: dict = {}
+    gemv: dict = {}
     for r in rows:
-        if "best_tiles" in r:
-            by.setdefault((r["N"], r["K"]), []).append((r["M"], Tiles(**r["best_tiles"])))
-    return "TABLE = {\n" + "".join(f"    {k}: {tuple(v)},\n" for k, v in sorted(by.items())) + "}"
+        if "timed" not in r or "experts" in r:
+            continue
+        key = (r["N"], r["K"])
+        timed = [(tiles_of(e["tiles"]), e["us"]) for e in r["timed"]]
+        best_mma = min((us for t, us in timed if isinstance(t, Tiles)), default=float("inf"))
+        for t, us in timed:
+            if isinstance(t, GemvTiles):
+                gemv.setdefault(key, {}).setdefault(t, {})[r["M"]] = (us, us < best_mma)
+        if r["M"] > GEMV_MAX_M:
+            mma.setdefault(key, []).append((r["M"], tiles_of(r["best_tiles"])))
+    lines = ["TABLE = {"] + [f"    {k}: {tuple(v)}," for k, v in sorted(mma.items())] + ["}", "GEMV_TABLE = {"]
+    for key, by in sorted(gemv.items()):
+        ms = set.intersection(*(set(v) for v in by.values()))
+        t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))
+        wins = [m for m in sorted(ms) if by[t][m][1]]
+        lines.append(f"    {key}: {t},   # beats every MMA setting timed at M = {wins}" if wins else
+                     f"    {key}: None,   # the MMA kernel was faster at every M swept; best few-rows: {t}")
+    return "\n".join(lines + ["}"])
+
+
+def _print(r: dict) -> None:
+    gemv = "-" if r["gemv_us"] is None else r["gemv_us"]
+    print(f"{r['shape']:18} {r['M']:>3} {r['before_us']:>7} {gemv:>7} {r['after_us']:>7} {r['bf16_us']:>7} "
+          f"{r['roofline_us']:>6} {r['bf16_over_after']:>6} {r['after_over_roofline']:>6}"
+          + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else ""), flush=True)
+    for f in r.get("failed", []):
+        print(f"  failed: {f}", flush=True)
+    if "errors" in r:
+        print(f"  errors at M=8: {r['errors']}", flush=True)
+
+
+def _save(path: str | None, rows: list[dict]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
+
+
+def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
+    """One cell's row, printed; a cell that fails is recorded and the run goes on (one device call, every cell)."""
+    try:
+        rows.append(fn(name, N, K, M, *rest))
+    except Exception as e:  # noqa: BLE001
+        rows.append({"shape": name, "N": N, "K": K, "M": M, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        print(f"{name:18} {M:>3} failed: {rows[-1]['error']}", flush=True)
+        return
+    _print(rows[-1])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--hbm-tbps", type=float, default=4.2, help="HBM bandwidth for the roofline (measured copy)")
-    ap.add_argument("--sweep", action="store_true", help="also time every CANDIDATES setting per cell")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time every GEMV_CANDIDATES (M <= 16) or CANDIDATES (M > 16) setting per cell")
+    ap.add_argument("--sweep-m", type=int, nargs="+", default=list(BATCHES), help="sweep only at these M")
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
-    ap.add_argument("--table", action="store_true", help="print the TABLE the sweep's bests make")
+    ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
+    ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("fp8_gemm.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     rows, t0 = [], time.perf_counter()
-    print(f"{'shape':18} {'M':>3} {'before':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} {'/roof':>6}  (us)")
-    for name, (N, K) in SHAPES.items():
+    print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} "
+          f"{'/roof':>6}  (us)")
+    for M in BATCHES:   # M outside: the sweep budget reaches every shape at the first swept M
+        for name, (N, K) in SHAPES.items():
+            sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
+            _add(rows, cell, name, N, K, M, args.hbm_tbps,
+                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [])
+            _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
+    for name, (N, K) in GROUPED.items() if args.grouped else ():
         for M in BATCHES:
-            sweep = args.sweep and time.perf_counter() - t0 < args.budget_s
-            r = cell(name, N, K, M, args.hbm_tbps, CANDIDATES if sweep else [])
-            rows.append(r)
-            print(f"{name:18} {M:>3} {r['before_us']:>7} {r['after_us']:>7} {r['bf16_us']:>7} {r['roofline_us']:>6} "
-                  f"{r['bf16_over_after']:>6} {r['after_over_roofline']:>6}"
-                  + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else ""), flush=True)
-            for f in r.get("failed", []):
-                print(f"  failed: {f}", flush=True)
-            if "errors" in r:
-                print(f"  errors at M=8: {r['errors']}", flush=True)
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps)
+            _save(args.json, rows)
+        _experts.cache_clear()   # 22 GB of experts
+        torch.cuda.empty_cache()
     print(f"{time.perf_counter() - t0:.0f} s")
     if args.table:
         print(table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
     return 0
 
 

@@ -21,6 +21,7 @@ def test_metrics_name_norm_relative_error_and_decided_prompts():
     out = check.compare({"fp8": fp8, "bf16": bf16, "f64": f64, "f64_fp8": fp8}, [[7, 7], [1, 2]], [[7, 7], [1, 3]])
     want = sorted(((fp8[p][s] - bf16[p][s]).norm() / bf16[p][s].norm()).item() for p in range(2) for s in range(3))
     assert out["fp8_vs_bf16_norm_rel"] == {"median": round(want[3], 5), "max": round(want[-1], 5)}
+    assert out["steps with fp8_vs_bf16_norm_rel <= 0.02"] == f"{sum(w <= 0.02 for w in want)}/6"
     assert out["fp8_vs_f64_fp8_norm_rel (kernel + bf16 activations)"] == {"median": 0.0, "max": 0.0}
     assert out["greedy_prompts_equal"] == "1/2"
     assert out["prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)"] == "1/2"
@@ -42,3 +43,33 @@ def test_emulation_is_exact_on_grid_rows_and_groups_by_expert():
     want = torch.cat([x[:2] @ real[0].T, x[2:5] @ real[1].T, torch.zeros(1, 200, dtype=torch.float64)])
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
     torch.testing.assert_close(check.emulated_fp8_matmul(x, w8[1], s[1], (128, 128)), x @ real[1].T)
+
+
+def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
+    # the built-in trained model quantized block-FP8 (partial blocks at 64 and 80), the FP8 method emulated in
+    # float64 on bf16 rows: the median step within the issue's 2e-2, and greedy equal where margins decide.
+    # A subprocess: the check replaces fp8_gemm.fp8_matmul by its emulation for the rest of its process
+    import json
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "ckpt"), "--trained", "--device", "cpu",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300, check=False,
+                       env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])})
+    assert r.returncode == 0, r.stderr[-2000:]
+    c = json.loads(out.read_text())["compare"]
+    assert c["fp8_vs_bf16_norm_rel"]["median"] < 2e-2
+    equal, decided = c["greedy_equal_on_decided"].split("/")
+    assert int(decided) > 0 and equal == decided
+
+
+def test_routing_differs_marks_a_step_and_every_later_one_of_its_prompt():
+    # 2 prompts of 2 and 1 tokens, one MoE layer, top-1: forward 0 is the prefill (3 rows), then STEPS decodes
+    a = [torch.tensor([[0], [1], [2]])] + [torch.tensor([[3], [4]]) for _ in range(check.STEPS)]
+    b = [t.clone() for t in a]
+    b[0][2, 0] = 5          # prompt 1's prefill token
+    b[3][0, 0] = 6          # prompt 0 at decode step 3
+    got = check.routing_differs(a, b, [2, 1])
+    assert got[0] == [False] * 3 + [True] * (check.STEPS - 2)
+    assert got[1] == [True] * (check.STEPS + 1)

@@ -47,3 +47,25 @@ def compile_sm90(v: Variant):
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
     src = ASTSource(_fp8_gemm_kernel, sig, constexprs=const, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=v.warps, num_stages=v.stages, launch_pdl=v.pdl))
+
+
+GEMV_INTS = ("R", "N", "K", "E", "nkb", "kb_per_split", "splits", "sx", "sw_e", "sw_n", "sws_e", "sws_n")
+
+
+def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, grouped: bool, warps: int = 4,
+                      stages: int = 3):
+    """The few-rows kernel (fp8_gemv.py) compiled for sm_90, as compile_sm90."""
+    from dcpctl.runtime.models.fp8_gemv import _fp8_gemv_kernel
+    sig = {p: "*fp8e4nv" if p in ("x_ptr", "w_ptr") else "*i32" if p in ("ends_ptr", "count_ptr") else "*fp32"
+           for p in POINTERS}
+    sig["out_ptr"] = "*bf16"
+    if quant:
+        sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
+    sig.update({n: "i32" for n in GEMV_INTS})
+    const = dict(B0=128, B1=128, KB=kb, BN=bn, BM=bm, EP=256, GROUPED=grouped, SPLIT=split, QUANT=quant,
+                 RED=max(1, min(8, 4096 // (bm * bn))), STAGES=stages)
+    sig.update({k: "constexpr" for k in const})
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
+    src = ASTSource(_fp8_gemv_kernel, sig, constexprs=const, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))

@@ -1,12 +1,13 @@
 """Run by test_fp8_gemm.py in a subprocess with TRITON_INTERPRET=1: the block-FP8 GEMM kernel on the CPU.
 
 Checks every kernel variant (the tile settings in VARIANTS: quantization launch or fused, swapped MMA
-sides, partials summed one or eight at a time) on dense, K-split and grouped GEMMs (empty groups, rows
-past the last group) against fp32 math on the dequantized operands. The interpreter's e4m3 cast does
+sides, partials summed one or eight at a time; the few-rows kernel's settings) on dense, K-split and
+grouped GEMMs (empty groups, rows past the last group) against fp32 math on the dequantized operands. The interpreter's e4m3 cast does
 not carry a round-up into the exponent (31.7 -> 16, not 32), so rows quantized by the kernel itself
 (fused) are fed values that are already on the e4m3 grid of their block scale (exact, no rounding);
 other rows are quantized with torch. The GPU tests check the kernel's own rounding against torch."""
 import sys
+from dataclasses import replace
 
 import torch
 import triton.runtime.interpreter as ti
@@ -21,12 +22,22 @@ def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array,
 
 ti._patch_lang_tensor = _patched
 
-from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, TABLE, Tiles, fp8_matmul, quantize_rows  # noqa: E402
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, TABLE, GemvTiles, Tiles, fp8_matmul,  # noqa: E402
+                                            quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
-            Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries)]
+            Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries),
+            # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
+            # (few programs per SM: the interpreter runs them one by one; K splits all the same)
+            GemvTiles(per_sm=1), GemvTiles(fuse=False, per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1),
+            GemvTiles(bn=32, kb=4, fuse=False, bm=4, per_sm=1),
+            *(replace(t, per_sm=1) for t in (DEFAULT_GEMV, *GEMV_TABLE.values()) if t is not None)]
+
+
+def _fused(t, R):
+    return t.fuse if isinstance(t, GemvTiles) else R <= t.fuse_rows
 
 
 def _ref_rows(x, b1):
@@ -45,7 +56,7 @@ def _rows(R, K, b1, on_grid):
 
 
 def dense(R, N, K, block, sms, t):
-    x, w = _rows(R, K, block[1], R <= t.fuse_rows), torch.randn(N, K)
+    x, w = _rows(R, K, block[1], _fused(t, R)), torch.randn(N, K)
     w8, s = quantize(w, block)
     got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t)
     return got, _ref_rows(x, block[1]) @ reference_dequant(w8, s, block).T
@@ -55,7 +66,7 @@ def grouped(ends, N, K, block, t):
     E, R = len(ends), ends[-1] + 3   # three rows past the last group: other ranks' experts
     pairs = [quantize(torch.randn(N, K), block) for _ in range(E)]
     w8, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-    x = _rows(R, K, block[1], R <= t.fuse_rows)
+    x = _rows(R, K, block[1], _fused(t, R))
     got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32), tiles=t)
     xr, ref, start = _ref_rows(x, block[1]), torch.zeros(R, N), 0
     for e, end in enumerate(ends):
@@ -70,7 +81,7 @@ def main() -> int:
     for t in VARIANTS:
         cases = [dense(3, 40, 72, (16, 16), 132, t), dense(17, 70, 256, (128, 128), 4, t),
                  dense(1, 64, 96, (32, 32), 132, t), dense(40, 24, 64, (8, 32), 1, t),
-                 grouped([2, 2, 5, 9], 48, 64, (16, 16), t)]
+                 grouped([2, 2, 5, 9], 48, 64, (16, 16), t), grouped([0, 1, 1, 3, 3, 4], 40, 96, (16, 32), t)]
         err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
         print(f"{t}: worst relative error {err:.2e}")
         worst = max(worst, err)

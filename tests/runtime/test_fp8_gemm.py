@@ -1,7 +1,9 @@
 """The block-FP8 GEMM kernel: on the CPU through Triton's interpreter; on a GPU against torch math."""
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +162,128 @@ def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
         out.zero_()
         g.replay()
         torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_few_rows_pick_the_weight_streaming_kernel():
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GEMV_ROWS, Tiles, choose_tiles
+    assert choose_tiles(7168, 16384, 1) == DEFAULT_GEMV
+    assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
+    assert isinstance(choose_tiles(24576, 1536, 1), Tiles)                 # q_b_proj: the MMA kernel measured faster
+    assert isinstance(choose_tiles(4096, 7168, 1, experts=256), Tiles)    # grouped: the MMA kernel
+
+
+@pytest.mark.parametrize("quant,split,grouped,bm,stages", [(True, True, False, 1, 3), (True, True, False, 16, 3),
+                                                           (False, True, False, 4, 1), (True, False, True, 2, 1),
+                                                           (True, False, True, 2, 3)])
+def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm, stages):
+    pytest.importorskip("triton")
+    from tests.runtime.fp8_compile_check import compile_gemv_sm90
+    try:
+        k = compile_gemv_sm90(16, 2, bm, quant, split, grouped, stages=stages)
+    except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
+        if "ptxas" not in str(e):
+            raise
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    ptx = k.asm["ptx"]
+    assert "mma" not in ptx
+    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, in 16-byte pieces; pipelined (stages > 1)
+    # they go to shared memory by cp.async ahead of their use
+    if stages == 1:
+        assert ptx.count("ld.global.v4.b32") >= 2, "the weight is not read in 16-byte loads"
+    else:
+        assert re.search(r"cp\.async\.cg\.shared\.global .*, 0x10,", ptx), "the weight loads are not pipelined"
+        assert ptx.count("cp.async.commit_group") >= stages
+    assert ("atom.global" in ptx) == split
+
+
+@functools.lru_cache(maxsize=4)
+def _gemv_weight(N, K):
+    # one quantized weight per shape for all the tests of it: e4m3 and factors on the GPU, its real value (fp32)
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    torch.manual_seed(N + K)
+    w8, s = quantize(torch.randn(N, K), (128, 128))
+    return w8.cuda(), s.cuda(), reference_dequant(w8, s, (128, 128)).cuda()
+
+
+def _gemv_case(R, N, K, seed):
+    torch.manual_seed(seed)
+    return (torch.randn(R, K, device="cuda", dtype=torch.bfloat16) * 3, *_gemv_weight(N, K))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 3, 16])
+@pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048), (24576, 1536)])
+@pytest.mark.parametrize("tiles", ["shipped", "launch", "pipelined", "bm2"])
+def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles):
+    # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GemvTiles, fp8_matmul, quantize_rows
+    t = {"shipped": DEFAULT_GEMV, "launch": GemvTiles(fuse=False, stages=1), "pipelined": GemvTiles(bn=32, stages=3),
+         "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16, stages=1)}[tiles]
+    x, w8, s, real = _gemv_case(R, N, K, R)
+    got = fp8_matmul(x, w8, s, (128, 128), tiles=t).float()
+    x8, xs = quantize_rows(x, 128)
+    ref = (x8.float() * xs.repeat_interleave(128, 1)[:, :K]) @ real.T
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2   # bf16 output rounding; same quantized operands
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 5, 16])
+def test_gpu_gemv_fused_quantization_equals_the_quantization_launch(R):
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
+    x, w8, s, _ = _gemv_case(R, 2112, 7168, R)
+    one = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=True, stages=1))
+    two = fp8_matmul(x, w8, s, (128, 128), tiles=GemvTiles(fuse=False, stages=1))
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math():
+    # decode routing: 3 tokens x top-2 over 16 experts, one expert chosen twice, rows past ends[-1] untouched
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul, quantize_rows
+    from tests.runtime.test_model_fp8 import quantize, reference_dequant
+    torch.manual_seed(0)
+    pairs = [quantize(torch.randn(384, 1024), (128, 128)) for _ in range(16)]
+    w8 = torch.stack([p[0] for p in pairs]).cuda()
+    s = torch.stack([p[1] for p in pairs]).cuda()
+    counts = torch.zeros(16, dtype=torch.int64)
+    counts[[2, 5, 9, 11]] = torch.tensor([1, 2, 1, 1])
+    ends = counts.cumsum(0).to(torch.int32)
+    x, ends_d, t = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(), GemvTiles(bm=1, stages=1)
+    eager = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t)   # compiles outside the capture
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    g.replay()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    x8, xs = quantize_rows(x, 128)
+    xr = (x8.float() * xs.repeat_interleave(128, 1)).cpu()
+    ref, start = torch.zeros(7, 384), 0
+    for e, end in enumerate(ends.tolist()):
+        ref[start:end] = xr[start:end] @ reference_dequant(*pairs[e], (128, 128)).T
+        start = end
+    got = out.float().cpu()
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
+    assert torch.equal(got[5:], torch.zeros(2, 384))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_gemv_split_counts_reset_across_replays():
+    from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
+    x, w8, s, _ = _gemv_case(2, 7168, 4096, 0)
+    t = GemvTiles(per_sm=16, stages=1)
+    first = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+    for _ in range(3):
+        out.zero_()
+        g.replay()
+        torch.testing.assert_close(out, first, rtol=0, atol=0)

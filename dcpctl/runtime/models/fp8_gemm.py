@@ -100,25 +100,39 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
         else:
             at = rows[:, None].to(tl.int64) * N + n[None, :]
             ok = r_ok[:, None] & n_ok[None, :]
-        if SPLIT:
-            tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=ok)
-        else:
-            tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+        _store_tile(out_ptr, part_ptr, pid_k, R, N, at, acc, ok, SPLIT)
     if SPLIT:
-        done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
-        if done == splits - 1:
-            for m0 in range(0, R, BM):
-                rr = m0 + tl.arange(0, BM)
-                sum_ok = (rr < R)[:, None] & n_ok[None, :]
-                sum_at = rr[:, None].to(tl.int64) * N + n[None, :]
-                total = tl.zeros((BM, BN), dtype=tl.float32)
-                for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
-                    sp = sp0 + tl.arange(0, RED)
-                    p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
-                                mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
-                    total += tl.sum(p, axis=0)
-                tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
-            tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
+        _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM, BN, RED)
+
+
+@triton.jit
+def _store_tile(out_ptr, part_ptr, pid_k, R, N, at, acc, ok, SPLIT: tl.constexpr):
+    # acc: fp32 values at out offsets `at` -> out (x's dtype), or with SPLIT this K split's partial
+    if SPLIT:
+        tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=ok)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM: tl.constexpr, BN: tl.constexpr,
+                  RED: tl.constexpr):
+    # part: [splits, R, N] fp32 of this N tile's columns n -> out [R, N]: the tile's last program to finish (an
+    # atomic count per tile, reset by that program) sums them in split order, RED partials a load
+    done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
+    if done == splits - 1:
+        for m0 in range(0, R, BM):
+            rr = m0 + tl.arange(0, BM)
+            sum_ok = (rr < R)[:, None] & n_ok[None, :]
+            sum_at = rr[:, None].to(tl.int64) * N + n[None, :]
+            total = tl.zeros((BM, BN), dtype=tl.float32)
+            for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
+                sp = sp0 + tl.arange(0, RED)
+                p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
+                            mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
+                total += tl.sum(p, axis=0)
+            tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
+        tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
 
 
 @triton.jit
@@ -160,6 +174,19 @@ class Tiles:
                           # kernel finishes
 
 
+@dataclass(frozen=True)
+class GemvTiles:
+    """A setting of the few-rows kernel (fp8_gemv.py: CUDA cores, no MMA)."""
+    bn: int = 16          # weight rows per program
+    kb: int = 2           # K blocks of b1 columns per step (a [bn, kb * b1] slab of W per load)
+    warps: int = 4
+    per_sm: int = 8       # dense GEMMs: K splits until about this many programs run per SM
+    fuse: bool = True     # quantize the activations inside the GEMM (one launch), else a launch first
+    bm: int = 16          # rows applied per pass over the weight (more rows: another pass, from L2)
+    stages: int = 3       # slabs in flight per program (software-pipelined loads); 1: each load waited for
+
+
+Kernel = Tiles | GemvTiles
 BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
 # Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
 # fusing the quantization into the K loop puts an absmax, a division and a shared-memory store on every
@@ -176,17 +203,39 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
 TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_variants.json"
 
 
-def choose_tiles(N: int, K: int, rows: int) -> Tiles:
-    """The measured tile setting for this shape and row count (TABLE), else DEFAULT_TILES."""
-    for most, t in TABLE.get((N, K), ()):
+# The few-rows kernel (fp8_gemv.py) for dense GEMMs of up to GEMV_ROWS rows, the MMA kernel otherwise. Measured on
+# an H200 (benchmarks/fp8_gemm.py --sweep, GEMV_SOURCE): at one row the unpipelined setting below beat the MMA
+# kernel on 7 of 8 DeepSeek-V3 shapes (o_proj 38.2 -> 34.9 us, kv_a_proj 8.2 -> 5.9 us) and every pipelined one
+# (cp.async slabs: o_proj 63.6 us); at 8 rows the kernel's first setting took 5-13x the MMA kernel's time, so one
+# row is the bound until more is measured. Grouped GEMMs stay on the MMA kernel: its decode expert GEMMs ran at
+# 1.07-1.11x their weight-read roofline for 8-64 tokens, the few-rows kernel's first setting 1.8x slower at one.
+GEMV_ROWS = 1
+DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
+# (N, K) -> its own few-rows setting, or None where the MMA kernel was faster at one row
+GEMV_TABLE: dict[tuple[int, int], GemvTiles | None] = {
+    (24576, 1536): None,   # q_b_proj: 14.34 us MMA vs 15.35 us
+}
+GEMV_SOURCE = "benchmarks/data/h200_fp8_gemv.json"
+
+
+def choose_tiles(N: int, K: int, rows: int, experts: int = 1) -> Kernel:
+    """The kernel and tile setting for this shape and row count (per expert when grouped): the few-rows kernel
+    for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense), else
+    DEFAULT_TILES."""
+    gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
+    if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
+        return gemv
+    for most, t in TABLE.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
             return t
     return DEFAULT_TILES
 
 
 def tiles_note() -> str:
-    return (f"FP8 GEMM tiles: dense GEMMs of {len(TABLE)} DeepSeek-V3 shapes from the H200 sweep in "
-            f"{TABLE_SOURCE}, other shapes and the grouped MoE GEMMs {DEFAULT_TILES}")
+    return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
+            f"(but {sum(v is None for v in GEMV_TABLE.values())} shape(s) measured faster on the MMA kernel; "
+            f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
+            f"H200 sweep in {TABLE_SOURCE}, others and the grouped MoE GEMMs {DEFAULT_TILES})")
 
 
 def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
@@ -207,7 +256,7 @@ def quantize_rows_gpu(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
-               sms: int | None = None, tiles: Tiles | None = None) -> Tensor:
+               sms: int | None = None, tiles: Kernel | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM."""
     b0, b1 = block
     grouped = ends is not None
@@ -216,10 +265,13 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or (choose_tiles(N, K, R) if E == 1 else DEFAULT_TILES)   # the table is measured on dense GEMMs
+    t = tiles or choose_tiles(N, K, max(1, R // E), E)
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.attention.kernel_choice import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
+    if isinstance(t, GemvTiles):
+        from dcpctl.runtime.models.fp8_gemv import fp8_gemv
+        return fp8_gemv(x, w3, s3, block, ends, sms, t)
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
