@@ -27,10 +27,8 @@ class FlashMLASide:
         # q: [B, H, R]  tables: k block tables [B, ctx/P] -> k callables () -> (o [B, H, V], lse [B, H] base e)
         import torch
         lens = torch.full((q.shape[0],), ctx, dtype=torch.int32, device=q.device)
-        fns = []
-        for bt in tables:
-            rows = flashmla.decode_rows(lens, q.shape[1])
-            fns.append(lambda bt=bt, rows=rows: flashmla.run(q, self.pool.kv, bt, rows, scale, flashmla.ROWS[0]))
+        rows = flashmla.decode_rows(lens, q.shape[1])      # every table has the same lengths: one metadata
+        fns = [lambda bt=bt: flashmla.run(q, self.pool.kv, bt, rows, scale, flashmla.ROWS[0]) for bt in tables]
         torch.cuda.synchronize()
         return fns
 
