@@ -24,7 +24,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 ls -la .vendor | tee -a "$O/versions.txt"
 (which ninja; nvcc --version | tail -2; nproc) >> "$O/versions.txt" 2>&1
 # the two builds at once (16 cores): FlashMLA's 4 files, FlashInfer's fa3 MLA module
-part build_flashmla 300 python3 -m dcpctl.runtime.attention.flashmla_setup &
+part build_flashmla 300 python3 benchmarks/flashmla/build.py &
 part jit_flashinfer 200 python3 benchmarks/flashinfer/jit.py
 wait
 part tests 240 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_backends.py tests/runtime/test_gpu_flashmla.py

@@ -92,7 +92,7 @@ def load() -> tuple[ModuleType | None, str]:
 
 
 def main() -> int:
-    """`python -m dcpctl.runtime.attention.flashmla_setup`: build (or load the cached build) verbosely, timed."""
+    """benchmarks/flashmla/build.py: build (or load the cached build) verbosely, timed; 2 when not configured."""
     missing = flashmla_missing()
     if missing is not None:
         print(f"dcpctl: {missing}")
@@ -102,7 +102,3 @@ def main() -> int:
                 Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")), verbose=True)
     print(f"FlashMLA: {mod.__file__}, built or loaded in {time.perf_counter() - t0:.1f} s")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
