@@ -77,6 +77,28 @@ def test_replays_in_a_cuda_graph(mod):
     assert torch.equal(got[0], eager[0]) and torch.equal(got[1], eager[1])
 
 
+
+def test_metadata_and_decode_capture_together(mod):
+    """What the decode graphs would need (graphs.py): the per-batch rows and metadata made inside the capture from
+    device buffers, so a replay after the buffers change equals an eager call on the new lengths."""
+    import types
+    q, pool, table, lens = _case(128, [5, 300, 64, 0])
+    lay = types.SimpleNamespace(block_table=table, row_req=torch.arange(4, dtype=torch.int32, device="cuda"),
+                                local_lens=lens.clone(), backend_state={})
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        flashmla.flashmla_decode(q, pool, types.SimpleNamespace(**{**vars(lay), "backend_state": {}}), SCALE, V)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got = flashmla.flashmla_decode(q, pool, lay, SCALE, V)
+    lay.local_lens.copy_(torch.tensor([200, 1, 0, 256], dtype=torch.int32))
+    g.replay()
+    torch.cuda.synchronize()
+    want = flashmla.run(q, pool, table, flashmla.decode_rows(lay.local_lens.clone(), 128), SCALE, V)
+    assert torch.equal(got.o[[0, 1, 3]], want[0][[0, 1, 3]]) and torch.equal(got.lse, want[1])
+
 # last in the file: should FlashMLA fault on a zero-length row, the sticky CUDA error costs no other test here
 def test_zero_length_row_raw(mod):
     """FlashMLA given a zero-length row directly: what it returns (recorded), and the neighbours stay exact."""
