@@ -144,3 +144,12 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
         m = merge_stacked(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]), "e")
         assert torch.allclose(m.o, want_o, atol=1e-5) and torch.allclose(m.lse, want_lse, atol=1e-5), c
     assert not math.isnan(float(m.o.sum()))
+
+
+def test_rule_context_is_the_same_on_every_rank():
+    from dcpctl.runtime.attention.backend_choice import group_context
+    from dcpctl.runtime.attention.layout import SeqChunk
+    from dcpctl.runtime.kv.allocator import local_len
+    chunks = [SeqChunk(0, 16384, 1), SeqChunk(1, 99, 1)]       # a request of 16385 tokens and one of 100
+    assert {local_len(16385, r, 2) for r in range(2)} == {8193, 8192}   # ranks' own max lengths differ by one
+    assert group_context(chunks, 2) == 8193 and group_context(chunks, 1) == 16385 and group_context([], 4) == 0

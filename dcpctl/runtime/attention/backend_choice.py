@@ -54,16 +54,23 @@ def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], 
     return rule
 
 
-def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
+def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dcp_size: int = 1) -> str:
     """'flashinfer', 'flashmla', 'triton' or 'torch' for this batch (asked per layer, decided once per batch).
     q: [T, Hk, R]  pool: [pages, P, R]  lay: a PagedLayout."""
     state = lay.backend_state          # type: ignore[attr-defined]
     if state.get("backend") is None:
-        state["backend"] = _choose(requested, q, pool, lay, v_dim)
+        state["backend"] = _choose(requested, q, pool, lay, v_dim, dcp_size)
     return state["backend"]
 
 
-def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
+def group_context(chunks: list, dcp_size: int) -> int:
+    """The local context the rule picks by: the longest request's rows on the DCP group's fullest rank,
+    ceil(L / c), the same on every rank (a rank's own max local length can differ by one across ranks, and
+    ranks that pick different backends would return partials of different LSE bases to one merge)."""
+    return -(-max((ch.start + ch.num_tokens for ch in chunks), default=0) // dcp_size)
+
+
+def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dcp_size: int) -> str:
     # graph buffers (no host page lists) never ask FlashInfer or FlashMLA: nothing is built or planned in a capture
     graph = lay.host_lens is None      # type: ignore[attr-defined]
     fi = GRAPH_LAYOUT if graph else flashinfer_blocker(pool, v_dim, q.dtype)
@@ -72,7 +79,7 @@ def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) ->
     if all(why is not None for _, why in avail):
         return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
     key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
-    which = rule_for(requested, key, avail).pick(len(lay.chunks), lay.max_local_len)   # type: ignore[attr-defined]
+    which = rule_for(requested, key, avail).pick(len(lay.chunks), group_context(lay.chunks, dcp_size))  # type: ignore
     if which in FIELD_KERNELS and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
         note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
                   f"verification are causal by global position over a striped shard; {which}'s mask is not)")

@@ -115,7 +115,7 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
-    which = choose(requested, q, pool, lay, v_dim)
+    which = choose(requested, q, pool, lay, v_dim, dcp_size)
     if which == "flashinfer":
         return flashinfer_decode(q, pool, lay, scale, v_dim, out)
     if which == "flashmla":
