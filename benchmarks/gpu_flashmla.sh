@@ -10,6 +10,8 @@
 #      backend's roofline fraction in the B x ctx >= 512K cells per head count.
 # Every part runs; each one's exit status and seconds go to $OUT/i18m/status.txt.
 # usage: OUT=dir bash benchmarks/gpu_flashmla.sh
+# BEFORE carrying .vendor: on the host run benchmarks/flashmla/fetch.sh (it writes .vendor/flashmla-9c5dfab.tar.gz
+# from the FlashMLA mirror; the device has no network) and benchmarks/flashinfer/fetch.sh (or copy main's .vendor).
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/dcpctl-gpu}/i18m
@@ -22,6 +24,8 @@ export DCPCTL_FLASHMLA_SDIST=$PWD/.vendor/flashmla-9c5dfab.tar.gz DCPCTL_FLASHML
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
   | tee "$O/versions.txt"
 ls -la .vendor | tee -a "$O/versions.txt"
+[ -f "$DCPCTL_FLASHMLA_SDIST" ] || echo "MISSING $DCPCTL_FLASHMLA_SDIST: run benchmarks/flashmla/fetch.sh on the host \
+before carrying .vendor (FlashMLA is then not built or timed)" | tee -a "$O/status.txt"
 (which ninja; nvcc --version | tail -2; nproc) >> "$O/versions.txt" 2>&1
 # the two builds at once (16 cores): FlashMLA's 4 files, FlashInfer's fa3 MLA module
 part build_flashmla 300 python3 benchmarks/flashmla/build.py &

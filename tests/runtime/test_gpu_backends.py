@@ -111,12 +111,13 @@ def latent_path(tmp_path_factory):
 def _greedy(path, backend, reqs):
     # -> [(output_ids, output_logprobs)] per request
     from dcpctl.runtime.worker import run_worker
+    from tests.runtime.configs import config
     from tests.runtime.test_engine import launch_cfg
     cfg = launch_cfg(1, 1, capacity=8192, chunk=256)
     cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = "cuda", "bfloat16", str(path)
     cfg["kv"]["page_size"] = PAGE
     cfg["decisions"]["attention_backend"] = backend
-    return [(o["output_ids"], o["output_logprobs"]) for o in run_worker(cfg, reqs)["outputs"]]
+    return [(o["output_ids"], o["output_logprobs"]) for o in run_worker(config(cfg), reqs)["outputs"]]
 
 
 TIE = 0.1   # |log p| apart: what two bf16 runs of this random model may differ by (kernel rounding only)
