@@ -86,6 +86,9 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
                     str(tmp_path / "work/flashinfer_python-0.2.14/3rdparty/cutlass/include")]
     assert not (tmp_path / "work/flashinfer_python-0.2.14/csrc").exists()       # only CUTLASS's headers
     assert "-gencode=arch=compute_90a,code=sm_90a" in flashmla_setup.NVCC_FLAGS
+    (tmp_path / "cuda/include/cccl").mkdir(parents=True)      # CUDA 13: CCCL's headers, for g++ on flash_api.cpp
+    assert flashmla_setup.host_includes(str(tmp_path / "cuda")) == [f"-I{tmp_path / 'cuda/include/cccl'}"]
+    assert flashmla_setup.host_includes(str(tmp_path / "none")) == flashmla_setup.host_includes(None) == []
     monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", str(mla))
     monkeypatch.setenv("DCPCTL_FLASHINFER_SDIST", str(tmp_path / "none.tar.gz"))
     flashmla_setup.load.cache_clear()

@@ -6,9 +6,10 @@ names its source tarball (benchmarks/flashmla/fetch.sh writes .vendor/flashmla-<
 headers come from FlashInfer's sdist ($DCPCTL_FLASHINFER_SDIST, its 3rdparty/cutlass), both unpacked under
 $DCPCTL_FLASHMLA_WORK (default /tmp/dcpctl-flashmla).  Only what the bf16 paged decode needs is compiled:
 flash_api.cpp, get_mla_metadata.cu, splitkv_mla.cu, mla_combine.cu, for sm_90a, fp16 left out
-(-DFLASH_MLA_DISABLE_FP16).  The build is cached per torch version (torch's extension cache), so a process
-after the first loads it in a second.  (An installed `flash_mla` wheel is not used: its extension's
-signature changed after this commit, csrc/sm90/, and this module calls the one it builds.)
+(-DFLASH_MLA_DISABLE_FP16), with CUDA 13's include/cccl added for the host compiler.  The build is cached
+per torch version (torch's extension cache), so a process after the first loads it in a second.  (An
+installed `flash_mla` wheel is not used: its extension's signature changed after this commit, csrc/sm90/, and
+this module calls the one it builds.)
 
 `load()` is asked once per process; it returns the extension module (get_mla_metadata, fwd_kvcache_mla), or
 None and why (a clause for a note).
@@ -33,7 +34,8 @@ NVCC_FLAGS = ["-O3", "-std=c++17", "-DNDEBUG", "-D_USE_MATH_DEFINES", "-Wno-depr
               "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
               "--use_fast_math", "--ptxas-options=--register-usage-level=10", "-DFLASH_MLA_DISABLE_FP16",
               "-gencode=arch=compute_90a,code=sm_90a"]
-CXX_FLAGS = ["-O3", "-std=c++17", "-DNDEBUG", "-Wno-deprecated-declarations", "-DFLASH_MLA_DISABLE_FP16"]
+# the host compiler keeps torch's own -std (its headers' standard); FlashMLA's host code is C++17
+CXX_FLAGS = ["-O3", "-DNDEBUG", "-Wno-deprecated-declarations", "-DFLASH_MLA_DISABLE_FP16"]
 
 
 def unpack(tarball: Path, work: Path, marker: str, only: str = "") -> Path:
@@ -70,7 +72,15 @@ def build(sdist: Path, cutlass_sdist: Path, work: Path, verbose: bool = False) -
     out = work / f"build-torch{torch.__version__}"
     out.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(name="flash_mla_cuda", sources=srcs, extra_include_paths=incs, build_directory=str(out),
-                              extra_cflags=CXX_FLAGS, extra_cuda_cflags=NVCC_FLAGS, verbose=verbose)
+                              extra_cflags=CXX_FLAGS + host_includes(cpp_extension.CUDA_HOME),
+                              extra_cuda_cflags=NVCC_FLAGS, verbose=verbose)
+
+
+def host_includes(cuda_home: str | None) -> list[str]:
+    """The C++ compiler's extra include: CUDA 13 keeps CCCL (cuda/std/..., which CUTLASS's fast_math.h includes
+    from flash_api.cpp) under include/cccl, a folder nvcc adds by itself and g++ does not."""
+    cccl = Path(cuda_home or "/nonexistent") / "include" / "cccl"
+    return [f"-I{cccl}"] if cccl.is_dir() else []
 
 
 @functools.lru_cache(maxsize=1)
