@@ -5,6 +5,7 @@
 #   1. build: FlashMLA's dense decode compiled from .vendor/flashmla-9c5dfab.tar.gz against CUTLASS from
 #      FlashInfer's sdist (timed), and FlashInfer's MLA module JIT-built, side by side;
 #   2. GPU tests: every backend through the DCP merge = unsplit attention (DCP 1/2/4), greedy ids across backends;
+#      then what FlashMLA returns for a zero-length row (a probe in its own process, 60 s at most);
 #   3. `dcpctl bench kernel`: ours, FlashInfer and FlashMLA side by side, 128 heads first, the tables saved;
 #   4. a summary: the automatic choice (shipped table and this run's) against the best per cell, and the best
 #      backend's roofline fraction in the B x ctx >= 512K cells per head count.
@@ -34,6 +35,7 @@ wait
 # a failed build is not retried by every later process (each would spend minutes): FlashMLA is then "not built"
 grep -q "^build_flashmla rc=0 " "$O/status.txt" || { unset DCPCTL_FLASHMLA_SDIST; echo "FlashMLA build failed: not timed" | tee -a "$O/status.txt"; }
 part tests 240 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_backends.py tests/runtime/test_gpu_flashmla.py
+part zero_len_probe 60 python3 benchmarks/flashmla/zero_len_probe.py "$O/flashmla_zero_len.json"
 bench() {  # name, heads: all backends side by side, its table saved
   part "bench_$1" 240 bash -c 'python3 -m dcpctl.cli.main bench kernel --no-naive --heads "$1" \
     --contexts 8K,32K,64K,128K --batches 1,8,32,64 --save-table "$0/table_$2.json" --format json > "$0/kernel_$2.json"' \
