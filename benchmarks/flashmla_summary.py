@@ -3,7 +3,7 @@
     python3 benchmarks/flashmla_summary.py DIR     (DIR holds kernel_*.json and table_*.json from that script)
 
 Writes DIR/table_all.json (every cell of the run as one backend table, the shape dcpctl/data/attention/h200.json
-has) and DIR/summary.json; prints one row per cell: each backend's time, the pick of the shipped table and of
+has, ready to replace it) and DIR/summary.json; prints one row per cell: each backend's time, the pick of the shipped table and of
 this run's table with how much slower than the best it is, each backend's roofline fraction, and whether the
 cell has B x ctx >= 512K tokens (issue 18's target cells).
 """
@@ -23,7 +23,11 @@ def main(out: Path) -> None:
     cells = [c for r in runs for c in r["cells"]]
     parts = [json.loads(p.read_text()) for p in sorted(out.glob("table_h*.json"))]
     table = {**parts[0], "cells": [c for p in parts for c in p["cells"]],
-             "source": " + ".join(p["source"] for p in parts)}
+             "source": " + ".join(p["source"] for p in parts),
+             "record": f"measured by benchmarks/gpu_flashmla.sh on one {runs[0]['device']} (torch {runs[0]['torch']}): "
+                       "two `dcpctl bench kernel --no-naive --save-table` calls (128 heads; 16 and 64 heads) over "
+                       "contexts 8K-128K x batches 1-64, ours, FlashInfer 0.2.14 and FlashMLA 9c5dfab side by side, "
+                       "merged by benchmarks/flashmla_summary.py"}
     (out / "table_all.json").write_text(json.dumps(table, indent=1) + "\n")
     tables = {"shipped": load_table(), "this run": load_table(out / "table_all.json")}
     avail = {b: None if any(b in r["backends"] for r in runs) else "not timed" for b in BACKENDS}
