@@ -15,25 +15,10 @@ mkdir -p "$O"
 export PYTHONUNBUFFERED=1 DCPCTL_FLASHINFER_SDIST=$PWD/.vendor/flashinfer_python-0.2.14.tar.gz
 export DCPCTL_FLASHINFER_WORK=/tmp/dcpctl-flashinfer DCPCTL_GPU_REPORT=$O
 : > "$O/status.txt"
-part() {  # name, timeout, command...: run it, log it, record its exit status
-  local name=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" > "$O/$name.log" 2>&1
-  local rc=$?
-  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$O/status.txt"
-  tail -5 "$O/$name.log"
-}
+. benchmarks/gpu_part.sh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
   | tee "$O/versions.txt"
-part jit 150 python3 - <<'PY'
-import time, torch
-from dcpctl.runtime.attention.flashinfer_setup import load
-fi, why = load()
-print("load:", why)
-t0 = time.time()
-fi.mla.get_batch_mla_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64, False)
-print(f"JIT fa3 MLA module: {time.time() - t0:.1f}s")
-PY
+part jit 150 python3 benchmarks/flashinfer/jit.py
 part tests 150 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_gpu_backends.py
 part bench 270 bash -c 'python3 -m dcpctl.cli.main bench kernel --no-naive --heads 16,64,128 \
   --contexts 8K,32K,64K,128K --batches 1,8,32,64 --save-table "$0/h200_table.json" --format json > "$0/kernel.json"' "$O"

@@ -55,6 +55,17 @@ def graph_ms(fns: list[Callable[[], object]], replays: int = 10) -> float:
     return events_ms(g.replay, reps=replays, warmup=2) / len(fns)
 
 
+def rotation_us(fns: list[Callable[[], object]]) -> tuple[float, str]:
+    """(microseconds per call, "graph" or why eager) over a rotation of calls, repeated to at least 8: a graph
+    replay, or the same calls eagerly when they do not capture (a field kernel's capture failure)."""
+    fns = fns * max(1, -(-8 // len(fns)))
+    try:
+        return graph_ms(fns) * 1e3, "graph"
+    except Exception as e:
+        us = events_ms(lambda: [f() for f in fns], reps=10, warmup=2) / len(fns) * 1e3
+        return us, f"eager ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+
+
 def copy_bandwidth(device: torch.device, nbytes: int = 4 << 30) -> float:
     # src, dst: [nbytes] uint8 -> bytes/s counting read + write
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)

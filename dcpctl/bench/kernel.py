@@ -4,8 +4,9 @@ Per cell (kernel heads H, local context ctx, batch B; one query row per request,
 bytes = KV (B*ctx*R*2) + q (B*H*R*2) + o (B*H*v*2, bf16), flops = 2*B*H*ctx*(R+v);
 roofline fraction = max(bytes / copy_bw, flops / bf16_rate) / time.  Times are CUDA-graph replays
 rotating over enough disjoint KV page sets that small cells are not served from L2.  Every available
-backend (`triton`: ours, Gluon or Triton; `flashinfer`: bench/kernel_flashinfer.py) is timed per cell over
-the same pages, side by side; `--save-table` writes them as the backend table the runtime chooses from.
+backend (`triton`: ours, Gluon or Triton; `flashinfer`: bench/kernel_flashinfer.py; `flashmla`:
+bench/kernel_flashmla.py) is timed per cell over the same pages, side by side; `--save-table` writes them as
+the backend table the runtime chooses from.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ SCALE = 1 / math.sqrt(192)
 L2_ROTATE_BYTES = 512 << 20
 FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,64"}
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
+PEERS = ("flashinfer", "flashmla")       # the field kernels timed next to ours (bench/kernel_<name>.py)
 # (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Dropped after measuring
 # (docs/benchmarks-kernel.md): the first sweep's losers; 16 warps (64-head blocks 2.3x slower at H=128,
 # 128-head blocks do not compile); lazy rescaling (10-12% slower with 64-head blocks); the warp-specialized
@@ -197,11 +199,11 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
     cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
-    peer, peer_note = _peer(pool, backends)
+    peers, notes = _peers(pool, backends)
     cells = []
     for h in heads:
-        ok = peer is not None and _peer_checks(peer, pool, h, cfgs[h], log)
-        rule = _auto_rule(h, "fp8_e4m3" if fp8 else "bf16", ok)
+        live = {n: p for n, p in peers.items() if _peer_checks(n, p, pool, h, cfgs[h], log)}
+        rule = _auto_rule(h, "fp8_e4m3" if fp8 else "bf16", set(live))
         for ctx in contexts:
             for b in batches:
                 row = time_cell(pool, h, ctx, b, cfgs[h], naive)
@@ -209,12 +211,12 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                 compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
                 row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
                 row["backends"] = {"triton": {"time_us": row["time_us"], "fraction": row["fraction"]}}
-                if ok:
+                for name, peer in list(live.items()):
                     try:
-                        row["backends"]["flashinfer"] = peer.time(h, ctx, b, SCALE, roof)
-                    except Exception as e:   # a CUDA error is sticky: FlashInfer's column ends here, ours goes on
-                        row["backends"]["flashinfer"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                        ok = False
+                        row["backends"][name] = peer.time(h, ctx, b, SCALE, roof)
+                    except Exception as e:   # its column ends here, ours goes on (a CUDA error may be sticky)
+                        row["backends"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                        live.pop(name)
                 timed = {k: v["time_us"] for k, v in row["backends"].items() if v.get("time_us")}
                 row["best"], row["auto"] = min(timed, key=timed.get), rule.pick(b, ctx)
                 row["auto_over_best"] = timed[row["auto"]] / timed[row["best"]] - 1 if row["auto"] in timed else None
@@ -226,45 +228,57 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "calibration": ceil.calibration(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
-            "page_size": PAGE, "backends": ["triton"] + (["flashinfer"] if peer is not None else []),
-            "flashinfer": peer_note,
+            "page_size": PAGE, "backends": ["triton", *peers], **notes,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
 
 
-def _auto_rule(heads: int, kv: str, flashinfer: bool) -> Any:
+def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
     """The runtime's automatic choice for this head count (the table in effect: $DCPCTL_ATTENTION_TABLE or the
     shipped one), with the backends this call timed."""
     import torch
-    from dcpctl.plan.attention_table import Key, decide, load_table
+    from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
     key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
-    return decide(key, "auto", {"triton": None, "flashinfer": None if flashinfer else "not timed"}, load_table())
+    avail = {b: None if b == "triton" or b in timed else "not timed" for b in BACKENDS}
+    return decide(key, "auto", avail, load_table())
 
 
-def _peer(pool: Pool, backends: str) -> tuple[Any, str]:
-    # -> (FlashInferSide or None, what the result says about FlashInfer)
-    names = ["triton", "flashinfer"] if backends == "auto" else [b.strip() for b in backends.split(",")]
-    if "flashinfer" not in names:
-        return None, "not asked for (--backends)"
-    from dcpctl.bench.kernel_flashinfer import FlashInferSide
-    side = FlashInferSide(pool)
-    if side.fi is None:
-        if backends != "auto":
-            raise UserError(f"--backends flashinfer: {side.why}")
-        return None, f"not timed: {side.why}"
-    return side, side.why
+def _side(name: str, pool: Pool) -> Any:
+    if name == "flashinfer":
+        from dcpctl.bench.kernel_flashinfer import FlashInferSide
+        return FlashInferSide(pool)
+    from dcpctl.bench.kernel_flashmla import FlashMLASide
+    return FlashMLASide(pool)
 
 
-def _peer_checks(peer: Any, pool: Pool, heads: int, cfg: Any, log: list[dict[str, Any]]) -> bool:
-    """FlashInfer against ours on one small cell (B=3, ctx=3000) before it is timed at this head count."""
+def _peers(pool: Pool, backends: str) -> tuple[dict[str, Any], dict[str, str]]:
+    # -> (the field kernels' sides that run here, what the result says about each field kernel)
+    names = list(PEERS) if backends == "auto" else [b.strip() for b in backends.split(",")]
+    sides, notes = {}, {}
+    for name in PEERS:
+        if name not in names:
+            notes[name] = "not asked for (--backends)"
+            continue
+        side = _side(name, pool)
+        if not side.ok:
+            if backends != "auto":
+                raise UserError(f"--backends {name}: {side.why}")
+            notes[name] = f"not timed: {side.why}"
+            continue
+        sides[name], notes[name] = side, side.why
+    return sides, notes
+
+
+def _peer_checks(name: str, peer: Any, pool: Pool, heads: int, cfg: Any, log: list[dict[str, Any]]) -> bool:
+    """A field kernel against ours on one small cell (B=3, ctx=3000) before it is timed at this head count."""
     import torch
     q = torch.randn(3, heads, R, device=pool.kv.device, dtype=torch.bfloat16)
     bt = pool.tables(3, 3008)[0]
     try:
         err = peer.check(q, bt, 3000, SCALE, _decode_fn(q, pool, bt, 3000, cfg)())
-    except Exception as e:   # a JIT or run failure costs FlashInfer's column, never ours
-        log.append({"heads": heads, "backend": "flashinfer", "error": str(e).splitlines()[0][:300]})
+    except Exception as e:   # a build or run failure costs its column, never ours
+        log.append({"heads": heads, "backend": name, "error": str(e).splitlines()[0][:300]})
         return False
-    log.append({"heads": heads, "backend": "flashinfer", "rel_err_vs_ours": err})
+    log.append({"heads": heads, "backend": name, "rel_err_vs_ours": err})
     return err < 2e-2
 
 
@@ -304,7 +318,8 @@ def _table(res: dict[str, Any]) -> None:
     console.out.print(console.table(title, ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us", "bound",
                                             *[f"{n} frac" for n in names], "fastest", "auto (over fastest)",
                                             "naive torch us"], rows))
-    console.out.print(f"FlashInfer: {res['flashinfer']}\nExchange: {res['exchange']}")
+    console.out.print(f"FlashInfer: {res['flashinfer']}\nFlashMLA: {res.get('flashmla', '-')}\n"
+                      f"Exchange: {res['exchange']}")
 
 
 @click.command(name="kernel")
@@ -318,7 +333,8 @@ def _table(res: dict[str, Any]) -> None:
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
               help="Latent KV pool dtype (fp8 = e4m3 with a per-tensor scale).")
 @click.option("--backends", default="auto", show_default=True,
-              help="Backends to time side by side: auto (every one available here), or a list of triton, flashinfer.")
+              help="Backends to time side by side: auto (every one available here), or a list of triton, "
+                   "flashinfer, flashmla.")
 @click.option("--save-table", type=click.Path(dir_okay=False), default=None,
               help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
                    "$DCPCTL_ATTENTION_TABLE=FILE).")
@@ -331,13 +347,14 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
     """Time the local MLA decode backends against this GPU's measured copy bandwidth and bf16 matmul rate.
 
     Reports per (kernel heads, local context, batch): each available backend's time (ours, `triton`:
-    the Gluon or Triton kernel; `flashinfer` where it imports) over the same pages, the roofline time,
+    the Gluon or Triton kernel; `flashinfer` where it imports; `flashmla` where it builds, sm_90) over the same
+    pages, the roofline time,
     bound, each one's fraction of roofline and the fastest, plus a naive torch decode for comparison.
     `--save-table FILE` writes the backend table the runtime's automatic choice reads.  Needs a CUDA GPU.
     """
-    bad = set(backends.split(",")) - {"auto", "triton", "flashinfer"}
+    bad = {b.strip() for b in backends.split(",")} - {"auto", "triton", *PEERS}
     if bad:
-        raise UserError(f"--backends {backends}: unknown {sorted(bad)}; valid: auto, triton, flashinfer")
+        raise UserError(f"--backends {backends}: unknown {sorted(bad)}; valid: auto, triton, {', '.join(PEERS)}")
     import torch
     if not torch.cuda.is_available():
         raise UserError("dcpctl bench kernel needs a CUDA GPU (torch.cuda.is_available() is False).")

@@ -33,7 +33,8 @@ class FlashInferSide:
         self.copies: tuple[Any, Any] | None = None
         if self.fi is not None and pool.kv.dtype != torch.bfloat16:
             self.fi, self.why = None, f"the pool is {pool.kv.dtype} (FlashInfer reads bf16/fp16 here)"
-        if self.fi is not None:
+        self.ok = self.fi is not None
+        if self.ok:
             self.ws = torch.empty(WORKSPACE_BYTES, dtype=torch.int8, device=pool.kv.device)
 
     def cache(self, tables: list[Any]) -> tuple[tuple[Any, Any], str]:
@@ -73,13 +74,8 @@ class FlashInferSide:
     def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float) -> dict[str, Any]:
         """The cell's time over its rotation of block tables (a graph replay; eager if run() does not capture)."""
         import torch
-        from dcpctl.bench.ceilings import events_ms, graph_ms
+        from dcpctl.bench.ceilings import rotation_us
         q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device, dtype=torch.bfloat16)
         fns, layout = self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale)
-        fns = fns * max(1, math.ceil(8 / len(fns)))
-        try:
-            us, timing = graph_ms(fns) * 1e3, "graph"
-        except Exception as e:  # a capture failure: the same calls, eagerly
-            us = events_ms(lambda: [f() for f in fns], reps=10, warmup=2) / len(fns) * 1e3
-            timing = f"eager ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+        us, timing = rotation_us(fns)
         return {"time_us": us, "fraction": roof_us / us, "kv": layout, "timing": timing}

@@ -38,8 +38,8 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--nnodes", type=int, help="Number of nodes."),
     click.option("--gpus-per-node", type=int, help="GPUs per node (default: from the hardware profile)."),
     click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS),
-                 help="Decode attention kernel (SGLang's names). The bundled runtime runs flashinfer, triton (ours) "
-                      "or torch_native when named, else the fastest in its measured table per batch."),
+                 help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, flashinfer, "
+                      "triton (ours) or torch_native when named, else the fastest in its measured table per batch."),
     click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES), help="KV cache dtype (auto: model dtype)."),
     click.option("--page-size", type=int, help="KV page size in tokens per rank (default 1)."),
     click.option("--mem-fraction-static", type=float, help="Fraction of GPU memory for weights + KV (default 0.85)."),

@@ -4,13 +4,14 @@ The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` wr
 is dcpctl/data/attention/h200.json, or $DCPCTL_ATTENTION_TABLE): per measured cell (batch, local context) the
 backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
 (log distance in batch and context), so the choice is per cell, not one backend for every shape.
-`--attention-backend flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
+`--attention-backend flashmla|flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
 runtime does not have) read the table.  Pure and torch-free: the plan shows the rule and the runtime runs it, one function.
 
 | backend      | what runs                                                                  |
 | ------------ | -------------------------------------------------------------------------- |
 | `triton`     | ours: the Gluon (Hopper) or Triton split-KV kernel (runtime.kernel_choice)  |
 | `flashinfer` | FlashInfer's BatchMLAPagedAttentionWrapper over the same pool and pages     |
+| `flashmla`   | FlashMLA's dense decode (sm_90a, bf16, page 64) over the same pool and pages |
 """
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ from typing import Any
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.request import PlanRequest
 
-BACKENDS = ("triton", "flashinfer")
+BACKENDS = ("triton", "flashinfer", "flashmla")
 FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
 TABLE_ENV = "DCPCTL_ATTENTION_TABLE"
 SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"     # flashinfer_setup: FlashInfer from its source release
+FLASHMLA_SDIST_ENV = "DCPCTL_FLASHMLA_SDIST"   # flashmla_setup: FlashMLA built from its source tree
+FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel reads
 KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
 DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "data" / "attention" / "h200.json"
 
@@ -117,7 +120,8 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
     if requested in BACKENDS:
         if requested in usable:
             return Rule(key, (), requested, f"set by --attention-backend {requested}")
-        return Rule(key, (), usable[0], f"--attention-backend {requested} asked for, but {available[requested]}")
+        why = available.get(requested, "not known to this runtime")
+        return Rule(key, (), usable[0], f"--attention-backend {requested} asked for, but {why}")
     ask = "" if requested == "auto" else f"--attention-backend {requested} is not a bundled-runtime kernel; "
     mine = [c for c in table["cells"] if c["heads"] == key.heads and c["kv_dtype"] == key.kv_dtype
             and c["page_size"] == key.page_size and same_device(c["device"], key.device)]
@@ -128,7 +132,7 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
         why = f"no measured cell for {key.text()} in {src}"
         return Rule(key, (), FALLBACK if FALLBACK in usable else usable[0], ask + why)
     cells = tuple((b, ctx, min(us, key=us.get)) for b, ctx, us in timed)
-    missing = [f"{b}: {available[b]}" for b in BACKENDS if b not in usable]
+    missing = [f"{b}: {available.get(b, 'not known to this runtime')}" for b in BACKENDS if b not in usable]
     why = (f"{ask}measured ({src}): the fastest per cell of {len(cells)}, the nearest cell per step"
            + (f"; not available: {', '.join(missing)}" if missing else ""))
     return Rule(key, cells, cells[0][2] if len({c[2] for c in cells}) == 1 else None, why)
@@ -148,11 +152,22 @@ def flashinfer_missing() -> str | None:
     return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
 
 
+def flashmla_missing(page_size: int | None = None) -> str | None:
+    """Why FlashMLA cannot run here, from facts known without a GPU (its build source, the page size), or None."""
+    if page_size is not None and page_size != FLASHMLA_PAGE:
+        return f"page size {page_size}: FlashMLA's kernel reads pages of {FLASHMLA_PAGE} rows only"
+    if not os.environ.get(FLASHMLA_SDIST_ENV):
+        return (f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV} and "
+                f"${SDIST_ENV} for CUTLASS)")
+    return None
+
+
 def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
     """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's facts."""
     hw, t = req.hardware, req.topology
     if hw.device != "cuda":
         return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
     key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
-    rule = decide(key, req.attention_backend, {"triton": None, "flashinfer": flashinfer_missing()}, load_table())
+    avail = {"triton": None, "flashinfer": flashinfer_missing(), "flashmla": flashmla_missing(page_size)}
+    rule = decide(key, req.attention_backend, avail, load_table())
     return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

@@ -23,6 +23,7 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.merge import merge_stacked
 from dcpctl.runtime.attention.paged import build_paged, paged_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from tests.runtime.shards import rank_shards
 
 H200 = Key(128, "bf16", 64, "NVIDIA H200")
 BOTH = {"triton": None, "flashinfer": None}
@@ -157,16 +158,8 @@ def test_flashinfer_plan_through_merge_equals_unsplit(monkeypatch):
     want_lse = torch.stack([torch.logsumexp(q[b] @ kv[b, :n].T * scale, -1) for b, n in enumerate(lens)])
     want_o = torch.stack([torch.softmax(q[b] @ kv[b, :n].T * scale, -1) @ kv[b, :n, :512] for b, n in enumerate(lens)])
     for c in (1, 2, 4):
-        alloc = VirtualAllocator(256, page, c)
-        for rid, n in enumerate(lens):
-            alloc.allocate(rid, n)
         parts = []
-        for r in range(c):
-            pool = KVPool(1, (alloc.num_pages + 1) * page, 576, torch.float32)
-            fill = build_paged(alloc, [SeqChunk(rid, 0, n) for rid, n in enumerate(lens)], r, page)
-            pool.write(0, fill.write_slots, torch.cat([kv[b, :n] for b, n in enumerate(lens)])[fill.write_rows])
-            lay = build_paged(alloc, [SeqChunk(rid, n - 1, 1) for rid, n in enumerate(lens)], r, page, pad=1)
-            view = pool.kv[0].view(-1, page, 576)
+        for r, view, lay in rank_shards(kv, lens, c, page):
             res = flashinfer_mla.flashinfer_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)
             again = flashinfer_mla.flashinfer_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)   # next layer
             assert torch.equal(res.lse, again.lse) and res.base == "2"

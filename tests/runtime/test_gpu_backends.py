@@ -5,7 +5,7 @@ the rows it owns (owner(p) = p mod c) through the allocator's pages; each rank's
 (o, lse, base), and the merge (merge.merge_stacked) combines them.  Sequences shorter than c leave
 empty shards; lengths off page multiples leave partial last pages; pad rows follow the requests.
 Then the greedy ids of a tiny 512 + 64 latent model through the worker, per backend.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (benchmarks/gpu_flashinfer.sh).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (benchmarks/gpu_flashinfer.sh, gpu_flashmla.sh).
 """
 import json
 import math
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dcpctl.runtime.attention.flashinfer_setup import load
+from dcpctl.runtime.attention import flashinfer_setup, flashmla_setup
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.merge import merge_stacked
 from dcpctl.runtime.attention.paged import build_paged, paged_attention
@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 R, V, PAGE = 576, 512, 64
 SCALE = 1 / math.sqrt(192)
 LENS = [1, 3, 64, 130, 1000, 4097]      # < c (empty shards), page multiples and partial last pages
-BACKENDS = ["triton", "flashinfer"]
+BACKENDS = ["triton", "flashinfer", "flashmla"]
+FIELD = {"flashinfer": flashinfer_setup.load, "flashmla": flashmla_setup.load}
 
 
 def _report(name, doc):
@@ -37,8 +38,10 @@ def _report(name, doc):
 
 
 def _need(backend):
-    if backend == "flashinfer" and load()[0] is None:
-        pytest.skip(load()[1])
+    if backend in FIELD and FIELD[backend]()[0] is None:
+        pytest.skip(FIELD[backend]()[1])
+    if backend == "flashmla" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("FlashMLA's dense decode runs on sm_90 only")
 
 
 def _unsplit(q, kv, lens):
@@ -74,7 +77,7 @@ def _dcp_decode(q, kv, lens, c, backend):
     return m.o, m.lse, ran
 
 
-@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("heads", [16, 128])   # FlashMLA: 16 heads fill a quarter of its 64-row tile
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_through_merge_equals_unsplit(backend, heads):
     _need(backend)
@@ -108,34 +111,36 @@ def latent_path(tmp_path_factory):
 def _greedy(path, backend, reqs):
     # -> [(output_ids, output_logprobs)] per request
     from dcpctl.runtime.worker import run_worker
+    from tests.runtime.configs import config
     from tests.runtime.test_engine import launch_cfg
     cfg = launch_cfg(1, 1, capacity=8192, chunk=256)
     cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = "cuda", "bfloat16", str(path)
     cfg["kv"]["page_size"] = PAGE
     cfg["decisions"]["attention_backend"] = backend
-    return [(o["output_ids"], o["output_logprobs"]) for o in run_worker(cfg, reqs)["outputs"]]
+    return [(o["output_ids"], o["output_logprobs"]) for o in run_worker(config(cfg), reqs)["outputs"]]
 
 
 TIE = 0.1   # |log p| apart: what two bf16 runs of this random model may differ by (kernel rounding only)
 
 
-def test_greedy_ids_equal_across_backends(latent_path):
+@pytest.mark.parametrize("other", ["flashinfer", "flashmla"])
+def test_greedy_ids_equal_across_backends(latent_path, other):
     """Greedy ids equal, except where the two backends' picks are a near-tie: there both chosen tokens have
     log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise;
     issue 18's first GPU run: 14 of 16 equal, the two others diverged at tokens 9 and 12 of 16).  Before the
     divergence the ids are equal and the log-probabilities agree within TIE; a wrong kernel fails both."""
-    _need("flashinfer")
+    _need(other)
     rng = random.Random(0)
     reqs = [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 300))], "max_new_tokens": 16,
              "temperature": 0, "ignore_eos": True, "logprobs": True} for _ in range(16)]
-    got = {b: _greedy(latent_path, b, reqs) for b in BACKENDS}
+    got = {b: _greedy(latent_path, b, reqs) for b in ("triton", other)}
     rows = []
-    for (ia, la), (ib, lb) in zip(got["triton"], got["flashinfer"]):
+    for (ia, la), (ib, lb) in zip(got["triton"], got[other]):
         k = next((j for j in range(len(ia)) if ia[j] != ib[j]), len(ia))
         gap = max([abs(x - y) for x, y in zip(la[:k + 1], lb[:k + 1])] + [0.0])
         rows.append({"diverges_at": None if k == len(ia) else k, "max_logprob_gap": gap})
     same = sum(r["diverges_at"] is None for r in rows)
-    _report("greedy_across_backends", {"of": len(reqs), "tokens": 16, "equal": same, "rows": rows,
+    _report(f"greedy_triton_vs_{other}", {"of": len(reqs), "tokens": 16, "equal": same, "rows": rows,
                                        "ids": {b: [g[0] for g in v] for b, v in got.items()}})
     assert all(r["max_logprob_gap"] < TIE for r in rows), rows
     assert same >= len(reqs) - 2, f"{same} of {len(reqs)} greedy sequences equal: {rows}"

@@ -3,9 +3,9 @@
     local attention: flashinfer (triton at B=1 ctx=8K, ...) for 128 kernel heads, bf16 KV, page 64 on NVIDIA H200 (why)
 
 is said once per rule (`note_once`); per batch the rule picks by (batch, max local length), both host ints.
-Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer cannot take: chunks of
-more than one token, or a layout without host page lists (the CUDA-graph buffers, graphs.py: wiring FlashInfer's
-per-step plan() into the replay, before it, is what they would need).
+Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer or FlashMLA cannot take:
+chunks of more than one token, or the CUDA-graph buffers (graphs.py): FlashInfer's per-step plan() needs host page
+lists they do not carry, and FlashMLA's per-batch metadata is not yet wired into (nor tested under) a capture.
 """
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ from torch import Tensor
 
 from dcpctl.plan.attention_table import Key, Rule, decide, load_table
 from dcpctl.runtime.attention.flashinfer_mla import blocker as flashinfer_blocker
+from dcpctl.runtime.attention.flashmla import blocker as flashmla_blocker
 from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton_available
 from dcpctl.runtime.notes import note_once
 
 GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
+GRAPH_LAYOUT_MLA = "CUDA-graph replay: FlashMLA's per-batch metadata is not wired into the graph buffers"
+FIELD_KERNELS = ("flashinfer", "flashmla")     # decode-only: a chunk of more than one token runs ours
 KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3", torch.float32: "fp32",
             torch.float64: "fp64"}
 
@@ -51,25 +54,34 @@ def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], 
     return rule
 
 
-def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
-    """'flashinfer', 'triton' or 'torch' for this batch (asked per layer, decided once per batch).
+def choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dcp_size: int = 1) -> str:
+    """'flashinfer', 'flashmla', 'triton' or 'torch' for this batch (asked per layer, decided once per batch).
     q: [T, Hk, R]  pool: [pages, P, R]  lay: a PagedLayout."""
     state = lay.backend_state          # type: ignore[attr-defined]
     if state.get("backend") is None:
-        state["backend"] = _choose(requested, q, pool, lay, v_dim)
+        state["backend"] = _choose(requested, q, pool, lay, v_dim, dcp_size)
     return state["backend"]
 
 
-def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int) -> str:
-    # graph buffers (no host page lists) never ask FlashInfer: nothing is imported or planned during a capture
-    fi = (GRAPH_LAYOUT if lay.host_lens is None else flashinfer_blocker(pool, v_dim, q.dtype))  # type: ignore
-    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi))
+def group_context(chunks: list, dcp_size: int) -> int:
+    """The local context the rule picks by: the longest request's rows on the DCP group's fullest rank,
+    ceil(L / c), the same on every rank (a rank's own max local length can differ by one across ranks, and
+    ranks that pick different backends would return partials of different LSE bases to one merge)."""
+    return -(-max((ch.start + ch.num_tokens for ch in chunks), default=0) // dcp_size)
+
+
+def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dcp_size: int) -> str:
+    # graph buffers (no host page lists) never ask FlashInfer or FlashMLA: nothing is built or planned in a capture
+    graph = lay.host_lens is None      # type: ignore[attr-defined]
+    fi = GRAPH_LAYOUT if graph else flashinfer_blocker(pool, v_dim, q.dtype)
+    fm = GRAPH_LAYOUT_MLA if graph else flashmla_blocker(pool, v_dim, q.dtype)
+    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi), ("flashmla", fm))
     if all(why is not None for _, why in avail):
         return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
     key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
-    which = rule_for(requested, key, avail).pick(len(lay.chunks), lay.max_local_len)   # type: ignore[attr-defined]
-    if which == "flashinfer" and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
+    which = rule_for(requested, key, avail).pick(len(lay.chunks), group_context(lay.chunks, dcp_size))  # type: ignore
+    if which in FIELD_KERNELS and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
         note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
-                  "verification are causal by global position over a striped shard; FlashInfer's mask is not)")
+                  f"verification are causal by global position over a striped shard; {which}'s mask is not)")
         return "triton" if avail[0][1] is None else "torch"
     return which

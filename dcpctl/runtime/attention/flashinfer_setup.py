@@ -72,6 +72,15 @@ def activate(src: Path, work: Path, packaging_wheel: Path | None = None) -> None
     """Make `import flashinfer` load src: environment, sys.path, and ninja on PATH (jit runs `ninja`)."""
     for k, v in jit_environ(work).items():
         os.environ.setdefault(k, v)
+    build_tools()
+    sys.path.insert(0, str(src))
+    wheel = packaging_wheel or next(iter(sorted(src.parent.glob("packaging-*.whl"))), None)
+    if importlib.util.find_spec("packaging") is None and wheel is not None:
+        sys.path.append(str(wheel))            # flashinfer.jit imports `packaging`
+
+
+def build_tools() -> None:
+    """CUDA_HOME for torch's extension builder, and ninja (the pip package's, else the venv's) on PATH."""
     home = cuda_home()
     if home:
         os.environ["CUDA_HOME"] = home
@@ -84,10 +93,6 @@ def activate(src: Path, work: Path, packaging_wheel: Path | None = None) -> None
     except (ImportError, AttributeError):
         pass
     os.environ["PATH"] = os.pathsep.join(bins + [os.environ.get("PATH", "")])
-    sys.path.insert(0, str(src))
-    wheel = packaging_wheel or next(iter(sorted(src.parent.glob("packaging-*.whl"))), None)
-    if importlib.util.find_spec("packaging") is None and wheel is not None:
-        sys.path.append(str(wheel))            # flashinfer.jit imports `packaging`
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | host_tables  | n lists (host)      | chunk i's pages, as the block table (FlashInfer's plan) |
 | host_lens    | n ints (host)       | local_lens without the pad row (None: not known on host)|
 
-Which backend reads the pool (ours, FlashInfer, the torch reference) is `backend_choice.choose`'s.
+Which backend reads the pool (ours, FlashInfer, FlashMLA, the torch reference) is `backend_choice.choose`'s.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention.backend_choice import choose, triton_blocker
 from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
+from dcpctl.runtime.attention.flashmla import flashmla_decode
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
@@ -114,9 +115,11 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
     kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
-    which = choose(requested, q, pool, lay, v_dim)
+    which = choose(requested, q, pool, lay, v_dim, dcp_size)
     if which == "flashinfer":
         return flashinfer_decode(q, pool, lay, scale, v_dim, out)
+    if which == "flashmla":
+        return flashmla_decode(q, pool, lay, scale, v_dim, out)
     if which == "triton":
         return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors)
     note_once(f"local attention: the torch reference over the block table (attention_path paged; "

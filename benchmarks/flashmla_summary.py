@@ -1,0 +1,64 @@
+"""Summarize benchmarks/gpu_flashmla.sh's `bench kernel` results: the automatic choice against the best per cell.
+
+    python3 benchmarks/flashmla_summary.py DIR     (DIR holds kernel_*.json and table_*.json from that script)
+
+Writes DIR/table_all.json (every cell of the run as one backend table, the shape dcpctl/data/attention/h200.json
+has, ready to replace it) and DIR/summary.json; prints one row per cell: each backend's time, the pick of the shipped table and of
+this run's table with how much slower than the best it is, each backend's roofline fraction, and whether the
+cell has B x ctx >= 512K tokens (issue 18's target cells).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
+
+BIG = 512 * 1024
+
+
+def main(out: Path) -> None:
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("kernel_*.json")) if p.stat().st_size]
+    cells = [c for r in runs for c in r["cells"]]
+    parts = [json.loads(p.read_text()) for p in sorted(out.glob("table_h*.json"))]
+    table = {**parts[0], "cells": [c for p in parts for c in p["cells"]],
+             "source": " + ".join(p["source"] for p in parts),
+             "record": f"measured by benchmarks/gpu_flashmla.sh on one {runs[0]['device']} (torch {runs[0]['torch']}): "
+                       "two `dcpctl bench kernel --no-naive --save-table` calls (128 heads; 16 and 64 heads) over "
+                       "contexts 8K-128K x batches 1-64, ours, FlashInfer 0.2.14 and FlashMLA 9c5dfab side by side, "
+                       "merged by benchmarks/flashmla_summary.py"}
+    (out / "table_all.json").write_text(json.dumps(table, indent=1) + "\n")
+    tables = {"shipped": load_table(), "this run": load_table(out / "table_all.json")}
+    avail = {b: None if any(b in r["backends"] for r in runs) else "not timed" for b in BACKENDS}
+    rows, worst = [], {}
+    for c in cells:
+        us = {b: v["time_us"] for b, v in c["backends"].items() if v.get("time_us")}
+        best = min(us.values())
+        row = {"heads": c["heads"], "ctx": c["ctx"], "batch": c["batch"], "us": {b: round(t, 1) for b, t in us.items()},
+               "best": min(us, key=us.get), "fraction": {b: round(v["fraction"], 3) for b, v in c["backends"].items()
+                                                         if v.get("fraction")}, "big": c["batch"] * c["ctx"] >= BIG}
+        for name, t in tables.items():
+            pick = decide(Key(c["heads"], "bf16", 64, runs[0]["device"]), "auto", avail, t).pick(c["batch"], c["ctx"])
+            slow = us[pick] / best - 1 if pick in us else None
+            row[name] = {"pick": pick, "over_best": None if slow is None else round(slow, 4)}
+            worst[name] = max(worst.get(name, 0.0), slow if slow is not None else float("inf"))
+        rows.append(row)
+    print("heads ctx batch | us per backend | shipped pick (over best) | this-run pick (over best) | fractions | big")
+    for r in rows:
+        print(r["heads"], r["ctx"], r["batch"], r["us"], *[f"{r[n]['pick']} ({r[n]['over_best']})" for n in tables],
+              r["fraction"], r["big"])
+    print("worst auto over best:", {k: f"{v:.1%}" for k, v in worst.items()})
+    per_head = {}
+    for h in sorted({r["heads"] for r in rows}):
+        big = [r for r in rows if r["heads"] == h and r["big"]]
+        per_head[h] = {b: min((r["fraction"].get(b, 0.0) for r in big), default=None) for b in ["best", *BACKENDS]
+                       if b == "best" or any(b in r["fraction"] for r in big)}
+        per_head[h]["best"] = min((max(r["fraction"].values()) for r in big), default=None)
+        print(f"heads {h}: min roofline fraction over the {len(big)} cells with B x ctx >= 512K: {per_head[h]}")
+    (out / "summary.json").write_text(json.dumps({"rows": rows, "worst_auto_over_best": worst,
+                                                  "min_fraction_big_cells": per_head}, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

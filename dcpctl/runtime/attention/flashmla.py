@@ -1,0 +1,83 @@
+"""FlashMLA's dense paged decode (sm_90a) as a local attention backend of the paged DCP path.
+
+What FlashMLA needs, and what the runtime's pool gives it:
+
+| FlashMLA (csrc/flash_api.cpp, kernels/config.h)     | the runtime                                          |
+| --------------------------------------------------- | ---------------------------------------------------- |
+| k_cache [blocks, 64, h_k, 576], unit last stride   | the fused layer [pages, P, 576]: `pool.unsqueeze(2)` |
+| page block size 64 (Config::PAGE_BLOCK_SIZE)        | --page-size: any other P makes it unavailable        |
+| bf16 or fp16 q and KV (this build: bf16 only)       | bf16 pools; fp8/fp32/fp64 pools run ours             |
+| sm_90 (it checks major 9, minor 0)                  | H100/H200/H800/H20; other GPUs run ours              |
+| block_table [b, pages] int32, seqlens [b] int32     | block_table rows and local_lens, per query row       |
+
+The KV is read in place (zero copy, TMA over the pool's own strides).  Per forward batch, once: each query row
+gets its chunk's block-table row and local length, and FlashMLA's tile-scheduler metadata (a device kernel,
+no host sync).  Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf
+afterwards (DESIGN section 1): FlashMLA itself writes lse = +inf for a zero-length row (splitkv_mla.cu
+`cur_L == 0 ? INFINITY`), which the merge would take as a winner.  Its lse is base e (it writes
+logf(L) + m / log2(e)); returned tagged "e".  Chunks of more than one token (prefill, extend, verification) are
+causal by global position over a striped shard, which FlashMLA's causal mask is not: ours runs those.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from dcpctl.plan.attention_table import FLASHMLA_PAGE
+from dcpctl.runtime.attention.flashmla_setup import load
+from dcpctl.runtime.attention.fused_merge import store_owner_major
+from dcpctl.runtime.attention.triton_mla import MLAOut
+
+ROWS = (512, 64)                 # HEAD_DIM_V, HEAD_DIM_K - HEAD_DIM_V: the only latent row its kernel is built for
+
+
+def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
+    """Why FlashMLA cannot read this [pages, P, R] layer view (a clause), or None when it can (builds on first ask)."""
+    if pool.device.type != "cuda":
+        return "the KV pool is not on a GPU"
+    cap = torch.cuda.get_device_capability(pool.device)
+    if cap != (9, 0):
+        return f"FlashMLA's dense decode runs on sm_90 only; this GPU is sm_{cap[0]}{cap[1]}"
+    if pool.shape[1] != FLASHMLA_PAGE:
+        return f"page size {pool.shape[1]}: FlashMLA's kernel reads pages of {FLASHMLA_PAGE} rows only"
+    if (v_dim, pool.shape[-1] - v_dim) != ROWS:
+        return f"the latent row {v_dim} + {pool.shape[-1] - v_dim} is not FlashMLA's {ROWS[0]} + {ROWS[1]}"
+    if pool.dtype != torch.bfloat16 or q_dtype != torch.bfloat16:
+        return (f"the KV pool is {str(pool.dtype).removeprefix('torch.')} with "
+                f"{str(q_dtype).removeprefix('torch.')} queries (this FlashMLA build reads bf16 only)")
+    mod, why = load()
+    return why if mod is None else None
+
+
+def decode_rows(lens: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(seqlens >= 1, seen, tile metadata, num_splits) for query rows of local lengths lens [T] int32 (device)."""
+    seen = lens > 0
+    lens = lens.clamp_min(1).contiguous()     # an empty row reads one row of page 0; its lse is masked after
+    meta, splits = load()[0].get_mla_metadata(lens, heads, 1)   # type: ignore[union-attr]
+    return lens, seen, meta, splits
+
+
+def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor, Tensor, Tensor], scale: float,
+        v_dim: int) -> tuple[Tensor, Tensor]:
+    # q: [T, Hk, R]  pool: [pages, 64, R]  table: [T, pages] int32 -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
+    lens, seen, meta, splits = rows
+    o, lse = load()[0].fwd_kvcache_mla(q.unsqueeze(1), pool.unsqueeze(2), v_dim, lens, table,  # type: ignore
+                                       scale, False, meta, splits)
+    return o.squeeze(1), torch.where(seen[:, None], lse.squeeze(-1), float("-inf"))
+
+
+def flashmla_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
+                    out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    # q: [T, Hk, R]  pool: [pages, 64, R]  lay: a decode-only PagedLayout -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
+    # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode
+    q = q.contiguous()
+    state = lay.backend_state             # type: ignore[attr-defined]
+    if "mla_rows" not in state:          # once per batch: every layer has the same rows
+        rr = lay.row_req                  # type: ignore[attr-defined]
+        state["mla_table"] = lay.block_table.index_select(0, rr).contiguous()   # type: ignore[attr-defined]
+        state["mla_rows"] = decode_rows(lay.local_lens.index_select(0, rr), q.shape[1])   # type: ignore
+    o, lse = run(q, pool, state["mla_table"], state["mla_rows"], scale, v_dim)
+    if out is not None:
+        store_owner_major(out, o.flatten(0, 1), lse.flatten())
+        return MLAOut(*out, "e")
+    return MLAOut(o, lse, "e")

@@ -1,0 +1,114 @@
+"""Make FlashMLA's dense decode importable: built from its source tree as a torch extension.
+
+FlashMLA (github.com/deepseek-ai/FlashMLA) ships no wheel and its setup.py fetches CUTLASS as a git
+submodule, so on a machine without network it is built here as a torch extension: $DCPCTL_FLASHMLA_SDIST
+names its source tarball (benchmarks/flashmla/fetch.sh writes .vendor/flashmla-<commit>.tar.gz) and CUTLASS's
+headers come from FlashInfer's sdist ($DCPCTL_FLASHINFER_SDIST, its 3rdparty/cutlass), both unpacked under
+$DCPCTL_FLASHMLA_WORK (default /tmp/dcpctl-flashmla).  Only what the bf16 paged decode needs is compiled:
+flash_api.cpp, get_mla_metadata.cu, splitkv_mla.cu, mla_combine.cu, for sm_90a, fp16 left out
+(-DFLASH_MLA_DISABLE_FP16), with CUDA 13's include/cccl added for the host compiler.  The build is cached
+per torch version (torch's extension cache), so a process after the first loads it in a second.  (An
+installed `flash_mla` wheel is not used: its extension's signature changed after this commit, csrc/sm90/, and
+this module calls the one it builds.)
+
+`load()` is asked once per process; it returns the extension module (get_mla_metadata, fwd_kvcache_mla), or
+None and why (a clause for a note).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import tarfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+from dcpctl.plan.attention_table import FLASHMLA_SDIST_ENV, SDIST_ENV, flashmla_missing
+
+WORK_ENV = "DCPCTL_FLASHMLA_WORK"
+SOURCES = ("csrc/flash_api.cpp", "csrc/kernels/get_mla_metadata.cu", "csrc/kernels/mla_combine.cu",
+           "csrc/kernels/splitkv_mla.cu")
+CUTLASS = "3rdparty/cutlass/include"       # inside FlashInfer's sdist
+NVCC_FLAGS = ["-O3", "-std=c++17", "-DNDEBUG", "-D_USE_MATH_DEFINES", "-Wno-deprecated-declarations",
+              "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+              "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+              "--use_fast_math", "--ptxas-options=--register-usage-level=10", "-DFLASH_MLA_DISABLE_FP16",
+              "-gencode=arch=compute_90a,code=sm_90a"]
+# the host compiler keeps torch's own -std (its headers' standard); FlashMLA's host code is C++17
+CXX_FLAGS = ["-O3", "-DNDEBUG", "-Wno-deprecated-declarations", "-DFLASH_MLA_DISABLE_FP16"]
+
+
+def unpack(tarball: Path, work: Path, marker: str, only: str = "") -> Path:
+    """-> the tarball's top folder under work, holding at least its members under `only` (all when empty);
+    an earlier unpack is reused when `marker` (a path under the top folder) is there."""
+    if tarball.is_dir():
+        return tarball
+    with tarfile.open(tarball) as tf:
+        members = tf.getmembers()
+        top = members[0].name.split("/")[0]
+        if not (work / top / marker).exists():
+            work.mkdir(parents=True, exist_ok=True)
+            keep = [m for m in members if m.name.startswith(f"{top}/{only}")]
+            tf.extractall(work, members=keep, filter="data")
+    return work / top
+
+
+def sources(sdist: Path, cutlass_sdist: Path, work: Path) -> tuple[list[str], list[str]]:
+    """(the .cpp/.cu files, the include folders) of the decode build, unpacking both tarballs under work."""
+    src = unpack(sdist, work, SOURCES[0])
+    fi = unpack(cutlass_sdist, work, f"{CUTLASS}/cutlass/cutlass.h", only=CUTLASS)
+    return [str(src / s) for s in SOURCES], [str(src / "csrc"), str(fi / CUTLASS)]
+
+
+def build(sdist: Path, cutlass_sdist: Path, work: Path, verbose: bool = False) -> ModuleType:
+    """Compile (or load the cached) extension `flash_mla_cuda`; MAX_JOBS defaults to the CPU count."""
+    from torch.utils import cpp_extension
+
+    from dcpctl.runtime.attention.flashinfer_setup import build_tools
+    build_tools()
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    srcs, incs = sources(sdist, cutlass_sdist, work)
+    import torch
+    out = work / f"build-torch{torch.__version__}"
+    out.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(name="flash_mla_cuda", sources=srcs, extra_include_paths=incs, build_directory=str(out),
+                              extra_cflags=CXX_FLAGS + host_includes(cpp_extension.CUDA_HOME),
+                              extra_cuda_cflags=NVCC_FLAGS, verbose=verbose)
+
+
+def host_includes(cuda_home: str | None) -> list[str]:
+    """The C++ compiler's extra include: CUDA 13 keeps CCCL (cuda/std/..., which CUTLASS's fast_math.h includes
+    from flash_api.cpp) under include/cccl, a folder nvcc adds by itself and g++ does not."""
+    cccl = Path(cuda_home or "/nonexistent") / "include" / "cccl"
+    return [f"-I{cccl}"] if cccl.is_dir() else []
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> tuple[ModuleType | None, str]:
+    """(the extension with get_mla_metadata and fwd_kvcache_mla, where it came from) or (None, why not)."""
+    missing = flashmla_missing()
+    if missing is not None:
+        return None, missing
+    sdist, fi = Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ.get(SDIST_ENV, ""))
+    for env, path in ((FLASHMLA_SDIST_ENV, sdist), (SDIST_ENV, fi)):
+        if not str(path) or not path.exists():
+            return None, f"${env}={path} does not exist (FlashMLA's build takes CUTLASS from FlashInfer's sdist)"
+    t0 = time.perf_counter()
+    try:
+        mod = build(sdist, fi, Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")))
+    except Exception as e:       # a compile failure costs the backend, never the run
+        return None, f"building FlashMLA from {sdist.name} failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    return mod, f"FlashMLA {sdist.name.removesuffix('.tar.gz')}, built in {time.perf_counter() - t0:.0f} s"
+
+
+def main() -> int:
+    """benchmarks/flashmla/build.py: build (or load the cached build) verbosely, timed; 2 when not configured."""
+    missing = flashmla_missing()
+    if missing is not None:
+        print(f"dcpctl: {missing}")
+        return 2
+    t0 = time.perf_counter()
+    mod = build(Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ.get(SDIST_ENV, "")),
+                Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")), verbose=True)
+    print(f"FlashMLA: {mod.__file__}, built or loaded in {time.perf_counter() - t0:.1f} s")
+    return 0
