@@ -1,4 +1,4 @@
-"""The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused) against the torch forms they
+"""The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py) against the torch forms they
 replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: rope in x's dtype (V3), and every store position; the
@@ -17,6 +17,7 @@ from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
 from dcpctl.runtime.models.ops import rms_norm_torch
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_q_into
+from dcpctl.runtime.models.swiglu_triton import swiglu_fused
 
 
 class _Cfg:  # the two fields Rotary reads, for a V3 (bf16 rotation) or V2 (fp32 rotation) model
@@ -92,6 +93,18 @@ def check_add_norm(device: str, dtype: torch.dtype, T: int = 3, D: int = 7168) -
     assert e_h.shape == (0, D) and e_y.shape == (0, D)
 
 
+def check_swiglu(device: str, dtype: torch.dtype, T: int = 3, inter: int = 2048) -> None:
+    g = torch.Generator().manual_seed(T + inter)
+    h = (torch.randn(T, 2 * inter, generator=g) * 3).to(device=device, dtype=dtype)
+    got = swiglu_fused(h, inter)
+    gate, up = h.split(inter, -1)
+    want = torch.nn.functional.silu(gate) * up
+    if device == "cpu":   # torch's CPU silu vectorizes exp its own way: within a step of the dtype
+        assert _close_norm(got, want)
+    else:                 # libdevice expf and an IEEE division: torch's CUDA silu, bit for bit
+        assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+
+
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
         for interleaved in (True, False):
@@ -101,6 +114,8 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
         check_rope_q(device, dtype, True, False, True, T=1, H=128)
         check_add_norm(device, dtype)
         check_add_norm(device, dtype, T=1, D=512)
+        check_swiglu(device, dtype)
+        check_swiglu(device, dtype, T=1, inter=1000)
 
 
 if __name__ == "__main__":

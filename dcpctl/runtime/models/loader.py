@@ -108,5 +108,5 @@ def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str, upcast: torch.
 def _layer(cfg: MlaConfig, ps: ParallelState, s: Shards, i: int, p: str, t: dict[str, Tensor],
            rotary: Rotary, scale: float, fuse: Fusions) -> Layer:
     attn = MlaAttention(cfg, i, p + "self_attn.", t, s, rotary, scale, ps.attn_tp.group, fuse)
-    mlp = MoE(cfg, p + "mlp.", t, s) if cfg.is_moe_layer(i) else DenseMLP(p + "mlp.", t)
+    mlp = MoE(cfg, p + "mlp.", t, s) if cfg.is_moe_layer(i) else DenseMLP(p + "mlp.", t, fuse.swiglu)
     return Layer(t[p + "input_layernorm.weight"], attn, t[p + "post_attention_layernorm.weight"], mlp)
