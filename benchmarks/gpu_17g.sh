@@ -1,7 +1,7 @@
 [ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets; export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Issue 17, the graph step's own speed, on one H200 (~3-4 minutes): the fused kernels' GPU tests, the CUDA-graph
 # decode step with every fusion on / all off / each one off (benchmarks/fusion_ab.py, one process), `dcpctl bench
-# decode --cuda-graphs` as shipped, kernel profiles of one step (fused at batch 1 and 32, unfused at 32), then
+# decode --cuda-graphs` as shipped, the step's GEMMs one by one (benchmarks/step_gemms.py), kernel profiles of one step (fused at batch 1 and 32, unfused at 32), then
 # `pytest -m gpu tests/runtime`.  Every part runs; each one's exit status is in status.txt.
 #   usage (repo root): OUT=dir bash benchmarks/gpu_17g.sh         results: $OUT/i17g/*.json, *.log, status.txt
 export OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
@@ -25,6 +25,7 @@ from fusion_ab import write_checkpoint; print(write_checkpoint(Path('$M')))"
 run ab_all 120 python3 benchmarks/fusion_ab.py --model $M --variants fused,all --batches 1,8,32 -o "$O/ab_all.json"
 run ab_each 120 python3 benchmarks/fusion_ab.py --model $M --variants qkv_a,q_rope,kv_write,add_norm,v_out,swiglu \
   --batches 1,32 -o "$O/ab_each.json"
+run step_gemms 60 python3 benchmarks/step_gemms.py -o "$O/step_gemms.json"
 run bench_decode 120 python3 -m dcpctl.cli.main bench decode --device cuda --cuda-graphs --tp-size 1 --dcp-sizes 1 \
   --shape v3 --layers 4 --dtype bfloat16 --page-size 64 --batches 1,8,32 --contexts 1032 --steps 5 --warmup 2 \
   -o "$O/decode.json"
@@ -32,9 +33,9 @@ for b in 1 32; do
   run "step_profile_b$b" 60 python3 benchmarks/step_profile.py --model $M --batch $b --context 1032 \
     -o "$O/step_profile_b$b.json"
 done
-DCPCTL_UNFUSED=all run step_profile_b32_unfused 60 python3 benchmarks/step_profile.py --model $M --batch 32 \
+run step_profile_b32_unfused 60 env DCPCTL_UNFUSED=all python3 benchmarks/step_profile.py --model $M --batch 32 \
   --context 1032 -o "$O/step_profile_b32_unfused.json"
 run pytest_gpu 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime
 tail -3 "$O/pytest_gpu.log"
-cat "$O/ab_all.log" "$O/ab_each.log"
+cat "$O/ab_all.log" "$O/ab_each.log"; grep -c "B=" "$O/step_gemms.log"
 cat "$O/status.txt"
