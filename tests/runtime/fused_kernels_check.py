@@ -1,9 +1,9 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py) against the torch forms they
 replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
-Exact (torch.equal) where the arithmetic is the same: rope in x's dtype (V3), and every store position; the
-norms may differ by one rounding step (the kernel's mean sums as a tree, as norm_triton says), and V2's
-fp32-math rope by an fp32 ulp before the final rounding (FMA contraction).  The interpreter runs fp16 only: its
+Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
+sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
+norm_triton says), SwiGLU's silu by one (exp).  The interpreter runs fp16 only: its
 bf16 casts truncate instead of rounding to nearest, so bf16 is checked on the GPU (test_gpu_step_fusions.py).
 """
 from __future__ import annotations
@@ -49,10 +49,7 @@ def check_rope_q(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: 
     ref = r.apply(q[:, :, 128:], cos, sin)
     assert torch.isnan(out[:, :, :512]).all(), "wrote outside the rope slice"
     got = out[:, :, 512:]
-    if fp32_math:
-        assert torch.allclose(got.float(), ref.float(), rtol=2 ** -7, atol=1e-6), (got - ref).abs().max()
-    else:
-        assert torch.equal(got, ref), (got.float() - ref.float()).abs().max()
+    assert torch.equal(got, ref), (got.float() - ref.float()).abs().max()
 
 
 def check_kv_rows(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: bool, yarn: bool) -> None:
@@ -74,10 +71,7 @@ def check_kv_rows(device: str, dtype: torch.dtype, interleaved: bool, fp32_math:
     untouched[slots] = False
     assert not pool[untouched].any(), "wrote a slot outside `slots`"
     assert _close_norm(pool[slots, :L], ref[slots, :L])
-    if fp32_math:
-        assert torch.allclose(pool[slots, L:].float(), ref[slots, L:].float(), rtol=2 ** -7, atol=1e-6)
-    else:
-        assert torch.equal(pool[slots, L:], ref[slots, L:])
+    assert torch.equal(pool[slots, L:], ref[slots, L:]), (pool[slots, L:].float() - ref[slots, L:].float()).abs().max()
 
 
 def check_add_norm(device: str, dtype: torch.dtype, T: int = 3, D: int = 7168) -> None:
@@ -99,10 +93,10 @@ def check_swiglu(device: str, dtype: torch.dtype, T: int = 3, inter: int = 2048)
     got = swiglu_fused(h, inter)
     gate, up = h.split(inter, -1)
     want = torch.nn.functional.silu(gate) * up
-    if device == "cpu":   # torch's CPU silu vectorizes exp its own way: within a step of the dtype
-        assert _close_norm(got, want)
-    else:                 # libdevice expf and an IEEE division: torch's CUDA silu, bit for bit
-        assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    # libdevice expf and an IEEE division as torch's CUDA silu; exp may still round apart (and torch's CPU silu
+    # vectorizes exp its own way): within a step of the dtype, nearly all equal
+    assert _close_norm(got, want)
+    assert (got == want).float().mean() > 0.99
 
 
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:

@@ -8,9 +8,11 @@
         and index_copy)
 
 The arithmetic is Rotary.apply's and ops.rms_norm's, rounding where they round: with fp32_math False (V3) each
-product, and the sum, is rounded to x's dtype as torch's bf16 ops do, so the result is bit-identical; with
-fp32_math (V2's rope_fp32) the rotation runs in fp32 (the compiler may contract a product and its sum into one
-FMA: an fp32 ulp before the final rounding).  Layout as Rotary.apply: out = (rotated evens, rotated odds) when
+product, and the sum, is rounded to x's dtype as torch's bf16 ops do; with fp32_math (V2's rope_fp32) the
+rotation runs in fp32.  Launched with enable_fp_fusion=False: Triton turns the fp32-then-round steps into
+bf16 multiplies and adds (each correctly rounded, which is what fp32-then-round gives), but with contraction
+on it fuses a product into the sum as one bf16 FMA, one rounding fewer than torch (1-ulp differences,
+large after cancellation, seen on an H200).  So the rope is bit-identical to torch's.  Layout as Rotary.apply: out = (rotated evens, rotated odds) when
 interleaved, else (rotated first half, rotated second half).
 """
 from __future__ import annotations
@@ -110,7 +112,8 @@ def rope_q_into(q_pe: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved
     bh = min(16, triton.next_power_of_2(H))
     _rope_q_kernel[(T, triton.cdiv(H, bh))](q_pe, cos, sin, out, H, q_pe.stride(0), q_pe.stride(1), out.stride(0),
                                             out.stride(1), cos.stride(0), HALF=cos.shape[1], BLOCK_H=bh,
-                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, num_warps=4)
+                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, num_warps=4,
+                                            enable_fp_fusion=False)
 
 
 def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tensor, dst: Tensor, rows: Tensor,
@@ -122,4 +125,4 @@ def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tenso
     block = triton.next_power_of_2(L)
     _kv_rows_kernel[(n,)](kv, norm_w, cos, sin, dst, rows, slots, kv.stride(0), dst.stride(0), cos.stride(0), L, eps,
                           BLOCK_L=block, HALF=cos.shape[1], INTERLEAVED=interleaved, FP32_MATH=fp32_math,
-                          num_warps=4)
+                          num_warps=4, enable_fp_fusion=False)
