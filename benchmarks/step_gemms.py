@@ -1,8 +1,8 @@
 """The decode step's GEMMs one by one on one GPU, against their weight-bytes roofline (issue 17).
 
 Every linear layer and the two absorbed-MLA bmms of a DeepSeek-V3 layer (bf16, TP 1) at each batch: microseconds
-per call, the weight bandwidth it reaches and the time at the measured copy bandwidth, in the forms the step
-uses and in candidate forms (cuBLAS or cuBLASLt; the bmms as einsum, strided `out=`, or transposed), so what the
+per call (calls captured in a CUDA graph, as the step runs them), the weight bandwidth it reaches and the time at
+the measured copy bandwidth, in the forms the step uses and in candidate forms (cuBLAS or cuBLASLt; the bmms as einsum, strided `out=`, or transposed), so what the
 graph step spends in GEMMs beyond the roofline is visible per GEMM.  Weights rotate over copies larger than L2,
 so no call reads a weight from cache.
 
@@ -25,14 +25,23 @@ ROTATE_BYTES = 256 << 20   # > the H200's 50 MB L2
 
 
 def _time(fn: Callable[[int], object], n: int, reps: int = 30) -> float:
-    # fn(i) runs call i (on weight copy i % n) -> microseconds per call
-    for i in range(3):
-        fn(i)
+    # fn(i) runs call i (on weight copy i % n) -> microseconds per call, timed as `reps` calls captured in one CUDA
+    # graph (as the step runs them: eager launches from this host cost more than the small GEMMs themselves)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(3):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(reps):
+            fn(i)
+    graph.replay()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     s.record()
-    for i in range(reps):
-        fn(i)
+    graph.replay()
     e.record()
     e.synchronize()
     return s.elapsed_time(e) / reps * 1e3
@@ -81,7 +90,7 @@ def bmms(b: int) -> list[dict]:
 def copy_bandwidth() -> float:
     a = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     c = torch.empty_like(a)
-    us = _time(lambda i: c.copy_(a), 1, reps=10)
+    us = _time(lambda i: c.copy_(a), 1, reps=5)
     return 2 * a.numel() / (us * 1e-6)
 
 
