@@ -23,7 +23,8 @@ run pytest_fusions 90 python3 -m pytest -q -p no:cacheprovider tests/runtime/tes
 run write 60 python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
 from fusion_ab import write_checkpoint; print(write_checkpoint(Path('$M')))"
 run ab_all 120 python3 benchmarks/fusion_ab.py --model $M --variants fused,all --batches 1,8,32 -o "$O/ab_all.json"
-run ab_each 120 python3 benchmarks/fusion_ab.py --model $M --variants qkv_a,q_rope,kv_write,add_norm,v_out,swiglu \
+run ab_each 120 python3 benchmarks/fusion_ab.py --model $M \
+  --variants qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed \
   --batches 1,32 -o "$O/ab_each.json"
 run step_gemms 60 python3 benchmarks/step_gemms.py -o "$O/step_gemms.json"
 run bench_decode 120 python3 -m dcpctl.cli.main bench decode --device cuda --cuda-graphs --tp-size 1 --dcp-sizes 1 \

@@ -1,5 +1,5 @@
-"""The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py) against the torch forms they
-replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+"""The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
+embed_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
 sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
@@ -17,6 +17,7 @@ from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
 from dcpctl.runtime.models.ops import rms_norm_torch
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_q_into
+from dcpctl.runtime.models.embed_triton import embed_rows
 from dcpctl.runtime.models.swiglu_triton import swiglu_fused
 
 
@@ -99,6 +100,18 @@ def check_swiglu(device: str, dtype: torch.dtype, T: int = 3, inter: int = 2048)
     assert (got == want).float().mean() > 0.99
 
 
+def check_embed(device: str, dtype: torch.dtype, start: int = 100, n: int = 164, D: int = 3000) -> None:
+    # this rank's rows [start, start + n) of the vocab; ids outside them give exact zeros
+    g = torch.Generator().manual_seed(n)
+    embed = torch.randn(n, D, generator=g).to(device=device, dtype=dtype)
+    ids = torch.tensor([100, 0, 263, 264, 99, 150, 5000, 101], device=device)
+    local = ids - start
+    mine = ((local >= 0) & (local < n)).unsqueeze(1)
+    want = torch.where(mine, embed[local.clamp(0, n - 1)], 0.0)
+    assert torch.equal(embed_rows(ids, embed, start), want)
+    assert embed_rows(ids[:0], embed, start).shape == (0, D)
+
+
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
         for interleaved in (True, False):
@@ -110,6 +123,7 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
         check_add_norm(device, dtype, T=1, D=512)
         check_swiglu(device, dtype)
         check_swiglu(device, dtype, T=1, inter=1000)
+        check_embed(device, dtype)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.attention import MlaAttention
 from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.embed_triton import embed_kernel_ok, embed_rows
 from dcpctl.runtime.models.fusions import Fusions
 from dcpctl.runtime.models.ops import add_rms_norm, all_gather_rows, all_reduce, gather_sizes, rms_norm
 from dcpctl.runtime.models.rope import Rotary
@@ -94,6 +95,8 @@ class DeepseekModel:
     def _embed(self, ids: Tensor) -> Tensor:
         # ids: [T] -> [T, D]; rows outside this rank's vocab slice are zero before the all-reduce
         s = self.shards
+        if self.fuse.embed and embed_kernel_ok(ids, self.embed):
+            return all_reduce(embed_rows(ids, self.embed, s.vocab_start), self.ps.attn_tp.group)
         local = ids - s.vocab_start
         n = s.vocab_end - s.vocab_start
         mine = ((local >= 0) & (local < n)).unsqueeze(1)

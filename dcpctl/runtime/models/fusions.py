@@ -10,6 +10,7 @@ fusion computes the same numbers as the form it replaces (tests/runtime/test_ste
 | add_norm | residual add + RMSNorm in one kernel (returns both)             | add, then norm                        |
 | v_out    | o @ w_vc written head-major into the o_proj input               | einsum + a [T, H, v] reshape copy     |
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
+| embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed")
 ENV = "DCPCTL_UNFUSED"
 
 
