@@ -16,12 +16,13 @@ from torch import Tensor
 class AttentionContext(Protocol):
     positions: Tensor  # [T] int64 global position of every token of the batch (rope uses it)
 
-    def attend(self, layer: int, q: Tensor, kv_new: Tensor, scale: float, q_is_group: bool = False) -> Tensor:
+    def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, q_is_group: bool = False) -> Tensor:
         """Causal MLA attention of this batch's tokens over their whole sequences.
 
         q: [T, H_local, R] (this rank's heads), or [T, H_local * dcp, R] with q_is_group=True (the
         DCP group's heads, computed locally under replicated Q projection; group order = dcp rank)
         kv_new: [T, R] latent rows of the batch's tokens (every rank passes all of them; the
-        context keeps only owned rows).  Returns o: [T, H_local, L] for this rank's heads.
+        context keeps only owned rows); None when the model already wrote them where the context's optional
+        `kv_destination(layer)` said (DCPContext: one fused kernel).  Returns o: [T, H_local, L] for this rank's heads.
         """
         ...

@@ -87,10 +87,17 @@ class DCPContext:
         return segmented_attention(q, kv, lay.positions, lay.kv_pos, lay.q_bounds, lay.kv_bounds,
                                    scale, self.v_dim, self.lse_base)
 
-    def attend(self, layer: int, q: Tensor, kv_new: Tensor, scale: float, q_is_group: bool = False) -> Tensor:
-        # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R] -> [T, Hl, L]
+    def kv_destination(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(pool rows [C, R] of `layer`, batch rows [W], their slots [W]): where `attend` writes the new latent
+        rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes kv_new=None."""
+        return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
+
+    def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, q_is_group: bool = False) -> Tensor:
+        # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R], or None: already written (kv_destination)
+        # -> [T, Hl, L]
         lay = self.layout
-        self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
+        if kv_new is not None:
+            self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
         if self.paged:
             attend = lambda qq, out=None: self._attend_paged(layer, qq, scale, out)  # noqa: E731
         else:

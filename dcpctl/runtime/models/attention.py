@@ -5,6 +5,11 @@
 
 kv_b_proj rows per head are [nope rows of W_k | v rows of W_v], each [*, kv_lora_rank]; so
 w_kc[h] = W_k[h] ([nope, L]) and w_vc[h] = W_v[h]^T ([L, v]).
+
+With the fusions on (fusions.py): q_a and kv_a are one GEMM; the absorbed query is one [T, Hq, R] buffer whose
+latent slice the bmm writes and whose rope slice the rope kernel writes; the new latent rows go from kv_a's
+output straight into the KV pool (norm + rope + write: one kernel) when the context says where
+(`kv_destination`); the value bmm writes the o_proj input head-major, with no reshape copy.
 """
 from __future__ import annotations
 
@@ -16,9 +21,12 @@ from torch import Tensor
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.fusions import Fusions
+from dcpctl.runtime.models.norm_triton import fused_norm_ok
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
-from dcpctl.runtime.models.quant import linear
+from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
 from dcpctl.runtime.models.rope import Rotary
+from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_kernel_ok, rope_q_into
 from dcpctl.runtime.models.shards import Shards
 
 LATENT_NORM_EPS = 1e-6  # q_a_layernorm / kv_a_layernorm use the default eps in HF and DeepSeek
@@ -46,14 +54,19 @@ def attention_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
 
 class MlaAttention:
     def __init__(self, cfg: MlaConfig, layer: int, p: str, t: dict[str, Tensor], s: Shards,
-                 rotary: Rotary, scale: float, group: Any):
+                 rotary: Rotary, scale: float, group: Any, fuse: Fusions = Fusions()):
         self.cfg, self.layer, self.rotary, self.scale, self.group = cfg, layer, rotary, scale, group
-        self.upcast = rotary.upcast
+        self.upcast, self.fuse = rotary.upcast, fuse
         self.q_is_group, self.heads, self.q_heads = s.q_is_group, s.heads, s.q_heads
-        self.q_a = t.get(p + "q_a_proj.weight")
+        q_a, kv_a = t.get(p + "q_a_proj.weight"), t[p + "kv_a_proj_with_mqa.weight"]
+        # q_a then kv_a as one weight (they share the input): block-FP8 q_a ends on a scale block (1536 = 12 x 128)
+        self.qkv_a = concat_rows(q_a, kv_a) if fuse.qkv_a and q_a is not None else None
+        self.pair = (q_a, kv_a) if self.qkv_a is None else None
+        if self.qkv_a is not None:
+            t.pop(p + "q_a_proj.weight")
+            t.pop(p + "kv_a_proj_with_mqa.weight")
         self.q_a_norm = t.get(p + "q_a_layernorm.weight")
         self.q_b = t[p + "q_b_proj.weight"] if cfg.q_lora_rank is not None else t[p + "q_proj.weight"]
-        self.kv_a = t[p + "kv_a_proj_with_mqa.weight"]
         self.kv_a_norm = t[p + "kv_a_layernorm.weight"]
         nope, L = cfg.qk_nope_head_dim, cfg.kv_lora_rank
         kv_b = t[p + "kv_b_proj.weight"].view(s.q_heads, nope + cfg.v_head_dim, L)
@@ -62,25 +75,76 @@ class MlaAttention:
         self.w_vc = kv_b[off:off + s.heads, nope:, :].transpose(1, 2).contiguous()  # [Hl, L, v]
         self.o_proj = t[p + "o_proj.weight"]  # [D, Hl * v]
 
-    def _q(self, x: Tensor) -> Tensor:
-        # x: [T, D] -> [T, Hq, qk_head_dim]
-        if self.q_a is not None:
-            x = rms_norm(linear(x, self.q_a), self.q_a_norm, LATENT_NORM_EPS, self.upcast)
-        return linear(x, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
+    @property
+    def q_a(self) -> Weight | None:
+        return self.pair[0] if self.qkv_a is None else rows(self.qkv_a, 0, self.cfg.q_lora_rank)
 
-    def latent_qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-        # x: [T, D] -> q: [T, Hq, R] absorbed query, kv_new: [T, R] latent rows
+    @property
+    def kv_a(self) -> Weight:
+        return self.pair[1] if self.qkv_a is None else rows(self.qkv_a, self.cfg.q_lora_rank, self.qkv_a.shape[0])
+
+    def _projections(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        # x: [T, D] -> q: [T, Hq, qk_head_dim], kv_a's output [T, L + rope] (c_kv not yet normalized)
+        if self.qkv_a is not None:
+            qa, kv = linear(x, self.qkv_a).split([self.cfg.q_lora_rank, self.cfg.latent_dim], dim=-1)
+        else:
+            q_a, kv_a = self.pair
+            qa, kv = (linear(x, q_a) if q_a is not None else None), linear(x, kv_a)
+        xq = rms_norm(qa, self.q_a_norm, LATENT_NORM_EPS, self.upcast) if qa is not None else x
+        return linear(xq, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim), kv
+
+    def _rope_into(self, x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> None:
+        # x: [T, H, rope] -> out (a view of the query buffer)
+        r = self.rotary
+        if isinstance(r, Rotary) and rope_kernel_ok(x, cos, self.upcast) and out.stride(-1) == 1:
+            rope_q_into(x, cos, sin, out, r.interleaved, r.math_upcast)
+        else:
+            out.copy_(r.apply(x, cos, sin))
+
+    def _query(self, q: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        # q: [T, Hq, qk_head_dim] -> [T, Hq, R]: [q_nope @ w_kc, rope(q_pe)]
         cfg = self.cfg
-        q_nope, q_pe = self._q(x).split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
-        c_kv, k_pe = linear(x, self.kv_a).split([cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
+        q_nope, q_pe = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
+        if not self.fuse.q_rope:
+            q_lat = torch.einsum("thn,hnl->thl", q_nope, self.w_kc)
+            return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
+        L = cfg.kv_lora_rank
+        out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
+        torch.bmm(q_nope.transpose(0, 1), self.w_kc, out=out[:, :, :L].transpose(0, 1))
+        self._rope_into(q_pe, cos, sin, out[:, :, L:])
+        return out
+
+    def _kv_written(self, kv: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext) -> bool:
+        # kv: [T, L + rope]; True when the fused kernel wrote the batch's latent rows into the pool itself
+        where = getattr(ctx, "kv_destination", None)
+        if not self.fuse.kv_write or where is None or not isinstance(self.rotary, Rotary):
+            return False
+        dst, rows_, slots = where(self.layer)
+        L = self.cfg.kv_lora_rank
+        if (dst.dtype != kv.dtype or not rope_kernel_ok(kv, cos, self.upcast)
+                or not fused_norm_ok(kv[:, :L], self.kv_a_norm, self.upcast)):
+            return False
+        kv_rows_into(kv, self.kv_a_norm, LATENT_NORM_EPS, cos, sin, dst, rows_, slots, self.rotary.interleaved,
+                     self.rotary.math_upcast)
+        return True
+
+    def _latent_rows(self, kv: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        # kv: [T, L + rope] -> [T, R]: [norm(c_kv), rope(k_pe)]
+        c_kv, k_pe = kv.split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
         c_kv = rms_norm(c_kv, self.kv_a_norm, LATENT_NORM_EPS, self.upcast)
-        q_lat = torch.einsum("thn,hnl->thl", q_nope, self.w_kc)
-        q = torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
-        return q, torch.cat([c_kv, self.rotary.apply(k_pe, cos, sin)], dim=-1)
+        return torch.cat([c_kv, self.rotary.apply(k_pe, cos, sin)], dim=-1)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext) -> Tensor:
         # x: [T, D] -> [T, D] summed over attention TP
-        q, kv_new = self.latent_qkv(x, cos, sin)
+        q, kv = self._projections(x)
+        q = self._query(q, cos, sin)
+        kv_new = None if self._kv_written(kv, cos, sin, ctx) else self._latent_rows(kv, cos, sin)
         o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
-        v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(x.shape[0], self.heads * self.cfg.v_head_dim)
+        T, vd = x.shape[0], self.cfg.v_head_dim
+        if self.fuse.v_out:
+            v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
+            torch.bmm(o.transpose(0, 1), self.w_vc, out=v.transpose(0, 1))
+            v = v.view(T, self.heads * vd)
+        else:
+            v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)
         return all_reduce(linear(v, self.o_proj), self.group)

@@ -18,7 +18,9 @@ from torch import Tensor
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.attention import MlaAttention
 from dcpctl.runtime.models.config import MlaConfig
-from dcpctl.runtime.models.ops import all_gather_rows, all_reduce, gather_sizes, rms_norm
+from dcpctl.runtime.models.embed_triton import embed_kernel_ok, embed_rows
+from dcpctl.runtime.models.fusions import Fusions
+from dcpctl.runtime.models.ops import add_rms_norm, all_gather_rows, all_reduce, gather_sizes, rms_norm
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.shards import Shards
 from dcpctl.runtime.parallel import ParallelState
@@ -49,8 +51,8 @@ class DeepseekModel:
     kda_pool = None  # hybrid models (KimiLinearModel) hold their request-indexed KDA state here
 
     def __init__(self, cfg: MlaConfig, ps: ParallelState, s: Shards, embed: Tensor, lm_head: Tensor,
-                 norm: Tensor, layers: list[Layer], rotary: Rotary):
-        self.cfg, self.ps, self.shards = cfg, ps, s
+                 norm: Tensor, layers: list[Layer], rotary: Rotary, fuse: Fusions = Fusions()):
+        self.cfg, self.ps, self.shards, self.fuse = cfg, ps, s, fuse
         self.kv_layers = cfg.num_layers  # KV-pool layers (hybrids: only the MLA layers)
         self.embed, self.lm_head, self.norm = embed, lm_head, norm  # vocab rows [vocab_start, vocab_end)
         self.layers, self.rotary = layers, rotary
@@ -68,11 +70,14 @@ class DeepseekModel:
         h = self._embed(input_ids.to(self.device))
         cos, sin = self.rotary.cos_sin(positions.to(self.device))
         reps = replicas if replicas is not None else self._replicas(h.shape[0])
-        eps, up = self.cfg.rms_norm_eps, self.rotary.upcast
-        for layer in self.layers:
-            h = h + layer.attn.forward(rms_norm(h, layer.input_norm, eps, up), cos, sin, ctx)
-            h = h + self._mlp(layer.mlp, rms_norm(h, layer.post_norm, eps, up), reps)
-        return rms_norm(h, self.norm, eps, up)
+        eps, up, fused = self.cfg.rms_norm_eps, self.rotary.upcast, self.fuse.add_norm
+        # each residual add is fused with the norm that reads its sum (the next layer's input norm, or the final)
+        norms = [lay.input_norm for lay in self.layers[1:]] + [self.norm]
+        y = rms_norm(h, self.layers[0].input_norm if self.layers else self.norm, eps, up)
+        for layer, after in zip(self.layers, norms):
+            h, y = add_rms_norm(layer.attn.forward(y, cos, sin, ctx), h, layer.post_norm, eps, up, fused)
+            h, y = add_rms_norm(self._mlp(layer.mlp, y, reps), h, after, eps, up, fused)
+        return y
 
     @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:
@@ -90,6 +95,8 @@ class DeepseekModel:
     def _embed(self, ids: Tensor) -> Tensor:
         # ids: [T] -> [T, D]; rows outside this rank's vocab slice are zero before the all-reduce
         s = self.shards
+        if self.fuse.embed and embed_kernel_ok(ids, self.embed):
+            return all_reduce(embed_rows(ids, self.embed, s.vocab_start), self.ps.attn_tp.group)
         local = ids - s.vocab_start
         n = s.vocab_end - s.vocab_start
         mine = ((local >= 0) & (local < n)).unsqueeze(1)

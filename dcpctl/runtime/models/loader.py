@@ -27,6 +27,7 @@ from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
+from dcpctl.runtime.models.fusions import Fusions
 from dcpctl.runtime.models.kimi_config import hybrid_config
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
@@ -66,9 +67,9 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
-    rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
-    layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale) for i in range(cfg.num_layers)]
-    return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary)
+    rotary, scale, fuse = Rotary(cfg, device, upcast), softmax_scale(cfg), Fusions.from_env()
+    layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale, fuse) for i in range(cfg.num_layers)]
+    return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary, fuse)
 
 
 def read_config(path: Path) -> MlaConfig:
@@ -105,7 +106,7 @@ def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str, upcast: torch.
 
 
 def _layer(cfg: MlaConfig, ps: ParallelState, s: Shards, i: int, p: str, t: dict[str, Tensor],
-           rotary: Rotary, scale: float) -> Layer:
-    attn = MlaAttention(cfg, i, p + "self_attn.", t, s, rotary, scale, ps.attn_tp.group)
-    mlp = MoE(cfg, p + "mlp.", t, s) if cfg.is_moe_layer(i) else DenseMLP(p + "mlp.", t)
+           rotary: Rotary, scale: float, fuse: Fusions) -> Layer:
+    attn = MlaAttention(cfg, i, p + "self_attn.", t, s, rotary, scale, ps.attn_tp.group, fuse)
+    mlp = MoE(cfg, p + "mlp.", t, s) if cfg.is_moe_layer(i) else DenseMLP(p + "mlp.", t, fuse.swiglu)
     return Layer(t[p + "input_layernorm.weight"], attn, t[p + "post_attention_layernorm.weight"], mlp)

@@ -15,6 +15,7 @@ from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.quant import Fp8Weight, Weight, concat_rows, grouped_linear, linear, rows, stack
 from dcpctl.runtime.models.shards import Shards, split
+from dcpctl.runtime.models.swiglu_triton import swiglu_fused, swiglu_kernel_ok
 
 
 def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) -> list[Want]:
@@ -27,9 +28,11 @@ def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) 
 
 class DenseMLP:
     """SwiGLU. Gate and up are one [2I, D] weight (one GEMM, one launch at decode) wherever they
-    concatenate (quant.concat_rows); `gate` and `up` are views of its halves."""
+    concatenate (quant.concat_rows); `gate` and `up` are views of its halves.  `fused`: silu and the product
+    in one kernel on CUDA (fusions.py `swiglu`)."""
 
-    def __init__(self, p: str, t: dict[str, Tensor]):
+    def __init__(self, p: str, t: dict[str, Tensor], fused: bool = False):
+        self.fused = fused
         names = [p + n + ".weight" for n in ("gate_proj", "up_proj", "down_proj")]
         gate, up, self.down = (t[n] for n in names)
         self.inter = gate.shape[-2]
@@ -60,11 +63,13 @@ class DenseMLP:
         # x: [T, D] -> [T, D] partial over the intermediate split
         if self.gate_up is None:
             return linear(F.silu(linear(x, self.gate)) * linear(x, self.up), self.down)
-        return linear(swiglu(linear(x, self.gate_up), self.inter), self.down)
+        return linear(swiglu(linear(x, self.gate_up), self.inter, self.fused), self.down)
 
 
-def swiglu(h: Tensor, inter: int) -> Tensor:
+def swiglu(h: Tensor, inter: int, fused: bool = False) -> Tensor:
     # h: [T, 2I] (gate, up) -> [T, I]
+    if fused and swiglu_kernel_ok(h):
+        return swiglu_fused(h, inter)
     g, u = h.split(inter, -1)
     return F.silu(g) * u
 

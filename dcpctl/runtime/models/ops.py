@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dcpctl.runtime.models.norm_triton import fused_norm_ok, rms_norm_fused
+from dcpctl.runtime.models.norm_triton import add_rms_norm_fused, fused_norm_ok, rms_norm_fused
 
 
 def upcast_dtype(dtype: torch.dtype, hf_numerics: bool = False) -> torch.dtype:
@@ -21,6 +21,15 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, upcast: torch.dtype = torch.
     if fused_norm_ok(x, weight, upcast):    # CUDA bf16/fp16: one kernel instead of eight (norm_triton.py)
         return rms_norm_fused(x, weight, eps)
     return rms_norm_torch(x, weight, eps, upcast)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float, upcast: torch.dtype = torch.float32,
+                 fused: bool = True) -> tuple[Tensor, Tensor]:
+    # x, residual: [T, D] -> (h = residual + x, rms_norm(h)); one kernel on CUDA bf16/fp16 when `fused`
+    if fused and fused_norm_ok(x, weight, upcast) and residual.dtype == x.dtype and residual.stride(1) == 1:
+        return add_rms_norm_fused(x, residual, weight, eps)
+    h = residual + x
+    return h, rms_norm(h, weight, eps, upcast)
 
 
 def rms_norm_torch(x: Tensor, weight: Tensor, eps: float, upcast: torch.dtype = torch.float32) -> Tensor:

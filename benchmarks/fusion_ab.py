@@ -1,0 +1,89 @@
+"""The CUDA-graph decode step with each of the step's fusions off, in one process on one GPU (issue 17).
+
+For every variant (a DCPCTL_UNFUSED value: models/fusions.py) the checkpoint is loaded again and each batch's
+cell runs as `bench decode --cuda-graphs` runs it (bench/decode_cell.run_cell: eager steps, then the graph's GPU
+time over back-to-back replays); the roofline prediction is bench decode's (ceilings measured once in this run).
+Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
+
+usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
+       [--variants fused,all,qkv_a,...] [-o out.json]
+  without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FUSED = "fused"   # the variant with every fusion on (DCPCTL_UNFUSED unset)
+
+
+def write_checkpoint(d: Path) -> Path:
+    sys.path.insert(0, str(HERE))
+    from serve_peers import write_bf16
+
+    from dcpctl.bench.decode import SHAPES
+    return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
+
+
+def measure(path: str, variants: list[str], batches: list[int], context: int, steps: int, warmup: int) -> list[dict]:
+    import torch
+
+    from dcpctl.bench.decode import _ceilings
+    from dcpctl.bench.decode_cell import predict_ms, run_cell
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.models.fusions import ENV
+    from dcpctl.runtime.parallel import ParallelState
+    dev, ps = torch.device("cuda"), ParallelState.single()
+    consts = _ceilings(dev)
+    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
+    rows = []
+    for v in variants:
+        os.environ.pop(ENV, None)
+        if v != FUSED:
+            os.environ[ENV] = v
+        model = load_model(path, ps, False, torch.bfloat16, dev)
+        for b in batches:
+            cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
+            p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
+                           model.cfg.num_layers)
+            row = {"variant": v, "batch": b, "context": context, **cell, **p}
+            if "graph_ms" in row:
+                row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
+            rows.append(row)
+            print(f"{v:>20}  B={b:<3} graph {row.get('graph_ms', float('nan')):.3f} ms  eager {row['step_ms']:.3f} ms"
+                  f"  predicted {row['predicted_ms']:.3f} ms  ratio {row.get('graph_vs_predicted', float('nan')):.2f}"
+                  + (f"  {row['graph_error']}" if "graph_error" in row else ""), flush=True)
+        del model
+        torch.cuda.empty_cache()
+    os.environ.pop(ENV, None)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--context", type=int, default=1032)
+    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("-o", "--out")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fusion-ab-") as tmp:
+        path = a.model or str(write_checkpoint(Path(tmp) / "v3l4"))
+        rows = measure(path, a.variants.split(","), [int(b) for b in a.batches.split(",")], a.context, a.steps,
+                       a.warmup)
+    doc = {"context": a.context, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    if a.out:
+        Path(a.out).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The decode step's fusions: all on; `DCPCTL_UNFUSED=name,...` (or `all`) turns some off, read once at model
+load, so a benchmark measures before and after in one run (benchmarks/gpu_17g.sh).  Not a user option: every
+fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py).
+
+| name     | fused                                                          | replaces                              |
+| -------- | -------------------------------------------------------------- | ------------------------------------- |
+| qkv_a    | q_a_proj and kv_a_proj_with_mqa as one weight: one GEMM         | two GEMMs over the same input         |
+| q_rope   | absorbed q_nope bmm and rope write their slices of one buffer   | einsum + rope's 8 launches + cat      |
+| kv_write | kv_a norm, k_pe rope and the pool write: one kernel per layer   | norm, rope, cat, index_select, copy   |
+| add_norm | residual add + RMSNorm in one kernel (returns both)             | add, then norm                        |
+| v_out    | o @ w_vc written head-major into the o_proj input               | einsum + a [T, H, v] reshape copy     |
+| swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
+| embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
+
+Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dcpctl.runtime.models.errors import ModelLoadError
+
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed")
+ENV = "DCPCTL_UNFUSED"
+
+
+@dataclass(frozen=True)
+class Fusions:
+    off: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> bool:
+        if name in FUSIONS:
+            return name not in self.off
+        raise AttributeError(name)
+
+    @staticmethod
+    def from_env() -> "Fusions":
+        """The fusions DCPCTL_UNFUSED leaves on (ModelLoadError for a name not in FUSIONS)."""
+        raw = os.environ.get(ENV, "").strip()
+        if raw == "all":
+            return Fusions(frozenset(FUSIONS))
+        names = {n.strip() for n in raw.split(",") if n.strip()}
+        bad = sorted(names - set(FUSIONS))
+        if bad:
+            raise ModelLoadError(f"{ENV} names unknown fusions {bad}; valid: {', '.join(FUSIONS)} or 'all'")
+        return Fusions(frozenset(names))

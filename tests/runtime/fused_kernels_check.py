@@ -1,0 +1,132 @@
+"""The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
+embed_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+
+Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
+sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
+norm_triton says), SwiGLU's silu by one (exp).  The interpreter runs fp16 only: its
+bf16 casts truncate instead of rounding to nearest, so bf16 is checked on the GPU (test_gpu_step_fusions.py).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from dcpctl.runtime.models.config import RopeSpec
+from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
+from dcpctl.runtime.models.ops import rms_norm_torch
+from dcpctl.runtime.models.rope import Rotary
+from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_q_into
+from dcpctl.runtime.models.embed_triton import embed_rows
+from dcpctl.runtime.models.swiglu_triton import swiglu_fused
+
+
+class _Cfg:  # the two fields Rotary reads, for a V3 (bf16 rotation) or V2 (fp32 rotation) model
+    def __init__(self, rope: RopeSpec, fp32: bool):
+        self.rope, self.rope_fp32 = rope, fp32
+
+
+def rotary(interleaved: bool, fp32_math: bool, yarn: bool, device: str) -> Rotary:
+    spec = (RopeSpec("yarn", 10000.0, 64, factor=40.0, original_max=4096, beta_fast=32, beta_slow=1, mscale=1.0,
+                     mscale_all_dim=1.0, interleaved=interleaved) if yarn
+            else RopeSpec("default", 10000.0, 64, interleaved=interleaved))
+    return Rotary(_Cfg(spec, fp32_math), device)
+
+
+def _close_norm(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    # within one step of got's dtype at the value (the mean's summation order)
+    step = 2.0 ** -7 if ref.dtype == torch.bfloat16 else 2.0 ** -10
+    return bool(((got.float() - ref.float()).abs() <= ref.float().abs() * step + 1e-30).all())
+
+
+def check_rope_q(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: bool, yarn: bool, T: int = 5,
+                 H: int = 20) -> None:
+    g = torch.Generator().manual_seed(T * H + interleaved)
+    r = rotary(interleaved, fp32_math, yarn, device)
+    q = (torch.randn(T, H, 192, generator=g) * 2).to(device=device, dtype=dtype)   # q_b's output: [nope | rope]
+    cos, sin = r.cos_sin(torch.randint(0, 9000, (T,), generator=g).to(device))
+    out = torch.full((T, H, 576), float("nan"), device=device, dtype=dtype)
+    rope_q_into(q[:, :, 128:], cos, sin, out[:, :, 512:], interleaved, fp32_math)
+    ref = r.apply(q[:, :, 128:], cos, sin)
+    assert torch.isnan(out[:, :, :512]).all(), "wrote outside the rope slice"
+    got = out[:, :, 512:]
+    assert torch.equal(got, ref), (got.float() - ref.float()).abs().max()
+
+
+def check_kv_rows(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: bool, yarn: bool) -> None:
+    g = torch.Generator().manual_seed(7 + interleaved)
+    r = rotary(interleaved, fp32_math, yarn, device)
+    T, L = 6, 512
+    both = (torch.randn(T, 1536 + L + 64, generator=g) * 3).to(device=device, dtype=dtype)   # q_a | kv_a
+    kv = both[:, 1536:]
+    w = (torch.rand(L, generator=g) + 0.5).to(device=device, dtype=dtype)
+    cos, sin = r.cos_sin(torch.randint(0, 9000, (T,), generator=g).to(device))
+    pool = torch.zeros(40, L + 64, device=device, dtype=dtype)
+    rows = torch.tensor([0, 2, 3, 5], device=device)
+    slots = torch.tensor([17, 3, 39, 8], device=device)
+    kv_rows_into(kv, w, 1e-6, cos, sin, pool, rows, slots, interleaved, fp32_math)
+    ref = torch.zeros_like(pool)
+    new = torch.cat([rms_norm_torch(kv[:, :L], w, 1e-6), r.apply(kv[:, L:], cos, sin)], dim=-1)
+    ref.index_copy_(0, slots, new.index_select(0, rows))
+    untouched = torch.ones(40, dtype=torch.bool, device=device)
+    untouched[slots] = False
+    assert not pool[untouched].any(), "wrote a slot outside `slots`"
+    assert _close_norm(pool[slots, :L], ref[slots, :L])
+    assert torch.equal(pool[slots, L:], ref[slots, L:]), (pool[slots, L:].float() - ref[slots, L:].float()).abs().max()
+
+
+def check_add_norm(device: str, dtype: torch.dtype, T: int = 3, D: int = 7168) -> None:
+    g = torch.Generator().manual_seed(T + D)
+    x = (torch.randn(T, D, generator=g) * 4).to(device=device, dtype=dtype)
+    res = (torch.randn(T, D + 8, generator=g) * 4).to(device=device, dtype=dtype)[:, :D]   # a strided residual
+    w = (torch.rand(D, generator=g) + 0.5).to(device=device, dtype=dtype)
+    h, y = add_rms_norm_fused(x, res, w, 1e-6)
+    want_h = res + x
+    assert torch.equal(h, want_h)
+    assert _close_norm(y, rms_norm_torch(want_h, w, 1e-6))
+    e_h, e_y = add_rms_norm_fused(x[:0], res[:0], w, 1e-6)
+    assert e_h.shape == (0, D) and e_y.shape == (0, D)
+
+
+def check_swiglu(device: str, dtype: torch.dtype, T: int = 3, inter: int = 2048) -> None:
+    g = torch.Generator().manual_seed(T + inter)
+    h = (torch.randn(T, 2 * inter, generator=g) * 3).to(device=device, dtype=dtype)
+    got = swiglu_fused(h, inter)
+    gate, up = h.split(inter, -1)
+    want = torch.nn.functional.silu(gate) * up
+    # libdevice expf and an IEEE division as torch's CUDA silu; exp may still round apart (and torch's CPU silu
+    # vectorizes exp its own way): within a step of the dtype, nearly all equal
+    assert _close_norm(got, want)
+    assert (got == want).float().mean() > 0.99
+
+
+def check_embed(device: str, dtype: torch.dtype, start: int = 100, n: int = 164, D: int = 3000) -> None:
+    # this rank's rows [start, start + n) of the vocab; ids outside them give exact zeros
+    g = torch.Generator().manual_seed(n)
+    embed = torch.randn(n, D, generator=g).to(device=device, dtype=dtype)
+    ids = torch.tensor([100, 0, 263, 264, 99, 150, 5000, 101], device=device)
+    local = ids - start
+    mine = ((local >= 0) & (local < n)).unsqueeze(1)
+    want = torch.where(mine, embed[local.clamp(0, n - 1)], 0.0)
+    assert torch.equal(embed_rows(ids, embed, start), want)
+    assert embed_rows(ids[:0], embed, start).shape == (0, D)
+
+
+def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
+    for dtype in dtypes:
+        for interleaved in (True, False):
+            for fp32_math in (False, True):
+                check_rope_q(device, dtype, interleaved, fp32_math, yarn=interleaved)
+                check_kv_rows(device, dtype, interleaved, fp32_math, yarn=not interleaved)
+        check_rope_q(device, dtype, True, False, True, T=1, H=128)
+        check_add_norm(device, dtype)
+        check_add_norm(device, dtype, T=1, D=512)
+        check_swiglu(device, dtype)
+        check_swiglu(device, dtype, T=1, inter=1000)
+        check_embed(device, dtype)
+
+
+if __name__ == "__main__":
+    check_all("cpu", (torch.float16,))   # the interpreter's bf16 casts truncate (84% of rotations off by an ulp)
+    print("ok")
+    sys.exit(0)
