@@ -24,3 +24,13 @@ def rank_shards(kv: torch.Tensor, lens: list[int], c: int, page: int, pad: int =
         pool.write(0, fill.write_slots, flat.index_select(0, fill.write_rows))
         lay = build_paged(alloc, [SeqChunk(rid, n - 1, 1) for rid, n in enumerate(lens)], r, page, device, pad=pad)
         yield r, pool.kv[0].view(-1, page, kv.shape[-1]), lay
+
+
+def unsplit(lens: list[int], heads: int, scale: float, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """(q [B, H, 576], kv [B, Lmax, 576], o [B, H, 512], lse [B, H]): random rows and their unsplit attention."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(len(lens), heads, 576, generator=g)
+    kv = torch.randn(len(lens), max(lens), 576, generator=g)
+    lse = torch.stack([torch.logsumexp(q[b] @ kv[b, :n].T * scale, -1) for b, n in enumerate(lens)])
+    o = torch.stack([torch.softmax(q[b] @ kv[b, :n].T * scale, -1) @ kv[b, :n, :512] for b, n in enumerate(lens)])
+    return q, kv, o, lse

@@ -23,7 +23,7 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.merge import merge_stacked
 from dcpctl.runtime.attention.paged import build_paged, paged_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
-from tests.runtime.shards import rank_shards
+from tests.runtime.shards import rank_shards, unsplit
 
 H200 = Key(128, "bf16", 64, "NVIDIA H200")
 BOTH = {"triton": None, "flashinfer": None}
@@ -152,11 +152,7 @@ def test_flashinfer_plan_through_merge_equals_unsplit(monkeypatch):
     monkeypatch.setattr(flashinfer_mla, "WORKSPACE_BYTES", 16)
     flashinfer_mla._planner.cache_clear()
     lens, heads, page, scale = [1, 3, 8, 13, 30], 4, 4, 0.1
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(len(lens), heads, 576, generator=g)
-    kv = torch.randn(len(lens), max(lens), 576, generator=g)
-    want_lse = torch.stack([torch.logsumexp(q[b] @ kv[b, :n].T * scale, -1) for b, n in enumerate(lens)])
-    want_o = torch.stack([torch.softmax(q[b] @ kv[b, :n].T * scale, -1) @ kv[b, :n, :512] for b, n in enumerate(lens)])
+    q, kv, want_o, want_lse = unsplit(lens, heads, scale)
     for c in (1, 2, 4):
         parts = []
         for r, view, lay in rank_shards(kv, lens, c, page):

@@ -17,7 +17,7 @@ from dcpctl.bench.kernel_table import table_from_bench, write
 from dcpctl.plan.attention_table import Key, decide, flashmla_missing, load_table
 from dcpctl.runtime.attention import flashmla, flashmla_setup
 from dcpctl.runtime.attention.merge import merge_stacked
-from tests.runtime.shards import rank_shards
+from tests.runtime.shards import rank_shards, unsplit
 
 ALL = {"triton": None, "flashinfer": None, "flashmla": None}
 
@@ -128,11 +128,7 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
     fake = _FlashMLA()
     monkeypatch.setattr(flashmla, "load", lambda: (fake, "stand-in"))
     lens, heads, page, scale = [1, 3, 64, 130], 4, 64, 0.05
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(len(lens), heads, 576, generator=g)
-    kv = torch.randn(len(lens), max(lens), 576, generator=g)
-    want_lse = torch.stack([torch.logsumexp(q[b] @ kv[b, :n].T * scale, -1) for b, n in enumerate(lens)])
-    want_o = torch.stack([torch.softmax(q[b] @ kv[b, :n].T * scale, -1) @ kv[b, :n, :512] for b, n in enumerate(lens)])
+    q, kv, want_o, want_lse = unsplit(lens, heads, scale)
     for c in (1, 2, 4):
         parts, calls = [], fake.meta_calls
         for r, view, lay in rank_shards(kv, lens, c, page):

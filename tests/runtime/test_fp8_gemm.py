@@ -2,24 +2,16 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.runtime.interp import run_in_interpreter
 
 
 def test_kernel_in_the_interpreter_matches_dequantized_math():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, str(ROOT / "tests/runtime/fp8_interp_check.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_in_interpreter("tests/runtime/fp8_interp_check.py")
 
 
 @pytest.mark.gpu

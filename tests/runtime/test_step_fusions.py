@@ -1,9 +1,5 @@
 """The decode step's fusions (models/fusions.py): the fused model equals the unfused one, and the kernels equal
 the torch forms (in Triton's interpreter here; on the GPU in test_gpu_step_fusions.py)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +11,8 @@ from dcpctl.runtime.models.errors import ModelLoadError
 from dcpctl.runtime.models.fusions import ENV, FUSIONS, Fusions
 from dcpctl.runtime.parallel import ParallelState
 from tests.runtime.configs import typed
+from tests.runtime.interp import run_in_interpreter
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE, LENS = 4, [3, 9]
 
 
@@ -88,8 +84,4 @@ def test_unfused_env_names_are_checked(monkeypatch):
 
 
 def test_kernels_in_the_interpreter_equal_the_torch_forms():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, str(ROOT / "tests/runtime/fused_kernels_check.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_in_interpreter("tests/runtime/fused_kernels_check.py")

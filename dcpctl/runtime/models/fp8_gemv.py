@@ -13,7 +13,7 @@ grid is (experts or busy-expert slots, N tiles, K splits):
 
 | case    | programs                                                          | partial sums                   |
 | ------- | ----------------------------------------------------------------- | ------------------------------ |
-| dense   | N / BN tiles x K splits (about `per_sm` programs per SM)          | fp8_gemm._sum_partials         |
+| dense   | N / BN tiles x K splits (about `per_sm` programs per SM)          | fp8_parts._sum_partials         |
 | grouped | min(R, E) slots x N / BN: slot j takes the j-th expert with rows  | none (each program all of K)   |
 
 Grouped, the programs of a decode step's few busy experts are the only ones launched (E x N / BN
@@ -22,13 +22,27 @@ the group ends on the device (a prefix count), so no host sync.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from dcpctl.runtime.models.fp8_gemm import (GemvTiles, _counters, _split, _store_tile, _sum_partials,
-                                            quantize_rows, quantize_rows_gpu)
+from dcpctl.runtime.models.fp8_parts import (_counters, _split, _store_tile, _sum_partials, quantize_rows,
+                                             quantize_rows_gpu)
+
+
+@dataclass(frozen=True)
+class GemvTiles:
+    """A setting of the few-rows kernel (this module: CUDA cores, no MMA)."""
+    bn: int = 16          # weight rows per program
+    kb: int = 2           # K blocks of b1 columns per step (a [bn, kb * b1] slab of W per load)
+    warps: int = 4
+    per_sm: int = 8       # dense GEMMs: K splits until about this many programs run per SM
+    fuse: bool = True     # quantize the activations inside the GEMM (one launch), else a launch first
+    bm: int = 16          # rows applied per pass over the weight (more rows: another pass, from L2)
+    stages: int = 3       # slabs in flight per program (software-pipelined loads); 1: each load waited for
 
 
 @triton.jit

@@ -1,0 +1,103 @@
+"""What the two block-FP8 kernels share (fp8_gemm.py's MMA kernel, fp8_gemv.py's few-rows kernel): activation
+quantization (1 x b1 blocks of e4m3, `s = amax(|x|) / 448`), the K-split arithmetic, the per-tile partial sums
+that the last program of a tile adds in a fixed order, and the per-device tile counts those sums use.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+FP8_MAX = 448.0
+
+
+@triton.jit
+def _store_tile(out_ptr, part_ptr, pid_k, R, N, at, acc, ok, SPLIT: tl.constexpr):
+    # acc: fp32 values at out offsets `at` -> out (x's dtype), or with SPLIT this K split's partial
+    if SPLIT:
+        tl.store(part_ptr + pid_k.to(tl.int64) * R * N + at, acc, mask=ok)
+    else:
+        tl.store(out_ptr + at, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM: tl.constexpr, BN: tl.constexpr,
+                  RED: tl.constexpr):
+    # part: [splits, R, N] fp32 of this N tile's columns n -> out [R, N]: the tile's last program to finish (an
+    # atomic count per tile, reset by that program) sums them in split order, RED partials a load
+    done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
+    if done == splits - 1:
+        for m0 in range(0, R, BM):
+            rr = m0 + tl.arange(0, BM)
+            sum_ok = (rr < R)[:, None] & n_ok[None, :]
+            sum_at = rr[:, None].to(tl.int64) * N + n[None, :]
+            total = tl.zeros((BM, BN), dtype=tl.float32)
+            for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
+                sp = sp0 + tl.arange(0, RED)
+                p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
+                            mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
+                total += tl.sum(p, axis=0)
+            tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
+        tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
+
+
+@triton.jit
+def _quant_kernel(x_ptr, x8_ptr, s_ptr, K, nkb, sx, BK: tl.constexpr):
+    # x: [R, K] -> x8 [R, K] e4m3, s [R, nkb]: one program per (row, K block)
+    r = tl.program_id(0)
+    kb = tl.program_id(1)
+    k = kb * BK + tl.arange(0, BK)
+    ok = k < K
+    x = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=ok, other=0.0).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-10) / 448.0
+    tl.store(x8_ptr + r.to(tl.int64) * K + k, (x / s).to(tl.float8e4nv), mask=ok)
+    tl.store(s_ptr + r * nkb + kb, s)
+
+
+def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
+    # x: [R, K] -> x8 [R, K] e4m3, s [R, ceil(K/b1)] fp32 with x ~ x8 * s per (row, K block)
+    R, K = x.shape
+    nkb = -(-K // b1)
+    padded = torch.zeros(R, nkb * b1, dtype=torch.float32, device=x.device)
+    padded[:, :K] = x.float()
+    blocks = padded.view(R, nkb, b1)
+    s = blocks.abs().amax(-1).clamp(min=1e-10) / FP8_MAX
+    x8 = (blocks / s[..., None]).view(R, nkb * b1)[:, :K].to(torch.float8_e4m3fn)
+    return x8.contiguous(), s.contiguous()
+
+
+def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
+    """K splits of a dense GEMM so that about per_sm programs run on every SM (none for grouped ones:
+    their programs come per expert), every split non-empty."""
+    split = 1 if experts > 1 else max(1, min(nkb, -(-per_sm * sms // tiles)))
+    return -(-nkb // -(-nkb // split))
+
+
+def quantize_rows_gpu(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
+    # x: [R, K] cuda -> x8 [R, K] e4m3, s [R, ceil(K/b1)] fp32 (one launch)
+    R, K = x.shape
+    nkb = -(-K // b1)
+    x8 = torch.empty((R, K), dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty((R, nkb), dtype=torch.float32, device=x.device)
+    _quant_kernel[(R, nkb)](x, x8, s, K, nkb, x.stride(0), BK=b1, num_warps=1)
+    return x8, s
+
+
+_COUNTERS: dict[str, Tensor] = {}
+_MAX_TILES = 1 << 14
+
+
+def prepare(device: torch.device | str) -> None:
+    """Allocate this device's tile counts now (at load), not inside a CUDA graph capture."""
+    _counters(torch.device(device), 1)
+
+
+def _counters(device: torch.device, n: int) -> Tensor:
+    """One zeroed int32 count per N tile, kept per device (each GEMM leaves them zero again)."""
+    if n > _MAX_TILES:
+        raise ValueError(f"fp8 GEMM with {n} N tiles; at most {_MAX_TILES}")
+    key = str(device)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(_MAX_TILES, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
