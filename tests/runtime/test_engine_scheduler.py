@@ -57,3 +57,13 @@ def test_no_chunking_takes_whole_prompts():
     for rid, n in enumerate([9, 11]):
         s.add(_seq(rid, n))
     assert s.next_batch() == [SeqChunk(0, 0, 9), SeqChunk(1, 0, 11)]
+
+
+def test_token_accessors_equal_the_token_list():
+    """num_tokens / token / token_slice (the per-step paths) read what `tokens` would, without building it."""
+    seq = Sequence(7, [5, 6, 7], SamplingParams(max_new_tokens=4))
+    seq.output = [8, 9]
+    whole = seq.tokens
+    assert seq.num_tokens == len(whole) == 5
+    assert [seq.token(i) for i in range(5)] == whole
+    assert all(seq.token_slice(a, b) == whole[a:b] for a in range(6) for b in range(a, 6))

@@ -247,7 +247,7 @@ class Engine:
         rows = self._inflight.row_of()
         src = []
         for ch in chunks:
-            pending = self.sched.seq(ch.rid).tokens[ch.start] == PENDING
+            pending = self.sched.seq(ch.rid).token(ch.start) == PENDING
             if pending and ch.rid not in rows:
                 raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
             src.append(rows[ch.rid] if pending else -1)
@@ -269,7 +269,7 @@ class Engine:
     def _input_ids(self, chunks: list[SeqChunk]) -> list[int]:
         ids: list[int] = []
         for ch in chunks:
-            ids += self.sched.seq(ch.rid).tokens[ch.start:ch.start + ch.num_tokens]
+            ids += self.sched.seq(ch.rid).token_slice(ch.start, ch.start + ch.num_tokens)
         return ids
 
     def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:

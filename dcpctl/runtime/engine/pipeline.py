@@ -80,7 +80,7 @@ def resolve(inf: InFlight, stop_reason: Any, finish: Any) -> list[Event]:
         reason = stop_reason(seq, k)           # the engine's rule, at the placeholder's index
         if reason == "stop":                   # EOS: the placeholders after it were spare rows
             del seq.output[k + 1:], seq.logprobs[k + 1:]
-            seq.computed = min(seq.computed, len(seq.tokens) - 1)
+            seq.computed = min(seq.computed, seq.num_tokens - 1)
         seq.finish_reason = reason
         if reason:
             finish(seq)

@@ -43,7 +43,26 @@ class Sequence:
 
     @property
     def tokens(self) -> list[int]:
+        """prompt + output as one new list (O(length): the per-step paths use num_tokens, token, token_slice)."""
         return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    def token(self, i: int) -> int:
+        """tokens[i] (0 <= i < num_tokens) without building the list."""
+        n = len(self.prompt)
+        return self.prompt[i] if i < n else self.output[i - n]
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """tokens[start:end] (0 <= start <= end <= num_tokens) without building the whole list."""
+        n = len(self.prompt)
+        if end <= n:
+            return self.prompt[start:end]
+        if start >= n:
+            return self.output[start - n:end - n]
+        return self.prompt[start:] + self.output[:end - n]
 
     @property
     def max_kv(self) -> int:

@@ -98,7 +98,7 @@ class Scheduler:
         out, row = [], 0
         for ch in chunks:
             row += ch.num_tokens
-            if ch.start + ch.num_tokens == len(self.seq(ch.rid).tokens):
+            if ch.start + ch.num_tokens == self.seq(ch.rid).num_tokens:
                 out.append((row - 1, ch.rid))
         return out
 

@@ -104,7 +104,7 @@ class SpecDecoder:
             return
         held = self.lens.pop(seq.rid)
         if seq.finish_reason != "abort":
-            self.counters.draft_rows += min(held, len(seq.tokens) - 1)
+            self.counters.draft_rows += min(held, seq.num_tokens - 1)
         self.alloc.free(seq.rid)
         self.alloc.check_counts()
 
@@ -126,7 +126,7 @@ class SpecDecoder:
         for i, (s, (_, lps)) in enumerate(zip(seqs, picks)):
             mine = [t for t in toks[i * (k + 1):(i + 1) * (k + 1)] if t >= 0]
             accepted = len(mine) - 1
-            self.lens[s.rid] = min(self.lens[s.rid], len(s.tokens) + accepted)
+            self.lens[s.rid] = min(self.lens[s.rid], s.num_tokens + accepted)
             if self.lead:
                 c.proposed, c.accepted, c.verifications = c.proposed + k, c.accepted + accepted, c.verifications + 1
             events += self._emit(engine, s, mine, lps)
@@ -139,9 +139,9 @@ class SpecDecoder:
             if s.rid not in self.lens:
                 self.alloc.allocate(s.rid, s.max_kv)
                 self.lens[s.rid] = 0
-            start, end = self.lens[s.rid], len(s.tokens)
+            start, end = self.lens[s.rid], s.num_tokens
             chunks.append(SeqChunk(s.rid, start, end - start))
-            ids += s.tokens[start:end]
+            ids += s.token_slice(start, end)
         drafts: list[list[int]] = [[] for _ in seqs]
         for i in range(self.k):
             ids = self._draft_forward(chunks, ids)
@@ -149,7 +149,7 @@ class SpecDecoder:
                 d.append(t)
             chunks = [SeqChunk(ch.rid, ch.start + ch.num_tokens, 1) for ch in chunks]
         for s in seqs:
-            self.lens[s.rid] = len(s.tokens) + self.k - 1
+            self.lens[s.rid] = s.num_tokens + self.k - 1
         return drafts
 
     def _draft_forward(self, chunks: list[SeqChunk], ids: list[int]) -> list[int]:
@@ -162,7 +162,7 @@ class SpecDecoder:
     def _verify_forward(self, engine: Any, seqs: list[Sequence], drafts: list[list[int]]) -> Tensor:
         # K + 1 rows per request at positions L-1 .. L+K-1 -> target logits [B * (K + 1), V]
         chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs]
-        ids = [t for s, d in zip(seqs, drafts) for t in [s.tokens[s.computed], *d]]
+        ids = [t for s, d in zip(seqs, drafts) for t in [s.token(s.computed), *d]]
         return engine.model.logits(engine.forward(chunks, ids))
 
     def _choose(self, sampler: Any, logits: Tensor, seq: Sequence, draft: list[int]) -> tuple[list[int], list[float]]:
