@@ -102,3 +102,17 @@ def test_a_dead_worker_leaves_the_others_serving(front):
         with httpx.Client() as c:
             r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32}, timeout=30)
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == TEXT.decode()
+
+
+def test_the_last_worker_gone_fails_the_engine_loop(tmp_path):
+    (tmp_path / MARKER).write_text("")
+    f = Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 16, None, "fake", str(tmp_path), 264, 4096, 1 << 16, 1, 64,
+                              False, 0))
+    try:
+        f.workers[0].proc.kill()
+        f.workers[0].proc.wait(10)
+        with pytest.raises(RuntimeError, match="every HTTP worker exited"):
+            for _ in range(50):
+                f.take(wait=True)
+    finally:
+        f.stop()

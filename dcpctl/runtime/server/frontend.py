@@ -15,7 +15,7 @@ socket write per streamed token: at 32 streams of a 1.1 ms step (29k tokens a se
 the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's name) processes on one port.  Each pipe
 is a socketpair private to two processes (multiprocessing.Pipe); messages are pickled dataclasses of this
 package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
-dies takes its share of the port with it, and the engine goes on with the others (it stops when none is left).
+dies takes its share of the port with it, and the engine goes on with the others (it fails when none is left).
 """
 from __future__ import annotations
 
@@ -107,14 +107,15 @@ class Frontend:
         return msg
 
     def _lost(self, w: "_Worker") -> None:
-        """A worker died: its port share closes with it, the others keep serving; with none left, stop."""
+        """A worker died: its port share closes with it and the others keep serving; with none left the server
+        has failed (the engine loop raises, as it did when the one frontend died)."""
         from dcpctl.runtime.notes import stderr_line
         self.workers.remove(w)
         self.gone.append(w)
-        stderr_line(f"dcpctl: HTTP worker {w.index} exited (status {w.proc.wait()}); {len(self.workers)} left"
-                    + ("" if self.workers else ": stopping"))
+        status = w.proc.wait()
         if not self.workers:
-            self.stop_requested = True
+            raise RuntimeError(f"every HTTP worker exited (the last, {w.index}, with status {status})")
+        stderr_line(f"dcpctl: HTTP worker {w.index} exited (status {status}); {len(self.workers)} left")
 
     def deliver(self, events: list[Event]) -> None:
         """Nothing here: run_loop hands the same events to on_step, which sends them with the step's stats."""
