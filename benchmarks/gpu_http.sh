@@ -7,9 +7,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/dcpctl-gpu-out}
 mkdir -p "$OUT/http"
-python3 benchmarks/http_overhead.py --concurrency 8,32 --workers 1,2,4 --out "$OUT/http/http_overhead.json" \
-  > "$OUT/http/http_overhead.log" 2>&1
-echo "http_overhead rc=$?"; cat "$OUT/http/http_overhead.log" | cut -c1-400
+OUT=$OUT bash benchmarks/gpu_http_only.sh
 CELLS=dense VARIANTS=graph HF_MODES= BUDGET_S=${BUDGET_S:-170} SERVE_ARGS="${WORKERS:+--tokenizer-worker-num $WORKERS}" \
   bash benchmarks/gpu_serve.sh > "$OUT/http/gpu_serve.log" 2>&1
 echo "gpu_serve rc=$?"; tail -30 "$OUT/http/gpu_serve.log"

@@ -1,6 +1,6 @@
 """Rank 0's HTTP server in processes of its own, so token streaming never holds the engine loop's GIL.
 
-    engine process (rank 0)                         frontend processes (spawned; spec.workers of them)
+    engine process (rank 0)                         frontend processes (`python -c`; spec.workers of them)
     run_loop(engine, group, Frontend) ------------- Bridge + HttpServer (uvicorn, asyncio) each
       take()     <- ("control", new, cancel, ended)  pump thread: bridge.take() -> send
       deliver() + on_step() -> ("step", events, stats, step_s, exchange_s, kda, ended)   to every worker:
@@ -10,11 +10,11 @@
 
 Why: with HTTP in a thread of the engine process, each streamed token's Python (queue, SSE encoding,
 uvicorn) competed with the decode loop for the GIL, so at 32 concurrent streams a served step took ~3x the
-engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~50 us of Python and a
-socket write per streamed token: at 32 streams of a 1.1 ms step (29k tokens a second) it falls behind and
-the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's name) processes on one port.  Each pipe
-is a socketpair private to two processes (multiprocessing.Pipe); messages are pickled dataclasses of this
-package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
+engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~70 us of CPU per streamed
+token (68 us at 32 streams on the H200 machine, most of it the socket write): at 32 streams of a 1.1 ms step
+(29k tokens a second) it falls behind and the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's
+name) processes on one port.  Each pipe is a socketpair private to two processes, read and written as a
+multiprocessing Connection; messages are pickled dataclasses of this package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
 dies takes its share of the port with it, and the engine goes on with the others (it fails when none is left).
 """
 from __future__ import annotations
