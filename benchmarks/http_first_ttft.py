@@ -13,9 +13,7 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 
 
@@ -24,30 +22,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--prompt", type=int, default=1000)
     a = ap.parse_args()
-    from dcpctl.runtime.engine.events import Event, ReplicaStats
-    from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
-    from dcpctl.runtime.tokenizer import MARKER
-    tok = Path(tempfile.mkdtemp())
-    (tok / MARKER).write_text("")
-    front = Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 20, None, "fake", str(tok), 264, 1 << 20, 1 << 24, 1,
-                                  4096, False, int(time.time()), workers=a.workers))
-    stop = threading.Event()
-
-    def loop() -> None:
-        running: dict[int, int] = {}
-        while not stop.is_set():
-            msg = front.take(wait=not running)
-            for r in msg.new:
-                running[r.rid] = r.params.max_new_tokens
-            events = []
-            for rid in list(running):
-                running[rid] -= 1
-                events.append(Event(rid, 65, -0.5, "" if running[rid] else "length"))
-                if not running[rid]:
-                    del running[rid]
-            front.on_step(events, [ReplicaStats(0, len(running), 100, 100)], 0.001 if events else 0.0)
-            time.sleep(0.001)
-    threading.Thread(target=loop, daemon=True).start()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from http_overhead import fake_frontend, fake_loop
+    front, stop = fake_frontend(a.workers), threading.Event()
+    threading.Thread(target=fake_loop, args=(front, stop, 0.001, []), daemon=True).start()
     try:
         for n in (1, 5, 1, 5):
             out = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "bench", "serve", "--url", front.url,

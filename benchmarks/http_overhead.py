@@ -52,14 +52,18 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(workers: int, concurrencies: list[int], step_s: float, output_len: int, client_procs: int) -> list[dict]:
+def fake_frontend(workers: int):
+    """The real Frontend (`workers` HTTP processes, byte tokenizer) for a fake engine loop to drive."""
     from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
     from dcpctl.runtime.tokenizer import MARKER
     tok = Path(tempfile.mkdtemp())
     (tok / MARKER).write_text("")
-    spec = FrontendSpec("127.0.0.1", 0, None, 1 << 20, None, "fake", str(tok), 264, 1 << 20, 1 << 24, 1, 4096,
-                        False, int(time.time()), workers=workers)
-    front = Frontend(spec)
+    return Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 20, None, "fake", str(tok), 264, 1 << 20, 1 << 24, 1,
+                                 4096, False, int(time.time()), workers=workers))
+
+
+def run(workers: int, concurrencies: list[int], step_s: float, output_len: int, client_procs: int) -> list[dict]:
+    front = fake_frontend(workers)
     stop, steps, rows = threading.Event(), [], []
     threading.Thread(target=fake_loop, args=(front, stop, step_s, steps), daemon=True).start()
     try:
