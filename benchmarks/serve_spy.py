@@ -123,7 +123,9 @@ def main() -> None:
         d = doc.get(name, {})
         print(f"== {name}: {d.get('samples', 0)} samples, ITL {d.get('itl_ms')}")
         for frame, c in d.get("own", [])[:15]:
-            print(f"  {c:6d}  {frame[:140]}")
+            print(f"  own {c:6d}  {frame[:140]}")
+        for frame, c in d.get("inclusive", [])[:25]:
+            print(f"  inc {c:6d}  {frame[:140]}")
 
 
 if __name__ == "__main__":

@@ -108,3 +108,13 @@ def test_cuda_graph_section_reasons():
     assert cuda_graph_section("cuda", False, None, [4, 1, 4], 64)["batch_sizes"] == [1, 4]
     with pytest.raises(UserError, match="--cuda-graph-bs"):
         cuda_graph_section("cuda", False, 2, [4], 64)
+
+
+def test_warm_up_lengths_cover_the_chunk_with_both_parities():
+    from dcpctl.runtime.engine.engine import warm_up_lengths
+    got = warm_up_lengths(2048)
+    assert got == sorted(set(got)) and got[0] >= 1 and got[-1] == 2048
+    assert {767, 768, 1016, 1023, 1024} <= set(got)
+    assert any(m % 2 for m in got) and any(m % 16 == 0 for m in got) and any(m % 16 == 8 for m in got)
+    assert all(b <= 1.5 * a + 8 for a, b in zip(got, got[1:]))     # no gap wider than the 2^k / 3*2^k ladder
+    assert warm_up_lengths(100)[-1] == 100 and warm_up_lengths(1) == [1]

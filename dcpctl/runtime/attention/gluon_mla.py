@@ -110,7 +110,7 @@ if gluon is not None:
     @gluon.jit
     def _mla_gluon_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
-                          H, dcp_rank, dcp_size, qk_scale2, chunk,
+                          H, dcp_rank, dcp_size, qk_scale2,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
                           BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
@@ -132,7 +132,7 @@ if gluon is not None:
                                                   element_bitwidth=16, rank=2)
 
         hb, sp, n = gl.program_id(0), gl.program_id(1), gl.program_id(2)
-        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, gl.num_programs(1), BLOCK_N, dcp_rank, dcp_size)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
 
         q_v_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_V], SH)

@@ -1,11 +1,14 @@
 """Which local KV rows a query row sees: one Triton helper that both MLA decode kernels call (the Triton
 split kernel in triton_mla and the Gluon one in gluon_mla), so the DCP visibility rule is written once.
 
-    visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size) -> (b, start, end)
+    visible_range(ROWREQ, QPOS, LENS, n, sp, nsplit, BLOCK_N, dcp_rank, dcp_size) -> (b, start, end)
 
 Local row j of rank r holds global position j*c + r, so query row n (request b = ROWREQ[n], global
-position QPOS[n]) sees local rows j < (QPOS[n] - r + c) // c of its request's LENS[b]; split sp covers
-[sp*chunk, sp*chunk + chunk) of them.  start >= end means this split sees nothing.
+position QPOS[n]) sees nvis = min(LENS[b], (QPOS[n] - r + c) // c) local rows; split sp of nsplit covers
+[sp*chunk, sp*chunk + chunk) of them, chunk = nvis / nsplit rounded up to whole BLOCK_N tiles.  The chunk is
+the row's own, not one sized for the batch's widest row: a CUDA graph sizes its splits for its context
+bucket (up to 2x the real widest row), and a shared chunk left half of them empty while the others each
+streamed twice the rows.  start >= end means this split sees nothing.
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ except ImportError:  # CPU CI without triton: the torch reference path only
 
 if triton is not None:
     @triton.jit
-    def visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size):
+    def visible_range(ROWREQ, QPOS, LENS, n, sp, nsplit, BLOCK_N: tl.constexpr, dcp_rank, dcp_size):
         b = tl.load(ROWREQ + n)
         causal = tl.maximum((tl.load(QPOS + n) - dcp_rank + dcp_size) // dcp_size, 0)
         nvis = tl.minimum(tl.load(LENS + b), causal)
+        chunk = tl.cdiv(tl.cdiv(nvis, nsplit), BLOCK_N) * BLOCK_N
         start = sp * chunk
         return b, start, tl.minimum(start + chunk, nvis)

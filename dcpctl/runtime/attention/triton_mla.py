@@ -158,7 +158,6 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     head_blocks = triton.cdiv(h, cfg.block_h)
     sms = gpu_facts(q.device).sms if q.is_cuda else 132
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
-    chunk = triton.cdiv(triton.cdiv(max(max_local_len, 1), s), cfg.block_n) * cfg.block_n
     if out is not None:
         check_destination(out, n, h, v_dim)
     if s == 1 and out is not None:   # one split: the kernel writes the destination itself
@@ -168,7 +167,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
-              chunk, head_blocks, s, v_dim, descriptors)
+              head_blocks, s, v_dim, descriptors)
     if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
         _launch_triton(*launch)
     if config is None:      # after the launch: a Gluon build failure has already switched it to Triton
@@ -200,7 +199,7 @@ def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: di
 
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                  scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int,
+                  scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
                   descriptors: dict | None) -> bool:
     """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon); False, and the Triton kernel
     for cfg from then on, when it does not build here."""
@@ -212,7 +211,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
             q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
             do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
-            h, dcp_rank, dcp_size, scale * 1.4426950408889634, chunk,
+            h, dcp_rank, dcp_size, scale * 1.4426950408889634,
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
             STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
     except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
@@ -223,7 +222,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                    row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                   scale: float, kv_scale: float | None, chunk: int, head_blocks: int, s: int, v_dim: int,
+                   scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
                    descriptors: dict | None) -> None:
     n, r = q.shape[0], q.shape[2]
     d_vp, d_pep = padded(v_dim), padded(r - v_dim)
@@ -236,7 +235,7 @@ def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: T
         q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
         q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
         do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
-        h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0), chunk,
+        h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0),
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, D_VP=d_vp, D_PEP=d_pep, BLOCK_H=cfg.block_h,
         BLOCK_N=cfg.block_n, IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
         PREC="ieee" if kv_pool.dtype == torch.float32 else "tf32", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -277,7 +276,7 @@ if triton is not None:
     @triton.jit
     def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
-                          H, dcp_rank, dcp_size, qk_scale2, kv_scale, chunk,
+                          H, dcp_rank, dcp_size, qk_scale2, kv_scale,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, D_VP: tl.constexpr,
                           D_PEP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr,
                           USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr, PREC: tl.constexpr):
@@ -285,7 +284,7 @@ if triton is not None:
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # D_VP, D_PEP: D_V and D_PE padded to powers of two >= 16 (tl.dot's shapes); padded columns load as 0
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, chunk, dcp_rank, dcp_size)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, tl.num_programs(1), BLOCK_N, dcp_rank, dcp_size)
         offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         hmask = offs_h < H
         offs_v = tl.arange(0, D_VP)

@@ -38,6 +38,21 @@ from dcpctl.runtime.parallel import ParallelState
 RankPart = tuple[dict[int, dict], int, int, Any]   # (results, kv_rows, kv_bytes_read, spec counters) of one rank
 
 
+def warm_up_lengths(top: int) -> list[int]:
+    """Prompt lengths the warm-up prefills, up to `top` (the prefill chunk): 2^k and 3 * 2^k from 16, each also
+    less 1 and less 8.  cuBLAS picks (and lazily loads) a GEMM kernel per range of M, the prefill's token count:
+    the first M = 1000 prefill after a warm-up of 128, 37 and 1024 tokens spent 10 ms in its 21 projection GEMMs
+    against ~3 ms once met (benchmarks/engine_overhead.py on an H200).  Triton compiles separate variants for
+    integer arguments divisible by 16 and the rest; the odd lengths meet those too."""
+    bases, b = [], 16
+    while b <= top:
+        bases += [b] + ([b * 3 // 2] if b * 3 // 2 <= top else [])
+        b *= 2
+    if not bases or bases[-1] != top:
+        bases.append(top)
+    return sorted({m for base in bases for m in (base, base - 1, base - 8) if 1 <= m <= top})
+
+
 class Engine:
     """Runs generate() on every rank of the world; see module docstring."""
 
@@ -176,20 +191,22 @@ class Engine:
                             device=self.pool.kv.device)
         return self.pool.kv.index_select(1, phys)
 
-    def warm_up(self, progress: Progress | None = None, prompts: bool = False) -> None:
-        """Before serving: capture the decode graphs and (prompts=True) run two short requests per replica,
-        so the first real request compiles nothing.  Every rank calls it together; counters are reset after."""
+    def warm_up(self, progress: Progress | None = None, prompts: bool = False,
+                prefill_progress: Progress | None = None) -> None:
+        """Before serving: capture the decode graphs and (prompts=True, on CUDA) run one short request per
+        replica for each prompt length of `warm_up_lengths`, so the first real request compiles and loads
+        nothing.  Every rank calls it together; counters are reset after."""
         if self.graphs is not None:
             self.graphs.capture(progress)
         if prompts and self.device.type == "cuda":
             cap = min(self.alloc.virtual_capacity, 1 << 20) - 2
-            # one batch of an even and one of an odd token count: Triton compiles separate variants for integer
-            # arguments divisible by 16 (row strides scale with the batch's tokens) and for the rest; then a
-            # long chunk, so the GEMM kernels of large prefill batches are chosen and loaded before ready too
-            chunk = self.sched.chunk_size if self.sched.chunk_size < 1 << 62 else 1024
-            for n in (128, 37, min(1024, chunk)):
-                self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(max(1, min(n, cap)))],
+            chunk = self.sched.chunk_size if self.sched.chunk_size < 1 << 62 else 2048
+            lengths = warm_up_lengths(min(chunk, cap))
+            for k, n in enumerate(lengths):
+                self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(n)],
                                 "max_new_tokens": 2} for i in range(self.dp_size)])
+                if prefill_progress is not None:
+                    prefill_progress(k + 1, len(lengths))
             self.kv_rows = self.kv_bytes_read = 0
             self.exchange_seconds = 0.0
             if self.spec:

@@ -48,7 +48,8 @@ def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
     if model is None:
         model = load_target(cfg, ps, progress_lines("loading") if ps.rank == 0 else None)
     engine = Engine(model, ps, cfg)
-    engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True)  # before the ready line
+    engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True,
+                   prefill_progress=progress_lines("warm_up_prefills") if ps.rank == 0 else None)  # before the ready line
     if ps.rank != 0:
         _on_signals(lambda: None)
         return run_loop(engine, group, None)
