@@ -2,7 +2,7 @@
 
 In one process on one GPU (no HTTP): builds the Engine the server builds (graphs on, warm-up with prompts),
 then (1) times the first B=1 request (prompt PROMPT tokens, 1 output token) under cProfile and a second one
-plainly, printing the top functions of the first; (2) runs B requests of PROMPT tokens x STEPS output tokens
+plainly, printing the top functions of the first; then one request each of four lengths no request had yet (n - 1, n + 1, n - 63, n + 250); (2) runs B requests of PROMPT tokens x STEPS output tokens
 and, per decode step, records the wall time of engine.step() and the GPU time of its graph replay (CUDA events
 around the replay): host overhead = wall - GPU.  JSON to -o.
 
@@ -57,9 +57,14 @@ def first_requests(engine, n: int) -> dict:
     t0 = time.perf_counter()
     engine.generate([{"prompt_ids": prompt(n, 101), "max_new_tokens": 1}])
     second = time.perf_counter() - t0
+    others = {}
+    for m in sorted({max(1, m) for m in (n - 1, n + 1, n - 63, n + 250)}):   # lengths no request had yet
+        t0 = time.perf_counter()
+        engine.generate([{"prompt_ids": prompt(m, 102), "max_new_tokens": 1}])
+        others[m] = (time.perf_counter() - t0) * 1e3
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "profile": s.getvalue()}
+    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "new_lengths_ms": others, "profile": s.getvalue()}
 
 
 def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
@@ -116,7 +121,8 @@ def main() -> None:
     print(res["first"]["profile"])
     res["first"].pop("profile") if not a.out else None
     print(json.dumps({k: v for k, v in res.items() if k != "first"} | {"first_ms": res["first"]["first_ms"],
-                                                                       "second_ms": res["first"]["second_ms"]}, indent=1))
+                                                                       "second_ms": res["first"]["second_ms"],
+                                                                       "new_lengths_ms": res["first"]["new_lengths_ms"]}, indent=1))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

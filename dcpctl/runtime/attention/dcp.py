@@ -99,20 +99,21 @@ class DCPContext:
         if kv_new is not None:
             self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
         if self.paged:
-            attend = lambda qq, out=None: self._attend_paged(layer, qq, scale, out)  # noqa: E731
+            attend = lambda qq, out=None, dt=None: self._attend_paged(layer, qq, scale, out, dt)  # noqa: E731
         else:
             kv = self.pool.read(layer, lay.kv_slots)
             self.kv_bytes_read += kv.numel() * kv.element_size()
 
-            def attend(qq: Tensor, out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, str]:
+            def attend(qq: Tensor, out: tuple[Tensor, Tensor] | None = None,
+                       dt: torch.dtype | None = None) -> tuple[Tensor, Tensor, str]:
                 o, lse = self._local(qq, kv, scale)
                 if out is None:
                     return o, lse, self.lse_base
                 store_owner_major(out, o.flatten(0, 1), lse.flatten())
                 return (*out, self.lse_base)
         c = self.dcp.size
-        if c == 1:
-            return attend(q)[0].to(q.dtype)
+        if c == 1:    # the kernel (or its split merge) rounds o to q's dtype as it stores it: no fp32 copy to cast
+            return attend(q, None, q.dtype)[0].to(q.dtype)
         t0 = self._clock(q)
         q_group = q if q_is_group else gather_heads(q, self.dcp)
         t1 = self._clock(q)
@@ -137,12 +138,13 @@ class DCPContext:
         return out.to(q.dtype)
 
     def _attend_paged(self, layer: int, q: Tensor, scale: float,
-                      out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, str]:
+                      out: tuple[Tensor, Tensor] | None = None,
+                      out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, str]:
         # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
         self.kv_bytes_read += self.kv_bytes_hint
         res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
-                              self.pool.descriptors, self.attention_backend)
+                              self.pool.descriptors, self.attention_backend, out_dtype)
         return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:

@@ -102,9 +102,11 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
                     dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None,
-                    descriptors: dict | None = None, requested: str = "auto") -> MLAOut:
+                    descriptors: dict | None = None, requested: str = "auto",
+                    out_dtype: torch.dtype | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk], its base)
     # requested: --attention-backend (auto: the measured table, backend_choice)
+    # out_dtype: o's dtype from our kernels (default fp32; the field kernels return q's dtype)
     # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
     if q.shape[0] == 0 and out is not None:
         return MLAOut(*out, "e")
@@ -114,7 +116,7 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
     # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
     args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
-    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out)
+    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out, out_dtype=out_dtype)
     which = choose(requested, q, pool, lay, v_dim, dcp_size)
     if which == "flashinfer":
         return flashinfer_decode(q, pool, lay, scale, v_dim, out)
