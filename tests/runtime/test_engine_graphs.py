@@ -118,3 +118,29 @@ def test_warm_up_lengths_cover_the_chunk_with_both_parities():
     assert any(m % 2 for m in got) and any(m % 16 == 0 for m in got) and any(m % 16 == 8 for m in got)
     assert all(b <= 1.5 * a + 8 for a, b in zip(got, got[1:]))     # no gap wider than the 2^k / 3*2^k ladder
     assert warm_up_lengths(100)[-1] == 100 and warm_up_lengths(1) == [1]
+
+
+def test_gemm_log_notes_each_distinct_gemm_and_warms_it():
+    # the tiny model's prefill, recorded: every linear weight shape and both absorbed-MLA bmm layouts, once each
+    import torch
+    from dcpctl.runtime.models import gemm_warm
+    from dcpctl.runtime.models.gemm_warm import GemmLog, warm_ms
+    log = GemmLog()
+    w = torch.randn(6, 4)
+    for m in (3, 5):
+        log.note_linear(torch.randn(m, 4), w)
+        log.note_linear(torch.randn(m, 4), w.clone())          # same shape: one entry
+    x = torch.randn(7, 2, 5)[:, :, :3]                          # [T, H, K] a split of a wider row
+    out = torch.empty(7, 2, 8)[:, :, :4]
+    gemm_warm.LOG = log
+    try:
+        wb = torch.randn(2, 3, 4)
+        gemm_warm.bmm_into(x.transpose(0, 1), wb, out.transpose(0, 1))
+    finally:
+        gemm_warm.LOG = None
+    torch.testing.assert_close(out, torch.einsum("thk,hkn->thn", x, wb))
+    assert len(log.linears) == 1 and len(log.bmms) == 1 and len(log) == 2
+    assert log.warm([1, 9, 16]) == 6
+    ms = warm_ms(8192)
+    assert ms[:16] == list(range(1, 17)) and ms[-1] == 8192 and all(b - a <= 256 for a, b in zip(ms, ms[1:]))
+    assert warm_ms(100)[-1] == 100

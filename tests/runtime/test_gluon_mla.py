@@ -113,7 +113,12 @@ def test_gluon_writes_send_buffer_in_place(splits):
     send.buf.fill_(7.0)
     triton_mla.mla_decode_triton(*args, **kw, out=(send.o, send.lse))
     o_back, lse_back = unpack(send.buf, 512, torch.bfloat16)
-    torch.testing.assert_close(o_back, want.o.view(n, c, 64, 512).transpose(0, 1), atol=0, rtol=0)
+    # o: the two merges are one kernel specialized for different destination strides, and may differ in the last
+    # fp32 bit, which flips a bf16 rounding at a tie (measured: 3 of 393216 values, one bf16 step each); the
+    # layout is what this checks, so at most one bf16 step, in few places
+    w = want.o.view(n, c, 64, 512).transpose(0, 1)
+    torch.testing.assert_close(o_back, w, atol=0, rtol=2 ** -7)
+    assert (o_back != w).sum() <= max(8, w.numel() // 10000)
     torch.testing.assert_close(lse_back, want.lse.view(n, c, 64).transpose(0, 1), atol=0, rtol=0)
 
 

@@ -11,6 +11,7 @@ replica has work (`busy` says whether the last step ran).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
@@ -31,6 +32,7 @@ from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.models import gemm_warm
 from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
@@ -83,6 +85,7 @@ class Engine:
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self._inflight: InFlight | None = None
         self.busy = False                        # whether any replica ran the last step
+        self.last_step: tuple[str, int, int] = ("idle", 0, 0)  # (kind, chunks, tokens): the step trace (loop.py)
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
         self._results: dict[int, dict] | None = None  # generate() only: rid -> result
@@ -202,11 +205,19 @@ class Engine:
             cap = min(self.alloc.virtual_capacity, 1 << 20) - 2
             chunk = self.sched.chunk_size if self.sched.chunk_size < 1 << 62 else 2048
             lengths = warm_up_lengths(min(chunk, cap))
-            for k, n in enumerate(lengths):
-                self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(n)],
-                                "max_new_tokens": 2} for i in range(self.dp_size)])
-                if prefill_progress is not None:
-                    prefill_progress(k + 1, len(lengths))
+            with gemm_warm.recording() as log:
+                for k, n in enumerate(lengths):
+                    self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(n)],
+                                    "max_new_tokens": 2} for i in range(self.dp_size)])
+                    if prefill_progress is not None:
+                        prefill_progress(k + 1, len(lengths) + 1)
+            t0 = time.perf_counter()
+            calls = log.warm(gemm_warm.warm_ms(min(chunk, cap)))
+            if prefill_progress is not None:
+                prefill_progress(len(lengths) + 1, len(lengths) + 1)
+            note_once(f"warm-up: {len(lengths)} prefills, then {len(log)} GEMM shapes x "
+                      f"{len(gemm_warm.warm_ms(min(chunk, cap)))} token counts ({calls} calls, "
+                      f"{time.perf_counter() - t0:.1f} s) so cuBLAS meets every prefill size before ready")
             self.kv_rows = self.kv_bytes_read = 0
             self.exchange_seconds = 0.0
             if self.spec:
@@ -225,6 +236,7 @@ class Engine:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
         self.busy, size = self._agree(chunks)
+        self.last_step = ("idle", 0, 0)
         done: list[Event] = []
         pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
         if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
@@ -233,12 +245,16 @@ class Engine:
             chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
             if not chunks:
                 self.busy = True
+                self.last_step = ("resolve", 0, 0)
                 return done
         if not self.busy:
             return []
         if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
+            self.last_step = ("spec", len(chunks), len(chunks))
             return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
         picks = self.sched.samples(chunks)
+        self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", len(chunks),
+                          sum(ch.num_tokens for ch in chunks))
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
             logits = self.graphs.run(self._input_ids(chunks), chunks, size, *self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()

@@ -22,6 +22,7 @@ from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.fusions import Fusions
+from dcpctl.runtime.models.gemm_warm import bmm_into
 from dcpctl.runtime.models.norm_triton import fused_norm_ok
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
 from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
@@ -110,7 +111,7 @@ class MlaAttention:
             return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         L = cfg.kv_lora_rank
         out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
-        torch.bmm(q_nope.transpose(0, 1), self.w_kc, out=out[:, :, :L].transpose(0, 1))
+        bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1))
         self._rope_into(q_pe, cos, sin, out[:, :, L:])
         return out
 
@@ -143,7 +144,7 @@ class MlaAttention:
         T, vd = x.shape[0], self.cfg.v_head_dim
         if self.fuse.v_out:
             v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
-            torch.bmm(o.transpose(0, 1), self.w_vc, out=v.transpose(0, 1))
+            bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1))
             v = v.view(T, self.heads * vd)
         else:
             v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)

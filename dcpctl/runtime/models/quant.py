@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.plan.weights import FP8_MIN_SM, fp8_block_ok
+from dcpctl.runtime.models import gemm_warm
 from dcpctl.runtime.models.errors import ModelLoadError
 
 FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
@@ -137,6 +138,8 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     # x: [T, K]  w: [N, K] -> [T, N]; a block-FP8 weight goes through the block-scaled GEMM
     if isinstance(w, Fp8Weight):
         return grouped_linear(x, w, None)
+    if gemm_warm.LOG is not None:    # the engine's warm-up is recording the GEMMs to warm (gemm_warm.py)
+        gemm_warm.LOG.note_linear(x, w)
     return F.linear(x, w)
 
 

@@ -6,9 +6,15 @@
 When nothing is queued or running rank 0 waits on its inbox for IDLE_WAIT_S and then broadcasts an
 empty message (the heartbeat), so the other ranks block inside the broadcast instead of spinning.
 A shutdown message cancels every request, checks that every KV page is free again, and returns.
+
+With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_counter times of take, step start,
+step end, delivered; the step's kind, chunks and tokens; events) and writes them there as JSON at shutdown:
+where a served step's time goes between the engine and the HTTP side (benchmarks/serve_trace.py reads it).
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any, Callable
 
@@ -19,6 +25,8 @@ from dcpctl.runtime.server.bridge import Bridge
 from dcpctl.runtime.server.control import Control, broadcast_control
 
 OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
+TRACE_ENV = "DCPCTL_STEP_TRACE"
+TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events"]
 
 
 def apply(engine: Engine, msg: Control) -> list[Event]:
@@ -39,7 +47,10 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     """Run until rank 0 broadcasts shutdown; returns the number of steps that ran a batch."""
     world = engine.ps.world_size
     steps = 0
+    trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
+    trace: list[tuple] = []
     while True:
+        t_take = time.perf_counter()
         msg = bridge.take(wait=not engine.busy) if bridge is not None else None
         msg = broadcast_control(msg, group)
         refused = apply(engine, msg)
@@ -47,6 +58,7 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
             break
         t0 = time.perf_counter()
         events = refused + engine.step()
+        t_step = time.perf_counter()
         steps += engine.busy
         if engine.dp_size > 1:
             all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
@@ -57,6 +69,11 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
             bridge.deliver(all_events)
             if on_step is not None:
                 on_step(all_events, stats, time.perf_counter() - t0 if engine.busy else 0.0)
+        if trace_to:
+            trace.append((t_take, t0, t_step, time.perf_counter(), *engine.last_step, len(events)))
+    if trace_to:
+        with open(trace_to, "w") as f:
+            json.dump({"fields": TRACE_FIELDS, "rows": trace}, f)
     engine.cancel_all()
     engine.check_drained()
     return steps

@@ -1,0 +1,85 @@
+"""cuBLAS meets every prefill GEMM shape before ready: the warm-up records the model's GEMMs, then runs each
+over a grid of token counts M.
+
+Why: cuBLAS picks a kernel per range of M and loads it on first use.  After a warm-up of a few prompt lengths,
+a prompt of a length no request had took 2.1-2.6x its steady time when its M fell in a range not met yet
+(937 and 1250 tokens: 21 and 20 ms against 8 ms; 999, next to the warm 1016-1024: 9.2 ms), on issue 17's
+checkpoint on an H200 (benchmarks/engine_overhead.py, `new_lengths_ms`).  The time is in the projection GEMMs
+and the absorbed-MLA bmm's (cProfile).
+
+    with recording() as log: <the warm-up's prefills>     each linear() / bmm_into() notes its weight and layout
+    log.warm(ms)                                           every noted GEMM once per M of `warm_ms(chunk)`
+
+Only plain (16-bit) weights are noted (the engine records on CUDA only): the block-FP8 GEMM is a Triton kernel of ours, compiled per
+specialization, which the prompt-length ladder of the warm-up meets.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+LOG: "GemmLog | None" = None    # set while recording (engine warm-up only)
+
+
+class GemmLog:
+    """Distinct GEMMs seen: linear weights by (shape, dtype, device), bmm's by weight and operand strides."""
+
+    def __init__(self) -> None:
+        self.linears: dict[tuple, Tensor] = {}
+        self.bmms: dict[tuple, tuple[Tensor, tuple[int, ...], tuple[int, ...]]] = {}
+
+    def note_linear(self, x: Tensor, w: Tensor) -> None:
+        if x.dim() == 2 and x.is_contiguous():
+            self.linears.setdefault((tuple(w.shape), w.dtype, w.device, x.dtype), w)
+
+    def note_bmm(self, x: Tensor, w: Tensor, out: Tensor) -> None:
+        # x: [B, M, K]  w: [B, K, N]  out: [B, M, N], strides that do not depend on M (token-major views)
+        key = (tuple(w.shape), w.dtype, w.device, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
+        self.bmms.setdefault(key, (w, (x.stride(0), x.stride(1), 1), (out.stride(0), out.stride(1), 1)))
+
+    def __len__(self) -> int:
+        return len(self.linears) + len(self.bmms)
+
+    def warm(self, ms: list[int]) -> int:
+        """Run every noted GEMM once per M (zeros in, results dropped); returns the calls made."""
+        calls = 0
+        for w in self.linears.values():
+            for m in ms:
+                torch.nn.functional.linear(torch.zeros(m, w.shape[-1], dtype=w.dtype, device=w.device), w)
+                calls += 1
+        for w, xs, os_ in self.bmms.values():
+            b, k, n = w.shape
+            for m in ms:
+                x = torch.empty_strided((b, m, k), xs, dtype=w.dtype, device=w.device).zero_()
+                torch.bmm(x, w, out=torch.empty_strided((b, m, n), os_, dtype=w.dtype, device=w.device))
+                calls += 1
+        if calls and any(t.is_cuda for t in [*self.linears.values(), *(b[0] for b in self.bmms.values())]):
+            torch.cuda.synchronize()
+        return calls
+
+
+def warm_ms(top: int) -> list[int]:
+    """Token counts to warm: 1-15, every 16 up to 1024, every 64 up to 4096, every 256 beyond, and `top` itself."""
+    ms = list(range(1, 16)) + list(range(16, min(top, 1024) + 1, 16)) + list(range(1088, min(top, 4096) + 1, 64)) \
+        + list(range(4352, top + 1, 256))
+    return sorted(set([m for m in ms if m <= top] + [top]))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[GemmLog]:
+    global LOG
+    LOG = GemmLog()
+    try:
+        yield LOG
+    finally:
+        LOG = None
+
+
+def bmm_into(x: Tensor, w: Tensor, out: Tensor) -> None:
+    """torch.bmm(x, w, out=out), noted while recording."""
+    if LOG is not None:
+        LOG.note_bmm(x, w, out)
+    torch.bmm(x, w, out=out)
