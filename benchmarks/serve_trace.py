@@ -5,7 +5,9 @@ Starts `dcpctl launch` with the given flags (after --) and the trace on, runs on
 --concurrency, noting each one's window (perf_counter is CLOCK_MONOTONIC, shared with the server's processes).
 Stops the server (SIGINT to its process group; the trace is written at shutdown) and, per window, reports the
 steps by kind, the decode batch sizes, and for the graph steps of the most common batch the loop period (take to
-next take), the host time inside engine.step, and the time from step end to the step's events sent. JSON to
+next take), the host time inside engine.step, the time from step end to the step's events sent, and (CUDA) the
+replay's GPU time and the GPU time between one graph step's end and the next one's start (idle, plus the sampling
+and copies between them): a loop period above the GPU time with a large gap is a host-bound loop. JSON to
 OUT/serve_trace.json.
 
 usage: python3 benchmarks/serve_trace.py --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
@@ -52,6 +54,12 @@ def summarize(rows: list[dict], t0: float, t1: float) -> dict:
                               "take_ms_p50": ms([win[i]["step"] - win[i]["take"] for i in idx]),
                               "step_ms_p50": ms([win[i]["stepped"] - win[i]["step"] for i in idx]),
                               "deliver_ms_p50": ms([win[i]["delivered"] - win[i]["stepped"] for i in idx])}
+        gpu_ms = [win[i]["gpu_ms"] for i in idx if win[i].get("gpu_ms") is not None]
+        gaps = [win[i]["gpu_gap_ms"] for i in idx if win[i].get("gpu_gap_ms") is not None
+                and i > 0 and win[i - 1]["kind"].startswith("graph")]
+        if gpu_ms:       # the GPU's own time per graph step, and from one graph step's end to the next one's start
+            out["modal_batch"].update(gpu_ms_p50=round(statistics.median(gpu_ms), 4),
+                                      gpu_gap_ms_p50=round(statistics.median(gaps), 4) if gaps else None)
     eager = [r for r in busy if r["kind"] == "eager"]
     if eager:
         out["eager"] = {"steps": len(eager), "tokens_p50": statistics.median(r["tokens"] for r in eager),

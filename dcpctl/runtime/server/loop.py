@@ -26,7 +26,7 @@ from dcpctl.runtime.server.control import Control, broadcast_control
 
 OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
 TRACE_ENV = "DCPCTL_STEP_TRACE"
-TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events"]
+TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events", "gpu_ms", "gpu_gap_ms"]
 
 
 def apply(engine: Engine, msg: Control) -> list[Event]:
@@ -49,6 +49,7 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     steps = 0
     trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
+    gpu = _time_replays(engine, trace) if trace_to else {}
     while True:
         t_take = time.perf_counter()
         msg = bridge.take(wait=not engine.busy) if bridge is not None else None
@@ -72,8 +73,45 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
         if trace_to:
             trace.append((t_take, t0, t_step, time.perf_counter(), *engine.last_step, len(events)))
     if trace_to:
-        with open(trace_to, "w") as f:
-            json.dump({"fields": TRACE_FIELDS, "rows": trace}, f)
+        _write_trace(trace_to, trace, gpu)
     engine.cancel_all()
     engine.check_drained()
     return steps
+
+
+def _time_replays(engine: Engine, trace: list) -> dict[int, tuple[Any, Any]]:
+    """Trace only: CUDA events around each graph replay, by trace row (read after the run)."""
+    events: dict[int, tuple[Any, Any]] = {}
+    graphs = engine.graphs
+    if graphs is None or engine.device.type != "cuda":
+        return events
+    import torch
+    run = graphs.run
+
+    def timed(*a: Any) -> Any:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = run(*a)
+        end.record()
+        events[len(trace)] = (start, end)
+        return out
+    graphs.run = timed
+    return events
+
+
+def _write_trace(path: str, trace: list, gpu: dict[int, tuple[Any, Any]]) -> None:
+    """Rows with each graph step's GPU time and the GPU time since the previous graph step ended."""
+    if gpu:
+        import torch
+        torch.cuda.synchronize()
+    prev = None
+    rows = []
+    for i, row in enumerate(trace):
+        ms = gap = None
+        if i in gpu:
+            ms = gpu[i][0].elapsed_time(gpu[i][1])
+            gap = prev.elapsed_time(gpu[i][0]) if prev is not None else None
+            prev = gpu[i][1]
+        rows.append((*row, ms, gap))
+    with open(path, "w") as f:
+        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
