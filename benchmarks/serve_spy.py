@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
-    ap.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too (CUDA, torch)")
+    ap.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too (CUDA, torch); it pauses the process per sample")
     ap.add_argument("--only-rank0", action="store_true", help="profile rank 0 only")
     ap.add_argument("launch", nargs=argparse.REMAINDER, help="-- then the dcpctl launch flags")
     a = ap.parse_args()
@@ -109,7 +109,7 @@ def main() -> None:
             time.sleep(0.3)                                                 # past the first prefills
             raw = a.out / f"{name}.txt"
             spy = subprocess.run([a.py_spy, "record", "-p", str(pid), "-d", str(max(1, round(a.seconds))), "-r",
-                                  "1000", "-f", "raw", "-o", str(raw), "--nonblocking", "--threads"] + (["--native"] if a.native else []),
+                                  "1000", "-f", "raw", "-o", str(raw), "--threads"] + (["--native"] if a.native else ["--nonblocking"]),
                                  capture_output=True, text=True, timeout=60)
             out, _ = load.communicate(timeout=600)
             doc[name] = {"pid": pid, "py_spy_rc": spy.returncode, "py_spy_err": spy.stderr[-300:],
