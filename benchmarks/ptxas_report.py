@@ -42,7 +42,7 @@ def compile_kernel(kind: str, args: list[int]) -> tuple[str, int]:
     if kind == "triton":
         bh, bn, warps, stages, tma = args
         fn, src_cls = triton_mla._mla_split_kernel, ASTSource
-        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), False), *tail, "fp32", "fp32", "i32"]
+        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), False), *tail, "fp32", "fp32"]
         const = dict(PAGE=64, D_V=512, D_PE=64, D_VP=512, D_PEP=64, BLOCK_H=bh, BLOCK_N=bn, IS_FP8=False, USE_TMA=bool(tma), PREC="tf32",
                      LAZY=False, WS=False)
         opts = dict(num_warps=warps, num_stages=stages)
@@ -52,7 +52,7 @@ def compile_kernel(kind: str, args: list[int]) -> tuple[str, int]:
         from triton.experimental.gluon._runtime import GluonASTSource
         bn, stages, tma = args
         fn, src_cls = gluon_mla._mla_gluon_kernel, GluonASTSource
-        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32", "i32"]
+        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32"]
         const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma))
         opts = dict(num_warps=8)
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(const)))

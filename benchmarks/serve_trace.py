@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -93,6 +94,7 @@ def main() -> None:
                 url = line.split("serving at ", 1)[1].split()[0]
         if url is None:
             raise SystemExit(f"the server did not get ready (see {a.out / 'launch.log'})")
+        threading.Thread(target=lambda: [None for _ in srv.stdout], daemon=True).start()   # keep its pipe drained
 
         def bench(c: int) -> dict:
             r = subprocess.run(dcpctl + ["bench", "serve", "--url", url, "--concurrency", str(c), "--requests",

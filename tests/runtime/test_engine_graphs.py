@@ -111,7 +111,7 @@ def test_cuda_graph_section_reasons():
 
 
 def test_warm_up_lengths_cover_the_chunk_with_both_parities():
-    from dcpctl.runtime.engine.engine import warm_up_lengths
+    from dcpctl.runtime.engine.warm_up import warm_up_lengths
     got = warm_up_lengths(2048)
     assert got == sorted(set(got)) and got[0] >= 1 and got[-1] == 2048
     assert {767, 768, 1016, 1023, 1024} <= set(got)
@@ -121,26 +121,27 @@ def test_warm_up_lengths_cover_the_chunk_with_both_parities():
 
 
 def test_gemm_log_notes_each_distinct_gemm_and_warms_it():
-    # the tiny model's prefill, recorded: every linear weight shape and both absorbed-MLA bmm layouts, once each
+    # synthetic GEMMs through quant.linear and bmm_into while recording: one entry per distinct weight layout, with
+    # the largest M it ran at; the bmm keeps the model's token-major views (a split of a wider row, written into a
+    # slice of a wider buffer); a plain [B, M, K] bmm is not noted (its strides depend on M)
     import torch
     from dcpctl.runtime.models import gemm_warm
-    from dcpctl.runtime.models.gemm_warm import GemmLog, warm_ms
-    log = GemmLog()
+    from dcpctl.runtime.models.gemm_warm import warm_ms
+    from dcpctl.runtime.models.quant import linear
     w = torch.randn(6, 4)
-    for m in (3, 5):
-        log.note_linear(torch.randn(m, 4), w)
-        log.note_linear(torch.randn(m, 4), w.clone())          # same shape: one entry
-    x = torch.randn(7, 2, 5)[:, :, :3]                          # [T, H, K] a split of a wider row
-    out = torch.empty(7, 2, 8)[:, :, :4]
-    gemm_warm.LOG = log
-    try:
+    with gemm_warm.recording() as log:
+        for m in (3, 5):
+            linear(torch.randn(m, 4), w)
+            linear(torch.randn(m, 4), w.clone())                # same shape and strides: one entry
+        x = torch.randn(7, 2, 5)[:, :, :3]                      # [T, H, K]: a split of a wider row
+        out = torch.empty(7, 2, 8)[:, :, :4]
         wb = torch.randn(2, 3, 4)
         gemm_warm.bmm_into(x.transpose(0, 1), wb, out.transpose(0, 1))
-    finally:
-        gemm_warm.LOG = None
+        gemm_warm.bmm_into(torch.randn(2, 7, 3), wb, torch.empty(2, 7, 4))
+    assert gemm_warm.LOG is None
     torch.testing.assert_close(out, torch.einsum("thk,hkn->thn", x, wb))
     assert len(log.linears) == 1 and len(log.bmms) == 1 and len(log) == 2
-    assert log.warm([1, 9, 16]) == 6
+    assert log.warm([1, 5, 7, 16]) == 2 + 3                     # each up to the largest M it met: 5 and 7
     ms = warm_ms(8192)
     assert ms[:16] == list(range(1, 17)) and ms[-1] == 8192 and all(b - a <= 256 for a, b in zip(ms, ms[1:]))
     assert warm_ms(100)[-1] == 100

@@ -83,3 +83,26 @@ def test_refused_request_ends_with_abort_and_the_loop_goes_on(reference):
     got = run_ranks(_serve, 2, launch_cfg(2, 2, capacity=5), {0: [7, 0]}, {}, requests)[0]
     assert got[7] == [(-1, 0.0, "abort")]
     assert [t for t, _, _ in got[0]] == reference[0]["output_ids"]
+
+
+def test_step_trace_puts_each_replay_time_on_its_step(tmp_path):
+    # rows carry the replay count after their step: a row whose count grew replayed graph count - 1; its gap is
+    # the GPU time from the previous replay's end to its start
+    import json
+    from dcpctl.runtime.server.loop import TRACE_FIELDS, _write_trace
+
+    class Ev:
+        def __init__(self, t):
+            self.t = t
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+    gpu = [(Ev(0.0), Ev(0.7)), (Ev(0.75), Ev(1.5))]
+    rows = [(0, 0, 0, 0, "eager", 1, 9, 1, 0), (1, 1, 1, 1, "graph+pipelined", 1, 1, 1, 1),
+            (2, 2, 2, 2, "resolve", 0, 0, 1, 1), (3, 3, 3, 3, "graph+pipelined", 1, 1, 1, 2)]
+    _write_trace(str(tmp_path / "t.json"), rows, gpu)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    got = [dict(zip(doc["fields"], r)) for r in doc["rows"]]
+    assert doc["fields"] == TRACE_FIELDS and len(got) == 4
+    assert [g["gpu_ms"] for g in got] == [None, 0.7, None, 0.75]
+    assert got[1]["gpu_gap_ms"] is None and abs(got[3]["gpu_gap_ms"] - 0.05) < 1e-12

@@ -113,12 +113,13 @@ def test_gluon_writes_send_buffer_in_place(splits):
     send.buf.fill_(7.0)
     triton_mla.mla_decode_triton(*args, **kw, out=(send.o, send.lse))
     o_back, lse_back = unpack(send.buf, 512, torch.bfloat16)
-    # o: the two merges are one kernel specialized for different destination strides, and may differ in the last
-    # fp32 bit, which flips a bf16 rounding at a tie (measured: 3 of 393216 values, one bf16 step each); the
-    # layout is what this checks, so at most one bf16 step, in few places
+    # o: the two merges are one kernel specialized for different destination strides (the send buffer's rows
+    # hold the LSE lanes too); measured on an H200: 3 of 393216 values one bf16 step apart, each at a rounding
+    # tie of the fp32 result (the in-place one equal to the fp32 result rounded to nearest even, the returned
+    # one the other way). The layout is what this checks: equal but for a few values at most one step apart
     w = want.o.view(n, c, 64, 512).transpose(0, 1)
-    torch.testing.assert_close(o_back, w, atol=0, rtol=2 ** -7)
-    assert (o_back != w).sum() <= max(8, w.numel() // 10000)
+    steps = (o_back.contiguous().view(torch.int16).int() - w.contiguous().view(torch.int16).int()).abs()
+    assert int(steps.max()) <= 1 and int((steps > 0).sum()) <= 8
     torch.testing.assert_close(lse_back, want.lse.view(n, c, 64).transpose(0, 1), atol=0, rtol=0)
 
 

@@ -91,6 +91,7 @@ class DecodeGraphs:
         self.sizes = sorted(batch_sizes)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, Tensor | None]] = {}
         self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
+        self.replay_events: list | None = None   # set by the step trace: (start, end) CUDA events per replay
         self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
         keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]
         for i, key in enumerate(keys):    # largest first: later graphs reuse its memory pool
@@ -178,6 +179,12 @@ class DecodeGraphs:
         graph, out = self.graphs[key]
         if graph is None:
             out = self._run(*key)
-        else:
+        elif self.replay_events is None:
             graph.replay()
+        else:           # the serving loop's step trace (server/loop.py): the replay's own GPU time
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            self.replay_events.append((start, end))
         return out[:len(chunks)]

@@ -7,8 +7,8 @@ Local row j of rank r holds global position j*c + r, so query row n (request b =
 position QPOS[n]) sees nvis = min(LENS[b], (QPOS[n] - r + c) // c) local rows; split sp of nsplit covers
 [sp*chunk, sp*chunk + chunk) of them, chunk = nvis / nsplit rounded up to whole BLOCK_N tiles.  The chunk is
 the row's own, not one sized for the batch's widest row: a CUDA graph sizes its splits for its context
-bucket (up to 2x the real widest row), and a shared chunk left half of them empty while the others each
-streamed twice the rows.  start >= end means this split sees nothing.
+bucket (often 2x the real widest row, more below the smallest bucket), and a shared chunk left splits empty
+while the others each streamed that many more rows.  start >= end means this split sees nothing.
 """
 from __future__ import annotations
 

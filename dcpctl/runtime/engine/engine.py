@@ -11,7 +11,6 @@ replica has work (`busy` says whether the last step ran).
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import torch
@@ -30,29 +29,14 @@ from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler, greedy_all
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
+from dcpctl.runtime.engine.warm_up import warm_up_prompts
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
-from dcpctl.runtime.models import gemm_warm
 from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 
 RankPart = tuple[dict[int, dict], int, int, Any]   # (results, kv_rows, kv_bytes_read, spec counters) of one rank
-
-
-def warm_up_lengths(top: int) -> list[int]:
-    """Prompt lengths the warm-up prefills, up to `top` (the prefill chunk): 2^k and 3 * 2^k from 16, each also
-    less 1 and less 8.  cuBLAS picks (and lazily loads) a GEMM kernel per range of M, the prefill's token count:
-    the first M = 1000 prefill after a warm-up of 128, 37 and 1024 tokens spent 10 ms in its 21 projection GEMMs
-    against ~3 ms once met (benchmarks/engine_overhead.py on an H200).  Triton compiles separate variants for
-    integer arguments divisible by 16 and the rest; the odd lengths meet those too."""
-    bases, b = [], 16
-    while b <= top:
-        bases += [b] + ([b * 3 // 2] if b * 3 // 2 <= top else [])
-        b *= 2
-    if not bases or bases[-1] != top:
-        bases.append(top)
-    return sorted({m for base in bases for m in (base, base - 1, base - 8) if 1 <= m <= top})
 
 
 class Engine:
@@ -85,7 +69,7 @@ class Engine:
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self._inflight: InFlight | None = None
         self.busy = False                        # whether any replica ran the last step
-        self.last_step: tuple[str, int, int] = ("idle", 0, 0)  # (kind, chunks, tokens): the step trace (loop.py)
+        self.last_step: tuple[str, list[SeqChunk]] = ("idle", [])  # (kind, its chunks): the step trace (loop.py)
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
         self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
         self._results: dict[int, dict] | None = None  # generate() only: rid -> result
@@ -197,27 +181,13 @@ class Engine:
     def warm_up(self, progress: Progress | None = None, prompts: bool = False,
                 prefill_progress: Progress | None = None) -> None:
         """Before serving: capture the decode graphs and (prompts=True, on CUDA) run one short request per
-        replica for each prompt length of `warm_up_lengths`, so the first real request compiles and loads
-        nothing.  Every rank calls it together; counters are reset after."""
+        replica for each prompt length of `warm_up_lengths` (each its own first token: no prefix is reused),
+        then every GEMM those prefills used over gemm_warm's grid of token counts.  Every rank calls it
+        together; counters are reset after."""
         if self.graphs is not None:
             self.graphs.capture(progress)
         if prompts and self.device.type == "cuda":
-            cap = min(self.alloc.virtual_capacity, 1 << 20) - 2
-            chunk = self.sched.chunk_size if self.sched.chunk_size < 1 << 62 else 2048
-            lengths = warm_up_lengths(min(chunk, cap))
-            with gemm_warm.recording() as log:
-                for k, n in enumerate(lengths):
-                    self.generate([{"prompt_ids": [(7 * i + j) % 250 + 1 for j in range(n)],
-                                    "max_new_tokens": 2} for i in range(self.dp_size)])
-                    if prefill_progress is not None:
-                        prefill_progress(k + 1, len(lengths) + 1)
-            t0 = time.perf_counter()
-            calls = log.warm(gemm_warm.warm_ms(min(chunk, cap)))
-            if prefill_progress is not None:
-                prefill_progress(len(lengths) + 1, len(lengths) + 1)
-            note_once(f"warm-up: {len(lengths)} prefills, then {len(log)} GEMM shapes x "
-                      f"{len(gemm_warm.warm_ms(min(chunk, cap)))} token counts ({calls} calls, "
-                      f"{time.perf_counter() - t0:.1f} s) so cuBLAS meets every prefill size before ready")
+            warm_up_prompts(self, prefill_progress)
             self.kv_rows = self.kv_bytes_read = 0
             self.exchange_seconds = 0.0
             if self.spec:
@@ -236,7 +206,7 @@ class Engine:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
         self.busy, size = self._agree(chunks)
-        self.last_step = ("idle", 0, 0)
+        self.last_step = ("idle", [])
         done: list[Event] = []
         pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
         if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
@@ -245,16 +215,15 @@ class Engine:
             chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
             if not chunks:
                 self.busy = True
-                self.last_step = ("resolve", 0, 0)
+                self.last_step = ("resolve", [])
                 return done
         if not self.busy:
             return []
         if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
-            self.last_step = ("spec", len(chunks), len(chunks))
+            self.last_step = ("spec", chunks)
             return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
         picks = self.sched.samples(chunks)
-        self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", len(chunks),
-                          sum(ch.num_tokens for ch in chunks))
+        self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
             logits = self.graphs.run(self._input_ids(chunks), chunks, size, *self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()

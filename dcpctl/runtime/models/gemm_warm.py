@@ -1,17 +1,19 @@
-"""cuBLAS meets every prefill GEMM shape before ready: the warm-up records the model's GEMMs, then runs each
-over a grid of token counts M.
+"""cuBLAS meets the prefill GEMMs before ready: the warm-up records the model's GEMMs, then runs each over a
+grid of token counts M (up to the largest M it saw).
 
 Why: cuBLAS picks a kernel per range of M and loads it on first use.  After a warm-up of a few prompt lengths,
 a prompt of a length no request had took 2.1-2.6x its steady time when its M fell in a range not met yet
 (937 and 1250 tokens: 21 and 20 ms against 8 ms; 999, next to the warm 1016-1024: 9.2 ms), on issue 17's
 checkpoint on an H200 (benchmarks/engine_overhead.py, `new_lengths_ms`).  The time is in the projection GEMMs
-and the absorbed-MLA bmm's (cProfile).
+and the absorbed-MLA bmm's (cProfile).  With this grid those lengths took 17.1 / 10.0 / 9.9 / 14.7 ms (937 / 999 /
+1001 / 1250, steady 8.4; another call, another machine): less, not none; the rest is not located.
 
     with recording() as log: <the warm-up's prefills>     each linear() / bmm_into() notes its weight and layout
-    log.warm(ms)                                           every noted GEMM once per M of `warm_ms(chunk)`
+    log.warm(ms)                                           every noted GEMM once per M of `ms` up to its largest
 
 Only plain (16-bit) weights are noted (the engine records on CUDA only): the block-FP8 GEMM is a Triton kernel of ours, compiled per
-specialization, which the prompt-length ladder of the warm-up meets.
+specialization, which the prompt-length ladder of the warm-up meets.  Calls that bypass quant.linear (Kimi's KDA
+projections) are not recorded.
 """
 from __future__ import annotations
 
@@ -25,44 +27,53 @@ LOG: "GemmLog | None" = None    # set while recording (engine warm-up only)
 
 
 class GemmLog:
-    """Distinct GEMMs seen: linear weights by (shape, dtype, device), bmm's by weight and operand strides."""
+    """Distinct GEMMs seen, each with the largest M it ran at: linear weights by (shape, strides, dtype, device),
+    bmm's by weight and operand strides."""
 
     def __init__(self) -> None:
-        self.linears: dict[tuple, Tensor] = {}
-        self.bmms: dict[tuple, tuple[Tensor, tuple[int, ...], tuple[int, ...]]] = {}
+        self.linears: dict[tuple, tuple[Tensor, int]] = {}
+        self.bmms: dict[tuple, tuple[Tensor, tuple[int, ...], tuple[int, ...], int]] = {}
 
     def note_linear(self, x: Tensor, w: Tensor) -> None:
         if x.dim() == 2 and x.is_contiguous():
-            self.linears.setdefault((tuple(w.shape), w.dtype, w.device, x.dtype), w)
+            key = (tuple(w.shape), w.stride(), w.dtype, w.device, x.dtype)
+            m = max(self.linears[key][1], x.shape[0]) if key in self.linears else x.shape[0]
+            self.linears[key] = (self.linears.get(key, (w,))[0], m)
 
     def note_bmm(self, x: Tensor, w: Tensor, out: Tensor) -> None:
-        # x: [B, M, K]  w: [B, K, N]  out: [B, M, N], strides that do not depend on M (token-major views)
-        key = (tuple(w.shape), w.dtype, w.device, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
-        self.bmms.setdefault(key, (w, (x.stride(0), x.stride(1), 1), (out.stride(0), out.stride(1), 1)))
+        # x: [B, M, K]  w: [B, K, N]  out: [B, M, N] as token-major views (rows of M apart by whole heads), the
+        # layout whose strides do not depend on M; any other layout is not warmed
+        if not (x.stride(1) >= x.stride(0) * x.shape[0] and out.stride(1) >= out.stride(0) * out.shape[0]):
+            return
+        key = (tuple(w.shape), w.stride(), w.dtype, w.device, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
+        m = max(self.bmms[key][3], x.shape[1]) if key in self.bmms else x.shape[1]
+        self.bmms[key] = (w, (x.stride(0), x.stride(1), 1), (out.stride(0), out.stride(1), 1), m)
 
     def __len__(self) -> int:
         return len(self.linears) + len(self.bmms)
 
     def warm(self, ms: list[int]) -> int:
-        """Run every noted GEMM once per M (zeros in, results dropped); returns the calls made."""
+        """Run every noted GEMM once per M of `ms` up to the largest M it was seen at (zeros in, results
+        dropped); returns the calls made."""
         calls = 0
-        for w in self.linears.values():
-            for m in ms:
+        for w, top in self.linears.values():
+            for m in (m for m in ms if m <= top):
                 torch.nn.functional.linear(torch.zeros(m, w.shape[-1], dtype=w.dtype, device=w.device), w)
                 calls += 1
-        for w, xs, os_ in self.bmms.values():
+        for w, xs, os_, top in self.bmms.values():
             b, k, n = w.shape
-            for m in ms:
+            for m in (m for m in ms if m <= top):
                 x = torch.empty_strided((b, m, k), xs, dtype=w.dtype, device=w.device).zero_()
                 torch.bmm(x, w, out=torch.empty_strided((b, m, n), os_, dtype=w.dtype, device=w.device))
                 calls += 1
-        if calls and any(t.is_cuda for t in [*self.linears.values(), *(b[0] for b in self.bmms.values())]):
+        if calls and any(t[0].is_cuda for t in [*self.linears.values(), *self.bmms.values()]):
             torch.cuda.synchronize()
         return calls
 
 
 def warm_ms(top: int) -> list[int]:
-    """Token counts to warm: 1-15, every 16 up to 1024, every 64 up to 4096, every 256 beyond, and `top` itself."""
+    """Token counts to warm up to `top` (the largest a GEMM can meet: the prefill chunk, times the attention-DP
+    replicas for the MLP): 1-15, every 16 up to 1024, every 64 up to 4096, every 256 beyond, and `top` itself."""
     ms = list(range(1, 16)) + list(range(16, min(top, 1024) + 1, 16)) + list(range(1088, min(top, 4096) + 1, 64)) \
         + list(range(4352, top + 1, 256))
     return sorted(set([m for m in ms if m <= top] + [top]))

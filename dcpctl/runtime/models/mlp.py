@@ -94,7 +94,7 @@ class Router:
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
         # x: [T, D] -> weights [T, k] in the router dtype, experts [T, k] int64
         cfg = self.cfg
-        logits = F.linear(x.to(self.weight.dtype), self.weight)
+        logits = linear(x.to(self.weight.dtype), self.weight)    # quant.linear: the warm-up records it
         scores = logits.sigmoid() if cfg.scoring_func == "sigmoid" else logits.softmax(-1)
         if cfg.topk_method == "noaux_tc":
             idx = self._grouped(scores + self.bias, float("-inf"), top2_sum=True)

@@ -8,8 +8,10 @@ empty message (the heartbeat), so the other ranks block inside the broadcast ins
 A shutdown message cancels every request, checks that every KV page is free again, and returns.
 
 With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_counter times of take, step start,
-step end, delivered; the step's kind, chunks and tokens; events) and writes them there as JSON at shutdown:
-where a served step's time goes between the engine and the HTTP side (benchmarks/serve_trace.py reads it).
+step end, delivered; the step's kind, chunks and tokens; events; on CUDA the graph replay's GPU time, from CUDA
+events right around graph.replay()) in memory and writes them there as JSON when the loop ends: where a served
+step's time goes between the engine and the HTTP side (benchmarks/serve_trace.py reads it).  A debugging aid:
+the rows grow with the run.
 """
 from __future__ import annotations
 
@@ -49,69 +51,63 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     steps = 0
     trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
-    gpu = _time_replays(engine, trace) if trace_to else {}
-    while True:
-        t_take = time.perf_counter()
-        msg = bridge.take(wait=not engine.busy) if bridge is not None else None
-        msg = broadcast_control(msg, group)
-        refused = apply(engine, msg)
-        if msg.shutdown:
-            break
-        t0 = time.perf_counter()
-        events = refused + engine.step()
-        t_step = time.perf_counter()
-        steps += engine.busy
-        if engine.dp_size > 1:
-            all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
-                                                group, world)
-        else:
-            all_events, stats = events, [engine.stats()] * world
-        if bridge is not None:
-            bridge.deliver(all_events)
-            if on_step is not None:
-                on_step(all_events, stats, time.perf_counter() - t0 if engine.busy else 0.0)
+    gpu = _time_replays(engine) if trace_to else []
+    try:
+        while True:
+            t_take = time.perf_counter()
+            msg = bridge.take(wait=not engine.busy) if bridge is not None else None
+            msg = broadcast_control(msg, group)
+            refused = apply(engine, msg)
+            if msg.shutdown:
+                break
+            t0 = time.perf_counter()
+            events = refused + engine.step()
+            t_step = time.perf_counter()
+            steps += engine.busy
+            if engine.dp_size > 1:
+                all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
+                                                    group, world)
+            else:
+                all_events, stats = events, [engine.stats()] * world
+            if bridge is not None:
+                bridge.deliver(all_events)
+                if on_step is not None:
+                    on_step(all_events, stats, time.perf_counter() - t0 if engine.busy else 0.0)
+            if trace_to:
+                kind, chunks = engine.last_step
+                trace.append((t_take, t0, t_step, time.perf_counter(), kind, len(chunks),
+                              sum(ch.num_tokens for ch in chunks), len(events), len(gpu)))
+    finally:
         if trace_to:
-            trace.append((t_take, t0, t_step, time.perf_counter(), *engine.last_step, len(events)))
-    if trace_to:
-        _write_trace(trace_to, trace, gpu)
+            _write_trace(trace_to, trace, gpu)
     engine.cancel_all()
     engine.check_drained()
     return steps
 
 
-def _time_replays(engine: Engine, trace: list) -> dict[int, tuple[Any, Any]]:
-    """Trace only: CUDA events around each graph replay, by trace row (read after the run)."""
-    events: dict[int, tuple[Any, Any]] = {}
+def _time_replays(engine: Engine) -> list[tuple[Any, Any]]:
+    """Trace only: CUDA events right around each graph replay (after its inputs are queued), in replay order."""
+    events: list[tuple[Any, Any]] = []
     graphs = engine.graphs
-    if graphs is None or engine.device.type != "cuda":
-        return events
-    import torch
-    run = graphs.run
-
-    def timed(*a: Any) -> Any:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = run(*a)
-        end.record()
-        events[len(trace)] = (start, end)
-        return out
-    graphs.run = timed
+    if graphs is not None and engine.device.type == "cuda" and graphs.graphs is not None:
+        graphs.graphs.replay_events = events      # DecodeGraphs.replay records into it
     return events
 
 
-def _write_trace(path: str, trace: list, gpu: dict[int, tuple[Any, Any]]) -> None:
-    """Rows with each graph step's GPU time and the GPU time since the previous graph step ended."""
-    if gpu:
-        import torch
+def _write_trace(path: str, trace: list, gpu: list[tuple[Any, Any]]) -> None:
+    """Rows with each graph step's replay GPU time and the GPU time since the previous replay ended."""
+    import torch
+    if gpu and torch.cuda.is_available():
         torch.cuda.synchronize()
-    prev = None
-    rows = []
-    for i, row in enumerate(trace):
+    prev, rows = None, []
+    for row in trace:
+        *head, seen = row
         ms = gap = None
-        if i in gpu:
-            ms = gpu[i][0].elapsed_time(gpu[i][1])
-            gap = prev.elapsed_time(gpu[i][0]) if prev is not None else None
-            prev = gpu[i][1]
-        rows.append((*row, ms, gap))
+        if seen and (not rows or rows[-1][1] < seen):      # this step replayed graph number seen - 1
+            start, end = gpu[seen - 1]
+            ms = start.elapsed_time(end)
+            gap = prev.elapsed_time(start) if prev is not None else None
+            prev = end
+        rows.append((head, seen, ms, gap))
     with open(path, "w") as f:
-        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
+        json.dump({"fields": TRACE_FIELDS, "rows": [(*h, ms, gap) for h, _, ms, gap in rows]}, f)

@@ -1,0 +1,48 @@
+"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, then every GEMM they
+used over a grid of token counts (models/gemm_warm.py), so the first requests compile and load nothing.
+
+    warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from dcpctl.runtime.models import gemm_warm
+from dcpctl.runtime.notes import note_once
+
+
+def warm_up_lengths(top: int) -> list[int]:
+    """Prompt lengths the warm-up prefills, up to `top` (the prefill chunk): 2^k and 3 * 2^k from 16, each also
+    less 1 and less 8.  cuBLAS picks (and lazily loads) a GEMM kernel per range of M, the prefill's token count:
+    the first M = 1000 prefill after a warm-up of 128, 37 and 1024 tokens spent 10 ms in its 21 projection GEMMs
+    against ~3 ms once met (benchmarks/engine_overhead.py on an H200).  Triton compiles separate variants for
+    integer arguments divisible by 16 and the rest; the odd lengths meet those too."""
+    bases, b = [], 16
+    while b <= top:
+        bases += [b] + ([b * 3 // 2] if b * 3 // 2 <= top else [])
+        b *= 2
+    if not bases or bases[-1] != top:
+        bases.append(top)
+    return sorted({m for base in bases for m in (base, base - 1, base - 8) if 1 <= m <= top})
+
+
+def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
+    """One short request per replica for each length of the ladder (each its own first token: no prefix is
+    reused), recording the GEMMs; then those GEMMs over gemm_warm's grid.  Says once what it did."""
+    cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
+    chunk = engine.sched.chunk_size if engine.sched.chunk_size < 1 << 62 else 2048
+    lengths = warm_up_lengths(min(chunk, cap))
+    with gemm_warm.recording() as log:
+        for k, n in enumerate(lengths):
+            engine.generate([{"prompt_ids": [(7 * (k + i * len(lengths)) + j) % 250 + 1 for j in range(n)],
+                              "max_new_tokens": 2} for i in range(engine.dp_size)])
+            if progress is not None:
+                progress(k + 1, len(lengths) + 1)
+    t0 = time.perf_counter()
+    ms = gemm_warm.warm_ms(min(chunk, cap) * engine.dp_size)   # attention DP: the MLP runs every replica's rows
+    calls = log.warm(ms)
+    if progress is not None:
+        progress(len(lengths) + 1, len(lengths) + 1)
+    note_once(f"warm-up: {len(lengths)} prefills, then {len(log)} GEMM shapes x up to {len(ms)} token counts "
+              f"({calls} calls, {time.perf_counter() - t0:.1f} s) so cuBLAS meets the prefill sizes before ready")
