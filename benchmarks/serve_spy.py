@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-READY_S = 600.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serve_launch  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -74,25 +73,17 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
-    ap.add_argument("--native", action="store_true", help="py-spy --native: C/C++ frames too (CUDA, torch); it pauses the process per sample")
+    ap.add_argument("--native", action="store_true",
+                    help="py-spy --native: C/C++ frames too (CUDA, torch); it pauses the process per sample")
     ap.add_argument("--only-rank0", action="store_true", help="profile rank 0 only")
     ap.add_argument("launch", nargs=argparse.REMAINDER, help="-- then the dcpctl launch flags")
     a = ap.parse_args()
     flags = a.launch[1:] if a.launch[:1] == ["--"] else a.launch
     a.out.mkdir(parents=True, exist_ok=True)
-    dcpctl = [sys.executable, "-m", "dcpctl.cli.main"]
-    log = open(a.out / "launch.log", "w")
-    srv = subprocess.Popen(dcpctl + ["launch", "--port", "0", *flags], stdout=subprocess.PIPE, stderr=log, text=True,
-                           start_new_session=True)
+    dcpctl = serve_launch.DCPCTL
     doc: dict = {"launch": flags}
+    srv, url = serve_launch.start(flags, a.out / "launch.log")
     try:
-        url, t0 = None, time.monotonic()
-        while url is None and time.monotonic() - t0 < READY_S and srv.poll() is None:
-            line = srv.stdout.readline()
-            if "serving at " in line:
-                url = line.split("serving at ", 1)[1].split()[0]
-        if url is None:
-            raise SystemExit(f"the server did not get ready (see {a.out / 'launch.log'})")
         bench = dcpctl + ["bench", "serve", "--url", url, "--concurrency", str(a.concurrency), "--requests",
                           str(a.requests), "--input-len", str(a.input_len), "--output-len", str(a.output_len),
                           "--format", "json"]
@@ -108,18 +99,15 @@ def main() -> None:
             load = subprocess.Popen(bench, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             time.sleep(0.3)                                                 # past the first prefills
             raw = a.out / f"{name}.txt"
+            mode = ["--native"] if a.native else ["--nonblocking"]       # py-spy refuses the two together
             spy = subprocess.run([a.py_spy, "record", "-p", str(pid), "-d", str(max(1, round(a.seconds))), "-r",
-                                  "1000", "-f", "raw", "-o", str(raw), "--threads"] + (["--native"] if a.native else ["--nonblocking"]),
+                                  "1000", "-f", "raw", "-o", str(raw), "--threads", *mode],
                                  capture_output=True, text=True, timeout=60)
             out, _ = load.communicate(timeout=600)
             doc[name] = {"pid": pid, "py_spy_rc": spy.returncode, "py_spy_err": spy.stderr[-300:],
                          "itl_ms": json.loads(out).get("itl_ms") if out.strip() else None, **top_frames(raw)}
     finally:
-        try:
-            os.killpg(srv.pid, signal.SIGINT)
-            srv.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(srv.pid, signal.SIGKILL)
+        serve_launch.stop(srv)
         (a.out / "serve_spy.json").write_text(json.dumps(doc, indent=1))
     for name in ("rank0", "http_worker"):
         d = doc.get(name, {})

@@ -19,16 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-READY_S = 600.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serve_launch  # noqa: E402
 
 
 def summarize(rows: list[dict], t0: float, t1: float) -> dict:
@@ -81,21 +80,10 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     trace = (a.out / "trace.json").resolve()
     trace.unlink(missing_ok=True)
-    dcpctl = [sys.executable, "-m", "dcpctl.cli.main"]
-    srv = subprocess.Popen(dcpctl + ["launch", "--port", "0", *flags], stdout=subprocess.PIPE,
-                           stderr=open(a.out / "launch.log", "w"), text=True, start_new_session=True,
-                           env={**os.environ, "DCPCTL_STEP_TRACE": str(trace)})
+    dcpctl = serve_launch.DCPCTL
     windows, benches = {}, {}
+    srv, url = serve_launch.start(flags, a.out / "launch.log", {**os.environ, "DCPCTL_STEP_TRACE": str(trace)})
     try:
-        url, t0 = None, time.monotonic()
-        while url is None and time.monotonic() - t0 < READY_S and srv.poll() is None:
-            line = srv.stdout.readline()
-            if "serving at " in line:
-                url = line.split("serving at ", 1)[1].split()[0]
-        if url is None:
-            raise SystemExit(f"the server did not get ready (see {a.out / 'launch.log'})")
-        threading.Thread(target=lambda: [None for _ in srv.stdout], daemon=True).start()   # keep its pipe drained
-
         def bench(c: int) -> dict:
             r = subprocess.run(dcpctl + ["bench", "serve", "--url", url, "--concurrency", str(c), "--requests",
                                          str(c * a.requests), "--input-len", str(a.input_len), "--output-len",
@@ -109,11 +97,7 @@ def main() -> None:
             windows[c] = (t, time.perf_counter())
             benches[c] = {k: res.get(k) for k in ("itl_ms", "ttft_ms", "completed", "error") if k in res}
     finally:
-        try:
-            os.killpg(srv.pid, signal.SIGINT)
-            srv.wait(60)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(srv.pid, signal.SIGKILL)
+        serve_launch.stop(srv)
     if not trace.exists():
         raise SystemExit(f"no trace written (see {a.out / 'launch.log'})")
     doc = json.loads(trace.read_text())
