@@ -2,8 +2,8 @@
 [ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets; export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # One device call (one H200; carry .vendor, which benchmarks/flashmla/fetch.sh and flashinfer/fetch.sh fill):
 # FlashMLA as the runtime's third local attention backend (issue 18).
-#   1. build: FlashMLA's dense decode compiled from .vendor/flashmla-9c5dfab.tar.gz against CUTLASS from
-#      FlashInfer's sdist (timed), and FlashInfer's MLA module JIT-built, side by side;
+#   1. build: FlashMLA's dense decode compiled from .vendor/flashmla-9c5dfab-cutlass-e94e888.tar.gz against its
+#      pinned CUTLASS (timed), and FlashInfer's MLA module JIT-built, side by side;
 #   2. GPU tests: every backend through the DCP merge = unsplit attention (DCP 1/2/4), greedy ids across backends;
 #      then what FlashMLA returns for a zero-length row (a probe in its own process, 60 s at most);
 #   3. `dcpctl bench kernel`: ours, FlashInfer and FlashMLA side by side, 128 heads first, the tables saved;
@@ -11,15 +11,15 @@
 #      backend's roofline fraction in the B x ctx >= 512K cells per head count.
 # Every part runs; each one's exit status and seconds go to $OUT/i18m/status.txt.
 # usage: OUT=dir bash benchmarks/gpu_flashmla.sh
-# BEFORE carrying .vendor: on the host run benchmarks/flashmla/fetch.sh (it writes .vendor/flashmla-9c5dfab.tar.gz
-# from the FlashMLA mirror; the device has no network) and benchmarks/flashinfer/fetch.sh (or copy main's .vendor).
+# BEFORE carrying .vendor: on the host run benchmarks/flashmla/fetch.sh (it writes
+# .vendor/flashmla-9c5dfab-cutlass-e94e888.tar.gz from the FlashMLA and CUTLASS mirrors; the device has no network) and benchmarks/flashinfer/fetch.sh (or copy main's .vendor).
 set -u
 cd "$(dirname "$0")/.."
 O=${OUT:-/tmp/dcpctl-gpu}/i18m
 mkdir -p "$O"
 export PYTHONUNBUFFERED=1 DCPCTL_GPU_REPORT=$O
 export DCPCTL_FLASHINFER_SDIST=$PWD/.vendor/flashinfer_python-0.2.14.tar.gz DCPCTL_FLASHINFER_WORK=/tmp/dcpctl-flashinfer
-export DCPCTL_FLASHMLA_SDIST=$PWD/.vendor/flashmla-9c5dfab.tar.gz DCPCTL_FLASHMLA_WORK=/tmp/dcpctl-flashmla
+export DCPCTL_FLASHMLA_SDIST=$PWD/.vendor/flashmla-9c5dfab-cutlass-e94e888.tar.gz DCPCTL_FLASHMLA_WORK=/tmp/dcpctl-flashmla
 : > "$O/status.txt"
 . benchmarks/gpu_part.sh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \

@@ -157,8 +157,7 @@ def flashmla_missing(page_size: int | None = None) -> str | None:
     if page_size is not None and page_size != FLASHMLA_PAGE:
         return f"page size {page_size}: FlashMLA's kernel reads pages of {FLASHMLA_PAGE} rows only"
     if not os.environ.get(FLASHMLA_SDIST_ENV):
-        return (f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV} and "
-                f"${SDIST_ENV} for CUTLASS)")
+        return f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV})"
     return None
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import tarfile
 
+import pytest
 import torch
 
 from dcpctl.bench.kernel_table import table_from_bench, write
@@ -77,14 +78,18 @@ def _tar(path, top, files):
 
 
 def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
+    # a FlashMLA tarball without CUTLASS of its own (the older fetch.sh): CUTLASS from FlashInfer's sdist
     mla = _tar(tmp_path / "flashmla-abc.tar.gz", "flashmla-abc", {s: "" for s in flashmla_setup.SOURCES})
     fi = _tar(tmp_path / "fi.tar.gz", "flashinfer_python-0.2.14", {
         "3rdparty/cutlass/include/cutlass/cutlass.h": "", "flashinfer/__init__.py": "", "csrc/big.cu": ""})
+    assert not flashmla_setup.own_cutlass(mla)
     srcs, incs = flashmla_setup.sources(mla, fi, tmp_path / "work")
     assert srcs == [str(tmp_path / "work/flashmla-abc" / s) for s in flashmla_setup.SOURCES]
     assert incs == [str(tmp_path / "work/flashmla-abc/csrc"),
                     str(tmp_path / "work/flashinfer_python-0.2.14/3rdparty/cutlass/include")]
     assert not (tmp_path / "work/flashinfer_python-0.2.14/csrc").exists()       # only CUTLASS's headers
+    with pytest.raises(FileNotFoundError, match="rerun benchmarks/flashmla/fetch.sh"):
+        flashmla_setup.sources(mla, None, tmp_path / "work2")
     assert "-gencode=arch=compute_90a,code=sm_90a" in flashmla_setup.NVCC_FLAGS
     (tmp_path / "cuda/include/cccl").mkdir(parents=True)      # CUDA 13: CCCL's headers, for g++ on flash_api.cpp
     assert flashmla_setup.host_includes(str(tmp_path / "cuda")) == [f"-I{tmp_path / 'cuda/include/cccl'}"]
@@ -94,9 +99,21 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
     flashmla_setup.load.cache_clear()
     try:
         mod, why = flashmla_setup.load()
-        assert mod is None and why.startswith(f"$DCPCTL_FLASHINFER_SDIST={tmp_path / 'none.tar.gz'} does not exist")
+        assert mod is None and why == (f"flashmla-abc.tar.gz has no CUTLASS of its own and $DCPCTL_FLASHINFER_SDIST="
+                                       f"{tmp_path / 'none.tar.gz'} does not exist (rerun benchmarks/flashmla/fetch.sh)")
     finally:
         flashmla_setup.load.cache_clear()
+
+
+def test_build_takes_flashmla_s_own_pinned_cutlass(tmp_path):
+    # fetch.sh's tarball: the tree with its submodule's headers at csrc/cutlass/include; FlashInfer's is not needed
+    files = {s: "" for s in flashmla_setup.SOURCES} | {"csrc/cutlass/include/cutlass/cutlass.h": ""}
+    mla = _tar(tmp_path / "flashmla-abc-cutlass-def.tar.gz", "flashmla-abc-cutlass-def", files)
+    assert flashmla_setup.own_cutlass(mla)
+    srcs, incs = flashmla_setup.sources(mla, None, tmp_path / "work")
+    top = tmp_path / "work/flashmla-abc-cutlass-def"
+    assert srcs == [str(top / s) for s in flashmla_setup.SOURCES]
+    assert incs == [str(top / "csrc"), str(top / "csrc/cutlass/include")]
 
 
 class _FlashMLA:

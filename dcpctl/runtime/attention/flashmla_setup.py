@@ -2,9 +2,12 @@
 
 FlashMLA (github.com/deepseek-ai/FlashMLA) ships no wheel and its setup.py fetches CUTLASS as a git
 submodule, so on a machine without network it is built here as a torch extension: $DCPCTL_FLASHMLA_SDIST
-names its source tarball (benchmarks/flashmla/fetch.sh writes .vendor/flashmla-<commit>.tar.gz) and CUTLASS's
-headers come from FlashInfer's sdist ($DCPCTL_FLASHINFER_SDIST, its 3rdparty/cutlass), both unpacked under
-$DCPCTL_FLASHMLA_WORK (default /tmp/dcpctl-flashmla).  Only what the bf16 paged decode needs is compiled:
+names its source tarball, unpacked under $DCPCTL_FLASHMLA_WORK (default /tmp/dcpctl-flashmla).
+benchmarks/flashmla/fetch.sh writes .vendor/flashmla-<commit>-cutlass-<commit>.tar.gz: the tree with its pinned
+CUTLASS's headers at csrc/cutlass/include, which the build uses.  A tarball without them (the older
+.vendor/flashmla-<commit>.tar.gz) takes CUTLASS from FlashInfer's sdist ($DCPCTL_FLASHINFER_SDIST, its
+3rdparty/cutlass, CUTLASS 4.0), and says so: with 4.0, nvcc 13.0 compiles splitkv_mla.cu to 255 registers and
+506 bytes of spill stores; with the pinned e94e888 (3.9) to 239 registers and none (`ptxas -v`, same flags).  Only what the bf16 paged decode needs is compiled:
 flash_api.cpp, get_mla_metadata.cu, splitkv_mla.cu, mla_combine.cu, for sm_90a, fp16 left out
 (-DFLASH_MLA_DISABLE_FP16), with CUDA 13's include/cccl added for the host compiler.  The build is cached
 per torch version (torch's extension cache), so a process after the first loads it in a second.  (An
@@ -28,7 +31,8 @@ from dcpctl.plan.attention_table import FLASHMLA_SDIST_ENV, SDIST_ENV, flashmla_
 WORK_ENV = "DCPCTL_FLASHMLA_WORK"
 SOURCES = ("csrc/flash_api.cpp", "csrc/kernels/get_mla_metadata.cu", "csrc/kernels/mla_combine.cu",
            "csrc/kernels/splitkv_mla.cu")
-CUTLASS = "3rdparty/cutlass/include"       # inside FlashInfer's sdist
+CUTLASS = "3rdparty/cutlass/include"       # inside FlashInfer's sdist (the fallback)
+OWN_CUTLASS = "csrc/cutlass/include"       # FlashMLA's submodule, as fetch.sh bundles it
 NVCC_FLAGS = ["-O3", "-std=c++17", "-DNDEBUG", "-D_USE_MATH_DEFINES", "-Wno-deprecated-declarations",
               "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
               "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
@@ -53,14 +57,28 @@ def unpack(tarball: Path, work: Path, marker: str, only: str = "") -> Path:
     return work / top
 
 
-def sources(sdist: Path, cutlass_sdist: Path, work: Path) -> tuple[list[str], list[str]]:
-    """(the .cpp/.cu files, the include folders) of the decode build, unpacking both tarballs under work."""
+def sources(sdist: Path, cutlass_sdist: Path | None, work: Path) -> tuple[list[str], list[str]]:
+    """(the .cpp/.cu files, the include folders) of the decode build, unpacking the tarballs under work: CUTLASS
+    from FlashMLA's own tree (csrc/cutlass/include) when it has it, else from cutlass_sdist (FlashInfer's)."""
     src = unpack(sdist, work, SOURCES[0])
+    if (src / OWN_CUTLASS / "cutlass" / "cutlass.h").exists():
+        return [str(src / s) for s in SOURCES], [str(src / "csrc"), str(src / OWN_CUTLASS)]
+    if cutlass_sdist is None or not cutlass_sdist.exists():
+        raise FileNotFoundError(f"{sdist.name} has no {OWN_CUTLASS} and ${SDIST_ENV}={cutlass_sdist} does not "
+                                f"exist (rerun benchmarks/flashmla/fetch.sh)")
     fi = unpack(cutlass_sdist, work, f"{CUTLASS}/cutlass/cutlass.h", only=CUTLASS)
     return [str(src / s) for s in SOURCES], [str(src / "csrc"), str(fi / CUTLASS)]
 
 
-def build(sdist: Path, cutlass_sdist: Path, work: Path, verbose: bool = False) -> ModuleType:
+def own_cutlass(sdist: Path) -> bool:
+    """Whether the FlashMLA tarball (or tree) carries its pinned CUTLASS's headers."""
+    if sdist.is_dir():
+        return (sdist / OWN_CUTLASS / "cutlass" / "cutlass.h").exists()
+    with tarfile.open(sdist) as tf:
+        return any(n.endswith(f"/{OWN_CUTLASS}/cutlass/cutlass.h") for n in tf.getnames())
+
+
+def build(sdist: Path, cutlass_sdist: Path | None, work: Path, verbose: bool = False) -> ModuleType:
     """Compile (or load the cached) extension `flash_mla_cuda`; MAX_JOBS defaults to the CPU count."""
     from torch.utils import cpp_extension
 
@@ -89,16 +107,21 @@ def load() -> tuple[ModuleType | None, str]:
     missing = flashmla_missing()
     if missing is not None:
         return None, missing
-    sdist, fi = Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ.get(SDIST_ENV, ""))
-    for env, path in ((FLASHMLA_SDIST_ENV, sdist), (SDIST_ENV, fi)):
-        if not str(path) or not path.exists():
-            return None, f"${env}={path} does not exist (FlashMLA's build takes CUTLASS from FlashInfer's sdist)"
+    sdist = Path(os.environ[FLASHMLA_SDIST_ENV])
+    fi = Path(os.environ[SDIST_ENV]) if os.environ.get(SDIST_ENV) else None
+    if not sdist.exists():
+        return None, f"${FLASHMLA_SDIST_ENV}={sdist} does not exist"
+    own = own_cutlass(sdist)
+    if not own and (fi is None or not fi.exists()):
+        return None, (f"{sdist.name} has no CUTLASS of its own and ${SDIST_ENV}={fi} does not exist (rerun "
+                      f"benchmarks/flashmla/fetch.sh)")
     t0 = time.perf_counter()
     try:
         mod = build(sdist, fi, Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")))
     except Exception as e:       # a compile failure costs the backend, never the run
         return None, f"building FlashMLA from {sdist.name} failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    return mod, f"FlashMLA {sdist.name.removesuffix('.tar.gz')}, built in {time.perf_counter() - t0:.0f} s"
+    cut = "its pinned CUTLASS" if own else "FlashInfer's CUTLASS 4.0 (its decode kernel spills: rerun fetch.sh)"
+    return mod, f"FlashMLA {sdist.name.removesuffix('.tar.gz')} with {cut}, built in {time.perf_counter() - t0:.0f} s"
 
 
 def main() -> int:
@@ -108,7 +131,7 @@ def main() -> int:
         print(f"dcpctl: {missing}")
         return 2
     t0 = time.perf_counter()
-    mod = build(Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ.get(SDIST_ENV, "")),
+    mod = build(Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ[SDIST_ENV]) if os.environ.get(SDIST_ENV) else None,
                 Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")), verbose=True)
     print(f"FlashMLA: {mod.__file__}, built or loaded in {time.perf_counter() - t0:.1f} s")
     return 0
