@@ -169,3 +169,29 @@ def test_rule_context_is_the_same_on_every_rank():
     chunks = [SeqChunk(0, 16384, 1), SeqChunk(1, 99, 1)]       # a request of 16385 tokens and one of 100
     assert {local_len(16385, r, 2) for r in range(2)} == {8193, 8192}   # ranks' own max lengths differ by one
     assert group_context(chunks, 2) == 8193 and group_context(chunks, 1) == 16385 and group_context([], 4) == 0
+
+
+def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, monkeypatch):
+    # a capture's layout carries no host page lists: FlashInfer is out (its plan() is per step, on the host), FlashMLA
+    # is in (its metadata is a device kernel the graph replays), and the rule picks by the graph's batch size and
+    # context bucket; an eager batch of the same shape picks by its chunks
+    from types import SimpleNamespace
+    from dcpctl.runtime.attention import backend_choice
+    from dcpctl.runtime.attention.layout import SeqChunk
+    t = _table(tmp_path)
+    monkeypatch.setattr(backend_choice, "load_table", lambda: t)
+    monkeypatch.setattr(backend_choice, "_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(backend_choice, "triton_blocker", lambda q, pool, v: None)
+    monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: None)
+    monkeypatch.setattr(backend_choice, "flashinfer_blocker", lambda pool, v, dt: None)
+    pool = torch.zeros(4, 64, 576, dtype=torch.bfloat16)
+    graph = lambda b, rows: SimpleNamespace(host_lens=None, max_local_len=rows, chunks=[], backend_state={})  # noqa
+    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "flashmla"
+    assert backend_choice._choose("auto", torch.zeros(1, 128, 576), pool, graph(1, 65536), 512, 1) == "triton"
+    eager = SimpleNamespace(host_lens=[65536] * 64, max_local_len=65536, backend_state={},
+                            chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
+    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashmla"
+    # FlashInfer stays out of a capture, with its reason, even where the table would pick it
+    monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: "not built")
+    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "triton"
+    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashinfer"

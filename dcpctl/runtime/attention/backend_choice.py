@@ -2,10 +2,12 @@
 
     local attention: flashinfer (triton at B=1 ctx=8K, ...) for 128 kernel heads, bf16 KV, page 64 on NVIDIA H200 (why)
 
-is said once per rule (`note_once`); per batch the rule picks by (batch, max local length), both host ints.
+is said once per rule (`note_once`); per batch the rule picks by (batch, max local length), both host ints; a
+CUDA-graph capture (graphs.py) picks once per graph, by its batch size and context bucket.
 Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer or FlashMLA cannot take:
-chunks of more than one token, or the CUDA-graph buffers (graphs.py): FlashInfer's per-step plan() needs host page
-lists they do not carry, and FlashMLA's per-batch metadata is not yet wired into (nor tested under) a capture.
+chunks of more than one token, and FlashInfer under a capture (its per-step plan() needs host page lists the graph
+buffers do not carry).  FlashMLA's per-batch metadata is a device kernel, so a graph replays it with the step
+(tests/runtime/test_gpu_flashmla.py checks replays against eager).
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton
 from dcpctl.runtime.notes import note_once
 
 GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
-GRAPH_LAYOUT_MLA = "CUDA-graph replay: FlashMLA's per-batch metadata is not wired into the graph buffers"
 FIELD_KERNELS = ("flashinfer", "flashmla")     # decode-only: a chunk of more than one token runs ours
 KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3", torch.float32: "fp32",
             torch.float64: "fp64"}
@@ -71,15 +72,19 @@ def group_context(chunks: list, dcp_size: int) -> int:
 
 
 def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dcp_size: int) -> str:
-    # graph buffers (no host page lists) never ask FlashInfer or FlashMLA: nothing is built or planned in a capture
+    # graph buffers (no host page lists) never ask FlashInfer: its plan() runs on the host every step
     graph = lay.host_lens is None      # type: ignore[attr-defined]
     fi = GRAPH_LAYOUT if graph else flashinfer_blocker(pool, v_dim, q.dtype)
-    fm = GRAPH_LAYOUT_MLA if graph else flashmla_blocker(pool, v_dim, q.dtype)
-    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi), ("flashmla", fm))
+    avail = (("triton", triton_blocker(q, pool, v_dim)), ("flashinfer", fi),
+             ("flashmla", flashmla_blocker(pool, v_dim, q.dtype)))
     if all(why is not None for _, why in avail):
         return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
     key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
-    which = rule_for(requested, key, avail).pick(len(lay.chunks), group_context(lay.chunks, dcp_size))  # type: ignore
+    if graph:     # a capture: the graph's batch size and context bucket (local rows), the same on every rank
+        batch, ctx = q.shape[0], lay.max_local_len     # type: ignore[attr-defined]
+    else:
+        batch, ctx = len(lay.chunks), group_context(lay.chunks, dcp_size)     # type: ignore[attr-defined]
+    which = rule_for(requested, key, avail).pick(batch, ctx)
     if which in FIELD_KERNELS and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
         note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
                   f"verification are causal by global position over a striped shard; {which}'s mask is not)")
