@@ -101,14 +101,20 @@ def host_includes(cuda_home: str | None) -> list[str]:
     return [f"-I{cccl}"] if cccl.is_dir() else []
 
 
+def _paths() -> tuple[Path, Path | None, Path]:
+    """(FlashMLA's tarball, FlashInfer's sdist or None, the work folder) from the environment (configured)."""
+    fi = os.environ.get(SDIST_ENV)
+    return (Path(os.environ[FLASHMLA_SDIST_ENV]), Path(fi) if fi else None,
+            Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")))
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[ModuleType | None, str]:
     """(the extension with get_mla_metadata and fwd_kvcache_mla, where it came from) or (None, why not)."""
     missing = flashmla_missing()
     if missing is not None:
         return None, missing
-    sdist = Path(os.environ[FLASHMLA_SDIST_ENV])
-    fi = Path(os.environ[SDIST_ENV]) if os.environ.get(SDIST_ENV) else None
+    sdist, fi, work = _paths()
     if not sdist.exists():
         return None, f"${FLASHMLA_SDIST_ENV}={sdist} does not exist"
     own = own_cutlass(sdist)
@@ -117,7 +123,7 @@ def load() -> tuple[ModuleType | None, str]:
                       f"benchmarks/flashmla/fetch.sh)")
     t0 = time.perf_counter()
     try:
-        mod = build(sdist, fi, Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")))
+        mod = build(sdist, fi, work)
     except Exception as e:       # a compile failure costs the backend, never the run
         return None, f"building FlashMLA from {sdist.name} failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
     cut = "its pinned CUTLASS" if own else "FlashInfer's CUTLASS 4.0 (its decode kernel spills: rerun fetch.sh)"
@@ -131,7 +137,6 @@ def main() -> int:
         print(f"dcpctl: {missing}")
         return 2
     t0 = time.perf_counter()
-    mod = build(Path(os.environ[FLASHMLA_SDIST_ENV]), Path(os.environ[SDIST_ENV]) if os.environ.get(SDIST_ENV) else None,
-                Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")), verbose=True)
+    mod = build(*_paths(), verbose=True)
     print(f"FlashMLA: {mod.__file__}, built or loaded in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -31,14 +31,19 @@ class GemmLog:
     bmm's by weight and operand strides."""
 
     def __init__(self) -> None:
+        # key -> (what to run, the largest M seen): a linear's weight; a bmm's (weight, x strides, out strides)
         self.linears: dict[tuple, tuple[Tensor, int]] = {}
-        self.bmms: dict[tuple, tuple[Tensor, tuple[int, ...], tuple[int, ...], int]] = {}
+        self.bmms: dict[tuple, tuple[tuple[Tensor, tuple[int, ...], tuple[int, ...]], int]] = {}
+
+    @staticmethod
+    def _keep(table: dict, key: tuple, item: object, m: int) -> None:
+        # the first item seen for key, with the largest M seen for it
+        old = table.get(key)
+        table[key] = (item, m) if old is None else (old[0], max(old[1], m))
 
     def note_linear(self, x: Tensor, w: Tensor) -> None:
         if x.dim() == 2 and x.is_contiguous():
-            key = (tuple(w.shape), w.stride(), w.dtype, w.device, x.dtype)
-            m = max(self.linears[key][1], x.shape[0]) if key in self.linears else x.shape[0]
-            self.linears[key] = (self.linears.get(key, (w,))[0], m)
+            self._keep(self.linears, (tuple(w.shape), w.stride(), w.dtype, w.device, x.dtype), w, x.shape[0])
 
     def note_bmm(self, x: Tensor, w: Tensor, out: Tensor) -> None:
         # x: [B, M, K]  w: [B, K, N]  out: [B, M, N] as token-major views (rows of M apart by whole heads), the
@@ -46,8 +51,7 @@ class GemmLog:
         if not (x.stride(1) >= x.stride(0) * x.shape[0] and out.stride(1) >= out.stride(0) * out.shape[0]):
             return
         key = (tuple(w.shape), w.stride(), w.dtype, w.device, x.stride(0), x.stride(1), out.stride(0), out.stride(1))
-        m = max(self.bmms[key][3], x.shape[1]) if key in self.bmms else x.shape[1]
-        self.bmms[key] = (w, (x.stride(0), x.stride(1), 1), (out.stride(0), out.stride(1), 1), m)
+        self._keep(self.bmms, key, (w, (x.stride(0), x.stride(1), 1), (out.stride(0), out.stride(1), 1)), x.shape[1])
 
     def __len__(self) -> int:
         return len(self.linears) + len(self.bmms)
@@ -60,13 +64,14 @@ class GemmLog:
             for m in (m for m in ms if m <= top):
                 torch.nn.functional.linear(torch.zeros(m, w.shape[-1], dtype=w.dtype, device=w.device), w)
                 calls += 1
-        for w, xs, os_, top in self.bmms.values():
+        for (w, xs, os_), top in self.bmms.values():
             b, k, n = w.shape
             for m in (m for m in ms if m <= top):
                 x = torch.empty_strided((b, m, k), xs, dtype=w.dtype, device=w.device).zero_()
                 torch.bmm(x, w, out=torch.empty_strided((b, m, n), os_, dtype=w.dtype, device=w.device))
                 calls += 1
-        if calls and any(t[0].is_cuda for t in [*self.linears.values(), *self.bmms.values()]):
+        weights = [w for w, _ in self.linears.values()] + [b[0] for b, _ in self.bmms.values()]
+        if calls and any(w.is_cuda for w in weights):
             torch.cuda.synchronize()
         return calls
 

@@ -99,15 +99,15 @@ def _write_trace(path: str, trace: list, gpu: list[tuple[Any, Any]]) -> None:
     import torch
     if gpu and torch.cuda.is_available():
         torch.cuda.synchronize()
-    prev, rows = None, []
-    for row in trace:
-        *head, seen = row
+    rows, before, prev = [], 0, None       # replays seen before this row; the last replay's end event
+    for *head, seen in trace:
         ms = gap = None
-        if seen and (not rows or rows[-1][1] < seen):      # this step replayed graph number seen - 1
+        if seen > before:                   # this step replayed graph number seen - 1
             start, end = gpu[seen - 1]
             ms = start.elapsed_time(end)
             gap = prev.elapsed_time(start) if prev is not None else None
             prev = end
-        rows.append((head, seen, ms, gap))
+        before = seen
+        rows.append((*head, ms, gap))
     with open(path, "w") as f:
-        json.dump({"fields": TRACE_FIELDS, "rows": [(*h, ms, gap) for h, _, ms, gap in rows]}, f)
+        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
