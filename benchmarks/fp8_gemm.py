@@ -19,6 +19,9 @@ launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_T
 `after` (the shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
+--torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
+quantization launch included) where this build takes it: every scale layout is tried once, the first whose
+output matches ours (norm-relative < 1e-2) is timed, and what refused is recorded (`torch_peer` in the JSON).
 Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) against float64 math on the same
 quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), and bf16
 F.linear on the dequantized weight against float64.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -37,6 +41,7 @@ import torch.nn.functional as F
 
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, GemvTiles, Tiles,
                                             choose_tiles, fp8_matmul, quantize_rows)
+from dcpctl.runtime.models.fp8_parts import quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
     "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576, 1536),
@@ -132,7 +137,46 @@ class Timer:
         return self.us[t]
 
 
-def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list) -> dict:
+PEER: dict = {"layout": None, "refused": []}   # --torch-peer: the scale layout this torch build took, or why not
+
+
+def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
+    """A call of torch's blockwise scaled_mm on (x, w8, s) that matches fp8_matmul, or None (PEER says why)."""
+    try:
+        from torch.nn.functional import ScalingType, scaled_mm
+    except ImportError as e:
+        PEER["refused"].append(f"import: {e}")
+        return None
+    x8, xs = quantize_rows_gpu(x, 128)
+    ref = fp8_matmul(x, w8, s, (128, 128)).float()
+    a_layouts = {"a[M,K/128] outer-major": lambda v: v.t().contiguous().t(), "a[M,K/128] row-major": lambda v: v}
+    b_layouts = {"b[N/128,K/128]": lambda v: v, "b[K/128,N/128] view": lambda v: v.t(),
+                 "b[K/128,N/128] contiguous": lambda v: v.t().contiguous()}
+    for (an, af), (bn, bf) in itertools.product(a_layouts.items(), b_layouts.items()):
+        if PEER["layout"] not in (None, (an, bn)):
+            continue
+        try:
+            out = scaled_mm(x8, w8.t(), af(xs), ScalingType.BlockWise1x128, bf(s), ScalingType.BlockWise128x128,
+                            output_dtype=torch.bfloat16)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if err > 1e-2:
+                raise ValueError(f"ran, but {err:.3g} norm-relative from ours")
+        except Exception as e:  # noqa: BLE001 - a refusing peer is reported, not fatal
+            why = f"{an}, {bn}: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            if why not in PEER["refused"]:
+                PEER["refused"].append(why)
+            continue
+        PEER["layout"] = (an, bn)
+
+        def call(i, xx=x, wl=w8, sl=s):
+            q8, qs = quantize_rows_gpu(xx, 128)
+            return scaled_mm(q8, wl[i].t(), af(qs), ScalingType.BlockWise1x128, bf(sl[i]),
+                             ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+        return call
+    return None
+
+
+def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool = False) -> dict:
     w_bytes = N * K
     copies = max(2, -(-2 * L2_BYTES // w_bytes))
     w8 = [torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn) for _ in range(copies)]
@@ -143,8 +187,13 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list) -> dict:
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
     gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
-    return _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
-                errors(x, w8[0], s[0]) if M == 8 else None)
+    row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
+               errors(x, w8[0], s[0]) if M == 8 else None)
+    call = _torch_peer(x, w8[0], s[0]) if peer else None
+    if call is not None:
+        us = round(_graph_time(lambda i: call(i, x, w8, s), copies) * 1e6, 2)
+        row.update(torch_us=us, torch_over_roofline=round(us / roof, 3), bf16_over_torch=round(bf16 / us, 3))
+    return row
 
 
 def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_tiles, after_tiles, errs) -> dict:
@@ -236,7 +285,8 @@ def _print(r: dict) -> None:
     gemv = "-" if r["gemv_us"] is None else r["gemv_us"]
     print(f"{r['shape']:18} {r['M']:>3} {r['before_us']:>7} {gemv:>7} {r['after_us']:>7} {r['bf16_us']:>7} "
           f"{r['roofline_us']:>6} {r['bf16_over_after']:>6} {r['after_over_roofline']:>6}"
-          + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else ""), flush=True)
+          + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else "")
+          + (f"  torch {r['torch_us']} ({r['torch_over_roofline']} of roof)" if "torch_us" in r else ""), flush=True)
     for f in r.get("failed", []):
         print(f"  failed: {f}", flush=True)
     if "errors" in r:
@@ -247,7 +297,8 @@ def _save(path: str | None, rows: list[dict]) -> None:
     if path:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
+                       "cuda": torch.version.cuda,
+                       "torch_peer": PEER, "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
 
 
 def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
@@ -271,6 +322,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
     ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
+    ap.add_argument("--torch-peer", action="store_true",
+                    help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
+    ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="token counts M")
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES), help="dense shapes")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("fp8_gemm.py: needs a CUDA GPU", file=sys.stderr)
@@ -278,18 +333,22 @@ def main() -> int:
     rows, t0 = [], time.perf_counter()
     print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} "
           f"{'/roof':>6}  (us)")
-    for M in BATCHES:   # M outside: the sweep budget reaches every shape at the first swept M
-        for name, (N, K) in SHAPES.items():
+    for M in args.batches:   # M outside: the sweep budget reaches every shape at the first swept M
+        for name in args.shapes:
+            N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [])
+                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [], args.torch_peer)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():
-        for M in BATCHES:
+        for M in args.batches:
             _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps)
             _save(args.json, rows)
         _experts.cache_clear()   # 22 GB of experts
         torch.cuda.empty_cache()
+    if args.torch_peer:
+        print(f"torch blockwise scaled_mm: {'took ' + ', '.join(PEER['layout']) if PEER['layout'] else 'refused'}"
+              + "".join(f"\n  refused: {r}" for r in PEER["refused"]), flush=True)
     print(f"{time.perf_counter() - t0:.0f} s")
     if args.table:
         print(table(rows))
