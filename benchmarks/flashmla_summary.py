@@ -4,8 +4,9 @@
 
 Writes DIR/table_all.json (every cell of the run as one backend table, the shape dcpctl/data/attention/h200.json
 has, ready to replace it) and DIR/summary.json; prints one row per cell: each backend's time, the pick of the shipped table and of
-this run's table with how much slower than the best it is, each backend's roofline fraction, and whether the
-cell has B x ctx >= 512K tokens (issue 18's target cells).
+this run's table with how much slower than the best it is, each backend's roofline fraction (burst bf16 ceiling;
+and against the sustained one, bench/ceilings.py), and whether the cell is one of issue 18's target cells
+(B x ctx >= 512K tokens, ctx 8K-128K).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def main(out: Path) -> None:
              "source": " + ".join(p["source"] for p in parts),
              "record": f"measured by benchmarks/gpu_flashmla.sh on one {runs[0]['device']} (torch {runs[0]['torch']}): "
                        "two `dcpctl bench kernel --no-naive --save-table` calls (128 heads; 16 and 64 heads) over "
-                       "contexts 8K-128K x batches 1-64, ours, FlashInfer 0.2.14 and FlashMLA 9c5dfab side by side, "
+                       "contexts 1K-128K x batches 1-64, ours, FlashInfer 0.2.14 and FlashMLA 9c5dfab side by side, "
                        "merged by benchmarks/flashmla_summary.py"}
     (out / "table_all.json").write_text(json.dumps(table, indent=1) + "\n")
     tables = {"shipped": load_table(), "this run": load_table(out / "table_all.json")}
@@ -37,7 +38,10 @@ def main(out: Path) -> None:
         best = min(us.values())
         row = {"heads": c["heads"], "ctx": c["ctx"], "batch": c["batch"], "us": {b: round(t, 1) for b, t in us.items()},
                "best": min(us, key=us.get), "fraction": {b: round(v["fraction"], 3) for b, v in c["backends"].items()
-                                                         if v.get("fraction")}, "big": c["batch"] * c["ctx"] >= BIG}
+                                                         if v.get("fraction")},
+               "fraction_sustained": {b: round(v["fraction_sustained"], 3) for b, v in c["backends"].items()
+                                      if v.get("fraction_sustained")},
+               "big": c["batch"] * c["ctx"] >= BIG and c["ctx"] >= 8192}
         for name, t in tables.items():
             pick = decide(Key(c["heads"], "bf16", 64, runs[0]["device"]), "auto", avail, t).pick(c["batch"], c["ctx"])
             slow = us[pick] / best - 1 if pick in us else None
@@ -55,6 +59,8 @@ def main(out: Path) -> None:
         per_head[h] = {b: min((r["fraction"].get(b, 0.0) for r in big), default=None) for b in ["best", *BACKENDS]
                        if b == "best" or any(b in r["fraction"] for r in big)}
         per_head[h]["best"] = min((max(r["fraction"].values()) for r in big), default=None)
+        per_head[h]["best_sustained"] = min((max(r["fraction_sustained"].values(), default=0.0) for r in big),
+                                            default=None)
         print(f"heads {h}: min roofline fraction over the {len(big)} cells with B x ctx >= 512K: {per_head[h]}")
     (out / "summary.json").write_text(json.dumps({"rows": rows, "worst_auto_over_best": worst,
                                                   "min_fraction_big_cells": per_head}, indent=1))

@@ -63,7 +63,10 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               + [Tiles(128, 4, 4, ps, swap=sw) for ps in (1, 2) for sw in (False, True)]
               + [Tiles(64, 4, 3, ps, fuse_rows=64, swap=True) for ps in (1, 2)]
               + [Tiles(64, 4, 3, ps, swap=sw, pdl=True) for ps, sw in ((1, False), (2, False), (2, True))]
-              + [Tiles(stages=5, per_sm=1)])
+              + [Tiles(stages=5, per_sm=1)]
+              # capped K splits (the tile's last program sums splits x M x BN fp32 partials alone)
+              + [Tiles(bn, 4, 3, 4, max_split=ms) for bn in (32, 64, 128) for ms in (2, 4, 8)]
+              + [Tiles(64, 4, 3, 4, swap=True, max_split=ms) for ms in (4, 8)])
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
 # program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
 # blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight

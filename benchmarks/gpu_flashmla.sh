@@ -6,7 +6,8 @@
 #      pinned CUTLASS (timed), and FlashInfer's MLA module JIT-built, side by side;
 #   2. GPU tests: every backend through the DCP merge = unsplit attention (DCP 1/2/4), greedy ids across backends;
 #      then what FlashMLA returns for a zero-length row (a probe in its own process, 60 s at most);
-#   3. `dcpctl bench kernel`: ours, FlashInfer and FlashMLA side by side, 128 heads first, the tables saved;
+#   3. `dcpctl bench kernel`: ours, FlashInfer and FlashMLA side by side, 128 heads first, contexts 1K-128K ($CONTEXTS),
+#      the tables saved;
 #   4. a summary: the automatic choice (shipped table and this run's) against the best per cell, and the best
 #      backend's roofline fraction in the B x ctx >= 512K cells per head count.
 # Every part runs; each one's exit status and seconds go to $OUT/i18m/status.txt.
@@ -38,7 +39,7 @@ part tests 240 python3 -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test
 part zero_len_probe 60 python3 benchmarks/flashmla/zero_len_probe.py "$O/flashmla_zero_len.json"
 bench() {  # name, heads: all backends side by side, its table saved
   part "bench_$1" 240 bash -c 'python3 -m dcpctl.cli.main bench kernel --no-naive --heads "$1" \
-    --contexts 8K,32K,64K,128K --batches 1,8,32,64 --save-table "$0/table_$2.json" --format json > "$0/kernel_$2.json"' \
+    --contexts "${CONTEXTS:-1K,2K,4K,8K,32K,64K,128K}" --batches 1,8,32,64 --save-table "$0/table_$2.json" --format json > "$0/kernel_$2.json"' \
     "$O" "$2" "$1"
 }
 bench h128 128

@@ -1,7 +1,11 @@
 """Measured machine ceilings and GPU timers shared by the benchmarks (CUDA only).
 
 copy bandwidth: one large device-to-device copy, counting bytes read plus bytes written;
-bf16 matmul rate: an 8192^3 product on random data.  Both are medians over repeated runs.
+bf16 matmul rate: an 8192^3 product on random data.  Both are medians over repeated runs, each timed alone (a
+burst: the GPU at its boost clock).  The sustained bf16 rate is the same product back to back in CUDA graphs after
+half a second of them: on an H200 the SM clock falls from 1980 to about 1470 MHz within 0.1 s of such work and the
+rate from ~770 to ~670 TFLOP/s (benchmarks/sustained_rate.py; docs/benchmarks-kernel.md), which is the regime a
+kernel timed over graph replays runs in.
 """
 from __future__ import annotations
 
@@ -80,6 +84,26 @@ def bf16_matmul_rate(device: torch.device, n: int = 8192) -> float:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     ms = events_ms(lambda: a @ b, reps=10)
+    return 2 * n ** 3 / (ms * 1e-3)
+
+
+def sustained_bf16_rate(device: torch.device, n: int = 8192, seconds: float = 0.5, per_graph: int = 10) -> float:
+    """flop/s of back-to-back n^3 bf16 products after `seconds` of them (the median of 5 timed graph replays)."""
+    import time
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    torch.matmul(a, b, out=c)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(per_graph):
+            torch.matmul(a, b, out=c)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        g.replay()
+        torch.cuda.synchronize()
+    ms = events_ms(g.replay, reps=5, warmup=0) / per_graph
     return 2 * n ** 3 / (ms * 1e-3)
 
 

@@ -28,7 +28,8 @@ from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E4
 
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
-            Tiles(bn=128, fuse_rows=64), *(t for entries in TABLE.values() for _, t in entries),
+            Tiles(bn=128, fuse_rows=64), Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True),
+            *(t for entries in TABLE.values() for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
             # (few programs per SM: the interpreter runs them one by one; K splits all the same)
             GemvTiles(per_sm=1), GemvTiles(fuse=False, per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1),

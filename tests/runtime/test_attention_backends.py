@@ -33,7 +33,7 @@ def test_shipped_table_picks_per_cell():
     rule = decide(Key(16, "bf16", 64, "NVIDIA H200"), "auto", BOTH, load_table())
     assert rule.fixed is None and rule.pick(64, 128 * 1024) == "flashinfer"
     cells = {(b, c): w for b, c, w in rule.cells}
-    assert len(cells) == 16 and rule.pick(1, 32 * 1024) == cells[(1, 32768)] == "triton"
+    assert len(cells) == 28 and rule.pick(1, 32 * 1024) == cells[(1, 32768)] == "triton"
     assert rule.pick(40, 100_000) == cells[(32, 131072)]          # nearest in log batch + log ctx
     assert rule.summary().startswith("flashinfer (triton at B=1") and "measured" in rule.reason
 

@@ -120,6 +120,8 @@ class Tiles:
                           # capped so that red x BM x BN <= 8192 fp32 stay in registers)
     pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
                           # kernel finishes
+    max_split: int = 0    # at most this many K splits (0: per_sm decides alone): the tile's last program reads
+                          # splits x R x BN fp32 partials by itself, which at R = 64 outweighs a small weight
 
 
 
@@ -194,6 +196,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
+    if t.max_split and splits > t.max_split:
+        splits = -(-nkb // -(-nkb // t.max_split))   # every split non-empty, as _split
     per = -(-nkb // splits)
     x = x.contiguous()
     fuse = R <= t.fuse_rows
