@@ -16,6 +16,9 @@ from typing import Callable
 import torch
 
 
+PREHEAT_S = 0.0   # graph_ms: seconds of replays before timing (bench kernel --preheat)
+
+
 @dataclass(frozen=True)
 class Ceilings:
     copy_bytes_per_s: float
@@ -56,6 +59,12 @@ def graph_ms(fns: list[Callable[[], object]], replays: int = 10) -> float:
     with torch.cuda.graph(g):
         for f in fns:
             f()
+    if PREHEAT_S > 0:   # the GPU settles at the clock this work sustains before the timed replays
+        import time
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < PREHEAT_S:
+            g.replay()
+            torch.cuda.synchronize()
     return events_ms(g.replay, reps=replays, warmup=2) / len(fns)
 
 

@@ -234,10 +234,16 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     return {"device": torch.cuda.get_device_name(), "kv_dtype": "fp8_e4m3" if fp8 else "bf16",
             "torch": torch.__version__, "triton": _triton_version(), "python": platform.python_version(),
             "calibration": ceil.calibration(), "bf16_sustained_tflops": round(sustained / 1e12, 2),
+            "preheat_s": _preheat(),
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
             "page_size": PAGE, "backends": ["triton", *peers], **notes,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
+
+
+def _preheat() -> float:
+    from dcpctl.bench.ceilings import PREHEAT_S
+    return PREHEAT_S
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
@@ -354,11 +360,14 @@ def _table(res: dict[str, Any]) -> None:
               help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
                    "$DCPCTL_ATTENTION_TABLE=FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--preheat", type=click.FloatRange(0, 10), default=0.0, show_default=True,
+              help="Seconds of each cell's own work before it is timed, so every cell is timed at the steady clock "
+                   "its sustained run settles to (the sustained bf16 ceiling's regime; H200: power cap).")
 @click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
               help="Fit copy_tbps, bf16_tflops, attn_efficiency per head count and attn_fixed_us into this "
                    "calibration file (other keys kept) for `plan/recommend --calibration`.")
 def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, kv_dtype: str,
-            backends: str, save_table: str | None, fmt: str, save_calibration: str | None) -> None:
+            backends: str, save_table: str | None, fmt: str, preheat: float, save_calibration: str | None) -> None:
     """Time the local MLA decode backends against this GPU's measured copy bandwidth and bf16 matmul rate.
 
     Reports per (kernel heads, local context, batch): each available backend's time (ours, `triton`:
@@ -378,6 +387,8 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
         if path:
             check_writable(Path(path), flag)
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
+    from dcpctl.bench import ceilings
+    ceilings.PREHEAT_S = preheat
     with stdout_to_stderr():   # Triton prints a failed candidate's PTX on stdout; keep --format json clean
         res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8",
                   backends)
