@@ -152,7 +152,11 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
         return None
     x8, xs = quantize_rows_gpu(x, 128)
     ref = fp8_matmul(x, w8, s, (128, 128)).float()
-    a_layouts = {"a[M,K/128] outer-major": lambda v: v.t().contiguous().t(), "a[M,K/128] row-major": lambda v: v}
+    # outer-major by construction: strides (1, M) also for M = 1 (.t().contiguous().t() keeps (K/128, 1) there,
+    # which torch 2.11's check refuses: "scale_a must have strides (1, 1)")
+    a_layouts = {"a[M,K/128] outer-major": lambda v: torch.empty_strided(v.shape, (1, v.shape[0]), dtype=v.dtype,
+                                                                         device=v.device).copy_(v),
+                 "a[M,K/128] row-major": lambda v: v}
     b_layouts = {"b[N/128,K/128]": lambda v: v, "b[K/128,N/128] view": lambda v: v.t(),
                  "b[K/128,N/128] contiguous": lambda v: v.t().contiguous()}
     for (an, af), (bn, bf) in itertools.product(a_layouts.items(), b_layouts.items()):
