@@ -1,0 +1,48 @@
+"""bench kernel's report and benchmarks/flashmla_summary.py on made-up results (no GPU): the sustained-ceiling
+fraction is printed for the fastest backend, and the summary's target cells are B x ctx >= 512K at ctx >= 8K."""
+import json
+import sys
+from pathlib import Path
+
+from dcpctl.bench import kernel
+from dcpctl.bench.kernel_table import table_from_bench, write
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cell(heads, ctx, batch, us):   # us: {backend: time}; roofline 100 us (burst) and 120 us (sustained)
+    return {"heads": heads, "ctx": ctx, "batch": batch, "roofline_us": 100.0, "roofline_sustained_us": 120.0,
+            "bound": "compute", "best": min(us, key=us.get), "auto": "triton", "auto_over_best": 0.0,
+            "backends": {b: {"time_us": t, "fraction": 100.0 / t, "fraction_sustained": 120.0 / t}
+                         for b, t in us.items()}}
+
+
+def _res(cells):
+    return {"device": "NVIDIA H200", "kv_dtype": "bf16", "torch": "t", "calibration": {"copy_tbps": 4.2,
+            "bf16_tflops": 790.0}, "bf16_sustained_tflops": 670.0, "cells": cells, "fraction_min": 0.5,
+            "fraction_median": 0.6, "backends": ["triton", "flashmla"], "flashinfer": "-", "flashmla": "built",
+            "exchange": "-"}
+
+
+def test_report_prints_the_sustained_fraction_of_the_fastest(capsys):
+    kernel._table(_res([_cell(128, 131072, 32, {"triton": 200.0, "flashmla": 150.0})]))
+    out = capsys.readouterr().out
+    assert "sustained 670.0" in out and "0.80" in out      # 120 / 150: the fastest's sustained fraction
+    assert "0.67" in out and "0.50" in out                 # burst fractions: flashmla 100/150, ours 100/200
+
+
+def test_summary_target_cells_and_sustained_minimum(tmp_path, monkeypatch):
+    cells = [_cell(128, 131072, 32, {"triton": 200.0, "flashmla": 150.0}),   # a target cell
+             _cell(128, 1024, 64, {"triton": 400.0, "flashmla": 500.0})]     # 64K tokens: not one
+    res = _res(cells)
+    (tmp_path / "kernel_h128.json").write_text(json.dumps(res))
+    write(table_from_bench(res, "dcpctl bench kernel"), tmp_path / "table_h128.json")
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    sys.modules.pop("flashmla_summary", None)
+    import flashmla_summary
+    flashmla_summary.main(tmp_path)
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["big"] for r in doc["rows"]] == [True, False]
+    m = doc["min_fraction_big_cells"]["128"]
+    assert round(m["best"], 3) == round(100 / 150, 3) and round(m["best_sustained"], 3) == 0.8
+    assert (tmp_path / "table_all.json").exists()
