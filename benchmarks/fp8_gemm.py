@@ -20,8 +20,9 @@ launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_T
 GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
-quantization launch included) where this build takes it: every scale layout is tried once, the first whose
-output matches ours (norm-relative < 1e-2) is timed, and what refused is recorded (`torch_peer` in the JSON).
+quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
+matches ours (norm-relative < 1e-2), which is then timed and kept for the later cells; each refusal is recorded
+(`torch_peer` in the JSON).
 Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) against float64 math on the same
 quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), and bf16
 F.linear on the dequantized weight against float64.
@@ -175,7 +176,7 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
             continue
         PEER["layout"] = (an, bn)
 
-        def call(i, xx=x, wl=w8, sl=s):
+        def call(i, xx, wl, sl):   # weight copy i of the lists wl, sl
             q8, qs = quantize_rows_gpu(xx, 128)
             return scaled_mm(q8, wl[i].t(), af(qs), ScalingType.BlockWise1x128, bf(sl[i]),
                              ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)

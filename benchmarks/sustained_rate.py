@@ -89,7 +89,7 @@ def main() -> int:
     from dcpctl.runtime.attention import flashmla
     if flashmla.load()[0] is not None:
         B, ctx, H, R, V = 32, 131072, 128, 576, 512
-        pages = 131072 * 64 // 64
+        pages = 131072          # bench kernel's pool: its largest cell, 128K x 64, in pages of 64
         kv = torch.randn(pages, 64, R, device=dev, dtype=torch.bfloat16)
         bt = torch.randperm(pages, device=dev)[:B * ctx // 64].int().view(B, -1)
         q = torch.randn(B, H, R, device=dev, dtype=torch.bfloat16)

@@ -3,7 +3,8 @@ and batch fall short of 0.84 of roofline while shorter cells reach it).
 
     python benchmarks/flashmla/cell_probe.py [--heads 128] [--ctx 131072] [--batch 32] [--json OUT] [--once KIND]
 
-Kinds, each timed three times interleaved (CUDA-graph replay, as bench kernel times): `random` (pages drawn from
+Kinds, each timed three times interleaved (CUDA-graph replays of one table: unlike bench kernel, no rotation over
+page sets, so a cell much smaller than L2 is timed from L2): `random` (pages drawn from
 a pool as big as bench kernel's largest cell, as bench kernel does), `random_tight` (a random order of just the
 cell's pages), `sequential` (the cell's pages in order), and `halves` (two launches of half the heads over the
 random table: what reading the KV once per 64-head block costs).  Roofline as bench kernel: max(bytes / copy

@@ -16,9 +16,6 @@ from typing import Callable
 import torch
 
 
-PREHEAT_S = 0.0   # graph_ms: seconds of replays before timing (bench kernel --preheat)
-
-
 @dataclass(frozen=True)
 class Ceilings:
     copy_bytes_per_s: float
@@ -47,8 +44,9 @@ def events_ms(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> floa
     return statistics.median(times)
 
 
-def graph_ms(fns: list[Callable[[], object]], replays: int = 10) -> float:
-    """Median milliseconds per call of fns (called in turn) captured in one CUDA graph: no launch gaps."""
+def graph_ms(fns: list[Callable[[], object]], replays: int = 10, preheat_s: float = 0.0) -> float:
+    """Median milliseconds per call of fns (called in turn) captured in one CUDA graph: no launch gaps.
+    preheat_s: replay that long first, so the timed replays run at the clock this work sustains."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -59,22 +57,28 @@ def graph_ms(fns: list[Callable[[], object]], replays: int = 10) -> float:
     with torch.cuda.graph(g):
         for f in fns:
             f()
-    if PREHEAT_S > 0:   # the GPU settles at the clock this work sustains before the timed replays
-        import time
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < PREHEAT_S:
-            g.replay()
-            torch.cuda.synchronize()
+    _preheat(g.replay, preheat_s)
     return events_ms(g.replay, reps=replays, warmup=2) / len(fns)
 
 
-def rotation_us(fns: list[Callable[[], object]]) -> tuple[float, str]:
+def _preheat(fn: Callable[[], object], seconds: float) -> None:
+    # call fn back to back for `seconds` (the GPU settles at the clock this work sustains)
+    import time
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        torch.cuda.synchronize()
+
+
+def rotation_us(fns: list[Callable[[], object]], preheat_s: float = 0.0) -> tuple[float, str]:
     """(microseconds per call, "graph" or why eager) over a rotation of calls, repeated to at least 8: a graph
-    replay, or the same calls eagerly when they do not capture (a field kernel's capture failure)."""
+    replay, or the same calls eagerly when they do not capture (a field kernel's capture failure); either way
+    after preheat_s seconds of them."""
     fns = fns * max(1, -(-8 // len(fns)))
     try:
-        return graph_ms(fns) * 1e3, "graph"
+        return graph_ms(fns, preheat_s=preheat_s) * 1e3, "graph"
     except Exception as e:
+        _preheat(lambda: [f() for f in fns], preheat_s)
         us = events_ms(lambda: [f() for f in fns], reps=10, warmup=2) / len(fns) * 1e3
         return us, f"eager ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
 

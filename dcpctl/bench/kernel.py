@@ -135,13 +135,14 @@ def check_config(pool: Pool, heads: int, cfg: Any) -> float:
     return float((o - want).norm() / want.norm())
 
 
-def time_cell(pool: Pool, heads: int, ctx: int, batch: int, cfg: Any, naive: bool) -> dict[str, Any]:
+def time_cell(pool: Pool, heads: int, ctx: int, batch: int, cfg: Any, naive: bool,
+              preheat_s: float = 0.0) -> dict[str, Any]:
     # q: [batch, heads, R] random; KV rotated over pool.tables(batch, ctx) -> one result row
     import torch
     from dcpctl.bench.ceilings import events_ms, graph_ms
     q = torch.randn(batch, heads, R, device=pool.kv.device, dtype=torch.bfloat16)
     fns = [_decode_fn(q, pool, bt, ctx, cfg) for bt in pool.tables(batch, ctx)]
-    ms = graph_ms(fns * max(1, math.ceil(8 / len(fns))))
+    ms = graph_ms(fns * max(1, math.ceil(8 / len(fns))), preheat_s=preheat_s)
     kv_bytes = batch * ctx * R * pool.kv.element_size()
     row = {"heads": heads, "ctx": ctx, "batch": batch, "time_us": ms * 1e3,
            "bytes": kv_bytes + batch * heads * (R + V) * 2, "flops": 2 * batch * heads * ctx * (R + V),
@@ -191,7 +192,7 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
 
 
 def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: bool, naive: bool,
-        fp8: bool = False, backends: str = "auto") -> dict[str, Any]:
+        fp8: bool = False, backends: str = "auto", preheat_s: float = 0.0) -> dict[str, Any]:
     import torch
     from dcpctl.bench.ceilings import measure, sustained_bf16_rate
     from dcpctl.runtime.attention.triton_mla import default_config
@@ -209,14 +210,14 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
         rule = _auto_rule(h, "fp8_e4m3" if fp8 else "bf16", set(live))
         for ctx in contexts:
             for b in batches:
-                row = time_cell(pool, h, ctx, b, cfgs[h], naive)
+                row = time_cell(pool, h, ctx, b, cfgs[h], naive, preheat_s)
                 roof = ceil.roofline_s(row["bytes"], row["flops"]) * 1e6
                 compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
                 row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
                 row["backends"] = {"triton": {"time_us": row["time_us"], "fraction": row["fraction"]}}
                 for name, peer in list(live.items()):
                     try:
-                        row["backends"][name] = peer.time(h, ctx, b, SCALE, roof)
+                        row["backends"][name] = peer.time(h, ctx, b, SCALE, roof, preheat_s)
                     except Exception as e:   # its column ends here, ours goes on (a CUDA error may be sticky)
                         row["backends"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
                         live.pop(name)
@@ -234,16 +235,11 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     return {"device": torch.cuda.get_device_name(), "kv_dtype": "fp8_e4m3" if fp8 else "bf16",
             "torch": torch.__version__, "triton": _triton_version(), "python": platform.python_version(),
             "calibration": ceil.calibration(), "bf16_sustained_tflops": round(sustained / 1e12, 2),
-            "preheat_s": _preheat(),
+            "preheat_s": preheat_s,
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
             "page_size": PAGE, "backends": ["triton", *peers], **notes,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
-
-
-def _preheat() -> float:
-    from dcpctl.bench.ceilings import PREHEAT_S
-    return PREHEAT_S
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
@@ -333,7 +329,7 @@ def _table(res: dict[str, Any]) -> None:
             for c in res["cells"]]
     cal = res["calibration"]
     title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s "
-             f"(sustained {res.get('bf16_sustained_tflops', '-')}); "
+             f"(sustained {res['bf16_sustained_tflops']}); "
              f"ours' roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
     console.out.print(console.table(title, ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us", "bound",
                                             *[f"{n} frac" for n in names], "fastest",
@@ -361,8 +357,9 @@ def _table(res: dict[str, Any]) -> None:
                    "$DCPCTL_ATTENTION_TABLE=FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--preheat", type=click.FloatRange(0, 10), default=0.0, show_default=True,
-              help="Seconds of each cell's own work before it is timed, so every cell is timed at the steady clock "
-                   "its sustained run settles to (the sustained bf16 ceiling's regime; H200: power cap).")
+              help="Seconds each backend replays a cell before timing it, so every cell is timed at the steady clock "
+                   "its sustained run settles to (the sustained bf16 ceiling's regime; H200: power cap). Adds about "
+                   "cells x backends x S seconds; the --sweep candidates are timed without it.")
 @click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
               help="Fit copy_tbps, bf16_tflops, attn_efficiency per head count and attn_fixed_us into this "
                    "calibration file (other keys kept) for `plan/recommend --calibration`.")
@@ -387,11 +384,9 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
         if path:
             check_writable(Path(path), flag)
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
-    from dcpctl.bench import ceilings
-    ceilings.PREHEAT_S = preheat
     with stdout_to_stderr():   # Triton prints a failed candidate's PTX on stdout; keep --format json clean
         res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8",
-                  backends)
+                  backends, preheat)
     if fmt == "json":
         click.echo(json.dumps(res, indent=1))
     else:

@@ -71,11 +71,12 @@ class FlashInferSide:
         lse_rel = float((lse2 * math.log(2) - ours.lse).abs().max() / ours.lse.abs().max())
         return max(o_rel, lse_rel)
 
-    def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float) -> dict[str, Any]:
+    def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float,
+             preheat_s: float = 0.0) -> dict[str, Any]:
         """The cell's time over its rotation of block tables (a graph replay; eager if run() does not capture)."""
         import torch
         from dcpctl.bench.ceilings import rotation_us
         q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device, dtype=torch.bfloat16)
         fns, layout = self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale)
-        us, timing = rotation_us(fns)
+        us, timing = rotation_us(fns, preheat_s)
         return {"time_us": us, "fraction": roof_us / us, "kv": layout, "timing": timing}

@@ -38,10 +38,11 @@ class FlashMLASide:
         o_rel = float((o.float() - ours.o.float()).abs().max() / ours.o.float().abs().max())
         return max(o_rel, float((lse - ours.lse).abs().max() / ours.lse.abs().max()))
 
-    def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float) -> dict[str, Any]:
+    def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float,
+             preheat_s: float = 0.0) -> dict[str, Any]:
         """The cell's time over its rotation of block tables (a graph replay; eager if it does not capture)."""
         import torch
         from dcpctl.bench.ceilings import rotation_us
         q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device, dtype=torch.bfloat16)
-        us, timing = rotation_us(self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale))
+        us, timing = rotation_us(self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale), preheat_s)
         return {"time_us": us, "fraction": roof_us / us, "kv": "the fused pool in place", "timing": timing}

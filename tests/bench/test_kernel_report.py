@@ -19,8 +19,8 @@ def _cell(heads, ctx, batch, us):   # us: {backend: time}; roofline 100 us (burs
 
 def _res(cells):
     return {"device": "NVIDIA H200", "kv_dtype": "bf16", "torch": "t", "calibration": {"copy_tbps": 4.2,
-            "bf16_tflops": 790.0}, "bf16_sustained_tflops": 670.0, "cells": cells, "fraction_min": 0.5,
-            "fraction_median": 0.6, "backends": ["triton", "flashmla"], "flashinfer": "-", "flashmla": "built",
+            "bf16_tflops": 790.0}, "bf16_sustained_tflops": 670.0, "cells": cells, "fraction_min": 0.11,
+            "fraction_median": 0.22, "backends": ["triton", "flashmla"], "flashinfer": "-", "flashmla": "built",
             "exchange": "-"}
 
 
@@ -29,11 +29,13 @@ def test_report_prints_the_sustained_fraction_of_the_fastest(capsys):
     out = capsys.readouterr().out
     assert "sustained 670.0" in out and "0.80" in out      # 120 / 150: the fastest's sustained fraction
     assert "0.67" in out and "0.50" in out                 # burst fractions: flashmla 100/150, ours 100/200
+    assert "0.60" not in out                               # ours' sustained fraction (120/200) is not shown
 
 
 def test_summary_target_cells_and_sustained_minimum(tmp_path, monkeypatch):
     cells = [_cell(128, 131072, 32, {"triton": 200.0, "flashmla": 150.0}),   # a target cell
-             _cell(128, 1024, 64, {"triton": 400.0, "flashmla": 500.0})]     # 64K tokens: not one
+             _cell(128, 1024, 64, {"triton": 400.0, "flashmla": 500.0}),     # 64K tokens: not one
+             _cell(128, 4096, 256, {"triton": 400.0, "flashmla": 500.0})]    # 1M tokens, but ctx < 8K: not one
     res = _res(cells)
     (tmp_path / "kernel_h128.json").write_text(json.dumps(res))
     write(table_from_bench(res, "dcpctl bench kernel"), tmp_path / "table_h128.json")
@@ -42,7 +44,7 @@ def test_summary_target_cells_and_sustained_minimum(tmp_path, monkeypatch):
     import flashmla_summary
     flashmla_summary.main(tmp_path)
     doc = json.loads((tmp_path / "summary.json").read_text())
-    assert [r["big"] for r in doc["rows"]] == [True, False]
+    assert [r["big"] for r in doc["rows"]] == [True, False, False]
     m = doc["min_fraction_big_cells"]["128"]
     assert round(m["best"], 3) == round(100 / 150, 3) and round(m["best_sustained"], 3) == 0.8
     assert (tmp_path / "table_all.json").exists()

@@ -186,7 +186,7 @@ def test_bench_kernel_backends_option_and_table(capsys):
             "auto": "triton", "auto_over_best": 0.25, "backends": {"triton": {"time_us": 100.0, "fraction": 0.5},
                                                                    "flashinfer": {"time_us": 80.0, "fraction": 0.625}}}
     res = {"device": "NVIDIA H200", "kv_dtype": "bf16", "calibration": {"copy_tbps": 4.3, "bf16_tflops": 790},
-           "fraction_min": 0.5, "fraction_median": 0.5, "backends": ["triton", "flashinfer"], "cells": [cell],
+           "bf16_sustained_tflops": 680, "fraction_min": 0.5, "fraction_median": 0.5, "backends": ["triton", "flashinfer"], "cells": [cell],
            "flashinfer": "FlashInfer 0.2.14", "exchange": "-"}
     kernel._table(res)
     out = capsys.readouterr().out

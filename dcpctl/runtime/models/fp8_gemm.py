@@ -149,7 +149,7 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
                    (64, Tiles(bn=32, stages=4))),                               # 18.2 -> 16.5, 24.6 -> 19.1
     (7168, 2048): ((32, BEFORE_TILES), (64, Tiles(bn=32, stages=4, per_sm=1))),  # TP-8 o_proj, shared down:
 }                                                                                # 16.1 -> 11.5 at 64
-TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_variants.json, h200_fp8_gemm_m64_splits.json"
+TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_m64_splits.json (q_b_proj's first 8 rows: h200_fp8_gemm_variants.json)"
 
 
 # The few-rows kernel (fp8_gemv.py) for dense GEMMs of up to GEMV_ROWS rows, the MMA kernel otherwise. Measured on
@@ -205,9 +205,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         return fp8_gemv(x, w3, s3, block, ends, sms, t)
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
-    splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E)
-    if t.max_split and splits > t.max_split:
-        splits = -(-nkb // -(-nkb // t.max_split))   # every split non-empty, as _split
+    splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
     per = -(-nkb // splits)
     x = x.contiguous()
     fuse = R <= t.fuse_rows

@@ -67,10 +67,12 @@ def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
     return x8.contiguous(), s.contiguous()
 
 
-def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int) -> int:
+def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int, max_split: int = 0) -> int:
     """K splits of a dense GEMM so that about per_sm programs run on every SM (none for grouped ones:
-    their programs come per expert), every split non-empty."""
+    their programs come per expert), at most max_split when given, every split non-empty."""
     split = 1 if experts > 1 else max(1, min(nkb, -(-per_sm * sms // tiles)))
+    if max_split:
+        split = min(split, max_split)
     return -(-nkb // -(-nkb // split))
 
 
