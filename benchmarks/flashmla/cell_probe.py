@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from dcpctl.bench.ceilings import bf16_matmul_rate, copy_bandwidth, rotation_us
+from dcpctl.bench.ceilings import measure, rotation_us
 from dcpctl.runtime.attention import flashmla
 
 R, V, PAGE = 576, 512, 64
@@ -64,15 +64,16 @@ def main() -> int:
         fn(a.once)()
         torch.cuda.synchronize()
         return 0
-    bw, rate = copy_bandwidth(dev), bf16_matmul_rate(dev)
+    ceil = measure(dev)
     nbytes = a.batch * a.ctx * R * 2 + a.batch * a.heads * (R + V) * 2
     flops = 2 * a.batch * a.heads * a.ctx * (R + V)
-    roof_us = max(nbytes / bw, flops / rate) * 1e6
+    roof_us = ceil.roofline_s(nbytes, flops) * 1e6
     times: dict[str, list[float]] = {k: [] for k in ("random", "random_tight", "sequential", "halves")}
     for _ in range(3):
         for k in times:
             times[k].append(rotation_us([fn(k)])[0])
-    out = {"heads": a.heads, "ctx": a.ctx, "batch": a.batch, "copy_tbps": bw / 1e12, "bf16_tflops": rate / 1e12,
+    out = {"heads": a.heads, "ctx": a.ctx, "batch": a.batch, "copy_tbps": ceil.copy_bytes_per_s / 1e12,
+           "bf16_tflops": ceil.bf16_flops_per_s / 1e12,
            "roofline_us": roof_us, "kv_bytes": nbytes, "us": times,
            "fraction": {k: roof_us / statistics.median(v) for k, v in times.items()},
            "kv_read_tbps_if_once": {k: nbytes / statistics.median(v) / 1e6 for k, v in times.items()}}

@@ -102,21 +102,10 @@ def bf16_matmul_rate(device: torch.device, n: int = 8192) -> float:
 
 def sustained_bf16_rate(device: torch.device, n: int = 8192, seconds: float = 0.5, per_graph: int = 10) -> float:
     """flop/s of back-to-back n^3 bf16 products after `seconds` of them (the median of 5 timed graph replays)."""
-    import time
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(per_graph):
-            torch.matmul(a, b, out=c)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        g.replay()
-        torch.cuda.synchronize()
-    ms = events_ms(g.replay, reps=5, warmup=0) / per_graph
+    ms = graph_ms([lambda: torch.matmul(a, b, out=c)] * per_graph, replays=5, preheat_s=seconds)
     return 2 * n ** 3 / (ms * 1e-3)
 
 

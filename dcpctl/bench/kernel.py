@@ -194,11 +194,12 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
 def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: bool, naive: bool,
         fp8: bool = False, backends: str = "auto", preheat_s: float = 0.0) -> dict[str, Any]:
     import torch
-    from dcpctl.bench.ceilings import measure, sustained_bf16_rate
+    from dcpctl.bench.ceilings import Ceilings, measure, sustained_bf16_rate
     from dcpctl.runtime.attention.triton_mla import default_config
     dev = torch.device("cuda")
     ceil = measure(dev)
     sustained = sustained_bf16_rate(dev)
+    ceil_sus = Ceilings(ceil.copy_bytes_per_s, sustained)    # the same copy ceiling, the sustained bf16 rate
     _progress(f"ceilings {ceil.calibration()}, sustained bf16 {sustained / 1e12:.1f} TFLOP/s")
     pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
@@ -221,7 +222,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                     except Exception as e:   # its column ends here, ours goes on (a CUDA error may be sticky)
                         row["backends"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
                         live.pop(name)
-                roof_sus = max(row["bytes"] / ceil.copy_bytes_per_s, row["flops"] / sustained) * 1e6
+                roof_sus = ceil_sus.roofline_s(row["bytes"], row["flops"]) * 1e6
                 row["roofline_sustained_us"] = roof_sus
                 for v in row["backends"].values():
                     if v.get("time_us"):
