@@ -52,6 +52,8 @@ SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's sh
 GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --grouped: 256 experts, top-8
 BATCHES = (1, 8, 16, 64)
 GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
+FLOOR_DONE: dict = {}
+EXTRA: dict = {}        # run-wide figures for the JSON (the empty kernel's time)   # --read-floor: (N, K) -> the M whose row has the shape's read floor
 CALLS, REPLAYS = 20, 20
 L2_BYTES = 50 * 2**20
 # N tiles of 32 (SGLang's H200 table for N=576, K=7168), 64 and 128, with 1-4 programs per SM from K splits;
@@ -184,7 +186,7 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
     return None
 
 
-def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool = False) -> dict:
+def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool = False, floor: bool = False) -> dict:
     w_bytes = N * K
     copies = max(2, -(-2 * L2_BYTES // w_bytes))
     w8 = [torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn) for _ in range(copies)]
@@ -197,6 +199,12 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
                errors(x, w8[0], s[0]) if M == 8 else None)
+    if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no rows
+        from read_floor import read_floor_us
+        us, setting = read_floor_us(w8, _graph_time)
+        bus, _ = read_floor_us(wb, _graph_time)
+        row.update(read_floor_us=us, read_floor_setting=setting, read_floor_over_roofline=round(us / roof, 3),
+                   bf16_read_floor_us=bus, after_over_read_floor=round(row["after_us"] / us, 3))
     call = _torch_peer(x, w8[0], s[0]) if peer else None
     if call is not None:
         us = round(_graph_time(lambda i: call(i, x, w8, s), copies) * 1e6, 2)
@@ -294,7 +302,9 @@ def _print(r: dict) -> None:
     print(f"{r['shape']:18} {r['M']:>3} {r['before_us']:>7} {gemv:>7} {r['after_us']:>7} {r['bf16_us']:>7} "
           f"{r['roofline_us']:>6} {r['bf16_over_after']:>6} {r['after_over_roofline']:>6}"
           + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else "")
-          + (f"  torch {r['torch_us']} ({r['torch_over_roofline']} of roof)" if "torch_us" in r else ""), flush=True)
+          + (f"  torch {r['torch_us']} ({r['torch_over_roofline']} of roof)" if "torch_us" in r else "")
+          + (f"  read floor {r['read_floor_us']} ({r['read_floor_over_roofline']} of roof; bf16 {r['bf16_read_floor_us']})"
+             if "read_floor_us" in r else ""), flush=True)
     for f in r.get("failed", []):
         print(f"  failed: {f}", flush=True)
     if "errors" in r:
@@ -306,7 +316,7 @@ def _save(path: str | None, rows: list[dict]) -> None:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "cuda": torch.version.cuda,
-                       "torch_peer": PEER, "before_tiles": vars(BEFORE_TILES), "rows": rows}, f, indent=1)
+                       "torch_peer": PEER, "before_tiles": vars(BEFORE_TILES), **EXTRA, "rows": rows}, f, indent=1)
 
 
 def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
@@ -332,6 +342,9 @@ def main() -> int:
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
+    ap.add_argument("--read-floor", action="store_true",
+                    help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) and an "
+                         "empty kernel: the least any GEMM of that weight can take")
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="token counts M")
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES), help="dense shapes")
     args = ap.parse_args()
@@ -339,6 +352,10 @@ def main() -> int:
         print("fp8_gemm.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     rows, t0 = [], time.perf_counter()
+    if args.read_floor:
+        from read_floor import empty_us
+        EXTRA["empty_kernel_us"] = empty_us(_graph_time)
+        print(f"an empty kernel in the graph: {EXTRA['empty_kernel_us']} us", flush=True)
     print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} "
           f"{'/roof':>6}  (us)")
     for M in args.batches:   # M outside: the sweep budget reaches every shape at the first swept M
@@ -346,7 +363,8 @@ def main() -> int:
             N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [], args.torch_peer)
+                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [], args.torch_peer,
+                 args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():
         for M in args.batches:

@@ -6,7 +6,9 @@ time over back-to-back replays); the roofline prediction is bench decode's (ceil
 Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
 
 usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
-       [--variants fused,all,qkv_a,...] [-o out.json]
+       [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
+  --env-variant: a variant with environment variables of its own (DCPCTL_UNFUSED unset unless named), e.g.
+  "pf_off=DCPCTL_UNFUSED=l2_prefetch" or "lt=BLAS=cublaslt" (BLAS: torch's preferred BLAS library for that variant)
   without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations
@@ -31,28 +33,43 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
+ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_L2_PREFETCH", "DCPCTL_L2_PREFETCH_OPTS")
+
+
+def variant_env(v: str) -> tuple[str, dict[str, str]]:
+    """A variant's name and environment: "name=VAR=VALUE;VAR=VALUE" (an --env-variant), else a DCPCTL_UNFUSED
+    value (FUSED: none)."""
+    if "=" not in v:
+        return v, ({} if v == FUSED else {"DCPCTL_UNFUSED": v})
+    name, _, rest = v.partition("=")
+    env = dict(kv.split("=", 1) for kv in rest.split(";") if kv)
+    return name, env
+
+
 def measure(path: str, variants: list[str], batches: list[int], context: int, steps: int, warmup: int) -> list[dict]:
     import torch
 
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.models.fusions import ENV
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
     consts = _ceilings(dev)
     decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
     rows = []
-    for v in variants:
-        os.environ.pop(ENV, None)
-        if v != FUSED:
-            os.environ[ENV] = v
+    for spec in variants:
+        v, env = variant_env(spec)
+        for k in ENV_KEYS:
+            os.environ.pop(k, None)
+        blas = env.pop("BLAS", "cublas")
+        os.environ.update(env)
+        torch.backends.cuda.preferred_blas_library(blas)
         model = load_model(path, ps, False, torch.bfloat16, dev)
         for b in batches:
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
             p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
                            model.cfg.num_layers)
-            row = {"variant": v, "batch": b, "context": context, **cell, **p}
+            row = {"variant": v, "env": dict(env, BLAS=blas), "batch": b, "context": context, **cell, **p}
             if "graph_ms" in row:
                 row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
             rows.append(row)
@@ -61,7 +78,9 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
                   + (f"  {row['graph_error']}" if "graph_error" in row else ""), flush=True)
         del model
         torch.cuda.empty_cache()
-    os.environ.pop(ENV, None)
+    for k in ENV_KEYS:
+        os.environ.pop(k, None)
+    torch.backends.cuda.preferred_blas_library("cublas")
     return rows
 
 
@@ -71,6 +90,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--context", type=int, default=1032)
     ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed")
+    ap.add_argument("--env-variant", action="append", default=[], help="NAME=VAR=VALUE;VAR=VALUE (repeatable)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("-o", "--out")
@@ -78,7 +98,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fusion-ab-") as tmp:
         path = a.model or str(write_checkpoint(Path(tmp) / "v3l4"))
-        rows = measure(path, a.variants.split(","), [int(b) for b in a.batches.split(",")], a.context, a.steps,
+        rows = measure(path, [v for v in a.variants.split(",") if v] + a.env_variant, [int(b) for b in a.batches.split(",")], a.context, a.steps,
                        a.warmup)
     doc = {"context": a.context, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
     if a.out:

@@ -11,6 +11,7 @@ fusion computes the same numbers as the form it replaces (tests/runtime/test_ste
 | v_out    | o @ w_vc written head-major into the o_proj input               | einsum + a [T, H, v] reshape copy     |
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
+| l2_prefetch | weights pulled into L2 while attention runs (l2_prefetch.py; what: $DCPCTL_L2_PREFETCH, none by default) | the GEMMs reading all from HBM |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """
@@ -21,13 +22,14 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "l2_prefetch")
 ENV = "DCPCTL_UNFUSED"
 
 
 @dataclass(frozen=True)
 class Fusions:
     off: frozenset[str] = frozenset()
+    l2_plan: object = None      # l2_prefetch.Plan when that fusion is on (from_env), else None
 
     def __getattr__(self, name: str) -> bool:
         if name in FUSIONS:
@@ -37,6 +39,7 @@ class Fusions:
     @staticmethod
     def from_env() -> "Fusions":
         """The fusions DCPCTL_UNFUSED leaves on (ModelLoadError for a name not in FUSIONS)."""
+        from dcpctl.runtime.models.l2_prefetch import plan_from_env
         raw = os.environ.get(ENV, "").strip()
         if raw == "all":
             return Fusions(frozenset(FUSIONS))
@@ -44,4 +47,4 @@ class Fusions:
         bad = sorted(names - set(FUSIONS))
         if bad:
             raise ModelLoadError(f"{ENV} names unknown fusions {bad}; valid: {', '.join(FUSIONS)} or 'all'")
-        return Fusions(frozenset(names))
+        return Fusions(frozenset(names), None if "l2_prefetch" in names else plan_from_env())
