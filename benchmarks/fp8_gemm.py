@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, GemvTiles, Tiles,
                                             choose_tiles, fp8_matmul, quantize_rows)
-from dcpctl.runtime.models.fp8_parts import quantize_rows_gpu
+from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
     "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576, 1536),
@@ -52,6 +52,7 @@ SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's sh
 GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --grouped: 256 experts, top-8
 BATCHES = (1, 8, 16, 64)
 GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
+MODE = ["w8a16"]        # --modes: the method every timing uses, then (optional) a second one for the shipped setting
 FLOOR_DONE: dict = {}
 EXTRA: dict = {}        # run-wide figures for the JSON (the empty kernel's time)   # --read-floor: (N, K) -> the M whose row has the shape's read floor
 CALLS, REPLAYS = 20, 20
@@ -107,7 +108,9 @@ def errors(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor) -> dict:
     x8, xs = quantize_rows(x, 128)
     xq = x8.double() * xs.double().repeat_interleave(128, 1)[:, :x.shape[1]]
     exact, quant = x.double() @ w.T, xq @ w.T
-    mma, gemv = (fp8_matmul(x, w8, s, (128, 128), tiles=t).double() for t in (DEFAULT_TILES, DEFAULT_GEMV))
+    mma, gemv = (fp8_matmul(x, w8, s, (128, 128), tiles=t, mode="w8a8").double() for t in (DEFAULT_TILES, DEFAULT_GEMV))
+    mma16, gemv16 = (fp8_matmul(x, w8, s, (128, 128), tiles=t, mode="w8a16").double()
+                     for t in (DEFAULT_TILES, DEFAULT_GEMV))
     bf16 = F.linear(x, w.to(torch.bfloat16)).double()
 
     def rel(a, b):
@@ -115,7 +118,9 @@ def errors(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor) -> dict:
                 "norm": round(((a - b).norm() / b.norm()).item(), 5)}
     return {"kernel_vs_same_quantized_f64": rel(mma, quant), "gemv_vs_same_quantized_f64": rel(gemv, quant),
             "activation_quantization_f64": rel(quant, exact), "fp8_kernel_vs_exact_f64": rel(mma, exact),
-            "gemv_vs_exact_f64": rel(gemv, exact), "bf16_vs_exact_f64": rel(bf16, exact)}
+            "gemv_vs_exact_f64": rel(gemv, exact), "bf16_vs_exact_f64": rel(bf16, exact),
+            "w8a16_kernel_vs_exact_f64": rel(mma16, exact), "w8a16_gemv_vs_exact_f64": rel(gemv16, exact),
+            "w8a16_kernel_vs_bf16": rel(mma16, bf16)}
 
 
 def tiles_dict(t: GemvTiles | Tiles) -> dict:
@@ -154,7 +159,7 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
         PEER["refused"].append(f"import: {e}")
         return None
     x8, xs = quantize_rows_gpu(x, 128)
-    ref = fp8_matmul(x, w8, s, (128, 128)).float()
+    ref = fp8_matmul(x, w8, s, (128, 128), mode="w8a8").float()   # torch quantizes the rows too
     # outer-major by construction: strides (1, M) also for M = 1 (.t().contiguous().t() keeps (K/128, 1) there,
     # which torch 2.11's check refuses: "scale_a must have strides (1, 1)")
     a_layouts = {"a[M,K/128] outer-major": lambda v: torch.empty_strided(v.shape, (1, v.shape[0]), dtype=v.dtype,
@@ -193,12 +198,16 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     s = [torch.rand(-(-N // 128), -(-K // 128), device="cuda") * 1e-2 + 1e-3 for _ in range(copies)]
     wb = [w.to(torch.bfloat16) for w in w8[:max(2, -(-2 * L2_BYTES // (2 * w_bytes)))]]
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t), copies))
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t, mode=MODE[0]),
+                                      copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
     gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
                errors(x, w8[0], s[0]) if M == 8 else None)
+    if len(MODE) > 1:   # --modes: the shipped setting under the other method too, same weights
+        us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), mode=MODE[1]), copies) * 1e6, 2)
+        row.update({f"after_{MODE[1]}_us": us, f"bf16_over_after_{MODE[1]}": round(bf16 / us, 3)})
     if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no rows
         from read_floor import read_floor_us
         us, setting = read_floor_us(w8, _graph_time)
@@ -258,7 +267,8 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 2
         calls.append((torch.randn(M * top_k, K, device="cuda", dtype=torch.bfloat16, generator=g),
                       counts.cumsum(0).to(torch.int32)))
         busy.append(int((counts > 0).sum()))
-    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], tiles=t),
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], tiles=t,
+                                                           mode=MODE[0]),
                                       CALLS))
     bf16 = (round(_graph_time(lambda i: torch._grouped_mm(calls[i][0], wb.transpose(1, 2), offs=calls[i][1]), CALLS)
                   * 1e6, 2) if wb is not None else float("nan"))
@@ -342,6 +352,9 @@ def main() -> int:
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=None,
+                    help="the FP8 method of every timing (default: $DCPCTL_FP8_GEMM, else w8a16); a second one also "
+                         "times the shipped setting under it")
     ap.add_argument("--read-floor", action="store_true",
                     help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) and an "
                          "empty kernel: the least any GEMM of that weight can take")
@@ -352,6 +365,8 @@ def main() -> int:
         print("fp8_gemm.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     rows, t0 = [], time.perf_counter()
+    MODE[:] = args.modes or [activation_mode()]
+    EXTRA["modes"] = list(MODE)
     if args.read_floor:
         from read_floor import empty_us
         EXTRA["empty_kernel_us"] = empty_us(_graph_time)

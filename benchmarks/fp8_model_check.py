@@ -1,7 +1,7 @@
 """A DeepSeek-V3-shaped block-FP8 checkpoint on a GPU: FP8 kept vs dequantized to bf16, and the planned bytes.
 
-    python benchmarks/fp8_model_check.py DIR [--json OUT] [--layers 3] [--experts 16]
-    python benchmarks/fp8_model_check.py --trained [DIR] [--device cpu] [--json OUT]
+    python benchmarks/fp8_model_check.py DIR [--json OUT] [--layers 3] [--experts 16] [--mode w8a16|w8a8]
+    python benchmarks/fp8_model_check.py --trained [DIR] [--device cpu] [--json OUT] [--mode w8a16|w8a8]
 
 Writes (once) a random checkpoint with DeepSeek-V3's attention and MLP dimensions (hidden 7168, 128 heads,
 q_lora 1536, kv_lora 512, dense intermediate 18432, expert intermediate 2048, YaRN rope), `--layers`
@@ -11,10 +11,14 @@ Then loads it on cuda:0 (TP 1) four ways and runs 8 prompts x 8 greedy tokens:
 
 | path       | weights                   | activations                                    |
 | ---------- | ------------------------- | ---------------------------------------------- |
-| fp8        | FP8 kept (sm_89+ default) | bf16, quantized 1x128 e4m3 by the Triton GEMM  |
+| fp8        | FP8 kept (sm_89+ default) | bf16; --mode w8a8: quantized 1x128 e4m3 by the Triton GEMM |
 | bf16       | dequantized to bf16       | bf16                                           |
 | f64        | dequantized to float64    | float64: the exact reference                   |
-| f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the FP8 method's own arithmetic, exactly |
+| f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the w8a8 method's own arithmetic, exactly |
+
+--mode (default: $DCPCTL_FP8_GEMM, else w8a16; fp8_parts.MODES) is the fp8 path's method: w8a16 keeps the
+activations bf16 (the GEMM converts each e4m3 weight tile), w8a8 quantizes them as DeepSeek and SGLang do.
+f64_fp8 is the w8a8 method's floor either way.
 
 bf16 decodes greedily; the other three are fed bf16's tokens (teacher forcing), so every step's logits
 come from the same context. Per step (the prefill's last position and each decode step, 9 per prompt)
@@ -32,14 +36,17 @@ tiny DeepSeek-V3-shaped, trained on Python sources) quantized the same way; its 
 (q_lora, kv_lora + rope, expert intermediate) get partial blocks, as DeepSeek's own checkpoints do for 576
 (the scale grid is ceil(rows/128) x ceil(cols/128) and the last block covers the remainder; a K of 64 makes
 the activation groups 1x64). Prompts are held-out Python source bytes. --device cpu (no GPU needed) runs
-the fp8 path as the FP8 method's arithmetic in float64 on bf16 activations (the emulation below, rounded
-to bf16 per GEMM as the kernel's output is), in place of the Triton kernel.
+the fp8 path as the method's arithmetic in float64 on bf16 activations (the emulation below: w8a8 rows
+quantized by torch, w8a16 rows as they are, times the exact e4m3 weights; rounded to bf16 per GEMM as the
+kernel's output is), in place of the Triton kernel.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import os
 import sys
 import tempfile
 import time
@@ -52,7 +59,7 @@ from dcpctl.launch.default_model import default_model
 from dcpctl.plan.model import spec_from_path
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
-from dcpctl.runtime.models import fp8_gemm, load_model
+from dcpctl.runtime.models import fp8_gemm, fp8_parts, load_model
 from dcpctl.runtime.models.fp8_gemm import quantize_rows
 from dcpctl.runtime.models.config import parse_config
 from dcpctl.runtime.parallel import ParallelState
@@ -199,11 +206,15 @@ def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int
     return out
 
 
-def emulated_fp8_matmul(x, w8, scale, block, ends=None, **_):
-    """The FP8 GEMM's arithmetic in float64: rows quantized 1x128 e4m3 (quantize_rows), exact products."""
+def emulated_fp8_matmul(x, w8, scale, block, ends=None, mode="w8a8", **_):
+    """The FP8 GEMM's arithmetic in float64, exact products with the e4m3 weights times their factors: w8a8 rows
+    quantized 1x128 e4m3 (quantize_rows), w8a16 rows as they are."""
     (b0, b1), K = block, x.shape[1]
-    x8, xs = quantize_rows(x, b1)
-    xq = x8.double() * xs.double().repeat_interleave(b1, 1)[:, :K]
+    if mode == "w8a16":
+        xq = x.double()
+    else:
+        x8, xs = quantize_rows(x, b1)
+        xq = x8.double() * xs.double().repeat_interleave(b1, 1)[:, :K]
 
     def real(w, s):
         return w.double() * s.double().repeat_interleave(b0, 0).repeat_interleave(b1, 1)[:w.shape[0], :K]
@@ -283,7 +294,13 @@ def main() -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the fp8 path is the FP8 method emulated in float64 on bf16 activations")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one fp8 and one bf16 run")
+    ap.add_argument("--mode", choices=fp8_parts.MODES, default=None,
+                    help="the fp8 path's method (default: $DCPCTL_FP8_GEMM, else w8a16)")
     args = ap.parse_args()
+    if args.mode:
+        os.environ[fp8_parts.MODE_ENV] = args.mode
+        fp8_parts.activation_mode.cache_clear()
+    mode = fp8_parts.activation_mode()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("fp8_model_check.py: no CUDA GPU here; --device cpu emulates the FP8 GEMM", file=sys.stderr)
         return 2
@@ -299,13 +316,14 @@ def main() -> int:
     else:
         d, prompts = write_checkpoint(Path(args.dir), args.layers, args.experts), PROMPTS
         report = {"checkpoint": str(d), "layers": args.layers, "experts": args.experts}
+    report["mode"] = mode
     spec = spec_from_path(d)
     logits, ids, routes = {}, {}, {}
     for name, keep, dtype in (("bf16", False, torch.bfloat16), ("f64", False, torch.float64),
                               ("fp8", True, torch.bfloat16), ("f64_fp8", True, torch.float64)):
         m, allocated = _load(d, keep, dtype, dev)
-        if name == "f64_fp8" or (keep and dev == "cpu"):
-            fp8_gemm.fp8_matmul = emulated_fp8_matmul   # quant.grouped_linear looks it up at every call
+        if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks it up at every call
+            fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul, mode="w8a8" if name == "f64_fp8" else mode)
         logits[name], ids[name], step, routes[name] = _run(m, prompts, dev, None if name == "bf16" else ids["bf16"],
                                                            dtype == torch.bfloat16)
         if name == "fp8":

@@ -30,6 +30,7 @@ class Variant:
     warps: int = 4
     stages: int = 3
     pdl: bool = False
+    a16: bool = False     # w8a16: bf16 rows, each e4m3 tile converted for a bf16 MMA
 
 
 def compile_sm90(v: Variant):
@@ -37,11 +38,11 @@ def compile_sm90(v: Variant):
     sig = {p: "*fp8e4nv" if p in ("x_ptr", "w_ptr") else "*i32" if p in ("ends_ptr", "count_ptr") else "*fp32"
            for p in POINTERS}
     sig["out_ptr"] = "*bf16"
-    if v.quant:   # the kernel reads the bf16 rows itself
+    if v.quant or v.a16:   # the kernel reads the bf16 rows itself
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in INTS})
     const = dict(B0=128, BK=128, BM=v.bm, BN=v.bn, GROUPED=v.grouped, SPLIT=v.split, QUANT=v.quant, SWAP=v.swap,
-                 RED=v.red, PDL=v.pdl)
+                 RED=v.red, PDL=v.pdl, A16=v.a16)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
@@ -53,17 +54,17 @@ GEMV_INTS = ("R", "N", "K", "E", "nkb", "kb_per_split", "splits", "sx", "sw_e", 
 
 
 def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, grouped: bool, warps: int = 4,
-                      stages: int = 3):
+                      stages: int = 3, a16: bool = False):
     """The few-rows kernel (fp8_gemv.py) compiled for sm_90, as compile_sm90."""
     from dcpctl.runtime.models.fp8_gemv import _fp8_gemv_kernel
     sig = {p: "*fp8e4nv" if p in ("x_ptr", "w_ptr") else "*i32" if p in ("ends_ptr", "count_ptr") else "*fp32"
            for p in POINTERS}
     sig["out_ptr"] = "*bf16"
-    if quant:
+    if quant or a16:
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in GEMV_INTS})
-    const = dict(B0=128, B1=128, KB=kb, BN=bn, BM=bm, EP=256, GROUPED=grouped, SPLIT=split, QUANT=quant,
-                 RED=max(1, min(8, 4096 // (bm * bn))), STAGES=stages)
+    const = dict(B0=128, B1=128, KB=kb, BN=bn, BM=bm, EP=256, GROUPED=grouped, SPLIT=split, QUANT=quant and not a16,
+                 RED=max(1, min(8, 4096 // (bm * bn))), STAGES=stages, A16=a16)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}

@@ -1,6 +1,7 @@
 """Run by test_fp8_gemm.py in a subprocess with TRITON_INTERPRET=1: the block-FP8 GEMM kernel on the CPU.
 
-Checks every kernel variant (the tile settings in VARIANTS: quantization launch or fused, swapped MMA
+Checks both methods (w8a8: activations quantized to e4m3; w8a16: activations as they are) with every kernel
+variant (the tile settings in VARIANTS: quantization launch or fused, swapped MMA
 sides, partials summed one or eight at a time; the few-rows kernel's settings) on dense, K-split and
 grouped GEMMs (empty groups, rows past the last group) against fp32 math on the dequantized operands. The interpreter's e4m3 cast does
 not carry a round-up into the exponent (31.7 -> 16, not 32), so rows quantized by the kernel itself
@@ -22,8 +23,8 @@ def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array,
 
 ti._patch_lang_tensor = _patched
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, TABLE, GemvTiles, Tiles, fp8_matmul,  # noqa: E402
-                                            quantize_rows)
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, MODES, TABLE, GemvTiles,  # noqa: E402
+                                            Tiles, fp8_matmul, quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
@@ -56,20 +57,21 @@ def _rows(R, K, b1, on_grid):
     return (q * 2.0 ** torch.randint(-4, 5, (R, nkb, 1)).float()).view(R, nkb * b1)[:, :K].contiguous()
 
 
-def dense(R, N, K, block, sms, t):
-    x, w = _rows(R, K, block[1], _fused(t, R)), torch.randn(N, K)
+def dense(R, N, K, block, sms, t, mode):
+    x, w = _rows(R, K, block[1], mode == "w8a8" and _fused(t, R)), torch.randn(N, K)
     w8, s = quantize(w, block)
-    got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t)
-    return got, _ref_rows(x, block[1]) @ reference_dequant(w8, s, block).T
+    got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t, mode=mode)
+    xr = _ref_rows(x, block[1]) if mode == "w8a8" else x   # w8a16: the rows as they are
+    return got, xr @ reference_dequant(w8, s, block).T
 
 
-def grouped(ends, N, K, block, t):
+def grouped(ends, N, K, block, t, mode):
     E, R = len(ends), ends[-1] + 3   # three rows past the last group: other ranks' experts
     pairs = [quantize(torch.randn(N, K), block) for _ in range(E)]
     w8, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-    x = _rows(R, K, block[1], _fused(t, R))
-    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32), tiles=t)
-    xr, ref, start = _ref_rows(x, block[1]), torch.zeros(R, N), 0
+    x = _rows(R, K, block[1], mode == "w8a8" and _fused(t, R))
+    got = fp8_matmul(x, w8, s, block, ends=torch.tensor(ends, dtype=torch.int32), tiles=t, mode=mode)
+    xr, ref, start = (_ref_rows(x, block[1]) if mode == "w8a8" else x), torch.zeros(R, N), 0
     for e, end in enumerate(ends):
         ref[start:end] = xr[start:end] @ reference_dequant(w8[e], s[e], block).T
         start = end
@@ -79,13 +81,15 @@ def grouped(ends, N, K, block, t):
 def main() -> int:
     torch.manual_seed(0)
     worst = 0.0
-    for t in VARIANTS:
-        cases = [dense(3, 40, 72, (16, 16), 132, t), dense(17, 70, 256, (128, 128), 4, t),
-                 dense(1, 64, 96, (32, 32), 132, t), dense(40, 24, 64, (8, 32), 1, t),
-                 grouped([2, 2, 5, 9], 48, 64, (16, 16), t), grouped([0, 1, 1, 3, 3, 4], 40, 96, (16, 32), t)]
-        err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
-        print(f"{t}: worst relative error {err:.2e}")
-        worst = max(worst, err)
+    for mode in MODES:
+        for t in VARIANTS:
+            cases = [dense(3, 40, 72, (16, 16), 132, t, mode), dense(17, 70, 256, (128, 128), 4, t, mode),
+                     dense(1, 64, 96, (32, 32), 132, t, mode), dense(40, 24, 64, (8, 32), 1, t, mode),
+                     grouped([2, 2, 5, 9], 48, 64, (16, 16), t, mode),
+                     grouped([0, 1, 1, 3, 3, 4], 40, 96, (16, 32), t, mode)]
+            err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
+            print(f"{mode} {t}: worst relative error {err:.2e}")
+            worst = max(worst, err)
     return 0 if worst < 1e-5 else 1
 
 

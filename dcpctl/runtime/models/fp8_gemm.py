@@ -2,10 +2,15 @@
 
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
-The activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
-and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`): for up to `Tiles.fuse_rows` rows inside the
-GEMM itself (each program quantizes the rows of its K blocks as it loads them: one launch), above that
-by a small launch first. The GEMM reads W once in all: at decode sizes the weight read is the whole cost.
+Two methods (fp8_parts.MODES, `$DCPCTL_FP8_GEMM`, chosen once at load):
+- w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted to it in registers (exact)
+  for a 16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32
+  sums (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes.
+- w8a8: the activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
+  and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), for an e4m3 MMA: for up to `Tiles.fuse_rows` rows
+  inside the GEMM itself (each program quantizes the rows of its K blocks as it loads them: one launch), above
+  that by a small launch first.
+The GEMM reads W once in all: at decode sizes the weight read is the whole cost.
 
 | argument | shape                        | meaning                                                    |
 | -------- | ---------------------------- | ---------------------------------------------------------- |
@@ -34,9 +39,17 @@ from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from dcpctl.runtime.models.fp8_gemv import GemvTiles, fp8_gemv
-from dcpctl.runtime.models.fp8_parts import (_counters, _split, _store_tile, _sum_partials,  # noqa: F401 (re-exports)
-                                             prepare, quantize_rows, quantize_rows_gpu)
+from dcpctl.runtime.models.fp8_parts import (MODE_ENV, MODES, _counters, _split, _store_tile, _sum_partials,  # noqa: F401
+                                             activation_mode, prepare, quantize_rows, quantize_rows_gpu)
 
+
+
+@triton.jit
+def _dot(a, b):
+    # a 16-bit MMA, or fp32 products in full precision (not TF32) for a 32-bit model
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
 
 
 @triton.jit
@@ -45,9 +58,10 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
-                     RED: tl.constexpr, PDL: tl.constexpr):
+                     RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr):
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
-    # here) -> out [R, N]; with SPLIT, part [splits, R, N] fp32.  SWAP computes the [BN, BM] transpose
+    # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
+    # fp32.  SWAP computes the [BN, BM] transpose
     e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -83,20 +97,28 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
             k = kb * BK + kk
             k_ok = k < K
             x_ok = r_ok[:, None] & k_ok[None, :]
-            if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
-                xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
-                xf = xf.to(tl.float32)
-                s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0
-                x8 = (xf / s[:, None]).to(tl.float8e4nv)
-            else:
-                x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k[None, :], mask=x_ok, other=0.0)
-                s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
-            if SWAP:
-                acc += tl.dot(w, tl.trans(x8)) * ws[:, None] * s[None, :]
+            if A16:     # w8a16: the e4m3 tile in x's dtype (exact), a 16-bit MMA, the weight block's factor
+                xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
+                wa = w.to(xa.dtype)
+                if SWAP:
+                    acc += _dot(wa, tl.trans(xa)) * ws[:, None]
+                else:
+                    acc += _dot(xa, tl.trans(wa)) * ws[None, :]
             else:
-                acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
+                if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
+                    xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
+                    xf = xf.to(tl.float32)
+                    s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0
+                    x8 = (xf / s[:, None]).to(tl.float8e4nv)
+                else:
+                    x8 = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + k[None, :], mask=x_ok, other=0.0)
+                    s = tl.load(xs_ptr + rows * nkb + kb, mask=r_ok, other=0.0)
+                if SWAP:
+                    acc += tl.dot(w, tl.trans(x8)) * ws[:, None] * s[None, :]
+                else:
+                    acc += tl.dot(x8, tl.trans(w)) * s[:, None] * ws[None, :]
         if SWAP:
             at = rows[None, :].to(tl.int64) * N + n[:, None]
             ok = n_ok[:, None] & r_ok[None, :]
@@ -188,8 +210,10 @@ def tiles_note() -> str:
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
-               sms: int | None = None, tiles: Kernel | None = None) -> Tensor:
-    """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM."""
+               sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None) -> Tensor:
+    """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode 'w8a16' or
+    'w8a8' (None: activation_mode(), chosen at load)."""
+    a16 = (mode or activation_mode()) == "w8a16"
     b0, b1 = block
     grouped = ends is not None
     w3 = w8 if grouped else w8.unsqueeze(0)
@@ -202,14 +226,14 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         from dcpctl.runtime.attention.kernel_choice import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
     if isinstance(t, GemvTiles):
-        return fp8_gemv(x, w3, s3, block, ends, sms, t)
+        return fp8_gemv(x, w3, s3, block, ends, sms, t, a16)
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
     splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
     per = -(-nkb // splits)
     x = x.contiguous()
-    fuse = R <= t.fuse_rows
-    if fuse:
+    fuse = not a16 and R <= t.fuse_rows
+    if fuse or a16:
         xq, xs = x, x   # xs unused
     else:
         xq, xs = quantize_rows_gpu(x, b1) if x.is_cuda else quantize_rows(x, b1)
@@ -222,6 +246,6 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
-                                           PDL=t.pdl and x.is_cuda, num_warps=t.warps, num_stages=t.stages,
+                                           PDL=t.pdl and x.is_cuda, A16=a16, num_warps=t.warps, num_stages=t.stages,
                                            launch_pdl=t.pdl and x.is_cuda)
     return out

@@ -50,9 +50,9 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      R, N, K, E, nkb, kb_per_split, splits, sx, sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, B1: tl.constexpr, KB: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                      EP: tl.constexpr, GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr,
-                     RED: tl.constexpr, STAGES: tl.constexpr):
-    # x: [R, K] 16/32-bit, row stride sx (QUANT) or x8 [R, K] e4m3 + xs [R, nkb]; w: [E, N, K] e4m3, ws: its
-    # factors -> out [R, N]; with SPLIT, part [splits, R, N] fp32
+                     RED: tl.constexpr, STAGES: tl.constexpr, A16: tl.constexpr):
+    # x: [R, K] 16/32-bit, row stride sx (QUANT, or A16: not quantized) or x8 [R, K] e4m3 + xs [R, nkb]; w: [E, N,
+    # K] e4m3, ws: its factors -> out [R, N]; with SPLIT, part [splits, R, N] fp32
     slot = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -91,14 +91,18 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
             for i in tl.static_range(BM):
                 r = m0 + i
                 x_ok = k_ok & (r < row1)
-                if QUANT:   # as quantize_rows: s = amax / 448 per row and K block
-                    xf = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=x_ok, other=0.0).to(tl.float32)
-                    s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0                # [KB]
-                    xq = (xf / s[:, None]).to(tl.float8e4nv).to(tl.float32)
+                if A16:     # w8a16: the row as it is (fp32 products with the exact e4m3 values)
+                    xq = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=x_ok, other=0.0).to(tl.float32)
+                    y = tl.sum(tl.sum(w * xq[None, :, :], axis=2) * ws, axis=1)                   # [BN]
                 else:
-                    xq = tl.load(x_ptr + r.to(tl.int64) * K + k, mask=x_ok, other=0.0).to(tl.float32)
-                    s = tl.load(xs_ptr + r * nkb + kb + jj, mask=(kb + jj < nkb) & (r < row1), other=0.0)
-                y = tl.sum(tl.sum(w * xq[None, :, :], axis=2) * ws * s[None, :], axis=1)   # [BN]
+                    if QUANT:   # as quantize_rows: s = amax / 448 per row and K block
+                        xf = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=x_ok, other=0.0).to(tl.float32)
+                        s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0                # [KB]
+                        xq = (xf / s[:, None]).to(tl.float8e4nv).to(tl.float32)
+                    else:
+                        xq = tl.load(x_ptr + r.to(tl.int64) * K + k, mask=x_ok, other=0.0).to(tl.float32)
+                        s = tl.load(xs_ptr + r * nkb + kb + jj, mask=(kb + jj < nkb) & (r < row1), other=0.0)
+                    y = tl.sum(tl.sum(w * xq[None, :, :], axis=2) * ws * s[None, :], axis=1)   # [BN]
                 acc += tl.where(mm[:, None] == i, y[None, :], 0.0)
         rows = m0 + mm
         at = rows[:, None].to(tl.int64) * N + n[None, :]
@@ -109,7 +113,7 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
 
 
 def fp8_gemv(x: Tensor, w3: Tensor, s3: Tensor, block: tuple[int, int], ends: Tensor | None, sms: int,
-             t: GemvTiles) -> Tensor:
+             t: GemvTiles, a16: bool = False) -> Tensor:
     # x: [R, K]  w3: [E, N, K] e4m3  s3: [E, ceil(N/b0), ceil(K/b1)]  ends: [E] int32 or None -> [R, N]
     b0, b1 = block
     E, N, K = w3.shape
@@ -124,7 +128,7 @@ def fp8_gemv(x: Tensor, w3: Tensor, s3: Tensor, block: tuple[int, int], ends: Te
     rows = R if not grouped else max(1, R // E)
     bm = min(t.bm, triton.next_power_of_2(rows))
     x = x.contiguous()
-    if t.fuse:
+    if t.fuse or a16:
         xq, xs = x, x   # xs unused
     else:
         xq, xs = quantize_rows_gpu(x, b1) if x.is_cuda else quantize_rows(x, b1)
@@ -136,6 +140,6 @@ def fp8_gemv(x: Tensor, w3: Tensor, s3: Tensor, block: tuple[int, int], ends: Te
                            R, N, K, E, nkb, per, splits, x.stride(0),
                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                            B0=b0, B1=b1, KB=t.kb, BN=t.bn, BM=bm, EP=triton.next_power_of_2(E),
-                           GROUPED=grouped, SPLIT=splits > 1, QUANT=t.fuse,
+                           GROUPED=grouped, SPLIT=splits > 1, QUANT=t.fuse and not a16, A16=a16,
                            RED=max(1, min(8, 4096 // (bm * t.bn))), STAGES=t.stages, num_warps=t.warps)
     return out

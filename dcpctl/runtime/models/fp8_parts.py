@@ -4,12 +4,34 @@ that the last program of a tile adds in a fixed order, and the per-device tile c
 """
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from dcpctl.runtime.models.errors import ModelLoadError
+
 FP8_MAX = 448.0
+# What the block-FP8 GEMMs do with the activations.  w8a16 (the default): the activations stay in the model's
+# 16-bit dtype and each e4m3 weight tile is converted to it in registers (exact), so the GEMM computes what the
+# dequantized-bf16 path computes but for the order of its fp32 sums, reading half the weight bytes.  w8a8: the
+# activations are quantized 1 x b1 to e4m3 (`s = amax / 448`) for an e4m3 MMA, as DeepSeek's inference code and
+# SGLang/vLLM do: twice the MMA rate (prefill), and the quantization's own error (2.6% of a V3 GEMM's output on
+# random activations; docs/benchmarks-decode.md).
+MODES = ("w8a16", "w8a8")
+MODE_ENV = "DCPCTL_FP8_GEMM"
+
+
+@functools.lru_cache(maxsize=None)
+def activation_mode() -> str:
+    """$DCPCTL_FP8_GEMM (w8a16 or w8a8; default w8a16), read once (ModelLoadError for another value)."""
+    mode = os.environ.get(MODE_ENV, "").strip() or MODES[0]
+    if mode not in MODES:
+        raise ModelLoadError(f"{MODE_ENV}={mode!r}: valid values are {', '.join(MODES)}")
+    return mode
 
 
 @triton.jit
