@@ -1,7 +1,8 @@
 [ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets; export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Issue 17 on one H200: the head_bmm kernel (runtime/models/head_bmm_triton.py) in its GPU tests, then the CUDA-graph
 # decode step with it on and off (benchmarks/fusion_ab.py: graph ms, predicted ms, ratio per batch, one run).
-# Not yet run: written in session 8 after its device time was spent. Results in $OUT/head_bmm/.
+# Run in session 9 (one H200, fusion_ab on/off in one call): 0.697 / 0.743 / 0.837 ms on vs 0.711 / 0.754 / 0.838 off at
+# batch 1 / 8 / 32 (main: benchmarks/data/h200_step_head_bmm_ab_s9.json): 1-2% at 1 and 8, none at 32; not merged. Results in $OUT/head_bmm/.
 # usage (repo root): OUT=dir bash benchmarks/gpu_head_bmm.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/dcpctl-gpu-out}/head_bmm; mkdir -p "$OUT"
