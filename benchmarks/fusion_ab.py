@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--model")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--context", type=int, default=1032)
-    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed")
+    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed,head_bmm")
     ap.add_argument("--env-variant", action="append", default=[], help="NAME=VAR=VALUE;VAR=VALUE (repeatable)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

@@ -1,5 +1,5 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+embed_triton.py, head_bmm_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
 sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
@@ -112,6 +112,28 @@ def check_embed(device: str, dtype: torch.dtype, start: int = 100, n: int = 164,
     assert embed_rows(ids[:0], embed, start).shape == (0, D)
 
 
+def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: int = 128, lat: int = 512,
+                   v: int = 128) -> None:
+    # the two decode products over the model's token-major views: q_nope (a split of q) @ w_kc into the latent
+    # slice of the query buffer, o @ w_vc into [T, H, v]; against an fp32 reference (rows of fp32 sums, rounded once)
+    from dcpctl.runtime.models.head_bmm_triton import head_bmm
+    g = torch.Generator().manual_seed(T)
+    q = torch.randn(T, H, nope + 64, generator=g).to(device=device, dtype=dtype)
+    w_kc = (torch.randn(H, nope, lat, generator=g) / nope ** 0.5).to(device=device, dtype=dtype)
+    w_vc = (torch.randn(H, lat, v, generator=g) / lat ** 0.5).to(device=device, dtype=dtype)
+    out = torch.full((T, H, lat + 64), 7.0, device=device, dtype=dtype)
+    head_bmm(q[:, :, :nope].transpose(0, 1), w_kc, out[:, :, :lat].transpose(0, 1))
+    want = torch.einsum("thn,hnl->thl", q[:, :, :nope].float(), w_kc.float())
+    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    assert ((out[:, :, :lat].float() - want).abs() <= want.abs() * step + 1e-3).all()
+    assert torch.equal(out[:, :, lat:], torch.full_like(out[:, :, lat:], 7.0))     # the rope slice untouched
+    o = torch.randn(T, H, lat, generator=g).to(device=device, dtype=dtype)
+    vv = torch.empty(T, H, v, device=device, dtype=dtype)
+    head_bmm(o.transpose(0, 1), w_vc, vv.transpose(0, 1))
+    want = torch.einsum("thl,hlv->thv", o.float(), w_vc.float())
+    assert ((vv.float() - want).abs() <= want.abs() * step + 1e-3).all()
+
+
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
         for interleaved in (True, False):
@@ -124,6 +146,8 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
         check_swiglu(device, dtype)
         check_swiglu(device, dtype, T=1, inter=1000)
         check_embed(device, dtype)
+        for t in (1, 5, 64):
+            check_head_bmm(device, dtype, t)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class MlaAttention:
             return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         L = cfg.kv_lora_rank
         out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
-        bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1))
+        bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1), self.fuse.head_bmm)
         self._rope_into(q_pe, cos, sin, out[:, :, L:])
         return out
 
@@ -147,7 +147,7 @@ class MlaAttention:
         T, vd = x.shape[0], self.cfg.v_head_dim
         if self.fuse.v_out:
             v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
-            bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1))
+            bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1), self.fuse.head_bmm)
             v = v.view(T, self.heads * vd)
         else:
             v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)

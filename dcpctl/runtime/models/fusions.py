@@ -1,6 +1,7 @@
 """The decode step's fusions: all on; `DCPCTL_UNFUSED=name,...` (or `all`) turns some off, read once at model
 load, so a benchmark measures before and after in one run (benchmarks/gpu_17g.sh).  Not a user option: every
-fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py).
+fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py), except head_bmm,
+which sums the same fp32 products in another order (head_bmm_triton.py; the graph and eager steps agree).
 
 | name     | fused                                                          | replaces                              |
 | -------- | -------------------------------------------------------------- | ------------------------------------- |
@@ -11,6 +12,7 @@ fusion computes the same numbers as the form it replaces (tests/runtime/test_ste
 | v_out    | o @ w_vc written head-major into the o_proj input               | einsum + a [T, H, v] reshape copy     |
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
+| head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
 | l2_prefetch | weights pulled into L2 while attention runs (l2_prefetch.py; what: $DCPCTL_L2_PREFETCH, none by default) | the GEMMs reading all from HBM |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "l2_prefetch")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "l2_prefetch")
 ENV = "DCPCTL_UNFUSED"
 
 

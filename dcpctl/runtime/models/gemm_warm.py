@@ -94,8 +94,14 @@ def recording() -> Iterator[GemmLog]:
         LOG = None
 
 
-def bmm_into(x: Tensor, w: Tensor, out: Tensor) -> None:
-    """torch.bmm(x, w, out=out), noted while recording."""
+def bmm_into(x: Tensor, w: Tensor, out: Tensor, heads_kernel: bool = False) -> None:
+    """torch.bmm(x, w, out=out), noted while recording; heads_kernel: decode rows (M <= 64) on CUDA go through
+    head_bmm_triton instead (the `head_bmm` fusion)."""
+    if heads_kernel:
+        from dcpctl.runtime.models.head_bmm_triton import head_bmm, head_bmm_ok
+        if head_bmm_ok(x, w, out):
+            head_bmm(x, w, out)
+            return
     if LOG is not None:
         LOG.note_bmm(x, w, out)
     torch.bmm(x, w, out=out)

@@ -128,10 +128,19 @@ def targets(plan: Plan | None, weights: dict[str, Tensor]) -> Targets | None:
             n, stride = layout(w.numel() * w.element_size(), share, plan.chunk)
             if n:
                 items.append((w.view(-1).view(torch.uint8), n, stride))
+    if items and plan.side:       # the stream made at load, not first inside a graph capture
+        _side(items[0][0].device)
     return Targets(plan, items) if items else None
 
 
 _SIDE: dict[int, torch.cuda.Stream] = {}
+
+
+def _side(device: torch.device) -> torch.cuda.Stream:
+    """The prefetch's own stream on this device (one per device)."""
+    if device.index not in _SIDE:
+        _SIDE[device.index] = torch.cuda.Stream(device)
+    return _SIDE[device.index]
 
 
 @contextlib.contextmanager
@@ -146,9 +155,7 @@ def during(t: Targets | None) -> Iterator[None]:
         yield
         return
     main = torch.cuda.current_stream()
-    side = _SIDE.get(main.device.index)
-    if side is None:
-        side = _SIDE[main.device.index] = torch.cuda.Stream(main.device)
+    side = _side(main.device)
     side.wait_stream(main)
     with torch.cuda.stream(side):
         t.launch()
