@@ -14,18 +14,22 @@ weight copies (> 2x the 50 MB L2) that every call reads its weight from HBM; the
 times and the median per call is reported, so launch latency is amortized the way a captured decode step
 sees it (kernel after kernel, no host in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
-Every cell times, in the same process: `before` (fp8_gemm.BEFORE_TILES: the MMA kernel with a quantization
-launch), `gemv` (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV),
-`after` (the shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16. --sweep also times every
+Every cell times, in the same process and under the first --modes method (default $DCPCTL_FP8_GEMM, else w8a16):
+`before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
+(up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV), `after` (the
+shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; a second --modes method times `after` under it too
+(`after_<mode>_us`). --read-floor adds a read-only kernel's time over the same FP8 and bf16 weight bytes
+(read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
 quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
 matches ours (norm-relative < 1e-2), which is then timed and kept for the later cells; each refusal is recorded
 (`torch_peer` in the JSON).
-Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) against float64 math on the same
-quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), and bf16
-F.linear on the dequantized weight against float64.
+Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) under w8a8 against float64 math on the same
+quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), each kernel under
+w8a16 against the exact float64 product and against bf16 F.linear, and bf16 F.linear on the dequantized weight
+against float64.
 """
 from __future__ import annotations
 
@@ -53,8 +57,8 @@ GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --
 BATCHES = (1, 8, 16, 64)
 GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
 MODE = ["w8a16"]        # --modes: the method every timing uses, then (optional) a second one for the shipped setting
-FLOOR_DONE: dict = {}
-EXTRA: dict = {}        # run-wide figures for the JSON (the empty kernel's time)   # --read-floor: (N, K) -> the M whose row has the shape's read floor
+FLOOR_DONE: dict = {}   # --read-floor: (N, K) -> the M whose row has the shape's read floor
+EXTRA: dict = {}        # run-wide figures for the JSON (the methods, the empty kernel's time)
 CALLS, REPLAYS = 20, 20
 L2_BYTES = 50 * 2**20
 # N tiles of 32 (SGLang's H200 table for N=576, K=7168), 64 and 128, with 1-4 programs per SM from K splits;

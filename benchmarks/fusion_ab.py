@@ -33,7 +33,7 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
-ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_L2_PREFETCH", "DCPCTL_L2_PREFETCH_OPTS")
+ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_L2_PREFETCH", "DCPCTL_L2_PREFETCH_OPTS", "DCPCTL_FP8_GEMM")
 
 
 def variant_env(v: str) -> tuple[str, dict[str, str]]:
@@ -52,6 +52,7 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
     from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.models.fp8_parts import activation_mode
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
     consts = _ceilings(dev)
@@ -64,6 +65,7 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
         blas = env.pop("BLAS", "cublas")
         os.environ.update(env)
         torch.backends.cuda.preferred_blas_library(blas)
+        activation_mode.cache_clear()      # $DCPCTL_FP8_GEMM is read once a process: again per variant
         model = load_model(path, ps, False, torch.bfloat16, dev)
         for b in batches:
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)

@@ -57,11 +57,11 @@ def _rows(R, K, b1, on_grid):
     return (q * 2.0 ** torch.randint(-4, 5, (R, nkb, 1)).float()).view(R, nkb * b1)[:, :K].contiguous()
 
 
-def dense(R, N, K, block, sms, t, mode):
-    x, w = _rows(R, K, block[1], mode == "w8a8" and _fused(t, R)), torch.randn(N, K)
+def dense(R, N, K, block, sms, t, mode, dtype=torch.float32):
+    x, w = _rows(R, K, block[1], mode == "w8a8" and _fused(t, R)).to(dtype), torch.randn(N, K)
     w8, s = quantize(w, block)
-    got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t, mode=mode)
-    xr = _ref_rows(x, block[1]) if mode == "w8a8" else x   # w8a16: the rows as they are
+    got = fp8_matmul(x, w8, s, block, sms=sms, tiles=t, mode=mode).float()
+    xr = _ref_rows(x, block[1]) if mode == "w8a8" else x.float()   # w8a16: the rows as they are
     return got, xr @ reference_dequant(w8, s, block).T
 
 
@@ -90,7 +90,16 @@ def main() -> int:
             err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
             print(f"{mode} {t}: worst relative error {err:.2e}")
             worst = max(worst, err)
-    return 0 if worst < 1e-5 else 1
+    # w8a16 with 16-bit rows: the e4m3 tiles converted to fp16 for a 16-bit dot (bf16 only on the GPU: the
+    # interpreter's bf16 tl.dot multiplies raw bits); the fp16 output rounding is the error
+    worst16 = 0.0
+    for t in (BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=128), DEFAULT_GEMV):
+        cases = [dense(3, 40, 72, (16, 16), 132, t, "w8a16", torch.float16),
+                 dense(17, 70, 256, (128, 128), 4, t, "w8a16", torch.float16)]
+        err = max(((g - r).abs().max() / r.abs().max()).item() for g, r in cases)
+        print(f"w8a16 fp16 rows {t}: worst relative error {err:.2e}")
+        worst16 = max(worst16, err)
+    return 0 if worst < 1e-5 and worst16 < 2e-3 else 1
 
 
 if __name__ == "__main__":

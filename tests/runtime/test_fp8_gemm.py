@@ -14,6 +14,10 @@ def test_kernel_in_the_interpreter_matches_dequantized_math():
     run_in_interpreter("tests/runtime/fp8_interp_check.py")
 
 
+def test_fp8_model_in_the_interpreter_matches_its_dequantized_twin_per_method():
+    run_in_interpreter("tests/runtime/fp8_model_interp_check.py")
+
+
 def _rows_ref(x, mode, K):
     """The rows the method multiplies, as fp32: w8a8 its 1x128 e4m3 quantization, w8a16 the rows themselves."""
     if mode == "w8a16":
@@ -97,7 +101,8 @@ def test_gpu_tile_variants_match_torch_quantized_math(tiles, R, mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_grouped_kernel_is_graph_safe():
+@pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
+def test_gpu_grouped_kernel_is_graph_safe(mode):
     from dcpctl.runtime.models.fp8_gemm import fp8_matmul
     from tests.runtime.test_model_fp8 import quantize
     pairs = [quantize(torch.randn(256, 512), (128, 128)) for _ in range(4)]
@@ -105,12 +110,12 @@ def test_gpu_grouped_kernel_is_graph_safe():
     s = torch.stack([p[1] for p in pairs]).cuda()
     x = torch.randn(12, 512, device="cuda", dtype=torch.bfloat16)
     ends = torch.tensor([3, 3, 9, 10], dtype=torch.int32, device="cuda")
-    eager = fp8_matmul(x, w8, s, (128, 128), ends=ends)
+    eager = fp8_matmul(x, w8, s, (128, 128), ends=ends, mode=mode)
     torch.cuda.set_sync_debug_mode("error")
     try:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            out = fp8_matmul(x, w8, s, (128, 128), ends=ends)
+            out = fp8_matmul(x, w8, s, (128, 128), ends=ends, mode=mode)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     g.replay()
@@ -119,18 +124,19 @@ def test_gpu_grouped_kernel_is_graph_safe():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_split_k_counts_reset_across_calls_and_replays():
+@pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
+def test_gpu_split_k_counts_reset_across_calls_and_replays(mode):
     # decode shape with K splits: the last program of each tile sums the partials and zeroes its count
     from dcpctl.runtime.models.fp8_gemm import fp8_matmul
     from tests.runtime.test_model_fp8 import quantize
     w8, s = (t.cuda() for t in quantize(torch.randn(1536, 7168), (128, 128)))
     x = torch.randn(1, 7168, device="cuda", dtype=torch.bfloat16)
-    first = fp8_matmul(x, w8, s, (128, 128))
+    first = fp8_matmul(x, w8, s, (128, 128), mode=mode)
     for _ in range(3):
-        torch.testing.assert_close(fp8_matmul(x, w8, s, (128, 128)), first, rtol=0, atol=0)
+        torch.testing.assert_close(fp8_matmul(x, w8, s, (128, 128), mode=mode), first, rtol=0, atol=0)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = fp8_matmul(x, w8, s, (128, 128))
+        out = fp8_matmul(x, w8, s, (128, 128), mode=mode)
     for _ in range(3):
         out.zero_()
         g.replay()
@@ -165,7 +171,8 @@ def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
+@pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
+def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one(mode):
     # three dependent GEMMs (each reads the previous one's output, all share the tile counts) launched
     # early (PDL) inside a CUDA graph: each must wait for the one before; bit-equal to plain launches
     from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
@@ -176,7 +183,7 @@ def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one():
     def chain(t):
         y = x
         for w8, s in ws:
-            y = fp8_matmul(y, w8, s, (128, 128), tiles=t) / 40
+            y = fp8_matmul(y, w8, s, (128, 128), tiles=t, mode=mode) / 40
         return y
     want = chain(Tiles(fuse_rows=64))
     g = torch.cuda.CUDAGraph()
@@ -300,14 +307,15 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_gemv_split_counts_reset_across_replays():
+@pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
+def test_gpu_gemv_split_counts_reset_across_replays(mode):
     from dcpctl.runtime.models.fp8_gemm import GemvTiles, fp8_matmul
     x, w8, s, _ = _gemv_case(2, 7168, 4096, 0)
     t = GemvTiles(per_sm=16, stages=1)
-    first = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+    first = fp8_matmul(x, w8, s, (128, 128), tiles=t, mode=mode)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = fp8_matmul(x, w8, s, (128, 128), tiles=t)
+        out = fp8_matmul(x, w8, s, (128, 128), tiles=t, mode=mode)
     for _ in range(3):
         out.zero_()
         g.replay()

@@ -97,6 +97,10 @@ def test_model_unchanged_by_the_prefetch_gpu(tmp_path, monkeypatch, side):
     monkeypatch.delenv("DCPCTL_UNFUSED")
     monkeypatch.setenv(lp.ENV, "w_vc:1,o_proj:0.5")
     monkeypatch.setenv(lp.OPTS_ENV, f"ctas=2,chunk=256,side={int(side)}")
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.parallel import ParallelState
+    m = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
+    assert all(layer.attn.l2 is not None and len(layer.attn.l2.items) == 2 for layer in m.layers)  # it does run
     got, got_kv, _ = _step(path, False)
     assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
 

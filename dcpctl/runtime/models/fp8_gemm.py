@@ -213,7 +213,10 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode 'w8a16' or
     'w8a8' (None: activation_mode(), chosen at load)."""
-    a16 = (mode or activation_mode()) == "w8a16"
+    mode = mode or activation_mode()
+    if mode not in MODES:
+        raise ValueError(f"FP8 GEMM method {mode!r}; valid: {', '.join(MODES)}")
+    a16 = mode == "w8a16"
     b0, b1 = block
     grouped = ends is not None
     w3 = w8 if grouped else w8.unsqueeze(0)

@@ -2,10 +2,11 @@
 
     fp8_gemv(x, w8, scale, block, ends=None, sms, tiles: GemvTiles) -> [R, N] in x.dtype
 
-The same method and arguments as fp8_gemm.fp8_matmul (which calls this one where choose_tiles picks a
-GemvTiles): activations quantized per token and K block of b1 columns to e4m3 (`s = amax / 448`), the
-weight's 128x128 block factors, fp32 sums; the e4m3 x e4m3 products are exact in fp32, so the only
-difference from the MMA kernel is the order of the fp32 sums. What differs is the shape of the work: at a
+The same methods and arguments as fp8_gemm.fp8_matmul (which calls this one where choose_tiles picks a
+GemvTiles): w8a16, each 16-bit row times the e4m3 weight in fp32, or w8a8, activations quantized per token
+and K block of b1 columns to e4m3 (`s = amax / 448`); the weight's 128x128 block factors, fp32 sums. The
+products are exact in fp32 either way, so the only difference from the MMA kernel is the order of the fp32
+sums (and, w8a16, the MMA's 16-bit operands: also exact). What differs is the shape of the work: at a
 few rows the GEMM is a weight read, so each program streams a [BN, KB x b1] slab of W per step (b1 bytes
 contiguous per weight row: wide coalesced loads), keeps it in registers and applies it to each of its rows
 in turn (per b1 block: sum of products, times the weight block's factor and the row's block scale). The

@@ -1,11 +1,12 @@
 """Weights pulled into L2 while the attention kernel runs (issue 17: the decode step's GEMMs read HBM alone).
 
 A decode layer reads its weights from HBM back to back, except while attention runs: at 128 kernel heads that
-kernel is compute-bound (ctx 1032: 14-33 us a layer at batch 1-32) and reads only the batch's KV rows.  Before
-it, one small launch asks the GPU's copy engine to prefetch into L2 (`cp.async.bulk.prefetch.L2`, sm_90) the
+kernel is compute-bound (ctx 1K: 14-39 us a layer at batch 1-32) and reads only the batch's KV rows.  Before
+it, one small launch asks the TMA unit to prefetch into L2 (`cp.async.bulk.prefetch.L2`, sm_90) the
 weights the layer reads right after it: all of w_vc (the value bmm's [H, L, v]) and a share of o_proj, in
 chunks spread evenly over the weight (every k-th chunk), so each tile of the GEMM that follows finds the same
-share in L2.  A prefetch changes no value (the GEMMs read the same bytes), only where they come from.
+share in L2.  A prefetch changes no value (the GEMMs read the same bytes), only where they come from.  Prefill
+and extend chunks get it too (one launch a layer, beside their long attention).
 
 Off by default: it is built and tested (tests/runtime/test_l2_prefetch.py) but not yet timed on a GPU
 (benchmarks/gpu_l2_prefetch.sh is the A/B that decides whether it pays and which shares; docs/benchmarks-serve.md).
