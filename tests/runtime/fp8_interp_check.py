@@ -38,6 +38,13 @@ VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn
             *(replace(t, per_sm=1) for t in (DEFAULT_GEMV, *GEMV_TABLE.values()) if t is not None)]
 
 
+# w8a16 differs from w8a8 only in the K loop's operands (no quantization, fused or not): a setting of each shape
+# of work (plain, swapped, N tiles of 32 / 128, capped splits, the few-rows kernel in passes of 16 and of 2 rows)
+A16_VARIANTS = [BEFORE_TILES, Tiles(swap=True), Tiles(bn=32, red=4, swap=True), Tiles(bn=128),
+                Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=32, stages=4, per_sm=1),
+                GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]
+
+
 def _fused(t, R):
     return t.fuse if isinstance(t, GemvTiles) else R <= t.fuse_rows
 
@@ -82,7 +89,7 @@ def main() -> int:
     torch.manual_seed(0)
     worst = 0.0
     for mode in MODES:
-        for t in VARIANTS:
+        for t in (VARIANTS if mode == "w8a8" else A16_VARIANTS):
             cases = [dense(3, 40, 72, (16, 16), 132, t, mode), dense(17, 70, 256, (128, 128), 4, t, mode),
                      dense(1, 64, 96, (32, 32), 132, t, mode), dense(40, 24, 64, (8, 32), 1, t, mode),
                      grouped([2, 2, 5, 9], 48, 64, (16, 16), t, mode),
