@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 [ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets; export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# One device call for block-FP8 serving (issue 19), about 6-8 minutes on one H200; every part runs, each
+# One device call for block-FP8 serving (issue 19) on one H200, its parts' limits adding up to 570 s; every part runs, each
 # one's exit status is appended to $OUT/i19g/status.txt as it ends:
 #   gemm   benchmarks/fp8_gemm.py --modes w8a16 w8a8 --read-floor --grouped: per DeepSeek-V3 shape and M the MMA
 #          kernel (before) / few-rows kernel (gemv) / shipped choice (after) under w8a16, the shipped choice under

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, one device call (one H200, ~6 minutes): does pulling the weights a layer reads after attention into L2
+# Issue 17, one device call (one H200; the parts' limits add up to 530 s): does pulling the weights a layer reads after attention into L2
 # while attention computes (runtime/models/l2_prefetch.py, off by default) shorten the CUDA-graph decode step?
 #   tests       the prefetch's GPU tests (the model's output unchanged, on the step's stream and on its own; inside a
 #               CUDA graph) and the step fusions' GPU tests
