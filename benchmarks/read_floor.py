@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dcpctl.runtime.attention.kernel_choice import gpu_facts
+
 SETTINGS = [(g, b, w) for g in (1, 2, 4, 8) for b, w in ((2048, 4), (8192, 8))]   # programs per SM, ints a step, warps
 
 
@@ -35,7 +37,7 @@ def _empty_kernel(out):
 
 def read_floor_us(copies: list[torch.Tensor], graph_time) -> tuple[float, tuple[int, int, int]]:
     """Microseconds to read one of `copies` (contiguous, any dtype; their bytes as int32) and the best setting."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = gpu_facts(copies[0].device).sms
     ints = [c.view(-1).view(torch.int32) for c in copies]
     out = torch.empty(8 * sms, dtype=torch.int32, device="cuda")
     best = None

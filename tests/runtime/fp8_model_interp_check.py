@@ -12,17 +12,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton.runtime.interpreter as ti
+from tests.runtime.interp import patch_index
 
-_patch = ti._patch_lang_tensor
-
-
-def _patched(tensor, scope):  # numpy >= 2.4 refuses int() of a 1-element array, which the interpreter does
-    _patch(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-
-ti._patch_lang_tensor = _patched
+patch_index()
 
 from dcpctl.runtime.models import fp8_parts, load_model  # noqa: E402
 from dcpctl.runtime.models.quant import Fp8Weight  # noqa: E402

@@ -17,3 +17,15 @@ def run_in_interpreter(script: str, timeout: float = 300) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, str(ROOT / script)], env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def patch_index() -> None:
+    """Let Triton's interpreter take `range` over loaded runtime ints: numpy >= 2.4 refuses int() of a 1-element
+    array, which the interpreter does for a tensor's __index__.  Call in a check script before its kernels run."""
+    import triton.runtime.interpreter as ti
+    patch = ti._patch_lang_tensor
+
+    def patched(tensor, scope):
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    ti._patch_lang_tensor = patched
