@@ -17,10 +17,11 @@ Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandw
 Every cell times, in the same process and under the first --modes method (default $DCPCTL_FP8_GEMM, else w8a16):
 `before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
 (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV), `after` (the
-shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; a second --modes method times `after` under it too
-(`after_<mode>_us`). --read-floor adds a read-only kernel's time over the same FP8 and bf16 weight bytes
+shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
+(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`; the
+eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds a read-only kernel's time over the same FP8 and bf16 weight bytes
 (read_floor.py) and an empty kernel's. --sweep also times every
-GEMV_CANDIDATES setting (M <= 16) or CANDIDATES one (M > 16) at the --sweep-m batch sizes and reports the
+GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
 quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
@@ -56,6 +57,8 @@ SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's sh
 GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --grouped: 256 experts, top-8
 BATCHES = (1, 8, 16, 64)
 GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
+METHODS = (*MODES, "w8a16f", "w8a16b")   # w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows (A16_MMAS;
+# plain w8a16: the shipped choice, auto)
 MODE = ["w8a16"]        # --modes: the method every timing uses, then (optional) a second one for the shipped setting
 FLOOR_DONE: dict = {}   # --read-floor: (N, K) -> the M whose row has the shape's read floor
 EXTRA: dict = {}        # run-wide figures for the JSON (the methods, the empty kernel's time)
@@ -83,6 +86,12 @@ GEMV_CANDIDATES = [GemvTiles(16, 8, 4, 16, stages=1), GemvTiles(16, 4, 4, 32, st
                    GemvTiles(8, 4, 4, 16, stages=1), GemvTiles(8, 8, 4, 32, stages=1),
                    GemvTiles(16, 4, 8, 16, stages=1), GemvTiles(16, 4, 2, 16, stages=1),
                    GemvTiles(16, 4, 4, 16, fuse=False, stages=1), GemvTiles(16, 4, 4, 16, stages=2)]
+
+
+def method(m: str) -> dict:
+    """fp8_matmul's keywords for a --modes method."""
+    mma = {"w8a16f": "fp16", "w8a16b": "bf16"}.get(m)
+    return {"mode": "w8a16", "a16_mma": mma} if mma else {"mode": m}
 
 
 def _graph_time(fn, copies: int) -> float:
@@ -202,16 +211,17 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     s = [torch.rand(-(-N // 128), -(-K // 128), device="cuda") * 1e-2 + 1e-3 for _ in range(copies)]
     wb = [w.to(torch.bfloat16) for w in w8[:max(2, -(-2 * L2_BYTES // (2 * w_bytes)))]]
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t, mode=MODE[0]),
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t, **method(MODE[0])),
                                       copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
     gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
-    row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, choose_tiles(N, K, M),
+    shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16")
+    row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, shipped,
                errors(x, w8[0], s[0]) if M == 8 else None)
-    if len(MODE) > 1:   # --modes: the shipped setting under the other method too, same weights
-        us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), mode=MODE[1]), copies) * 1e6, 2)
-        row.update({f"after_{MODE[1]}_us": us, f"bf16_over_after_{MODE[1]}": round(bf16 / us, 3)})
+    for m in MODE[1:]:   # --modes: the shipped setting under the other methods too, same weights
+        us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), **method(m)), copies) * 1e6, 2)
+        row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
     if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no rows
         from read_floor import read_floor_us
         us, setting = read_floor_us(w8, _graph_time)
@@ -272,7 +282,7 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 2
                       counts.cumsum(0).to(torch.int32)))
         busy.append(int((counts > 0).sum()))
     fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], tiles=t,
-                                                           mode=MODE[0]),
+                                                           **method(MODE[0])),
                                       CALLS))
     bf16 = (round(_graph_time(lambda i: torch._grouped_mm(calls[i][0], wb.transpose(1, 2), offs=calls[i][1]), CALLS)
                   * 1e6, 2) if wb is not None else float("nan"))
@@ -281,6 +291,10 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 2
     rows = max(1, M * top_k // experts)
     row = _row(name, N, K, M, fp8, bf16, roof, [], DEFAULT_GEMV, choose_tiles(N, K, rows, experts), None)
     row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
+    for m in MODE[1:]:
+        us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], **method(m)),
+                               CALLS) * 1e6, 2)
+        row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
     return row
 
 
@@ -349,16 +363,17 @@ def main() -> int:
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--hbm-tbps", type=float, default=4.2, help="HBM bandwidth for the roofline (measured copy)")
     ap.add_argument("--sweep", action="store_true",
-                    help="also time every GEMV_CANDIDATES (M <= 16) or CANDIDATES (M > 16) setting per cell")
+                    help="also time every GEMV_CANDIDATES (M <= 16) and CANDIDATES (M > 1) setting per cell")
     ap.add_argument("--sweep-m", type=int, nargs="+", default=list(BATCHES), help="sweep only at these M")
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
     ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
-    ap.add_argument("--modes", nargs="+", choices=MODES, default=None,
-                    help="the FP8 method of every timing (default: $DCPCTL_FP8_GEMM, else w8a16); a second one also "
-                         "times the shipped setting under it")
+    ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
+                    help="the FP8 method of every timing (default: $DCPCTL_FP8_GEMM, else w8a16); the others also "
+                         "time the shipped setting under them (w8a16f / w8a16b: w8a16 through the fp16 / bf16 MMA, "
+                         "fp8_matmul's a16_mma)")
     ap.add_argument("--read-floor", action="store_true",
                     help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) and an "
                          "empty kernel: the least any GEMM of that weight can take")
@@ -382,7 +397,8 @@ def main() -> int:
             N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 (GEMV_CANDIDATES if M <= GEMV_MAX_M else CANDIDATES) if sweep else [], args.torch_peer,
+                 ((GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
+                 args.torch_peer,
                  args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():

@@ -8,7 +8,7 @@ Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
 usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
   --env-variant: a variant with environment variables of its own (DCPCTL_UNFUSED unset unless named), e.g.
-  "pf_off=DCPCTL_UNFUSED=l2_prefetch" or "lt=BLAS=cublaslt" (BLAS: torch's preferred BLAS library for that variant)
+  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=BLAS=cublas" (BLAS: $DCPCTL_BLAS, torch's BLAS library for that variant; default cublaslt)
   without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
-ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_L2_PREFETCH", "DCPCTL_L2_PREFETCH_OPTS", "DCPCTL_FP8_GEMM")
+ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS")
 
 
 def variant_env(v: str) -> tuple[str, dict[str, str]]:
@@ -52,6 +52,7 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
     from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.models.blas import blas_choice
     from dcpctl.runtime.models.fp8_parts import activation_mode
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
@@ -62,16 +63,16 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
         v, env = variant_env(spec)
         for k in ENV_KEYS:
             os.environ.pop(k, None)
-        blas = env.pop("BLAS", "cublas")
+        if "BLAS" in env:                  # the loader sets torch's BLAS library from $DCPCTL_BLAS (models/blas.py)
+            env["DCPCTL_BLAS"] = env.pop("BLAS")
         os.environ.update(env)
-        torch.backends.cuda.preferred_blas_library(blas)
         activation_mode.cache_clear()      # $DCPCTL_FP8_GEMM is read once a process: again per variant
         model = load_model(path, ps, False, torch.bfloat16, dev)
         for b in batches:
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
             p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
                            model.cfg.num_layers)
-            row = {"variant": v, "env": dict(env, BLAS=blas), "batch": b, "context": context, **cell, **p}
+            row = {"variant": v, "env": dict(env, BLAS=blas_choice()), "batch": b, "context": context, **cell, **p}
             if "graph_ms" in row:
                 row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
             rows.append(row)
@@ -82,7 +83,6 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
         torch.cuda.empty_cache()
     for k in ENV_KEYS:
         os.environ.pop(k, None)
-    torch.backends.cuda.preferred_blas_library("cublas")
     return rows
 
 

@@ -5,12 +5,13 @@ decode steps (after warm-up).  Prints the kernels by total CUDA time (per step) 
 step's CUDA-graph replay time (DecodeGraphs, the same buffers), so the gap between kernel time and the
 roofline is visible per kernel kind: GEMMs, attention, norms, rope, copies, elementwise.  JSON to -o.
 
-usage: PYTHONPATH=. python3 benchmarks/step_profile.py --model DIR [--batch 1] [--context 1000] [-o out.json]
+usage: PYTHONPATH=. python3 benchmarks/step_profile.py --model DIR [--batch 1] [--context 1000] [--blas cublaslt] [-o out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def main() -> None:
@@ -20,8 +21,11 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=40)
+    ap.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's BLAS library ($DCPCTL_BLAS; default: the loader's)")
     ap.add_argument("-o", "--out")
     a = ap.parse_args()
+    if a.blas:
+        os.environ["DCPCTL_BLAS"] = a.blas
     import torch
     from torch.profiler import ProfilerActivity, profile
 

@@ -151,6 +151,8 @@ def test_gpu_split_k_counts_reset_across_calls_and_replays(mode):
     dict(bm=16, bn=64, quant=False, split=True, swap=False, red=1, grouped=False, a16=True),  # w8a16 decode
     dict(bm=16, bn=64, quant=False, split=True, swap=True, red=1, grouped=False, a16=True),
     dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True, a16=True),  # w8a16 MoE prefill
+    dict(bm=16, bn=64, quant=False, split=True, swap=False, red=1, grouped=False, a16=True, f16=True),  # fp16 MMA
+    dict(bm=16, bn=64, quant=False, split=True, swap=True, red=1, grouped=False, a16=True, f16=True),
 ])
 def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
     pytest.importorskip("triton")
@@ -165,8 +167,11 @@ def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
     assert ("wgmma" in ptx) == (v["swap"] or v["bm"] == 64), "MMA kind"
     assert ptx.count("cp.async.commit_group") >= 3, "the K loop's loads are not software-pipelined"
     assert ("griddepcontrol.wait" in ptx) == v.get("pdl", False)
-    if v.get("a16"):    # w8a16: a bf16 MMA over the converted weight tiles
-        assert re.search(r"(wgmma\.mma_async|mma)\.[^\n]*\.bf16\.bf16", ptx), "MMA operand type"
+    if v.get("a16"):    # w8a16: a bf16 MMA over the converted weight tiles, or (f16) an fp16 one
+        kind = "f16" if v.get("f16") else "bf16"
+        assert re.search(rf"(wgmma\.mma_async|mma)\.[^\n]*\.{kind}\.{kind}", ptx), "MMA operand type"
+        # e4m3 -> fp16 is one conversion a pair; the bf16 MMA adds a scalar fp16 -> bf16 one per weight element
+        assert ("cvt.bf16.f16" in ptx) == (kind == "bf16")
 
 
 @pytest.mark.gpu

@@ -110,7 +110,7 @@ def test_gpu_allocated_bytes_equal_planned(request, which):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mode,bound", [("w8a8", 0.15), ("w8a16", 5e-2)])   # fp16 in the interpreter: 8e-2, 2e-3
+@pytest.mark.parametrize("mode,bound", [("w8a8", 0.15), ("w8a16", 3e-2)])   # fp16 in the interpreter: 8e-2, 2e-3
 def test_gpu_fp8_model_matches_its_dequantized_twin(fp8, monkeypatch, mode, bound):
     from dcpctl.runtime.models import fp8_parts
     from tests.runtime.ref_context import greedy_run
@@ -123,9 +123,15 @@ def test_gpu_fp8_model_matches_its_dequantized_twin(fp8, monkeypatch, mode, boun
     finally:
         monkeypatch.delenv(fp8_parts.MODE_ENV)
         fp8_parts.activation_mode.cache_clear()
-    for a, b in zip(runs[0][0], runs[1][0]):   # prefill logits of the same tokens
-        # w8a8, FP8 activations (e4m3: 3 mantissa bits) through 3 random layers: a wrong scale or block is ~100%;
-        # w8a16: the dequantized weights' GEMMs but for fp32 sum order and bf16 rounding of the dequantized weight
-        # (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x finer; the 2e-2 target is for the
-        # V3-shaped checkpoint: benchmarks/fp8_model_check.py)
-        assert ((a.float() - b.float()).abs().max() / b.float().abs().max()).item() < bound
+    # per token (prefill and decode): max |difference| over its logits / max |twin logit|. The median, not the
+    # worst: two MoE layers of random weights route a token to other experts on a near-tie (one prefill token
+    # was 0.73 off under w8a16 on an H200, with its decode logits 1.8e-2 apart and the same greedy ids). w8a8,
+    # FP8 activations (e4m3: 3 mantissa bits): a wrong scale or block is ~100% on every token; w8a16: the
+    # dequantized weights' GEMMs but for fp32 sum order and the bf16 rounding of the dequantized weight
+    # (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x finer; the 2e-2 target is for the
+    # V3-shaped checkpoint: benchmarks/fp8_model_check.py)
+    per_token = torch.cat([((a.float() - b.float()).abs().amax(-1) / b.float().abs().amax(-1))
+                           for part in (0, 1) for a, b in zip(runs[0][part], runs[1][part])])
+    assert per_token.median().item() < bound, per_token
+    if mode == "w8a16":
+        assert runs[0][2] == runs[1][2]   # greedy ids (equal on that H200 run)

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.api import AttentionContext
-from dcpctl.runtime.models import l2_prefetch
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.fusions import Fusions
@@ -76,7 +75,6 @@ class MlaAttention:
         off = s.head_start - s.q_head_start
         self.w_vc = kv_b[off:off + s.heads, nope:, :].transpose(1, 2).contiguous()  # [Hl, L, v]
         self.o_proj = t[p + "o_proj.weight"]  # [D, Hl * v]
-        self.l2 = l2_prefetch.targets(fuse.l2_plan, {"w_vc": self.w_vc, "o_proj": self.o_proj})
 
     @property
     def q_a(self) -> Weight | None:
@@ -142,8 +140,7 @@ class MlaAttention:
         q, kv = self._projections(x)
         q = self._query(q, cos, sin)
         kv_new = None if self._kv_written(kv, cos, sin, ctx) else self._latent_rows(kv, cos, sin)
-        with l2_prefetch.during(self.l2):      # the weights read next, into L2 while attention computes
-            o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
+        o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
         T, vd = x.shape[0], self.cfg.v_head_dim
         if self.fuse.v_out:
             v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)

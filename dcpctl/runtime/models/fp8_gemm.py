@@ -3,9 +3,11 @@
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
 Two methods (fp8_parts.MODES, `$DCPCTL_FP8_GEMM`, chosen once at load):
-- w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted to it in registers (exact)
-  for a 16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32
-  sums (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes.
+- w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted in registers (exact) for a
+  16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32 sums
+  (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows in tiles
+  of 16 go through an fp16 MMA, each row's K block scaled into fp16 by a power of two (A16_MMA: the same products,
+  a cheaper weight conversion); larger tiles through a bf16 MMA.
 - w8a8: the activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
   and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), for an e4m3 MMA: for up to `Tiles.fuse_rows` rows
   inside the GEMM itself (each program quantizes the rows of its K blocks as it loads them: one launch), above
@@ -53,12 +55,25 @@ def _dot(a, b):
 
 
 @triton.jit
+def _fp16_rows(x):
+    # x: [BM, BK] bf16 -> (x * 2^-e_r in fp16, 2^e_r fp32 per row): each row's K block scaled by a power of two so
+    # that its largest |x| lands in [2^8, 2^9), exact (bf16's 8 significant bits fit fp16's 11; only entries under
+    # 2^-22 of the row's largest lose bits, in fp16's subnormals). Exponents from the bits: exact powers of two.
+    xf = x.to(tl.float32)
+    e = (tl.max(tl.abs(xf), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF    # biased exponent of the amax
+    e = tl.minimum(tl.maximum(e, 9), 254)                                       # zero rows, and no Inf scales
+    inv = ((262 - e) << 23).to(tl.float32, bitcast=True)                       # 2^(135 - e)
+    back = ((e - 8) << 23).to(tl.float32, bitcast=True)                        # 2^(e - 135)
+    return (xf * inv[:, None]).to(tl.float16), back
+
+
+@triton.jit
 def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, count_ptr,
                      R, N, K, nkb, kb_per_split, splits, sx,
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
-                     RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr):
+                     RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr, F16: tl.constexpr):
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
     # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
     # fp32.  SWAP computes the [BN, BM] transpose
@@ -101,11 +116,19 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
             if A16:     # w8a16: the e4m3 tile in x's dtype (exact), a 16-bit MMA, the weight block's factor
                 xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
-                wa = w.to(xa.dtype)
-                if SWAP:
-                    acc += _dot(wa, tl.trans(xa)) * ws[:, None]
+                if F16:   # bf16 rows through an fp16 MMA (see _fp16_rows): e4m3 -> fp16 is one conversion a pair
+                    xa, xe = _fp16_rows(xa)
+                    wa = w.to(tl.float16)
+                    if SWAP:
+                        acc += tl.dot(wa, tl.trans(xa)) * ws[:, None] * xe[None, :]
+                    else:
+                        acc += tl.dot(xa, tl.trans(wa)) * xe[:, None] * ws[None, :]
                 else:
-                    acc += _dot(xa, tl.trans(wa)) * ws[None, :]
+                    wa = w.to(xa.dtype)
+                    if SWAP:
+                        acc += _dot(wa, tl.trans(xa)) * ws[:, None]
+                    else:
+                        acc += _dot(xa, tl.trans(wa)) * ws[None, :]
             else:
                 if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
                     xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
@@ -147,6 +170,16 @@ class Tiles:
 
 
 
+# w8a16's MMA for bf16 rows (the MMA kernel; fp16 and fp32 rows keep their own). "bf16" converts each e4m3 weight
+# tile to bf16: Triton on sm_90 emits e4m3x2 -> f16x2 and then one scalar cvt.bf16.f16 per weight element. "fp16"
+# converts it to fp16 (one instruction a pair) and scales each row's K block by a power of two into fp16
+# (_fp16_rows: exact, the same products; bit-equal outputs on an H200), which costs a conversion of the rows per
+# tile instead. "auto" takes fp16 for tiles of 16 rows and bf16 above. Measured on an H200, one run
+# (benchmarks/fp8_gemm.py --modes w8a16f w8a16b ...: h200_fp8_gemm_a16_s11.json; us, bf16 -> fp16 MMA, same tiles):
+# o_proj 55.8 -> 46.9 at 8 rows, q_b_proj 18.1 -> 15.6, the grouped experts' gate+up 547 -> 527; but at 64 rows
+# o_proj 137 -> 181 and the TP-8 dense gate+up 53 -> 92 (at 32 rows: within a few % either way, mixed)
+A16_MMAS = ("auto", "fp16", "bf16")
+A16_MMA = "auto"
 Kernel = Tiles | GemvTiles
 BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
 # Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
@@ -172,6 +205,18 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
     (7168, 2048): ((32, BEFORE_TILES), (64, Tiles(bn=32, stages=4, per_sm=1))),  # TP-8 o_proj, shared down:
 }                                                                                # 16.1 -> 11.5 at 64
 TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_m64_splits.json (q_b_proj's first 8 rows: h200_fp8_gemm_variants.json)"
+# w8a16's own settings where TABLE's (swept under w8a8) lose, by more than 10% in one run: at 8 rows the eleventh
+# session's H200 sweep of w8a16 through the fp16 MMA (h200_fp8_gemm_a16_s11.json), at 64 rows (the bf16 MMA)
+# BEFORE_TILES against TABLE's setting in that session's first run (h200_fp8_gemm_modes_s11.json). us, TABLE's
+# setting -> this one; 9-32 rows keep TABLE's
+TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
+    (7168, 16384): ((8, Tiles(bn=128, per_sm=4, max_split=4)), *TABLE[(7168, 16384)][:2],   # o_proj: 46.9 -> 40.1
+                    (64, BEFORE_TILES)),                                                     # 137.1 -> 116.6
+    (4096, 7168): ((8, Tiles(bn=128, per_sm=4, max_split=8)), *TABLE[(4096, 7168)]),       # shared expert gate+up:
+                                                                                             # 16.1 -> 14.5
+    (4608, 7168): (*TABLE[(4608, 7168)][:2], (64, BEFORE_TILES)),                           # TP-8 dense gate+up:
+}                                                                                            # 52.8 -> 41.5 at 64
+TABLE_A16_SOURCE = "benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json"
 
 
 # The few-rows kernel (fp8_gemv.py) for dense GEMMs of up to GEMV_ROWS rows, the MMA kernel otherwise. Measured on
@@ -189,14 +234,15 @@ GEMV_TABLE: dict[tuple[int, int], GemvTiles | None] = {
 GEMV_SOURCE = "benchmarks/data/h200_fp8_gemv.json"
 
 
-def choose_tiles(N: int, K: int, rows: int, experts: int = 1) -> Kernel:
+def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False) -> Kernel:
     """The kernel and tile setting for this shape and row count (per expert when grouped): the few-rows kernel
-    for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense), else
-    DEFAULT_TILES."""
+    for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense; w8a16:
+    TABLE_A16 where it has the shape), else DEFAULT_TILES."""
     gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
-    for most, t in TABLE.get((N, K), ()) if experts == 1 else ():
+    table = TABLE_A16 if a16 and (N, K) in TABLE_A16 else TABLE
+    for most, t in table.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
             return t
     return DEFAULT_TILES
@@ -206,17 +252,23 @@ def tiles_note() -> str:
     return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
             f"(but {sum(v is None for v in GEMV_TABLE.values())} shape(s) measured faster on the MMA kernel; "
             f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
-            f"H200 sweep in {TABLE_SOURCE}, others and the grouped MoE GEMMs {DEFAULT_TILES})")
+            f"H200 sweep in {TABLE_SOURCE}; w8a16: {len(TABLE_A16)} of them from {TABLE_A16_SOURCE}; others and the "
+            f"grouped MoE GEMMs {DEFAULT_TILES})")
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
-               sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None) -> Tensor:
+               sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None,
+               a16_mma: str | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode 'w8a16' or
-    'w8a8' (None: activation_mode(), chosen at load)."""
+    'w8a8' (None: activation_mode(), chosen at load); a16_mma: w8a16's MMA for bf16 rows (A16_MMAS; None:
+    A16_MMA, auto)."""
     mode = mode or activation_mode()
     if mode not in MODES:
         raise ValueError(f"FP8 GEMM method {mode!r}; valid: {', '.join(MODES)}")
     a16 = mode == "w8a16"
+    a16_mma = a16_mma or A16_MMA
+    if a16_mma not in A16_MMAS:
+        raise ValueError(f"w8a16 MMA {a16_mma!r}; valid: {', '.join(A16_MMAS)}")
     b0, b1 = block
     grouped = ends is not None
     w3 = w8 if grouped else w8.unsqueeze(0)
@@ -224,7 +276,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or choose_tiles(N, K, max(1, R // E), E)
+    t = tiles or choose_tiles(N, K, max(1, R // E), E, a16)
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.attention.kernel_choice import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
@@ -249,6 +301,9 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
-                                           PDL=t.pdl and x.is_cuda, A16=a16, num_warps=t.warps, num_stages=t.stages,
+                                           PDL=t.pdl and x.is_cuda, A16=a16,
+                                           F16=a16 and x.dtype == torch.bfloat16 and (a16_mma == "fp16" or
+                                                                                       (a16_mma == "auto" and bm == 16)),
+                                           num_warps=t.warps, num_stages=t.stages,
                                            launch_pdl=t.pdl and x.is_cuda)
     return out

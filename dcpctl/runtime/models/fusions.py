@@ -13,7 +13,6 @@ which sums the same fp32 products in another order (head_bmm_triton.py; the grap
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
-| l2_prefetch | weights pulled into L2 while attention runs (l2_prefetch.py; what: $DCPCTL_L2_PREFETCH, none by default) | the GEMMs reading all from HBM |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """
@@ -24,14 +23,13 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "l2_prefetch")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm")
 ENV = "DCPCTL_UNFUSED"
 
 
 @dataclass(frozen=True)
 class Fusions:
     off: frozenset[str] = frozenset()
-    l2_plan: object = None      # l2_prefetch.Plan when that fusion is on (from_env), else None
 
     def __getattr__(self, name: str) -> bool:
         if name in FUSIONS:
@@ -41,7 +39,6 @@ class Fusions:
     @staticmethod
     def from_env() -> "Fusions":
         """The fusions DCPCTL_UNFUSED leaves on (ModelLoadError for a name not in FUSIONS)."""
-        from dcpctl.runtime.models.l2_prefetch import plan_from_env
         raw = os.environ.get(ENV, "").strip()
         if raw == "all":
             return Fusions(frozenset(FUSIONS))
@@ -49,4 +46,4 @@ class Fusions:
         bad = sorted(names - set(FUSIONS))
         if bad:
             raise ModelLoadError(f"{ENV} names unknown fusions {bad}; valid: {', '.join(FUSIONS)} or 'all'")
-        return Fusions(frozenset(names), None if "l2_prefetch" in names else plan_from_env())
+        return Fusions(frozenset(names))

@@ -47,13 +47,24 @@ def head_bmm_ok(x: Tensor, w: Tensor, out: Tensor) -> bool:
             and w.shape[2] >= 16)
 
 
-def head_bmm(x: Tensor, w: Tensor, out: Tensor) -> None:
-    # x: [B, M, K]  w: [B, K, N]  out: [B, M, N]
+def default_config(m: int, k: int, n: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps, num_stages) for M rows of a [K, N] per-head weight.
+
+    From the H200 sweep of benchmarks/head_bmm_sweep.py (eleventh session, data
+    benchmarks/data/h200_head_bmm_sweep_s11.json; us at M = 1 / 8 / 32, the setting before -> this one):
+    w_kc (K 128, N 512) 7.21 / 6.98 / 7.81 -> 6.47 / 6.32 / 7.05, w_vc (K 512, N 128) 7.01 / 7.05 / 7.34 ->
+    6.45 / 6.41 / 7.00; torch.bmm 6.55 / 6.85 / 7.38 and 6.73 / 6.73 / 6.87 in the same run."""
+    if k <= 128:    # short K: narrow K steps, wide N slabs (one program per head and 256 columns past one row)
+        return min(128 if m == 1 else 256, triton.next_power_of_2(n)), min(32, triton.next_power_of_2(k)), 4, 3
+    return min(64, triton.next_power_of_2(n)), min(64, triton.next_power_of_2(k)), 4, 4
+
+
+def head_bmm(x: Tensor, w: Tensor, out: Tensor, config: tuple[int, int, int, int] | None = None) -> None:
+    # x: [B, M, K]  w: [B, K, N]  out: [B, M, N]; config: default_config's tuple (a sweep's override)
     b, m, k = x.shape
     n = w.shape[2]
+    bn, bk, warps, stages = config or default_config(m, k, n)
     bm = max(16, triton.next_power_of_2(m))
-    bn = min(128, triton.next_power_of_2(n)) if k <= 128 else min(64, triton.next_power_of_2(n))
-    bk = min(64, triton.next_power_of_2(k))
     _head_bmm_kernel[(b, triton.cdiv(n, bn))](x, w, out, m, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                                               out.stride(0), out.stride(1), K=k, N=n, BM=bm, BK=bk, BN=bn,
-                                              num_warps=4, num_stages=3)
+                                              num_warps=warps, num_stages=stages)

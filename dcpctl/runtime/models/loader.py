@@ -24,6 +24,7 @@ from torch import Tensor
 
 from dcpctl.plan.hf_defaults import KIMI_LINEAR
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
+from dcpctl.runtime.models.blas import choose_blas
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
@@ -52,6 +53,7 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     if not isinstance(replicate_q, bool):
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
+    choose_blas(device)
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:
