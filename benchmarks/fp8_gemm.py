@@ -19,8 +19,8 @@ Every cell times, in the same process and under the first --modes method (defaul
 (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV), `after` (the
 shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
 (`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`; the
-eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds a read-only kernel's time over the same FP8 and bf16 weight bytes
-(read_floor.py) and an empty kernel's. --sweep also times every
+eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds
+a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
 best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
@@ -289,7 +289,8 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 2
     per_expert = N * K + s[0].numel() * 4
     roof = round((statistics.mean(busy) * per_expert + 2 * M * top_k * (K + N)) / (hbm * 1e12) * 1e6, 2)
     rows = max(1, M * top_k // experts)
-    row = _row(name, N, K, M, fp8, bf16, roof, [], DEFAULT_GEMV, choose_tiles(N, K, rows, experts), None)
+    shipped = choose_tiles(N, K, rows, experts, method(MODE[0])["mode"] == "w8a16", M * top_k)
+    row = _row(name, N, K, M, fp8, bf16, roof, [], DEFAULT_GEMV, shipped, None)
     row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
     for m in MODE[1:]:
         us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], **method(m)),

@@ -52,7 +52,6 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.models.blas import blas_choice
     from dcpctl.runtime.models.fp8_parts import activation_mode
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
@@ -72,7 +71,7 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
             p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
                            model.cfg.num_layers)
-            row = {"variant": v, "env": dict(env, BLAS=blas_choice()), "batch": b, "context": context, **cell, **p}
+            row = {"variant": v, "env": dict(env, BLAS=str(torch.backends.cuda.preferred_blas_library())), "batch": b, "context": context, **cell, **p}
             if "graph_ms" in row:
                 row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
             rows.append(row)

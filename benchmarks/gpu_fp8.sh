@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.." || exit 1
 [ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DCPCTL_CACHE=/tmp/dcpctl-cache
 R=/tmp/dcpctl-i19g
-mkdir -p "$R" "${OUT:-/tmp/dcpctl-out}"
+rm -rf "$R"; mkdir -p "$R" "${OUT:-/tmp/dcpctl-out}"
 : > "$R/status.txt"
 part() {  # name seconds command...: run it under a timeout, log it, append its exit status to status.txt at once
   local name=$1 secs=$2; shift 2

@@ -66,10 +66,13 @@ def main() -> None:
             except Exception as e:  # a setting the compiler refuses (shared memory): skip it, say so
                 print(f"{name} M={m} {cfg}: {type(e).__name__}", flush=True)
                 continue
+            if err > 1e-2:   # bf16 output rounding is ~4e-3 of the largest: more is a wrong setting, never a best
+                print(f"{name} M={m} {cfg}: wrong result ({err:.1e} relative)", flush=True)
+                continue
             timed.append({"config": cfg, "us": us, "err": err})
         timed.sort(key=lambda t: t["us"])
         d = default_config(m, k, n)
-        d_us = next(t["us"] for t in timed if tuple(t["config"]) == d)
+        d_us = next((t["us"] for t in timed if tuple(t["config"]) == d), float("nan"))   # nan: it failed
         best = timed[0]
         print(f"{name} M={m:3}: default {d} {d_us:.2f} us, best {best['config']} {best['us']:.2f} us "
               f"(err {best['err']:.1e}), torch.bmm {bmm_us:.2f} us, roofline {roof:.2f} us; next: "

@@ -53,7 +53,7 @@ def _copies(shape: tuple[int, ...]) -> list[torch.Tensor]:
 
 
 def linears(b: int, libs: list[str]) -> list[dict]:
-    rows = []
+    rows, found = [], torch.backends.cuda.preferred_blas_library()
     x = torch.randn(b, max(k for _, k in LINEARS.values()), device="cuda", dtype=torch.bfloat16)
     for name, (n, k) in LINEARS.items():
         ws, xk = _copies((n, k)), x[:, :k].contiguous()
@@ -61,7 +61,7 @@ def linears(b: int, libs: list[str]) -> list[dict]:
             torch.backends.cuda.preferred_blas_library(lib)
             us = _time(lambda i: F.linear(xk, ws[i % len(ws)]), len(ws))
             rows.append({"gemm": name, "form": f"F.linear {lib}", "batch": b, "us": us, "bytes": n * k * 2})
-    torch.backends.cuda.preferred_blas_library("cublas")
+    torch.backends.cuda.preferred_blas_library(found)   # the bmms below run under the library this process had
     return rows
 
 

@@ -206,6 +206,20 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
     assert isinstance(choose_tiles(24576, 1536, 1), Tiles)                 # q_b_proj: the MMA kernel measured faster
     assert isinstance(choose_tiles(4096, 7168, 1, experts=256), Tiles)    # grouped: the MMA kernel
+    # w8a16: grouped GEMMs of up to GROUPED_GEMV_ROWS rows in all on the few-rows kernel, more on the MMA kernel
+    from dcpctl.runtime.models.fp8_gemm import GROUPED_GEMV_ROWS
+    assert choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS) == DEFAULT_GEMV
+    assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS + 1), Tiles)
+    assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=False, total_rows=8), Tiles)
+
+
+def test_w8a16_takes_its_own_table_where_it_has_the_shape():
+    from dcpctl.runtime.models.fp8_gemm import TABLE, TABLE_A16, choose_tiles
+    for (n, k), entries in TABLE_A16.items():
+        for most, t in entries:
+            assert choose_tiles(n, k, most, a16=True) == t
+    shared = next(key for key in TABLE if key not in TABLE_A16)   # a shape only TABLE has: both methods use it
+    assert all(choose_tiles(*shared, most, a16=True) == t == choose_tiles(*shared, most) for most, t in TABLE[shared])
 
 
 @pytest.mark.parametrize("quant,split,grouped,bm,stages,a16", [

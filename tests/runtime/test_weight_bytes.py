@@ -123,15 +123,21 @@ def test_gpu_fp8_model_matches_its_dequantized_twin(fp8, monkeypatch, mode, boun
     finally:
         monkeypatch.delenv(fp8_parts.MODE_ENV)
         fp8_parts.activation_mode.cache_clear()
-    # per token (prefill and decode): max |difference| over its logits / max |twin logit|. The median, not the
-    # worst: two MoE layers of random weights route a token to other experts on a near-tie (one prefill token
-    # was 0.73 off under w8a16 on an H200, with its decode logits 1.8e-2 apart and the same greedy ids). w8a8,
-    # FP8 activations (e4m3: 3 mantissa bits): a wrong scale or block is ~100% on every token; w8a16: the
-    # dequantized weights' GEMMs but for fp32 sum order and the bf16 rounding of the dequantized weight
-    # (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x finer; the 2e-2 target is for the
-    # V3-shaped checkpoint: benchmarks/fp8_model_check.py)
-    per_token = torch.cat([((a.float() - b.float()).abs().amax(-1) / b.float().abs().amax(-1))
-                           for part in (0, 1) for a, b in zip(runs[0][part], runs[1][part])])
-    assert per_token.median().item() < bound, per_token
-    if mode == "w8a16":
-        assert runs[0][2] == runs[1][2]   # greedy ids (equal on that H200 run)
+    # per token: max |difference| over its logits / max |twin logit|. w8a8, FP8 activations (e4m3: 3 mantissa bits),
+    # its prefill tokens (as the test has checked since the fifth session; under 0.15 on an H200 this session): a
+    # wrong scale or block is ~100%. w8a16, the dequantized weights' GEMMs but for fp32 sum order and the bf16
+    # rounding of the dequantized weight (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x finer):
+    # each prompt's decode logits within 3e-2 (max |difference| / max |twin logit| over its steps: 1.8e-2 on an
+    # H200) and the greedy ids equal; of the prefill tokens the median, since two MoE layers of random weights
+    # route a token to other experts on a near-tie (one prefill token was 0.73 off on that H200 under both of
+    # w8a16's MMAs), and none off by as much as its own logits. (This form has not run on a GPU yet.)
+    prefill = torch.cat([((a.float() - b.float()).abs().amax(-1) / b.float().abs().amax(-1))
+                         for a, b in zip(runs[0][0], runs[1][0])])
+    if mode == "w8a8":
+        assert prefill.max().item() < bound, prefill
+    else:
+        assert prefill.median().item() < bound and prefill.max().item() < 1.0, prefill
+        decode = [((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+                  for a, b in zip(runs[0][1], runs[1][1])]
+        assert max(decode) < bound, decode
+        assert runs[0][2] == runs[1][2]   # greedy ids

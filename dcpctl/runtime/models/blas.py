@@ -7,7 +7,7 @@ Why cuBLASLt by default: on an H200 the CUDA-graph decode step of the issue-17 c
 layers, bf16, ctx 1032) took -0.4% / -0.8% / -2.7% at batch 1 / 8 / 32 with it against cuBLAS in one run, and
 +0.1% / -0.9% / -3.2% in another (benchmarks/fusion_ab.py; data h200_l2_prefetch_ab_s11.json, variant `lt`, and
 h200_step_blas_ab_s11.json), from the o_proj and gate_up GEMMs at 32 rows (62.7 -> 58.7 us, 20.5 -> 17.6 us;
-benchmarks/step_gemms.py, h200_step_gemms_s11.json), no GEMM of the step slower by more than 2%.
+benchmarks/step_gemms.py, h200_step_gemms_s11.json), none of the seven linears timed slower by more than 2%.
 """
 from __future__ import annotations
 

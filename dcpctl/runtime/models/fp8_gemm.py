@@ -170,14 +170,17 @@ class Tiles:
 
 
 
-# w8a16's MMA for bf16 rows (the MMA kernel; fp16 and fp32 rows keep their own). "bf16" converts each e4m3 weight
-# tile to bf16: Triton on sm_90 emits e4m3x2 -> f16x2 and then one scalar cvt.bf16.f16 per weight element. "fp16"
-# converts it to fp16 (one instruction a pair) and scales each row's K block by a power of two into fp16
-# (_fp16_rows: exact, the same products; bit-equal outputs on an H200), which costs a conversion of the rows per
-# tile instead. "auto" takes fp16 for tiles of 16 rows and bf16 above. Measured on an H200, one run
-# (benchmarks/fp8_gemm.py --modes w8a16f w8a16b ...: h200_fp8_gemm_a16_s11.json; us, bf16 -> fp16 MMA, same tiles):
-# o_proj 55.8 -> 46.9 at 8 rows, q_b_proj 18.1 -> 15.6, the grouped experts' gate+up 547 -> 527; but at 64 rows
-# o_proj 137 -> 181 and the TP-8 dense gate+up 53 -> 92 (at 32 rows: within a few % either way, mixed)
+# w8a16's MMA for bf16 rows (the MMA kernel; fp16 and fp32 rows keep their own; the few-rows kernel has no MMA, so
+# a16_mma does not apply to it). "bf16" converts each e4m3 weight tile to bf16: Triton on sm_90 emits e4m3x2 ->
+# f16x2 and then one scalar cvt.bf16.f16 per weight element. "fp16" converts it to fp16 (one instruction a pair)
+# and scales each row's K block by a power of two into fp16 (_fp16_rows: exact, the same products; on an H200 a
+# tiny FP8 model's logits were bit-equal under the two, and every kernel shape tried had the same error), which
+# costs a conversion of the rows per tile instead. "auto" takes fp16 for dense tiles of 16 rows and grouped GEMMs of
+# 16 rows or more (two tokens of a top-8 MoE) in tiles of 16, bf16 otherwise. Measured on an H200, one run
+# (benchmarks/fp8_gemm.py --modes w8a16f w8a16 ...: h200_fp8_gemm_a16_s11.json, whose `w8a16` is the bf16 MMA;
+# us, bf16 -> fp16 MMA, same tiles): o_proj 55.8 -> 46.9 at 8 rows, q_b_proj 18.1 -> 15.6, the grouped experts'
+# gate+up 547 -> 527 at 8 tokens; but the grouped gate+up at one token (8 rows) 102 -> 111, and at 64 rows o_proj
+# 137 -> 181 and the TP-8 dense gate+up 53 -> 92 (at 32 rows mixed: -16% to +30%)
 A16_MMAS = ("auto", "fp16", "bf16")
 A16_MMA = "auto"
 Kernel = Tiles | GemvTiles
@@ -207,15 +210,17 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
 TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_m64_splits.json (q_b_proj's first 8 rows: h200_fp8_gemm_variants.json)"
 # w8a16's own settings where TABLE's (swept under w8a8) lose, by more than 10% in one run: at 8 rows the eleventh
 # session's H200 sweep of w8a16 through the fp16 MMA (h200_fp8_gemm_a16_s11.json), at 64 rows (the bf16 MMA)
-# BEFORE_TILES against TABLE's setting in that session's first run (h200_fp8_gemm_modes_s11.json). us, TABLE's
-# setting -> this one; 9-32 rows keep TABLE's
+# BEFORE_TILES against TABLE's setting in that session's first run (h200_fp8_gemm_modes_s11.json; also at 32 rows
+# for the TP-8 dense gate+up). us, TABLE's setting -> this one; other row counts keep TABLE's. The sweep's kv_a_proj
+# win at 8 rows (8.3 -> 6.7 us) was an early-launch (pdl) setting, whose gain in this benchmark is an upper bound
+# (the CANDIDATES note in benchmarks/fp8_gemm.py), so it is not taken
 TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
     (7168, 16384): ((8, Tiles(bn=128, per_sm=4, max_split=4)), *TABLE[(7168, 16384)][:2],   # o_proj: 46.9 -> 40.1
                     (64, BEFORE_TILES)),                                                     # 137.1 -> 116.6
     (4096, 7168): ((8, Tiles(bn=128, per_sm=4, max_split=8)), *TABLE[(4096, 7168)]),       # shared expert gate+up:
                                                                                              # 16.1 -> 14.5
-    (4608, 7168): (*TABLE[(4608, 7168)][:2], (64, BEFORE_TILES)),                           # TP-8 dense gate+up:
-}                                                                                            # 52.8 -> 41.5 at 64
+    (4608, 7168): ((64, BEFORE_TILES),),    # TP-8 dense gate+up: 29.2 -> 26.4 at 32 rows, 52.8 -> 41.5 at 64
+}
 TABLE_A16_SOURCE = "benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json"
 
 
@@ -223,9 +228,17 @@ TABLE_A16_SOURCE = "benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_mo
 # an H200 (benchmarks/fp8_gemm.py --sweep, GEMV_SOURCE): at one row the unpipelined setting below beat the MMA
 # kernel on 7 of 8 DeepSeek-V3 shapes (o_proj 38.2 -> 34.9 us, kv_a_proj 8.2 -> 5.9 us) and every pipelined one
 # (cp.async slabs: o_proj 63.6 us); at 8 rows the kernel's first setting took 5-13x the MMA kernel's time, so one
-# row is the bound until more is measured. Grouped GEMMs stay on the MMA kernel: its decode expert GEMMs ran at
-# 1.07-1.11x their weight-read roofline for 8-64 tokens, the few-rows kernel's first setting 1.8x slower at one.
+# row is the bound until more is measured. Grouped GEMMs stayed on the MMA kernel (its decode expert GEMMs ran at
+# 1.07-1.11x their weight-read roofline for 8-64 tokens, the few-rows kernel's first setting 1.8x slower at one)
+# until the eleventh session measured the shipped few-rows setting faster at 1-8 tokens under w8a16 (below).
 GEMV_ROWS = 1
+# w8a16's grouped GEMMs (a decode step's routed experts, 256 of them, top-8) take the few-rows kernel up to this many
+# rows in all: on an H200 it beat the MMA kernel at 1 and 8 tokens in both runs of the eleventh session
+# (h200_fp8_gemm_modes_s11.json, h200_fp8_gemm_a16_s11.json; us, MMA -> few-rows): gate+up 101.9 -> 68.8 and
+# 110.8 -> 69.4 at one token (8 rows), 544.7 -> 488.4 and 527.3 -> 510.8 at 8 tokens; down 60.6 -> 37.1 and 61.8 ->
+# 36.4, 278.8 -> 246.0 and 276.3 -> 261.1; at 32 tokens it lost (1561 -> 2121). w8a8's grouped GEMMs were not timed
+# on it there and stay on the MMA kernel
+GROUPED_GEMV_ROWS = 64
 DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
 # (N, K) -> its own few-rows setting, or None where the MMA kernel was faster at one row
 GEMV_TABLE: dict[tuple[int, int], GemvTiles | None] = {
@@ -234,13 +247,17 @@ GEMV_TABLE: dict[tuple[int, int], GemvTiles | None] = {
 GEMV_SOURCE = "benchmarks/data/h200_fp8_gemv.json"
 
 
-def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False) -> Kernel:
-    """The kernel and tile setting for this shape and row count (per expert when grouped): the few-rows kernel
-    for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV), else the measured TABLE (dense; w8a16:
-    TABLE_A16 where it has the shape), else DEFAULT_TILES."""
+def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
+                 total_rows: int | None = None) -> Kernel:
+    """The kernel and tile setting for this shape and row count (per expert when grouped; total_rows: all the
+    grouped GEMM's rows): the few-rows kernel for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV) and
+    for w8a16's grouped GEMMs up to GROUPED_GEMV_ROWS rows in all (DEFAULT_GEMV), else the measured TABLE (dense;
+    w8a16: TABLE_A16 where it has the shape), else DEFAULT_TILES."""
     gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
+    if experts > 1 and a16 and total_rows is not None and total_rows <= GROUPED_GEMV_ROWS:
+        return DEFAULT_GEMV
     table = TABLE_A16 if a16 and (N, K) in TABLE_A16 else TABLE
     for most, t in table.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
@@ -253,7 +270,8 @@ def tiles_note() -> str:
             f"(but {sum(v is None for v in GEMV_TABLE.values())} shape(s) measured faster on the MMA kernel; "
             f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
             f"H200 sweep in {TABLE_SOURCE}; w8a16: {len(TABLE_A16)} of them from {TABLE_A16_SOURCE}; others and the "
-            f"grouped MoE GEMMs {DEFAULT_TILES})")
+            f"grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows the "
+            f"weight-streaming kernel)")
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
@@ -276,7 +294,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or choose_tiles(N, K, max(1, R // E), E, a16)
+    t = tiles or choose_tiles(N, K, max(1, R // E), E, a16, R)
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.attention.kernel_choice import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
@@ -302,8 +320,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
                                            PDL=t.pdl and x.is_cuda, A16=a16,
-                                           F16=a16 and x.dtype == torch.bfloat16 and (a16_mma == "fp16" or
-                                                                                       (a16_mma == "auto" and bm == 16)),
+                                           F16=a16 and x.dtype == torch.bfloat16 and (a16_mma == "fp16" or (
+                                               a16_mma == "auto" and bm == 16 and (not grouped or R >= 16))),
                                            num_warps=t.warps, num_stages=t.stages,
                                            launch_pdl=t.pdl and x.is_cuda)
     return out

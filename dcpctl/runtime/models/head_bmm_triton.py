@@ -54,8 +54,8 @@ def default_config(m: int, k: int, n: int) -> tuple[int, int, int, int]:
     benchmarks/data/h200_head_bmm_sweep_s11.json; us at M = 1 / 8 / 32, the setting before -> this one):
     w_kc (K 128, N 512) 7.21 / 6.98 / 7.81 -> 6.47 / 6.32 / 7.05, w_vc (K 512, N 128) 7.01 / 7.05 / 7.34 ->
     6.45 / 6.41 / 7.00; torch.bmm 6.55 / 6.85 / 7.38 and 6.73 / 6.73 / 6.87 in the same run."""
-    if k <= 128:    # short K: narrow K steps, wide N slabs (one program per head and 256 columns past one row)
-        return min(128 if m == 1 else 256, triton.next_power_of_2(n)), min(32, triton.next_power_of_2(k)), 4, 3
+    if k <= 128:    # short K: narrow K steps, N slabs of 256 for 2-32 rows (swept up to 32; 33-64 keep 128)
+        return min(256 if 1 < m <= 32 else 128, triton.next_power_of_2(n)), min(32, triton.next_power_of_2(k)), 4, 3
     return min(64, triton.next_power_of_2(n)), min(64, triton.next_power_of_2(k)), 4, 4
 
 
