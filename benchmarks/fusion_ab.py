@@ -8,7 +8,8 @@ Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
 usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
   --env-variant: a variant with environment variables of its own (DCPCTL_UNFUSED unset unless named), e.g.
-  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=BLAS=cublas" (BLAS: $DCPCTL_BLAS, torch's BLAS library for that variant; default cublaslt)
+  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=BLAS=cublas" (BLAS: $DCPCTL_BLAS, torch's BLAS library for that variant;
+  default cublaslt)
   without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations
@@ -71,7 +72,8 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
             p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
                            model.cfg.num_layers)
-            row = {"variant": v, "env": dict(env, BLAS=str(torch.backends.cuda.preferred_blas_library())), "batch": b, "context": context, **cell, **p}
+            row = {"variant": v, "env": dict(env, BLAS=str(torch.backends.cuda.preferred_blas_library())), "batch": b,
+                   "context": context, **cell, **p}
             if "graph_ms" in row:
                 row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
             rows.append(row)
@@ -99,8 +101,8 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fusion-ab-") as tmp:
         path = a.model or str(write_checkpoint(Path(tmp) / "v3l4"))
-        rows = measure(path, [v for v in a.variants.split(",") if v] + a.env_variant, [int(b) for b in a.batches.split(",")], a.context, a.steps,
-                       a.warmup)
+        variants = [v for v in a.variants.split(",") if v] + a.env_variant
+        rows = measure(path, variants, [int(b) for b in a.batches.split(",")], a.context, a.steps, a.warmup)
     doc = {"context": a.context, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
     if a.out:
         Path(a.out).write_text(json.dumps(doc, indent=1))

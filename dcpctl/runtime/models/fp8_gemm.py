@@ -41,8 +41,9 @@ from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from dcpctl.runtime.models.fp8_gemv import GemvTiles, fp8_gemv
-from dcpctl.runtime.models.fp8_parts import (MODE_ENV, MODES, _counters, _split, _store_tile, _sum_partials,  # noqa: F401
-                                             activation_mode, prepare, quantize_rows, quantize_rows_gpu)
+from dcpctl.runtime.models.fp8_parts import (MODE_ENV, MODES, _counters, _split, _store_tile,  # noqa: F401
+                                             _sum_partials, activation_mode, prepare, quantize_rows,
+                                             quantize_rows_gpu)
 
 
 
@@ -118,17 +119,17 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                 xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
                 if F16:   # bf16 rows through an fp16 MMA (see _fp16_rows): e4m3 -> fp16 is one conversion a pair
                     xa, xe = _fp16_rows(xa)
-                    wa = w.to(tl.float16)
-                    if SWAP:
-                        acc += tl.dot(wa, tl.trans(xa)) * ws[:, None] * xe[None, :]
-                    else:
-                        acc += tl.dot(xa, tl.trans(wa)) * xe[:, None] * ws[None, :]
+                wa = w.to(xa.dtype)
+                if SWAP:
+                    d = _dot(wa, tl.trans(xa)) * ws[:, None]
+                    if F16:   # the rows' powers of two back
+                        d = d * xe[None, :]
                 else:
-                    wa = w.to(xa.dtype)
-                    if SWAP:
-                        acc += _dot(wa, tl.trans(xa)) * ws[:, None]
-                    else:
-                        acc += _dot(xa, tl.trans(wa)) * ws[None, :]
+                    d = _dot(xa, tl.trans(wa))
+                    if F16:
+                        d = d * xe[:, None]
+                    d = d * ws[None, :]
+                acc += d
             else:
                 if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
                     xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
@@ -183,6 +184,13 @@ class Tiles:
 # 137 -> 181 and the TP-8 dense gate+up 53 -> 92 (at 32 rows mixed: -16% to +30%)
 A16_MMAS = ("auto", "fp16", "bf16")
 A16_MMA = "auto"
+
+
+def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
+    """Whether w8a16 takes the fp16 MMA for bf16 rows in tiles of bm rows (rows: the GEMM's, all groups')."""
+    return a16_mma == "fp16" or (a16_mma == "auto" and bm == 16 and (not grouped or rows >= 16))
+
+
 Kernel = Tiles | GemvTiles
 BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
 # Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
@@ -320,8 +328,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
                                            PDL=t.pdl and x.is_cuda, A16=a16,
-                                           F16=a16 and x.dtype == torch.bfloat16 and (a16_mma == "fp16" or (
-                                               a16_mma == "auto" and bm == 16 and (not grouped or R >= 16))),
+                                           F16=a16 and x.dtype == torch.bfloat16 and fp16_mma(a16_mma, bm, grouped, R),
                                            num_warps=t.warps, num_stages=t.stages,
                                            launch_pdl=t.pdl and x.is_cuda)
     return out
