@@ -34,7 +34,7 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
-ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS")
+ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS", "DCPCTL_SPLIT_PARTIALS")
 
 
 def variant_env(v: str) -> tuple[str, dict[str, str]]:
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--model")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--context", type=int, default=1032)
-    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed,head_bmm")
+    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed,head_bmm,overlap")
     ap.add_argument("--env-variant", action="append", default=[], help="NAME=VAR=VALUE;VAR=VALUE (repeatable)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)

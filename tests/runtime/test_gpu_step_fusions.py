@@ -68,3 +68,47 @@ def test_fused_model_matches_unfused_and_writes_kv_itself(path, monkeypatch):
     monkeypatch.delenv(ENV)            # and with q_a + kv_a as one GEMM
     joined, _, _ = _step(path, True)
     torch.testing.assert_close(joined.float(), want.float(), rtol=5e-2, atol=5e-2)
+
+
+def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
+    # a prefill of three prompts (eager), then one decode step captured in a CUDA graph and replayed twice
+    # -> the replay's logits [3, V] and the pool
+    ps, dev = ParallelState.single(), torch.device("cuda")
+    model = load_model(path, ps, False, torch.bfloat16, dev)
+    alloc = VirtualAllocator(256, 16, 1)
+    pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * 16, model.cfg.latent_dim, torch.bfloat16, dev)
+    lens = [5, 40, 17]
+    for rid, n in enumerate(lens):
+        alloc.allocate(rid, n + 1)
+    decisions = typed({"dcp_comm_backend": "ag_rs", "attention_path": "paged"})
+    ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, 0, n) for r, n in enumerate(lens)],
+                        model.cfg.kv_lora_rank)
+    model.forward(torch.arange(sum(lens), device=dev) % 250, ctx.positions, ctx)
+    ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, n, 1) for r, n in enumerate(lens)],
+                        model.cfg.kv_lora_rank)
+    ids = torch.tensor([3, 4, 5], device=dev)
+    model.forward(ids, ctx.positions, ctx)            # compiles every kernel before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        hidden = model.forward(ids, ctx.positions, ctx)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    return model.logits(hidden), pool.kv.clone()
+
+
+def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
+    # the side stream (side_stream.py) reorders nothing inside a kernel: the same logits and pool bit for bit,
+    # and the captured step really forked (the angles, and the KV write of each of the 2 layers)
+    from dcpctl.runtime.models import side_stream
+    forks = []
+    real = side_stream._side
+    monkeypatch.setattr(side_stream, "_side", lambda d: forks.append(d) or real(d))
+    monkeypatch.setenv(ENV, "overlap")
+    want, want_kv = _captured_step(path)
+    assert not forks
+    monkeypatch.delenv(ENV)
+    got, got_kv = _captured_step(path)
+    assert len(forks) >= 3
+    assert torch.equal(got, want) and torch.equal(got_kv, want_kv)

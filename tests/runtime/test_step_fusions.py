@@ -85,3 +85,15 @@ def test_unfused_env_names_are_checked(monkeypatch):
 
 def test_kernels_in_the_interpreter_equal_the_torch_forms():
     run_in_interpreter("tests/runtime/fused_kernels_check.py")
+
+
+def test_side_stream_is_inline_outside_a_capture():
+    # CPU tensors (and CUDA ones outside a graph capture): fork runs its block on the caller's stream, join is a no-op
+    from dcpctl.runtime.models.side_stream import SideStream
+    x = torch.zeros(2)
+    side = SideStream(x, True)
+    ran = []
+    with side.fork():
+        ran.append(1)
+    side.join()
+    assert ran == [1] and not side.on and not side.pending

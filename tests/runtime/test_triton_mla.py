@@ -344,3 +344,48 @@ def test_destination_shape_is_checked():
                    (torch.empty(2, 3, 4, 16)[..., ::2], torch.empty(2, 3, 4)), (torch.empty(3, 32), torch.empty(3))]:
         with pytest.raises(ValueError, match="does not hold 3 rows of 8 heads"):
             check_destination((o, lse), 3, 8, 8)
+
+
+@pytest.mark.parametrize("value,result,want", [
+    (None, torch.bfloat16, torch.bfloat16), ("", torch.float16, torch.float16), (" Result ", torch.bfloat16,
+                                                                                   torch.bfloat16),
+    ("fp32", torch.bfloat16, torch.float32), (None, torch.float32, torch.float32), (None, torch.float64,
+                                                                                     torch.float32)])
+def test_split_partials_take_a_16_bit_results_dtype(monkeypatch, value, result, want):
+    if value is None:
+        monkeypatch.delenv(triton_mla.PARTIALS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(triton_mla.PARTIALS_ENV, value)
+    assert triton_mla.partial_dtype(result) == want
+
+
+def test_a_bad_split_partials_value_stops_the_load(monkeypatch, tmp_path):
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.models.errors import ModelLoadError
+    from dcpctl.runtime.parallel import ParallelState
+    monkeypatch.setenv(triton_mla.PARTIALS_ENV, "bf16")
+    with pytest.raises(ModelLoadError, match=r"\$DCPCTL_SPLIT_PARTIALS='bf16' is not one of result, fp32"):
+        load_model(tmp_path / "missing", ParallelState.single(), False, torch.float32)
+
+
+@needs_triton
+@pytest.mark.parametrize("splits", [3, 5])
+def test_16_bit_split_partials_are_merged_within_a_rounding(monkeypatch, splits):
+    # the split merge reads partials in the result's dtype (half the bytes); against fp32 partials the merged o
+    # differs by the partials' rounding (at most a few 16-bit steps), and both stay within the reference's bound
+    case = make_case(91 + splits, [1, 9, 70, 130], 2, page=16, heads=20, v_dim=32, rope=16, tokens_per_req=2,
+                     dtype=LOW, device=DEV)
+    cfg = triton_mla.KernelConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
+    seen = []
+    real = triton_mla.merge_partials
+    monkeypatch.setattr(triton_mla, "merge_partials", lambda o, *a, **k: seen.append(o.dtype) or real(o, *a, **k))
+    got = {}
+    for value in ("fp32", "result"):
+        monkeypatch.setenv(triton_mla.PARTIALS_ENV, value)
+        got[value] = check_triton_case(case, 0.2, 2e-2, num_splits=splits, config=cfg, out_dtype=LOW)
+    assert seen == [torch.float32] * 2 + [LOW] * 2                # two ranks each
+    for a, b in zip(got["fp32"], got["result"]):
+        eps = 2 ** -(8 if LOW == torch.bfloat16 else 11)
+        diff = float((a.o.float() - b.o.float()).abs().max())
+        assert 0 < diff <= 4 * eps * float(a.o.float().abs().max())     # a rounding apart, not the same buffer
+        torch.testing.assert_close(a.lse, b.lse, atol=0, rtol=0)

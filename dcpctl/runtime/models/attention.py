@@ -29,6 +29,7 @@ from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_kernel_ok, rope_q_into
 from dcpctl.runtime.models.shards import Shards
+from dcpctl.runtime.models.side_stream import SideStream
 
 LATENT_NORM_EPS = 1e-6  # q_a_layernorm / kv_a_layernorm use the default eps in HF and DeepSeek
 
@@ -84,15 +85,18 @@ class MlaAttention:
     def kv_a(self) -> Weight:
         return self.pair[1] if self.qkv_a is None else rows(self.qkv_a, self.cfg.q_lora_rank, self.qkv_a.shape[0])
 
-    def _projections(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        # x: [T, D] -> q: [T, Hq, qk_head_dim], kv_a's output [T, L + rope] (c_kv not yet normalized)
+    def _a_projections(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
+        # x: [T, D] -> q_a's output [T, Q] (None without q_lora), kv_a's output [T, L + rope] (c_kv not normalized)
         if self.qkv_a is not None:
             qa, kv = linear(x, self.qkv_a).split([self.cfg.q_lora_rank, self.cfg.latent_dim], dim=-1)
-        else:
-            q_a, kv_a = self.pair
-            qa, kv = (linear(x, q_a) if q_a is not None else None), linear(x, kv_a)
+            return qa, kv
+        q_a, kv_a = self.pair
+        return (linear(x, q_a) if q_a is not None else None), linear(x, kv_a)
+
+    def _q_b(self, x: Tensor, qa: Tensor | None) -> Tensor:
+        # x: [T, D], qa: [T, Q] or None -> q: [T, Hq, qk_head_dim]
         xq = rms_norm(qa, self.q_a_norm, LATENT_NORM_EPS, self.upcast) if qa is not None else x
-        return linear(xq, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim), kv
+        return linear(xq, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
 
     def _rope_into(self, x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> None:
         # x: [T, H, rope] -> out (a view of the query buffer)
@@ -102,16 +106,18 @@ class MlaAttention:
         else:
             out.copy_(r.apply(x, cos, sin))
 
-    def _query(self, q: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        # q: [T, Hq, qk_head_dim] -> [T, Hq, R]: [q_nope @ w_kc, rope(q_pe)]
+    def _query(self, q: Tensor, cos: Tensor, sin: Tensor, side: SideStream) -> Tensor:
+        # q: [T, Hq, qk_head_dim] -> [T, Hq, R]: [q_nope @ w_kc, rope(q_pe)]; joins `side` before the rope
         cfg = self.cfg
         q_nope, q_pe = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
         if not self.fuse.q_rope:
             q_lat = torch.einsum("thn,hnl->thl", q_nope, self.w_kc)
+            side.join()
             return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         L = cfg.kv_lora_rank
         out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
         bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1), self.fuse.head_bmm)
+        side.join()
         self._rope_into(q_pe, cos, sin, out[:, :, L:])
         return out
 
@@ -135,11 +141,17 @@ class MlaAttention:
         c_kv = rms_norm(c_kv, self.kv_a_norm, LATENT_NORM_EPS, self.upcast)
         return torch.cat([c_kv, self.rotary.apply(k_pe, cos, sin)], dim=-1)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext,
+                side: SideStream | None = None) -> Tensor:
         # x: [T, D] -> [T, D] summed over attention TP
-        q, kv = self._projections(x)
-        q = self._query(q, cos, sin)
-        kv_new = None if self._kv_written(kv, cos, sin, ctx) else self._latent_rows(kv, cos, sin)
+        # side: the step's side stream (cos/sin may still be in flight on it); the fused KV write runs there
+        # beside the q_b GEMM while a graph is captured (side_stream.py), joined before the rope and attention
+        side = side or SideStream(x, False)
+        qa, kv = self._a_projections(x)
+        with side.fork():
+            written = self._kv_written(kv, cos, sin, ctx)
+        q = self._query(self._q_b(x, qa), cos, sin, side)
+        kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
         T, vd = x.shape[0], self.cfg.v_head_dim
         if self.fuse.v_out:

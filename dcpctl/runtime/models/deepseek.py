@@ -23,6 +23,7 @@ from dcpctl.runtime.models.fusions import Fusions
 from dcpctl.runtime.models.ops import add_rms_norm, all_gather_rows, all_reduce, gather_sizes, rms_norm
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.shards import Shards
+from dcpctl.runtime.models.side_stream import SideStream
 from dcpctl.runtime.parallel import ParallelState
 
 
@@ -68,15 +69,18 @@ class DeepseekModel:
         # replicas: every attention-DP replica's token count when the caller knows it (a CUDA graph's fixed
         # sizes: no gather of the sizes, no host sync); else gathered here
         h = self._embed(input_ids.to(self.device))
-        cos, sin = self.rotary.cos_sin(positions.to(self.device))
+        side = SideStream(h, self.fuse.overlap)      # under a graph capture: the angles beside the first GEMM
+        with side.fork():
+            cos, sin = self.rotary.cos_sin(positions.to(self.device))
         reps = replicas if replicas is not None else self._replicas(h.shape[0])
         eps, up, fused = self.cfg.rms_norm_eps, self.rotary.upcast, self.fuse.add_norm
         # each residual add is fused with the norm that reads its sum (the next layer's input norm, or the final)
         norms = [lay.input_norm for lay in self.layers[1:]] + [self.norm]
         y = rms_norm(h, self.layers[0].input_norm if self.layers else self.norm, eps, up)
         for layer, after in zip(self.layers, norms):
-            h, y = add_rms_norm(layer.attn.forward(y, cos, sin, ctx), h, layer.post_norm, eps, up, fused)
+            h, y = add_rms_norm(layer.attn.forward(y, cos, sin, ctx, side), h, layer.post_norm, eps, up, fused)
             h, y = add_rms_norm(self._mlp(layer.mlp, y, reps), h, after, eps, up, fused)
+        side.join()                                  # no layers: the angles' fork still ends in the capture
         return y
 
     @torch.no_grad()
