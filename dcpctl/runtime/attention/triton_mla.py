@@ -8,15 +8,12 @@ R columns, values the first v_dim.  An fp8 (e4m3) pool carries one per-tensor sc
 
 Kernel (flash-decoding): grid (head block, split, query row); each program streams its KV chunk,
 keeps an online softmax in base 2 and writes a normalized partial (o, lse) per split; the splits are
-merged exactly by `fused_merge.merge_partials` (skipped when there is one split).  The partials' o is stored in
-a 16-bit result's own dtype (`partial_dtype`; $DCPCTL_SPLIT_PARTIALS=fp32 keeps fp32): the rounding the DCP
-exchange's partials already have, and half the bytes the kernel writes and the merge reads.
+merged exactly by `fused_merge.merge_partials` (skipped when there is one split).
 """
 from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import torch
@@ -33,27 +30,6 @@ try:
     import triton.language as tl
 except ImportError:  # CPU CI: the reference path only
     triton = None
-
-
-PARTIALS_ENV = "DCPCTL_SPLIT_PARTIALS"
-PARTIALS = ("result", "fp32")
-
-
-def split_partials() -> str:
-    """$DCPCTL_SPLIT_PARTIALS: `result` (default) or `fp32`; ValueError for another value (the loader asks first)."""
-    v = os.environ.get(PARTIALS_ENV, "").strip().lower() or PARTIALS[0]
-    if v not in PARTIALS:
-        raise ValueError(f"${PARTIALS_ENV}={os.environ[PARTIALS_ENV]!r} is not one of {', '.join(PARTIALS)}")
-    return v
-
-
-def partial_dtype(result: torch.dtype) -> torch.dtype:
-    """The dtype of the split partials' o for a result of `result`: bf16/fp16 results keep their own (half the
-    bytes of fp32; the DCP exchange's partials are in it too), unless $DCPCTL_SPLIT_PARTIALS=fp32; else fp32.
-    At 128 heads the partials are large (8 rows x 6 splits x 128 heads x 512 values: 12.6 MB in fp32)."""
-    if result in (torch.bfloat16, torch.float16) and split_partials() == "result":
-        return result
-    return torch.float32
 
 
 class MLAOut(NamedTuple):
@@ -187,8 +163,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     if s == 1 and out is not None:   # one split: the kernel writes the destination itself
         do, dl = out
     else:                            # partials [s, n, h, .] as one block of h heads (merged below)
-        result = out[0].dtype if out is not None else out_dtype or torch.float32
-        do = torch.empty(s, n, h, v_dim, dtype=partial_dtype(result) if s > 1 else result, device=q.device)
+        do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
+                         device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
               head_blocks, s, v_dim, descriptors)

@@ -107,7 +107,7 @@ class MlaAttention:
             out.copy_(r.apply(x, cos, sin))
 
     def _query(self, q: Tensor, cos: Tensor, sin: Tensor, side: SideStream) -> Tensor:
-        # q: [T, Hq, qk_head_dim] -> [T, Hq, R]: [q_nope @ w_kc, rope(q_pe)]; joins `side` before the rope
+        # q: [T, Hq, qk_head_dim] -> [T, Hq, R]: [q_nope @ w_kc, rope(q_pe)]; `side` is joined when it returns
         cfg = self.cfg
         q_nope, q_pe = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
         if not self.fuse.q_rope:
@@ -116,9 +116,10 @@ class MlaAttention:
             return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         L = cfg.kv_lora_rank
         out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
+        with side.fork():                # the rope slice beside the w_kc bmm (after the angles and the KV write)
+            self._rope_into(q_pe, cos, sin, out[:, :, L:])
         bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1), self.fuse.head_bmm)
         side.join()
-        self._rope_into(q_pe, cos, sin, out[:, :, L:])
         return out
 
     def _kv_written(self, kv: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext) -> bool:
@@ -144,8 +145,8 @@ class MlaAttention:
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext,
                 side: SideStream | None = None) -> Tensor:
         # x: [T, D] -> [T, D] summed over attention TP
-        # side: the step's side stream (cos/sin may still be in flight on it); the fused KV write runs there
-        # beside the q_b GEMM while a graph is captured (side_stream.py), joined before the rope and attention
+        # side: the step's side stream (cos/sin may still be in flight on it); while a graph is captured the fused
+        # KV write runs there beside the q_b GEMM, and the q rope beside the w_kc bmm (side_stream.py)
         side = side or SideStream(x, False)
         qa, kv = self._a_projections(x)
         with side.fork():

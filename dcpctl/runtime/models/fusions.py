@@ -13,7 +13,7 @@ which sums the same fp32 products in another order (head_bmm_triton.py; the grap
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
-| overlap  | in a captured step, the rope angles and each fused KV write on a side stream (side_stream.py) | one stream |
+| overlap  | in a captured step: rope angles, fused KV write and q rope on a side stream (side_stream.py) | one stream |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """

@@ -23,12 +23,10 @@ import torch
 from torch import Tensor
 
 from dcpctl.plan.hf_defaults import KIMI_LINEAR
-from dcpctl.runtime.attention.triton_mla import split_partials
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.blas import choose_blas
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
-from dcpctl.runtime.models.errors import ModelLoadError
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.fusions import Fusions
 from dcpctl.runtime.models.kimi_config import hybrid_config
@@ -56,10 +54,6 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
     choose_blas(device)
-    try:
-        split_partials()                 # a bad value is a load error here, not the first decode's
-    except ValueError as e:
-        raise ModelLoadError(str(e)) from None
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:
