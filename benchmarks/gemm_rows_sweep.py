@@ -1,9 +1,10 @@
 """Decode GEMMs by row count on one GPU: us per F.linear for M = 1..64 rows of each bf16 linear of the issue-17
 step (DeepSeek-V3 attention at TP 1, a dense MLP of 2048, vocab 264) and of V3's TP-8 attention shards, and for
-each M the row count it is fastest at when padded up (models/gemm_rows.py takes its table from this).
+each M the row count it is fastest at when padded up.
 
-cuBLAS(Lt) picks its kernel by M, and the choice is not monotonic: at 8 rows o_proj ran a split-K kernel plus a
-reduction, slower than the 32-row kernel (eleventh session, h200_step_gemms_s11.json).  Each cell is timed as 20
+Why: cuBLAS(Lt) picks its kernel by M, and the choice is not monotonic (eleventh session, h200_step_gemms_s11.json:
+o_proj 64.9 us at 8 rows, 58.7 at 32).  The twelfth session timed padding o_proj's rows in the step and found no
+gain there (docs/benchmarks-serve.md), so no padding ships; this sweep is how to look again.  Each cell is timed as 20
 calls in one CUDA graph over weight copies larger than L2, with the BLAS library the loader sets (models/blas.py).
 
 usage: PYTHONPATH=. python3 benchmarks/gemm_rows_sweep.py [-o out.json] [--rows 1,2,...] [--gain 0.03]

@@ -113,24 +113,3 @@ def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
     assert len(forks) >= 5
     assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
 
-
-def test_gemm_rows_pads_o_proj_and_keeps_the_step(path, monkeypatch):
-    # the tiny model's o_proj put in the padding table (3 decode rows run as 16): the logits within bf16 noise of
-    # the unpadded step, and the padded GEMM really ran
-    from dcpctl.runtime.models import gemm_rows
-    model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
-    shape = tuple(model.layers[0].attn.o_proj.shape)
-    del model
-    monkeypatch.setattr(gemm_rows, "TABLE", {shape: ((1, 15, 16),)})
-    monkeypatch.setattr(gemm_rows, "MEASURED_ON", torch.cuda.get_device_name())
-    monkeypatch.setenv("DCPCTL_BLAS", "cublaslt")
-    seen = []
-    real = gemm_rows.padded
-    monkeypatch.setattr(gemm_rows, "padded", lambda m, *a: seen.append((m, real(m, *a))) or seen[-1][1])
-    monkeypatch.setenv(ENV, "gemm_rows")
-    want, want_kv, _ = _step(path, False)
-    assert not seen
-    monkeypatch.delenv(ENV)
-    got, got_kv, _ = _step(path, False)
-    assert (3, 16) in seen
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -98,22 +98,3 @@ def test_side_stream_is_inline_outside_a_capture():
     side.join()
     assert ran == [1] and not side.on and not side.pending
 
-
-def test_gemm_rows_pads_only_the_measured_shape_rows_and_gpu():
-    from dcpctl.runtime.models import gemm_rows
-    shape = (7168, 16384)
-    assert shape in gemm_rows.TABLE
-    name = gemm_rows.MEASURED_ON
-    for m, want in [(1, 1), (2, 32), (8, 32), (31, 32), (32, 32), (33, 33), (64, 64), (1000, 1000)]:
-        assert gemm_rows.padded(m, shape, True, name) == want
-    assert gemm_rows.padded(8, shape, False, name) == 8                  # cuBLAS, not cuBLASLt
-    assert gemm_rows.padded(8, shape, True, "NVIDIA H100 80GB HBM3") == 8
-    assert gemm_rows.padded(8, (7168, 2048), True, name) == 8            # a shape not measured
-    assert gemm_rows.rows_for(8, torch.zeros(*shape[:1], 1).expand(*shape)) == 8   # CPU weights: never
-
-
-def test_gemm_rows_table_spans_are_sane():
-    from dcpctl.runtime.models.gemm_rows import TABLE
-    for shape, spans in TABLE.items():
-        for lo, hi, rows in spans:
-            assert 1 <= lo <= hi < rows <= 64, (shape, lo, hi, rows)

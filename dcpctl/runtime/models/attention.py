@@ -22,7 +22,6 @@ from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.fusions import Fusions
-from dcpctl.runtime.models.gemm_rows import rows_for
 from dcpctl.runtime.models.gemm_warm import bmm_into
 from dcpctl.runtime.models.norm_triton import fused_norm_ok
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
@@ -156,11 +155,10 @@ class MlaAttention:
         kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
         T, vd = x.shape[0], self.cfg.v_head_dim
-        if self.fuse.v_out:      # o_proj's input in a buffer of the rows its GEMM is fastest at (gemm_rows.py)
-            tp = rows_for(T, self.o_proj) if self.fuse.gemm_rows else T
-            v = torch.empty(tp, self.heads, vd, dtype=o.dtype, device=o.device)
-            bmm_into(o.transpose(0, 1), self.w_vc, v[:T].transpose(0, 1), self.fuse.head_bmm)
-            v = v.view(tp, self.heads * vd)
+        if self.fuse.v_out:
+            v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
+            bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1), self.fuse.head_bmm)
+            v = v.view(T, self.heads * vd)
         else:
             v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)
-        return all_reduce(linear(v, self.o_proj)[:T], self.group)
+        return all_reduce(linear(v, self.o_proj), self.group)
