@@ -47,7 +47,7 @@ def time_linear(n: int, k: int, m: int, calls: int = 20) -> float:
 
 
 def best_padding(times: dict[int, float], gain: float) -> dict[int, int]:
-    """For each M, the smallest M' >= M timed at least `gain` faster than M (M itself when none is)."""
+    """For each M, the fastest M' > M among those timed at least `gain` faster than M (M itself when none is)."""
     out = {}
     for m, t in times.items():
         cands = [(times[p], p) for p in times if p > m and times[p] < t * (1 - gain)]

@@ -71,8 +71,10 @@ def test_fused_model_matches_unfused_and_writes_kv_itself(path, monkeypatch):
 
 
 def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
-    # a prefill of three prompts (eager), then one decode step captured in a CUDA graph and replayed twice
-    # -> the replay's logits [3, V] and the pool
+    # a prefill of three prompts (eager), one decode step captured in a CUDA graph, then its inputs changed in
+    # place (other tokens) and the graph replayed: -> that replay's logits [3, V] and the pool.  The warm-up step
+    # and the capture saw tokens 3, 4, 5, so a replay that read a KV row or a q rope before the side stream
+    # wrote it would read the old tokens' values
     ps, dev = ParallelState.single(), torch.device("cuda")
     model = load_model(path, ps, False, torch.bfloat16, dev)
     alloc = VirtualAllocator(256, 16, 1)
@@ -92,24 +94,37 @@ def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         hidden = model.forward(ids, ctx.positions, ctx)
-    graph.replay()
+    ids.copy_(torch.tensor([101, 57, 230], device=dev))
     graph.replay()
     torch.cuda.synchronize()
     return model.logits(hidden), pool.kv.clone()
 
 
 def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
-    # the side stream (side_stream.py) reorders nothing inside a kernel: the same logits and pool bit for bit,
-    # and the captured step really forked (the angles, then the KV write and the q rope of each of the 2 layers)
+    # the side stream (side_stream.py) reorders nothing inside a kernel: the same logits and pool bit for bit as
+    # the one-stream capture.  Each side block starts with a ~1 ms sleep (captured with it), so a read on the main
+    # stream that is not joined after the side block's write would see the previous tokens' values.  The capture
+    # forks exactly 5 times (the angles, then the KV write and the q rope of each of the 2 layers) and joins twice
+    # (once a layer): 7 uses of the side stream, none outside the capture
+    import contextlib
+
     from dcpctl.runtime.models import side_stream
-    forks = []
-    real = side_stream._side
-    monkeypatch.setattr(side_stream, "_side", lambda d: forks.append(d) or real(d))
+    uses = []
+    real_side, real_fork = side_stream._side, side_stream.SideStream.fork
+
+    @contextlib.contextmanager
+    def slow_fork(self):
+        with real_fork(self):
+            if self.on:
+                torch.cuda._sleep(2_000_000)
+            yield
+
+    monkeypatch.setattr(side_stream, "_side", lambda d: uses.append(d) or real_side(d))
+    monkeypatch.setattr(side_stream.SideStream, "fork", slow_fork)
     monkeypatch.setenv(ENV, "overlap")
     want, want_kv = _captured_step(path)
-    assert not forks
+    assert not uses
     monkeypatch.delenv(ENV)
     got, got_kv = _captured_step(path)
-    assert len(forks) >= 5
+    assert len(uses) == 7
     assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
-

@@ -87,14 +87,20 @@ def test_kernels_in_the_interpreter_equal_the_torch_forms():
     run_in_interpreter("tests/runtime/fused_kernels_check.py")
 
 
-def test_side_stream_is_inline_outside_a_capture():
-    # CPU tensors (and CUDA ones outside a graph capture): fork runs its block on the caller's stream, join is a no-op
-    from dcpctl.runtime.models.side_stream import SideStream
+def test_side_stream_is_inline_outside_a_capture(monkeypatch):
+    # CPU tensors, and CUDA ones outside a graph capture: fork runs its block on the caller's stream and join is a
+    # no-op (an eager step would pay an event record and a wait per fork); only a capture on x's device turns it on
+    from dcpctl.runtime.models import side_stream
     x = torch.zeros(2)
-    side = SideStream(x, True)
+    side = side_stream.SideStream(x, True)
     ran = []
     with side.fork():
         ran.append(1)
     side.join()
     assert ran == [1] and not side.on and not side.pending
 
+    class FakeCuda:                     # stands in for a CUDA tensor: only its flags are read
+        is_cuda, device = True, torch.device("cuda", 0)
+    for capturing, on, want in [(False, True, False), (True, True, True), (True, False, False)]:
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda c=capturing: c)
+        assert side_stream.SideStream(FakeCuda(), on).on is want
