@@ -37,15 +37,18 @@ while time.time() - t0 < 300:
         time.sleep(0.5)
 t1 = time.time()
 print(sys.argv[1], "ready_s", round(t1 - t0, 1))
-# the first request after ready, then the same prompt length again (TTFT: first vs steady)
+# the first request after ready, then the same prompt length again (TTFT: first vs steady); the first one greedy,
+# then the first sampled one (the API's default temperature, 1.0), then one of each again: the twelfth session's
+# 1.34 s first request was a sampled one, and the warm-up decodes greedily
 import json
-for i in range(3):
-    body = json.dumps({"model": "v3l4", "prompt": [1 + (i * 7 + j) % 250 for j in range(1000)], "max_tokens": 1}).encode()
+for i, temp in enumerate((0.0, 1.0, 0.0, 1.0)):
+    body = json.dumps({"model": "v3l4", "prompt": [1 + (i * 7 + j) % 250 for j in range(1000)], "max_tokens": 1,
+                       "temperature": temp}).encode()
     t = time.time()
     try:
         urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:30011/v1/completions", body,
                                                       {"Content-Type": "application/json"}), timeout=60).read()
-        print(sys.argv[1], f"ttft_request_{i}_ms", round((time.time() - t) * 1e3, 1))
+        print(sys.argv[1], f"ttft_request_{i}_temperature_{temp}_ms", round((time.time() - t) * 1e3, 1))
     except Exception as e:
         print(sys.argv[1], f"request_{i}_failed", e)
 PY
