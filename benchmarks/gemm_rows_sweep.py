@@ -1,11 +1,14 @@
 """Decode GEMMs by row count on one GPU: us per F.linear for M = 1..64 rows of each bf16 linear of the issue-17
-step (DeepSeek-V3 attention at TP 1, a dense MLP of 2048, vocab 264) and of V3's TP-8 attention shards, and for
-each M the row count it is fastest at when padded up.
+step (DeepSeek-V3 attention at TP 1, a dense MLP of 2048: step_gemms.LINEARS, plus the lm_head of vocab 264) and of
+V3's TP-8 attention shards, and for each M the row count it is fastest at when padded up.
 
 Why: cuBLAS(Lt) picks its kernel by M, and the choice is not monotonic (eleventh session, h200_step_gemms_s11.json:
 o_proj 64.9 us at 8 rows, 58.7 at 32).  The twelfth session timed padding o_proj's rows in the step and found no
-gain there (docs/benchmarks-serve.md), so no padding ships; this sweep is how to look again.  Each cell is timed as 20
-calls in one CUDA graph over weight copies larger than L2, with the BLAS library the loader sets (models/blas.py).
+gain there (docs/benchmarks-serve.md), so no padding ships; this sweep is how to look again.  Each cell is timed
+as step_gemms.py times its GEMMs (its _time: calls captured in one CUDA graph over its _copies, weight copies
+larger than L2), with the BLAS library the loader sets (models/blas.py).  The twelfth session's data
+(h200_gemm_rows_sweep_s12.json) came from this script's first version, which had its own timer: 20 calls a graph,
+10 replays, copies past 120 MB.
 
 usage: PYTHONPATH=. python3 benchmarks/gemm_rows_sweep.py [-o out.json] [--rows 1,2,...] [--gain 0.03]
 """
@@ -13,37 +16,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from step_gemms import LINEARS, _copies, _time  # noqa: E402
 
 SHAPES = {   # name: (N out, K in)
-    "qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
-    "down": (7168, 2048), "lm_head": (264, 7168),
+    **{k: LINEARS[k] for k in ("qkv_a", "q_b", "o_proj", "gate_up", "down")}, "lm_head": (264, 7168),
     "q_b/tp8": (3072, 1536), "o_proj/tp8": (7168, 2048),
 }
 ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
 
 
-def time_linear(n: int, k: int, m: int, calls: int = 20) -> float:
+def time_linear(n: int, k: int, m: int) -> float:
     import torch
     import torch.nn.functional as F
-    copies = max(2, -(-120 * 2 ** 20 // (n * k * 2)))          # > L2 (50 MB) between two reads of one copy
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    ws = _copies((n, k))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    for w in ws[:2]:
-        F.linear(x, w)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            F.linear(x, ws[i % copies])
-    for _ in range(3):
-        g.replay()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        g.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) * 1e3 / (10 * calls)
+    return _time(lambda i: F.linear(x, ws[i % len(ws)]), len(ws))
 
 
 def best_padding(times: dict[int, float], gain: float) -> dict[int, int]:

@@ -30,8 +30,8 @@ def path(tmp_path_factory):
     return str(write_tiny_model(tmp_path_factory.mktemp("gf") / "m", num_hidden_layers=2, first_k_dense_replace=2))
 
 
-def _step(path: str, forbid_pool_write: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
-    # a prefill of three prompts, then one decode step -> logits [3, V], the pool, kv_lora_rank
+def _prefilled(path: str, forbid_pool_write: bool = False):
+    # a prefill of three prompts -> (the model, its pool, the context of their next decode step)
     ps, dev = ParallelState.single(), torch.device("cuda")
     model = load_model(path, ps, False, torch.bfloat16, dev)
     alloc = VirtualAllocator(256, 16, 1)
@@ -49,8 +49,13 @@ def _step(path: str, forbid_pool_write: bool) -> tuple[torch.Tensor, torch.Tenso
     ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
     model.forward(ids, ctx.positions, ctx)
     chunks = [SeqChunk(r, n, 1) for r, n in enumerate(lens)]
-    ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
-    logits = model.logits(model.forward(torch.tensor([3, 4, 5], device=dev), ctx.positions, ctx))
+    return model, pool, build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
+
+
+def _step(path: str, forbid_pool_write: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+    # a prefill of three prompts, then one decode step -> logits [3, V], the pool, kv_lora_rank
+    model, pool, ctx = _prefilled(path, forbid_pool_write)
+    logits = model.logits(model.forward(torch.tensor([3, 4, 5], device="cuda"), ctx.positions, ctx))
     return logits, pool.kv, model.cfg.kv_lora_rank
 
 
@@ -75,26 +80,14 @@ def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
     # place (other tokens) and the graph replayed: -> that replay's logits [3, V] and the pool.  The warm-up step
     # and the capture saw tokens 3, 4, 5, so a replay that read a KV row or a q rope before the side stream
     # wrote it would read the old tokens' values
-    ps, dev = ParallelState.single(), torch.device("cuda")
-    model = load_model(path, ps, False, torch.bfloat16, dev)
-    alloc = VirtualAllocator(256, 16, 1)
-    pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * 16, model.cfg.latent_dim, torch.bfloat16, dev)
-    lens = [5, 40, 17]
-    for rid, n in enumerate(lens):
-        alloc.allocate(rid, n + 1)
-    decisions = typed({"dcp_comm_backend": "ag_rs", "attention_path": "paged"})
-    ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, 0, n) for r, n in enumerate(lens)],
-                        model.cfg.kv_lora_rank)
-    model.forward(torch.arange(sum(lens), device=dev) % 250, ctx.positions, ctx)
-    ctx = build_context(alloc, pool, ps.dcp, decisions, [SeqChunk(r, n, 1) for r, n in enumerate(lens)],
-                        model.cfg.kv_lora_rank)
-    ids = torch.tensor([3, 4, 5], device=dev)
+    model, pool, ctx = _prefilled(path)
+    ids = torch.tensor([3, 4, 5], device="cuda")
     model.forward(ids, ctx.positions, ctx)            # compiles every kernel before the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         hidden = model.forward(ids, ctx.positions, ctx)
-    ids.copy_(torch.tensor([101, 57, 230], device=dev))
+    ids.copy_(torch.tensor([101, 57, 230], device="cuda"))
     graph.replay()
     torch.cuda.synchronize()
     return model.logits(hidden), pool.kv.clone()
