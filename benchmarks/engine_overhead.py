@@ -4,7 +4,8 @@ In one process on one GPU (no HTTP): builds the Engine the server builds (graphs
 then (1) times the first B=1 request (prompt PROMPT tokens, 1 output token) under cProfile and a second one
 plainly, printing the top functions of the first; then one request each of four lengths no request had yet (n - 1, n + 1, n - 63, n + 250); (2) runs B requests of PROMPT tokens x STEPS output tokens
 and, per decode step, records the wall time of engine.step() and the GPU time of its graph replay (CUDA events
-around the replay): host overhead = wall - GPU.  JSON to -o.
+around the replay): host overhead = wall - GPU; and the host time of engine.step's phases (the metadata, the
+cudaGraphLaunch call, the sampling launches, the previous step's resolve: a phase that waits shows it).  JSON to -o.
 
 usage: PYTHONPATH=. python3 benchmarks/engine_overhead.py --model DIR [--batches 1,8,32] [--prompt 1000]
        [--steps 64] [--capacity 140000] [--disable-cuda-graph] [-o out.json]
@@ -85,18 +86,25 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
             gpu.append((s, e))
             return out
         g.run = timed
+    from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    timers = PhaseTimers(engine)
     while engine.sched.has_work():
         decoding = not any(s.prefilling for s in engine.sched.running) and not engine.sched.waiting
+        if decoding:
+            timers.start()
         t0 = time.perf_counter()
         engine.step()
         if decoding:
             wall.append(time.perf_counter() - t0)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+    timers.undo()
     if g is not None:
         g.run = run
     gpu_ms = [s.elapsed_time(e) for s, e in gpu[-len(wall):]] if gpu else []
     out = {"batch": batch, "steps": len(wall), "step_wall_ms_p50": statistics.median(wall) * 1e3}
+    if timers.rows:
+        out["host_ms_p50"] = {k: round(statistics.median(r[i] for r in timers.rows) * 1e3, 4) for i, k in enumerate(PHASES)}
     if gpu_ms:
         out["replay_gpu_ms_p50"] = statistics.median(gpu_ms)
         out["host_overhead_ms_p50"] = out["step_wall_ms_p50"] - out["replay_gpu_ms_p50"]

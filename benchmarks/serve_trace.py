@@ -54,6 +54,10 @@ def summarize(rows: list[dict], t0: float, t1: float) -> dict:
                               "take_ms_p50": ms([win[i]["step"] - win[i]["take"] for i in idx]),
                               "step_ms_p50": ms([win[i]["stepped"] - win[i]["step"] for i in idx]),
                               "deliver_ms_p50": ms([win[i]["delivered"] - win[i]["stepped"] for i in idx])}
+        for ph in ("prepare", "graph_launch", "sampling", "resolve"):   # engine/phases.py (older traces lack them)
+            vals = [win[i][f"{ph}_s"] for i in idx if win[i].get(f"{ph}_s") is not None]
+            if vals:
+                out["modal_batch"][f"{ph}_ms_p50"] = ms(vals)
         gpu_ms = [win[i]["gpu_ms"] for i in idx if win[i].get("gpu_ms") is not None]
         gaps = [win[i]["gpu_gap_ms"] for i in idx if win[i].get("gpu_gap_ms") is not None
                 and i > 0 and win[i - 1]["kind"].startswith("graph")]

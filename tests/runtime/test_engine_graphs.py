@@ -145,3 +145,34 @@ def test_gemm_log_notes_each_distinct_gemm_and_warms_it():
     ms = warm_ms(8192)
     assert ms[:16] == list(range(1, 17)) and ms[-1] == 8192 and all(b - a <= 256 for a, b in zip(ms, ms[1:]))
     assert warm_ms(100)[-1] == 100
+
+
+def test_phase_timers_time_each_graph_step_and_undo(path):
+    # engine/phases.py (the step trace's and engine_overhead's host phases): one row per decode step, the metadata,
+    # sampling and resolve phases timed (no cudaGraphLaunch off CUDA), the same tokens, and every wrapper removed
+    import dcpctl.runtime.engine.engine as eng_mod
+    from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    from dcpctl.runtime.models import load_model
+    ps = ParallelState.single()
+    model = load_model(path, ps, False, torch.float64, "cpu")
+    cfg = dict(launch_cfg(1, 1), model={"path": path, "dtype": "float64"},
+               cuda_graph={"batch_sizes": [1, 2], "reason": "test"})
+    want = Engine(model, ps, config(cfg)).generate([{"prompt_ids": [5, 3, 9], "max_new_tokens": 6}])["outputs"][0]
+    engine = Engine(model, ps, config(cfg))
+    engine.warm_up()
+    before = (engine.graphs.graphs.prepare, eng_mod.launch_sampling, engine._resolve, torch.cuda.CUDAGraph.replay)
+    timers = PhaseTimers(engine)
+    assert timers.on
+    engine.submit(0, [5, 3, 9], eng_mod.SamplingParams(max_new_tokens=6))
+    toks = [ev.token for ev in engine.step()]      # the prefill: eager, the first token
+    while engine.busy or engine.sched.has_work():
+        timers.start()
+        toks += [ev.token for ev in engine.step()]
+    timers.undo()
+    rows = [dict(zip(PHASES, r)) for r in timers.rows]
+    graph_rows = [r for r in rows if r["prepare"] > 0]
+    assert len(graph_rows) == 5 and all(r["sampling"] > 0 and r["graph_launch"] == 0 for r in graph_rows)
+    assert graph_rows[0]["resolve"] == 0 and all(r["resolve"] > 0 for r in graph_rows[1:])   # then one is in flight
+    assert (engine.graphs.graphs.prepare, eng_mod.launch_sampling, engine._resolve,
+            torch.cuda.CUDAGraph.replay) == before
+    assert toks == want["output_ids"]

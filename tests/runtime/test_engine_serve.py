@@ -98,11 +98,13 @@ def test_step_trace_puts_each_replay_time_on_its_step(tmp_path):
         def elapsed_time(self, other):
             return other.t - self.t
     gpu = [(Ev(0.0), Ev(0.7)), (Ev(0.75), Ev(1.5))]
-    rows = [(0, 0, 0, 0, "eager", 1, 9, 1, 0), (1, 1, 1, 1, "graph+pipelined", 1, 1, 1, 1),
-            (2, 2, 2, 2, "resolve", 0, 0, 1, 1), (3, 3, 3, 3, "graph+pipelined", 1, 1, 1, 2)]
+    ph = (0.1, 0.2, 0.3, 0.4)     # the phases' host seconds (engine/phases.py), passed through
+    rows = [(0, 0, 0, 0, "eager", 1, 9, 1, *ph, 0), (1, 1, 1, 1, "graph+pipelined", 1, 1, 1, *ph, 1),
+            (2, 2, 2, 2, "resolve", 0, 0, 1, *ph, 1), (3, 3, 3, 3, "graph+pipelined", 1, 1, 1, *ph, 2)]
     _write_trace(str(tmp_path / "t.json"), rows, gpu)
     doc = json.loads((tmp_path / "t.json").read_text())
     got = [dict(zip(doc["fields"], r)) for r in doc["rows"]]
     assert doc["fields"] == TRACE_FIELDS and len(got) == 4
     assert [g["gpu_ms"] for g in got] == [None, 0.7, None, 0.75]
     assert got[1]["gpu_gap_ms"] is None and abs(got[3]["gpu_gap_ms"] - 0.05) < 1e-12
+    assert [got[3][f] for f in ("prepare_s", "graph_launch_s", "sampling_s", "resolve_s")] == list(ph)

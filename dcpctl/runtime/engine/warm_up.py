@@ -1,5 +1,6 @@
-"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, then every GEMM they
-used over a grid of token counts (models/gemm_warm.py), so the first requests compile and load nothing.
+"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, two sampled requests
+(temperature; top-k and top-p), then every GEMM they used over a grid of token counts (models/gemm_warm.py), so
+the first requests compile and load nothing.
 
     warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
 """
@@ -10,6 +11,10 @@ from typing import Any, Callable
 
 from dcpctl.runtime.models import gemm_warm
 from dcpctl.runtime.notes import note_once
+
+
+# sampled requests after the ladder: temperature alone (the API's default, 1.0), then top-k and top-p as well
+SAMPLED = ({"temperature": 1.0, "seed": 1}, {"temperature": 0.7, "top_k": 20, "top_p": 0.9, "seed": 2})
 
 
 def warm_up_lengths(top: int) -> list[int]:
@@ -29,7 +34,8 @@ def warm_up_lengths(top: int) -> list[int]:
 
 def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
     """One short request per replica for each length of the ladder (each its own first token: no prefix is
-    reused), recording the GEMMs; then those GEMMs over gemm_warm's grid.  Says once what it did."""
+    reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.  Says once what
+    it did."""
     cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
     chunk = engine.sched.chunk_size if engine.sched.chunk_size < 1 << 62 else 2048
     lengths = warm_up_lengths(min(chunk, cap))
@@ -39,10 +45,14 @@ def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = N
                               "max_new_tokens": 2} for i in range(engine.dp_size)])
             if progress is not None:
                 progress(k + 1, len(lengths) + 1)
+        for i, params in enumerate(SAMPLED):   # the sampled path's own kernels (the ladder decodes greedily)
+            engine.generate([{"prompt_ids": [(11 * (i + r) + j) % 250 + 1 for j in range(16)], "max_new_tokens": 3,
+                              **params} for r in range(engine.dp_size)])
     t0 = time.perf_counter()
     ms = gemm_warm.warm_ms(min(chunk, cap) * engine.dp_size)   # attention DP: the MLP runs every replica's rows
     calls = log.warm(ms)
     if progress is not None:
         progress(len(lengths) + 1, len(lengths) + 1)
-    note_once(f"warm-up: {len(lengths)} prefills, then {len(log)} GEMM shapes x up to {len(ms)} token counts "
-              f"({calls} calls, {time.perf_counter() - t0:.1f} s) so cuBLAS meets the prefill sizes before ready")
+    note_once(f"warm-up: {len(lengths)} prefills and {len(SAMPLED)} sampled requests, then {len(log)} GEMM shapes x "
+              f"up to {len(ms)} token counts ({calls} calls, {time.perf_counter() - t0:.1f} s) so cuBLAS meets the "
+              "prefill sizes before ready")

@@ -8,10 +8,12 @@ empty message (the heartbeat), so the other ranks block inside the broadcast ins
 A shutdown message cancels every request, checks that every KV page is free again, and returns.
 
 With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_counter times of take, step start,
-step end, delivered; the step's kind, chunks and tokens; events; on CUDA the graph replay's GPU time, from CUDA
-events right around graph.replay()) in memory and writes them there as JSON when the loop ends: where a served
+step end, delivered; the step's kind, chunks and tokens; events; the host seconds of a graph step's phases,
+engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory and writes them there as JSON when the loop ends: where a served
 step's time goes between the engine and the HTTP side (benchmarks/serve_trace.py reads it).  A debugging aid:
-the rows grow with the run.
+the rows grow with the run.  With $DCPCTL_LOOP_PROFILE set to a file, rank 0's loop runs under cProfile and its
+stats go there (pstats format) when the loop ends: which host work a served step spends (cProfile's own cost
+inflates Python-heavy code, so compare shares, not times).
 """
 from __future__ import annotations
 
@@ -22,13 +24,16 @@ from typing import Any, Callable
 
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.engine.events import Event, ReplicaStats, gather_to_rank0
+from dcpctl.runtime.engine.phases import PhaseTimers
 from dcpctl.runtime.engine.scheduler import SchedulerError
 from dcpctl.runtime.server.bridge import Bridge
 from dcpctl.runtime.server.control import Control, broadcast_control
 
 OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
 TRACE_ENV = "DCPCTL_STEP_TRACE"
-TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events", "gpu_ms", "gpu_gap_ms"]
+PROFILE_ENV = "DCPCTL_LOOP_PROFILE"
+TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events", "prepare_s", "graph_launch_s",
+                "sampling_s", "resolve_s", "gpu_ms", "gpu_gap_ms"]
 
 
 def apply(engine: Engine, msg: Control) -> list[Event]:
@@ -52,6 +57,13 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
     gpu = _time_replays(engine) if trace_to else []
+    phases = PhaseTimers(engine) if trace_to else None
+    profile_to = os.environ.get(PROFILE_ENV) if bridge is not None else None
+    prof = None
+    if profile_to:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     try:
         while True:
             t_take = time.perf_counter()
@@ -60,6 +72,8 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
             refused = apply(engine, msg)
             if msg.shutdown:
                 break
+            if phases is not None:
+                phases.start()
             t0 = time.perf_counter()
             events = refused + engine.step()
             t_step = time.perf_counter()
@@ -76,8 +90,13 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
             if trace_to:
                 kind, chunks = engine.last_step
                 trace.append((t_take, t0, t_step, time.perf_counter(), kind, len(chunks),
-                              sum(ch.num_tokens for ch in chunks), len(events), len(gpu)))
+                              sum(ch.num_tokens for ch in chunks), len(events), *phases.rows[-1], len(gpu)))
     finally:
+        if phases is not None:
+            phases.undo()
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(profile_to)
         if trace_to:
             _write_trace(trace_to, trace, gpu)
     engine.cancel_all()
