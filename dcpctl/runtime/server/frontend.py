@@ -3,7 +3,7 @@
     engine process (rank 0)                         frontend processes (`python -c`; spec.workers of them)
     run_loop(engine, group, Frontend) ------------- Bridge + HttpServer (uvicorn, asyncio) each
       take()     <- ("control", new, cancel, ended)  pump thread: bridge.take() -> send
-      deliver() + on_step() -> ("step", events, stats, step_s, exchange_s, kda, ended)   to every worker:
+      deliver() + on_step() -> ("step", event rows, stats, step_s, exchange_s, kda, ended)   to every worker:
                                                      receiver: bridge.deliver (own ids), metrics (all)
       fail(msg)  -> ("fail", msg)                    every open request ends with that error
       stop()     -> ("stop",)                        the HTTP server stops, the process exits
@@ -14,7 +14,7 @@ engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~
 token (68 us at 32 streams on the H200 machine, most of it the socket write): at 32 streams of a 1.1 ms step
 (29k tokens a second) it falls behind and the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's
 name) processes on one port.  Each pipe is a socketpair private to two processes, read and written as a
-multiprocessing Connection; messages are pickled dataclasses of this package.  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
+multiprocessing Connection; messages are pickled dataclasses of this package, except a step's events, which go as (rid, token, logprob, finish) tuples (pickled ~3x faster: at 32 streams rank 0 pickled 32 Event objects in ~76 us a step on the CPU machine, tuples in ~25).  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
 dies takes its share of the port with it, and the engine goes on with the others (it fails when none is left).
 """
 from __future__ import annotations
@@ -123,7 +123,8 @@ class Frontend:
     def on_step(self, events: list[Event], stats: list[ReplicaStats], step_s: float, exchange_s: float = 0.0,
                 kda: tuple[int, int] | None = None) -> None:
         ended, self._ended = self._ended, []
-        self._send(("step", events, stats, step_s, exchange_s, kda, ended))   # one message per step
+        rows = [(e.rid, e.token, e.logprob, e.finish) for e in events]   # tuples pickle ~3x faster than Event
+        self._send(("step", rows, stats, step_s, exchange_s, kda, ended))   # one message per step
 
     def fail(self, message: str) -> None:
         self.error = message
@@ -250,7 +251,8 @@ def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures, me: 
             time.sleep(0.2)
             return
         if kind == "step":
-            events, stats, step_s, exchange_s, kda, ended = rest
+            rows, stats, step_s, exchange_s, kda, ended = rest
+            events = [Event(*r) for r in rows]
             bridge.deliver(events)              # the events of other workers' requests find no stream here
             metrics.on_step(events, stats, step_s)
             for worker, reason in ended:
