@@ -8,7 +8,7 @@ around the replay): host overhead = wall - GPU; and the host time of engine.step
 cudaGraphLaunch call, the sampling launches, the previous step's resolve: a phase that waits shows it).  JSON to -o.
 
 usage: PYTHONPATH=. python3 benchmarks/engine_overhead.py --model DIR [--batches 1,8,32] [--prompt 1000]
-       [--steps 64] [--capacity 140000] [--disable-cuda-graph] [-o out.json]
+       [--steps 64] [--capacity 140000] [--disable-cuda-graph] [--page-size 64] [-o out.json]
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import statistics
 import time
 
 
-def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda"):
+def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64):
     import torch
     from dcpctl.contract.launch_config import LaunchConfig
     from dcpctl.launch.cuda_graphs import cuda_graph_section
@@ -35,7 +35,7 @@ def build(model_path: str, capacity: int, graphs: bool, max_running: int, device
            "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
-           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": 8192,
+           "kv": {"page_size": page, "capacity_tokens": capacity, "chunked_prefill_size": 8192,
                   "max_running_requests": max_running},
            "cuda_graph": cuda_graph_section(device, not graphs, None, None, max_running)}
     model = load_model(model_path, ps, False, getattr(torch, dtype), torch.device(device))
@@ -119,11 +119,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--capacity", type=int, default=140000)
     ap.add_argument("--disable-cuda-graph", action="store_true")
+    ap.add_argument("--page-size", type=int, default=64, help="KV page size (launch's default on CUDA is 1)")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (eager steps, no GPU timing)")
     ap.add_argument("-o", "--out")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
-    engine = build(a.model, a.capacity, not a.disable_cuda_graph, max(batches), a.device)
+    engine = build(a.model, a.capacity, not a.disable_cuda_graph, max(batches), a.device, a.page_size)
     res = {"first": first_requests(engine, a.prompt), "decode": [decode_steps(engine, b, a.prompt, a.steps)
                                                                  for b in batches]}
     print(res["first"]["profile"])

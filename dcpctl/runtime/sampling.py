@@ -2,6 +2,7 @@
 
     sample(logits [N, V], temperature=0.0, top_k=-1, top_p=1.0, generator=None) -> (ids [N], logprobs [N])
     greedy(logits [N, V]) -> ids [N]
+    greedy_rows(logits [N, V]) -> (ids [N], [2, N] ids as floats and their logprobs)   on the logits' device
     chosen_logprobs(logits [N, V], ids [N]) -> [N]    log_softmax of the unmodified logits
     filter_logits(logits [N, V], temperature, top_k, top_p) -> [N, V]   (-inf outside the kept set)
     make_generator(seed) -> torch.Generator (CPU)
@@ -35,6 +36,14 @@ def is_greedy(temperature: float, top_k: int) -> bool:
 def greedy(logits: Tensor) -> Tensor:
     # logits: [N, V] -> [N] int64
     return logits.argmax(-1)
+
+
+def greedy_rows(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """(ids [N] int64, [2, N] of the ids as floats (exact in fp32 below 2^24) and their log-probabilities), on
+    the logits' device: row for row what sample() computes for a greedy request."""
+    ids = greedy(logits)
+    lps = chosen_logprobs(logits, ids)
+    return ids, torch.stack([ids.to(lps.dtype), lps])
 
 
 def chosen_logprobs(logits: Tensor, ids: Tensor) -> Tensor:

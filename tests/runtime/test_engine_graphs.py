@@ -33,7 +33,7 @@ def _rank(rank, world, path, cfg, requests, sizes, eos=None):
     engine = Engine(model, ps, config(cfg, eos))
     engine.warm_up()
     replays, launch = [], eng_mod.launch_sampling
-    eng_mod.launch_sampling = lambda logits, seqs: replays.append(-len(seqs)) or launch(logits, seqs)
+    eng_mod.launch_sampling = lambda both, seqs, rows: replays.append(-len(seqs)) or launch(both, seqs, rows)
     if engine.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps
         run = engine.graphs.run
         engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)

@@ -3,13 +3,20 @@
 Captured: the whole step from token ids (the embedding, sync-free), the layer stack (rope, MLA
 attention through the paged DCP context, the exchanges, the dense or grouped-MoE MLP, attention-DP
 gathers of fixed replica sizes), the final norm and, with `logits=True` (the serving engine), the
-lm_head with its vocab gather.  Left on the host: building the step's metadata, which goes down as
-ONE int64 copy per step (plus the block-table changes).  Buffers, shared by every graph and never
-reallocated after capture (a graph of batch B uses their first B rows):
+lm_head with its vocab gather, then each row's argmax and its log-probability; and (serving) the input
+ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
+Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
+block-table changes).  Buffers, shared by every graph and never reallocated after capture (a graph of
+batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
-| meta         | [4, Bmax + 1] int64    | rows: input ids, positions, local lens, write slots  |
+| meta         | [5, Bmax + 1] int64    | rows: input ids, positions, local lens, write slots, |
+|              |                        | src (the previous replay's row whose argmax is this  |
+|              |                        | row's input; -1: the host's id; logits=True only)    |
+| sampled_ids  | [Bmax] int64           | logits=True: each row's argmax (the next step's src  |
+|              |                        | rows read it before that step writes its own)        |
+| sampled      | [Bmax, 2] fp32 (fp64)  | logits=True: the argmax as a float and its logprob   |
 | q_pos        | [Bmax] int32           | positions, as the kernel reads them                  |
 | local_lens   | [Bmax + 1] int32       | local_len(position + 1, r, c); pads and the last 0   |
 | row_req      | [Bmax] int32           | arange (one query row per request), fixed            |
@@ -39,6 +46,7 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import PagedLayout
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.sampling import greedy_rows
 
 # context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (growing 4x, a 32K context ran in a 67K bucket,
 # whose splits left half the SMs idle: 1.85x the graph step at 8 x 32K, docs/benchmarks-serve.md)
@@ -76,9 +84,14 @@ class DecodeGraphs:
         self.dp, self.dp_index = model.ps.attn_dp_size, getattr(model.ps, "attn_dp_index", 0)
         dev, bmax = pool.kv.device, max(batch_sizes)
         i32 = dict(dtype=torch.int32, device=dev)
-        self.meta = torch.zeros(4, bmax + 1, dtype=torch.int64, device=dev)
+        self.meta = torch.zeros(5, bmax + 1, dtype=torch.int64, device=dev)
         self.meta[3].fill_(trash_slot)
+        self.meta[4].fill_(-1)
         self.ids, self.positions, self.write_slots = self.meta[0, :bmax], self.meta[1, :bmax], self.meta[3, :bmax]
+        self.src = self.meta[4, :bmax]
+        self.sampled_ids = torch.zeros(bmax, dtype=torch.int64, device=dev)
+        acc = torch.float64 if pool.kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
+        self.sampled = torch.zeros(bmax, 2, dtype=acc, device=dev)   # rows: one contiguous copy to the host
         self.q_pos = torch.zeros(bmax, **i32)
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
@@ -111,8 +124,17 @@ class DecodeGraphs:
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
     def _run(self, b: int, rows: int) -> Tensor:
-        return decode_step(self.model, self.ids[:b], self.positions[:b], self._context(b, rows), self._replicas(b),
-                           self.logits)
+        ids = self.ids[:b]
+        if self.logits:   # a pending row's input is the previous replay's argmax, still on the device
+            src = self.src[:b]
+            ids = torch.where(src >= 0, self.sampled_ids[src.clamp(min=0)], ids)
+        out = decode_step(self.model, ids, self.positions[:b], self._context(b, rows), self._replicas(b),
+                          self.logits)
+        if self.logits:
+            top, both = greedy_rows(out)
+            self.sampled_ids[:b].copy_(top)
+            self.sampled[:b].copy_(both.t())
+        return out
 
     def _capture(self, b: int, rows: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
         stream = torch.cuda.Stream()
@@ -138,12 +160,12 @@ class DecodeGraphs:
         return fits[0]
 
     def prepare(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
-                src: list[int] | None = None, prev: Tensor | None = None) -> tuple[int, int]:
+                src: list[int] | None = None) -> tuple[int, int]:
         """Fill the static buffers for one decode step (one token per chunk); returns the graph's key.
 
         size: the batch size to replay (attention DP: the one every replica agreed on), else the smallest fit.
-        src/prev: row i's input id is prev[src[i]] where src[i] >= 0 (a token still on the device: the
-        engine's pipelined decode), else ids[i]."""
+        src (logits=True only): row i's input id is row src[i] of the previous replay's `sampled_ids` where
+        src[i] >= 0 (a token still on the device: the engine's pipelined decode), else ids[i]."""
         # O(batch + new pages) host work: one int64 copy of the metadata; the table writes only what changed
         n = len(chunks)
         b = self.graph_size(max(n, size or 0))
@@ -157,25 +179,25 @@ class DecodeGraphs:
             if owner(ch.start, self.c) == self.rank:
                 slots[i] = physical(virtual_slot(pages, ch.start, self.alloc.page_tokens), self.c)
         self.table.update(rows)
+        if src is not None and not self.logits:
+            raise ValueError("src rows read the previous replay's argmax: only graphs with logits=True make one")
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots], dtype=torch.int64)
+        host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots,
+                             (src if src is not None else [-1] * n) + [-1] * (b + 1 - n)], dtype=torch.int64)
         if self.cuda:     # pinned: the copy is queued behind the step in flight, the host does not wait for it
             host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
-        if src is not None and prev is not None:
-            s = torch.tensor(src + [-1] * (b - n), dtype=torch.int64)
-            s = s.pin_memory().to(self.meta.device, non_blocking=True) if self.cuda else s
-            self.ids[:b].copy_(torch.where(s >= 0, prev[s.clamp(min=0)], self.ids[:b]))
         self.q_pos[:b].copy_(self.meta[1, :b])
         self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
         return b, self.bucket(max(lens))
 
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
-               src: list[int] | None = None, prev: Tensor | None = None) -> Tensor:
-        """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output)."""
+               src: list[int] | None = None) -> Tensor:
+        """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output;
+        with logits, `sampled_ids[:n]` / `sampled[:n]` hold each row's greedy choice until the next replay)."""
         if any(ch.num_tokens != 1 for ch in chunks):
             raise ValueError("CUDA graphs replay decode steps only (one token per request)")
-        key = self.prepare(ids, chunks, size, src, prev)
+        key = self.prepare(ids, chunks, size, src)
         graph, out = self.graphs[key]
         if graph is None:
             out = self._run(*key)

@@ -225,13 +225,16 @@ class Engine:
         picks = self.sched.samples(chunks)
         self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
-            logits = self.graphs.run(self._input_ids(chunks), chunks, size, *self._sources(chunks))
+            logits = self.graphs.run(self._input_ids(chunks), chunks, size, self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
+            rows = [r for r, _ in picks]
+            both = self.graphs.graphs.sampled[:len(chunks)]   # [n, 2]: the graph's argmax and logprob per row
             if len(picks) != len(chunks):
-                logits = logits.index_select(0, torch.tensor([r for r, _ in picks], device=self.device))
-            if pipelined:       # queue the sampling, then read the previous step while the GPU runs this one
+                pick = torch.tensor(rows, device=self.device)
+                logits, both = logits.index_select(0, pick), both.index_select(0, pick)
+            if pipelined:       # queue the sampling copy, then read the previous step while the GPU runs this one
                 self.sched.advance(chunks)
-                new = launch_sampling(logits, [self.sched.seq(rid) for _, rid in picks])
+                new = launch_sampling(both, [self.sched.seq(rid) for _, rid in picks], rows)
                 done = self._resolve() if self._inflight is not None else []
                 self._inflight = new
                 return done
@@ -242,10 +245,10 @@ class Engine:
         self.sched.advance(chunks)
         return done + self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 
-    def _sources(self, chunks: list[SeqChunk]) -> tuple[list[int] | None, Tensor | None]:
-        """Per chunk, the row of the in-flight step whose device id it feeds (-1: its id is on the host)."""
+    def _sources(self, chunks: list[SeqChunk]) -> list[int] | None:
+        """Per chunk, the graph row of the in-flight step whose argmax is its input id (-1: its id is on the host)."""
         if self._inflight is None:
-            return None, None
+            return None
         rows = self._inflight.row_of()
         src = []
         for ch in chunks:
@@ -253,7 +256,7 @@ class Engine:
             if pending and ch.rid not in rows:
                 raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
             src.append(rows[ch.rid] if pending else -1)
-        return src, self._inflight.ids
+        return src
 
     def _resolve(self) -> list[Event]:
         inf, self._inflight = self._inflight, None

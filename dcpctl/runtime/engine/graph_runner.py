@@ -73,7 +73,7 @@ class GraphDecode:
             return -1
         return len(chunks)
 
-    def run(self, ids: list[int], chunks: list[SeqChunk], size: int, src: list[int] | None = None,
-            prev: Tensor | None = None) -> Tensor:
-        """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step)."""
-        return self.graphs.replay(ids, chunks, size, src, prev)
+    def run(self, ids: list[int], chunks: list[SeqChunk], size: int, src: list[int] | None = None) -> Tensor:
+        """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step; the
+        graph's greedy choice per row is in graphs.sampled)."""
+        return self.graphs.replay(ids, chunks, size, src)

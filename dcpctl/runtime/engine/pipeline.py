@@ -5,10 +5,10 @@ the host records them, streams them, schedules and prepares the next step.  With
 requests are all greedy, one attention-DP replica, no speculative decoding), step n:
 
   1. schedules as usual: a request whose token of step n - 1 is still on the device feeds a placeholder
-     (PENDING) there, and the graph reads the real id from step n - 1's device ids (graphs.prepare's src);
-  2. replays the graph, takes the argmax and its log-probability on the device, starts their copy to a
-     pinned host buffer and records an event; appends a placeholder per sampled request (a request whose
-     placeholders reach max_new_tokens stops being scheduled: `draining`);
+     (PENDING) there, and the graph reads the real id from step n - 1's argmax row (graphs.prepare's src);
+  2. replays the graph, which also takes each row's argmax and its log-probability (attention/graphs.py),
+     starts their copy to a pinned host buffer and records an event; appends a placeholder per sampled
+     request (a request whose placeholders reach max_new_tokens stops being scheduled: `draining`);
   3. then resolves step n - 1 (the GPU is busy with step n by now): real ids replace its placeholders, EOS
      and max_new_tokens finish requests as usual, its events are returned.
 
@@ -27,7 +27,6 @@ from torch import Tensor
 
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.request import Sequence
-from dcpctl.runtime.engine.sample import greedy_rows
 
 PENDING = -1   # a placeholder token id: the real one is still on the device
 
@@ -36,19 +35,20 @@ PENDING = -1   # a placeholder token id: the real one is still on the device
 class InFlight:
     """One queued decode step whose sampled ids the host has not read yet."""
 
-    seqs: list[Sequence]         # the sampled requests, in row order of `ids`
+    seqs: list[Sequence]         # the sampled requests, in row order of `host`
     slots: list[int]             # the placeholder's index in each seq.output
-    ids: Tensor                  # [n] int64 on the device: the next step's inputs (graphs.prepare src)
-    host: Tensor                 # [2, n] (ids, logprobs) being copied to (pinned) host memory
+    rows: list[int]              # each one's row in the graph step (its argmax row: the next step's src)
+    host: Tensor                 # [n, 2] (id, logprob) rows being copied to (pinned) host memory
     event: Any                   # a CUDA event after the copy, or None off CUDA
 
     def row_of(self) -> dict[int, int]:
-        return {s.rid: i for i, s in enumerate(self.seqs)}
+        """rid -> the graph row holding its argmax."""
+        return {s.rid: r for s, r in zip(self.seqs, self.rows)}
 
 
-def launch_sampling(logits: Tensor, seqs: list[Sequence]) -> InFlight:
-    """Argmax + log-probability of each row on the device, their host copy started; placeholders appended."""
-    ids, both = greedy_rows(logits)
+def launch_sampling(both: Tensor, seqs: list[Sequence], rows: list[int]) -> InFlight:
+    """both: [n, 2] (argmax id as a float, its log-probability) on the device for the graph rows `rows`, one per
+    seq: their host copy started, an event after it; placeholders appended."""
     event = None
     if both.is_cuda:
         host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
@@ -63,14 +63,14 @@ def launch_sampling(logits: Tensor, seqs: list[Sequence]) -> InFlight:
         s.output.append(PENDING)
         s.logprobs.append(0.0)
         s.draining = len(s.output) >= s.params.max_new_tokens
-    return InFlight(seqs, slots, ids, host, event)
+    return InFlight(seqs, slots, rows, host, event)
 
 
 def resolve(inf: InFlight, stop_reason: Any, finish: Any) -> list[Event]:
     """Read a step's ids, fill its placeholders, finish what ended (EOS drops later placeholders)."""
     if inf.event is not None:
         inf.event.synchronize()
-    toks, lps = inf.host.tolist()
+    toks, lps = inf.host.t().tolist()
     events = []
     for seq, k, tok, lp in zip(inf.seqs, inf.slots, toks, lps):
         if seq.finished:          # cancelled, or ended by EOS at an earlier step: this row was a spare

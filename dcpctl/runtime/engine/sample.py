@@ -10,19 +10,12 @@ from torch import Tensor
 
 from dcpctl.runtime import sampling
 from dcpctl.runtime.engine.request import Sequence
+from dcpctl.runtime.sampling import greedy_rows
 
 
 def greedy_all(seqs: list[Sequence]) -> bool:
     """Whether every request takes the argmax (no random draw)."""
     return all(sampling.is_greedy(s.params.temperature, s.params.top_k) for s in seqs)
-
-
-def greedy_rows(logits: Tensor) -> tuple[Tensor, Tensor]:
-    """(ids [N] int64, [2, N] of the ids as floats (exact in fp32 below 2^24) and their log-probabilities), on
-    the logits' device: row for row what sampling.sample computes for a greedy request."""
-    ids = sampling.greedy(logits)
-    lps = sampling.chosen_logprobs(logits, ids)
-    return ids, torch.stack([ids.to(lps.dtype), lps])
 
 
 class Sampler:
