@@ -97,6 +97,17 @@ def test_full_queue_and_dead_engine_give_503(make):
     assert client.get("/health").status_code == 503
 
 
+def test_health_is_503_while_the_server_starts(make):
+    # an HTTP worker up before its siblings (frontend.py) is `starting` until the engine's "serving" message: a
+    # client polling /health must not see ok while requests would wait for the rest of the start
+    client, bridge, _ = make()
+    bridge.starting = True
+    r = client.get("/health")
+    assert r.status_code == 503 and "starting" in r.json()["error"]["message"]
+    bridge.starting = False
+    assert client.get("/health").text == "ok"
+
+
 async def _occupy(bridge):
     from dcpctl.runtime.engine.request import SamplingParams
     bridge.open([1], SamplingParams())

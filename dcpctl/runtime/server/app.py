@@ -1,6 +1,7 @@
 """The FastAPI app on rank 0: OpenAI-style errors and every route (guard.py: Host check, auth, body limit).
 
-    GET  /health                 200 while the engine runs, 503 once it failed (no key needed)
+    GET  /health                 200 while the engine serves, 503 while the server starts or once it failed
+                                 (no key needed)
     GET  /v1/models              the served model
     GET  /metrics                Prometheus text
     POST /v1/completions, /v1/chat/completions, /generate   see openai_api.py
@@ -60,6 +61,8 @@ def build_app(state: ServerState) -> FastAPI:
             return error_response(503, f"engine failed: {state.bridge.error}")
         if state.bridge.stop_requested:
             return error_response(503, "shutting down")
+        if state.bridge.starting:
+            return error_response(503, "starting: the other HTTP workers are not up yet")
         return PlainTextResponse("ok")
 
     @app.get("/v1/models")

@@ -52,6 +52,7 @@ class Bridge:
         self._ended: list[str] = []   # finish reasons of requests this side ended (stop string, client gone)
         self.stop_requested = False
         self.error: str | None = None
+        self.starting = False      # an HTTP worker up before its siblings: /health says 503 until the engine serves
 
     # ---- HTTP side (any event-loop thread) ----
     def open(self, prompt: list[int], params: SamplingParams) -> tuple[int, asyncio.Queue]:

@@ -7,6 +7,7 @@
                                                      receiver: bridge.deliver (own ids), metrics (all)
       fail(msg)  -> ("fail", msg)                    every open request ends with that error
       stop()     -> ("stop",)                        the HTTP server stops, the process exits
+      (start)    -> ("serving",)                     once every worker is up: /health answers ok from then on
 
 Why: with HTTP in a thread of the engine process, each streamed token's Python (queue, SSE encoding,
 uvicorn) competed with the decode loop for the GIL, so at 32 concurrent streams a served step took ~3x the
@@ -81,6 +82,7 @@ class Frontend:
         for w in rest:
             w.wait_ready()
         self.workers = [first] + rest
+        self._send(("serving",))   # every worker is up: /health may say ok (worker 0 answered 503 until now)
         self.gone: list[_Worker] = []
 
     def take(self, wait: bool) -> Control:
@@ -219,6 +221,7 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
                         spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra)
     app = build_app(state)
     prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
+    bridge.starting = True         # until the engine's "serving": worker 0 listens while its siblings start
     return bridge, metrics, figures, HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1).start()
 
 
@@ -265,5 +268,7 @@ def _receive(conn: Any, bridge: Any, metrics: Any, figures: _EngineFigures, me: 
             bridge.fail(rest[0])
         elif kind == "stopping":
             bridge.stop_requested = True
+        elif kind == "serving":
+            bridge.starting = False
         elif kind == "stop":
             return
