@@ -167,6 +167,8 @@ class DecodeGraphs:
         src (logits=True only): row i's input id is row src[i] of the previous replay's `sampled_ids` where
         src[i] >= 0 (a token still on the device: the engine's pipelined decode), else ids[i]."""
         # O(batch + new pages) host work: one int64 copy of the metadata; the table writes only what changed
+        if src is not None and not self.logits:
+            raise ValueError("src rows read the previous replay's argmax: only graphs with logits=True make one")
         n = len(chunks)
         b = self.graph_size(max(n, size or 0))
         pos = [ch.start for ch in chunks] + [0] * (b - n)
@@ -179,8 +181,6 @@ class DecodeGraphs:
             if owner(ch.start, self.c) == self.rank:
                 slots[i] = physical(virtual_slot(pages, ch.start, self.alloc.page_tokens), self.c)
         self.table.update(rows)
-        if src is not None and not self.logits:
-            raise ValueError("src rows read the previous replay's argmax: only graphs with logits=True make one")
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots,
                              (src if src is not None else [-1] * n) + [-1] * (b + 1 - n)], dtype=torch.int64)
