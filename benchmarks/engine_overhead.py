@@ -104,7 +104,8 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
     gpu_ms = [s.elapsed_time(e) for s, e in gpu[-len(wall):]] if gpu else []
     out = {"batch": batch, "steps": len(wall), "step_wall_ms_p50": statistics.median(wall) * 1e3}
     if timers.rows:
-        out["host_ms_p50"] = {k: round(statistics.median(r[i] for r in timers.rows) * 1e3, 4) for i, k in enumerate(PHASES)}
+        out["host_ms_p50"] = {k: round(statistics.median(r[i] for r in timers.rows) * 1e3, 4)
+                              for i, k in enumerate(PHASES)}
     if gpu_ms:
         out["replay_gpu_ms_p50"] = statistics.median(gpu_ms)
         out["host_overhead_ms_p50"] = out["step_wall_ms_p50"] - out["replay_gpu_ms_p50"]

@@ -14,9 +14,12 @@ uvicorn) competed with the decode loop for the GIL, so at 32 concurrent streams 
 engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~70 us of CPU per streamed
 token (68 us at 32 streams on the H200 machine, most of it the socket write): at 32 streams of a 1.1 ms step
 (29k tokens a second) it falls behind and the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's
-name) processes on one port.  Each pipe is a socketpair private to two processes, read and written as a
-multiprocessing Connection; messages are pickled dataclasses of this package, except a step's events, which go as (rid, token, logprob, finish) tuples (pickled ~3x faster: at 32 streams rank 0 pickled 32 Event objects in ~76 us a step on the CPU machine, tuples in ~25).  A frontend exits when its pipe closes (the engine died), so it never outlives rank 0; a worker that
-dies takes its share of the port with it, and the engine goes on with the others (it fails when none is left).
+name) processes on one port. Each pipe is a socketpair private to two processes, read and written as a
+multiprocessing Connection; messages are pickled dataclasses of this package, except a step's events, which go as
+(rid, token, logprob, finish) tuples (pickled ~3x faster: at 32 streams rank 0 pickled 32 Event objects in ~76 us a
+step on the CPU machine, tuples in ~25). A frontend exits when its pipe closes (the engine died), so it never
+outlives rank 0; a worker that dies takes its share of the port with it, and the engine goes on with the others (it
+fails when none is left).
 """
 from __future__ import annotations
 

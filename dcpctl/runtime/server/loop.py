@@ -9,8 +9,9 @@ A shutdown message cancels every request, checks that every KV page is free agai
 
 With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_counter times of take, step start,
 step end, delivered; the step's kind, chunks and tokens; events; the host seconds of a graph step's phases,
-engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory and writes them there as JSON when the loop ends: where a served
-step's time goes between the engine and the HTTP side (benchmarks/serve_trace.py reads it).  A debugging aid:
+engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory
+and writes them there as JSON when the loop ends: where a served step's time goes between the engine and the HTTP
+side (benchmarks/serve_trace.py reads it).  A debugging aid:
 the rows grow with the run.  With $DCPCTL_LOOP_PROFILE set to a file, rank 0's loop runs under cProfile and its
 stats go there (pstats format) when the loop ends: which host work a served step spends (cProfile's own cost
 inflates Python-heavy code, so compare shares, not times).
@@ -32,8 +33,8 @@ from dcpctl.runtime.server.control import Control, broadcast_control
 OnStep = Callable[[list[Event], list[ReplicaStats], float], None]
 TRACE_ENV = "DCPCTL_STEP_TRACE"
 PROFILE_ENV = "DCPCTL_LOOP_PROFILE"
-TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events", "prepare_s", "graph_launch_s",
-                "sampling_s", "resolve_s", "gpu_ms", "gpu_gap_ms"]
+TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "tokens", "events", "prepare_s",
+                "graph_launch_s", "sampling_s", "resolve_s", "gpu_ms", "gpu_gap_ms"]
 
 
 def apply(engine: Engine, msg: Control) -> list[Event]:
