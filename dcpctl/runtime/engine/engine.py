@@ -228,7 +228,7 @@ class Engine:
             logits = self.graphs.run(self._input_ids(chunks), chunks, size, self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
             rows = [r for r, _ in picks]
-            both = self.graphs.graphs.sampled[:len(chunks)]   # [n, 2]: the graph's argmax and logprob per row
+            both = self.graphs.greedy(len(chunks))   # [n, 2]: the graph's argmax and logprob per row
             if len(picks) != len(chunks):
                 pick = torch.tensor(rows, device=self.device)
                 logits, both = logits.index_select(0, pick), both.index_select(0, pick)

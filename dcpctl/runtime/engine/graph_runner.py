@@ -74,6 +74,10 @@ class GraphDecode:
         return len(chunks)
 
     def run(self, ids: list[int], chunks: list[SeqChunk], size: int, src: list[int] | None = None) -> Tensor:
-        """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step; the
-        graph's greedy choice per row is in graphs.sampled)."""
+        """Logits [n, V] of one decode step (a view into the graph's output: read it before the next step)."""
         return self.graphs.replay(ids, chunks, size, src)
+
+    def greedy(self, n: int) -> Tensor:
+        """[n, 2]: the last replay's argmax (as a float) and its log-probability per row, on the device (a view:
+        read it before the next replay)."""
+        return self.graphs.sampled[:n]
