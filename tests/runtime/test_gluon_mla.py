@@ -137,3 +137,73 @@ def test_gluon_is_deterministic(block_n, stages, page):
                                          num_splits=3, config=cfg) for _ in range(6)]
     for r in runs[1:]:
         assert torch.equal(r.o, runs[0].o) and torch.equal(r.lse, runs[0].lse)
+
+
+def _decode(case, cfg, splits, **kw):
+    rk = case["ranks"][0]
+    q = case["q"].to(torch.bfloat16).cuda()
+    return triton_mla.mla_decode_triton(q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(),
+                                        case["q_pos"].int().cuda(), scale=1 / math.sqrt(192), v_dim=512,
+                                        num_splits=splits, config=cfg, **kw)
+
+
+@needs_hopper
+@pytest.mark.parametrize("block_n,stages", [(64, 2), (32, 4)])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_gluon_in_kernel_merge_equals_the_merge_kernel(monkeypatch, block_n, stages, splits, out_dtype):
+    # the last split's merge against fused_merge's kernel on the same partials: the same fp32 products summed in
+    # another order. Rows of 1 and 65 keys leave later splits empty (lse -inf, never weighed), NaN fills every
+    # slot no request owns; the counters are zero after every launch (a stale one would hang the next)
+    case = make_case(23, [1, 65, 700, 2000, 3001], 1, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=2,
+                     dtype=torch.bfloat16, device="cuda", garbage="nan")
+    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=True, **GLUON)
+    monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "0")
+    want = _decode(case, cfg, splits, out_dtype=out_dtype)
+    monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "8")
+    for _ in range(3):
+        got = _decode(case, cfg, splits, out_dtype=out_dtype)
+        assert got.o.dtype == out_dtype and torch.equal(torch.isneginf(got.lse), torch.isneginf(want.lse))
+        assert torch.isfinite(got.o).all()
+        tol = 1e-5 if out_dtype == torch.float32 else 8e-3
+        torch.testing.assert_close(got.o.float(), want.o.float(), atol=tol, rtol=tol)
+        fin = torch.isfinite(want.lse)
+        torch.testing.assert_close(got.lse[fin], want.lse[fin], atol=1e-5, rtol=0)
+        assert int(triton_mla.merge_counters(torch.device("cuda", torch.cuda.current_device())).abs().sum()) == 0
+    check_gluon_case(case, 1 / math.sqrt(192), num_splits=splits, config=cfg)   # and against float64
+
+
+@needs_hopper
+def test_gluon_in_kernel_merge_in_a_graph_and_into_the_send_buffer(monkeypatch):
+    # captured once, replayed over other lengths: each replay equals its eager launch and leaves the counters
+    # zero; the a2a send buffer (strided destination views with the LSE lanes) is written in place
+    from dcpctl.runtime.attention.comm import send_buffer, unpack
+    monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "2")
+    case = make_case(29, [300, 900, 1500], 1, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=1,
+                     dtype=torch.bfloat16, device="cuda")
+    cfg = triton_mla.KernelConfig(block_n=64, num_stages=2, gluon=True, **GLUON)
+    rk = case["ranks"][0]
+    q = case["q"].to(torch.bfloat16).cuda()
+    lens, qpos = rk["lens"].clone(), case["q_pos"].int().cuda()
+    rows = case["row_req"].int().cuda()
+    kw = dict(scale=1 / math.sqrt(192), v_dim=512, num_splits=2, config=cfg, max_local_len=1500)
+    send = send_buffer(q.shape[0], 128, 512, 2, torch.bfloat16, torch.device("cuda"))
+    run = lambda: triton_mla.mla_decode_triton(q, rk["pool"], rk["bt"], lens, rows, qpos, **kw,  # noqa: E731
+                                               out=(send.o, send.lse))
+    run()                                   # warm-up: compiles, allocates the counters
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    for new in ([300, 900, 1500], [1, 64, 1499], [120, 2, 777]):
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        qpos.copy_(torch.tensor(new, dtype=torch.int32) - 1)
+        g.replay()
+        torch.cuda.synchronize()
+        o_g, lse_g = (t.clone() for t in unpack(send.buf, 512, torch.bfloat16))
+        monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "0")
+        run()
+        monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "2")
+        o_e, lse_e = unpack(send.buf, 512, torch.bfloat16)
+        torch.testing.assert_close(o_g.float(), o_e.float(), atol=8e-3, rtol=8e-3)
+        torch.testing.assert_close(lse_g, lse_e, atol=1e-5, rtol=0)
+        assert int(triton_mla.merge_counters(q.device).abs().sum()) == 0
