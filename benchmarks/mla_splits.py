@@ -1,6 +1,5 @@
 """The local MLA decode alone (the Gluon kernel and its split merge) at 128 heads, ctx 1032, page 64: us per call
-by split count at batch 1, 8 and 32, each split count > 1 with the separate merge kernel and merged by the
-kernel's last split ($DCPCTL_SPLIT_MERGE_MAX 0 / 128), timed as step_gemms.py times its GEMMs (its _time: calls captured in one CUDA
+by split count at batch 8 and 32, timed as step_gemms.py times its GEMMs (its _time: calls captured in one CUDA
 graph, rotating over its _copies of the pool, larger than L2 together), next to the count mla_decode picks.
 
 usage: PYTHONPATH=. python3 benchmarks/mla_splits.py OUT.json      (a CUDA GPU with Triton's Gluon, sm_90)
@@ -11,7 +10,6 @@ them (since reverted: slower).  On later trees there is only fp32, so this versi
 """
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -29,7 +27,7 @@ def main(out: str) -> None:
     ctx, page, H, R, V = 1032, 64, 128, 576, 512
     pages = -(-ctx // page)
     wave = gpu_facts(dev).sms * triton_mla.default_config(H).occupancy     # as mla_decode_triton sizes its splits
-    for B in (1, 8, 32):
+    for B in (8, 32):
         pools = _copies((B * pages + 1, page, R))
         bt = torch.arange(B * pages, device=dev, dtype=torch.int32).view(B, pages)
         lens = torch.full((B,), ctx, device=dev, dtype=torch.int32)
@@ -39,14 +37,11 @@ def main(out: str) -> None:
         desc = {}
         auto = triton_mla.choose_splits(B, 2, ctx, 64, wave)
         for s in sorted({1, 2, 3, 4, 6, 8, auto}):
-            for merge in ("kernel", "in-kernel") if s > 1 else ("none",):   # the separate merge kernel, or the last split's
-                os.environ[triton_mla.SPLIT_MERGE_ENV] = "0" if merge == "kernel" else "128"
-                us = _time(lambda i, s=s: triton_mla.mla_decode_triton(
-                    q, pools[i % len(pools)], bt, lens, rr, qp, scale=0.07, v_dim=V, num_splits=s,
-                    out_dtype=torch.bfloat16, max_local_len=ctx, descriptors=desc), len(pools))
-                rows.append(dict(batch=B, partials="fp32", splits=s, auto=auto, merge=merge, us=us))
-                print(f"B={B} splits={s} (auto {auto}) merge {merge}: {us:.2f} us", flush=True)
-    os.environ.pop(triton_mla.SPLIT_MERGE_ENV, None)
+            us = _time(lambda i, s=s: triton_mla.mla_decode_triton(
+                q, pools[i % len(pools)], bt, lens, rr, qp, scale=0.07, v_dim=V, num_splits=s,
+                out_dtype=torch.bfloat16, max_local_len=ctx, descriptors=desc), len(pools))
+            rows.append(dict(batch=B, partials="fp32", splits=s, auto=auto, us=us))
+            print(f"B={B} splits={s} (auto {auto}) {us:.2f} us", flush=True)
     with open(out, "w") as f:
         json.dump(rows, f, indent=1)
 

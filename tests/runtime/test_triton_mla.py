@@ -344,29 +344,3 @@ def test_destination_shape_is_checked():
                    (torch.empty(2, 3, 4, 16)[..., ::2], torch.empty(2, 3, 4)), (torch.empty(3, 32), torch.empty(3))]:
         with pytest.raises(ValueError, match="does not hold 3 rows of 8 heads"):
             check_destination((o, lse), 3, 8, 8)
-
-
-def test_split_merge_max_and_when_the_kernel_merges(monkeypatch):
-    from dcpctl.plan.errors import UserError
-    monkeypatch.delenv(triton_mla.SPLIT_MERGE_ENV, raising=False)
-    assert triton_mla.split_merge_max() == triton_mla.SPLIT_MERGE_MAX
-    monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "5")
-    assert triton_mla.split_merge_max() == 5
-    for bad in ("-1", "two"):
-        monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, bad)
-        with pytest.raises(UserError, match=triton_mla.SPLIT_MERGE_ENV):
-            triton_mla.split_merge_max()
-    monkeypatch.setenv(triton_mla.SPLIT_MERGE_ENV, "4")
-    cfg = triton_mla.KernelConfig(64, 64, 8, 2, gluon=True)
-    cpu = torch.device("cpu")
-    dest = triton_mla._in_kernel_destination
-    assert dest(cfg, 1, 3, 128, 2, 512, None, None, cpu) is None                 # one split: nothing to merge
-    assert dest(cfg, 5, 3, 128, 2, 512, None, None, cpu) is None                 # over the maximum
-    assert dest(triton_mla.KernelConfig(64, 32, 8, 2, gluon=True), 2, 3, 128, 2, 512, None, None, cpu) is None  # ring < o
-    assert dest(cfg, 2, triton_mla.COUNTER_UNITS, 128, 2, 512, None, None, cpu) is None  # more units than counters
-    fo, fl, cnt = dest(cfg, 3, 3, 128, 2, 512, None, torch.bfloat16, cpu)
-    assert fo.shape == (1, 3, 128, 512) and fo.dtype == torch.bfloat16 and fl.shape == (1, 3, 128)
-    assert cnt.shape == (2 * triton_mla.COUNTER_UNITS,) and int(cnt.abs().sum()) == 0
-    out = (torch.empty(2, 3, 64, 512), torch.empty(2, 3, 64))
-    fo, fl, _ = dest(cfg, 2, 3, 128, 2, 512, out, None, cpu)
-    assert fo is out[0] and fl is out[1]

@@ -111,14 +111,10 @@ if gluon is not None:
     def _mla_gluon_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2,
-                          FO, FL, CNT, s_foc, s_fon, s_foh, s_flc, s_fln, s_flh, FHL,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
-                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr, MERGE: gl.constexpr):
+                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
-        # MERGE (splits > 1): O/LSE are the partials' scratch and the split that finishes last merges them into
-        # FO: [C, N, FHL, D_V], FL: [C, N, FHL] (the destination); CNT: 2 x (N * H/BLOCK_H) zeroed int32 counters,
-        # zero again when the kernel ends (each unit's last split resets its two)
         # USE_TMA (PAGE % BLOCK_N == 0): whole tiles by bulk tensor copy (KVD_V/KVD_PE over the pool's rows),
         # the partial last tile by cp.async; else every tile by cp.async, row by row through the page table
         gl.static_assert(BLOCK_H == 64, "one wgmma row block of heads per program")
@@ -209,39 +205,6 @@ if gluon is not None:
         inv = gl.convert_layout(gl.where(seen, 1.0 / gl.where(seen, l_sum, 1.0), 0.0), gl.SliceLayout(1, LO))
         o = acc * inv[:, None]
         lse = gl.where(seen, (m + gl.log2(gl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
-        if MERGE:
-            gl.static_assert(STAGES * BLOCK_N * 2 >= BLOCK_H * 4, "the KV ring holds the fp32 [BLOCK_H, D_V] o")
-            units = gl.num_programs(0) * gl.num_programs(2)
-            unit = n * gl.num_programs(0) + hb
-            nsplit = gl.num_programs(1)
-            # a ticket first: only the splits that are not last store their partial (the last one keeps its own
-            # in shared memory); the second counter says when those stores are visible
-            ticket = gl.atomic_add(CNT + unit, 1, sem="acq_rel", scope="gpu")
-            if ticket < nsplit - 1:
-                _store_partial(o, lse, O, LSE, sp, n, hb, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL, H,
-                               BLOCK_H, D_V, LO, LS)
-                gl.thread_barrier()          # every thread's stores before the release below (cumulative)
-                gl.atomic_add(CNT + units + unit, 1, sem="release", scope="gpu")
-            else:
-                # the others hold a ticket, so they are past their loops: waiting on them cannot deadlock
-                done = gl.atomic_add(CNT + units + unit, 0, sem="acquire", scope="gpu")
-                while done < nsplit - 1:
-                    done = gl.atomic_add(CNT + units + unit, 0, sem="acquire", scope="gpu")
-                gl.store(CNT + unit, 0)      # both counters back to zero for the next launch
-                gl.store(CNT + units + unit, 0)
-                gl.thread_barrier()          # all KV-ring reads (wgmma) are done: the ring holds o below
-                own = kv_v_s._reinterpret(gl.float32, [BLOCK_H, D_V],
-                                          gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-                _merge_last(o, lse, own, O, LSE, FO, FL, sp, nsplit, n, hb, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
-                            s_foc, s_fon, s_foh, s_flc, s_fln, s_flh, FHL, H, BLOCK_H, D_V, LO, LS)
-        else:
-            _store_partial(o, lse, O, LSE, sp, n, hb, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL, H, BLOCK_H, D_V,
-                           LO, LS)
-
-    @gluon.jit
-    def _store_partial(o, lse, O, LSE, sp, n, hb, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL, H,
-                       BLOCK_H: gl.constexpr, D_V: gl.constexpr, LO: gl.constexpr, LS: gl.constexpr):
-        # o [BLOCK_H, D_V] (layout LO), lse [BLOCK_H] (slice of LS) -> head h at block sp + h // HL of O / LSE
         offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LO))
         offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LO))
         blk = (sp + offs_h // HL).to(gl.int64)
@@ -252,54 +215,6 @@ if gluon is not None:
         blk_l = (sp + offs_hl // HL).to(gl.int64)
         gl.store(LSE + blk_l * s_lc + n.to(gl.int64) * s_ln + (offs_hl % HL).to(gl.int64) * s_lh,
                  lse.to(LSE.dtype.element_ty), mask=offs_hl < H)
-
-    @gluon.jit
-    def _merge_last(o, lse, own, O, LSE, FO, FL, sp, nsplit, n, hb, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
-                    s_foc, s_fon, s_foh, s_flc, s_fln, s_flh, FHL, H,
-                    BLOCK_H: gl.constexpr, D_V: gl.constexpr, LO: gl.constexpr, LS: gl.constexpr):
-        # the last split of a unit: its own o/lse in registers, the other splits' partials in O / LSE (block =
-        # split); the merge of fused_merge._merge_kernel (a partial whose lse is not finite is never loaded),
-        # written to FO / FL at head h -> block h // FHL.  `own` ([BLOCK_H, D_V] fp32 shared) takes this
-        # split's weighted o so that the merge walks D_V in 64-column chunks with few registers.
-        LM: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [gl.num_warps(), 1], [1, 0])
-        CH: gl.constexpr = 64
-        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LM))
-        hmask = offs_h < H
-        nn = n.to(gl.int64)
-        own_l = gl.convert_layout(lse, gl.SliceLayout(1, LM))
-        own_ok = (own_l > float("-inf")) & (own_l < float("inf"))
-        mx = gl.where(own_ok, own_l, float("-inf"))
-        for s in range(nsplit):
-            lp = LSE + s * s_lc + nn * s_ln + offs_h.to(gl.int64) * s_lh
-            ls = gl.load(lp, mask=hmask & (s != sp), other=float("-inf"), cache_modifier=".cg")
-            mx = gl.maximum(mx, gl.where((ls > float("-inf")) & (ls < float("inf")), ls, float("-inf")))
-        mx_safe = gl.where(mx > float("-inf"), mx, 0.0)
-        total = gl.where(own_ok, gl.exp(gl.where(own_ok, own_l, 0.0) - mx_safe), 0.0)
-        for s in range(nsplit):
-            lp = LSE + s * s_lc + nn * s_ln + offs_h.to(gl.int64) * s_lh
-            ls = gl.load(lp, mask=hmask & (s != sp), other=float("-inf"), cache_modifier=".cg")
-            ok = (ls > float("-inf")) & (ls < float("inf"))
-            total += gl.where(ok, gl.exp(gl.where(ok, ls, 0.0) - mx_safe), 0.0)
-        merged = gl.where(total > 0, mx_safe + gl.log(gl.where(total > 0, total, 1.0)), float("-inf"))
-        w_own = gl.where(own_ok, gl.exp(gl.where(own_ok, own_l, 0.0) - merged), 0.0)
-        own.store(o * gl.convert_layout(w_own, gl.SliceLayout(1, LO))[:, None])
-        gl.thread_barrier()
-        blk = (offs_h // FHL).to(gl.int64)
-        hl = (offs_h % FHL).to(gl.int64)
-        for c in gl.static_range(D_V // CH):
-            cols = c * CH + gl.arange(0, CH, layout=gl.SliceLayout(0, LM))
-            acc = own.slice(c * CH, CH, dim=1).load(LM)
-            for s in range(nsplit):
-                lp = LSE + s * s_lc + nn * s_ln + offs_h.to(gl.int64) * s_lh
-                ls = gl.load(lp, mask=hmask & (s != sp), other=float("-inf"), cache_modifier=".cg")
-                ok = (ls > float("-inf")) & (ls < float("inf"))
-                w = gl.where(ok, gl.exp(gl.where(ok, ls, 0.0) - merged), 0.0)
-                x = gl.load(O + s * s_oc + nn * s_on + offs_h.to(gl.int64)[:, None] * s_oh + cols[None, :],
-                            mask=(w > 0)[:, None], other=0.0, cache_modifier=".cg")
-                acc += x * w[:, None]
-            gl.store(FO + blk[:, None] * s_foc + nn * s_fon + hl[:, None] * s_foh + cols[None, :],
-                     acc.to(FO.dtype.element_ty), mask=hmask[:, None])
-        gl.store(FL + blk * s_flc + nn * s_fln + hl * s_flh, merged.to(FL.dtype.element_ty), mask=hmask)
 
 
 def tma_descriptors(kv_pool, block_n: int, v_dim: int):

@@ -8,15 +8,12 @@ R columns, values the first v_dim.  An fp8 (e4m3) pool carries one per-tensor sc
 
 Kernel (flash-decoding): grid (head block, split, query row); each program streams its KV chunk,
 keeps an online softmax in base 2 and writes a normalized partial (o, lse) per split; the splits are
-merged exactly by `fused_merge.merge_partials` (skipped when there is one split).  The Gluon kernel merges
-up to `split_merge_max()` splits itself: the split of a (row, head block) that finishes last reads the
-others' partials and writes the merged result (one launch fewer; gluon_mla's MERGE).
+merged exactly by `fused_merge.merge_partials` (skipped when there is one split).
 """
 from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import torch
@@ -33,11 +30,6 @@ try:
     import triton.language as tl
 except ImportError:  # CPU CI: the reference path only
     triton = None
-
-
-SPLIT_MERGE_ENV = "DCPCTL_SPLIT_MERGE_MAX"
-SPLIT_MERGE_MAX = 2         # splits the Gluon kernel merges itself by default (benchmarks/data/..., below)
-COUNTER_UNITS = 1 << 16     # (query row, head block) units the in-kernel merge's counters cover
 
 
 class MLAOut(NamedTuple):
@@ -176,21 +168,12 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
               head_blocks, s, v_dim, descriptors)
-    final = None            # the destination when the Gluon kernel merges its splits itself
-    if use_gluon(cfg, kv_pool, v_dim, kv_scale):
-        final = _in_kernel_destination(cfg, s, n, h, head_blocks, v_dim, out, out_dtype, q.device)
-        if not _launch_gluon(*launch, final=final):
-            final = None
-            _launch_triton(*launch)
-    else:
+    if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
         _launch_triton(*launch)
     if config is None:      # after the launch: a Gluon build failure has already switched it to Triton
         announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
     if s == 1:
         return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
-    if final is not None:
-        fo, fl = final[0], final[1]
-        return MLAOut(fo, fl, "e") if out is not None else MLAOut(fo[0], fl[0], "e")
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
                             out=out)
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")
@@ -214,79 +197,23 @@ def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: di
     return d
 
 
-def split_merge_max() -> int:
-    """Most splits the Gluon kernel merges itself (its last split to finish reads the others' partials);
-    above it, or with `$DCPCTL_SPLIT_MERGE_MAX=0`, the separate merge kernel runs (a benchmark's A/B knob,
-    parsed once per value)."""
-    return _split_merge_max(os.environ.get(SPLIT_MERGE_ENV, ""))
-
-
-@functools.lru_cache(maxsize=None)
-def _split_merge_max(raw: str) -> int:
-    from dcpctl.plan.errors import UserError
-    if not raw.strip():
-        return SPLIT_MERGE_MAX
-    try:
-        v = int(raw)
-        if v < 0:
-            raise ValueError
-        return v
-    except ValueError:
-        raise UserError(f"${SPLIT_MERGE_ENV}={raw!r}: expected a whole number of splits >= 0") from None
-
-
-_COUNTERS: dict[torch.device, Tensor] = {}
-
-
-def merge_counters(device: torch.device) -> Tensor | None:
-    """The in-kernel merge's 2 x COUNTER_UNITS int32 counters on this GPU, zero between launches (each unit's
-    last split resets its own).  Allocated on the first call outside a CUDA-graph capture (every capture here
-    follows an eager warm-up of the same step); None before that.  One attention launch at a time per GPU
-    uses them: every launch runs on the step's stream."""
-    c = _COUNTERS.get(device)
-    if c is None and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-        c = _COUNTERS[device] = torch.zeros(2 * COUNTER_UNITS, dtype=torch.int32, device=device)
-    return c
-
-
-def _in_kernel_destination(cfg: KernelConfig, s: int, n: int, h: int, head_blocks: int, v_dim: int,
-                           out: tuple[Tensor, Tensor] | None, out_dtype: torch.dtype | None,
-                           device: torch.device) -> tuple[Tensor, Tensor, Tensor] | None:
-    """(o [c, n, h/c, v], lse [c, n, h/c], counters) for the Gluon kernel to merge s splits into, or None
-    when the separate merge runs (one split, more than split_merge_max(), a ring too small for o, no counters)."""
-    if not 1 < s <= split_merge_max() or cfg.num_stages * cfg.block_n * 2 < cfg.block_h * 4 \
-            or n * head_blocks > COUNTER_UNITS:
-        return None
-    cnt = merge_counters(device)
-    if cnt is None:
-        return None
-    if out is not None:
-        return out[0], out[1], cnt
-    fo = torch.empty(1, n, h, v_dim, dtype=out_dtype or torch.float32, device=device)
-    return fo, torch.empty(1, n, h, dtype=torch.float32, device=device), cnt
-
-
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
                   scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
-                  descriptors: dict | None, final: tuple[Tensor, Tensor, Tensor] | None = None) -> bool:
-    """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon), and with `final` (o, lse,
-    counters) its splits merged into final's o / lse; False, and the Triton kernel for cfg from then on,
-    when it does not build here."""
+                  descriptors: dict | None) -> bool:
+    """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon); False, and the Triton kernel
+    for cfg from then on, when it does not build here."""
     n, r = q.shape[0], q.shape[2]
     use_tma = kv_pool.shape[1] % cfg.block_n == 0
     kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim, descriptors) if use_tma else (kv_pool, kv_pool)
-    fo, fl, cnt = final if final is not None else (do, dl, local_lens)     # unread without MERGE
     try:
         _gluon_mla_kernel[(head_blocks, s, n)](
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
             q.stride(0), q.stride(1), kv_pool.stride(0), kv_pool.stride(1), block_table.stride(0),
             do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
             h, dcp_rank, dcp_size, scale * 1.4426950408889634,
-            fo, fl, cnt, fo.stride(0), fo.stride(1), fo.stride(2), fl.stride(0), fl.stride(1), fl.stride(2),
-            fo.shape[2],
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-            STAGES=cfg.num_stages, USE_TMA=use_tma, MERGE=final is not None, num_warps=cfg.num_warps)
+            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
     except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
         mark_failed(cfg, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:160]}")
         return False
