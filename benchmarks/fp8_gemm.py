@@ -22,7 +22,8 @@ shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods 
 eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds
 a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
-best; `--table` prints the fp8_gemm.TABLE and GEMV_TABLE those bests make.
+best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the fp8_gemm.TABLE and GEMV_TABLE
+those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
 quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
 matches ours (norm-relative < 1e-2), which is then timed and kept for the later cells; each refusal is recorded
@@ -78,6 +79,16 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               # capped K splits (the tile's last program sums splits x M x BN fp32 partials alone)
               + [Tiles(bn, 4, 3, 4, max_split=ms) for bn in (32, 64, 128) for ms in (2, 4, 8)]
               + [Tiles(64, 4, 3, 4, swap=True, max_split=ms) for ms in (4, 8)])
+# --a16-candidates (w8a16 at 32-64 rows, where its MMA kernel lost to cuBLAS bf16 with every setting timed so far,
+# all of them one warpgroup): two warpgroups (8 warps) share each tile's e4m3 -> 16-bit conversion, N tiles of 64 and
+# 128, the weight rows on the MMA's M side (swap: the converted tile is the MMA's A operand, straight from registers)
+# or not, 1-4 programs per SM; with the settings TABLE / TABLE_A16 ship for these rows, to compare in the same run
+A16_CANDIDATES = ([Tiles(128, 8, 3, ps, swap=sw) for ps in (1, 2) for sw in (True, False)]
+                  + [Tiles(64, 8, 4, ps, swap=sw) for ps in (1, 2) for sw in (True, False)]
+                  + [Tiles(128, 8, 4, 1, swap=True), Tiles(128, 8, 3, 4, swap=True, max_split=4),
+                     Tiles(128, 4, 3, 1, swap=True), Tiles(64, 4, 4, 1, swap=True)]
+                  + [Tiles(bn=32, stages=4), Tiles(bn=32, stages=4, per_sm=1), Tiles(swap=True),
+                     Tiles(per_sm=4, swap=True, max_split=4), Tiles(stages=5, per_sm=1)])
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
 # program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
 # blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
@@ -368,6 +379,8 @@ def main() -> int:
     ap.add_argument("--sweep-m", type=int, nargs="+", default=list(BATCHES), help="sweep only at these M")
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
     ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
+    ap.add_argument("--a16-candidates", action="store_true",
+                    help="sweep A16_CANDIDATES instead (w8a16 at 32-64 rows: 8-warp and swapped settings)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
@@ -398,7 +411,8 @@ def main() -> int:
             N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 ((GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
+                 (A16_CANDIDATES if args.a16_candidates else
+                  (GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
                  args.torch_peer,
                  args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
