@@ -42,6 +42,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -79,16 +80,18 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               # capped K splits (the tile's last program sums splits x M x BN fp32 partials alone)
               + [Tiles(bn, 4, 3, 4, max_split=ms) for bn in (32, 64, 128) for ms in (2, 4, 8)]
               + [Tiles(64, 4, 3, 4, swap=True, max_split=ms) for ms in (4, 8)])
-# --a16-candidates (w8a16 at 32-64 rows, where its MMA kernel lost to cuBLAS bf16 with every setting timed so far,
-# all of them one warpgroup): two warpgroups (8 warps) share each tile's e4m3 -> 16-bit conversion, N tiles of 64 and
-# 128, the weight rows on the MMA's M side (swap: the converted tile is the MMA's A operand, straight from registers)
-# or not, 1-4 programs per SM; with the settings TABLE / TABLE_A16 ship for these rows, to compare in the same run
-A16_CANDIDATES = ([Tiles(128, 8, 3, ps, swap=sw) for ps in (1, 2) for sw in (True, False)]
-                  + [Tiles(64, 8, 4, ps, swap=sw) for ps in (1, 2) for sw in (True, False)]
-                  + [Tiles(128, 8, 4, 1, swap=True), Tiles(128, 8, 3, 4, swap=True, max_split=4),
-                     Tiles(128, 4, 3, 1, swap=True), Tiles(64, 4, 4, 1, swap=True)]
-                  + [Tiles(bn=32, stages=4), Tiles(bn=32, stages=4, per_sm=1), Tiles(swap=True),
-                     Tiles(per_sm=4, swap=True, max_split=4), Tiles(stages=5, per_sm=1)])
+# --a16-candidates (w8a16's MMA kernel at 8-64 rows, where it loses to cuBLAS bf16 from 32 rows): the weight factor
+# folded into the converted tile (Tiles.fold: one MMA chain over the K blocks, no wait and scaled add per block)
+# with the settings that won this session's first w8a16 sweep at 32-64 rows unfolded (two warpgroups, which that
+# sweep also tried, won no cell; benchmarks/data/h200_fp8_a16_sweep_s14.json), and those unfolded settings again
+A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=True), Tiles(swap=True),
+           BEFORE_TILES, Tiles(bn=32, stages=4, per_sm=1), Tiles(128, 8, 3, 4, swap=True, max_split=4)]
+A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
+                  + [Tiles(64, 4, 4, 2, swap=True, fold=True), Tiles(128, 4, 3, 1, swap=True, fold=True),
+                     Tiles(128, 4, 4, 4, swap=True, max_split=4, fold=True), Tiles(bn=128, per_sm=4, max_split=4,
+                                                                                  fold=True),
+                     Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
+                  + A16_WON)
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
 # program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
 # blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
@@ -380,7 +383,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
     ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
     ap.add_argument("--a16-candidates", action="store_true",
-                    help="sweep A16_CANDIDATES instead (w8a16 at 32-64 rows: 8-warp and swapped settings)")
+                    help="sweep A16_CANDIDATES instead (w8a16 at 8-64 rows: the weight factor folded in)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")

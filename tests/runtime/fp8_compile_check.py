@@ -32,6 +32,7 @@ class Variant:
     pdl: bool = False
     a16: bool = False     # w8a16: bf16 rows, each e4m3 tile converted for a bf16 MMA
     f16: bool = False     # w8a16's fp16 MMA for the bf16 rows (a16_mma="fp16")
+    fold: bool = False    # w8a16 with the weight factor folded into the tile (Tiles.fold)
 
 
 def compile_sm90(v: Variant):
@@ -43,7 +44,7 @@ def compile_sm90(v: Variant):
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in INTS})
     const = dict(B0=128, BK=128, BM=v.bm, BN=v.bn, GROUPED=v.grouped, SPLIT=v.split, QUANT=v.quant, SWAP=v.swap,
-                 RED=v.red, PDL=v.pdl, A16=v.a16, F16=v.f16)
+                 RED=v.red, PDL=v.pdl, A16=v.a16, F16=v.f16, FOLD=v.fold)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}

@@ -35,6 +35,9 @@ VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn
 A16_VARIANTS = list(dict.fromkeys([
     BEFORE_TILES, Tiles(swap=True), Tiles(bn=32, red=4, swap=True), Tiles(bn=128), Tiles(per_sm=4, max_split=3),
     Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=32, stages=4, per_sm=1),
+    # the weight factor folded into the converted tile (fp32 rows: no rounding, so the same bound)
+    Tiles(fold=True), Tiles(swap=True, fold=True), Tiles(per_sm=4, max_split=2, swap=True, fold=True),
+    Tiles(bn=32, stages=4, per_sm=1, fold=True),
     *(t for entries in TABLE_A16.values() for _, t in entries),   # w8a16's own table
     GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]))
 
@@ -109,7 +112,9 @@ def main() -> int:
     # w8a16 with 16-bit rows: the e4m3 tiles converted to fp16 for a 16-bit dot (bf16 only on the GPU: the
     # interpreter's bf16 tl.dot multiplies raw bits); the fp16 output rounding is the error
     worst16 = 0.0
-    for t in (BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=128), DEFAULT_GEMV):
+    # (folded: each e4m3 x factor rounded to fp16 as well, 2^-11 of each weight)
+    for t in (BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=128), DEFAULT_GEMV,
+              Tiles(fold=True), Tiles(swap=True, fold=True)):
         cases = [dense(3, 40, 72, (16, 16), 132, t, "w8a16", torch.float16),
                  dense(17, 70, 256, (128, 128), 4, t, "w8a16", torch.float16)]
         err = _err(cases)

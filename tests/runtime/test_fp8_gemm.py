@@ -174,6 +174,47 @@ def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
         assert ("cvt.bf16.f16" in ptx) == (kind == "bf16")
 
 
+@pytest.mark.parametrize("bm,swap", [(16, True), (64, True), (64, False)])
+def test_folded_w8a16_accumulates_in_the_mma(bm, swap):
+    # Tiles.fold: the weight factor goes into the converted tile, so the K loop is one MMA chain (the wait for a
+    # K block's MMA moves past the next block's loads and conversion) instead of an MMA, a wait and a scaled add
+    pytest.importorskip("triton")
+    from tests.runtime.fp8_compile_check import Variant, compile_sm90
+    try:
+        k = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False, a16=True,
+                                 fold=True))
+    except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
+        if "ptxas" not in str(e):
+            raise
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    loop = k.asm["ttgir"].split("scf.for %acc")[1].split("scf.yield")[0]     # the K loop's body
+    assert "warp_group_dot " in loop and "arith.mulf" in loop.split("warp_group_dot ")[0], "the factor before the MMA"
+    if swap:   # the converted tile is the MMA's register operand: nothing in the loop waits for the last MMA
+        assert "pendings = 0" not in loop
+    unfolded = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False, a16=True))
+    assert "pendings = 0" in unfolded.asm["ttgir"].split("scf.for %acc")[1].split("scf.yield")[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 8, 32, 64])
+@pytest.mark.parametrize("tiles", [dict(fold=True), dict(swap=True, fold=True), dict(bn=32, stages=4, fold=True),
+                                   dict(per_sm=4, swap=True, max_split=4, fold=True)])
+def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
+    # folded, each weight is e4m3 x factor rounded to bf16: the dequantized checkpoint's weight bit for bit, so
+    # the GEMM is F.linear on it but for the order of the fp32 sums
+    from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
+    from dcpctl.runtime.models.quant import dequantize
+    from tests.runtime.test_model_fp8 import quantize
+    N, K = 2112, 7168
+    w8, s = (t.cuda() for t in quantize(torch.randn(N, K) * 0.02, (128, 128)))
+    wb = dequantize(w8, s, (0, N), (0, K), (128, 128)).to(torch.bfloat16)
+    x = torch.randn(R, K, device="cuda", dtype=torch.bfloat16)
+    got = fp8_matmul(x, w8, s, (128, 128), tiles=Tiles(**tiles), mode="w8a16").float()
+    want = torch.nn.functional.linear(x.double(), wb.double()).float()
+    assert ((got - want).norm() / want.norm()).item() < 4e-3      # the bf16 output rounding, not the weights
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mode", ["w8a8", "w8a16"])

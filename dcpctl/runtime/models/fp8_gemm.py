@@ -56,6 +56,14 @@ def _dot(a, b):
 
 
 @triton.jit
+def _dot_acc(a, b, acc):
+    # _dot accumulating into acc (the MMA chain Triton pipelines: the next K block's loads and conversion overlap it)
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _fp16_rows(x):
     # x: [BM, BK] bf16 -> (x * 2^-e_r in fp16, 2^e_r fp32 per row): each row's K block scaled by a power of two so
     # that its largest |x| lands in [2^8, 2^9), exact (bf16's 8 significant bits fit fp16's 11; only entries under
@@ -74,7 +82,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
-                     RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr, F16: tl.constexpr):
+                     RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr, F16: tl.constexpr,
+                     FOLD: tl.constexpr):
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
     # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
     # fp32.  SWAP computes the [BN, BM] transpose
@@ -115,7 +124,15 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
             x_ok = r_ok[:, None] & k_ok[None, :]
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
-            if A16:     # w8a16: the e4m3 tile in x's dtype (exact), a 16-bit MMA, the weight block's factor
+            if A16 and FOLD:   # w8a16, the factor folded into the tile: e4m3 x factor in fp32, rounded to x's
+                # dtype (the dequantized checkpoint's weight, bit for bit), so the MMA accumulates the K blocks
+                xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
+                wa = (w.to(tl.float32) * ws[:, None]).to(xa.dtype)
+                if SWAP:
+                    acc = _dot_acc(wa, tl.trans(xa), acc)
+                else:
+                    acc = _dot_acc(xa, tl.trans(wa), acc)
+            elif A16:     # w8a16: the e4m3 tile in x's dtype (exact), a 16-bit MMA, the weight block's factor
                 xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
                 if F16:   # bf16 rows through an fp16 MMA (see _fp16_rows): e4m3 -> fp16 is one conversion a pair
                     xa, xe = _fp16_rows(xa)
@@ -168,6 +185,9 @@ class Tiles:
                           # kernel finishes
     max_split: int = 0    # at most this many K splits (0: per_sm decides alone): the tile's last program reads
                           # splits x R x BN fp32 partials by itself, which at R = 64 outweighs a small weight
+    fold: bool = False    # w8a16: fold the weight block's factor into the converted tile (rounded to the rows'
+                          # dtype: the dequantized weight) so that the MMA accumulates across K blocks instead of
+                          # a scaled add after each one; no effect under w8a8
 
 
 
@@ -332,7 +352,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
                                            PDL=t.pdl and x.is_cuda, A16=a16,
-                                           F16=a16 and x.dtype == torch.bfloat16 and fp16_mma(a16_mma, bm, grouped, R),
+                                           F16=a16 and not t.fold and x.dtype == torch.bfloat16
+                                           and fp16_mma(a16_mma, bm, grouped, R), FOLD=a16 and t.fold,
                                            num_warps=t.warps, num_stages=t.stages,
                                            launch_pdl=t.pdl and x.is_cuda)
     return out
