@@ -125,8 +125,10 @@ def main() -> int:
     # interpreter truncates (up to 2^-7 of the row's largest; against the fp32 reference truncated the same way the
     # kernel was exact here). On an H200 the fp16 and bf16 MMAs gave bit-equal outputs (h200_fp8_a16_mma_diag_s11.log)
     worst_f16 = 0.0
-    for t in dict.fromkeys((BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True), Tiles(bn=128),
-                            *(t for entries in TABLE_A16.values() for _, t in entries))):
+    # (folded settings take the bf16 MMA for bf16 rows, which the interpreter cannot run: fp32 / fp16 rows above)
+    for t in dict.fromkeys(t for t in (BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True),
+                                       Tiles(bn=128), *(t for entries in TABLE_A16.values() for _, t in entries))
+                           if not (isinstance(t, Tiles) and t.fold)):
         cases = [dense(3, 40, 72, (16, 16), 132, t, "w8a16", torch.bfloat16, "fp16", True),
                  dense(17, 70, 256, (128, 128), 4, t, "w8a16", torch.bfloat16, "fp16", True)]
         err = _err(cases, per_row=True)

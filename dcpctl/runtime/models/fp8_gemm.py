@@ -237,23 +237,33 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
 }                                                                                # 16.1 -> 11.5 at 64
 TABLE_SOURCE = "benchmarks/data/h200_fp8_gemm_m64_splits.json (q_b_proj's first 8 rows: h200_fp8_gemm_variants.json)"
 # w8a16's own settings where TABLE's (swept under w8a8) lose, by more than 10% in one run: at 8 rows the eleventh
-# session's H200 sweep of w8a16 through the fp16 MMA (h200_fp8_gemm_a16_s11.json), at 64 rows (the bf16 MMA)
-# BEFORE_TILES against TABLE's setting in that session's first run (h200_fp8_gemm_modes_s11.json; also at 32 rows
-# for the TP-8 dense gate+up), and BEFORE_TILES where the twelfth session's run of the shipped choices found it
-# more than 10% faster (s12). us, TABLE's setting -> this one; other row counts keep TABLE's. The sweep's kv_a_proj
-# win at 8 rows (8.3 -> 6.7 us) was an early-launch (pdl) setting, whose gain in this benchmark is an upper bound
-# (the CANDIDATES note in benchmarks/fp8_gemm.py), so it is not taken
+# session's H200 sweep of w8a16 through the fp16 MMA (h200_fp8_gemm_a16_s11.json), and BEFORE_TILES where the twelfth
+# session's run of the shipped choices found it more than 10% faster (s12). At 17-64 rows the fourteenth session's
+# sweep of folded settings (Tiles.fold; h200_fp8_fold_sweep_s14.json, one run, us shipped -> this one, cuBLAS bf16
+# in brackets): the unfolded K loop waited for each K block's MMA to scale and add it, and lost to bf16 everywhere
+# from 32 rows. Folded, each weight is the dequantized checkpoint's bf16 value (e4m3 x factor rounded to the rows'
+# dtype), as the bf16 path computes it. The sweep's kv_a_proj win at 8 rows (8.3 -> 6.7 us) was an early-launch
+# (pdl) setting, whose gain in this benchmark is an upper bound (the CANDIDATES note in benchmarks/fp8_gemm.py), so it
+# is not taken
+_F = Tiles(fold=True)   # BEFORE_TILES folded
 TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
-    (7168, 16384): ((8, Tiles(bn=128, per_sm=4, max_split=4)), *TABLE[(7168, 16384)][:2],   # o_proj: 46.9 -> 40.1
-                    (64, BEFORE_TILES)),                                                     # 137.1 -> 116.6
-    (4096, 7168): ((8, Tiles(bn=128, per_sm=4, max_split=8)), *TABLE[(4096, 7168)][:2],   # shared expert gate+up:
-                   (64, BEFORE_TILES)),                                                      # 16.1 -> 14.5; 64 rows
-                                                                                             # 38.97 -> 35.34 (s12)
-    (4608, 7168): ((64, BEFORE_TILES),),    # TP-8 dense gate+up: 29.2 -> 26.4 at 32 rows, 52.8 -> 41.5 at 64
-    (24576, 1536): ((16, BEFORE_TILES), *TABLE[(24576, 1536)][1:]),   # q_b_proj at 16 rows: 21.56 -> 15.29 (s12)
+    (7168, 16384): ((8, Tiles(bn=128, per_sm=4, max_split=4)), *TABLE[(7168, 16384)][:1],     # o_proj: 46.9 -> 40.1
+                    (32, Tiles(stages=5, per_sm=1, swap=True, fold=True)),                    # 66.5 -> 54.0 (61.2)
+                    (64, Tiles(bn=128, per_sm=4, max_split=4, fold=True))),                   # 116.5 -> 63.1 (61.6)
+    (4096, 7168): ((8, Tiles(bn=128, per_sm=4, max_split=8)), *TABLE[(4096, 7168)][:1],   # shared expert gate+up:
+                   (32, Tiles(per_sm=4, swap=True, max_split=4, fold=True)),                 # 16.1 -> 14.5 at 8;
+                   (64, Tiles(bn=128, warps=8, per_sm=4, swap=True, max_split=4, fold=True))),   # 21.0 -> 16.7 (19.1),
+                                                                                             # 35.0 -> 20.7 (17.8)
+    (4608, 7168): ((32, BEFORE_TILES),                    # TP-8 dense gate+up: 29.2 -> 26.4 at 32 rows (s11; folded
+                   (64, Tiles(bn=128, per_sm=4, max_split=4, fold=True))),   # 24.0, under 10%), 40.8 -> 32.9 (22.8)
+    (24576, 1536): ((16, BEFORE_TILES), (32, _F),                     # q_b_proj at 16 rows: 21.56 -> 15.29 (s12);
+                    (64, Tiles(stages=4, per_sm=1, swap=True, fold=True))),   # 26.2 -> 19.4 (20.9), 36.6 -> 29.4 (21.8)
+    (2112, 7168): ((32, Tiles(swap=True, fold=True)),     # q_a + kv_a joined (the qkv_a fusion): 13.5 -> 11.8 (12.8)
+                   (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True))),   # 17.4 -> 14.6 (13.6)
 }
 TABLE_A16_SOURCE = ("benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json; the twelfth session's "
-                    "run of the shipped choices, h200_fp8_gemm_s12.json (s12 above)")
+                    "run of the shipped choices, h200_fp8_gemm_s12.json (s12 above); folded at 17-64 rows: "
+                    "h200_fp8_fold_sweep_s14.json")
 
 
 # The few-rows kernel (fp8_gemv.py) for dense GEMMs of up to GEMV_ROWS rows, the MMA kernel otherwise. Measured on
