@@ -7,7 +7,9 @@ Two methods (fp8_parts.MODES, `$DCPCTL_FP8_GEMM`, chosen once at load):
   16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32 sums
   (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows in tiles
   of 16 go through an fp16 MMA, each row's K block scaled into fp16 by a power of two (A16_MMA: the same products,
-  a cheaper weight conversion); larger tiles through a bf16 MMA.
+  a cheaper weight conversion); larger tiles through a bf16 MMA. Where TABLE_A16 folds (`Tiles.fold`: 17-64 rows
+  of the measured shapes) the factor goes into the converted tile, rounded to x's dtype as the dequantized
+  checkpoint's weight is, so that the MMA accumulates over K without a wait per K block.
 - w8a8: the activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
   and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), for an e4m3 MMA: for up to `Tiles.fuse_rows` rows
   inside the GEMM itself (each program quantizes the rows of its K blocks as it loads them: one launch), above
