@@ -12,7 +12,6 @@ loaded, so a NaN there cannot leak.  All outputs are in base e.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import Tensor
@@ -96,30 +95,13 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
         ret = out
     do, dl = out
     s_pow2 = triton.next_power_of_2(s)
-    block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per row
-    rows = merge_rows()
-    _merge_kernel[(triton.cdiv(m, rows), triton.cdiv(v, block_v))](
-        o, lse, do, dl, s, m, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
+    block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per program
+    _merge_kernel[(m, triton.cdiv(v, block_v))](
+        o, lse, do, dl, s, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
         do.shape[0] * do.shape[2], do.shape[2], do.stride(0), do.stride(1), do.stride(2),
         dl.stride(0), dl.stride(1), dl.stride(2),
-        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, ROWS=rows, num_warps=4)
+        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, num_warps=4)
     return ret
-
-
-MERGE_ROWS_ENV = "DCPCTL_MERGE_ROWS"
-MERGE_ROWS = 1      # rows per program of the merge kernel
-
-
-def merge_rows() -> int:
-    """Rows each program of the merge kernel takes: MERGE_ROWS, or `$DCPCTL_MERGE_ROWS` (a power of two; a
-    benchmark's A/B knob)."""
-    raw = os.environ.get(MERGE_ROWS_ENV, "").strip()
-    if not raw:
-        return MERGE_ROWS
-    if not raw.isdigit() or int(raw) < 1 or int(raw) & (int(raw) - 1):
-        from dcpctl.plan.errors import UserError
-        raise UserError(f"${MERGE_ROWS_ENV}={raw!r}: expected a power of two >= 1")
-    return int(raw)
 
 
 def merge_a2a(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
@@ -162,37 +144,32 @@ def rescale_partial_triton(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: s
 
 if triton is not None:
     @triton.jit
-    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, M, s_os, s_om, s_ls, s_lm, V,
+    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,
                       H, HL, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
-                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr, ROWS: tl.constexpr):
+                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr):
         # O: [S, M, V]  LSE: [S, M] -> row m = n*H + h of OUT: [c, N, HL, V], OUT_LSE: [c, N, HL] (block h // HL)
-        # grid (M / ROWS, V / BLOCK_V): ROWS rows a program, each an [S, BLOCK_V] tile
-        pid, vb = tl.program_id(0), tl.program_id(1)
-        rows = pid * ROWS + tl.arange(0, ROWS)
-        rmask = rows < M
-        r64 = rows.to(tl.int64)
+        # grid (M, V / BLOCK_V)
+        row, vb = tl.program_id(0), tl.program_id(1)
         offs_s = tl.arange(0, S_POW2)
-        lse = tl.load(LSE + offs_s[None, :] * s_ls + r64[:, None] * s_lm, mask=(offs_s[None, :] < S) & rmask[:, None],
-                      other=float("-inf")) * LSE_SCALE                  # [ROWS, S_POW2]
+        lse = tl.load(LSE + offs_s * s_ls + row.to(tl.int64) * s_lm, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
         valid = (lse > float("-inf")) & (lse < float("inf"))            # NaN compares false
-        mx = tl.max(tl.where(valid, lse, float("-inf")), 1)
+        mx = tl.max(tl.where(valid, lse, float("-inf")), 0)
         mx_safe = tl.where(mx > float("-inf"), mx, 0.0)
-        total = tl.sum(tl.where(valid, tl.exp(lse - mx_safe[:, None]), 0.0), 1)
+        total = tl.sum(tl.where(valid, tl.exp(lse - mx_safe), 0.0), 0)
         merged = tl.where(total > 0, mx_safe + tl.log(tl.where(total > 0, total, 1.0)), float("-inf"))
-        w = tl.where(valid, tl.exp(tl.where(valid, lse, 0.0) - merged[:, None]), 0.0)
+        w = tl.where(valid, tl.exp(tl.where(valid, lse, 0.0) - merged), 0.0)
         offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
         vmask = offs_v < V
-        keep = (w > 0)[:, :, None] & vmask[None, None, :]               # empty/NaN shards are never loaded
-        x = tl.load(O + offs_s[None, :, None].to(tl.int64) * s_os + r64[:, None, None] * s_om + offs_v[None, None, :],
+        keep = (w > 0)[:, None] & vmask[None, :]                     # empty/NaN shards are never loaded
+        x = tl.load(O + offs_s[:, None].to(tl.int64) * s_os + row.to(tl.int64) * s_om + offs_v[None, :],
                     mask=keep, other=0.0)
-        acc = tl.sum(x.to(tl.float32) * w[:, :, None], 1)                # [ROWS, BLOCK_V]
-        n, h = rows // H, rows % H
+        acc = tl.sum(x.to(tl.float32) * w[:, None], 0)
+        n, h = row // H, row % H
         blk, hl = h // HL, h % HL
         dst = blk.to(tl.int64) * s_oc + n.to(tl.int64) * s_on + hl.to(tl.int64) * s_oh
-        tl.store(OUT + dst[:, None] + offs_v[None, :], acc.to(OUT.dtype.element_ty),
-                 mask=rmask[:, None] & vmask[None, :])
+        tl.store(OUT + dst + offs_v, acc.to(OUT.dtype.element_ty), mask=vmask)
         tl.store(OUT_LSE + blk.to(tl.int64) * s_lc + n.to(tl.int64) * s_ln + hl.to(tl.int64) * s_lh,
-                 merged.to(OUT_LSE.dtype.element_ty), mask=rmask & (vb == 0))
+                 merged.to(OUT_LSE.dtype.element_ty), mask=vb == 0)
 
     @triton.jit
     def _rescale_kernel(O, LSE_R, LSE_G, OUT, V, LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):
