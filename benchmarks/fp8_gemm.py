@@ -92,6 +92,8 @@ A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                                                                                   fold=True),
                      Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
                   + A16_WON)
+# --a16-candidates with --grouped: the grouped MMA kernel (DEFAULT_TILES) folded, next to it unfolded
+GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
 # program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
 # blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
@@ -284,7 +286,8 @@ def _experts(N: int, K: int, experts: int) -> tuple:
     return w8, s, wb
 
 
-def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 256, top_k: int = 8) -> dict:
+def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = (), experts: int = 256,
+                 top_k: int = 8) -> dict:
     """The grouped GEMM of a decode step's routed experts: M tokens x top_k rows sorted by expert."""
     w8, s, wb = _experts(N, K, experts)
     g = torch.Generator(device="cuda").manual_seed(M)
@@ -304,7 +307,7 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, experts: int = 2
     roof = round((statistics.mean(busy) * per_expert + 2 * M * top_k * (K + N)) / (hbm * 1e12) * 1e6, 2)
     rows = max(1, M * top_k // experts)
     shipped = choose_tiles(N, K, rows, experts, method(MODE[0])["mode"] == "w8a16", M * top_k)
-    row = _row(name, N, K, M, fp8, bf16, roof, [], DEFAULT_GEMV, shipped, None)
+    row = _row(name, N, K, M, fp8, bf16, roof, list(cands), DEFAULT_GEMV, shipped, None)
     row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
     for m in MODE[1:]:
         us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], **method(m)),
@@ -421,7 +424,7 @@ def main() -> int:
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():
         for M in args.batches:
-            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps)
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, GROUPED_A16 if args.a16_candidates else [])
             _save(args.json, rows)
         _experts.cache_clear()   # 22 GB of experts
         torch.cuda.empty_cache()
