@@ -80,7 +80,7 @@ def _fp16_rows(x):
 
 @triton.jit
 def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, count_ptr,
-                     R, N, K, nkb, kb_per_split, splits, sx, m_rows,
+                     R, N, K, nkb, kb_per_split, splits, sx,
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
@@ -89,11 +89,7 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
     # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
     # fp32.  SWAP computes the [BN, BM] transpose
-    # axis 0: the expert (grouped) or the M tile of m_rows rows (dense; one tile of all R rows at decode sizes)
-    if GROUPED:
-        e = tl.program_id(0)
-    else:
-        e = tl.program_id(0) * 0
+    e = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     n = pid_n * BN + tl.arange(0, BN)
@@ -115,8 +111,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
         row1 = tl.load(ends_ptr + e)
         row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
     else:
-        row0 = tl.program_id(0) * m_rows
-        row1 = tl.minimum(row0 + m_rows, R)
+        row0 = 0
+        row1 = R
     for m0 in range(row0, row1, BM):
         rows = m0 + tl.arange(0, BM)
         r_ok = rows < row1
@@ -218,11 +214,6 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
 
 
 Kernel = Tiles | GemvTiles
-# Above this many rows a dense GEMM's rows are tiled over programs (grid axis 0), as a prefill needs: one program per
-# (M tile, N tile). Before the fourteenth session every program looped over all the rows, so a 1024-row GEMM ran
-# on the N tiles' programs alone (o_proj: 112 of them) and took 5.7x cuBLAS bf16's time (1773 against 311 us;
-# benchmarks/data/h200_fp8_fold_prefill_s14.json)
-M_TILE_ROWS = 64
 BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
 # Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
 # fusing the quantization into the K loop puts an absmax, a division and a shared-memory store on every
@@ -355,10 +346,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         return fp8_gemv(x, w3, s3, block, ends, sms, t, a16)
     rows = R if E == 1 else max(1, R // E)
     bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
-    # dense GEMMs of more than M_TILE_ROWS rows (prefill) spread their rows over programs, bm a program, with no K
-    # split; up to it (decode) every program takes all the rows
-    m_tiles = triton.cdiv(R, bm) if not grouped and R > M_TILE_ROWS else 1
-    splits = 1 if m_tiles > 1 else _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
+    splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
     per = -(-nkb // splits)
     x = x.contiguous()
     fuse = not a16 and R <= t.fuse_rows
@@ -370,9 +358,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out  # past ends: 0
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
     n_tiles = triton.cdiv(N, t.bn)
-    _fp8_gemm_kernel[(E if grouped else m_tiles, n_tiles, splits)](
-                                           xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
-                                           R, N, K, nkb, per, splits, x.stride(0), bm if m_tiles > 1 else max(R, 1),
+    _fp8_gemm_kernel[(E, n_tiles, splits)](xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
+                                           R, N, K, nkb, per, splits, x.stride(0),
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
