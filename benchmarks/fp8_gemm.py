@@ -47,8 +47,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, GemvTiles, Tiles,
-                                            choose_tiles, fp8_matmul, quantize_rows)
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, M_TILE_ROWS,
+                                            GemvTiles, Tiles, choose_tiles, fp8_matmul, quantize_rows)
 from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
@@ -92,6 +92,14 @@ A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                                                                                   fold=True),
                      Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
                   + A16_WON)
+# --a16-candidates above fp8_gemm.M_TILE_ROWS (prefill: the rows tiled over programs): folded N tiles of 64 and 128,
+# one and two warpgroups, swapped or not
+# (fold has no effect under w8a8, so with --modes w8a8 first the same list sweeps w8a8's prefill settings); 128-row
+# MMA tiles (bm) halve the weight conversions per product
+PREFILL_A16 = [Tiles(fold=True), Tiles(bn=128, fold=True), Tiles(bn=128, warps=8, fold=True),
+               Tiles(bn=128, swap=True, fold=True), Tiles(bn=128, warps=8, stages=4, fold=True),
+               Tiles(bm=128, fold=True), Tiles(bm=128, bn=128, warps=8, fold=True),
+               Tiles(bm=128, bn=128, warps=8, stages=4, fold=True), Tiles(bm=128, bn=64, warps=8, fold=True)]
 # --a16-candidates with --grouped: the grouped MMA kernel (DEFAULT_TILES) folded, next to it unfolded
 GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
@@ -417,7 +425,7 @@ def main() -> int:
             N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 (A16_CANDIDATES if args.a16_candidates else
+                 ((A16_CANDIDATES if M <= M_TILE_ROWS else PREFILL_A16) if args.a16_candidates else
                   (GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
                  args.torch_peer,
                  args.read_floor)

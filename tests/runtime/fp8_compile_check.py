@@ -14,7 +14,7 @@ from triton.compiler import ASTSource
 from dcpctl.runtime.models.fp8_gemm import _fp8_gemm_kernel
 
 POINTERS = ("x_ptr", "xs_ptr", "w_ptr", "ws_ptr", "ends_ptr", "out_ptr", "part_ptr", "count_ptr")
-INTS = ("R", "N", "K", "nkb", "kb_per_split", "splits", "sx", "sw_e", "sw_n", "sws_e", "sws_n")
+INTS = ("R", "N", "K", "nkb", "kb_per_split", "splits", "sx", "m_rows", "sw_e", "sw_n", "sws_e", "sws_n")
 DIVISIBLE = ("N", "K", "sx", "sw_e", "sw_n")   # multiples of 16 at V3's shapes (nkb = 56 is not)
 
 

@@ -16,12 +16,13 @@ from tests.runtime.interp import patch_index
 patch_index()
 
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, MODES, TABLE,  # noqa: E402
-                                            TABLE_A16, GemvTiles, Tiles, fp8_matmul, quantize_rows)
+                                            PREFILL_A16_TILES, TABLE_A16, GemvTiles, Tiles, fp8_matmul, quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True),
+            Tiles(bm=128, bn=32), Tiles(bm=128, bn=32, swap=True),   # 128-row MMA tiles (prefill settings)
             *(t for entries in TABLE.values() for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
             # (few programs per SM: the interpreter runs them one by one; K splits all the same)
@@ -38,6 +39,8 @@ A16_VARIANTS = list(dict.fromkeys([
     # the weight factor folded into the converted tile (fp32 rows: no rounding, so the same bound)
     Tiles(fold=True), Tiles(swap=True, fold=True), Tiles(per_sm=4, max_split=2, swap=True, fold=True),
     Tiles(bn=32, stages=4, per_sm=1, fold=True),
+    Tiles(bm=128, bn=32, fold=True), Tiles(bm=128, bn=32, swap=True, fold=True),   # 128-row MMA tiles (prefill)
+    PREFILL_A16_TILES,
     *(t for entries in TABLE_A16.values() for _, t in entries),   # w8a16's own table
     GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]))
 
@@ -104,6 +107,7 @@ def main() -> int:
         for t in (VARIANTS if mode == "w8a8" else A16_VARIANTS):
             cases = [dense(3, 40, 72, (16, 16), 132, t, mode), dense(17, 70, 256, (128, 128), 4, t, mode),
                      dense(1, 64, 96, (32, 32), 132, t, mode), dense(40, 24, 64, (8, 32), 1, t, mode),
+                     dense(70, 40, 96, (16, 32), 132, t, mode),   # > M_TILE_ROWS: two M tiles, the second of 6 rows
                      grouped([2, 2, 5, 9], 48, 64, (16, 16), t, mode),
                      grouped([0, 1, 1, 3, 3, 4], 40, 96, (16, 32), t, mode)]
             err = _err(cases)

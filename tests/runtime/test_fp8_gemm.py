@@ -83,14 +83,15 @@ def test_gpu_fused_quantization_equals_the_quantization_launch(R, swap):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("tiles", ["before", "swap", "bn128", "red1", "pdl"])
-@pytest.mark.parametrize("R", [1, 8, 64])
+@pytest.mark.parametrize("tiles", ["before", "swap", "bn128", "red1", "pdl", "bm128"])
+@pytest.mark.parametrize("R", [1, 8, 64, 200])   # 200: rows tiled over programs (M_TILE_ROWS)
 @pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
 def test_gpu_tile_variants_match_torch_quantized_math(tiles, R, mode):
     from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles, fp8_matmul
     from tests.runtime.test_model_fp8 import quantize, reference_dequant
     t = {"before": BEFORE_TILES, "swap": Tiles(swap=True, fuse_rows=64), "bn128": Tiles(bn=128, stages=4, per_sm=1),
-         "red1": Tiles(red=1, per_sm=4), "pdl": Tiles(pdl=True, fuse_rows=64)}[tiles]
+         "red1": Tiles(red=1, per_sm=4), "pdl": Tiles(pdl=True, fuse_rows=64),
+         "bm128": Tiles(bm=128, bn=128, warps=8)}[tiles]
     torch.manual_seed(R)
     x, w = torch.randn(R, 2048, device="cuda", dtype=torch.bfloat16), torch.randn(7168, 2048)
     w8, s = quantize(w, (128, 128))
@@ -197,9 +198,10 @@ def test_folded_w8a16_accumulates_in_the_mma(bm, swap):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("R", [1, 8, 32, 64])
+@pytest.mark.parametrize("R", [1, 8, 32, 64, 300])      # 300: rows tiled over programs (M_TILE_ROWS)
 @pytest.mark.parametrize("tiles", [dict(fold=True), dict(swap=True, fold=True), dict(bn=32, stages=4, fold=True),
-                                   dict(per_sm=4, swap=True, max_split=4, fold=True)])
+                                   dict(per_sm=4, swap=True, max_split=4, fold=True),
+                                   dict(bm=128, bn=128, warps=8, fold=True), dict(bm=128, swap=True, fold=True)])
 def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
     # folded, each weight is e4m3 x factor rounded to bf16: the dequantized checkpoint's weight bit for bit, so
     # the GEMM is F.linear on it but for the order of the fp32 sums

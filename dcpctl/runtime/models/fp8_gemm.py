@@ -80,7 +80,7 @@ def _fp16_rows(x):
 
 @triton.jit
 def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, count_ptr,
-                     R, N, K, nkb, kb_per_split, splits, sx,
+                     R, N, K, nkb, kb_per_split, splits, sx, m_rows,
                      sw_e, sw_n, sws_e, sws_n,
                      B0: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                      GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr, SWAP: tl.constexpr,
@@ -89,7 +89,11 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
     # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
     # fp32.  SWAP computes the [BN, BM] transpose
-    e = tl.program_id(0)
+    # axis 0: the expert (grouped) or the M tile of m_rows rows (dense; one tile of all R rows at decode sizes)
+    if GROUPED:
+        e = tl.program_id(0)
+    else:
+        e = tl.program_id(0) * 0
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     n = pid_n * BN + tl.arange(0, BN)
@@ -111,8 +115,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
         row1 = tl.load(ends_ptr + e)
         row0 = tl.load(ends_ptr + e - 1, mask=e > 0, other=0)
     else:
-        row0 = 0
-        row1 = R
+        row0 = tl.program_id(0) * m_rows
+        row1 = tl.minimum(row0 + m_rows, R)
     for m0 in range(row0, row1, BM):
         rows = m0 + tl.arange(0, BM)
         r_ok = rows < row1
@@ -190,6 +194,8 @@ class Tiles:
     fold: bool = False    # w8a16: fold the weight block's factor into the converted tile (rounded to the rows'
                           # dtype: the dequantized weight) so that the MMA accumulates across K blocks instead of
                           # a scaled add after each one; no effect under w8a8
+    bm: int = 0           # rows per MMA tile (16, 32, 64 or 128; 0: by the row count, 16 / 32 / 64); above
+                          # M_TILE_ROWS (prefill) also the rows of one program
 
 
 
@@ -214,6 +220,11 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
 
 
 Kernel = Tiles | GemvTiles
+# Above this many rows a dense GEMM's rows are tiled over programs (grid axis 0), as a prefill needs: one program per
+# (M tile, N tile). Before the fifteenth session every program looped over all the rows, so a 1024-row GEMM ran
+# on the N tiles' programs alone (o_proj: 112 of them) and took 5.7x cuBLAS bf16's time (1773 against 311 us;
+# benchmarks/data/h200_fp8_fold_prefill_s14.json)
+M_TILE_ROWS = 64
 BEFORE_TILES = Tiles()   # the kernel as first shipped: a quantization launch, one partial a load
 # Measured on an H200 (benchmarks/fp8_gemm.py --sweep, TABLE_SOURCE), against BEFORE_TILES in the same run:
 # fusing the quantization into the K loop puts an absmax, a division and a shared-memory store on every
@@ -263,6 +274,10 @@ TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
     (2112, 7168): ((32, Tiles(swap=True, fold=True)),     # q_a + kv_a joined (the qkv_a fusion): 13.5 -> 11.8 (12.8)
                    (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True))),   # 17.4 -> 14.6 (13.6)
 }
+# w8a16's dense GEMMs above M_TILE_ROWS rows (prefill, the rows tiled over programs): folded, as every folded
+# setting beat every unfolded one at 32-1024 rows in the fourteenth session's sweeps (h200_fp8_fold_sweep_s14.json,
+# h200_fp8_fold_prefill_s14.json)
+PREFILL_A16_TILES = Tiles(fold=True)
 TABLE_A16_SOURCE = ("benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json; the twelfth session's "
                     "run of the shipped choices, h200_fp8_gemm_s12.json (s12 above); folded at 17-64 rows: "
                     "h200_fp8_fold_sweep_s14.json")
@@ -296,12 +311,14 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     """The kernel and tile setting for this shape and row count (per expert when grouped; total_rows: all the
     grouped GEMM's rows): the few-rows kernel for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV) and
     for w8a16's grouped GEMMs up to GROUPED_GEMV_ROWS rows in all (DEFAULT_GEMV), else the measured TABLE (dense;
-    w8a16: TABLE_A16 where it has the shape), else DEFAULT_TILES."""
+    w8a16: TABLE_A16 where it has the shape, and PREFILL_A16_TILES above M_TILE_ROWS rows), else DEFAULT_TILES."""
     gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
     if experts > 1 and a16 and total_rows is not None and total_rows <= GROUPED_GEMV_ROWS:
         return DEFAULT_GEMV
+    if experts == 1 and a16 and rows > M_TILE_ROWS:
+        return PREFILL_A16_TILES
     table = TABLE_A16 if a16 and (N, K) in TABLE_A16 else TABLE
     for most, t in table.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
@@ -315,7 +332,8 @@ def tiles_note() -> str:
             f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
             f"H200 sweep in {TABLE_SOURCE}; w8a16: {len(TABLE_A16)} of them from {TABLE_A16_SOURCE}; others and the "
             f"grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows the "
-            f"weight-streaming kernel)")
+            f"weight-streaming kernel and its dense GEMMs of more than {M_TILE_ROWS} rows {PREFILL_A16_TILES}; "
+            f"above {M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
@@ -345,8 +363,11 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     if isinstance(t, GemvTiles):
         return fp8_gemv(x, w3, s3, block, ends, sms, t, a16)
     rows = R if E == 1 else max(1, R // E)
-    bm = 16 if rows <= 16 else 32 if rows <= 32 else 64
-    splits = _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
+    bm = t.bm or (16 if rows <= 16 else 32 if rows <= 32 else 64)
+    # dense GEMMs of more than M_TILE_ROWS rows (prefill) spread their rows over programs, bm a program, with no K
+    # split; up to it (decode) every program takes all the rows
+    m_tiles = triton.cdiv(R, bm) if not grouped and R > M_TILE_ROWS else 1
+    splits = 1 if m_tiles > 1 else _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
     per = -(-nkb // splits)
     x = x.contiguous()
     fuse = not a16 and R <= t.fuse_rows
@@ -358,8 +379,9 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out  # past ends: 0
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
     n_tiles = triton.cdiv(N, t.bn)
-    _fp8_gemm_kernel[(E, n_tiles, splits)](xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
-                                           R, N, K, nkb, per, splits, x.stride(0),
+    _fp8_gemm_kernel[(E if grouped else m_tiles, n_tiles, splits)](
+                                           xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
+                                           R, N, K, nkb, per, splits, x.stride(0), bm if m_tiles > 1 else max(R, 1),
                                            w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
                                            B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
                                            QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
