@@ -6,13 +6,10 @@ usage: PYTHONPATH=. python3 benchmarks/mla_splits.py OUT.json      (a CUDA GPU w
 The twelfth session's data (h200_mla_splits_partials_s12.json) came from this script's first version (its own
 timer: 20 calls a graph, 10 replays, over 4 pools, about 40 MB at batch 8, under the 50 MB L2) and also has
 `partials: result` rows: bf16 split partials, timed on the tree of 43b2c16, where $DCPCTL_SPLIT_PARTIALS chose
-them (since reverted: slower; the kernel then stored 16-bit o in half sectors).  Since the fifteenth session the
-Gluon kernel stores a 16-bit o whole (COALESCE) and $DCPCTL_SPLIT_PARTIALS=result is back as a setting: this
-version times both (`partials` fp32 and result) at batch 1, 8 and 32.
+them (since reverted: slower).  On later trees there is only fp32, so this version times that alone.
 """
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -30,7 +27,7 @@ def main(out: str) -> None:
     ctx, page, H, R, V = 1032, 64, 128, 576, 512
     pages = -(-ctx // page)
     wave = gpu_facts(dev).sms * triton_mla.default_config(H).occupancy     # as mla_decode_triton sizes its splits
-    for B in (1, 8, 32):
+    for B in (8, 32):
         pools = _copies((B * pages + 1, page, R))
         bt = torch.arange(B * pages, device=dev, dtype=torch.int32).view(B, pages)
         lens = torch.full((B,), ctx, device=dev, dtype=torch.int32)
@@ -40,14 +37,11 @@ def main(out: str) -> None:
         desc = {}
         auto = triton_mla.choose_splits(B, 2, ctx, 64, wave)
         for s in sorted({1, 2, 3, 4, 6, 8, auto}):
-            for partials in triton_mla.PARTIALS if s > 1 else triton_mla.PARTIALS[:1]:
-                os.environ[triton_mla.PARTIALS_ENV] = partials
-                us = _time(lambda i, s=s: triton_mla.mla_decode_triton(
-                    q, pools[i % len(pools)], bt, lens, rr, qp, scale=0.07, v_dim=V, num_splits=s,
-                    out_dtype=torch.bfloat16, max_local_len=ctx, descriptors=desc), len(pools))
-                rows.append(dict(batch=B, partials=partials, splits=s, auto=auto, us=us))
-                print(f"B={B} splits={s} (auto {auto}) partials {partials} {us:.2f} us", flush=True)
-    os.environ.pop(triton_mla.PARTIALS_ENV, None)
+            us = _time(lambda i, s=s: triton_mla.mla_decode_triton(
+                q, pools[i % len(pools)], bt, lens, rr, qp, scale=0.07, v_dim=V, num_splits=s,
+                out_dtype=torch.bfloat16, max_local_len=ctx, descriptors=desc), len(pools))
+            rows.append(dict(batch=B, partials="fp32", splits=s, auto=auto, us=us))
+            print(f"B={B} splits={s} (auto {auto}) {us:.2f} us", flush=True)
     with open(out, "w") as f:
         json.dump(rows, f, indent=1)
 

@@ -1,7 +1,7 @@
 """Registers, spills and shared memory of the local MLA decode kernels for sm_90, compiled on any machine.
 
     python benchmarks/ptxas_report.py triton BLOCK_H BLOCK_N WARPS STAGES TMA
-    python benchmarks/ptxas_report.py gluon BLOCK_N STAGES TMA [COALESCE]
+    python benchmarks/ptxas_report.py gluon BLOCK_N STAGES TMA
 
 Needs Triton 3.6 (the device's version; the Gluon kernel compiles only with it), e.g. a side venv:
 `pip install torch==2.13.0 numpy && pip install --no-deps triton==3.6.0`.  No GPU: triton.compile takes
@@ -50,12 +50,10 @@ def compile_kernel(kind: str, args: list[int]) -> tuple[str, int]:
         if not gluon_mla.gluon_available():
             _usage(f"the Gluon kernel needs Triton {gluon_mla.TESTED_TRITON}; this is {triton.__version__}")
         from triton.experimental.gluon._runtime import GluonASTSource
-        bn, stages, tma, coalesce = (*args, 0)[:4]     # COALESCE: a bf16 O stored through the first stage
+        bn, stages, tma = args
         fn, src_cls = gluon_mla._mla_gluon_kernel, GluonASTSource
-        o_type = ["*bf16" if coalesce else "*fp32", "*fp32"]
-        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail[:4], *o_type, *tail[6:], "fp32"]
-        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma),
-                     COALESCE=bool(coalesce))
+        types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32"]
+        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma))
         opts = dict(num_warps=8)
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(const)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in ALIGNED}
@@ -71,7 +69,7 @@ def _usage(msg: str) -> None:
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("triton", "gluon") or \
-            len(sys.argv) not in {"triton": (7,), "gluon": (5, 6)}[sys.argv[1]]:
+            len(sys.argv) != {"triton": 7, "gluon": 5}[sys.argv[1]]:
         _usage(__doc__)
     ptx, shared = compile_kernel(sys.argv[1], [int(x) for x in sys.argv[2:]])
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"

@@ -88,38 +88,6 @@ def test_gluon_any_page_size_and_splits(page, splits, block_n):
 
 
 @needs_hopper
-@pytest.mark.parametrize("splits", [1, 2, 6, 17])
-@pytest.mark.parametrize("partials", ["fp32", "result"])
-def test_gluon_16_bit_output_stored_whole(monkeypatch, splits, partials):
-    # a bf16 o in 64-token tiles leaves through the first KV stage (COALESCE): one split writes the result so,
-    # and with $DCPCTL_SPLIT_PARTIALS=result so do the splits' bf16 partials (merged from bf16)
-    from tests.runtime.test_triton_mla import rel_err, run_ranks
-    monkeypatch.setenv(triton_mla.PARTIALS_ENV, partials)
-    case = make_case(5 + splits, [1, 64, 700, 2000, 4097], 2, page=64, heads=128, v_dim=512, rope=64,
-                     tokens_per_req=2, dtype=torch.bfloat16, device="cuda", garbage="nan")
-    cfg = triton_mla.KernelConfig(block_n=64, num_stages=2, tma=True, gluon=True, **GLUON)
-    got = check_gluon_case(case, 1 / math.sqrt(192), num_splits=splits, config=cfg, out_dtype=torch.bfloat16)
-    monkeypatch.setenv(triton_mla.PARTIALS_ENV, "fp32")
-    f32 = run_ranks(triton_mla.mla_decode_triton, case, 1 / math.sqrt(192), q=case["q"].to(torch.bfloat16),
-                    num_splits=splits, config=cfg, out_dtype=torch.bfloat16)
-    for g, w in zip(got, f32):     # bf16 partials: one more rounding of each split's o than fp32 ones
-        assert rel_err(g.o, w.o) < (1e-12 if splits == 1 or partials == "fp32" else 4e-3)
-        assert torch.equal(g.lse, w.lse)
-
-
-def test_split_partials_setting(monkeypatch):
-    monkeypatch.delenv(triton_mla.PARTIALS_ENV, raising=False)
-    assert triton_mla.partial_dtype(torch.bfloat16, True) == torch.float32            # the default
-    monkeypatch.setenv(triton_mla.PARTIALS_ENV, "result")
-    assert triton_mla.partial_dtype(torch.bfloat16, True) == torch.bfloat16
-    assert triton_mla.partial_dtype(torch.bfloat16, False) == torch.float32           # the Triton kernel: fp32
-    assert triton_mla.partial_dtype(torch.float32, True) == torch.float32
-    monkeypatch.setenv(triton_mla.PARTIALS_ENV, "fp16")
-    with pytest.raises(ValueError, match="DCPCTL_SPLIT_PARTIALS"):
-        triton_mla.partial_dtype(torch.bfloat16, True)
-
-
-@needs_hopper
 def test_gluon_fp16_pool_and_large_scale():
     case = make_case(3, [5, 900, 3000], 1, page=64, heads=64, v_dim=512, rope=64, tokens_per_req=1,
                      dtype=torch.float16, device="cuda")
@@ -128,9 +96,8 @@ def test_gluon_fp16_pool_and_large_scale():
 
 
 @needs_hopper
-@pytest.mark.parametrize("block_n", [32, 64])     # 64: a bf16 o stored whole through the first stage (COALESCE)
 @pytest.mark.parametrize("splits", [1, 3])
-def test_gluon_writes_send_buffer_in_place(splits, block_n):
+def test_gluon_writes_send_buffer_in_place(splits):
     from dcpctl.runtime.attention.comm import send_buffer, unpack
     c = 2
     case = make_case(11, [1, 90, 700], 2, page=64, heads=128, v_dim=512, rope=64, tokens_per_req=2,
@@ -138,7 +105,7 @@ def test_gluon_writes_send_buffer_in_place(splits, block_n):
     rk = case["ranks"][1]
     q = case["q"].to(torch.bfloat16).cuda()
     args = (q, rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().cuda(), case["q_pos"].int().cuda())
-    cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=4 if block_n == 32 else 2, gluon=True, **GLUON)
+    cfg = triton_mla.KernelConfig(block_n=32, num_stages=4, gluon=True, **GLUON)
     kw = dict(scale=1 / math.sqrt(192), v_dim=512, dcp_rank=1, dcp_size=2, num_splits=splits, config=cfg)
     want = triton_mla.mla_decode_triton(*args, **kw, out_dtype=torch.bfloat16)
     n = q.shape[0]

@@ -112,13 +112,11 @@ if gluon is not None:
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
-                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr,
-                          COALESCE: gl.constexpr = False):
+                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # USE_TMA (PAGE % BLOCK_N == 0): whole tiles by bulk tensor copy (KVD_V/KVD_PE over the pool's rows),
         # the partial last tile by cp.async; else every tile by cp.async, row by row through the page table
-        # COALESCE (a 16-bit O in O's dtype = the pool's, BLOCK_N == BLOCK_H): o is stored through the first stage
         gl.static_assert(BLOCK_H == 64, "one wgmma row block of heads per program")
         gl.static_assert(gl.num_warps() == 8, "two warpgroups")
         dt: gl.constexpr = KV.dtype.element_ty
@@ -207,25 +205,12 @@ if gluon is not None:
         inv = gl.convert_layout(gl.where(seen, 1.0 / gl.where(seen, l_sum, 1.0), 0.0), gl.SliceLayout(1, LO))
         o = acc * inv[:, None]
         lse = gl.where(seen, (m + gl.log2(gl.where(seen, l_sum, 1.0))) * 0.6931471805599453, float("-inf"))
-        if COALESCE:   # a 16-bit o through the (now idle) first KV stage, so that each thread stores 16 contiguous
-            # bytes: from the wgmma layout a warp writes 16 B pieces of rows, half a 32 B sector each
-            gl.thread_barrier()                      # every warp is past its last read of the stage
-            kv_v_s.index(0).store(o.to(dt))
-            gl.thread_barrier()
-            o_c = kv_v_s.index(0).load(LV)
-            offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LV))
-            offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LV))
-            blk = (sp + offs_h // HL).to(gl.int64)
-            hl = (offs_h % HL).to(gl.int64)
-            o_ptr = O + blk[:, None] * s_oc + n.to(gl.int64) * s_on + hl[:, None] * s_oh + offs_v[None, :]
-            gl.store(o_ptr, o_c.to(O.dtype.element_ty), mask=(offs_h < H)[:, None])
-        else:
-            offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LO))
-            offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LO))
-            blk = (sp + offs_h // HL).to(gl.int64)
-            hl = (offs_h % HL).to(gl.int64)
-            o_ptr = O + blk[:, None] * s_oc + n.to(gl.int64) * s_on + hl[:, None] * s_oh + offs_v[None, :]
-            gl.store(o_ptr, o.to(O.dtype.element_ty), mask=(offs_h < H)[:, None])
+        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LO))
+        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, LO))
+        blk = (sp + offs_h // HL).to(gl.int64)
+        hl = (offs_h % HL).to(gl.int64)
+        o_ptr = O + blk[:, None] * s_oc + n.to(gl.int64) * s_on + hl[:, None] * s_oh + offs_v[None, :]
+        gl.store(o_ptr, o.to(O.dtype.element_ty), mask=(offs_h < H)[:, None])
         offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LS))
         blk_l = (sp + offs_hl // HL).to(gl.int64)
         gl.store(LSE + blk_l * s_lc + n.to(gl.int64) * s_ln + (offs_hl % HL).to(gl.int64) * s_lh,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import torch
@@ -31,20 +30,6 @@ try:
     import triton.language as tl
 except ImportError:  # CPU CI: the reference path only
     triton = None
-
-
-PARTIALS_ENV = "DCPCTL_SPLIT_PARTIALS"
-PARTIALS = ("fp32", "result")
-
-
-def partial_dtype(result: torch.dtype, gluon: bool) -> torch.dtype:
-    """The split partials' o dtype: fp32, or with $DCPCTL_SPLIT_PARTIALS=result a 16-bit result's own dtype when
-    the Gluon kernel writes them (it stores 16-bit tiles whole, `COALESCE`; the Triton kernel's 16-bit stores are
-    half-sector writes, measured slower in the twelfth session)."""
-    v = os.environ.get(PARTIALS_ENV, "").strip().lower() or PARTIALS[0]
-    if v not in PARTIALS:
-        raise ValueError(f"${PARTIALS_ENV}={v!r} is not one of {', '.join(PARTIALS)}")
-    return result if v == "result" and gluon and result in (torch.bfloat16, torch.float16) else torch.float32
 
 
 class MLAOut(NamedTuple):
@@ -175,16 +160,15 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
     s = num_splits or choose_splits(n, head_blocks, max(max_local_len, 1), cfg.block_n, sms * cfg.occupancy)
     if out is not None:
         check_destination(out, n, h, v_dim)
-    gluon = use_gluon(cfg, kv_pool, v_dim, kv_scale)
     if s == 1 and out is not None:   # one split: the kernel writes the destination itself
         do, dl = out
     else:                            # partials [s, n, h, .] as one block of h heads (merged below)
-        result = out[0].dtype if out is not None else out_dtype or torch.float32
-        do = torch.empty(s, n, h, v_dim, dtype=partial_dtype(result, gluon) if s > 1 else result, device=q.device)
+        do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
+                         device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
     launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
               head_blocks, s, v_dim, descriptors)
-    if not (gluon and _launch_gluon(*launch)):
+    if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
         _launch_triton(*launch)
     if config is None:      # after the launch: a Gluon build failure has already switched it to Triton
         announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
@@ -222,9 +206,6 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
     n, r = q.shape[0], q.shape[2]
     use_tma = kv_pool.shape[1] % cfg.block_n == 0
     kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim, descriptors) if use_tma else (kv_pool, kv_pool)
-    # a 16-bit o in the pool's dtype goes out through the idle first KV stage ([block_n, v] holds it): whole 16 B
-    # pieces a thread instead of half sectors (the values are the same)
-    coalesce = do.dtype == kv_pool.dtype and cfg.block_n == cfg.block_h and do.stride(-1) == 1
     try:
         _gluon_mla_kernel[(head_blocks, s, n)](
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
@@ -232,7 +213,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
             do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
             h, dcp_rank, dcp_size, scale * 1.4426950408889634,
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-            STAGES=cfg.num_stages, USE_TMA=use_tma, COALESCE=coalesce, num_warps=cfg.num_warps)
+            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps)
     except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
         mark_failed(cfg, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:160]}")
         return False
