@@ -6,7 +6,9 @@ usage: PYTHONPATH=. python3 benchmarks/mla_splits.py OUT.json      (a CUDA GPU w
 The twelfth session's data (h200_mla_splits_partials_s12.json) came from this script's first version (its own
 timer: 20 calls a graph, 10 replays, over 4 pools, about 40 MB at batch 8, under the 50 MB L2) and also has
 `partials: result` rows: bf16 split partials, timed on the tree of 43b2c16, where $DCPCTL_SPLIT_PARTIALS chose
-them (since reverted: slower).  On later trees there is only fp32, so this version times that alone.
+them (since reverted: slower).  The fifteenth session's h200_mla_splits_partials_s15.json has them again, at batch
+1, 8 and 32: bf16 partials stored 16 contiguous bytes a thread through the idle first KV stage (the tree of
+47c525b), slower again and reverted (9120dec).  On later trees there is only fp32, so this version times that alone.
 """
 import argparse
 import json
