@@ -47,8 +47,9 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, GEMV_TABLE, M_TILE_ROWS,
-                                            GemvTiles, Tiles, choose_tiles, fp8_matmul, quantize_rows)
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT, GEMV_TABLE,
+                                            M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles, fp8_matmul,
+                                            quantize_rows)
 from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
@@ -100,8 +101,14 @@ PREFILL_A16 = [Tiles(fold=True), Tiles(bn=128, fold=True), Tiles(bn=128, warps=8
                Tiles(bn=128, swap=True, fold=True), Tiles(bn=128, warps=8, stages=4, fold=True),
                Tiles(bm=128, fold=True), Tiles(bm=128, bn=128, warps=8, fold=True),
                Tiles(bm=128, bn=128, warps=8, stages=4, fold=True), Tiles(bm=128, bn=64, warps=8, fold=True)]
+# ... and under w8a16 the weight dequantized for cuBLAS (fp8_dequant.DequantLinear; the shipped choice above
+# fp8_gemm.PREFILL_DEQUANT_ROWS)
+PREFILL_A16_DEQUANT = [DEQUANT]
 # --a16-candidates with --grouped: the grouped MMA kernel (DEFAULT_TILES) folded, next to it unfolded
 GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
+# ... and where the experts average more than fp8_gemm.M_TILE_ROWS rows (prefill), 128-row MMA tiles too
+GROUPED_PREFILL_A16 = [Tiles(bm=128, bn=128, warps=8, fold=True), Tiles(bm=128, fold=True),
+                       Tiles(bm=128, bn=128, warps=8, stages=4, fold=True)]
 # the few-rows kernel around the setting that won the first H200 sweep (DEFAULT_GEMV: 16 rows x 4 K blocks a
 # program, 16 programs per SM, no software pipeline; pipelined slabs lost on every shape): 8-32 rows, 2-8 K
 # blocks, 8-32 programs per SM, 2 or 8 warps, the quantization launched first, 2 slabs in flight
@@ -160,13 +167,16 @@ def errors(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor) -> dict:
             "w8a16_kernel_vs_bf16": rel(mma16, bf16)}
 
 
-def tiles_dict(t: GemvTiles | Tiles) -> dict:
-    return {"kernel": "gemv" if isinstance(t, GemvTiles) else "mma", **vars(t)}
+KINDS = {"gemv": GemvTiles, "mma": Tiles, "dequant": DequantLinear}
 
 
-def tiles_of(d: dict) -> GemvTiles | Tiles:
+def tiles_dict(t: GemvTiles | Tiles | DequantLinear) -> dict:
+    return {"kernel": next(k for k, c in KINDS.items() if isinstance(t, c)), **vars(t)}
+
+
+def tiles_of(d: dict) -> GemvTiles | Tiles | DequantLinear:
     d = dict(d)
-    return (GemvTiles if d.pop("kernel") == "gemv" else Tiles)(**d)
+    return KINDS[d.pop("kernel")](**d)
 
 
 class Timer:
@@ -406,7 +416,8 @@ def main() -> int:
                     help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) and an "
                          "empty kernel: the least any GEMM of that weight can take")
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="token counts M")
-    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES), help="dense shapes")
+    ap.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES),
+                    help="dense shapes (none: --shapes alone, e.g. with --grouped)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("fp8_gemm.py: needs a CUDA GPU", file=sys.stderr)
@@ -424,15 +435,18 @@ def main() -> int:
         for name in args.shapes:
             N, K = SHAPES[name]
             sweep = args.sweep and M in args.sweep_m and time.perf_counter() - t0 < args.budget_s
+            prefill = PREFILL_A16 + (PREFILL_A16_DEQUANT if method(MODE[0])["mode"] == "w8a16" else [])
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
-                 ((A16_CANDIDATES if M <= M_TILE_ROWS else PREFILL_A16) if args.a16_candidates else
+                 ((A16_CANDIDATES if M <= M_TILE_ROWS else prefill) if args.a16_candidates else
                   (GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
                  args.torch_peer,
                  args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():
         for M in args.batches:
-            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, GROUPED_A16 if args.a16_candidates else [])
+            many = M * 8 // 256 > M_TILE_ROWS     # rows per expert of the grouped cell's 256 experts, top-8
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps,
+                 GROUPED_A16 + (GROUPED_PREFILL_A16 if many else []) if args.a16_candidates else [])
             _save(args.json, rows)
         _experts.cache_clear()   # 22 GB of experts
         torch.cuda.empty_cache()

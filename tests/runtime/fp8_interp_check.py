@@ -16,7 +16,8 @@ from tests.runtime.interp import patch_index
 patch_index()
 
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, MODES, TABLE,  # noqa: E402
-                                            PREFILL_A16_TILES, TABLE_A16, GemvTiles, Tiles, fp8_matmul, quantize_rows)
+                                            DEQUANT, PREFILL_A16_TILES, TABLE_A16, GemvTiles, Tiles, fp8_matmul,
+                                            quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
@@ -138,7 +139,22 @@ def main() -> int:
         err = _err(cases, per_row=True)
         print(f"w8a16 bf16 rows, fp16 MMA {t}: worst relative error {err:.2e}")
         worst_f16 = max(worst_f16, err)
-    return 0 if worst < 1e-5 and worst16 < 2e-3 and worst_f16 < 1e-2 else 1
+    # prefill under w8a16 (DequantLinear): the weight dequantized by the kernel equals quant.dequantize bit for bit
+    # (blocks cut at the edges, strided rows), and the GEMM is F.linear on it
+    from dcpctl.runtime.models.fp8_dequant import dequantize_gpu
+    from dcpctl.runtime.models.quant import dequantize
+    exact = True
+    for N, K, block in ((200, 300, (128, 128)), (70, 96, (16, 32)), (33, 64, (8, 64))):
+        w8, s = quantize(torch.randn(N + 5, K), block)
+        w8 = w8[:N]                                   # the first rows of a larger matrix: a partial last block
+        s = s[:-(-N // block[0])]
+        got = dequantize_gpu(w8, s, block, torch.float32)
+        exact &= torch.equal(got, dequantize(w8, s, (0, N), (0, K), block))
+        x = torch.randn(150, K)
+        y = fp8_matmul(x, w8, s, block, tiles=DEQUANT, mode="w8a16")
+        exact &= torch.equal(y, torch.nn.functional.linear(x, got))
+    print(f"w8a16 prefill, the weight dequantized for F.linear: {'exact' if exact else 'NOT exact'}")
+    return 0 if worst < 1e-5 and worst16 < 2e-3 and worst_f16 < 1e-2 and exact else 1
 
 
 if __name__ == "__main__":

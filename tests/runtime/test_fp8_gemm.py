@@ -219,6 +219,23 @@ def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [129, 300, 2048])
+@pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048), (24576, 1536), (1000, 300)])
+def test_gpu_prefill_w8a16_is_the_dequantized_paths_gemm(R, N, K):
+    # above PREFILL_DEQUANT_ROWS rows w8a16 dequantizes the weight for cuBLAS: the bf16 path's GEMM, bit for bit
+    # (1000 x 300: partial scale blocks at both edges)
+    from dcpctl.runtime.models.fp8_gemm import DEQUANT, PREFILL_DEQUANT_ROWS, choose_tiles, fp8_matmul
+    from dcpctl.runtime.models.quant import dequantize
+    from tests.runtime.test_model_fp8 import quantize
+    assert R > PREFILL_DEQUANT_ROWS and choose_tiles(N, K, R, a16=True) == DEQUANT
+    w8, s = (t.cuda() for t in quantize(torch.randn(N, K) * 0.02, (128, 128)))
+    wb = dequantize(w8, s, (0, N), (0, K), (128, 128)).to(torch.bfloat16)
+    x = torch.randn(R, K, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(fp8_matmul(x, w8, s, (128, 128), mode="w8a16"), torch.nn.functional.linear(x, wb))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
 def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one(mode):
     # three dependent GEMMs (each reads the previous one's output, all share the tile counts) launched

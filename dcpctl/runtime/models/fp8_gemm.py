@@ -37,11 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from dcpctl.runtime.models.fp8_dequant import DequantLinear, dequantize_gpu
 from dcpctl.runtime.models.fp8_gemv import GemvTiles, fp8_gemv
 from dcpctl.runtime.models.fp8_parts import (MODE_ENV, MODES, _counters, _split, _store_tile,  # noqa: F401
                                              _sum_partials, activation_mode, prepare, quantize_rows,
@@ -219,7 +221,7 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
     return a16_mma == "fp16" or (a16_mma == "auto" and bm == 16 and (not grouped or rows >= 16))
 
 
-Kernel = Tiles | GemvTiles
+Kernel = Tiles | GemvTiles | DequantLinear
 # Above this many rows a dense GEMM's rows are tiled over programs (grid axis 0), as a prefill needs: one program per
 # (M tile, N tile). Before the fifteenth session every program looped over all the rows, so a 1024-row GEMM ran
 # on the N tiles' programs alone (o_proj: 112 of them) and took 5.7x cuBLAS bf16's time (1773 against 311 us;
@@ -278,6 +280,11 @@ TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
 # setting beat every unfolded one at 32-1024 rows in the fourteenth session's sweeps (h200_fp8_fold_sweep_s14.json,
 # h200_fp8_fold_prefill_s14.json)
 PREFILL_A16_TILES = Tiles(fold=True)
+# ... and above PREFILL_DEQUANT_ROWS rows the weight dequantized to the rows' dtype, then cuBLAS (fp8_dequant.py): the
+# dequantized path's own GEMM, bit for bit. At 1024 rows the best FP8 setting of the fifteenth session's sweep took
+# 2.3-3.2x cuBLAS bf16's time under w8a16 (o_proj 814 against 355 us; h200_fp8_prefill_s15.json)
+DEQUANT = DequantLinear()
+PREFILL_DEQUANT_ROWS = 128
 TABLE_A16_SOURCE = ("benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json; the twelfth session's "
                     "run of the shipped choices, h200_fp8_gemm_s12.json (s12 above); folded at 17-64 rows: "
                     "h200_fp8_fold_sweep_s14.json")
@@ -311,12 +318,15 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     """The kernel and tile setting for this shape and row count (per expert when grouped; total_rows: all the
     grouped GEMM's rows): the few-rows kernel for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV) and
     for w8a16's grouped GEMMs up to GROUPED_GEMV_ROWS rows in all (DEFAULT_GEMV), else the measured TABLE (dense;
-    w8a16: TABLE_A16 where it has the shape, and PREFILL_A16_TILES above M_TILE_ROWS rows), else DEFAULT_TILES."""
+    w8a16: TABLE_A16 where it has the shape, PREFILL_A16_TILES above M_TILE_ROWS rows and DEQUANT above
+    PREFILL_DEQUANT_ROWS), else DEFAULT_TILES."""
     gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
     if experts > 1 and a16 and total_rows is not None and total_rows <= GROUPED_GEMV_ROWS:
         return DEFAULT_GEMV
+    if experts == 1 and a16 and rows > PREFILL_DEQUANT_ROWS:
+        return DEQUANT
     if experts == 1 and a16 and rows > M_TILE_ROWS:
         return PREFILL_A16_TILES
     table = TABLE_A16 if a16 and (N, K) in TABLE_A16 else TABLE
@@ -332,8 +342,9 @@ def tiles_note() -> str:
             f"{GEMV_SOURCE}), otherwise the MMA kernel (dense GEMMs of {len(TABLE)} DeepSeek-V3 shape(s) from the "
             f"H200 sweep in {TABLE_SOURCE}; w8a16: {len(TABLE_A16)} of them from {TABLE_A16_SOURCE}; others and the "
             f"grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows the "
-            f"weight-streaming kernel and its dense GEMMs of more than {M_TILE_ROWS} rows {PREFILL_A16_TILES}; "
-            f"above {M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
+            f"weight-streaming kernel, its dense GEMMs of {M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows "
+            f"{PREFILL_A16_TILES} and of more the weight dequantized to the rows' dtype for cuBLAS; above "
+            f"{M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
@@ -362,6 +373,10 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
     if isinstance(t, GemvTiles):
         return fp8_gemv(x, w3, s3, block, ends, sms, t, a16)
+    if isinstance(t, DequantLinear):
+        if grouped or not a16:
+            raise ValueError("DequantLinear runs w8a16's dense GEMMs only")
+        return F.linear(x, dequantize_gpu(w3[0], s3[0], block, x.dtype, t))
     rows = R if E == 1 else max(1, R // E)
     bm = t.bm or (16 if rows <= 16 else 32 if rows <= 32 else 64)
     # dense GEMMs of more than M_TILE_ROWS rows (prefill) spread their rows over programs, bm a program, with no K
