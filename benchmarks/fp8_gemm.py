@@ -406,6 +406,7 @@ def main() -> int:
     ap.add_argument("--a16-candidates", action="store_true",
                     help="sweep A16_CANDIDATES instead (w8a16 at 8-64 rows: the weight factor folded in)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
+    ap.add_argument("--experts", type=int, default=256, help="the grouped GEMMs' expert count (top-8 of them)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
     ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
@@ -444,9 +445,9 @@ def main() -> int:
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
     for name, (N, K) in GROUPED.items() if args.grouped else ():
         for M in args.batches:
-            many = M * 8 // 256 > M_TILE_ROWS     # rows per expert of the grouped cell's 256 experts, top-8
+            many = M * 8 // args.experts > M_TILE_ROWS     # rows per expert (top-8)
             _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps,
-                 GROUPED_A16 + (GROUPED_PREFILL_A16 if many else []) if args.a16_candidates else [])
+                 GROUPED_A16 + (GROUPED_PREFILL_A16 if many else []) if args.a16_candidates else [], args.experts)
             _save(args.json, rows)
         _experts.cache_clear()   # 22 GB of experts
         torch.cuda.empty_cache()

@@ -117,6 +117,8 @@ def test_gpu_fp8_model_matches_its_dequantized_twin(fp8, monkeypatch, mode, boun
     monkeypatch.setenv(fp8_parts.MODE_ENV, mode)
     fp8_parts.activation_mode.cache_clear()
     prompts = [[256, 72, 101, 108, 108, 111], [256, 5, 9, 200]]
+    if mode == "w8a16":   # a 210-row prefill: dense GEMMs on the dequantized weight (fp8_gemm.PREFILL_DEQUANT_ROWS)
+        prompts.append([256, *((7 * i + 3) % 250 for i in range(199))])
     try:
         runs = [greedy_run(load_model(fp8, fake_state(1, 0), False, torch.bfloat16, "cuda", keep_fp8=k), prompts, 4)
                 for k in (True, False)]

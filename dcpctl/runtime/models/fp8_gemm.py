@@ -276,13 +276,16 @@ TABLE_A16: dict[tuple[int, int], tuple[tuple[int, Tiles], ...]] = {
     (2112, 7168): ((32, Tiles(swap=True, fold=True)),     # q_a + kv_a joined (the qkv_a fusion): 13.5 -> 11.8 (12.8)
                    (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True))),   # 17.4 -> 14.6 (13.6)
 }
-# w8a16's dense GEMMs above M_TILE_ROWS rows (prefill, the rows tiled over programs): folded, as every folded
-# setting beat every unfolded one at 32-1024 rows in the fourteenth session's sweeps (h200_fp8_fold_sweep_s14.json,
-# h200_fp8_fold_prefill_s14.json)
-PREFILL_A16_TILES = Tiles(fold=True)
+# w8a16's dense GEMMs of M_TILE_ROWS + 1 to PREFILL_DEQUANT_ROWS rows (the rows tiled over programs): folded, in
+# 128-row MMA tiles of 64 columns, two warpgroups. In the fifteenth session's H200 sweep at 96 and 128 rows
+# (h200_fp8_prefill_dense_s15.json, 9 folded settings and DequantLinear on 6 shapes) it was within 6% of the best
+# setting on every shape, and 1.1-1.75x faster than Tiles(fold=True) (o_proj at 96 rows 151.0 -> 136.3 us, q_a+kv_a
+# 43.7 -> 25.2; cuBLAS bf16 67.8 and 13.9)
+PREFILL_A16_TILES = Tiles(bm=128, bn=64, warps=8, fold=True)
 # ... and above PREFILL_DEQUANT_ROWS rows the weight dequantized to the rows' dtype, then cuBLAS (fp8_dequant.py): the
-# dequantized path's own GEMM, bit for bit. At 1024 rows the best FP8 setting of the fifteenth session's sweep took
-# 2.3-3.2x cuBLAS bf16's time under w8a16 (o_proj 814 against 355 us; h200_fp8_prefill_s15.json)
+# dequantized path's own GEMM, bit for bit. At 1024 rows the best FP8 setting of the same session's first sweep took
+# 2.3-3.2x cuBLAS bf16's time (o_proj 814 against 355 us; h200_fp8_prefill_s15.json); dequantized, 1.1-1.4x (468
+# against 362; at 4096 rows 0.91-1.16x; at 96-128 rows the MMA kernel above is the faster on half the shapes)
 DEQUANT = DequantLinear()
 PREFILL_DEQUANT_ROWS = 128
 TABLE_A16_SOURCE = ("benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json; the twelfth session's "
