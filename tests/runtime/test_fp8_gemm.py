@@ -201,7 +201,8 @@ def test_folded_w8a16_accumulates_in_the_mma(bm, swap):
 @pytest.mark.parametrize("R", [1, 8, 32, 64, 300])      # 300: rows tiled over programs (M_TILE_ROWS)
 @pytest.mark.parametrize("tiles", [dict(fold=True), dict(swap=True, fold=True), dict(bn=32, stages=4, fold=True),
                                    dict(per_sm=4, swap=True, max_split=4, fold=True),
-                                   dict(bm=128, bn=128, warps=8, fold=True), dict(bm=128, swap=True, fold=True)])
+                                   dict(bm=128, bn=128, warps=8, fold=True), dict(bm=128, swap=True, fold=True),
+                                   dict(bm=128, bn=64, warps=8, fold=True)])        # PREFILL_A16_TILES
 def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
     # folded, each weight is e4m3 x factor rounded to bf16: the dequantized checkpoint's weight bit for bit, so
     # the GEMM is F.linear on it but for the order of the fp32 sums
