@@ -125,6 +125,30 @@ def test_gpu_grouped_kernel_is_graph_safe(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("tiles", [dict(), dict(fold=True), dict(bm=128, bn=128, warps=8, fold=True)])
+def test_gpu_grouped_w8a16_at_prefill_rows_per_expert(tiles):
+    # a prefill's routed experts: hundreds of rows per expert, some experts empty; each group against the
+    # dequantized weight's F.linear (folded: each weight is the dequantized one, so only the fp32 sum order differs)
+    from dcpctl.runtime.models.fp8_gemm import Tiles, fp8_matmul
+    from dcpctl.runtime.models.quant import dequantize
+    from tests.runtime.test_model_fp8 import quantize
+    N, K, counts = 640, 1024, [300, 0, 129, 1, 64, 0, 700]
+    pairs = [quantize(torch.randn(N, K) * 0.02, (128, 128)) for _ in counts]
+    w8, s = torch.stack([p[0] for p in pairs]).cuda(), torch.stack([p[1] for p in pairs]).cuda()
+    ends = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
+    x = torch.randn(sum(counts) + 5, K, device="cuda", dtype=torch.bfloat16)     # 5 rows past the last group
+    got = fp8_matmul(x, w8, s, (128, 128), ends=ends, tiles=Tiles(**tiles), mode="w8a16").float()
+    start = 0
+    for e, n in enumerate(counts):
+        wb = dequantize(w8[e], s[e], (0, N), (0, K), (128, 128)).to(torch.bfloat16)
+        want = torch.nn.functional.linear(x[start:start + n].double(), wb.double()).float()
+        if n:
+            assert ((got[start:start + n] - want).norm() / want.norm()).item() < 5e-3, e
+        start += n
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("mode", ["w8a8", "w8a16"])
 def test_gpu_split_k_counts_reset_across_calls_and_replays(mode):
     # decode shape with K splits: the last program of each tile sums the partials and zeroes its count
