@@ -23,7 +23,10 @@ The GEMM reads W once in all: at decode sizes the weight read is the whole cost.
 | scale    | [ceil(N/b0), ceil(K/b1)] (+E) | real W = w8 * scale[n // b0, k // b1]                      |
 | ends     | [E] int32 or None            | grouped GEMM: rows past ends[-1] are left unwritten        |
 
-The grid is (experts, N tiles, K splits). K splits (decode with few N tiles) write fp32 partials; the
+The grid is (experts, N tiles, K splits); a dense GEMM of more than M_TILE_ROWS rows (a prefill) puts its M tiles on
+the first axis instead, with no K split. Under w8a16 a dense GEMM of more than PREFILL_DEQUANT_ROWS rows does not run
+this kernel: its weight is dequantized to x's dtype on the GPU (fp8_dequant.py, the loader's values) for F.linear,
+the dequantized path's own GEMM. K splits (decode with few N tiles) write fp32 partials; the
 last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
 split order, `Tiles.red` partials a load, and writes the output, so one launch does it and results are
 deterministic. `Tiles.swap` puts the weight rows on the MMA's M side (y^T = W x^T), which decode's few
