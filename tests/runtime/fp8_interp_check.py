@@ -23,7 +23,7 @@ from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E4
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True),
-            Tiles(bm=128, bn=32), Tiles(bm=128, bn=32, swap=True),   # 128-row MMA tiles (prefill settings)
+            Tiles(bm=128, bn=32, swap=True),   # 128-row MMA tiles (prefill settings)
             *(t for entries in TABLE.values() for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
             # (few programs per SM: the interpreter runs them one by one; K splits all the same)
@@ -40,8 +40,7 @@ A16_VARIANTS = list(dict.fromkeys([
     # the weight factor folded into the converted tile (fp32 rows: no rounding, so the same bound)
     Tiles(fold=True), Tiles(swap=True, fold=True), Tiles(per_sm=4, max_split=2, swap=True, fold=True),
     Tiles(bn=32, stages=4, per_sm=1, fold=True),
-    Tiles(bm=128, bn=32, fold=True), Tiles(bm=128, bn=32, swap=True, fold=True),   # 128-row MMA tiles (prefill)
-    PREFILL_A16_TILES,
+    Tiles(bm=128, bn=32, swap=True, fold=True), PREFILL_A16_TILES,   # 128-row MMA tiles (prefill)
     *(t for entries in TABLE_A16.values() for _, t in entries),   # w8a16's own table
     GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]))
 
