@@ -23,9 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dcpctl.runtime.models import fp8_parts, load_model  # noqa: E402
-from dcpctl.runtime.parallel import ParallelState  # noqa: E402
-from fp8_model_check import write_checkpoint  # noqa: E402
+from dcpctl.runtime.models import fp8_parts  # noqa: E402
+from fp8_model_check import _load, write_checkpoint  # noqa: E402
 
 
 class NoAttention:
@@ -77,8 +76,7 @@ def main() -> int:
     report = {"checkpoint": str(d), "mode": fp8_parts.activation_mode(), "gpu": torch.cuda.get_device_name(),
               "ms": {}}
     for name, keep in (("fp8", True), ("bf16", False)):
-        torch.cuda.empty_cache()
-        m = load_model(d, ParallelState.single(), False, torch.bfloat16, "cuda", keep_fp8=keep)
+        m = _load(d, keep, torch.bfloat16, "cuda")[0]
         with torch.inference_mode():
             report["ms"][name] = {t: round(time_prefill(m, t, args.repeats), 3) for t in args.tokens}
         del m

@@ -139,7 +139,7 @@ def main() -> int:
         print(f"w8a16 bf16 rows, fp16 MMA {t}: worst relative error {err:.2e}")
         worst_f16 = max(worst_f16, err)
     # prefill under w8a16 (DequantLinear): the weight dequantized by the kernel equals quant.dequantize bit for bit
-    # (blocks cut at the edges, strided rows), and the GEMM is F.linear on it
+    # (partial scale blocks at the edges), and the GEMM is F.linear on it
     from dcpctl.runtime.models.fp8_dequant import dequantize_gpu
     from dcpctl.runtime.models.quant import dequantize
     exact = True
