@@ -16,8 +16,8 @@ from tests.runtime.interp import patch_index
 patch_index()
 
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, MODES, TABLE,  # noqa: E402
-                                            DEQUANT, PREFILL_A16_TILES, TABLE_A16, GemvTiles, Tiles, fp8_matmul,
-                                            quantize_rows)
+                                            DEQUANT, PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES, TABLE_A16,
+                                            GemvTiles, Tiles, fp8_matmul, quantize_rows)
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 
@@ -40,7 +40,7 @@ A16_VARIANTS = list(dict.fromkeys([
     # the weight factor folded into the converted tile (fp32 rows: no rounding, so the same bound)
     Tiles(fold=True), Tiles(swap=True, fold=True), Tiles(per_sm=4, max_split=2, swap=True, fold=True),
     Tiles(bn=32, stages=4, per_sm=1, fold=True),
-    Tiles(bm=128, bn=32, swap=True, fold=True), PREFILL_A16_TILES,   # 128-row MMA tiles (prefill)
+    Tiles(bm=128, bn=32, swap=True, fold=True), PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES,   # 128-row tiles
     *(t for entries in TABLE_A16.values() for _, t in entries),   # w8a16's own table
     GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]))
 

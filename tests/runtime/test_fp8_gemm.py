@@ -125,7 +125,8 @@ def test_gpu_grouped_kernel_is_graph_safe(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("tiles", [dict(), dict(fold=True), dict(bm=128, bn=128, warps=8, fold=True)])
+@pytest.mark.parametrize("tiles", [dict(), dict(fold=True),
+                                   dict(bm=128, bn=128, warps=8, fold=True)])     # PREFILL_GROUPED_A16_TILES
 def test_gpu_grouped_w8a16_at_prefill_rows_per_expert(tiles):
     # a prefill's routed experts: hundreds of rows per expert, some experts empty; each group against the
     # dequantized weight's F.linear (folded: each weight is the dequantized one, so only the fp32 sum order differs)
@@ -296,6 +297,11 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     assert choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS) == DEFAULT_GEMV
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS + 1), Tiles)
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=False, total_rows=8), Tiles)
+    # a prefill's experts: above M_TILE_ROWS rows per expert w8a16 takes the 128-row setting, w8a8 does not
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_TILES, M_TILE_ROWS, PREFILL_GROUPED_A16_TILES
+    assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=True, total_rows=16 * 65) == PREFILL_GROUPED_A16_TILES
+    assert choose_tiles(4096, 7168, M_TILE_ROWS, 16, a16=True, total_rows=16 * 64) == DEFAULT_TILES
+    assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=False, total_rows=16 * 65) == DEFAULT_TILES
 
 
 def test_w8a16_takes_its_own_table_where_it_has_the_shape():

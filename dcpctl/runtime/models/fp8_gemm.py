@@ -291,6 +291,11 @@ PREFILL_A16_TILES = Tiles(bm=128, bn=64, warps=8, fold=True)
 # against 362; at 4096 rows 0.91-1.16x; at 96-128 rows the MMA kernel above is the faster on half the shapes)
 DEQUANT = DequantLinear()
 PREFILL_DEQUANT_ROWS = 128
+# w8a16's grouped GEMMs whose experts average more than M_TILE_ROWS rows (a prefill's routed experts): folded, in
+# 128 x 128 MMA tiles, two warpgroups. Fifteenth session, H200 (benchmarks/fp8_gemm.py --grouped --experts 16
+# --batches 512 --a16-candidates, h200_fp8_prefill_grouped16_s15.json; 16 experts of 256 rows): gate+up 1517 -> 1077
+# us, down 773 -> 549 against DEFAULT_TILES (torch._grouped_mm on bf16 experts 551 and 299)
+PREFILL_GROUPED_A16_TILES = Tiles(bm=128, bn=128, warps=8, fold=True)
 TABLE_A16_SOURCE = ("benchmarks/data/h200_fp8_gemm_a16_s11.json, h200_fp8_gemm_modes_s11.json; the twelfth session's "
                     "run of the shipped choices, h200_fp8_gemm_s12.json (s12 above); folded at 17-64 rows: "
                     "h200_fp8_fold_sweep_s14.json")
@@ -325,7 +330,8 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     grouped GEMM's rows): the few-rows kernel for dense GEMMs up to GEMV_ROWS (GEMV_TABLE, else DEFAULT_GEMV) and
     for w8a16's grouped GEMMs up to GROUPED_GEMV_ROWS rows in all (DEFAULT_GEMV), else the measured TABLE (dense;
     w8a16: TABLE_A16 where it has the shape, PREFILL_A16_TILES above M_TILE_ROWS rows and DEQUANT above
-    PREFILL_DEQUANT_ROWS), else DEFAULT_TILES."""
+    PREFILL_DEQUANT_ROWS; grouped w8a16 above M_TILE_ROWS rows per expert PREFILL_GROUPED_A16_TILES), else
+    DEFAULT_TILES."""
     gemv = GEMV_TABLE.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
@@ -335,6 +341,8 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
         return DEQUANT
     if experts == 1 and a16 and rows > M_TILE_ROWS:
         return PREFILL_A16_TILES
+    if experts > 1 and a16 and rows > M_TILE_ROWS:
+        return PREFILL_GROUPED_A16_TILES
     table = TABLE_A16 if a16 and (N, K) in TABLE_A16 else TABLE
     for most, t in table.get((N, K), ()) if experts == 1 else ():
         if rows <= most:
@@ -349,8 +357,9 @@ def tiles_note() -> str:
             f"H200 sweep in {TABLE_SOURCE}; w8a16: {len(TABLE_A16)} of them from {TABLE_A16_SOURCE}; others and the "
             f"grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows the "
             f"weight-streaming kernel, its dense GEMMs of {M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows "
-            f"{PREFILL_A16_TILES} and of more the weight dequantized to the rows' dtype for cuBLAS; above "
-            f"{M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
+            f"{PREFILL_A16_TILES} and of more the weight dequantized to the rows' dtype for cuBLAS, its grouped GEMMs of "
+            f"more than {M_TILE_ROWS} rows per expert {PREFILL_GROUPED_A16_TILES}; above {M_TILE_ROWS} rows a dense "
+            f"GEMM's rows are tiled over programs)")
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
