@@ -38,7 +38,7 @@ def main() -> None:
     a = ap.parse_args()
     dev, dt = "cuda", torch.bfloat16
     cfg = mla_config(H)
-    grid = list(itertools.product((64, 128), (32, 64, 128), (4,), (2, 3)))
+    grid = list(itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3, 4)))
     ws = [torch.randn(H, L, V, device=dev, dtype=dt) * 0.05 for _ in range(ROTATE)]
     rows = []
     for m in (int(b) for b in a.batches.split(",")):
