@@ -1,5 +1,5 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py, head_bmm_triton.py with its merge of split partials) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+embed_triton.py, head_bmm_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
 sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
@@ -134,35 +134,6 @@ def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: in
     assert ((vv.float() - want).abs() <= want.abs() * step + 1e-3).all()
 
 
-def check_merge_head_bmm(device: str, dtype: torch.dtype, T: int, S: int, H: int = 8, lat: int = 512,
-                         v: int = 128) -> None:
-    # merge_vc: S split partials [S, T, H, lat] (some splits empty: lse -inf or NaN, their partial NaN, as an
-    # empty split's may be) merged inside the o @ w_vc product, against the exact merge (fused_merge's torch
-    # reference, rounded to dtype as the merge kernel stores it) then an fp32 product
-    from dcpctl.runtime.attention.fused_merge import merge_partials_reference
-    from dcpctl.runtime.models.head_bmm_triton import merge_head_bmm, merge_head_bmm_ok
-    g = torch.Generator().manual_seed(100 * S + T)
-    parts = torch.randn(S, T, H, lat, generator=g)
-    lse = torch.randn(S, T, H, generator=g) * 3
-    if S > 1:
-        lse[S - 1, 0] = float("-inf")          # token 0: its last split empty,
-        parts[S - 1, 0] = float("nan")
-        lse[0, -1, 0] = float("nan")           # the last token's head 0: a NaN lse (never loaded)
-        parts[0, -1, 0] = float("nan")
-    lse[:, T // 2, H - 1] = float("-inf")      # one (token, head) with every split empty: zeros
-    w_vc = (torch.randn(H, lat, v, generator=g) / lat ** 0.5).to(device=device, dtype=dtype)
-    parts, lse = parts.to(device), lse.to(device)
-    vv = torch.full((T, H, v), 7.0, device=device, dtype=dtype)
-    assert device == "cpu" or merge_head_bmm_ok(parts, lse, w_vc, vv.transpose(0, 1))   # (CPU: the interpreter)
-    merge_head_bmm(parts, lse, w_vc, vv.transpose(0, 1))
-    o, _ = merge_partials_reference(parts.cpu().view(S, T * H, lat), lse.cpu().view(S, T * H), "e", dtype)
-    want = torch.einsum("thl,hlv->thv", o.view(T, H, lat).float(), w_vc.cpu().float())
-    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
-    got = vv.float().cpu()
-    assert ((got - want).abs() <= want.abs() * step + 1e-3).all(), (got - want).abs().max()
-    assert torch.equal(got[T // 2, H - 1], torch.zeros(v))
-
-
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
         for interleaved in (True, False):
@@ -177,8 +148,6 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
         check_embed(device, dtype)
         for t in (1, 5, 64):
             check_head_bmm(device, dtype, t)
-        for t, splits in ((1, 16), (5, 3), (32, 2), (64, 5)):
-            check_merge_head_bmm(device, dtype, t, splits)
 
 
 if __name__ == "__main__":

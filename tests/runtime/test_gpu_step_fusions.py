@@ -30,7 +30,7 @@ def path(tmp_path_factory):
     return str(write_tiny_model(tmp_path_factory.mktemp("gf") / "m", num_hidden_layers=2, first_k_dense_replace=2))
 
 
-def _prefilled(path: str, forbid_pool_write: bool = False, lens: tuple[int, ...] = (5, 40, 17)):
+def _prefilled(path: str, forbid_pool_write: bool = False):
     # a prefill of three prompts -> (the model, its pool, the context of their next decode step)
     ps, dev = ParallelState.single(), torch.device("cuda")
     model = load_model(path, ps, False, torch.bfloat16, dev)
@@ -40,6 +40,7 @@ def _prefilled(path: str, forbid_pool_write: bool = False, lens: tuple[int, ...]
         def refuse(*_):
             raise AssertionError("the fused path wrote the KV rows through KVPool.write")
         pool.write = refuse
+    lens = [5, 40, 17]
     for rid, n in enumerate(lens):
         alloc.allocate(rid, n + 1)
     decisions = typed({"dcp_comm_backend": "ag_rs", "attention_path": "paged"})
@@ -51,9 +52,9 @@ def _prefilled(path: str, forbid_pool_write: bool = False, lens: tuple[int, ...]
     return model, pool, build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
 
 
-def _step(path: str, forbid_pool_write: bool, lens: tuple[int, ...] = (5, 40, 17)) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _step(path: str, forbid_pool_write: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
     # a prefill of three prompts, then one decode step -> logits [3, V], the pool, kv_lora_rank
-    model, pool, ctx = _prefilled(path, forbid_pool_write, lens)
+    model, pool, ctx = _prefilled(path, forbid_pool_write)
     logits = model.logits(model.forward(torch.tensor([3, 4, 5], device="cuda"), ctx.positions, ctx))
     return logits, pool.kv, model.cfg.kv_lora_rank
 
@@ -74,12 +75,12 @@ def test_fused_model_matches_unfused_and_writes_kv_itself(path, monkeypatch):
     torch.testing.assert_close(joined.float(), want.float(), rtol=5e-2, atol=5e-2)
 
 
-def _captured_step(path: str, lens: tuple[int, ...] = (5, 40, 17)) -> tuple[torch.Tensor, torch.Tensor]:
+def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
     # a prefill of three prompts (eager), one decode step captured in a CUDA graph, then its inputs changed in
     # place (other tokens) and the graph replayed: -> that replay's logits [3, V] and the pool.  The warm-up step
     # and the capture saw tokens 3, 4, 5, so a replay that read a KV row or a q rope before the side stream
     # wrote it would read the old tokens' values
-    model, pool, ctx = _prefilled(path, lens=lens)
+    model, pool, ctx = _prefilled(path)
     ids = torch.tensor([3, 4, 5], device="cuda")
     model.forward(ids, ctx.positions, ctx)            # compiles every kernel before the capture
     torch.cuda.synchronize()
@@ -120,33 +121,3 @@ def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
     got, got_kv = _captured_step(path)
     assert len(uses) == 7
     assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
-
-
-LONG = (300, 1000, 700)    # contexts the attention kernel splits at batch 3 (triton_mla.choose_splits)
-
-
-def test_merge_vc_merges_the_split_partials_in_the_value_product(path, monkeypatch):
-    # merge_vc on: the decode step's w_vc product merges the kernel's split partials itself (once a layer), and
-    # the logits match the merge kernel's path (merged rows equal but for the last fp32 bit before rounding)
-    from dcpctl.runtime.attention import triton_mla
-    from dcpctl.runtime.models import attention
-    fused, splits = [], []
-    real, real_choose = attention.merge_head_bmm, triton_mla.choose_splits
-    monkeypatch.setattr(attention, "merge_head_bmm", lambda *a, **k: fused.append(a[0].shape[0]) or real(*a, **k))
-    monkeypatch.setattr(triton_mla, "choose_splits", lambda *a, **k: splits.append(real_choose(*a, **k)) or splits[-1])
-    monkeypatch.setenv(ENV, "merge_vc")
-    want, want_kv, _ = _step(path, False, LONG)
-    assert not fused and splits[-1] > 1
-    monkeypatch.delenv(ENV)
-    got, got_kv, _ = _step(path, False, LONG)
-    assert fused == [splits[-1]] * 2          # the decode step's two layers, with every split
-    assert torch.equal(got_kv, want_kv)
-    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
-
-
-def test_merge_vc_in_a_captured_step_equals_the_eager_step(path):
-    # the fused merge inside a CUDA graph, replayed with other tokens, against an eager step on those tokens
-    want_model, _, ctx = _prefilled(path, lens=LONG)
-    want = want_model.logits(want_model.forward(torch.tensor([101, 57, 230], device="cuda"), ctx.positions, ctx))
-    got, _ = _captured_step(path, LONG)
-    assert torch.equal(got, want)

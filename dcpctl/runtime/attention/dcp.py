@@ -30,7 +30,6 @@ from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, sto
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
-from dcpctl.runtime.attention.triton_mla import MLAOut, MLAParts
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis
@@ -93,26 +92,12 @@ class DCPContext:
         rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes kv_new=None."""
         return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
 
-    def attend_parts(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float,
-                     q_is_group: bool = False) -> Tensor | MLAParts:
-        """`attend`, except that at DCP 1 on the paged path our kernel's split partials come back unmerged
-        (MLAParts) when it splits the context: the caller merges them (the model's `merge_vc` fusion)."""
-        if self.dcp.size != 1 or not self.paged:
-            return self.attend(layer, q, kv_new, scale, q_is_group)
-        self._write_new(layer, kv_new)
-        res = self._attend_paged(layer, q, scale, None, q.dtype, merge=False)
-        return res if isinstance(res, MLAParts) else res.o.to(q.dtype)
-
-    def _write_new(self, layer: int, kv_new: Tensor | None) -> None:
-        if kv_new is not None:
-            lay = self.layout
-            self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
-
     def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, q_is_group: bool = False) -> Tensor:
         # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R], or None: already written (kv_destination)
         # -> [T, Hl, L]
         lay = self.layout
-        self._write_new(layer, kv_new)
+        if kv_new is not None:
+            self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
         if self.paged:
             attend = lambda qq, out=None, dt=None: self._attend_paged(layer, qq, scale, out, dt)  # noqa: E731
         else:
@@ -154,13 +139,13 @@ class DCPContext:
 
     def _attend_paged(self, layer: int, q: Tensor, scale: float,
                       out: tuple[Tensor, Tensor] | None = None,
-                      out_dtype: torch.dtype | None = None, merge: bool = True) -> MLAOut | MLAParts:
-        # q: [T, Hk, R] -> (o [T, Hk, L], lse [T, Hk], base) (or the `out` views, see paged_attention; merge=False:
-        # maybe the split partials, MLAParts)
+                      out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, str]:
+        # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
         self.kv_bytes_read += self.kv_bytes_hint
-        return paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
-                               self.pool.descriptors, self.attention_backend, out_dtype, merge)
+        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
+                              self.pool.descriptors, self.attention_backend, out_dtype)
+        return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:
         if x.is_cuda and self.sync_timing:

@@ -34,7 +34,7 @@ from dcpctl.runtime.attention.backend_choice import choose, triton_blocker
 from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
 from dcpctl.runtime.attention.flashmla import flashmla_decode
 from dcpctl.runtime.attention.layout import SeqChunk
-from dcpctl.runtime.attention.triton_mla import MLAOut, MLAParts, mla_decode, mla_decode_reference
+from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
 from dcpctl.runtime.notes import note_once
 
@@ -103,12 +103,11 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
                     dcp_rank: int, dcp_size: int, out: tuple[Tensor, Tensor] | None = None,
                     descriptors: dict | None = None, requested: str = "auto",
-                    out_dtype: torch.dtype | None = None, merge: bool = True) -> MLAOut | MLAParts:
+                    out_dtype: torch.dtype | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk], its base)
     # requested: --attention-backend (auto: the measured table, backend_choice)
     # out_dtype: o's dtype from our kernels (default fp32; the field kernels return q's dtype)
     # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
-    # merge=False: our kernel's split partials unmerged (MLAParts) when it splits; every other path merges
     if q.shape[0] == 0 and out is not None:
         return MLAOut(*out, "e")
     if q.shape[0] == 0:    # an idle replica still runs every collective, with empty tensors
@@ -124,7 +123,7 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
     if which == "flashmla":
         return flashmla_decode(q, pool, lay, scale, v_dim, out)
     if which == "triton":
-        return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors, merge=merge)
+        return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors)
     note_once(f"local attention: the torch reference over the block table (attention_path paged; "
               f"{triton_blocker(q, pool, v_dim) or 'asked for'})")
     return mla_decode_reference(*args, **kw)

@@ -38,14 +38,6 @@ class MLAOut(NamedTuple):
     base: str      # "e" from these kernels; "2" from FlashInfer (flashinfer_mla), which the merge takes
 
 
-class MLAParts(NamedTuple):
-    """The split kernel's partials left unmerged (mla_decode(..., merge=False) with more than one split): the
-    caller merges them (head_bmm_triton.merge_head_bmm, the `merge_vc` fusion)."""
-    o: Tensor      # [S, N, H, v_dim] fp32, each split's normalized partial
-    lse: Tensor    # [S, N, H] fp32 base e (-inf: an empty split)
-    base: str      # "e"
-
-
 def _dequant(kv: Tensor, kv_scale: float | None, dt: torch.dtype) -> Tensor:
     # kv: [..., R] any float dtype -> [..., R] dt, fp8 pools scaled by their per-tensor scale
     kv = kv.to(dt)
@@ -84,7 +76,7 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
                kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                max_local_len: int | None = None, num_splits: int | None = None,
                config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None,
-               descriptors: dict | None = None, merge: bool = True) -> MLAOut | MLAParts:
+               descriptors: dict | None = None) -> MLAOut:
     """Local MLA decode: Triton on CUDA when triton imports, else the torch reference.
 
     q [N, H, R] bf16/fp16; kv_pool [pages, P, R] bf16/fp16 or float8_e4m3fn with `kv_scale`;
@@ -95,7 +87,6 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
     `comm.send_buffer`): head h of row n is written to [h // (H/c), n, h % (H/c)], and the views are returned.
     descriptors: a dict owned by the pool (KVPool.descriptors) in which the kernels' bulk-copy descriptors
     are kept per pool view (~20 us of host time a layer otherwise); None builds them on every call.
-    merge=False (with no `out`): when the Triton kernel splits the context, the unmerged MLAParts instead.
     """
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H]
     if not triton_available(q.device):
@@ -105,7 +96,7 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
     return mla_decode_triton(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
                              dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
                              max_local_len=max_local_len, num_splits=num_splits, config=config, out=out,
-                             descriptors=descriptors, merge=merge)
+                             descriptors=descriptors)
 
 
 @functools.lru_cache(maxsize=4096)     # pure; every layer of a step asks the same question
@@ -154,9 +145,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       kv_scale: float | None = None, out_dtype: torch.dtype | None = None,
                       max_local_len: int | None = None, num_splits: int | None = None,
                       config: KernelConfig | None = None, out: tuple[Tensor, Tensor] | None = None,
-                      descriptors: dict | None = None, merge: bool = True) -> MLAOut | MLAParts:
-    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views; or, merge
-    # False and s > 1 splits, the partials [s, N, H, v_dim] and their lse)
+                      descriptors: dict | None = None) -> MLAOut:
+    # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
     cfg = config or default_config(q.shape[1])
     n, h, r = q.shape
@@ -184,8 +174,6 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         announce(q.shape[1], cfg, kv_pool.device, kv_pool.dtype, kv_pool.shape[-1], v_dim, kv_scale)
     if s == 1:
         return MLAOut(do, dl, "e") if out is not None else MLAOut(do[0], dl[0], "e")
-    if not merge and out is None:
-        return MLAParts(do, dl, "e")
     mo, ml = merge_partials(do.view(s, n * h, v_dim), dl.view(s, n * h), out_dtype=out_dtype or torch.float32,
                             out=out)
     return MLAOut(mo, ml, "e") if out is not None else MLAOut(mo.view(n, h, v_dim), ml.view(n, h), "e")

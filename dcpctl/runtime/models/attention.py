@@ -9,8 +9,7 @@ w_kc[h] = W_k[h] ([nope, L]) and w_vc[h] = W_v[h]^T ([L, v]).
 With the fusions on (fusions.py): q_a and kv_a are one GEMM; the absorbed query is one [T, Hq, R] buffer whose
 latent slice the bmm writes and whose rope slice the rope kernel writes; the new latent rows go from kv_a's
 output straight into the KV pool (norm + rope + write: one kernel) when the context says where
-(`kv_destination`); the value bmm writes the o_proj input head-major, with no reshape copy, and at DCP 1 merges
-the attention kernel's split partials as it reads them (`merge_vc`, through the context's optional `attend_parts`).
+(`kv_destination`); the value bmm writes the o_proj input head-major, with no reshape copy.
 """
 from __future__ import annotations
 
@@ -20,13 +19,10 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.api import AttentionContext
-from dcpctl.runtime.attention.fused_merge import merge_partials
-from dcpctl.runtime.attention.triton_mla import MLAParts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.models.fusions import Fusions
 from dcpctl.runtime.models.gemm_warm import bmm_into
-from dcpctl.runtime.models.head_bmm_triton import MAX_ROWS, merge_head_bmm, merge_head_bmm_ok
 from dcpctl.runtime.models.norm_triton import fused_norm_ok
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
 from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
@@ -157,18 +153,8 @@ class MlaAttention:
             written = self._kv_written(kv, cos, sin, ctx)
         q = self._query(self._q_b(x, qa), cos, sin, side)
         kv_new = None if written else self._latent_rows(kv, cos, sin)
+        o = ctx.attend(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
         T, vd = x.shape[0], self.cfg.v_head_dim
-        # merge_vc: the split partials merged inside the w_vc product (DCP 1, decode rows; head_bmm_triton)
-        parts = (self.fuse.merge_vc and self.fuse.v_out and self.fuse.head_bmm and x.is_cuda and T <= MAX_ROWS
-                 and getattr(ctx, "attend_parts", None))
-        o = (parts or ctx.attend)(self.layer, q, kv_new, self.scale, q_is_group=self.q_is_group)  # [T, Hl, L]
-        if isinstance(o, MLAParts):
-            v = torch.empty(T, self.heads, vd, dtype=q.dtype, device=q.device)
-            if merge_head_bmm_ok(o.o, o.lse, self.w_vc, v.transpose(0, 1)):
-                merge_head_bmm(o.o, o.lse, self.w_vc, v.transpose(0, 1))
-                return all_reduce(linear(v.view(T, self.heads * vd), self.o_proj), self.group)
-            S, _, Hl, L = o.o.shape     # not a shape the fused kernel takes: the merge kernel first
-            o = merge_partials(o.o.view(S, T * Hl, L), o.lse.view(S, T * Hl), o.base, q.dtype)[0].view(T, Hl, L)
         if self.fuse.v_out:
             v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
             bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1), self.fuse.head_bmm)

@@ -1,8 +1,7 @@
 """The decode step's fusions: all on; `DCPCTL_UNFUSED=name,...` (or `all`) turns some off, read once at model
 load, so a benchmark measures before and after in one run (benchmarks/gpu_17g.sh).  Not a user option: every
 fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py), except head_bmm,
-which sums the same fp32 products in another order (head_bmm_triton.py; the graph and eager steps agree), and
-merge_vc, whose merged rows may differ from the merge kernel's in the last fp32 bit before their rounding.
+which sums the same fp32 products in another order (head_bmm_triton.py; the graph and eager steps agree).
 
 | name     | fused                                                          | replaces                              |
 | -------- | -------------------------------------------------------------- | ------------------------------------- |
@@ -14,7 +13,6 @@ merge_vc, whose merged rows may differ from the merge kernel's in the last fp32 
 | swiglu   | silu(gate) * up of a dense MLP in one kernel                   | silu, then the product                |
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
-| merge_vc | DCP 1 decode: the split-KV partials merged inside the w_vc product (needs v_out and head_bmm) | the merge kernel, then the product |
 | overlap  | in a captured step: rope angles, fused KV write and q rope on a side stream (side_stream.py) | one stream |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
@@ -26,7 +24,7 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "merge_vc", "overlap")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap")
 ENV = "DCPCTL_UNFUSED"
 
 
