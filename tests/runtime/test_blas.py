@@ -37,3 +37,32 @@ def test_a_bad_value_stops_the_load_before_any_file_is_read(monkeypatch, tmp_pat
     monkeypatch.setenv(blas.ENV, "fast")
     with pytest.raises(ModelLoadError, match="DCPCTL_BLAS"):
         load_model(tmp_path / "missing", ParallelState.single(), False, torch.float32)
+
+
+def _ws_env(monkeypatch, ours, torchs):
+    for k, v in ((blas.WS_ENV, ours), (blas.TORCH_WS_ENV, torchs)):
+        monkeypatch.setenv(k, "x")   # recorded, so what choose_lt_workspace sets is undone after the test
+        if v is None:
+            monkeypatch.delenv(k)
+        else:
+            monkeypatch.setenv(k, v)
+
+
+@pytest.mark.parametrize("ours,torchs,want_env,said", [
+    (None, None, "1", "a 1 KiB workspace (no split-K"),        # the default sets torch's variable
+    ("64", None, "64", "a 64 KiB workspace ($DCPCTL_CUBLASLT_WORKSPACE)"),
+    ("torch", None, None, "torch's own workspace"),             # left to torch
+    (None, "32768", "32768", "CUBLASLT_WORKSPACE_SIZE=32768 KiB, as set"),   # the user's own value stands
+])
+def test_the_cublaslt_workspace(monkeypatch, ours, torchs, want_env, said):
+    _ws_env(monkeypatch, ours, torchs)
+    assert said in blas.choose_lt_workspace()
+    import os
+    assert os.environ.get(blas.TORCH_WS_ENV) == want_env
+
+
+@pytest.mark.parametrize("bad", ["0", "-4", "big", "1.5"])
+def test_a_bad_workspace_is_a_load_error_on_every_device(monkeypatch, bad):
+    _ws_env(monkeypatch, bad, None)
+    with pytest.raises(ModelLoadError, match=r"\$DCPCTL_CUBLASLT_WORKSPACE=.* is neither a positive number of KiB"):
+        blas.choose_blas("cpu")
