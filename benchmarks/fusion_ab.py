@@ -9,7 +9,8 @@ usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
   --env-variant: a variant with environment variables of its own (DCPCTL_UNFUSED unset unless named), e.g.
   "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=BLAS=cublas" (BLAS: $DCPCTL_BLAS, torch's BLAS library for that variant;
-  default cublaslt)
+  default cublaslt). Every variant runs in this one process: a setting torch reads once a process
+  ($CUBLASLT_WORKSPACE_SIZE, $DCPCTL_CUBLASLT_WORKSPACE) is no variant's own; time it with one process per setting
   without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations

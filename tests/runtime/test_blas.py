@@ -40,6 +40,7 @@ def test_a_bad_value_stops_the_load_before_any_file_is_read(monkeypatch, tmp_pat
 
 
 def _ws_env(monkeypatch, ours, torchs):
+    monkeypatch.setattr(blas, "_OURS", set())
     for k, v in ((blas.WS_ENV, ours), (blas.TORCH_WS_ENV, torchs)):
         monkeypatch.setenv(k, "x")   # recorded, so what choose_lt_workspace sets is undone after the test
         if v is None:
@@ -49,9 +50,9 @@ def _ws_env(monkeypatch, ours, torchs):
 
 
 @pytest.mark.parametrize("ours,torchs,want_env,said", [
-    (None, None, "1", "a 1 KiB workspace (no split-K"),        # the default sets torch's variable
-    ("64", None, "64", "a 64 KiB workspace ($DCPCTL_CUBLASLT_WORKSPACE)"),
-    ("torch", None, None, "torch's own workspace"),             # left to torch
+    (None, None, None, "torch's own workspace"),                # the default leaves it to torch
+    ("torch", None, None, "torch's own workspace"),
+    ("64", None, "64", "a 64 KiB workspace ($DCPCTL_CUBLASLT_WORKSPACE)"),   # sets torch's variable
     (None, "32768", "32768", "CUBLASLT_WORKSPACE_SIZE=32768 KiB, as set"),   # the user's own value stands
 ])
 def test_the_cublaslt_workspace(monkeypatch, ours, torchs, want_env, said):
@@ -66,3 +67,14 @@ def test_a_bad_workspace_is_a_load_error_on_every_device(monkeypatch, bad):
     _ws_env(monkeypatch, bad, None)
     with pytest.raises(ModelLoadError, match=r"\$DCPCTL_CUBLASLT_WORKSPACE=.* is neither a positive number of KiB"):
         blas.choose_blas("cpu")
+
+
+def test_a_second_load_says_the_same(monkeypatch):
+    # the variable this module set is not the user's: a second model in the process is told the same reason
+    _ws_env(monkeypatch, "1", None)
+    first = blas.choose_lt_workspace()
+    assert blas.choose_lt_workspace() == first == "a 1 KiB workspace ($DCPCTL_CUBLASLT_WORKSPACE)"
+    monkeypatch.setenv(blas.WS_ENV, "torch")           # then torch's own again: the variable goes
+    assert "torch's own" in blas.choose_lt_workspace()
+    import os
+    assert blas.TORCH_WS_ENV not in os.environ
