@@ -13,11 +13,11 @@ benchmarks/step_gemms.py, h200_step_gemms_s11.json), none of the seven linears t
 $DCPCTL_CUBLASLT_WORKSPACE (KiB) is an opt-in trade, not the default. With torch's workspace cuBLASLt runs the
 decode step's small-M GEMMs as split-K kernels, each followed by a reduction launch (13 `splitKreduce` launches,
 23.7 us a step at batch 8 on an H200); with 1 KiB it takes kernels that need none. On an H200 the CUDA-graph step
-of the issue-17 checkpoint took 0.652 / 0.692 / 0.788 ms at batch 1 / 8 / 32 with 1 KiB against 0.674 / 0.715 /
-0.788 with torch's workspace (benchmarks/fusion_ab.py, h200_step_lt_workspace_s17.json), and 0.642 / 0.678 /
-0.773 against 0.680 / 0.722 / 0.774 with each setting a process of its own on another machine
-(h200_step_lt_workspace_s17_processes.json), but the bf16 prefill of 128 tokens took 6.12 ms against 4.97 (each
-its own process; benchmarks/fp8_prefill.py, h200_prefill_lt_workspace_s17_*.json): at 128 rows split-K pays.
+of the issue-17 checkpoint took 0.642 / 0.678 / 0.773 ms at batch 1 / 8 / 32 with 1 KiB against 0.680 / 0.722 /
+0.774 with torch's workspace (benchmarks/fusion_ab.py, one process per setting, twice;
+h200_step_lt_workspace_s17_processes.json), but the bf16 prefill of 128 tokens took 6.12 ms against 4.97 (each its
+own process, another machine; benchmarks/fp8_prefill.py, h200_prefill_lt_workspace_s17_*.json): at 128 rows
+split-K pays.
 torch reads $CUBLASLT_WORKSPACE_SIZE (KiB) when it sizes a workspace: the loader sets it before the model's first
 GEMM, unless it is set already (then that value stands), and only with cuBLASLt chosen.
 """
