@@ -1,7 +1,8 @@
 """The decode step's fusions: all on; `DCPCTL_UNFUSED=name,...` (or `all`) turns some off, read once at model
 load, so a benchmark measures before and after in one run (benchmarks/gpu_17g.sh).  Not a user option: every
-fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py), except head_bmm,
-which sums the same fp32 products in another order (head_bmm_triton.py; the graph and eager steps agree).
+fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py), except head_bmm and
+gemm16, which sum the same fp32 products in another order (head_bmm_triton.py, gemm16.py; the graph and eager steps
+agree).
 
 | name     | fused                                                          | replaces                              |
 | -------- | -------------------------------------------------------------- | ------------------------------------- |
@@ -14,6 +15,7 @@ which sums the same fp32 products in another order (head_bmm_triton.py; the grap
 | embed    | the vocab-slice embedding lookup in one kernel                 | offset, compares, clamp, gather, where |
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
 | overlap  | in a captured step: rope angles, fused KV write and q rope on a side stream (side_stream.py) | one stream |
+| gemm16   | 16-bit linear layers of 2-32 rows of a measured shape: a split-K Triton GEMM (gemm16.py) | cuBLAS (F.linear) |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap", "gemm16")
 ENV = "DCPCTL_UNFUSED"
 
 

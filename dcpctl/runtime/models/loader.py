@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.plan.hf_defaults import KIMI_LINEAR
+from dcpctl.runtime.models import gemm16
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.blas import choose_blas
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
@@ -54,6 +55,7 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
     choose_blas(device)
+    gemm16.configure(Fusions.from_env().gemm16, device)
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:

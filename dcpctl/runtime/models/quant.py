@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.plan.weights import FP8_MIN_SM, fp8_block_ok
-from dcpctl.runtime.models import gemm_warm
+from dcpctl.runtime.models import gemm16, gemm_warm
 from dcpctl.runtime.models.errors import ModelLoadError
 
 FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
@@ -140,7 +140,8 @@ def linear(x: Tensor, w: Weight) -> Tensor:
         return grouped_linear(x, w, None)
     if gemm_warm.LOG is not None:    # the engine's warm-up is recording the GEMMs to warm (gemm_warm.py)
         gemm_warm.LOG.note_linear(x, w)
-    return F.linear(x, w)
+    t = gemm16.pick(x, w) if gemm16.ON else None    # a few rows of a measured shape: dcpctl's split-K kernel
+    return F.linear(x, w) if t is None else gemm16.linear16(x, w, t)
 
 
 def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None) -> Tensor:
