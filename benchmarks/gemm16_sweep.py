@@ -3,7 +3,8 @@ kernel (runtime/models/gemm16.py) over a grid of tile settings, and the shipped 
 one GPU (issue 17: is any of the step's GEMMs far from its read floor on cuBLAS at batch 2-32?).
 
 Each setting is timed as `dcpctl bench kernel` times: a CUDA graph of CALLS calls that rotate over weight copies
-of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 replays, per call.  The Triton kernel
+of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 replays, per call
+(`dcpctl.bench.ceilings.graph_ms`).  The Triton kernel
 is checked against F.linear in fp32 before it is timed.
 
 usage: PYTHONPATH=. python3 benchmarks/gemm16_sweep.py [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
@@ -15,11 +16,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from dcpctl.bench.ceilings import graph_ms
 from dcpctl.runtime.models.gemm16 import Tiles16, choose, linear16
 
 SHAPES = {"qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
@@ -30,28 +31,8 @@ GRIDS = {"first": ((64, 128), (128, 256), (1, 2, 4), (4,), (3, 4)),     # bn, bk
 
 
 def time_graph(fn, copies: list[torch.Tensor]) -> float:
-    """us per call: a graph of CALLS calls over rotating weight copies, median of 10 replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for w in copies[:2]:
-            fn(w)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(CALLS):
-            fn(copies[i % len(copies)])
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / CALLS)
-    return statistics.median(times)
+    """us per call: CALLS calls over rotating weight copies in one CUDA graph (ceilings.graph_ms)."""
+    return graph_ms([lambda w=copies[i % len(copies)]: fn(w) for i in range(CALLS)]) * 1e3
 
 
 def main() -> None:

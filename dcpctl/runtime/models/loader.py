@@ -55,7 +55,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
     choose_blas(device)
-    gemm16.configure(Fusions.from_env().gemm16, device)
+    fuse = Fusions.from_env()
+    gemm16.configure(fuse.gemm16, device)
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:
@@ -71,7 +72,7 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
-    rotary, scale, fuse = Rotary(cfg, device, upcast), softmax_scale(cfg), Fusions.from_env()
+    rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
     layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale, fuse) for i in range(cfg.num_layers)]
     return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary, fuse)
 

@@ -140,7 +140,7 @@ def linear(x: Tensor, w: Weight) -> Tensor:
         return grouped_linear(x, w, None)
     if gemm_warm.LOG is not None:    # the engine's warm-up is recording the GEMMs to warm (gemm_warm.py)
         gemm_warm.LOG.note_linear(x, w)
-    t = gemm16.pick(x, w) if gemm16.ON else None    # a few rows of a measured shape: dcpctl's split-K kernel
+    t = gemm16.pick(x, w)    # a few rows of a measured shape: dcpctl's split-K kernel (else None)
     return F.linear(x, w) if t is None else gemm16.linear16(x, w, t)
 
 
