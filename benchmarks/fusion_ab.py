@@ -35,7 +35,7 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
-ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS", "DCPCTL_MLA_CONFIGS")
+ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS", "DCPCTL_MLA_CONFIGS", "DCPCTL_GEMM16_TABLE")
 
 
 def variant_env(v: str) -> tuple[str, dict[str, str]]:

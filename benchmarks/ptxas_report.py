@@ -36,8 +36,8 @@ def _descs(block_n: int, tma: bool, gluon: bool) -> list[str]:
             else ["*bf16", "*bf16"])
 
 
-def compile_kernel(kind: str, args: list[int]) -> tuple[str, int]:
-    """-> (PTX, shared bytes) of one config."""
+def compile_kernel(kind: str, args: list[int], pdl: bool = False) -> tuple[str, int]:
+    """-> (PTX, shared bytes) of one config (pdl: the Gluon kernel's programmatic-dependent-launch form)."""
     tail = ["*i32"] * 4 + ["*fp32", "*fp32"] + ["i32"] * 15
     if kind == "triton":
         bh, bn, warps, stages, tma = args
@@ -53,7 +53,7 @@ def compile_kernel(kind: str, args: list[int]) -> tuple[str, int]:
         bn, stages, tma = args
         fn, src_cls = gluon_mla._mla_gluon_kernel, GluonASTSource
         types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32"]
-        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma))
+        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma), PDL=pdl)
         opts = dict(num_warps=8)
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(const)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in ALIGNED}

@@ -121,3 +121,18 @@ def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
     got, got_kv = _captured_step(path)
     assert len(uses) == 7
     assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
+
+
+def test_pdl_changes_no_bit_of_an_eager_or_captured_step(path, monkeypatch):
+    # programmatic dependent launch (pdl.py) changes when a kernel starts, never what it computes
+    from dcpctl.runtime.models import pdl
+    monkeypatch.setenv(ENV, "pdl")
+    want, want_kv, _ = _step(path, False)
+    want_g, want_g_kv = _captured_step(path)
+    assert not pdl.ON
+    monkeypatch.delenv(ENV)
+    got, got_kv, _ = _step(path, False)
+    got_g, got_g_kv = _captured_step(path)
+    assert pdl.ON == (torch.cuda.get_device_capability()[0] >= 9)
+    assert torch.equal(got, want) and torch.equal(got_kv, want_kv)
+    assert torch.equal(got_g, want_g) and torch.equal(got_g_kv, want_g_kv)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.merge import merge_stacked, to_natural
+from dcpctl.runtime.models import pdl
 
 try:
     import triton
@@ -100,7 +101,8 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
         o, lse, do, dl, s, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
         do.shape[0] * do.shape[2], do.shape[2], do.stride(0), do.stride(1), do.stride(2),
         dl.stride(0), dl.stride(1), dl.stride(2),
-        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, num_warps=4)
+        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, PDL=pdl.ON, num_warps=4,
+        **pdl.kw())
     return ret
 
 
@@ -146,7 +148,8 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,
                       H, HL, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
-                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr):
+                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr, PDL: tl.constexpr):
+        pdl.enter(PDL)
         # O: [S, M, V]  LSE: [S, M] -> row m = n*H + h of OUT: [c, N, HL, V], OUT_LSE: [c, N, HL] (block h // HL)
         # grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)

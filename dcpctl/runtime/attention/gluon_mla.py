@@ -112,7 +112,8 @@ if gluon is not None:
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
-                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr):
+                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr,
+                          PDL: gl.constexpr):
         # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
         # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # USE_TMA (PAGE % BLOCK_N == 0): whole tiles by bulk tensor copy (KVD_V/KVD_PE over the pool's rows),
@@ -131,6 +132,11 @@ if gluon is not None:
         SH_P: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BLOCK_N * 2 if BLOCK_N < 64 else 128,
                                                   element_bitwidth=16, rank=2)
 
+        if PDL:   # launched early (runtime/models/pdl.py): wait for the kernel before, then release the next
+            gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
+                                      pack=1)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
         hb, sp, n = gl.program_id(0), gl.program_id(1), gl.program_id(2)
         b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, gl.num_programs(1), BLOCK_N, dcp_rank, dcp_size)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)

@@ -16,6 +16,7 @@ agree).
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
 | overlap  | in a captured step: rope angles, fused KV write and q rope on a side stream (side_stream.py) | one stream |
 | gemm16   | 16-bit linear layers of 2-32 rows of a measured shape: a split-K Triton GEMM (gemm16.py) | cuBLAS (F.linear) |
+| pdl      | sm_90+: the step's Triton kernels launch before the one before ends, GEMMs prefetch weights (pdl.py) | plain launches |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 
 from dcpctl.runtime.models.errors import ModelLoadError
 
-FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap", "gemm16")
+FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap", "gemm16",
+            "pdl")
 ENV = "DCPCTL_UNFUSED"
 
 

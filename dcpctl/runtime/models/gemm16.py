@@ -48,6 +48,23 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]] = {
     (4096, 7168): ((8, Tiles16(stages=4)),),                                   # dense gate+up: 20.61 -> 18.96
 }
 TABLE_SOURCE = "benchmarks/data/h200_gemm16_sweep_s18.json"
+TABLE_ENV = "DCPCTL_GEMM16_TABLE"   # a benchmark's JSON file of shapes to replace: {"N,K": [[rows, {Tiles16}], ...]}
+SHIPPED = TABLE                     # what configure() restores
+
+
+def read_table(path: str) -> dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]]:
+    """SHIPPED with the shapes of `path` replaced ({"N,K": [[most rows, {"bn": .., ...}], ...]}; [] for cuBLAS)."""
+    import json
+    from dcpctl.runtime.models.errors import ModelLoadError
+    try:
+        raw = json.loads(open(path).read())
+        table = dict(SHIPPED)
+        for key, cells in raw.items():
+            n, k = (int(v) for v in key.split(","))
+            table[(n, k)] = tuple((int(most), Tiles16(**t)) for most, t in cells)
+        return table
+    except (OSError, ValueError, TypeError) as e:
+        raise ModelLoadError(f"{TABLE_ENV}={path}: not a GEMM table ({e})") from None
 
 ON = False     # set by configure() at model load
 
@@ -64,9 +81,11 @@ def choose(N: int, K: int, rows: int) -> Tiles16 | None:
 
 def configure(on: bool, device: torch.device | str) -> None:
     """At model load: run the kernel where TABLE says (when `on`, on the table's GPU, with Triton), and say so."""
-    global ON
+    global ON, TABLE
     dev = torch.device(device)
     ON = False
+    import os
+    TABLE = read_table(os.environ[TABLE_ENV]) if os.environ.get(TABLE_ENV) else SHIPPED
     if not on or dev.type != "cuda" or triton is None:
         return
     from dcpctl.plan.attention_table import same_device
@@ -80,8 +99,9 @@ def configure(on: bool, device: torch.device | str) -> None:
     prepare(dev)     # the tile counts, allocated now rather than inside a graph capture
     ON = True
     note_once(f"GEMMs: dcpctl's split-K Triton kernel for {len(TABLE)} 16-bit weight shapes at 2-{MAX_ROWS} rows where "
-              f"it was measured faster than cuBLAS on an {TABLE_DEVICE} ({TABLE_SOURCE}); cuBLAS for the rest "
-              "(DCPCTL_UNFUSED=gemm16: cuBLAS for all)")
+              f"it was measured faster than cuBLAS on an {TABLE_DEVICE} "
+              f"({os.environ.get(TABLE_ENV) or TABLE_SOURCE}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS "
+              "for all)")
 
 
 def pick(x: Tensor, w: Tensor) -> Tiles16 | None:
@@ -97,11 +117,14 @@ if triton is not None:
     import triton.language as tl
 
     from dcpctl.runtime.models.fp8_parts import _store_tile, _sum_partials
+    from dcpctl.runtime.models.pdl import enter
 
     @triton.jit
     def _gemm16_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, R, N, K, sx, sw, k_per_split, splits,
-                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr):
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+                       PDL: tl.constexpr):
         # x [R, K], w [N, K] -> out [R, N] (contiguous); grid (N tiles, K splits); with SPLIT, part [splits, R, N]
+        enter(PDL)        # launched early (pdl.py): wait for the kernel before
         pid_n, pid_k = tl.program_id(0), tl.program_id(1)
         n = pid_n * BN + tl.arange(0, BN)
         n_ok = n < N
@@ -133,6 +156,7 @@ def splits_for(K: int, n_tiles: int, t: Tiles16, sms: int) -> tuple[int, int]:
 
 def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor:
     # x: [R, K]  w: [N, K] -> [R, N] in x's dtype
+    from dcpctl.runtime.models import pdl
     from dcpctl.runtime.models.fp8_parts import _counters
     R, K = x.shape
     N = w.shape[0]
@@ -145,5 +169,6 @@ def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out
     _gemm16_kernel[(n_tiles, splits)](x, w, out, part, _counters(x.device, n_tiles), R, N, K, x.stride(0), w.stride(0),
                                       per, splits, BM=max(16, triton.next_power_of_2(R)), BN=t.bn, BK=t.bk,
-                                      SPLIT=splits > 1, num_warps=t.warps, num_stages=t.stages)
+                                      SPLIT=splits > 1, PDL=pdl.ON,
+                                      num_warps=t.warps, num_stages=t.stages, **pdl.kw())
     return out

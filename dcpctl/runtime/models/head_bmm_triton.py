@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
 MAX_ROWS = 64    # decode batches; prefill (M up to the chunk) stays on cuBLAS
@@ -24,7 +25,8 @@ if triton is not None:
 
     @triton.jit
     def _head_bmm_kernel(X, W, O, M, sxb, sxm, swb, swk, sob, som, K: tl.constexpr, N: tl.constexpr,
-                         BM: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+                         BM: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr):
+        pdl.enter(PDL)
         b, nb = tl.program_id(0), tl.program_id(1)
         rows = tl.arange(0, BM)
         cols = nb * BN + tl.arange(0, BN)
@@ -67,4 +69,5 @@ def head_bmm(x: Tensor, w: Tensor, out: Tensor, config: tuple[int, int, int, int
     bm = max(16, triton.next_power_of_2(m))
     _head_bmm_kernel[(b, triton.cdiv(n, bn))](x, w, out, m, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                                               out.stride(0), out.stride(1), K=k, N=n, BM=bm, BK=bk, BN=bn,
-                                              num_warps=warps, num_stages=stages)
+                                              PDL=pdl.ON,
+                                              num_warps=warps, num_stages=stages, **pdl.kw())

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.plan.hf_defaults import KIMI_LINEAR
-from dcpctl.runtime.models import gemm16
+from dcpctl.runtime.models import gemm16, pdl
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.models.blas import choose_blas
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
@@ -57,6 +57,7 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     choose_blas(device)
     fuse = Fusions.from_env()
     gemm16.configure(fuse.gemm16, device)
+    _configure_pdl(fuse.pdl, device)
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:
@@ -81,6 +82,15 @@ def read_config(path: Path) -> MlaConfig:
     """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
     hc = read_model_config(path)
     return hybrid_config(hc).mla if hc.family == KIMI_LINEAR else mla_config(hc)
+
+
+def _configure_pdl(on: bool, device: torch.device | str) -> None:
+    why_not = pdl.configure(on, device)
+    if pdl.ON:
+        note_once("Launches: the step's Triton kernels start before the kernel before them ends (programmatic "
+                  "dependent launch; DCPCTL_UNFUSED=pdl: plain launches)")
+    elif why_not:
+        note_once(f"Launches: plain, one kernel after the other ({why_not})")
 
 
 def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int, int]) -> bool:

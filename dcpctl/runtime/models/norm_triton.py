@@ -21,6 +21,8 @@ try:
 except ImportError:  # CPU-only installs: ops.rms_norm keeps the torch form
     triton = None
 
+from dcpctl.runtime.models import pdl
+
 
 def fused_norm_ok(x: Tensor, weight: Tensor, upcast: torch.dtype) -> bool:
     """Whether rms_norm_fused takes these operands (else the torch form runs)."""
@@ -30,7 +32,8 @@ def fused_norm_ok(x: Tensor, weight: Tensor, upcast: torch.dtype) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _rms_norm_kernel(X, W, Y, stride_x, stride_y, D, eps, BLOCK: tl.constexpr):
+    def _rms_norm_kernel(X, W, Y, stride_x, stride_y, D, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        pdl.enter(PDL)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -43,7 +46,9 @@ if triton is not None:
 
 if triton is not None:
     @triton.jit
-    def _add_rms_norm_kernel(X, R, W, H, Y, stride_x, stride_r, stride_h, stride_y, D, eps, BLOCK: tl.constexpr):
+    def _add_rms_norm_kernel(X, R, W, H, Y, stride_x, stride_r, stride_h, stride_y, D, eps, BLOCK: tl.constexpr,
+                             PDL: tl.constexpr):
+        pdl.enter(PDL)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
@@ -66,7 +71,8 @@ def add_rms_norm_fused(x: Tensor, residual: Tensor, weight: Tensor, eps: float) 
         return h, y
     block = triton.next_power_of_2(x.shape[1])
     _add_rms_norm_kernel[(x.shape[0],)](x, residual, weight, h, y, x.stride(0), residual.stride(0), h.stride(0),
-                                        y.stride(0), x.shape[1], eps, BLOCK=block, num_warps=8 if block >= 4096 else 4)
+                                        y.stride(0), x.shape[1], eps, BLOCK=block, PDL=pdl.ON,
+                                        num_warps=8 if block >= 4096 else 4, **pdl.kw())
     return h, y
 
 
@@ -77,5 +83,5 @@ def rms_norm_fused(x: Tensor, weight: Tensor, eps: float) -> Tensor:
         return y
     block = triton.next_power_of_2(x.shape[1])
     _rms_norm_kernel[(x.shape[0],)](x, weight, y, x.stride(0), y.stride(0), x.shape[1], eps, BLOCK=block,
-                                    num_warps=8 if block >= 4096 else 4)
+                                    PDL=pdl.ON, num_warps=8 if block >= 4096 else 4, **pdl.kw())
     return y

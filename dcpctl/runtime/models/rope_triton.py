@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
 if triton is not None:
@@ -55,7 +56,8 @@ if triton is not None:
 
     @triton.jit
     def _rope_q_kernel(X, COS, SIN, Y, H, sxt, sxh, syt, syh, sct, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                       INTERLEAVED: tl.constexpr, FP32_MATH: tl.constexpr):
+                       INTERLEAVED: tl.constexpr, FP32_MATH: tl.constexpr, PDL: tl.constexpr):
+        pdl.enter(PDL)
         t, hb = tl.program_id(0), tl.program_id(1)
         h = hb * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]
         j = tl.arange(0, HALF)[None, :]
@@ -73,7 +75,9 @@ if triton is not None:
 
     @triton.jit
     def _kv_rows_kernel(KV, W, COS, SIN, DST, ROWS, SLOTS, skt, sdt, sct, L, eps, BLOCK_L: tl.constexpr,
-                        HALF: tl.constexpr, INTERLEAVED: tl.constexpr, FP32_MATH: tl.constexpr):
+                        HALF: tl.constexpr, INTERLEAVED: tl.constexpr, FP32_MATH: tl.constexpr,
+                        PDL: tl.constexpr):
+        pdl.enter(PDL)
         i = tl.program_id(0)
         t = tl.load(ROWS + i)
         slot = tl.load(SLOTS + i)
@@ -112,8 +116,8 @@ def rope_q_into(q_pe: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved
     bh = min(16, triton.next_power_of_2(H))
     _rope_q_kernel[(T, triton.cdiv(H, bh))](q_pe, cos, sin, out, H, q_pe.stride(0), q_pe.stride(1), out.stride(0),
                                             out.stride(1), cos.stride(0), HALF=cos.shape[1], BLOCK_H=bh,
-                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, num_warps=4,
-                                            enable_fp_fusion=False)
+                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, PDL=pdl.ON, num_warps=4,
+                                            enable_fp_fusion=False, **pdl.kw())
 
 
 def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tensor, dst: Tensor, rows: Tensor,
@@ -125,4 +129,4 @@ def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tenso
     block = triton.next_power_of_2(L)
     _kv_rows_kernel[(n,)](kv, norm_w, cos, sin, dst, rows, slots, kv.stride(0), dst.stride(0), cos.stride(0), L, eps,
                           BLOCK_L=block, HALF=cos.shape[1], INTERLEAVED=interleaved, FP32_MATH=fp32_math,
-                          num_warps=4, enable_fp_fusion=False)
+                          PDL=pdl.ON, num_warps=4, enable_fp_fusion=False, **pdl.kw())

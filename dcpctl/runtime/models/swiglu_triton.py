@@ -12,6 +12,7 @@ import os
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
 if triton is not None:
@@ -19,7 +20,9 @@ if triton is not None:
     from triton.language.extra import libdevice
 
     @triton.jit
-    def _swiglu_kernel(H, Y, stride_h, stride_y, I, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr):
+    def _swiglu_kernel(H, Y, stride_h, stride_y, I, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr,
+                       PDL: tl.constexpr):
+        pdl.enter(PDL)
         t, b = tl.program_id(0), tl.program_id(1)
         cols = b * BLOCK + tl.arange(0, BLOCK)
         mask = cols < I
@@ -48,5 +51,5 @@ def swiglu_fused(h: Tensor, inter: int) -> Tensor:
     block = min(1024, triton.next_power_of_2(inter))
     _swiglu_kernel[(h.shape[0], triton.cdiv(inter, block))](h, y, h.stride(0), y.stride(0), inter, BLOCK=block,
                                                             LIBDEVICE=os.environ.get("TRITON_INTERPRET") != "1",
-                                                            num_warps=4)
+                                                            PDL=pdl.ON, num_warps=4, **pdl.kw())
     return y
