@@ -12,7 +12,7 @@ from dcpctl.runtime.models.fusions import Fusions
 
 def test_off_on_the_cpu_and_when_unfused(monkeypatch):
     assert pdl.configure(True, "cpu") is None and not pdl.ON
-    assert pdl.kw() == {}
+    assert pdl.kw() == {"PDL": False}
     monkeypatch.setenv("DCPCTL_UNFUSED", "pdl")
     assert not Fusions.from_env().pdl
 

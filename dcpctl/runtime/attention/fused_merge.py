@@ -101,7 +101,7 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
         o, lse, do, dl, s, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
         do.shape[0] * do.shape[2], do.shape[2], do.stride(0), do.stride(1), do.stride(2),
         dl.stride(0), dl.stride(1), dl.stride(2),
-        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, PDL=pdl.ON, num_warps=4,
+        LSE_SCALE=LN2 if base == "2" else 1.0, S_POW2=s_pow2, BLOCK_V=block_v, num_warps=4,
         **pdl.kw())
     return ret
 

@@ -214,7 +214,7 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
             do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
             h, dcp_rank, dcp_size, scale * 1.4426950408889634,
             PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-            STAGES=cfg.num_stages, USE_TMA=use_tma, PDL=pdl.ON, num_warps=cfg.num_warps, **pdl.kw())
+            STAGES=cfg.num_stages, USE_TMA=use_tma, num_warps=cfg.num_warps, **pdl.kw())
     except (CompilationError, OutOfResources) as e:     # a Gluon/driver this kernel was not built for
         mark_failed(cfg, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:160]}")
         return False

@@ -16,7 +16,7 @@ agree).
 | head_bmm | decode's q_nope @ w_kc and o @ w_vc per head: one Triton kernel | cuBLAS batched GEMM (M <= 64 rows)    |
 | overlap  | in a captured step: rope angles, fused KV write and q rope on a side stream (side_stream.py) | one stream |
 | gemm16   | 16-bit linear layers of 2-32 rows of a measured shape: a split-K Triton GEMM (gemm16.py) | cuBLAS (F.linear) |
-| pdl      | sm_90+: the step's Triton kernels launch before the one before ends, GEMMs prefetch weights (pdl.py) | plain launches |
+| pdl      | sm_90+: the step's Triton and Gluon kernels launch before the one before ends, then wait (pdl.py) | plain launches |
 
 Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buffers, `out=`) with torch ops.
 """

@@ -16,11 +16,13 @@ GPU or dtype runs F.linear.  `configure` (at model load) switches it on with the
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
 MAX_ROWS = 32
@@ -84,7 +86,6 @@ def configure(on: bool, device: torch.device | str) -> None:
     global ON, TABLE
     dev = torch.device(device)
     ON = False
-    import os
     TABLE = read_table(os.environ[TABLE_ENV]) if os.environ.get(TABLE_ENV) else SHIPPED
     if not on or dev.type != "cuda" or triton is None:
         return
@@ -117,14 +118,13 @@ if triton is not None:
     import triton.language as tl
 
     from dcpctl.runtime.models.fp8_parts import _store_tile, _sum_partials
-    from dcpctl.runtime.models.pdl import enter
 
     @triton.jit
     def _gemm16_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, R, N, K, sx, sw, k_per_split, splits,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
                        PDL: tl.constexpr):
         # x [R, K], w [N, K] -> out [R, N] (contiguous); grid (N tiles, K splits); with SPLIT, part [splits, R, N]
-        enter(PDL)        # launched early (pdl.py): wait for the kernel before
+        pdl.enter(PDL)    # launched early (pdl.py): wait for the kernel before
         pid_n, pid_k = tl.program_id(0), tl.program_id(1)
         n = pid_n * BN + tl.arange(0, BN)
         n_ok = n < N
@@ -156,7 +156,6 @@ def splits_for(K: int, n_tiles: int, t: Tiles16, sms: int) -> tuple[int, int]:
 
 def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor:
     # x: [R, K]  w: [N, K] -> [R, N] in x's dtype
-    from dcpctl.runtime.models import pdl
     from dcpctl.runtime.models.fp8_parts import _counters
     R, K = x.shape
     N = w.shape[0]
@@ -169,6 +168,5 @@ def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out
     _gemm16_kernel[(n_tiles, splits)](x, w, out, part, _counters(x.device, n_tiles), R, N, K, x.stride(0), w.stride(0),
                                       per, splits, BM=max(16, triton.next_power_of_2(R)), BN=t.bn, BK=t.bk,
-                                      SPLIT=splits > 1, PDL=pdl.ON,
-                                      num_warps=t.warps, num_stages=t.stages, **pdl.kw())
+                                      SPLIT=splits > 1, num_warps=t.warps, num_stages=t.stages, **pdl.kw())
     return out

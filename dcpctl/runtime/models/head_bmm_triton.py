@@ -69,5 +69,4 @@ def head_bmm(x: Tensor, w: Tensor, out: Tensor, config: tuple[int, int, int, int
     bm = max(16, triton.next_power_of_2(m))
     _head_bmm_kernel[(b, triton.cdiv(n, bn))](x, w, out, m, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                                               out.stride(0), out.stride(1), K=k, N=n, BM=bm, BK=bk, BN=bn,
-                                              PDL=pdl.ON,
                                               num_warps=warps, num_stages=stages, **pdl.kw())

@@ -71,7 +71,7 @@ def add_rms_norm_fused(x: Tensor, residual: Tensor, weight: Tensor, eps: float) 
         return h, y
     block = triton.next_power_of_2(x.shape[1])
     _add_rms_norm_kernel[(x.shape[0],)](x, residual, weight, h, y, x.stride(0), residual.stride(0), h.stride(0),
-                                        y.stride(0), x.shape[1], eps, BLOCK=block, PDL=pdl.ON,
+                                        y.stride(0), x.shape[1], eps, BLOCK=block,
                                         num_warps=8 if block >= 4096 else 4, **pdl.kw())
     return h, y
 
@@ -83,5 +83,5 @@ def rms_norm_fused(x: Tensor, weight: Tensor, eps: float) -> Tensor:
         return y
     block = triton.next_power_of_2(x.shape[1])
     _rms_norm_kernel[(x.shape[0],)](x, weight, y, x.stride(0), y.stride(0), x.shape[1], eps, BLOCK=block,
-                                    PDL=pdl.ON, num_warps=8 if block >= 4096 else 4, **pdl.kw())
+                                    num_warps=8 if block >= 4096 else 4, **pdl.kw())
     return y

@@ -7,13 +7,14 @@ kernels overlap at most, and what overlaps is the next one's launch and its prog
 The kernels: the norms (norm_triton.py), the q rope and the fused KV write (rope_triton.py), the per-head bmm,
 the split merge (attention/fused_merge.py), SwiGLU, the split-K GEMM (gemm16.py) and the Gluon attention kernel.
 
-    kw() -> the launch keywords ({"launch_pdl": True} when on, else {});  enter(PDL) first in a kernel
+    kw() -> a launch's keywords (the kernel's PDL constexpr, and launch_pdl when on);  enter(PDL) first in a kernel
 
 Every kernel launched with PDL calls `enter` before its first memory access, unconditionally: a kernel that ended
 without the wait could let the one after it run before the one before it ended.  A kernel before ours that does
 not release (cuBLAS, torch's) lets ours start only when it ends.  Measured on an H200 in the issue-17 step
 (docs/benchmarks-serve.md, nineteenth session): 2-3% off the graph step at batch 8 and 32; a weight prefetch into
-L2 before the wait made it slower, so there is none.  A fusion (`DCPCTL_UNFUSED=pdl`), CUDA sm_90+ only, set once at model load by `configure`.
+L2 before the wait made it slower, so there is none.  A fusion (`DCPCTL_UNFUSED=pdl`), CUDA sm_90+ only, set
+once at model load by `configure`.
 """
 from __future__ import annotations
 
@@ -64,5 +65,5 @@ def configure(on: bool, device: torch.device | str) -> str | None:
 
 
 def kw() -> dict[str, bool]:
-    """The launch keywords of a PDL kernel: {"launch_pdl": True} when on (older Tritons know no such keyword)."""
-    return {"launch_pdl": True} if ON else {}
+    """A PDL kernel's keywords: its PDL constexpr, and launch_pdl when on (older Tritons know no such keyword)."""
+    return {"PDL": True, "launch_pdl": True} if ON else {"PDL": False}

@@ -116,7 +116,7 @@ def rope_q_into(q_pe: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved
     bh = min(16, triton.next_power_of_2(H))
     _rope_q_kernel[(T, triton.cdiv(H, bh))](q_pe, cos, sin, out, H, q_pe.stride(0), q_pe.stride(1), out.stride(0),
                                             out.stride(1), cos.stride(0), HALF=cos.shape[1], BLOCK_H=bh,
-                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, PDL=pdl.ON, num_warps=4,
+                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, num_warps=4,
                                             enable_fp_fusion=False, **pdl.kw())
 
 
@@ -129,4 +129,4 @@ def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tenso
     block = triton.next_power_of_2(L)
     _kv_rows_kernel[(n,)](kv, norm_w, cos, sin, dst, rows, slots, kv.stride(0), dst.stride(0), cos.stride(0), L, eps,
                           BLOCK_L=block, HALF=cos.shape[1], INTERLEAVED=interleaved, FP32_MATH=fp32_math,
-                          PDL=pdl.ON, num_warps=4, enable_fp_fusion=False, **pdl.kw())
+                          num_warps=4, enable_fp_fusion=False, **pdl.kw())

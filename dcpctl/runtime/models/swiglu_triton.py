@@ -51,5 +51,5 @@ def swiglu_fused(h: Tensor, inter: int) -> Tensor:
     block = min(1024, triton.next_power_of_2(inter))
     _swiglu_kernel[(h.shape[0], triton.cdiv(inter, block))](h, y, h.stride(0), y.stride(0), inter, BLOCK=block,
                                                             LIBDEVICE=os.environ.get("TRITON_INTERPRET") != "1",
-                                                            PDL=pdl.ON, num_warps=4, **pdl.kw())
+                                                            num_warps=4, **pdl.kw())
     return y
