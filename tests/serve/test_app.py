@@ -49,11 +49,12 @@ class FakeEngine(threading.Thread):
 def make():
     made = []
 
-    def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None):
+    def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None, context=64, capacity=48,
+              health_timeout_s=20.0):
         metrics = Metrics(1)
         bridge = Bridge(max_outstanding, on_finish=lambda reason: metrics.finished.labels(reason).inc())
-        state = ServerState(bridge, ByteTokenizer(), "fake", 260, 64, 48, metrics, api_key, 4096,
-                            allowed_hosts=allowed_hosts)
+        state = ServerState(bridge, ByteTokenizer(), "fake", 260, context, capacity, metrics, api_key, 4096,
+                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s)
         engine = FakeEngine(bridge, metrics, hold)
         engine.start()
         made.append(bridge)
