@@ -93,3 +93,15 @@ def test_stream_options_need_stream(make):
         assert r.status_code == 200 and '"usage"' in r.text
         assert client.post(path, json=body | {"stream_options": None}).status_code == 200
 
+
+
+def test_served_context_is_the_flag_within_the_model():
+    import pytest
+
+    from dcpctl.contract.fields import LaunchConfigError
+    from dcpctl.contract.limits import ModelLimits, served_context
+    model = ModelLimits(100, 2048, ())
+    assert served_context(model, None) == 2048 and served_context(model, 512) == 512
+    with pytest.raises(LaunchConfigError, match=r"context_length \(4096\) must be within 1\.\.the model's "
+                                                r"max_position_embeddings \(2048\)"):
+        served_context(model, 4096)
