@@ -4,6 +4,10 @@ Each detail as OpenAI, vLLM or SGLang behave: a prompt alone past the context na
 a budget too large names the context and the KV capacity; null budgets mean "up to the context";
 /generate's max_new_tokens 0 is allowed; stream_options without stream is a 400.
 """
+import pytest
+
+from dcpctl.contract.fields import LaunchConfigError
+from dcpctl.contract.limits import ModelLimits, served_context
 from tests.serve.test_app import make  # noqa: F401  (the fixture)
 
 # make(): context 64, capacity 48 virtual tokens -> one request holds at most 49 tokens (48 KV rows + the last token)
@@ -96,10 +100,6 @@ def test_stream_options_need_stream(make):
 
 
 def test_served_context_is_the_flag_within_the_model():
-    import pytest
-
-    from dcpctl.contract.fields import LaunchConfigError
-    from dcpctl.contract.limits import ModelLimits, served_context
     model = ModelLimits(100, 2048, ())
     assert served_context(model, None) == 2048 and served_context(model, 512) == 512
     with pytest.raises(LaunchConfigError, match=r"context_length \(4096\) must be within 1\.\.the model's "

@@ -60,7 +60,7 @@ class Bridge:
         self._lock = threading.Lock()
         self._rids = itertools.count(worker, workers)
         self._echo = workers > 1      # finish reasons to hand the other workers (take_ended)
-        self._ended: list[str] = []   # finish reasons of requests this side ended (stop string, client gone)
+        self._ended: list[str] = []   # finish reasons counted here, for the other workers (take_ended)
         self.stop_requested = False
         self.error: str | None = None
         self.starting = False      # an HTTP worker up before its siblings: /health says 503 until the engine serves
