@@ -47,12 +47,15 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--tokenizer-worker-num", type=click.IntRange(1, 64), default=None,
               help="HTTP worker processes sharing the port (SGLang's name). One streams at most ~14k tokens a "
                    "second; default: 1 on CPU, on CUDA one per 8 --max-running-requests (at most 4).")
+@click.option("--health-check-timeout", type=click.FloatRange(min=0.1), default=ServeOptions.health_check_timeout,
+              show_default=True, help="Seconds GET /health waits for its one-token generation before answering 503.")
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
            chunked_prefill_size: int, node_rank: int, dist_init_addr: str, host: str, port: int,
            api_key: str | None, allow_unauthenticated: bool, allowed_hosts: tuple[str, ...], max_queued_requests: int, max_request_bytes: int,
-           served_model_name: str | None, tokenizer_worker_num: int | None, dry_run: bool, **params: Any) -> None:
+           served_model_name: str | None, tokenizer_worker_num: int | None, health_check_timeout: float, dry_run: bool,
+           **params: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
@@ -72,7 +75,8 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
-    cfg, nnodes, summary = _launch_config(ctx, config, params, dtype, device, max_total_tokens, chunked_prefill_size)
+    cfg, nnodes, summary, context = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
+                                                   chunked_prefill_size)
     if cfg.get("cuda_graph") is None:   # a given launch config keeps its own section
         cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"])
     mhost, _, mport = dist_init_addr.rpartition(":")
@@ -95,7 +99,8 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     serve_opts = {"host": host, "port": port, "api_key": api_key, "max_queued_requests": max_queued_requests,
                   "max_request_bytes": max_request_bytes, "allowed_hosts": list(allowed_hosts),
                   "served_model_name": served_model_name or Path(cfg["model"]["path"]).name,
-                  "tokenizer_worker_num": workers}
+                  "tokenizer_worker_num": workers, "context_length": context,
+                  "health_check_timeout": health_check_timeout}
     from dcpctl.cli.generate import check_weights
     check_weights(cfg["model"]["path"])
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
@@ -118,8 +123,8 @@ def _check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -
 
 
 def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
-                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str]:
-    """(launch config, nnodes, plan summary) from flags, a saved plan or a launch config; ready to serve."""
+                   max_total_tokens: int, chunk: int) -> tuple[dict[str, Any], int, str, int | None]:
+    """(launch config, nnodes, plan summary, --context-len) from flags, a saved plan or a launch config."""
     from dcpctl.contract.launch_config import LaunchConfig, LaunchConfigError
     from dcpctl.launch.config import render_launch_config
     if config is not None:
@@ -131,7 +136,7 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
             except LaunchConfigError as e:
                 raise LaunchConfigError(f"{config}: {e}") from None
             cfg = typed.to_dict()
-            return cfg, int(params.get("nnodes") or 1), _summary(cfg)
+            return cfg, int(params.get("nnodes") or 1), _summary(cfg), params.get("context_len")
         opts = collect(ctx, params, config)
         fill_default_model(opts, f"the saved plan {config} has no model_path: pass --model-path DIR")
     else:
@@ -142,7 +147,7 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
         raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides with "
                         "`dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export sglang`")
     cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk).for_serving().to_dict()
-    return cfg, plan.request.topology.nnodes, _summary(cfg)
+    return cfg, plan.request.topology.nnodes, _summary(cfg), plan.request.context_len
 
 
 def _check_port_free(host: str, port: int) -> None:

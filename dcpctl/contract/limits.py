@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dcpctl.contract.fields import LaunchConfigError
+
 DEFAULT_MAX_POSITIONS = 4096    # max_position_embeddings when config.json has none
 
 
@@ -23,3 +25,15 @@ def read_model_limits(path: str | Path) -> ModelLimits:
     hc = read_hf_config(path)
     vocab, positions = hc.limits()
     return ModelLimits(vocab, positions, tuple(hc.eos_token_ids))
+
+
+def served_context(limits: ModelLimits, context_length: int | None) -> int:
+    """The context the server enforces: --context-length when given (never above the model's, as SGLang
+    refuses), else the model's max_position_embeddings."""
+    top = limits.max_position_embeddings
+    if context_length is None:
+        return top
+    if not 0 < context_length <= top:
+        raise LaunchConfigError(f"context_length ({context_length}) must be within 1..the model's "
+                                f"max_position_embeddings ({top})")
+    return context_length

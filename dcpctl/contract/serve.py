@@ -22,6 +22,8 @@ class ServeOptions:
     served_model_name: str | None = None    # None: the checkpoint directory's name
     allowed_hosts: tuple[str, ...] = ()
     tokenizer_worker_num: int = 1           # HTTP processes sharing the port (SGLang's --tokenizer-worker-num)
+    context_length: int | None = None       # prompt + output cap (SGLang's --context-length); None: the model's
+    health_check_timeout: float = 20.0      # seconds /health waits for its one-token generation (SGLang's 20)
 
 
 def serve_options(data: dict[str, Any]) -> ServeOptions:

@@ -8,6 +8,8 @@ rank starts, and the server never accepts a request that the scheduler would the
         the last sampled token is never fed back, so its row is never written; speculative
         verification writes `extra` (num_draft_tokens) rows past plain decode
     positions: prompt + max_new <= max_position_embeddings (the model's context length)
+    max_total(capacity, context, extra) = min(context, capacity + 1 - extra)
+        the longest prompt + output one request may reach: what the server reports as max_model_len
 """
 from __future__ import annotations
 
@@ -49,7 +51,12 @@ def misfit(prompt: int, max_new: int, capacity: int, max_positions: int | None =
     return None
 
 
+def max_total(capacity: int, context: int | None = None, extra: int = 0) -> int:
+    """The longest prompt + output one request may reach: the context, or less when the KV pool holds less."""
+    most = capacity + 1 - extra            # kv_rows(prompt, max_new, extra) <= capacity
+    return min(most, context) if context else most
+
+
 def room(prompt: int, capacity: int, max_positions: int | None = None, extra: int = 0) -> int:
     """The largest max_new that still fits (below 1: nothing does)."""
-    most = capacity - kv_rows(prompt, 0, extra)
-    return min(most, max_positions - prompt) if max_positions else most
+    return max_total(capacity, max_positions, extra) - prompt

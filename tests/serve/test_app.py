@@ -49,10 +49,12 @@ class FakeEngine(threading.Thread):
 def make():
     made = []
 
-    def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None):
-        bridge, metrics = Bridge(max_outstanding), Metrics(1)
-        state = ServerState(bridge, ByteTokenizer(), "fake", 260, 64, 48, metrics, api_key, 4096,
-                            allowed_hosts=allowed_hosts)
+    def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None, context=64, capacity=48,
+              health_timeout_s=20.0):
+        metrics = Metrics(1)
+        bridge = Bridge(max_outstanding, on_finish=lambda reason: metrics.finished.labels(reason).inc())
+        state = ServerState(bridge, ByteTokenizer(), "fake", 260, context, capacity, metrics, api_key, 4096,
+                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s)
         engine = FakeEngine(bridge, metrics, hold)
         engine.start()
         made.append(bridge)
@@ -117,8 +119,10 @@ def test_context_and_capacity_limits_name_the_numbers(make):
     client, _, _ = make()
     r = client.post("/v1/completions", json={"prompt": [1] * 40, "max_tokens": 10})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == ("prompt (40 tokens) + max_tokens (10) - 1 = 49 KV rows exceeds the KV "
-                                            "capacity (48 virtual tokens)")
+    assert r.json()["error"]["message"] == (
+        "max_tokens (10) is too large: prompt (40 tokens) + max_tokens = 50 > 49 tokens, the most one request holds "
+        "(the context length is 64 and the KV capacity of 48 virtual tokens holds 49); at most 9 new tokens fit "
+        "this prompt")
     r = client.post("/generate", json={"input_ids": [1], "text": "x"})
     assert r.status_code == 400 and "exactly one" in r.json()["error"]["message"]
 

@@ -136,9 +136,9 @@ BAD = [  # (body, status, words in the message)
     ({"prompt": [1, 99999]}, 400, ["99999", "vocab_size"]),
     ({"prompt": []}, 400, ["empty"]),
     ({"prompt": ["a", "b"]}, 400, ["one prompt"]),
-    ({"prompt": [1, 2, 3], "max_tokens": CAPACITY}, 400, ["3 tokens", f"({CAPACITY})", f"{CAPACITY + 2}",
-                                                          "KV capacity"]),
-    ({"prompt": [1, 2, 3], "max_tokens": 2100}, 400, ["2103", "max_position_embeddings (2048"]),
+    ({"prompt": [1, 2, 3], "max_tokens": CAPACITY}, 400, ["3 tokens", f"({CAPACITY})", f"{CAPACITY + 3}",
+                                                          f"KV capacity of {CAPACITY}", "context length is 2048"]),
+    ({"prompt": [1, 2, 3], "max_tokens": 2100}, 400, ["2103", "context length is 2048", "at most 2045 new tokens"]),
 ]
 
 

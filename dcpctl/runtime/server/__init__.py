@@ -8,7 +8,9 @@ http.py       uvicorn in a background thread on a pre-bound socket
 app.py        FastAPI app: OpenAI-style errors, models/health/metrics
 guard.py      ASGI middleware before any body is read: Host check, API key, body limit (413)
 openai_api.py /v1/completions, /v1/chat/completions, SGLang /generate (plain and SSE)
-gen.py        one request's validation, submission and token stream
+gen.py        one request's validation, submission and token stream (aborted when its client goes)
+limits.py     the server's context and KV limits (max_model_len) and the 400s that name them
+health.py     GET /health: a one-token generation with a timeout, as SGLang's
 protocol.py   request bodies (pydantic)       text.py  detokenization, stop strings, chat prompts
 metrics.py    Prometheus registry
 """

@@ -1,8 +1,8 @@
 """The FastAPI app on rank 0: OpenAI-style errors and every route (guard.py: Host check, auth, body limit).
 
-    GET  /health                 200 while the engine serves, 503 while the server starts or once it failed
-                                 (no key needed)
-    GET  /v1/models              the served model
+    GET  /health                 200 once a one-token generation came back within the timeout, else 503 with
+                                 the reason (health.py; no key needed)
+    GET  /v1/models              the served model; max_model_len: the longest request served (limits.py)
     GET  /metrics                Prometheus text
     POST /v1/completions, /v1/chat/completions, /generate   see openai_api.py
 """
@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 
 from dcpctl.runtime.server.gen import ServerState
 from dcpctl.runtime.server.guard import BodyLimit, Guard
+from dcpctl.runtime.server.health import probe, static_reason
 from dcpctl.runtime.server.openai_api import routes
 from dcpctl.runtime.server.protocol import ApiError, error_response
 
@@ -57,18 +58,13 @@ def build_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        if state.bridge.error is not None:
-            return error_response(503, f"engine failed: {state.bridge.error}")
-        if state.bridge.stop_requested:
-            return error_response(503, "shutting down")
-        if state.bridge.starting:
-            return error_response(503, "starting: the other HTTP workers are not up yet")
-        return PlainTextResponse("ok")
+        why = static_reason(state.bridge) or await probe(state.bridge, state.health_timeout_s)
+        return error_response(503, why, kind="server_error") if why else PlainTextResponse("ok")
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
-                                            "owned_by": "dcpctl", "max_model_len": state.context_len}]}
+                                            "owned_by": "dcpctl", "max_model_len": state.limits.max_model_len}]}
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -53,7 +53,7 @@ class FrontendSpec:
     model_name: str
     model_path: str
     vocab_size: int
-    context_len: int
+    context_len: int           # the served context: --context-length, else max_position_embeddings
     capacity: int
     attn_tp_size: int
     max_outstanding: int
@@ -62,6 +62,7 @@ class FrontendSpec:
     kv_extra: int = 0          # speculative verification rows per request (the fits rule counts them)
     workers: int = 1           # HTTP processes on the port (--tokenizer-worker-num)
     worker: int = 0            # this process's index: its request ids are worker + k * workers
+    health_timeout_s: float = 20.0   # /health's one-token generation waits this long (--health-check-timeout)
 
 
 class Frontend:
@@ -216,15 +217,18 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
     from dcpctl.runtime.server.metrics import Metrics
     from dcpctl.runtime.server.prime import prime
     from dcpctl.runtime.tokenizer import load_tokenizer
-    bridge = Bridge(spec.max_outstanding, spec.worker, spec.workers)
+    bridge = Bridge(spec.max_outstanding, spec.worker, spec.workers,
+                    on_finish=lambda reason: metrics.finished.labels(reason).inc())
     figures = _EngineFigures()
-    metrics = Metrics(spec.attn_tp_size, lambda: figures.exchange_s, figures if spec.kda else None)
+    metrics = Metrics(spec.attn_tp_size, lambda: figures.exchange_s, figures if spec.kda else None,
+                      open_requests=lambda: bridge.open_requests)
     state = ServerState(bridge, load_tokenizer(spec.model_path), spec.model_name, spec.vocab_size,
                         spec.context_len, spec.capacity, metrics, spec.api_key, spec.max_request_bytes,
-                        spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra)
+                        spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra,
+                        health_timeout_s=spec.health_timeout_s)
     app = build_app(state)
-    prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
     bridge.starting = True         # until the engine's "serving": worker 0 listens while its siblings start
+    prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
     return bridge, metrics, figures, HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1).start()
 
 

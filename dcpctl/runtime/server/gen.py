@@ -1,12 +1,17 @@
 """One request's life on rank 0's HTTP side: validate, submit, stream chunks, cancel on exit.
 
     check_model(state, body.model)                  404 in OpenAI's shape for a model we do not serve
-    ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab
-    check_fits(state, ids, max_tokens)              KV capacity and context length (runtime/fits.py), naming the numbers
+    ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab and the
+                                                    context (limits.py: a prompt leaves room for one token)
+    check_fits(state, ids, max_tokens)              prompt + max_tokens within max_model_len, naming both limits
     params = sampling(state, ...)                   no seed: a fresh one; top_k at or above the vocab: off
     rid, q = submit(state, ids, params)             503 when the queue is full or the engine is dead
     async for chunk in chunks(state, rid, q, stop, request)   cancels the request unless it finished
-                                                    (counted as finish reason "stop" or "abort")
+
+A non-streaming request watches its client (`request`): a task waits on the connection for the disconnect
+message and wakes the request, which cancels it in the engine at once, not after its max_tokens; a streamed
+response is cancelled by Starlette when its client goes.  A request is counted as finished once, by whoever
+closes it in the bridge first (the engine's finish or this side's cancel: bridge.py).
 """
 from __future__ import annotations
 
@@ -20,14 +25,11 @@ from starlette.requests import Request
 
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.request import SamplingParams
-from dcpctl.runtime.fits import misfit
-from dcpctl.runtime.server.bridge import Bridge, EngineDead, Failure, Overloaded
+from dcpctl.runtime.server.bridge import GONE, Bridge, EngineDead, Failure, Overloaded
+from dcpctl.runtime.server.limits import ServerLimits
 from dcpctl.runtime.server.metrics import Metrics
 from dcpctl.runtime.server.protocol import ApiError
 from dcpctl.runtime.server.text import TextStream
-
-DISCONNECT_POLL_S = 0.5
-
 
 @dataclass
 class ServerState:
@@ -35,7 +37,7 @@ class ServerState:
     tok: Any
     model_name: str
     vocab_size: int
-    context_len: int          # the model's max_position_embeddings
+    context_len: int          # --context-length, else the model's max_position_embeddings
     capacity: int             # virtual KV tokens of one replica
     metrics: Metrics
     api_key: str | None = None
@@ -43,7 +45,12 @@ class ServerState:
     created: int = 0
     allowed_hosts: tuple[str, ...] | None = None   # None: any Host header (guard.py)
     kv_extra: int = 0         # KV rows a request writes past plain decode (speculative: num_draft_tokens)
+    health_timeout_s: float = 20.0   # /health's one-token generation waits this long (health.py)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def limits(self) -> ServerLimits:
+        return ServerLimits(self.context_len, self.capacity, self.kv_extra)
 
 
 @dataclass(frozen=True)
@@ -66,13 +73,12 @@ def prompt_ids(state: ServerState, prompt: Any, param: str = "prompt") -> list[i
     if bad:
         raise ApiError(400, f"token id {bad[0]} in {param} is outside the vocabulary (vocab_size "
                             f"{state.vocab_size})", param)
+    state.limits.check_prompt(len(ids), param)
     return ids
 
 
 def check_fits(state: ServerState, ids: list[int], max_tokens: int, param: str = "max_tokens") -> None:
-    bad = misfit(len(ids), max_tokens, state.capacity, state.context_len, state.kv_extra)
-    if bad:
-        raise ApiError(400, bad.sentence(param), param)
+    state.limits.check_budget(len(ids), max_tokens, param)
 
 
 def check_model(state: ServerState, model: str | None) -> None:
@@ -103,12 +109,13 @@ def submit(state: ServerState, ids: list[int], params: SamplingParams) -> tuple[
 
 async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str],
                  request: Request | None = None) -> AsyncIterator[Chunk]:
-    """Chunks until the request finishes; `request` given: stop when that client goes away."""
+    """Chunks until the request finishes; `request` given: stop as soon as that client goes away."""
     text, finished = TextStream(state.tok, stop), False
+    watch = asyncio.ensure_future(_watch(request, q)) if request is not None else None
     try:
         while True:
-            item = await _next(q, request)
-            if item is None:
+            item = q.get_nowait() if not q.empty() else await q.get()   # no task or timer per token
+            if item is GONE:
                 return
             if isinstance(item, Failure):
                 raise ApiError(503, item.message, kind="server_error")
@@ -122,21 +129,17 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, stop: list[str]
                 return
             yield Chunk(delta, ev.token, ev.logprob, None)
     finally:
+        if watch is not None:
+            watch.cancel()
         if not finished:  # a stop string matched, or the client went away: the engine never reports it
-            reason = "stop" if text.stopped else "abort"
-            state.bridge.cancel(rid, reason)
-            state.metrics.finished.labels(reason).inc()
+            state.bridge.cancel(rid, "stop" if text.stopped else "abort")
 
 
-async def _next(q: asyncio.Queue, request: Request | None) -> Any:
-    if not q.empty():      # the common case while decoding: no timer, no task per token
-        return q.get_nowait()
-    while True:
-        try:
-            return await asyncio.wait_for(q.get(), DISCONNECT_POLL_S)
-        except asyncio.TimeoutError:
-            if request is not None and await request.is_disconnected():
-                return None
+async def _watch(request: Request, q: asyncio.Queue) -> None:
+    # the body is read, so the connection's next message is the disconnect (uvicorn sends nothing else)
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.1)    # a server that answered something else at once: do not spin on it
+    q.put_nowait(GONE)
 
 
 def sse(obj: Any) -> str:

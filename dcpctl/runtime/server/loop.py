@@ -38,11 +38,16 @@ TRACE_FIELDS = ["take", "step", "stepped", "delivered", "kind", "chunks", "token
 
 def apply(engine: Engine, msg: Control) -> list[Event]:
     """Cancel, then queue; a request the scheduler refuses ends at once with finish "abort"
-    (every rank of its replica refuses it alike, so lockstep holds; the server validated it first)."""
+    (every rank of its replica refuses it alike, so lockstep holds; the server validated it first).
+    A request cancelled in the same message as it arrives (its client left before the engine saw it)
+    is never queued: cancelling first and queueing it after would run it for nobody."""
     for rid in msg.cancel:
         engine.cancel(rid)
+    gone = set(msg.cancel)
     refused = []
     for req in msg.new:
+        if req.rid in gone:
+            continue
         try:
             engine.submit(req.rid, req.prompt, req.params)
         except SchedulerError:

@@ -1,4 +1,10 @@
-"""Prometheus metrics of rank 0's server (one registry per server, no module-level singletons)."""
+"""Prometheus metrics of rank 0's server (one registry per server, no module-level singletons).
+
+The engine reports after every loop turn (a step, or the idle heartbeat every 0.2 s); the request and
+page gauges are as of that report.  `dcpctl_engine_report_age_seconds` says how old it is: it grows
+through a long step (a long prefill) or while a rank hangs, when those gauges are stale.  Finished
+requests are counted by the bridge (bridge.py: once each); /health's probes (negative ids) are not counted.
+"""
 from __future__ import annotations
 
 import time
@@ -15,7 +21,7 @@ RATE_WINDOW_S = 10.0
 
 class Metrics:
     def __init__(self, attn_tp_size: int, exchange_seconds: Callable[[], float] = lambda: 0.0,
-                 kda_pool: Any = None) -> None:
+                 kda_pool: Any = None, open_requests: Callable[[], int] | None = None) -> None:
         r = self.registry = CollectorRegistry()
         self.running = Gauge("dcpctl_running_requests", "Requests holding KV pages (all replicas)", registry=r)
         self.queued = Gauge("dcpctl_queued_requests", "Requests waiting for admission (all replicas)",
@@ -36,6 +42,13 @@ class Metrics:
                           "ceiling of a hybrid model, unchanged by DCP", ["state"], registry=r)
             slots.labels("used").set_function(lambda: kda_pool.used)
             slots.labels("free").set_function(lambda: kda_pool.free)
+        self.reported = time.monotonic()
+        Gauge("dcpctl_engine_report_age_seconds", "Seconds since the engine loop last reported (each step, and "
+              "every 0.2 s when idle): the request and page gauges are as of then", registry=r
+              ).set_function(lambda: time.monotonic() - self.reported)
+        if open_requests is not None:
+            Gauge("dcpctl_http_open_requests", "Requests this HTTP worker holds open (queued, running, or not yet "
+                  "seen by the engine)", registry=r).set_function(open_requests)
         self._recent: deque[tuple[float, int]] = deque()
         self._recent_tokens = 0       # the sum over _recent, kept as it changes (a step must not walk 10 s of steps)
         self._pages: list[tuple[Any, Any]] = []   # per rank: its (used, free) gauge children, made once
@@ -54,14 +67,12 @@ class Metrics:
             free.set(s.free_pages)
         if step_s > 0:
             self.step.observe(step_s)
-        now = time.monotonic()
-        if events:
-            self.tokens.inc(len(events))
-            self._recent.append((now, len(events)))
-            self._recent_tokens += len(events)
-        for ev in events:
-            if ev.finish:
-                self.finished.labels(ev.finish).inc()
+        now = self.reported = time.monotonic()
+        n = sum(ev.rid >= 0 for ev in events)     # not /health's probes
+        if n:
+            self.tokens.inc(n)
+            self._recent.append((now, n))
+            self._recent_tokens += n
         while self._recent and self._recent[0][0] < now - RATE_WINDOW_S:
             self._recent_tokens -= self._recent.popleft()[1]
         self.tps.set(self._recent_tokens / RATE_WINDOW_S)

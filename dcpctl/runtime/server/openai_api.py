@@ -1,4 +1,9 @@
-"""POST /v1/completions, /v1/chat/completions (OpenAI) and /generate (SGLang), plain or streamed."""
+"""POST /v1/completions, /v1/chat/completions (OpenAI) and /generate (SGLang), plain or streamed.
+
+Token budgets: a null max_tokens (max_completion_tokens, max_new_tokens) asks for whatever the context
+leaves (OpenAI, vLLM, SGLang); a chat request that names neither gets a modest default, since admission
+reserves prompt + budget of KV.  /generate's max_new_tokens 0 answers at once with no new token (SGLang).
+"""
 from __future__ import annotations
 
 import time
@@ -8,10 +13,10 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from dcpctl.runtime.fits import room
 from dcpctl.runtime.server.gen import (Chunk, ServerState, check_fits, check_model, chunks, prompt_ids, sampling,
                                       sse_stream, stops, submit)
-from dcpctl.runtime.server.protocol import ApiError, ChatRequest, CompletionRequest, GenerateRequest, refuse_unsupported
+from dcpctl.runtime.server.protocol import (ApiError, ChatRequest, CompletionRequest, GenerateRequest, check_stream_options,
+                                           refuse_unsupported)
 from dcpctl.runtime.server.text import chat_prompt, token_text
 
 CHAT_DEFAULT_MAX_TOKENS = 128  # admission reserves prompt + max_tokens of KV: keep the default modest
@@ -46,9 +51,11 @@ def routes(state: ServerState) -> APIRouter:
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(state, body.model)
         refuse_unsupported(body)
+        check_stream_options(body)
         ids = prompt_ids(state, body.prompt)
-        check_fits(state, ids, body.max_tokens)
-        params = sampling(state, body.max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
+        max_tokens = state.limits.room(len(ids)) if body.max_tokens is None else body.max_tokens
+        check_fits(state, ids, max_tokens)
+        params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
                           body.logprobs is not None, body.ignore_eos)
         rid, q = submit(state, ids, params)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
@@ -69,11 +76,11 @@ def routes(state: ServerState) -> APIRouter:
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(state, body.model)
         refuse_unsupported(body)
+        check_stream_options(body)
         ids = prompt_ids(state, chat_prompt(state.tok, [{"role": m.role, "content": m.text()} for m in body.messages]),
                          "messages")
-        most = room(len(ids), state.capacity, state.context_len, state.kv_extra)
-        max_tokens = body.max_completion_tokens or body.max_tokens or max(1, min(CHAT_DEFAULT_MAX_TOKENS, most))
-        check_fits(state, ids, max_tokens, "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
+        max_tokens, param = _chat_budget(state, body, len(ids))
+        check_fits(state, ids, max_tokens, param)
         params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, body.logprobs,
                           body.ignore_eos)
         rid, q = submit(state, ids, params)
@@ -100,8 +107,11 @@ def routes(state: ServerState) -> APIRouter:
             raise ApiError(400, "give exactly one of text and input_ids", "text")
         ids = prompt_ids(state, body.text if body.text is not None else body.input_ids,
                          "text" if body.text is not None else "input_ids")
-        check_fits(state, ids, sp.max_new_tokens, "max_new_tokens")
-        params = sampling(state, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed, body.return_logprob,
+        max_new = state.limits.room(len(ids)) if sp.max_new_tokens is None else sp.max_new_tokens
+        check_fits(state, ids, max_new, "max_new_tokens")
+        if max_new == 0:
+            return _nothing_to_generate(len(ids), body.stream)
+        params = sampling(state, max_new, sp.temperature, sp.top_p, sp.top_k, sp.seed, body.return_logprob,
                           sp.ignore_eos)
         rid, q = submit(state, ids, params)
         events = _generate_events(rid, len(ids), chunks(state, rid, q, stops(sp.stop),
@@ -114,6 +124,26 @@ def routes(state: ServerState) -> APIRouter:
         return last if last is not None and last["meta_info"]["finish_reason"] else None
 
     return r
+
+
+def _chat_budget(state: ServerState, body: ChatRequest, n_prompt: int) -> tuple[int, str]:
+    """(max new tokens, the field that set it): max_completion_tokens wins over the deprecated max_tokens."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        if getattr(body, name) is not None:
+            return getattr(body, name), name
+    if body.model_fields_set & {"max_completion_tokens", "max_tokens"}:      # an explicit null: no limit
+        return state.limits.room(n_prompt), "max_tokens"
+    return min(CHAT_DEFAULT_MAX_TOKENS, state.limits.room(n_prompt)), "max_tokens"
+
+
+def _nothing_to_generate(n_prompt: int, stream: bool) -> Any:
+    out = {"text": "", "output_ids": [], "meta_info": {"id": uuid.uuid4().hex, "prompt_tokens": n_prompt,
+                                                       "completion_tokens": 0, "finish_reason": {"type": "length"}}}
+    if stream:
+        async def one() -> AsyncIterator[dict[str, Any]]:
+            yield out
+        return _stream(one())
+    return out
 
 
 def _stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

@@ -30,6 +30,7 @@ Stop = Optional[Union[Text, list[Text]]]
 TokenIds = list[StrictInt]
 Int64 = Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
 Count = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]   # token budgets (gen.check_fits bounds them further)
+Count0 = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]  # SGLang's max_new_tokens: 0 answers with no new token
 TopK = Annotated[StrictInt, Field(ge=-1, le=INT64_MAX)]   # -1 or 0: off; at or above the vocabulary: off
 
 _STATUS_KIND = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -77,6 +78,12 @@ def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:
     return False
 
 
+def check_stream_options(body: "_Body") -> None:
+    """stream_options only with stream: true (vLLM's 400; OpenAI documents it for streaming only)."""
+    if body.stream_options and not body.stream:
+        raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
+
+
 def refuse_unsupported(body: BaseModel, prefix: str = "") -> None:
     """400 naming the first field set to a value the engine cannot honour."""
     for name, allowed in REFUSED.items():
@@ -114,7 +121,7 @@ class _Body(BaseModel):
 
 class CompletionRequest(_Body):
     prompt: Union[Text, TokenIds, list[Text], list[TokenIds]]
-    max_tokens: Count = 16
+    max_tokens: Optional[Count] = 16          # null: up to the context (OpenAI, vLLM)
     logprobs: Optional[StrictInt] = Field(None, ge=0, le=1)  # 0 or 1: the chosen token's log-probability
     echo: Literal[False] = False
     suffix: Any = None
@@ -144,7 +151,7 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[Count] = None
+    max_tokens: Optional[Count] = None        # both absent: a modest default; either null: up to the context
     max_completion_tokens: Optional[Count] = None
     logprobs: bool = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=0)  # only the chosen token comes back
@@ -161,7 +168,7 @@ class ChatRequest(_Body):
 
 class GenerateParams(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    max_new_tokens: Count = 128
+    max_new_tokens: Optional[Count0] = 128     # null: up to the context
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: TopK = -1

@@ -14,6 +14,7 @@ from typing import Any
 
 from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.contract.launch_config import LaunchConfig
+from dcpctl.contract.limits import served_context
 from dcpctl.contract.serve import ServeOptions
 from dcpctl.runtime.boot import build_state, load_target, progress_lines
 from dcpctl.runtime.engine.engine import Engine
@@ -43,6 +44,7 @@ def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
     if cfg.kv.max_running_requests is None or cfg.limits is None or cfg.limits.vocab_size is None:
         raise LaunchConfigError("serving needs kv.max_running_requests and a checkpoint with a config.json "
                                 "(render the launch config with `dcpctl launch --dry-run`)")
+    served_context(cfg.limits, opts.context_length)   # a bad --context-length fails before the weights load
     ps = build_state(cfg)
     group = control_group(cfg.dist_backend)
     if model is None:
@@ -68,10 +70,11 @@ def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptio
     kda = engine.state_pool
     spec = FrontendSpec(opts.host, opts.port, opts.api_key, opts.max_request_bytes,
                         allowed_hosts(opts.host, list(opts.allowed_hosts)), opts.served_model_name or Path(path).name,
-                        str(path), limits.vocab_size, limits.max_position_embeddings, engine.alloc.virtual_capacity,
+                        str(path), limits.vocab_size, served_context(limits, opts.context_length),
+                        engine.alloc.virtual_capacity,
                         engine.ps.attn_tp.size, cfg.kv.max_running_requests + opts.max_queued_requests,
                         kda is not None, int(time.time()), engine.spec.kv_extra if engine.spec else 0,
-                        opts.tokenizer_worker_num)
+                        opts.tokenizer_worker_num, health_timeout_s=opts.health_check_timeout)
     front = Frontend(spec)      # HTTP in its own process (frontend.py says why)
     _on_signals(lambda: setattr(front, "stop_requested", True))
 
