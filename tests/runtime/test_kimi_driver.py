@@ -5,7 +5,7 @@ prefill + decode through the model's KDA state pool (admit before the first chun
         (also drives DeepSeek models, which hold no KDA state)
     ref_ctx(model) -> make_ctx for the dense reference context (single rank, or TP without DCP)
     dcp_ctx(model, ps, decisions, form=...) -> make_ctx for the real DCP context (allocator + KV pool); form pins
-        the absorbed or MHA attention form (default: the per-batch rule)
+        the absorbed or MHA attention form (default: the per-batch rule), mha_block_bytes its key block size
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def ref_ctx(model, dcp_rank: int = 0, dcp_size: int = 1):
     return make
 
 
-def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2, form: str = "auto"):
+def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2, form: str = "auto",
+            mha_block_bytes: int | None = None):
     alloc = VirtualAllocator(capacity, page, ps.dcp.size)
     pool = KVPool(model.kv_layers, alloc.num_pages * page, model.cfg.latent_dim, model.dtype)
 
@@ -36,6 +37,8 @@ def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2, form:
         for c in chunks:
             alloc.allocate(c.rid, c.start + c.num_tokens)
         ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank, form=form)
+        if mha_block_bytes is not None:
+            ctx.mha_block_bytes = mha_block_bytes   # small key blocks: the MHA form's block loop runs
         ctx.chunks = chunks  # the SeqChunks the KDA layers need (until the layout carries them)
         return ctx
     make.alloc, make.pool = alloc, pool

@@ -6,7 +6,7 @@ ending at position E (P = T*(E - T) + T*(T+1)/2 causal query-key pairs, summed o
     absorbed = P * (R + L)                        # q.k over the latent row, p.v over the latent
     mha      = E * (nope + v) * L + P * (qk + v)  # up-project every key row once, then q.k and p.v per head
 
-The MHA form runs when it is the smaller (DeepSeek-V3 shapes: a fresh prompt of >= ~342 tokens, or an extend
+The MHA form runs when it is the smaller (DeepSeek-V3 shapes: a fresh prompt of >= 341 tokens, or an extend
 of >= ~171 new tokens over a long prefix); decode, verification and short extends stay absorbed.  The same
 split SGLang makes (forward_normal for prefill/extend, forward_absorb for decode and verify) and vLLM's MLA
 backends make (requests above the decode threshold run the MHA prefill), here written as the FLOP count.
