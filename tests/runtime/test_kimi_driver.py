@@ -31,7 +31,7 @@ def ref_ctx(model, dcp_rank: int = 0, dcp_size: int = 1):
 def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2, form: str = "auto",
             mha_block_bytes: int | None = None):
     alloc = VirtualAllocator(capacity, page, ps.dcp.size)
-    pool = KVPool(model.kv_layers, alloc.num_pages * page, model.cfg.latent_dim, model.dtype)
+    pool = KVPool(model.kv_layers, alloc.num_pages * page, model.cfg.latent_dim, model.dtype, model.device)
 
     def make(chunks: list[SeqChunk]):
         for c in chunks:

@@ -46,13 +46,31 @@ def reference_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
     return o, lse.transpose(0, 1)
 
 
-def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+def _sdpa_kernel(op: Callable, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     # q: [t, H, D]  k: [s, H, D]  v: [s, H, V] (CUDA, 16-bit) -> o [t, H, V] (q's dtype), lse [t, H] natural log
     heads_first = lambda x: x.transpose(0, 1).unsqueeze(0)      # noqa: E731  [1, H, n, D] strided view
-    out = torch.ops.aten._scaled_dot_product_cudnn_attention(
-        heads_first(q), heads_first(k), heads_first(v), None, True, 0.0, causal, False, scale=scale)
-    o, lse = out[0], out[1]
-    return o[0].transpose(0, 1), lse.reshape(q.shape[1], q.shape[0]).transpose(0, 1)
+    o, lse = op(heads_first(q), heads_first(k), heads_first(v.contiguous()), causal, scale)[:2]
+    lse = lse.reshape(q.shape[1], -1)[:, :q.shape[0]]            # [1, H, t(, 1)] (the op may pad t)
+    return o[0].transpose(0, 1), lse.transpose(0, 1)
+
+
+def _cudnn(q, k, v, causal, scale):
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+
+
+def _efficient(q, k, v, causal, scale):
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
+
+
+def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200);
+    where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse) contract, ~4x slower)."""
+    try:
+        return _sdpa_kernel(_cudnn, q, k, v, causal, scale)
+    except RuntimeError as e:
+        note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
+                  f"torch's memory-efficient SDPA kernel runs it")
+        return _sdpa_kernel(_efficient, q, k, v, causal, scale)
 
 
 def pick_kernel(q: Tensor) -> tuple[Kernel, str]:
@@ -67,12 +85,17 @@ def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, 
     return max(1, budget // (heads * (nope + v_dim + qk_dim) * elem_bytes))
 
 
-def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) -> None:
+def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor, fresh: bool = False) -> None:
     # acc_o: [t, H, V] acc dtype (views allowed)  acc_lse: [t, H] natural; o, lse: a partial whose every row saw a key
     # lse' = logaddexp(lse_acc, lse);  o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o   (-inf acc weighs 0)
+    # fresh: no partial reached these rows yet (acc is 0 / -inf): the merge is a copy
+    if fresh:
+        acc_o.copy_(o)
+        acc_lse.copy_(lse)
+        return
     lse = lse.to(acc_lse.dtype)
     new = torch.logaddexp(acc_lse, lse)
-    acc_o.mul_(torch.exp(acc_lse - new).unsqueeze(-1)).add_(o.to(acc_o.dtype) * torch.exp(lse - new).unsqueeze(-1))
+    acc_o.mul_(torch.exp(acc_lse - new).unsqueeze(-1)).addcmul_(o, torch.exp(lse - new).unsqueeze(-1))
     acc_lse.copy_(new)
 
 
@@ -92,18 +115,19 @@ def chunk_attention(q: Tensor, rows_of: Callable[[int, int], Tensor], w_kv: Tens
     in all; acc_o [T, H, v] / acc_lse [T, H] start at 0 / -inf."""
     T = q.shape[0]
     pos = lambda j: j * c + rank            # noqa: E731
-    for j0, j1 in chunk_blocks(n_prefix, n_rows, block):
+    for i, (j0, j1) in enumerate(chunk_blocks(n_prefix, n_rows, block)):
+        # the first block's calls reach disjoint rows no earlier call reached: copies, not merges
         k, v = _keys(rows_of(j0, j1), w_kv, nope, latent)
         hi = max(0, pos(j1 - 1) - start)   # rows from hi on see the whole block
         if hi < T:
-            merge_into(acc_o[hi:], acc_lse[hi:], *kernel(q[hi:], k, v, False, scale))
+            merge_into(acc_o[hi:], acc_lse[hi:], *kernel(q[hi:], k, v, False, scale), fresh=i == 0)
         if j0 < n_prefix:
             continue
         lo = pos(j0) - start
         for d in range(min(c, max(0, hi - lo))):
             sl = slice(lo + d, hi, c)
             m = len(range(lo + d, hi, c))
-            merge_into(acc_o[sl], acc_lse[sl], *kernel(q[sl].contiguous(), k[:m], v[:m], True, scale))
+            merge_into(acc_o[sl], acc_lse[sl], *kernel(q[sl].contiguous(), k[:m], v[:m], True, scale), fresh=i == 0)
 
 
 def _keys(rows: Tensor, w_kv: Tensor, nope: int, latent: int) -> tuple[Tensor, Tensor]:
