@@ -68,6 +68,8 @@ def _memory(p: Plan) -> None:
         ["weight format", m["weight_format"]],
         ["replicated-Q overhead per rank", _bytes(m["replicated_q_bytes_per_rank"])],
         ["KV budget per rank", _bytes(m["kv_budget_bytes_per_rank"])],
+        [f"MHA prefill transient ({m['mha_prefill_chunk_tokens']:,}-token chunk)",
+         _bytes(m["mha_prefill_transient_bytes_per_rank"])],
         ["KV rows per rank / virtual tokens", f"{m['kv_rows_per_rank']:,} / {m['kv_virtual_tokens']:,}"],
         ["longest context", f"{m['max_context_len']:,} (limited by {m['max_context_limited_by']})"],
         ["capacity gain vs dcp 1", f"{m['capacity_gain_vs_dcp1']}x (nominal {m['nominal_gain']}x)"],

@@ -28,8 +28,8 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
     """
     _check_runtime_supports(plan, dtype)
     t, d, req = plan.request.topology, plan.decisions, plan.request
-    page = req.page_size
-    rows = _rows_per_rank(plan, max_total_tokens)
+    page = served_page(plan, device)
+    rows = _rows_per_rank(plan, max_total_tokens, page)
     kv = KVSection(page, rows, chunked_prefill_size, req.max_running_requests)
     # HiCache L2 host tier: HICACHE_RATIO x the device pages (SGLang's --hicache-ratio default)
     hicache = HiCacheSection(HICACHE_RATIO * (rows // page)) if req.enable_hierarchical_cache else None
@@ -65,9 +65,15 @@ def _check_runtime_supports(plan: Plan, dtype: str) -> None:
                         "`dcpctl export sglang`")
 
 
-def _rows_per_rank(plan: Plan, max_total_tokens: int) -> int:
+def served_page(plan: Plan, device: str) -> int:
+    """The KV page size the bundled runtime serves with: the plan's served_page_size decision on CUDA (the page
+    its measured decode kernels run at), the plan's page_size elsewhere."""
+    d = plan.decisions
+    return int(d["served_page_size"].value) if device == "cuda" and "served_page_size" in d else plan.request.page_size
+
+
+def _rows_per_rank(plan: Plan, max_total_tokens: int, page: int) -> int:
     # min(plan rows, ceil(max_total_tokens / dcp)), rounded down to whole pages (at least one page)
-    page = plan.request.page_size
     rows = -(-max_total_tokens // plan.request.topology.dcp_size)
     if plan.memory.get("kv_rows_per_rank"):
         rows = min(rows, plan.memory["kv_rows_per_rank"])

@@ -56,8 +56,10 @@ def decide(req: PlanRequest) -> Decisions:
     d.items["decode_attention_backend"] = Decision(kernel, why)
     d.items["kv_cache_dtype"] = Decision(*kernels.kv_dtype(req))
     d.items["page_size"] = Decision(*kernels.page_size(req, kernel, d.warnings.append))
+    d.items["served_page_size"] = Decision(*kernels.served_page_size(
+        req, kernel, (d.value("page_size"), d.items["page_size"].reason), d.value("kv_cache_dtype")))
     d.items["local_attention_backend"] = Decision(*attention_table.plan_decision(
-        req, d.value("kv_cache_dtype"), d.value("page_size")))
+        req, d.value("kv_cache_dtype"), d.value("served_page_size")))
     spec = speculative.num_draft_tokens(req, kernel, d.value("page_size"), d.violations.append, d.warnings.append)
     if spec is not None:
         d.items["speculative_num_draft_tokens"] = Decision(*spec)

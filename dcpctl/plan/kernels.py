@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from dcpctl.plan import attention_table
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.sglang import RUNTIME_ONLY_KV_DTYPES, SGLANG_KV_DTYPES, SGLANG_VERSION
@@ -110,3 +111,30 @@ def check(req: PlanRequest, kernel: str, kv: str, add: Add) -> None:
                       f"--speculative-algorithm {req.speculative_algorithm}; select cutedsl_mla"))
     if c > 1 and kernel == "flashmla" and kv.startswith("fp8"):
         add(Violation("flashmla_fp8_dcp", "flashmla with fp8 KV does not support dcp > 1"))
+
+
+def served_page_size(req: PlanRequest, kernel: str, page: tuple[int, str], kv: str) -> tuple[int, str]:
+    """The page size the bundled runtime serves with (launch config kv.page_size): `page` (SGLang's, the plan's
+    page_size decision) unless, on CUDA with neither --page-size nor the decode kernel fixing it, the runtime's
+    measured decode table has cells for this shape at another page size (there its rule picks FlashInfer / FlashMLA
+    / ours per cell; at a page size with no cell only ours runs; FlashMLA reads pages of 64 only, as SGLang forces)."""
+    if req.page_size is not None or kernel in KERNEL_PAGES:
+        return page[0], f"the plan's page_size ({page[1]})"
+    return _measured_page(req, kv) or (page[0], f"the plan's page_size ({page[1]})")
+
+
+def _measured_page(req: PlanRequest, kv: str) -> tuple[int, str] | None:
+    hw, t = req.hardware, req.topology
+    if hw.device != "cuda":
+        return None
+    heads = req.model.num_heads // t.attn_tp * t.dcp_size
+    kv_name = attention_table.KV_NAMES.get(kv, kv)
+    pages = sorted({c["page_size"] for c in attention_table.load_table()["cells"]
+                    if c["heads"] == heads and c["kv_dtype"] == kv_name and attention_table.same_device(c["device"],
+                                                                                                      hw.gpu_name)})
+    if not pages:
+        return None
+    page = attention_table.FLASHMLA_PAGE if attention_table.FLASHMLA_PAGE in pages else pages[-1]
+    return page, (f"the bundled runtime's measured decode table has cells for {heads} kernel heads, {kv_name} KV on "
+                  f"{hw.gpu_name} at page {page} (FlashMLA reads only pages of {attention_table.FLASHMLA_PAGE}); "
+                  f"at page 1 only its own kernel would run")

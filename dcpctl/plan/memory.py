@@ -4,18 +4,25 @@
     kv_bytes_per_token_per_rank = kv_bytes_per_token / dcp
     per virtual token, a rank stores target_row / dcp + draft_row (draft KV is never striped)
     virtual capacity V          = kv_budget // (that), rounded down to widened pages (P * dcp)
+
+The MHA-form prefill (runtime/attention/mha.py) holds, per rank and for one MLA layer at a time, one key
+block of up-projected K/V (at most MHA_BLOCK_BYTES), the chunk's group query, its fp32 accumulator and,
+with dcp > 1, the exchange buffers: `mha_prefill_transient`, outside the KV budget (in the
+1 - mem_fraction_static headroom, like every activation).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.model import DTYPE_BYTES, ModelSpec
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.weights import weight_bytes, weight_format
 
 GIB = 2**30
+MHA_BLOCK_BYTES = GIB   # the MHA form's up-projected K/V of one key block, at most (runtime/attention/mha.py)
 
 
 def kv_row_bytes(m: ModelSpec, kv_dtype: str, layers: int | None = None) -> int:
@@ -31,6 +38,19 @@ def weights_and_replicated_q(req: PlanRequest, replicate_q: bool) -> tuple[int, 
     weights = weight_bytes(m, t, False, fp8)
     on = replicate_q and t.dcp_size > 1
     return weights, (weight_bytes(m, t, True, fp8) - weights) if on else 0
+
+
+def mha_prefill_transient(m: ModelSpec, dcp: int, attn_tp: int, chunk: int = DEFAULT_CHUNKED_PREFILL) -> int:
+    """Bytes one rank holds beside its KV while one MLA layer of a `chunk`-token prefill runs in the MHA form."""
+    b = {"float64": 8, "float32": 4}.get(m.dtype, 2)          # the compute dtype (FP8 checkpoints compute in bf16)
+    hk = m.num_heads // attn_tp * dcp                        # kernel heads: the DCP group's
+    qk, v, nope = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim, m.qk_nope_head_dim
+    row = hk * (nope + v + qk) * b                           # one key row up-projected (GEMM output, then K)
+    block = min(MHA_BLOCK_BYTES // row * row, -(-m.max_position_embeddings // dcp) * row)
+    query = chunk * hk * qk * b
+    acc = chunk * hk * (v + 1) * max(b, 4) + chunk * hk * (v + 1) * b    # accumulator + one partial
+    wire = 2 * chunk * hk * (v + 2) * b if dcp > 1 else 0                            # a2a send + receive
+    return block + query + acc + wire
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,8 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[d
         "weight_bytes_per_rank": weights,
         "weight_format": weight_format(m, hw)[1],
         "replicated_q_bytes_per_rank": rep_q,
+        "mha_prefill_transient_bytes_per_rank": mha_prefill_transient(m, t.dcp_size, t.attn_tp),
+        "mha_prefill_chunk_tokens": DEFAULT_CHUNKED_PREFILL,
         "kv_budget_bytes_per_rank": max(budget, 0),
         "kv_rows_per_rank": cap.physical_rows,
         "kv_virtual_tokens": cap.virtual_tokens,

@@ -9,7 +9,7 @@ Mirrors runtime/models/shards.py (which slice a rank reads) and loader.py (what 
 | ------------------------------- | ---------------------------------------- | ---------------------------------- |
 | q_a, kv_a (replicated)          | whole                                    | FP8 + scales, or the compute dtype |
 | q_b / q_proj rows               | q heads (the DCP group's under rep. Q)   | FP8 + scales, or the compute dtype |
-| kv_b_proj                       | q heads                                  | w_kc [Hq, nope, L] + w_vc [Hl, L, v], compute dtype |
+| kv_b_proj                       | q heads; the DCP group's heads (MHA form)| w_kc [Hq, nope, L] + w_vc [Hl, L, v] + w_kv [Hl*dcp, nope+v, L], compute dtype |
 | o_proj columns                  | local heads                              | FP8 + scales, or the compute dtype |
 | dense / shared MLP              | intermediate / tp                        | FP8 + scales, or the compute dtype |
 | routed experts                  | experts / ep, intermediate / (tp / ep)   | FP8 + scales, or the compute dtype |
@@ -100,6 +100,7 @@ def _attention(c: _Count, t: Topology, r: _Rank, replicate_q: bool) -> None:
     c.linear((0, L + m.qk_rope_head_dim), (0, D), (L + m.qk_rope_head_dim, D))     # kv_a_proj_with_mqa
     c.plain(L)                                                                      # kv_a_layernorm
     c.plain(hq * m.qk_nope_head_dim * L + hl * L * m.v_head_dim)                    # w_kc + w_vc
+    c.plain(hl * t.dcp_size * (m.qk_nope_head_dim + m.v_head_dim) * L)              # w_kv (MHA-form prefill)
     c.linear((0, D), (h0 * m.v_head_dim, (h0 + hl) * m.v_head_dim), (D, H * m.v_head_dim))   # o_proj
     q_in = m.q_lora_rank or D
     if m.q_lora_rank:

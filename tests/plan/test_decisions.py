@@ -97,3 +97,19 @@ def test_fi_a2a_fabric_counts_tp_per_node_as_sglang_does():
     assert [v.message for v in p.violations] == [
         "fi_a2a needs an MNNVL fabric or a DCP group inside one node: tp per node (8) = tp (16) // (nnodes (2) // "
         "pp (1)) is not a multiple of dcp (16) and b200-8 has no MNNVL"]
+
+
+def test_served_page_size_follows_the_measured_decode_table():
+    # H200, 16 kernel heads: the table measures page 64 only (FlashMLA's page), so the runtime serves page 64
+    p = plan(tp_size=8)
+    assert p.decisions["page_size"].value == 1                      # SGLang's (fa3 takes any page)
+    served = p.decisions["served_page_size"]
+    assert served.value == 64
+    assert served.reason.startswith("the bundled runtime's measured decode table has cells for 16 kernel heads, "
+                                    "bf16 KV on NVIDIA H200 at page 64")
+    assert "page 64" in p.decisions["local_attention_backend"].reason
+    assert plan(tp_size=8, page_size=32).decisions["served_page_size"].value == 32        # the user's page wins
+    assert plan(tp_size=8, hardware="cpu").decisions["served_page_size"].value == 1       # no table on CPU
+    b200 = plan(tp_size=8, hardware="b200-8").decisions                                 # trtllm_mla fixes 64
+    assert b200["served_page_size"].value == b200["page_size"].value
+    assert b200["served_page_size"].reason.startswith("the plan's page_size")

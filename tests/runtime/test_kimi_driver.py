@@ -2,8 +2,10 @@
 prefill + decode through the model's KDA state pool (admit before the first chunk, release after).
 
     kimi_greedy(model, prompts, steps, make_ctx, chunk=None, release=True) -> (prefill logits, decode logits, ids)
+        (also drives DeepSeek models, which hold no KDA state)
     ref_ctx(model) -> make_ctx for the dense reference context (single rank, or TP without DCP)
-    dcp_ctx(model, ps, decisions) -> make_ctx for the real DCP context (allocator + KV pool)
+    dcp_ctx(model, ps, decisions, form=...) -> make_ctx for the real DCP context (allocator + KV pool); form pins
+        the absorbed or MHA attention form (default: the per-batch rule), mha_block_bytes its key block size
 """
 from __future__ import annotations
 
@@ -26,14 +28,17 @@ def ref_ctx(model, dcp_rank: int = 0, dcp_size: int = 1):
     return make
 
 
-def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2):
+def dcp_ctx(model, ps, decisions: dict, capacity: int = 64, page: int = 2, form: str = "auto",
+            mha_block_bytes: int | None = None):
     alloc = VirtualAllocator(capacity, page, ps.dcp.size)
-    pool = KVPool(model.kv_layers, alloc.num_pages * page, model.cfg.latent_dim, model.dtype)
+    pool = KVPool(model.kv_layers, alloc.num_pages * page, model.cfg.latent_dim, model.dtype, model.device)
 
     def make(chunks: list[SeqChunk]):
         for c in chunks:
             alloc.allocate(c.rid, c.start + c.num_tokens)
-        ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank)
+        ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank, form=form)
+        if mha_block_bytes is not None:
+            ctx.mha_block_bytes = mha_block_bytes   # small key blocks: the MHA form's block loop runs
         ctx.chunks = chunks  # the SeqChunks the KDA layers need (until the layout carries them)
         return ctx
     make.alloc, make.pool = alloc, pool
@@ -51,8 +56,8 @@ def kimi_greedy(model, prompts: list[list[int]], steps: int, make_ctx, chunk: in
     """Admit every prompt, prefill (in chunks of `chunk` tokens when given), decode `steps` greedy
     tokens in batches, then release. Returns per prompt: prefill logits [len, V], decode logits
     [steps, V] and the generated ids."""
-    pool = model.kda_pool
-    for rid in range(len(prompts)):
+    pool = model.kda_pool            # None for models without request-indexed state (DeepSeek)
+    for rid in range(len(prompts) if pool is not None else 0):
         pool.admit(rid)
     done, pre = [0] * len(prompts), [[] for _ in prompts]
     while any(d < len(p) for d, p in zip(done, prompts)):
@@ -76,7 +81,7 @@ def kimi_greedy(model, prompts: list[list[int]], steps: int, make_ctx, chunk: in
             dec[r].append(out[r])
             last[r] = out[r]
             done[r] += 1
-    if release:
+    if release and pool is not None:
         for rid in range(len(prompts)):
             model.release(rid)
     return pre, [torch.stack(d) if d else torch.zeros(0) for d in dec], outs

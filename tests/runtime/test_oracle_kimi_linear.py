@@ -7,8 +7,9 @@ models, and its own cached decode and uncached forward disagree by ~8e-7 relativ
 - against transformers with its fp32 casts lifted to float64 (test-only patch of the module's
   `torch.float32` and of Tensor.float): logprobs within 1e-12 relative, batched and chunked;
 - DCP 1 / 2 / 4 on forked gloo ranks (TP 4 or the DCP size, ag_rs and a2a, replicated Q, EP,
-  attention DP): greedy ids identical and logprobs within 1e-9 of DCP 1, and every KDA pool empty and
-  consistent after the releases.
+  attention DP; the MLA layers in the absorbed form, or in the MHA form with small key blocks): greedy ids
+  identical and logprobs within 1e-9 of DCP 1 absorbed, and every KDA pool empty and consistent after the
+  releases.
 """
 from __future__ import annotations
 
@@ -100,10 +101,11 @@ def test_float64_matches_transformers_without_fp32_stages(path, hf, monkeypatch)
 DCP_PROMPTS = [[5, 17, 200, 3, 99, 42, 7, 11, 64], [250], [8, 3]]  # 1 and 2 tokens: shorter than dcp
 
 
-def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict, chunk):
+def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict, chunk,
+          form: str = "absorbed"):
     ps = ParallelState.build(groups, attn_dp_size=dp) if world > 1 else ParallelState.single()
     model = load_model(path, ps, typed(decisions).dcp_replicate_q_proj, torch.float64, kda_max_requests=4)
-    make = dcp_ctx(model, ps, decisions)
+    make = dcp_ctx(model, ps, decisions, form=form, mha_block_bytes=MHA_BLOCK)
     pre, dec, outs = kimi_greedy(model, prompts[ps.attn_dp_index], STEPS, make, chunk=chunk)
     model.kda_pool.check_integrity()
     pool = (model.kda_pool.used, model.kda_pool.free)
@@ -116,20 +118,25 @@ def dcp1(path):
     return run_ranks(_rank, 1, path, None, 1, [DCP_PROMPTS], {}, None)[0]
 
 
-CASES = {  # name: (world, dp, dcp, ep, decisions, prefill chunk)
-    "tp2_dcp2_ag_rs": (2, 1, 2, 1, {"dcp_comm_backend": "ag_rs"}, None),
-    "tp4_dcp4_a2a_chunked": (4, 1, 4, 1, {"dcp_comm_backend": "a2a"}, 4),
-    "tp4_ep2_dcp2_replicated_q": (4, 1, 2, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, None),
-    "tp4_dp2_dcp2": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None),  # replicas step together: one prefill each
+MHA_BLOCK = 3 * 4 * (16 + 16 + 24) * 8   # the MHA form's key blocks: 3 rows of 4 kernel heads (float64)
+CASES = {  # name: (world, dp, dcp, ep, decisions, prefill chunk, attention form)
+    "tp2_dcp2_ag_rs": (2, 1, 2, 1, {"dcp_comm_backend": "ag_rs"}, None, "absorbed"),
+    "tp4_dcp4_a2a_chunked": (4, 1, 4, 1, {"dcp_comm_backend": "a2a"}, 4, "absorbed"),
+    "tp4_ep2_dcp2_replicated_q": (4, 1, 2, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, None,
+                                  "absorbed"),
+    "tp4_dp2_dcp2": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None, "absorbed"),  # replicas step together
+    "tp4_dcp4_a2a_chunked_mha_paged": (4, 1, 4, 1, {"dcp_comm_backend": "a2a", "attention_path": "paged"}, 4, "mha"),
+    "tp4_dp2_dcp2_mha": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None, "mha"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dcp_matches_dcp1(path, dcp1, case):
-    world, dp, dcp, ep, decisions, chunk = CASES[case]
+    world, dp, dcp, ep, decisions, chunk, form = CASES[case]
     split = [DCP_PROMPTS] if dp == 1 else [DCP_PROMPTS[:1], DCP_PROMPTS[1:]]
     mine = [[0, 1, 2]] if dp == 1 else [[0], [1, 2]]
-    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp, ep=ep), dp, split, decisions, chunk)
+    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp, ep=ep), dp, split, decisions, chunk,
+                        form)
     want_pre, want_dec, want_outs = dcp1[:3]
     per_replica_rows = []
     for rank, (pre, dec, outs, pool, rows) in enumerate(results):

@@ -26,3 +26,8 @@ class AttentionContext(Protocol):
         `kv_destination(layer)` said (DCPContext: one fused kernel).  Returns o: [T, H_local, L] for this rank's heads.
         """
         ...
+
+    # Optional (DCPContext): the MHA form for long prefills and extends.  A context without `use_mha` is absorbed.
+    #   use_mha(shape: MlaShape) -> bool       this batch's form, decided once per batch (attention/form.py)
+    #   attend_mha(layer, q, kv_new, scale, w_kv, q_is_group=False) -> o [T, H_local, v]
+    #       q: [T, H_local (or the group's), nope + rope] with rope applied; w_kv: [H_group, nope + v, L] kv_b_proj

@@ -9,6 +9,9 @@ Per MLA layer (`attend`):
      batches, per chunk otherwise), `paged` hands the pool as [pages, P, R] plus a block table to
      `triton_mla.mla_decode` (O(batch + pages) host work; the default when the pool is on CUDA);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
+`attend_mha` is the same four steps in the MHA form (attention/mha.py, for long prefills and extends: the
+model asks `use_mha` once per batch, attention/form.py): the query is qk wide, the shard's latent rows are
+up-projected per head block by block, and the partials merged over the group are v wide.
 
 Chunked prefill / extend attends the local shard and merges like decode (exact by the merge
 identity), instead of gathering prefix shards to restore token order: one code path for prefill,
@@ -24,15 +27,19 @@ import torch
 from torch import Tensor
 
 from dcpctl.contract.launch_config import Decisions
-from dcpctl.runtime.attention.comm import (exchange_ag_rs, exchange_packed, gather_heads, lanes_in_place,
-                                           pack_by_owner, send_buffer)
+from dcpctl.runtime.attention.comm import (exchange_a2a, exchange_ag_rs, exchange_packed, gather_heads,
+                                           lanes_in_place, pack_by_owner, send_buffer)
+from dcpctl.runtime.attention.form import pick_form
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
+from dcpctl.runtime.attention.mha import BLOCK_BYTES, ShardChunk, shard_attention
 from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
 from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import Axis
+from dcpctl.plan.hf_config import MlaShape
 
 BACKENDS = ("ag_rs", "a2a")
 __all__ = ["BACKENDS", "DCPContext", "SeqChunk", "ShardLayout", "build_context", "build_layout"]
@@ -54,7 +61,10 @@ class DCPContext:
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     kv_bytes_hint: int = 0          # paged path: KV bytes per layer from host ints (no device sync)
     attention_backend: str = "auto"  # decisions["attention_backend"]: --attention-backend (backend_choice)
+    attention_form: str = "auto"     # absorbed / MHA per batch (attention/form.py); tests pin one
+    mha_block_bytes: int = BLOCK_BYTES  # the MHA form's up-projected key block, at most (tests shrink it)
     _mask: Tensor | None = field(default=None, repr=False)
+    _mha: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.dcp.size > 1 and self.backend not in BACKENDS:
@@ -92,12 +102,65 @@ class DCPContext:
         rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes kv_new=None."""
         return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
 
+    def use_mha(self, shape: MlaShape) -> bool:
+        """Whether this batch runs in the MHA form (`attend_mha`): decided once per batch, said once per reason."""
+        if self._mha is None:
+            self._mha, why = pick_form(self.attention_form, self.layout.chunks, shape)
+            note_once(why)
+        return self._mha
+
+    def attend_mha(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, w_kv: Tensor,
+                   q_is_group: bool = False) -> Tensor:
+        # q: [T, Hl, nope + rope] or [T, Hl*c, nope + rope] (q_is_group)  kv_new: [T, R] or None (as attend)
+        # w_kv: [Hl*c, nope + v, L] the DCP group's kv_b_proj -> [T, Hl, v]
+        self._write(layer, kv_new)
+        chunks = self._shard_chunks()
+        self.kv_bytes_read += sum(ch.n_rows for ch in chunks) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
+        c = self.dcp.size
+        local = lambda qq: shard_attention(qq, self.pool.kv[layer], chunks, w_kv, self.v_dim, self.dcp.rank, c,  # noqa: E731
+                                           scale, self.mha_block_bytes)
+        if c == 1:
+            return local(q)[0].to(q.dtype)
+        t0 = self._clock(q)
+        q_group = q if q_is_group else gather_heads(q, self.dcp)
+        t1 = self._clock(q)
+        o, lse = local(q_group)
+        t2 = self._clock(q)
+        fused = q.is_cuda and q.dtype != torch.float64 and q.shape[0] > 0
+        if self.backend == "ag_rs":
+            out = exchange_ag_rs(o, lse, "e", self.dcp, rescale_partial if fused else None)
+        else:
+            out = exchange_a2a(o, lse, "e", self.dcp, q.dtype, merge_a2a if fused else None, q.dtype)
+        self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
+        return out.to(q.dtype)
+
+    def _shard_chunks(self) -> list[ShardChunk]:
+        # per chunk: its batch rows, start, shard rows before start, shard rows in all, their pool slots
+        lay, r, c = self.layout, self.dcp.rank, self.dcp.size
+        out, row = [], 0
+        for i, ch in enumerate(lay.chunks):
+            end = ch.start + ch.num_tokens
+            n = local_len(end, r, c)
+            if isinstance(lay, PagedLayout):
+                j = torch.arange(n, device=lay.block_table.device)
+                pages = lay.block_table[i].long()
+                slots = pages[j // lay.page_size] * lay.page_size + j % lay.page_size
+            else:
+                slots = lay.kv_slots[lay.kv_bounds[i]:lay.kv_bounds[i + 1]]
+            out.append(ShardChunk(row, ch.num_tokens, ch.start, local_len(ch.start, r, c), n, slots))
+            row += ch.num_tokens
+        return out
+
+    def _write(self, layer: int, kv_new: Tensor | None) -> None:
+        # kv_new: [T, R] -> the owned rows into the pool (None: the model's fused kernel wrote them)
+        if kv_new is not None:
+            self.pool.write(layer, self.layout.write_slots, kv_new.index_select(0, self.layout.write_rows))
+
     def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, q_is_group: bool = False) -> Tensor:
         # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R], or None: already written (kv_destination)
         # -> [T, Hl, L]
         lay = self.layout
-        if kv_new is not None:
-            self.pool.write(layer, lay.write_slots, kv_new.index_select(0, lay.write_rows))
+        self._write(layer, kv_new)
         if self.paged:
             attend = lambda qq, out=None, dt=None: self._attend_paged(layer, qq, scale, out, dt)  # noqa: E731
         else:
@@ -154,17 +217,19 @@ class DCPContext:
 
 
 def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: Decisions,
-                  chunks: list[SeqChunk], v_dim: int, pad: int = 0) -> DCPContext:
+                  chunks: list[SeqChunk], v_dim: int, pad: int = 0, form: str = "auto") -> DCPContext:
     """The engine's one call per forward batch (chunks must already be allocated).
 
     decisions.attention_path: `auto` (paged when the pool is on CUDA), `paged` or `layout`;
-    decisions.attention_backend: the paged path's --attention-backend (auto: the measured table)."""
+    decisions.attention_backend: the paged path's --attention-backend (auto: the measured table);
+    form: absorbed or MHA (auto: attention/form.py's rule per batch)."""
     backend, base = decisions.dcp_comm_backend, decisions.lse_base
     if resolve_path(decisions.attention_path, pool.kv.device) == "layout":
-        return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim)
+        return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim,
+                          attention_form=form)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
     ctx = DCPContext(lay, pool, dcp, backend, base, v_dim,
-                     attention_backend=decisions.attention_backend)
+                     attention_backend=decisions.attention_backend, attention_form=form)
     ctx.kv_bytes_hint = kv_rows(alloc, chunks, dcp.rank) * pool.kv.shape[-1] * pool.kv.element_size()
     return ctx
 

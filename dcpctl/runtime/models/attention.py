@@ -1,7 +1,10 @@
-"""Absorbed MLA attention of one layer, heads split over attention TP.
+"""MLA attention of one layer, heads split over attention TP, in the absorbed or the MHA form.
 
-    q_nope @ w_kc -> latent query;  [q_lat, rope(q_pe)] . [norm(c_kv), rope(k_pe)]  (R-dim dot)
-    o_lat @ w_vc -> per-head value;  o_proj (row-parallel) -> all-reduce over attention TP
+    absorbed: q_nope @ w_kc -> latent query;  [q_lat, rope(q_pe)] . [norm(c_kv), rope(k_pe)]  (R-dim dot)
+              o_lat @ w_vc -> per-head value;  o_proj (row-parallel) -> all-reduce over attention TP
+    MHA:      [q_nope, rope(q_pe)] . [c_kv @ W_k[h]^T, rope(k_pe)]  (qk-dim dot), p @ (c_kv @ W_v[h]^T) -> o_proj
+              (the context up-projects its cached latent rows with w_kv, the DCP group's kv_b_proj, block by
+              block; it picks the form per batch: attention/form.py)
 
 kv_b_proj rows per head are [nope rows of W_k | v rows of W_v], each [*, kv_lora_rank]; so
 w_kc[h] = W_k[h] ([nope, L]) and w_vc[h] = W_v[h]^T ([L, v]).
@@ -42,8 +45,9 @@ def attention_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
     wants = [
         Want(p + "kv_a_proj_with_mqa.weight", (L + cfg.qk_rope_head_dim, D), fp8_ok=True),
         Want(p + "kv_a_layernorm.weight", (L,)),
-        # kv_b_proj is split into w_kc / w_vc for absorbed MLA: always dequantized
-        Want(p + "kv_b_proj.weight", (H * kvh, L), 0, s.q_head_start * kvh, (s.q_head_start + s.q_heads) * kvh),
+        # kv_b_proj: w_kc / w_vc for the absorbed form, the DCP group's heads for the MHA form; always dequantized
+        Want(p + "kv_b_proj.weight", (H * kvh, L), 0, s.group_head_start * kvh,
+             (s.group_head_start + s.group_heads) * kvh),
         Want(p + "o_proj.weight", (D, H * cfg.v_head_dim), 1, s.head_start * cfg.v_head_dim,
              (s.head_start + s.heads) * cfg.v_head_dim, fp8_ok=True),
     ]
@@ -71,10 +75,10 @@ class MlaAttention:
         self.q_b = t[p + "q_b_proj.weight"] if cfg.q_lora_rank is not None else t[p + "q_proj.weight"]
         self.kv_a_norm = t[p + "kv_a_layernorm.weight"]
         nope, L = cfg.qk_nope_head_dim, cfg.kv_lora_rank
-        kv_b = t[p + "kv_b_proj.weight"].view(s.q_heads, nope + cfg.v_head_dim, L)
-        self.w_kc = kv_b[:, :nope, :].contiguous()  # [Hq, nope, L]
-        off = s.head_start - s.q_head_start
-        self.w_vc = kv_b[off:off + s.heads, nope:, :].transpose(1, 2).contiguous()  # [Hl, L, v]
+        self.w_kv = t[p + "kv_b_proj.weight"].view(s.group_heads, nope + cfg.v_head_dim, L)  # [Hl*dcp, nope+v, L]
+        q0, off = s.q_head_start - s.group_head_start, s.head_start - s.group_head_start
+        self.w_kc = self.w_kv[q0:q0 + s.q_heads, :nope, :].contiguous()  # [Hq, nope, L]
+        self.w_vc = self.w_kv[off:off + s.heads, nope:, :].transpose(1, 2).contiguous()  # [Hl, L, v]
         self.o_proj = t[p + "o_proj.weight"]  # [D, Hl * v]
 
     @property
@@ -149,6 +153,8 @@ class MlaAttention:
         # KV write runs there beside the q_b GEMM, and the q rope beside the w_kc bmm (side_stream.py)
         side = side or SideStream(x, False)
         qa, kv = self._a_projections(x)
+        if self._mha(ctx):
+            return self._forward_mha(x, qa, kv, cos, sin, ctx)
         with side.fork():
             written = self._kv_written(kv, cos, sin, ctx)
         q = self._query(self._q_b(x, qa), cos, sin, side)
@@ -162,3 +168,18 @@ class MlaAttention:
         else:
             v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)
         return all_reduce(linear(v, self.o_proj), self.group)
+
+    def _mha(self, ctx: AttentionContext) -> bool:
+        use = getattr(ctx, "use_mha", None)      # contexts without the MHA form (decode graphs, test references)
+        return bool(use and use(self.cfg))
+
+    def _forward_mha(self, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
+                     ctx: AttentionContext) -> Tensor:
+        # x: [T, D] -> [T, D]: the MHA form; the latent rows are written to the pool exactly as in the absorbed form
+        written = self._kv_written(kv, cos, sin, ctx)
+        q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
+        q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
+        q = torch.cat([q_nope, self.rotary.apply(q_pe, cos, sin)], dim=-1)
+        kv_new = None if written else self._latent_rows(kv, cos, sin)
+        o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
+        return all_reduce(linear(o.reshape(x.shape[0], -1), self.o_proj), self.group)

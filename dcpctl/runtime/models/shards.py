@@ -4,6 +4,7 @@
 | ---------------------- | --------------------------------- | --------------------------------------- |
 | attention heads        | attention TP                      | [r*H/attn_tp, (r+1)*H/attn_tp)          |
 | q heads, replicated Q  | the DCP group's attention-TP ranks | [g*H/attn_tp, (g+dcp)*H/attn_tp), g = r - dcp_rank |
+| kv_b_proj (MHA form)   | the DCP group's attention-TP ranks | the same group heads, replicated Q or not |
 | routed experts         | EP (ep = ps.ep.size)              | [e*E/ep, (e+1)*E/ep)                    |
 | expert intermediate    | moe_tp = tp / ep                  | tp_rank % moe_tp                        |
 | dense / shared MLP     | TP                                | tp_rank                                 |
@@ -24,6 +25,8 @@ class Shards:
     q_head_start: int  # first head this rank computes q for
     q_heads: int  # heads or heads * dcp under replicated Q
     q_is_group: bool
+    group_head_start: int  # first head of this rank's DCP group (the MHA form attends them all)
+    group_heads: int  # heads * dcp
     tp_rank: int
     tp_size: int
     moe_tp_rank: int
@@ -48,7 +51,8 @@ def plan_shards(cfg: MlaConfig, ps: ParallelState, replicate_q: bool) -> Shards:
     h0, h1 = split(cfg.num_heads, attn_tp, r, "num_attention_heads", "attn_tp")
     heads = h1 - h0
     group = replicate_q and ps.dcp.size > 1
-    q0, qn = ((r - ps.dcp.rank) * heads, heads * ps.dcp.size) if group else (h0, heads)
+    g0, gn = (r - ps.dcp.rank) * heads, heads * ps.dcp.size
+    q0, qn = (g0, gn) if group else (h0, heads)
     ep = ps.ep.size
     if ps.tp.size % ep:
         raise ModelLoadError(f"tp ({ps.tp.size}) is not a multiple of ep ({ep})")
@@ -57,5 +61,5 @@ def plan_shards(cfg: MlaConfig, ps: ParallelState, replicate_q: bool) -> Shards:
         if cfg.n_routed_experts else (0, 0)
     vp = -(-cfg.vocab_size // attn_tp)
     v0 = min(r * vp, cfg.vocab_size)
-    return Shards(h0, heads, q0, qn, group, ps.tp.rank, ps.tp.size, ps.tp.rank % moe_tp, moe_tp,
+    return Shards(h0, heads, q0, qn, group, g0, gn, ps.tp.rank, ps.tp.size, ps.tp.rank % moe_tp, moe_tp,
                   e0, e1, v0, min(v0 + vp, cfg.vocab_size), vp)

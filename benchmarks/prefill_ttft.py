@@ -1,0 +1,182 @@
+"""Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
+
+    PYTHONPATH=. python3 benchmarks/prefill_ttft.py OUT.json [--lengths 4096,16384,32768,65536]
+                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR]
+
+The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
+rope 64; 4 dense layers of intermediate 2048; vocab 264; write_bf16's init rules, drawn on the GPU) with
+max_position_embeddings 163840, unless --model names one.  In one process:
+
+  dcpctl   the Engine `dcpctl launch` serves with (one rank, bf16, page 64, chunked prefill --chunk, no
+           graphs: prefill is eager): one request of N prompt tokens and 1 output token, wall time of
+           engine.generate (prompt in -> first token out); the first at each length is a warm-up (`cold_ms`)
+  hf       transformers' DeepseekV3ForCausalLM (sdpa, bf16) forward of the N tokens (logits of the last)
+  floor    4 x (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
+           plus the layer's projection and MLP GEMMs at N rows), each timed alone
+
+Median of --reps timed runs after one warm-up.  JSON: per length {dcpctl_ms, hf_ms, floor_ms, floor parts,
+dcpctl/floor, dcpctl/hf}, plus the device, torch, cuDNN and the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+MAX_POSITIONS = 163840
+LAYERS = 4
+
+
+def checkpoint(d: Path) -> Path:
+    from serve_peers import write_bf16   # benchmarks/ is not a package
+
+    from dcpctl.bench.decode import SHAPES
+    return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=LAYERS, first_k_dense_replace=LAYERS,
+                              max_position_embeddings=MAX_POSITIONS), "cuda")
+
+
+def timed(fn: Callable[[], Any], reps: int) -> tuple[float, float]:
+    """(first call ms, median of `reps` further calls ms), synchronized."""
+    out = []
+    for _ in range(reps + 1):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out[0], statistics.median(out[1:])
+
+
+def prompt(n: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(n)
+    return torch.randint(1, vocab - 8, (n,), generator=g).tolist()
+
+
+def engine(path: str, capacity: int, chunk: int):
+    from dcpctl.contract.launch_config import LaunchConfig
+    from dcpctl.launch.cuda_graphs import cuda_graph_section
+    from dcpctl.runtime.engine import Engine
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.parallel import ParallelState
+    ps = ParallelState.single()
+    cfg = {"version": 1, "model": {"path": path, "dtype": "bfloat16"}, "device": "cuda", "world_size": 1,
+           "dist_backend": "nccl",
+           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
+           "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
+           "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
+           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": chunk, "max_running_requests": 4},
+           "cuda_graph": cuda_graph_section("cuda", True, None, None, 4)}
+    model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
+    return Engine(model, ps, LaunchConfig.from_dict(cfg))
+
+
+def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: int) -> dict[int, dict]:
+    eng = engine(path, max(lengths) + 1024, chunk)
+    out = {}
+    for n in lengths:
+        ids = prompt(n, vocab)
+        cold, ms = timed(lambda: eng.generate([{"prompt_ids": ids, "max_new_tokens": 1}]), reps)
+        out[n] = {"dcpctl_ms": round(ms, 2), "dcpctl_cold_ms": round(cold, 2)}
+    del eng
+    torch.cuda.empty_cache()
+    return out
+
+
+def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, dict]:
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16,
+                                                              attn_implementation="sdpa").cuda().eval()
+    out = {}
+    for n in lengths:
+        ids = torch.tensor([prompt(n, vocab)], device="cuda")
+        try:
+            with torch.inference_mode():
+                _, ms = timed(lambda: model(ids, use_cache=False, logits_to_keep=1), reps)
+            out[n] = {"hf_ms": round(ms, 2)}
+        except torch.OutOfMemoryError as e:
+            out[n] = {"hf_error": str(e).splitlines()[0]}
+        torch.cuda.empty_cache()
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
+    """One layer's MHA-form causal attention (cuDNN) and GEMMs at n rows, x LAYERS."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    H, D, Q, L = cfg["num_attention_heads"], cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"]
+    nope, rope, v, inter = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["intermediate_size"]
+    bf = dict(dtype=torch.bfloat16, device="cuda")
+    q = torch.randn(1, H, n, nope + rope, **bf)
+    k = torch.randn(1, H, n, nope + rope, **bf)
+    vv = torch.randn(1, H, n, v, **bf)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.inference_mode():
+        _, attn = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, vv, is_causal=True), reps)
+    del q, k, vv
+    x = torch.randn(n, D, **bf)
+    shapes = [(D, Q + L + rope), (Q, H * (nope + rope)), (L, H * (nope + v)), (H * v, D), (D, 2 * inter), (inter, D)]
+    gemm = 0.0
+    for kin, kout in shapes:
+        a, w = torch.randn(n, kin, **bf), torch.randn(kout, kin, **bf)
+        gemm += timed(lambda: a @ w.t(), reps)[1]
+        del a, w
+    del x
+    torch.cuda.empty_cache()
+    return {"floor_ms": round(LAYERS * (attn + gemm), 2), "floor_attention_ms_per_layer": round(attn, 3),
+            "floor_gemms_ms_per_layer": round(gemm, 3)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--lengths", default="4096,16384,32768,65536")
+    ap.add_argument("--hf-lengths", default="16384,32768")
+    ap.add_argument("--chunk", type=int, default=8192, help="chunked_prefill_size (dcpctl launch's default)")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--model", help="a checkpoint directory (default: write the dense one to a temporary folder)")
+    args = ap.parse_args(argv)
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
+    rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths))}
+    doc = {"command": " ".join(["python3", "benchmarks/prefill_ttft.py", *(argv or sys.argv[1:])]),
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk, "layers": LAYERS,
+           "lengths": {str(n): r for n, r in rows.items()}, "errors": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model or str(checkpoint(Path(tmp)))
+        cfg = json.loads((Path(path) / "config.json").read_text())
+        vocab = cfg["vocab_size"]
+        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab)),
+                 ("hf", lambda: hf_cells(path, hf_lengths, args.reps, vocab)),
+                 ("floor", lambda: {n: floor_cell(n, args.reps, cfg) for n in lengths})]
+        for name, part in parts:      # a part that fails records its error; the others still run
+            try:
+                for n, r in part().items():
+                    rows[n].update(r)
+            except Exception as e:    # noqa: BLE001 - a benchmark reports, it does not stop
+                doc["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            save(doc, args.out)
+    for r in rows.values():
+        if "dcpctl_ms" in r and "floor_ms" in r:
+            r["dcpctl_over_floor"] = round(r["dcpctl_ms"] / r["floor_ms"], 3)
+        if "dcpctl_ms" in r and "hf_ms" in r:
+            r["dcpctl_over_hf"] = round(r["dcpctl_ms"] / r["hf_ms"], 3)
+    save(doc, args.out)
+    print(json.dumps(doc, indent=1))
+
+
+def save(doc: dict[str, Any], out: str) -> None:
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
