@@ -65,6 +65,7 @@ def _run(rank, world, cfg, requests, eos=None):
     eng = _engine(cfg, eos)
     out = eng.generate(requests)
     eng.check_drained()
+    out["retractions"] = eng.sched.retractions
     if eng.spec:
         eng.spec.alloc.check_integrity()
         assert eng.spec.alloc.free_pages == eng.spec.alloc.num_pages and not eng.spec.alloc.requests()
@@ -111,6 +112,17 @@ def test_spec_matches_plain(reference, drafts, world, dcp, dp, backend, rep_q, p
     if dp == 1:  # the draft lacks at most the last candidate's row of each request (fed only to the target)
         total = sum(got["stats"]["kv_rows_per_rank"][:dcp])
         assert total - len(REQUESTS) <= rows[0] <= total
+
+
+@pytest.mark.parametrize("draft", ["self", "near"])
+def test_retraction_under_speculative_decoding(reference, drafts, draft):
+    """A pool too small for the running set: requests are retracted (draft KV freed too) and recompute on return;
+    the outputs still equal plain DCP 1 decoding."""
+    cfg = _cfg(2, 2, backend="a2a", draft=drafts[draft], k=3)
+    cfg["kv"]["capacity_tokens"], cfg["schedule"] = 12, {"decode_headroom": 1}   # 24 virtual positions
+    got = run_ranks(_run, 2, cfg, REQUESTS)[0]
+    _same(got, reference)
+    assert got["retractions"] > 0
 
 
 def test_acceptance_rates(drafts):

@@ -138,9 +138,10 @@ class SpecDecoder:
         """K greedy draft tokens per request; the draft's KV then covers positions < L + K - 1."""
         chunks, ids = [], []
         for s in seqs:
-            if s.rid not in self.lens:
-                self.alloc.allocate(s.rid, s.max_kv)
-                self.lens[s.rid] = 0
+            # grows with the target's held KV (kv_next: L + K, one more than this step writes), so the draft pool,
+            # as large as the target's virtual one in pages of P, never runs out first
+            self.alloc.allocate(s.rid, s.kv_next())
+            self.lens.setdefault(s.rid, 0)
             start, end = self.lens[s.rid], s.num_tokens
             chunks.append(SeqChunk(s.rid, start, end - start))
             ids += s.token_slice(start, end)
