@@ -123,3 +123,41 @@ def test_stop_early_requests_with_a_large_max_tokens_run_all_at_once():
         return most, engine.sched.retractions, steps
     most, retracted, steps = run_ranks(run, 1)[0]
     assert (most, retracted) == (16, 0) and steps == max(stop_at)   # a token per step, the first from the prefill
+
+
+GREEDY = [dict(r, temperature=0.0, top_k=-1) for r in LONG]
+
+
+def _graphs(rank, world, path, cfg):
+    """generate() with decode graphs (replayed eagerly on CPU) and pipelined greedy steps; (outputs, retractions,
+    pipelined steps)."""
+    import torch
+
+    import dcpctl.runtime.engine.engine as eng_mod
+    from dcpctl.runtime.models import load_model
+    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    model = load_model(path, ps, False, torch.float64, "cpu")
+    cfg = dict(cfg, model={"path": path, "dtype": "float64"},
+               cuda_graph={"batch_sizes": [1, 2, 4], "reason": "cuda graphs: test"})
+    cfg["decisions"]["attention_path"] = "paged"
+    engine = Engine(model, ps, config(cfg))
+    engine.warm_up()
+    pipelined, launch = [], eng_mod.launch_sampling
+    eng_mod.launch_sampling = lambda both, seqs, rows: pipelined.append(len(seqs)) or launch(both, seqs, rows)
+    try:
+        out = engine.generate(GREEDY)
+    finally:
+        eng_mod.launch_sampling = launch
+    engine.check_drained()
+    return out["outputs"], engine.sched.retractions, len(pipelined)
+
+
+@pytest.mark.parametrize("world,dcp", [(1, 1), (2, 2)])
+def test_retraction_while_a_pipelined_step_is_in_flight(tmp_path, world, dcp):
+    """The scheduler reads the step in flight before it retracts (a retracted request recomputes real ids)."""
+    from dcpctl.runtime.tiny import write_tiny_model
+    path = str(write_tiny_model(tmp_path / "m", num_hidden_layers=2, first_k_dense_replace=1))
+    roomy = run_ranks(_graphs, 1, path, _cfg(1, 1, capacity=64))[0]
+    got = run_ranks(_graphs, world, path, _cfg(world, dcp, 1, 24 // dcp, chunk=4, headroom=1))[0]
+    assert roomy[1] == 0 and got[1] > 0 and got[2] > 0
+    _same(got[0], roomy[0])

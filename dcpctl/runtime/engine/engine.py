@@ -72,6 +72,8 @@ class Engine:
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self._inflight: InFlight | None = None
+        self._early: list[Event] = []             # events of a step in flight read before a retraction
+        self.sched.before_retract = self._resolve_early
         self.busy = False                        # whether any replica ran the last step
         self.last_step: tuple[str, list[SeqChunk]] = ("idle", [])  # (kind, its chunks): the step trace (loop.py)
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
@@ -208,10 +210,8 @@ class Engine:
 
     def step(self) -> list[Event]:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
-        done: list[Event] = []
-        if self._inflight is not None and self.sched.has_work() and not self.sched.room_for_next_step():
-            done = self._resolve()     # a retraction recomputes from real ids: read the step in flight first
         chunks = self.sched.next_batch() if self.sched.has_work() else []
+        done, self._early = self._early, []
         self.busy, size = self._agree(chunks)
         self.last_step = ("idle", [])
         pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
@@ -271,6 +271,11 @@ class Engine:
                 raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
             src.append(rows[ch.rid] if pending else -1)
         return src
+
+    def _resolve_early(self) -> None:
+        """Before the scheduler retracts: a retracted request recomputes from real ids, so read the step in flight."""
+        if self._inflight is not None:
+            self._early += self._resolve()
 
     def _resolve(self) -> list[Event]:
         inf, self._inflight = self._inflight, None

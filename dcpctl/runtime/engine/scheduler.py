@@ -54,6 +54,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.cache: Any = None  # HiCache (engine/hicache.py): keep/reclaim/admit hooks, else None
         self.on_retract: list[Callable[[Sequence], None]] = []   # f(seq) after its pages are freed (spec)
+        self.before_retract: Callable[[], None] | None = None    # once before choosing whom to retract (engine)
         self.retractions = 0                             # requests retracted so far (for /metrics)
         self._index: dict[int, Sequence] = {}   # rid -> running sequence: every running one, none other
 
@@ -73,10 +74,12 @@ class Scheduler:
     # -- pages ------------------------------------------------------------------------------------
     def _growth(self, seqs: list[Sequence], ahead: int) -> int:
         """Pages `seqs` still need to hold kv_next(ahead) positions each (a waiting one holds none)."""
-        need = 0
+        need, page = 0, self.alloc.page_tokens
         for s in seqs:
             held = len(self.alloc.pages(s.rid)) if s.rid in self._index else 0
-            need += max(0, self.alloc.pages_for(s.kv_next(ahead)) - held)
+            n = s.kv_next(ahead)
+            if n > held * page:
+                need += -(-n // page) - held
         return need
 
     def _fits(self, seqs: list[Sequence], ahead: int) -> bool:
@@ -84,10 +87,6 @@ class Scheduler:
         if need <= self.alloc.free_pages:
             return True
         return self.cache is not None and self.cache.reclaim(need)
-
-    def room_for_next_step(self) -> bool:
-        """Whether every running request can take its next step without a retraction."""
-        return self._fits(self._live(), 1)
 
     def _live(self) -> list[Sequence]:
         return [s for s in self.running if not s.draining]
@@ -117,6 +116,10 @@ class Scheduler:
         """Retract until every running request can take its next step with the headroom (module docstring)."""
         if self._fits(self._live(), 1):
             return []
+        if self.before_retract is not None:    # the engine reads its step in flight: some may finish
+            self.before_retract()
+            if self._fits(self._live(), 1):
+                return []
         live = self._live()
         # SGLang's order, last = first out: fewest output tokens, then the longest prompt
         live.sort(key=lambda s: (len(s.output), -len(s.prompt)), reverse=True)
@@ -165,7 +168,9 @@ class Scheduler:
         chunks = [SeqChunk(s.rid, s.computed, 1) for s in decode]
         chunks += self._prefill_chunks(prefill, max(1, self.step_tokens - len(decode)))
         for ch in chunks:
-            self.alloc.allocate(ch.rid, self.seq(ch.rid).kv_next())   # _make_room checked that the pages fit
+            n = self.seq(ch.rid).kv_next()
+            if len(self.alloc.slots(ch.rid)) < n:
+                self.alloc.allocate(ch.rid, n)   # _make_room checked that the pages fit
         return chunks
 
     def _prefill_chunks(self, prefill: list[Sequence], budget: int) -> list[SeqChunk]:
