@@ -20,6 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dcpctl.bench.serve_clients import Clients, take
 from dcpctl.bench.serve_load import Item, Sample, metrics, workload
 from dcpctl.cli import console
+from dcpctl.cli.options import positive_ints
+from dcpctl.plan.errors import UserError
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -33,13 +35,15 @@ def _pct(xs: list[float]) -> dict[str, float]:
 def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_len: int, api_key: str | None,
               seed: int, vocab: int, timeout: float, quiet: bool = False, processes: int = 0,
               request_rate: float = math.inf, range_ratio: float = 0.0, background: int = 0,
-              bg_input_len: int = 32, bg_output_len: int = 1024) -> dict[str, Any]:
+              bg_input_len: int = 32, bg_output_len: int = 1024, stop: list[str] | None = None,
+              output_lens: list[int] | None = None) -> dict[str, Any]:
     """The workload of bench/serve_load.py against `url`; one JSON-able report (module docstring)."""
     items = workload(requests, input_len, output_len, range_ratio, request_rate, seed, vocab, background,
-                     bg_input_len, bg_output_len)
+                     bg_input_len, bg_output_len, output_lens)
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     bodies = [{"prompt": it.prompt, "max_tokens": it.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
-               "stream_options": {"include_usage": True}} for it in items]
+               "stream_options": {"include_usage": True}, **({"stop": stop} if stop and it.cls == "arrival" else {})}
+              for it in items]
     clients = Clients(url, headers, bodies, concurrency, background, timeout, processes)
     samples: dict[int, Sample] = {}
     with Progress(TextColumn("bench serve"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -108,11 +112,15 @@ def _report(url: str, items: list[Item], samples: list[Sample], duration: float,
               help="Decoding streams sent first; the requests arrive once they all stream (reported per class).")
 @click.option("--background-input-len", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--background-output-len", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--stop", multiple=True, help="A stop string of the requests (repeatable): they may end before "
+                                        "max_tokens, as clients' requests do.")
+@click.option("--output-lens", metavar="N,N,...", help="Each request's max_tokens, in order (e.g. a run's "
+                                                       "output_lens: the same prompts for the same --seed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(url: str, concurrency: int, num_requests: int, input_len: int, output_len: int, api_key: str | None,
             vocab: int, seed: int, timeout: float, client_processes: int, request_rate: float,
             random_range_ratio: float, background_streams: int, background_input_len: int,
-            background_output_len: int, fmt: str) -> None:
+            background_output_len: int, stop: tuple[str, ...], output_lens: str | None, fmt: str) -> None:
     """Load a running server (`dcpctl launch`) with streamed completions; report throughput, TTFT
     and inter-token latency percentiles (vLLM's metric names in the JSON).
 
@@ -124,10 +132,13 @@ def command(url: str, concurrency: int, num_requests: int, input_len: int, outpu
           --requests 4 --input-len 16000 --output-len 16 --request-rate 0.5     # long prompts arrive
     """
     _check_reachable(url)
+    lens = positive_ints(output_lens, "output-lens", "lengths") if output_lens else None
+    if lens is not None and len(lens) != num_requests:
+        raise UserError(f"--output-lens has {len(lens)} lengths for --requests {num_requests}")
     r = run_bench(url, concurrency, num_requests, input_len, output_len, api_key, seed, vocab, timeout,
                   quiet=fmt == "json", processes=client_processes, request_rate=request_rate,
                   range_ratio=random_range_ratio, background=background_streams, bg_input_len=background_input_len,
-                  bg_output_len=background_output_len)
+                  bg_output_len=background_output_len, stop=list(stop), output_lens=lens)
     if fmt == "json":
         console.write_text(json.dumps(r))
     else:
@@ -141,7 +152,6 @@ def _check_reachable(url: str) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    from dcpctl.plan.errors import UserError
     u = urlsplit(url)
     try:
         port = u.port or (443 if u.scheme == "https" else 80)

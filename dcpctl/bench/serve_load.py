@@ -46,13 +46,16 @@ def lengths(rng: random.Random, n: int, mean: int, ratio: float) -> list[int]:
 
 
 def workload(requests: int, input_len: int, output_len: int, ratio: float, rate: float, seed: int, vocab: int,
-             background: int = 0, bg_input: int = 32, bg_output: int = 1024) -> list[Item]:
-    """Background items first (at 0), then the arrivals in time order (module docstring)."""
+             background: int = 0, bg_input: int = 32, bg_output: int = 1024,
+             output_lens: list[int] | None = None) -> list[Item]:
+    """Background items first (at 0), then the arrivals in time order (module docstring); `output_lens` gives
+    each arrival's max_tokens instead (a replay of a run's `output_lens`, same prompts for the same seed)."""
     rng = random.Random(seed)
     ids = lambda n: [rng.randrange(1, vocab) for _ in range(n)]  # noqa: E731
     items = [Item("background", ids(bg_input), bg_output, 0.0) for _ in range(background)]
     t = 0.0
-    for n, m in zip(lengths(rng, requests, input_len, ratio), lengths(rng, requests, output_len, ratio)):
+    ins, outs = lengths(rng, requests, input_len, ratio), lengths(rng, requests, output_len, ratio)
+    for n, m in zip(ins, output_lens or outs):
         items.append(Item("arrival", ids(n), m, t))
         if math.isfinite(rate):
             t += rng.expovariate(rate)
@@ -82,6 +85,7 @@ def metrics(items: list[Item], samples: list[Sample], duration: float) -> dict[s
     in_tokens = sum(len(it.prompt) for it, _ in ok)
     tpot = [(s.latency - s.ttft) / (s.output_tokens - 1) for _, s in ok if s.output_tokens > 1]
     return {"completed": len(ok), "failed": len(samples) - len(ok), "total_input_tokens": in_tokens,
+            "input_lens": [len(it.prompt) for it in items], "output_lens": [s.output_tokens for s in samples],
             "total_output_tokens": out_tokens, "request_throughput": len(ok) / duration,
             "output_throughput": out_tokens / duration, "total_token_throughput": (in_tokens + out_tokens) / duration,
             **_stats("ttft", [s.ttft for _, s in ok]), **_stats("tpot", tpot),
