@@ -105,7 +105,8 @@ class ScheduleSection:
     max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS   # tokens of one step (with kv.chunked_prefill_size)
     decode_headroom: int = DEFAULT_DECODE_HEADROOM   # positions each running request may grow, kept free
     policy: SchedulePolicy = "fcfs"
-    reason: str = "scheduler: the launch config's defaults"
+    reason: str = ("scheduler: the launch config's defaults (fcfs; mixed steps; admission on held KV + 20 positions of "
+                   "headroom per running request; retract-decode when a step cannot extend every request)")
 
     def __post_init__(self) -> None:
         _at_least("schedule.max_prefill_tokens", self.max_prefill_tokens, 1)
