@@ -3,9 +3,10 @@
 Incremental API (what the server drives): submit(rid, prompt, params) and cancel(rid) between
 steps, step() -> this replica's events.  generate() is built on the same three calls.
 
-Each step: the scheduler picks prefill chunks or one decode token per running request, the engine
-builds the DCP attention context from allocator state, runs the model, samples the sequences
-whose chunk reached their end, and frees finished requests.  Request `rid` goes to replica
+Each step: the scheduler picks one decode token per running request plus prefill chunks (or retracts
+requests when the pool runs out; engine/scheduler.py), the engine builds the DCP attention context from
+allocator state, runs the model, samples the sequences whose chunk reached their end, and frees
+finished requests.  Request `rid` goes to replica
 `rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0 while any
 replica has work (`busy` says whether the last step ran).
 """
