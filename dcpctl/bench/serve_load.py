@@ -10,7 +10,7 @@ Workload (pure, seeded):
               arrivals disturb); reported as a class of their own
 
 Metrics: vLLM's `vllm bench serve` names (SGLang's bench_serving uses the same ones): request_throughput,
-output_throughput, total_token_throughput, {mean,median,std,p90,p99}_{ttft,tpot,itl,e2el}_ms, percentiles
+output_throughput, total_token_throughput, {mean,median,std,p90,p99,max}_{ttft,tpot,itl,e2el}_ms, percentiles
 interpolated linearly as numpy does; TPOT = (E2E - TTFT) / (output tokens - 1) per request.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _stats(name: str, xs: list[float]) -> dict[str, float]:
     ms = [x * 1e3 for x in xs] or [0.0]
     return {f"mean_{name}_ms": statistics.fmean(ms), f"median_{name}_ms": percentile(ms, 50),
             f"std_{name}_ms": statistics.pstdev(ms), f"p90_{name}_ms": percentile(ms, 90),
-            f"p99_{name}_ms": percentile(ms, 99)}
+            f"p99_{name}_ms": percentile(ms, 99), f"max_{name}_ms": max(ms)}
 
 
 def metrics(items: list[Item], samples: list[Sample], duration: float) -> dict[str, float | int]:
