@@ -161,3 +161,13 @@ def test_retraction_while_a_pipelined_step_is_in_flight(tmp_path, world, dcp):
     got = run_ranks(_graphs, world, path, _cfg(world, dcp, 1, 24 // dcp, chunk=4, headroom=1))[0]
     assert roomy[1] == 0 and got[1] > 0 and got[2] > 0
     _same(got[0], roomy[0])
+
+
+def test_retractions_reach_metrics_once_per_replica():
+    from dcpctl.runtime.engine.events import ReplicaStats
+    from dcpctl.runtime.server.metrics import Metrics
+    m = Metrics(attn_tp_size=2)
+    # two replicas of two ranks each: a replica's ranks report the same cumulative count
+    m.on_step([], [ReplicaStats(0, 1, 4, 8, 2)] * 2 + [ReplicaStats(0, 1, 4, 8, 1)] * 2, 0.01)
+    m.on_step([], [ReplicaStats(0, 1, 4, 8, 3)] * 2 + [ReplicaStats(0, 1, 4, 8, 1)] * 2, 0.01)
+    assert "dcpctl_retracted_requests_total 4.0" in m.render().decode()
