@@ -32,6 +32,6 @@ def schedule_section(mixed: bool | None, max_prefill_tokens: int | None, chunked
     split = "" if chunked_prefill_size > 0 else "; prompts are not split (--chunked-prefill-size -1)"
     reason = (f"scheduler: {policy or 'fcfs'}; {steps}{split}; admission on held KV + {DEFAULT_DECODE_HEADROOM} "
               "positions of headroom per running request; when a step cannot extend every request, retract-decode "
-              "(fewest output tokens first, then the longest prompt; recomputed on return)")
+              "(fewest output tokens first, then the longest prompt; back once its whole max_tokens fits, recomputed)")
     return {"mixed_chunk": mixed is not False, "max_prefill_tokens": budget,
             "decode_headroom": DEFAULT_DECODE_HEADROOM, "policy": policy or "fcfs", "reason": reason}

@@ -104,8 +104,13 @@ def test_retract_decode_frees_pages_requeues_and_recomputes():
     assert (back.computed, back.prefill_to, back.retracted) == (0, 4, 1) and back.prefilling
     s.advance(batch)
     s.finish(s.seq(0))
+    s.seq(2).output.append(7)
+    batch = s.next_batch()      # request 1 returns only once all its 8 new tokens fit (10 pages; 8 free)
+    assert batch == [SeqChunk(2, 3, 1)] and [q.rid for q in s.waiting] == [1]
+    s.advance(batch)
+    s.finish(s.seq(2))
     batch = s.next_batch()      # request 1 returns: prompt + output recomputed, its next token from the last row
-    assert batch == [SeqChunk(2, 3, 1), SeqChunk(1, 0, 4)] and s.samples(batch) == [(4, 1)]
+    assert batch == [SeqChunk(1, 0, 4)] and s.samples(batch) == [(3, 1)]
 
 
 def test_request_errors_name_the_terms():

@@ -12,7 +12,8 @@ retracted request's pages on every rank needs no message.  The launch config's `
   chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
 - Admission on held KV.  A request holds the pages of the positions it has written plus its next step's
   (its prompt, at admission).  The head of the queue is admitted when the free pages cover it and every
-  running request `decode_headroom` more positions (each capped at its max_new_tokens).
+  running request `decode_headroom` more positions (each capped at its max_new_tokens); a retracted request
+  returns once its whole max_new_tokens fits.
 - Retraction (SGLang's retract-decode).  When a step cannot extend every running request, requests are
   retracted, fewest output tokens first, then the longest prompt, until the rest have the headroom or one is
   left.  A retracted request frees its pages (a HiCache keeps its full pages) and its state slot, goes back
@@ -82,8 +83,9 @@ class Scheduler:
                 need += -(-n // page) - held
         return need
 
-    def _fits(self, seqs: list[Sequence], ahead: int) -> bool:
-        need = self._growth(seqs, ahead)
+    def _fits(self, seqs: list[Sequence], ahead: int, more: int = 0) -> bool:
+        """Whether the free pages (after a HiCache reclaim) cover `seqs` growing `ahead` steps, plus `more` pages."""
+        need = self._growth(seqs, ahead) + more
         if need <= self.alloc.free_pages:
             return True
         return self.cache is not None and self.cache.reclaim(need)
@@ -97,7 +99,10 @@ class Scheduler:
         while (self.waiting and len(self.running) < self.max_running
                and (self.state_pool is None or self.state_pool.can_admit())):
             seq = self.waiting[0]
-            if not self._fits(self._live() + [seq], headroom) and (self.running or not self._fits([seq], 1)):
+            # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it
+            # does not retract it again at once
+            mine = self._growth([seq], UNBOUNDED if seq.retracted else headroom)
+            if not self._fits(self._live(), headroom, mine) and (self.running or not self._fits([seq], 1)):
                 break
             self.waiting.popleft()
             self.alloc.allocate(seq.rid, seq.kv_next())
