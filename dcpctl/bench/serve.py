@@ -1,64 +1,27 @@
 """`dcpctl bench serve`: load an OpenAI-compatible server and measure throughput, TTFT and ITL.
 
-Each client thread sends streamed /v1/completions with a random token-id prompt of --input-len
-ids and `max_tokens = --output-len` (`ignore_eos`, greedy), one request after another, until
---requests have been sent in all.  Standard library HTTP only (no client dependency).
+Streamed /v1/completions of random token-id prompts (`ignore_eos`, greedy): --requests of them, arriving at
+--request-rate (Poisson, seeded) or all at once, at most --concurrency in flight, optionally over a background
+of decoding streams (bench/serve_load.py says what is sent and how each metric is computed).  Standard library
+HTTP only (no client dependency); the streams are spread over client processes so that parsing tokens does not
+bunch the arrival stamps being measured.
 """
 from __future__ import annotations
 
-import http.client
 import json
-import random
+import math
 import statistics
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dcpctl.bench.serve_clients import Clients, take
+from dcpctl.bench.serve_load import Item, Sample, metrics, workload
 from dcpctl.cli import console
-
-
-@dataclass
-class Sample:
-    ok: bool
-    ttft: float = 0.0
-    itl: list[float] = field(default_factory=list)
-    latency: float = 0.0
-    output_tokens: int = 0
-    error: str = ""
-
-
-def _one(url: str, headers: dict[str, str], body: dict[str, Any], timeout: float) -> Sample:
-    u = urlparse(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
-    t0 = time.perf_counter()
-    try:
-        conn.request("POST", (u.path.rstrip("/") or "") + "/v1/completions", json.dumps(body), headers)
-        resp = conn.getresponse()
-        if resp.status != 200:
-            return Sample(False, error=f"HTTP {resp.status}: {resp.read()[:200]!r}")
-        stamps, tokens = [], 0
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices"):
-                stamps.append(time.perf_counter())
-            elif chunk.get("usage"):
-                tokens = int(chunk["usage"]["completion_tokens"])
-        if not stamps:
-            return Sample(False, error="no tokens streamed")
-        itl = [b - a for a, b in zip(stamps, stamps[1:])]
-        return Sample(True, stamps[0] - t0, itl, stamps[-1] - t0, tokens or len(stamps))
-    except (OSError, http.client.HTTPException, ValueError) as e:
-        return Sample(False, error=f"{type(e).__name__}: {e}")
-    finally:
-        conn.close()
+from dcpctl.cli.options import positive_ints
+from dcpctl.plan.errors import UserError
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -69,73 +32,61 @@ def _pct(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(s) * 1e3, "p50": at(0.50), "p90": at(0.90), "p99": at(0.99)}
 
 
-STREAMS_PER_PROCESS = 8   # client threads per process: one Python process parses ~10k SSE events a second
-
-
-def client_processes(concurrency: int, given: int) -> int:
-    """How many client processes share the streams: `given`, or one per STREAMS_PER_PROCESS streams (0)."""
-    return max(1, min(concurrency, given or -(-concurrency // STREAMS_PER_PROCESS)))
-
-
-def _client_main(url: str, headers: dict[str, str], bodies: list[dict[str, Any]], threads: int, timeout: float,
-                 todo: Any, done: Any) -> None:
-    """One client process: `threads` streams, each taking the next request index until a None."""
-    def stream() -> None:
-        while (i := todo.get()) is not None:
-            done.put((i, _one(url, headers, bodies[i], timeout)))
-    workers = [threading.Thread(target=stream, daemon=True) for _ in range(threads)]
-    done.put(None)                          # this process is up: the clock starts when all are
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-
-
 def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_len: int, api_key: str | None,
-              seed: int, vocab: int, timeout: float, quiet: bool = False, processes: int = 0) -> dict[str, Any]:
-    """`concurrency` streams over `processes` client processes (0: one per 8 streams), so that at high token
-    rates the client's own parsing (GIL) does not bunch the arrival stamps it measures."""
-    import multiprocessing as mp
-    rng = random.Random(seed)
-    prompts = [[rng.randrange(1, vocab) for _ in range(input_len)] for _ in range(requests)]
+              seed: int, vocab: int, timeout: float, quiet: bool = False, processes: int = 0,
+              request_rate: float = math.inf, range_ratio: float = 0.0, background: int = 0,
+              bg_input_len: int = 32, bg_output_len: int = 1024, stop: list[str] | None = None,
+              output_lens: list[int] | None = None) -> dict[str, Any]:
+    """The workload of bench/serve_load.py against `url`; one JSON-able report (module docstring)."""
+    items = workload(requests, input_len, output_len, range_ratio, request_rate, seed, vocab, background,
+                     bg_input_len, bg_output_len, output_lens)
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
-    bodies = [{"prompt": p, "max_tokens": output_len, "temperature": 0, "stream": True, "ignore_eos": True,
-               "stream_options": {"include_usage": True}} for p in prompts]
-    n_proc = client_processes(concurrency, processes)
-    ctx = mp.get_context("spawn")
-    todo, done = ctx.Queue(), ctx.Queue()
-    shares = [concurrency // n_proc + (i < concurrency % n_proc) for i in range(n_proc)]
-    procs = [ctx.Process(target=_client_main, args=(url, headers, bodies, k, timeout, todo, done), daemon=True)
-             for k in shares]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        done.get()
-    samples: list[Sample] = []
+    bodies = [{"prompt": it.prompt, "max_tokens": it.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
+               "stream_options": {"include_usage": True}, **({"stop": stop} if stop and it.cls == "arrival" else {})}
+              for it in items]
+    clients = Clients(url, headers, bodies, concurrency, background, timeout, processes)
+    samples: dict[int, Sample] = {}
     with Progress(TextColumn("bench serve"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console.err, transient=True, disable=quiet) as bar:
-        task = bar.add_task("requests", total=requests)
+        task = bar.add_task("requests", total=len(items))
+        step = lambda wait: take(clients.done, samples, wait, lambda: bar.advance(task))  # noqa: E731
+        started = set()
+        for i in range(background):
+            clients.todo_bg.put(i)
+        while len(started | set(samples)) < background:      # the arrival clock starts on a decoding background
+            started |= step(None)
         t0 = time.perf_counter()
-        for i in range(requests):
-            todo.put(i)
-        for _ in range(concurrency):
-            todo.put(None)
-        for _ in range(requests):
-            samples.append(done.get()[1])
-            bar.advance(task)
+        for i in range(background, len(items)):
+            while (left := t0 + items[i].at - time.perf_counter()) > 0:
+                step(left)
+            clients.todo.put(i)
+        while len(samples) < len(items):
+            step(None)
         duration = time.perf_counter() - t0
-    for p in procs:
-        p.join()
+    clients.stop()
+    return _report(url, items, [samples[i] for i in range(len(items))], duration, concurrency, clients.n_proc,
+                   request_rate, input_len, output_len, background)
+
+
+def _report(url: str, items: list[Item], samples: list[Sample], duration: float, concurrency: int, n_proc: int,
+            rate: float, input_len: int, output_len: int, background: int) -> dict[str, Any]:
     ok = [s for s in samples if s.ok]
-    out_tokens = sum(s.output_tokens for s in ok)
-    return {"url": url, "concurrency": concurrency, "requests": requests, "input_len": input_len,
-            "output_len": output_len, "client_processes": n_proc, "completed": len(ok),
-            "failed": len(samples) - len(ok),
-            "errors": sorted({s.error for s in samples if not s.ok})[:5], "duration_s": duration,
-            "request_throughput": len(ok) / duration, "output_token_throughput": out_tokens / duration,
-            "total_token_throughput": (out_tokens + input_len * len(ok)) / duration,
-            "ttft_ms": _pct([s.ttft for s in ok]), "itl_ms": _pct([x for s in ok for x in s.itl]),
-            "e2e_latency_ms": _pct([s.latency for s in ok])}
+    arrivals = [(it, s) for it, s in zip(items, samples) if it.cls == "arrival"]
+    out = {"url": url, "concurrency": concurrency, "max_concurrency": concurrency,
+           "request_rate": rate if math.isfinite(rate) else "inf", "requests": len(arrivals),
+           "input_len": input_len, "output_len": output_len, "client_processes": n_proc,
+           "errors": sorted({s.error for s in samples if not s.ok})[:5], "duration": duration, "duration_s": duration,
+           **metrics(items, samples, duration),
+           # the first names of this report, kept for the scripts that read them
+           "output_token_throughput": sum(s.output_tokens for s in ok) / duration,
+           "ttft_ms": _pct([s.ttft for s in ok]), "itl_ms": _pct([x for s in ok for x in s.itl]),
+           "e2e_latency_ms": _pct([s.latency for s in ok])}
+    if background:
+        bg = [(it, s) for it, s in zip(items, samples) if it.cls == "background"]
+        out["background_streams"] = background
+        out["classes"] = {name: metrics([it for it, _ in pairs], [s for _, s in pairs], duration)
+                          for name, pairs in (("background", bg), ("arrival", arrivals))}
+    return out
 
 
 @click.command()
@@ -152,19 +103,42 @@ def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_
 @click.option("--client-processes", type=click.IntRange(min=0), default=0, show_default=True,
               help="Client processes sharing the streams; 0: one per 8 streams (one Python process cannot parse "
                    "tens of thousands of streamed tokens a second without bunching their arrival times).")
+@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default=True,
+              help="Requests per second, a Poisson process seeded by --seed; inf: all at once (at most "
+                   "--concurrency in flight either way).")
+@click.option("--random-range-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Input and output lengths uniform in [len * (1 - r), len * (1 + r)] (vLLM's rule).")
+@click.option("--background-streams", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Decoding streams sent first; the requests arrive once they all stream (reported per class).")
+@click.option("--background-input-len", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--background-output-len", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--stop", multiple=True, help="A stop string of the requests (repeatable): they may end before "
+                                        "max_tokens, as clients' requests do.")
+@click.option("--output-lens", metavar="N,N,...", help="Each request's max_tokens, in order (e.g. a run's "
+                                                       "output_lens: the same prompts for the same --seed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(url: str, concurrency: int, num_requests: int, input_len: int, output_len: int, api_key: str | None,
-            vocab: int, seed: int, timeout: float, client_processes: int, fmt: str) -> None:
+            vocab: int, seed: int, timeout: float, client_processes: int, request_rate: float,
+            random_range_ratio: float, background_streams: int, background_input_len: int,
+            background_output_len: int, stop: tuple[str, ...], output_lens: str | None, fmt: str) -> None:
     """Load a running server (`dcpctl launch`) with streamed completions; report throughput, TTFT
-    and inter-token latency percentiles.
+    and inter-token latency percentiles (vLLM's metric names in the JSON).
 
     \b
-    Example:
+    Examples:
       dcpctl bench serve --url http://127.0.0.1:30000 --concurrency 8 --requests 64 --input-len 32 --output-len 32
+      dcpctl bench serve --url URL --request-rate 4 --random-range-ratio 0.5 --requests 100 --concurrency 32
+      dcpctl bench serve --url URL --background-streams 8 --background-output-len 4000 \\
+          --requests 4 --input-len 16000 --output-len 16 --request-rate 0.5     # long prompts arrive
     """
     _check_reachable(url)
+    lens = positive_ints(output_lens, "output-lens", "lengths") if output_lens else None
+    if lens is not None and len(lens) != num_requests:
+        raise UserError(f"--output-lens has {len(lens)} lengths for --requests {num_requests}")
     r = run_bench(url, concurrency, num_requests, input_len, output_len, api_key, seed, vocab, timeout,
-                  quiet=fmt == "json", processes=client_processes)
+                  quiet=fmt == "json", processes=client_processes, request_rate=request_rate,
+                  range_ratio=random_range_ratio, background=background_streams, bg_input_len=background_input_len,
+                  bg_output_len=background_output_len, stop=list(stop), output_lens=lens)
     if fmt == "json":
         console.write_text(json.dumps(r))
     else:
@@ -178,7 +152,6 @@ def _check_reachable(url: str) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    from dcpctl.plan.errors import UserError
     u = urlsplit(url)
     try:
         port = u.port or (443 if u.scheme == "https" else 80)
@@ -193,12 +166,14 @@ def _check_reachable(url: str) -> None:
 
 
 def _print(r: dict[str, Any]) -> None:
-    console.out.print(f"{r['completed']}/{r['requests']} requests in {r['duration_s']:.2f} s "
-                      f"(concurrency {r['concurrency']}, input {r['input_len']}, output {r['output_len']})")
-    console.out.print(f"throughput: {r['request_throughput']:.2f} req/s, {r['output_token_throughput']:.1f} output "
+    console.out.print(f"{r['completed']}/{r['completed'] + r['failed']} requests in {r['duration']:.2f} s "
+                      f"(concurrency {r['concurrency']}, rate {r['request_rate']}, input {r['input_len']}, "
+                      f"output {r['output_len']})")
+    console.out.print(f"throughput: {r['request_throughput']:.2f} req/s, {r['output_throughput']:.1f} output "
                       f"tok/s, {r['total_token_throughput']:.1f} total tok/s")
-    rows = [[name, *(f"{r[key][k]:.1f}" for k in ("mean", "p50", "p90", "p99"))]
-            for name, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("E2E latency", "e2e_latency_ms"))]
-    console.out.print(console.table("latency (ms)", ["metric", "mean", "p50", "p90", "p99"], rows))
+    for name, m in [("all", r)] + list(r.get("classes", {}).items()):
+        rows = [[what, *(f"{m[f'{k}_{key}_ms']:.1f}" for k in ("mean", "median", "p90", "p99"))]
+                for what, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))]
+        console.out.print(console.table(f"latency (ms): {name}", ["metric", "mean", "median", "p90", "p99"], rows))
     for e in r["errors"]:
         console.warn(e)

@@ -29,6 +29,16 @@ def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | N
                               positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running)
 
 
+SCHEDULE_FLAGS = ("enable_mixed_chunk", "max_prefill_tokens", "schedule_policy")
+
+
+def schedule_options(flags: dict[str, Any], chunked_prefill_size: int) -> dict[str, Any]:
+    """The launch config's schedule section from the scheduling flags (popped off params as SCHEDULE_FLAGS)."""
+    from dcpctl.launch.schedule import schedule_section
+    return schedule_section(flags.get("enable_mixed_chunk"), flags.get("max_prefill_tokens"), chunked_prefill_size,
+                            flags.get("schedule_policy"))
+
+
 def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str) -> dict[str, Any]:
     """No --model-path and no --preset: the built-in trained tiny model on CPU (tp 2, dcp 2)."""
     if not params.get("model_path") and not params.get("preset") and not params.get("model"):
@@ -150,6 +160,14 @@ def runtime_options(f: Any) -> Any:
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
         click.option("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL, show_default=True,
                      help="-1: no chunking."),
+        click.option("--enable-mixed-chunk/--disable-mixed-chunk", "enable_mixed_chunk", default=None,
+                     help="Mix prefill chunks into the decode steps (default: on, so no stream waits on a whole "
+                          "prompt; SGLang's flag, off there by default)."),
+        click.option("--max-prefill-tokens", type=click.IntRange(min=1), default=None,
+                     help="Most tokens of one step's prefill, decodes included when mixed (SGLang's; default 16384; "
+                          "--chunked-prefill-size also bounds it)."),
+        click.option("--schedule-policy", type=click.Choice(["fcfs"]), default=None,
+                     help="Queue order: first come, first served (SGLang's other policies need its radix tree)."),
         click.option("--disable-cuda-graph", is_flag=True,
                      help="CUDA: run every decode step eagerly (no graph capture before ready)."),
         click.option("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
@@ -195,6 +213,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
+    schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
     opts = resolve_run_options(ctx, params, device)
     plan = make_plan(request_from_options(opts))
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
@@ -215,6 +234,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
     if "disaggregation" not in cfg:   # PD instances decode eagerly (docs/launch.md)
         cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, min(len(ids), cfg["kv"].get("max_running_requests") or len(ids)))
+        cfg["schedule"] = schedule_options(schedule_flags, chunked_prefill_size)
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
     with tempfile.TemporaryDirectory(prefix="dcpctl-") as tmp:

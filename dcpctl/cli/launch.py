@@ -14,8 +14,8 @@ import click
 import yaml
 
 from dcpctl.cli import console
-from dcpctl.cli.generate import (check_chunk, check_devices, cuda_graph_options, fill_default_model, resolve_run_options,
-                                 runtime_options, show_plan_warnings)
+from dcpctl.cli.generate import (SCHEDULE_FLAGS, check_chunk, check_devices, cuda_graph_options, fill_default_model,
+                                 resolve_run_options, runtime_options, schedule_options, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.contract.serve import ServeOptions
 from dcpctl.plan.errors import UserError
@@ -75,10 +75,13 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
+    schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
     cfg, nnodes, summary, context = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                    chunked_prefill_size)
-    if cfg.get("cuda_graph") is None:   # a given launch config keeps its own section
+    if cfg.get("cuda_graph") is None:   # a given launch config keeps its own sections
         cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"])
+    if cfg.get("schedule") is None:
+        cfg["schedule"] = schedule_options(schedule_flags, int(cfg["kv"]["chunked_prefill_size"]))
     mhost, _, mport = dist_init_addr.rpartition(":")
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")

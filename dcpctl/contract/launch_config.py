@@ -20,11 +20,14 @@ CommBackend = Literal["ag_rs", "a2a"]           # the bundled runtime's exchange
 LseBase = Literal["e", "2"]
 AttentionPath = Literal["auto", "paged", "layout"]
 SpecAlgorithm = Literal["STANDALONE"]
+SchedulePolicy = Literal["fcfs"]
 Groups = tuple[tuple[int, ...], ...]
 
 VERSION = 1
 DEFAULT_CHUNKED_PREFILL = 8192      # tokens per prefill chunk (-1: no chunking); the CLI's default too
 DEFAULT_SERVE_MAX_RUNNING = 64      # concurrent requests when serving and nothing else says
+DEFAULT_MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
+DEFAULT_DECODE_HEADROOM = 20        # SGLang's retract decode steps (SGLANG_RETRACT_DECODE_STEPS)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,23 @@ def _at_least(key: str, value: int, low: int) -> None:
 
 
 @dataclass(frozen=True)
+class ScheduleSection:
+    """What each engine step carries and when a request is admitted or retracted (engine/scheduler.py);
+    dcpctl/launch/schedule.py decides it from the flags, with its reason."""
+
+    mixed_chunk: bool = True    # a step carries the running decodes plus prefill chunks (--enable-mixed-chunk)
+    max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS   # tokens of one step (with kv.chunked_prefill_size)
+    decode_headroom: int = DEFAULT_DECODE_HEADROOM   # positions each running request may grow, kept free
+    policy: SchedulePolicy = "fcfs"
+    reason: str = ("scheduler: the launch config's defaults (fcfs; mixed steps; admission on held KV + 20 positions of "
+                   "headroom per running request; retract-decode when a step cannot extend every request)")
+
+    def __post_init__(self) -> None:
+        _at_least("schedule.max_prefill_tokens", self.max_prefill_tokens, 1)
+        _at_least("schedule.decode_headroom", self.decode_headroom, 1)
+
+
+@dataclass(frozen=True)
 class SpeculativeSection:
     algorithm: SpecAlgorithm
     draft_model_path: str
@@ -139,6 +159,7 @@ class LaunchConfig:
     speculative: SpeculativeSection | None = None
     hicache: HiCacheSection | None = None
     cuda_graph: CudaGraphSection | None = None     # None: no graphs (CPU, PD instances, older files)
+    schedule: ScheduleSection | None = None        # None: ScheduleSection's defaults
     disaggregation_mode: Literal["prefill", "decode"] | None = None   # set on a PD instance only
     version: int = VERSION
     # Hugging Face facts of the checkpoint (vocab, context, EOS): read once at parse time, never written

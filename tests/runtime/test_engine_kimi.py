@@ -59,3 +59,34 @@ def test_kda_slots_bound_concurrency_and_are_returned(ckpt, reference):
     out, slots, used, drained = run_ranks(_run, 2, _cfg(ckpt, 2, 2), 1)[0]
     assert slots == 1 and used == 0 and drained  # one request at a time, every slot and page back
     assert [o["output_ids"] for o in out["outputs"]] == [o["output_ids"] for o in reference["outputs"]]
+
+
+LONG = [{"prompt_ids": [3, 8], "max_new_tokens": 12, "logprobs": True},
+        {"prompt_ids": [11, 2, 7], "max_new_tokens": 12, "logprobs": True},
+        {"prompt_ids": [5, 9], "max_new_tokens": 10, "logprobs": True}]
+
+
+def test_retraction_releases_the_kda_slot_and_recomputes_its_state(ckpt):
+    """A 16-position pool (DCP 2, 8 rows per rank): requests are retracted, their KDA state slot freed; on return
+    the state is rebuilt from position 0 with the MLA KV, and the outputs still equal DCP 1 with room."""
+    want = run_ranks(lambda rank, world: run_worker(config(_cfg(ckpt, 1, 1)), LONG), 1)[0]["outputs"]
+    cfg = _cfg(ckpt, 2, 2)
+    cfg["kv"]["capacity_tokens"], cfg["schedule"] = 8, {"decode_headroom": 1}
+
+    def run(rank, world):
+        import torch
+        from dcpctl.runtime.boot import build_state
+        from dcpctl.runtime.engine.engine import Engine
+        from dcpctl.runtime.models import load_model
+        typed_cfg = config(cfg)
+        ps = build_state(typed_cfg)
+        model = load_model(cfg["model"]["path"], ps, False, torch.float64, "cpu")
+        eng = Engine(model, ps, typed_cfg)
+        out = eng.generate(LONG)
+        eng.check_drained()
+        return out, eng.sched.retractions, model.kda_pool.used
+    got, retracted, used = run_ranks(run, 2)[0]
+    assert retracted > 0 and used == 0
+    for w, out in zip(want, got["outputs"]):
+        assert out["output_ids"] == w["output_ids"]
+        assert out["output_logprobs"] == pytest.approx(w["output_logprobs"], abs=1e-9)

@@ -210,6 +210,24 @@ def test_bench_serve_json(server):
     assert out["output_token_throughput"] > 0
 
 
+def test_bench_serve_poisson_arrivals_over_a_decoding_background(server):
+    from click.testing import CliRunner
+
+    from dcpctl.bench.serve import command
+    r = CliRunner().invoke(command, ["--url", server.url, "--concurrency", "3", "--requests", "4", "--input-len", "40",
+                                     "--output-len", "4", "--random-range-ratio", "0.5", "--request-rate", "20",
+                                     "--seed", "1", "--background-streams", "2", "--background-output-len", "24",
+                                     "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["completed"] == 6 and out["failed"] == 0 and out["request_rate"] == 20.0
+    bg, arr = out["classes"]["background"], out["classes"]["arrival"]
+    assert (bg["completed"], bg["total_output_tokens"], arr["completed"]) == (2, 48, 4)
+    assert 20 <= arr["total_input_tokens"] <= 240 and arr["total_output_tokens"] <= 24
+    for m in (out, bg, arr):
+        assert m["p99_itl_ms"] >= m["median_itl_ms"] > 0 and m["mean_ttft_ms"] > 0 and m["output_throughput"] > 0
+
+
 def test_zz_clean_shutdown(server):
     m = _wait_idle(server.url)
     assert m["dcpctl_kv_pages_used{rank=0}"] == 0

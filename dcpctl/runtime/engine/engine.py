@@ -3,9 +3,10 @@
 Incremental API (what the server drives): submit(rid, prompt, params) and cancel(rid) between
 steps, step() -> this replica's events.  generate() is built on the same three calls.
 
-Each step: the scheduler picks prefill chunks or one decode token per running request, the engine
-builds the DCP attention context from allocator state, runs the model, samples the sequences
-whose chunk reached their end, and frees finished requests.  Request `rid` goes to replica
+Each step: the scheduler picks one decode token per running request plus prefill chunks (or retracts
+requests when the pool runs out; engine/scheduler.py), the engine builds the DCP attention context from
+allocator state, runs the model, samples the sequences whose chunk reached their end, and frees
+finished requests.  Request `rid` goes to replica
 `rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0 while any
 replica has work (`busy` says whether the last step ran).
 """
@@ -56,18 +57,24 @@ class Engine:
         self.pool = KVPool(layers, (self.alloc.num_pages + int(bool(sizes))) * kv.page_size, row,
                            DTYPES[cfg.model.dtype], self.device)
         self.state_pool = state_pool(model, kv.max_running_requests)  # hybrids: request-indexed KDA state
-        self.sched = Scheduler(self.alloc, kv.chunked_prefill_size, kv.max_running_requests, self.state_pool)
+        self.sched = Scheduler(self.alloc, kv.chunked_prefill_size, kv.max_running_requests, self.state_pool,
+                               cfg.schedule)
+        note_once(self.sched.schedule.reason)
         self.hicache = HiCache.from_section(cfg.hicache, self.alloc, self.pool, kv.page_size, ps.dcp, self.state_pool)
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
         self.spec = make_speculative(cfg.speculative, self, kv.page_size)  # None without a `speculative` section
+        if self.spec:
+            self.sched.on_retract.append(lambda seq: self.spec.release(seq, count=False))  # rebuilt on return
         off = why_not(model, self.spec, sizes, self.state_pool)
         if off:
             note_once(off)
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self._inflight: InFlight | None = None
+        self._early: list[Event] = []             # events of a step in flight read before a retraction
+        self.sched.before_retract = self._resolve_early
         self.busy = False                        # whether any replica ran the last step
         self.last_step: tuple[str, list[SeqChunk]] = ("idle", [])  # (kind, its chunks): the step trace (loop.py)
         self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
@@ -101,7 +108,7 @@ class Engine:
 
     def stats(self) -> ReplicaStats:
         return ReplicaStats(len(self.sched.waiting), len(self.sched.running), self.alloc.free_pages,
-                            self.alloc.num_pages)
+                            self.alloc.num_pages, self.sched.retractions)
 
     def check_drained(self) -> None:
         """Allocator integrity holds and every page is free (after cancel_all)."""
@@ -205,12 +212,12 @@ class Engine:
     def step(self) -> list[Event]:
         """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
+        done, self._early = self._early, []
         self.busy, size = self._agree(chunks)
         self.last_step = ("idle", [])
-        done: list[Event] = []
         pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
         if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
-            done = self._resolve()
+            done += self._resolve()
             live = {s.rid for s in self.sched.running}
             chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
             if not chunks:
@@ -218,14 +225,18 @@ class Engine:
                 self.last_step = ("resolve", [])
                 return done
         if not self.busy:
-            return []
-        if self.spec and chunks and not self.sched.seq(chunks[0].rid).prefilling:
-            self.last_step = ("spec", chunks)
-            return self.spec.step(self, chunks)  # a decode batch: propose K, verify K + 1 rows per request
+            return done
+        if self.spec and chunks:
+            decode, prefill = [], []
+            for ch in chunks:
+                (prefill if self.sched.seq(ch.rid).prefilling else decode).append(ch)
+            if decode:    # propose K, verify K + 1 rows per decoding request; prefill chunks ride the same forward
+                self.last_step = ("spec", chunks)
+                return done + self.spec.step(self, decode, prefill)
         picks = self.sched.samples(chunks)
         self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
-            logits = self.graphs.run(self._input_ids(chunks), chunks, size, self._sources(chunks))
+            logits = self.graphs.run(self.input_ids(chunks), chunks, size, self._sources(chunks))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
             rows = [r for r, _ in picks]
             both = self.graphs.greedy(len(chunks))   # [n, 2]: the graph's argmax and logprob per row
@@ -235,15 +246,19 @@ class Engine:
             if pipelined:       # queue the sampling copy, then read the previous step while the GPU runs this one
                 self.sched.advance(chunks)
                 new = launch_sampling(both, [self.sched.seq(rid) for _, rid in picks], rows)
-                done = self._resolve() if self._inflight is not None else []
+                done += self._resolve() if self._inflight is not None else []
                 self._inflight = new
                 return done
         else:
-            hidden = self.forward(chunks, self._input_ids(chunks))
-            rows = torch.tensor([r for r, _ in picks], dtype=torch.int64, device=self.device)
-            logits = self.model.logits(hidden.index_select(0, rows))
+            hidden = self.forward(chunks, self.input_ids(chunks))
+            logits = self.pick_logits(hidden, picks)
         self.sched.advance(chunks)
         return done + self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
+
+    def pick_logits(self, hidden: Tensor, picks: list[tuple[int, int]], base: int = 0) -> Tensor:
+        """Logits [N, V] of the rows `picks` (scheduler.samples) name, offset by `base` rows of hidden [T, D]."""
+        rows = torch.tensor([base + r for r, _ in picks], dtype=torch.int64, device=self.device)
+        return self.model.logits(hidden.index_select(0, rows))
 
     def _sources(self, chunks: list[SeqChunk]) -> list[int] | None:
         """Per chunk, the graph row of the in-flight step whose argmax is its input id (-1: its id is on the host)."""
@@ -258,6 +273,11 @@ class Engine:
             src.append(rows[ch.rid] if pending else -1)
         return src
 
+    def _resolve_early(self) -> None:
+        """Before the scheduler retracts: a retracted request recomputes from real ids, so read the step in flight."""
+        if self._inflight is not None:
+            self._early += self._resolve()
+
     def _resolve(self) -> list[Event]:
         inf, self._inflight = self._inflight, None
         return resolve(inf, self.stop_reason, self._finish)
@@ -271,7 +291,7 @@ class Engine:
         self.exchange_seconds += ctx.exchange_seconds
         return hidden
 
-    def _input_ids(self, chunks: list[SeqChunk]) -> list[int]:
+    def input_ids(self, chunks: list[SeqChunk]) -> list[int]:
         ids: list[int] = []
         for ch in chunks:
             ids += self.sched.seq(ch.rid).token_slice(ch.start, ch.start + ch.num_tokens)

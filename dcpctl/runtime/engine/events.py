@@ -1,7 +1,7 @@
 """What one engine step reports per request, and how replicas hand it to rank 0 as tensors.
 
     Event(rid, token, logprob, finish)     finish: "" while running, else "stop" | "length"
-    ReplicaStats(waiting, running, free_pages, num_pages)   one attention-DP replica's scheduler
+    ReplicaStats(waiting, running, free_pages, num_pages, retractions)   one attention-DP replica's scheduler
     gather_to_rank0(events, stats, group, world) -> (all events, [stats per global rank]) on rank 0
 
 With attention DP each replica's first rank holds its own sampled tokens; gather_to_rank0 packs
@@ -32,6 +32,7 @@ class ReplicaStats:
     running: int
     free_pages: int
     num_pages: int
+    retractions: int = 0      # requests the scheduler retracted so far (cumulative)
 
 
 def _pack(events: list[Event], n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,9 +51,9 @@ def gather_to_rank0(events: list[Event], stats: ReplicaStats, group: Any,
     """Every rank calls this; rank 0 gets every replica's events once and every rank's stats."""
     import torch
     import torch.distributed as dist
-    # head: [n_events, waiting, running, free_pages, num_pages]; only a replica's first rank sends events
-    head = torch.tensor([len(events), stats.waiting, stats.running, stats.free_pages, stats.num_pages],
-                        dtype=torch.int64)
+    # head: [n_events, waiting, running, free_pages, num_pages, retractions]; only a replica's first rank sends events
+    head = torch.tensor([len(events), stats.waiting, stats.running, stats.free_pages, stats.num_pages,
+                         stats.retractions], dtype=torch.int64)
     heads = [torch.zeros_like(head) for _ in range(world)]
     dist.all_gather(heads, head, group=group)
     n = max(int(h[0]) for h in heads)

@@ -74,8 +74,9 @@ class HiCache:
         return True
 
     def admit(self, seq: Sequence) -> None:
-        """After allocation: restore the longest cached prefix of the prompt (all but its last token)."""
-        hits = self.cache.match(seq.prompt, (len(seq.prompt) - 1) // self.alloc.page_tokens)
+        """After allocation: restore the longest cached prefix of what it prefills (all but its last token; after a
+        retraction the prompt and the tokens it produced)."""
+        hits = self.cache.match(seq.token_slice(0, seq.prefill_to), (seq.prefill_to - 1) // self.alloc.page_tokens)
         dst = self.alloc.pages(seq.rid)[:len(hits)]
         on_host = [(e.page, d) for e, d in zip(hits, dst) if e.tier == HOST]
         on_dev = [(e.page, d) for e, d in zip(hits, dst) if e.tier == DEVICE]

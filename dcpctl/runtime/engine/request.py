@@ -40,6 +40,12 @@ class Sequence:
     finish_reason: str = ""        # "stop" (EOS), "length" (max_new_tokens) or "abort" (cancelled)
     kv_extra: int = 0              # KV positions reserved beyond plain decode (speculative: K)
     draining: bool = False         # its last token is in flight (engine/pipeline.py): no further steps
+    prefill_to: int = -1           # positions its prefill covers: the prompt (-1), or every token after a retraction
+    retracted: int = 0             # times the scheduler retracted it (engine/scheduler.py)
+
+    def __post_init__(self) -> None:
+        if self.prefill_to < 0:
+            self.prefill_to = len(self.prompt)
 
     @property
     def tokens(self) -> list[int]:
@@ -68,9 +74,14 @@ class Sequence:
     def max_kv(self) -> int:
         return kv_rows(len(self.prompt), self.params.max_new_tokens, self.kv_extra)
 
+    def kv_next(self, ahead: int = 1) -> int:
+        """KV positions it holds after `ahead` more steps (the next one writes its last token's row, plus the
+        speculative rows), at most max_kv."""
+        return min(self.max_kv, self.num_tokens - 1 + ahead + self.kv_extra)
+
     @property
     def prefilling(self) -> bool:
-        return self.computed < len(self.prompt)
+        return self.computed < self.prefill_to
 
     def result(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt, "output_ids": self.output,

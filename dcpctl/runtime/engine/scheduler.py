@@ -1,19 +1,40 @@
-"""Policy: admission by free virtual pages, chunked prefill first, then batched decode.
+"""Policy: what each step carries, admission on the KV a request holds, and retraction when the pool runs out.
 
-Deterministic from its inputs, so every rank of an attention-DP replica builds the same batches.
-Admission reserves a request's whole KV (prompt + max_new_tokens - 1 positions): no preemption,
-so admission by free virtual pages is exact.  At most `max_running` requests run at once; a
-cancelled request leaves the queue or frees its pages at the next step boundary.
+Deterministic from allocator ints and token counts, so every rank of an attention-DP replica builds the same
+batches and retracts the same requests; the allocator is identical on every rank of a DCP group, so freeing a
+retracted request's pages on every rank needs no message.  The launch config's `schedule` section
+(dcpctl/launch/schedule.py) sets the knobs:
+
+- Steps.  Mixed (SGLang's --enable-mixed-chunk, vLLM's token budget): one decode token of every running
+  request plus prefill chunks, first come first served, up to the step's tokens (--chunked-prefill-size, at
+  most --max-prefill-tokens; the decode tokens count against it, at least one prefill token goes in).  Not
+  mixed: prefill chunks alone while a prompt is unfinished, else one decode token per request.  Without
+  chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
+- Admission on held KV.  A request holds the pages of the positions it has written plus its next step's
+  (its prompt, at admission).  The head of the queue is admitted when the free pages cover it and every
+  running request `decode_headroom` more positions (each capped at its max_new_tokens); a retracted request
+  returns once its whole max_new_tokens fits.
+- Retraction (SGLang's retract-decode).  When a step cannot extend every running request, requests are
+  retracted, fewest output tokens first, then the longest prompt, until the rest have the headroom or one is
+  left.  A retracted request frees its pages (a HiCache keeps its full pages) and its state slot, goes back
+  to the front of the queue, and on return recomputes its prompt plus the tokens it produced; its next token
+  comes from that prefill's last row, so a stream pauses, never repeats or skips, and greedy output does not
+  change.  No request is admitted in a step that retracted.
+
+A request must fit the whole pool alone (runtime/fits.py), so the last one standing always can go on.
 """
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
+from dcpctl.contract.launch_config import ScheduleSection
 from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.engine.request import Sequence
 from dcpctl.runtime.fits import misfit
 from dcpctl.runtime.kv.allocator import VirtualAllocator
+
+UNBOUNDED = 1 << 62
 
 
 class SchedulerError(RuntimeError):
@@ -22,15 +43,21 @@ class SchedulerError(RuntimeError):
 
 class Scheduler:
     def __init__(self, alloc: VirtualAllocator, chunk_size: int, max_running: int | None = None,
-                 state_pool: Any = None) -> None:
+                 state_pool: Any = None, schedule: ScheduleSection | None = None) -> None:
         self.alloc = alloc
         self.state_pool = state_pool  # hybrids: a request-state pool (can_admit/admit/release), else None
-        self.chunk_size = chunk_size if chunk_size > 0 else 1 << 62
-        self.max_running = max_running if max_running and max_running > 0 else 1 << 62
+        self.schedule = schedule if schedule is not None else ScheduleSection()
+        self.chunk_size = chunk_size if chunk_size > 0 else UNBOUNDED
+        self.split = chunk_size > 0                      # prompts may be split into chunks
+        self.step_tokens = min(self.chunk_size, self.schedule.max_prefill_tokens)
+        self.max_running = max_running if max_running and max_running > 0 else UNBOUNDED
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.cache: Any = None  # HiCache (engine/hicache.py): keep/reclaim/admit hooks, else None
-        self._index: dict[int, Sequence] = {}   # rid -> running sequence (seq()'s cache)
+        self.on_retract: list[Callable[[Sequence], None]] = []   # f(seq) after its pages are freed (spec)
+        self.before_retract: Callable[[], None] | None = None    # once before choosing whom to retract (engine)
+        self.retractions = 0                             # requests retracted so far (for /metrics)
+        self._index: dict[int, Sequence] = {}   # rid -> running sequence: every running one, none other
 
     def add(self, seq: Sequence) -> None:
         if not seq.prompt:
@@ -45,41 +72,118 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    # -- pages ------------------------------------------------------------------------------------
+    def _growth(self, seqs: list[Sequence], ahead: int) -> int:
+        """Pages `seqs` still need to hold kv_next(ahead) positions each (a waiting one holds none)."""
+        need, page = 0, self.alloc.page_tokens
+        for s in seqs:
+            held = len(self.alloc.pages(s.rid)) if s.rid in self._index else 0
+            n = s.kv_next(ahead)
+            if n > held * page:
+                need += -(-n // page) - held
+        return need
+
+    def _fits(self, seqs: list[Sequence], ahead: int, more: int = 0) -> bool:
+        """Whether the free pages (after a HiCache reclaim) cover `seqs` growing `ahead` steps, plus `more` pages."""
+        need = self._growth(seqs, ahead) + more
+        if need <= self.alloc.free_pages:
+            return True
+        return self.cache is not None and self.cache.reclaim(need)
+
+    def _live(self) -> list[Sequence]:
+        return [s for s in self.running if not s.draining]
+
+    # -- admission and retraction -----------------------------------------------------------------
     def _admit(self) -> None:
+        headroom = self.schedule.decode_headroom
         while (self.waiting and len(self.running) < self.max_running
-               and self._can_allocate(self.waiting[0].max_kv)
                and (self.state_pool is None or self.state_pool.can_admit())):
-            seq = self.waiting.popleft()
-            self.alloc.allocate(seq.rid, seq.max_kv)
+            seq = self.waiting[0]
+            # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it
+            # does not retract it again at once
+            mine = self._growth([seq], UNBOUNDED if seq.retracted else headroom)
+            if not self._fits(self._live(), headroom, mine) and (self.running or not self._fits([seq], 1)):
+                break
+            self.waiting.popleft()
+            self.alloc.allocate(seq.rid, seq.kv_next())
             if self.cache is not None:
-                self.cache.admit(seq)  # a cached prompt prefix is restored, not prefilled
+                self.cache.admit(seq)  # a cached prefix is restored, not prefilled
             if self.state_pool is not None:
                 self.state_pool.admit(seq.rid)
             self.running.append(seq)
+            self._index[seq.rid] = seq
         if self.waiting and not self.running:
             seq = self.waiting[0]
-            raise SchedulerError(f"request {seq.rid}: needs {self.alloc.pages_for(seq.max_kv)} pages, "
+            raise SchedulerError(f"request {seq.rid}: needs {self.alloc.pages_for(seq.kv_next())} pages, "
                                  f"free_pages = {self.alloc.free_pages}, nothing running to free more")
+
+    def _make_room(self) -> list[Sequence]:
+        """Retract until every running request can take its next step with the headroom (module docstring)."""
+        if self._fits(self._live(), 1):
+            return []
+        if self.before_retract is not None:    # the engine reads its step in flight: some may finish
+            self.before_retract()
+            if self._fits(self._live(), 1):
+                return []
+        live = self._live()
+        # SGLang's order, last = first out: fewest output tokens, then the longest prompt
+        live.sort(key=lambda s: (len(s.output), -len(s.prompt)), reverse=True)
+        out = []
+        while len(live) > 1 and not self._fits(live, self.schedule.decode_headroom):
+            out.append(live.pop())
+            self._retract(out[-1])
+        if not self._fits(live, 1):
+            raise SchedulerError(f"request {live[0].rid}: needs {self._growth(live, 1)} more pages for its next "
+                                 f"step, free_pages = {self.alloc.free_pages}, nothing left to retract")
+        for seq in sorted(out, key=lambda s: s.rid, reverse=True):   # back to the front, oldest first
+            self.waiting.appendleft(seq)
+        return out
+
+    def _retract(self, seq: Sequence) -> None:
+        self._release(seq)
+        seq.computed, seq.prefill_to = 0, seq.num_tokens   # recompute prompt + output on return
+        seq.retracted += 1
+        self.retractions += 1
+        for hook in self.on_retract:
+            hook(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        """Drop a running request and free its pages (a HiCache keeps its full ones) and its state slot."""
+        self.running.remove(seq)
+        self._index.pop(seq.rid, None)
+        self.alloc.free(seq.rid, self.cache.keep(seq) if self.cache is not None else frozenset())
+        self.alloc.check_counts()     # O(requests); the full O(tokens) check runs when the engine drains
+        if self.state_pool is not None:
+            self.state_pool.release(seq.rid)
+            self.state_pool.check_integrity()
 
     def adopt(self, seq: Sequence) -> None:
         """Run an already-allocated request at once, bypassing the queue (PD decode: its prompt KV arrived)."""
         self.running.append(seq)
+        self._index[seq.rid] = seq
 
-    def _can_allocate(self, num_tokens: int) -> bool:
-        if self.alloc.can_allocate(num_tokens):
-            return True
-        return self.cache is not None and self.cache.reclaim(self.alloc.pages_for(num_tokens))
-
+    # -- steps ------------------------------------------------------------------------------------
     def next_batch(self) -> list[SeqChunk]:
-        """Prefill chunks (up to chunk_size tokens) if any prompt is unfinished, else one decode step."""
-        self._admit()
+        """This step's chunks: decodes and prefill chunks as the module docstring says; their pages held."""
+        if not self._make_room():
+            self._admit()
         prefill = [s for s in self.running if s.prefilling]
-        if not prefill:
-            return [SeqChunk(s.rid, s.computed, 1) for s in self.running if not s.draining]
-        chunks, budget = [], self.chunk_size
+        decode = [] if prefill and not self.schedule.mixed_chunk else \
+            [s for s in self.running if not s.prefilling and not s.draining]
+        chunks = [SeqChunk(s.rid, s.computed, 1) for s in decode]
+        chunks += self._prefill_chunks(prefill, max(1, self.step_tokens - len(decode)))
+        for ch in chunks:
+            n = self.seq(ch.rid).kv_next()
+            if len(self.alloc.slots(ch.rid)) < n:
+                self.alloc.allocate(ch.rid, n)   # _make_room checked that the pages fit
+        return chunks
+
+    def _prefill_chunks(self, prefill: list[Sequence], budget: int) -> list[SeqChunk]:
+        chunks: list[SeqChunk] = []
         for s in prefill:
-            n = min(len(s.prompt) - s.computed, budget)
-            if n == 0:
+            left = s.prefill_to - s.computed
+            n = min(left, budget) if self.split else (left if left <= budget or not chunks else 0)
+            if n <= 0:
                 break
             chunks.append(SeqChunk(s.rid, s.computed, n))
             budget -= n
@@ -122,10 +226,4 @@ class Scheduler:
 
     def finish(self, seq: Sequence) -> None:
         seq.finished = True
-        self.running.remove(seq)
-        self._index.pop(seq.rid, None)
-        self.alloc.free(seq.rid, self.cache.keep(seq) if self.cache is not None else frozenset())
-        self.alloc.check_counts()     # O(requests); the full O(tokens) check runs when the engine drains
-        if self.state_pool is not None:
-            self.state_pool.release(seq.rid)
-            self.state_pool.check_integrity()
+        self._release(seq)

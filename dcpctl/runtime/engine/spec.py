@@ -98,31 +98,33 @@ class SpecDecoder:
     def kv_extra(self) -> int:
         return self.k
 
-    def release(self, seq: Sequence) -> None:
-        """Free the draft KV of a finished or cancelled request (rows counted unless cancelled)."""
+    def release(self, seq: Sequence, count: bool = True) -> None:
+        """Free the draft KV of a finished, cancelled or retracted request (rows counted when it finished)."""
         if seq.rid not in self.lens:
             return
         held = self.lens.pop(seq.rid)
-        if seq.finish_reason != "abort":
+        if count and seq.finish_reason != "abort":
             self.counters.draft_rows += min(held, seq.num_tokens - 1)
         self.alloc.free(seq.rid)
         self.alloc.check_counts()
 
     # ---- the speculative step --------------------------------------------------------------
 
-    def step(self, engine: Any, chunks: list[SeqChunk]) -> list[Event]:
-        """Propose, verify in one target forward, accept, roll back; this replica's events."""
+    def step(self, engine: Any, chunks: list[SeqChunk], prefill: list[SeqChunk] | None = None) -> list[Event]:
+        """Propose, verify in one target forward (which also carries the step's `prefill` chunks), accept, roll
+        back; this replica's events."""
         seqs = [engine.sched.seq(ch.rid) for ch in chunks]
         k = self.k
         flat = engine.broadcast([t for d in self.propose(seqs) for t in d])  # ranks must feed equal ids
         drafts = [flat[i * k:(i + 1) * k] for i in range(len(seqs))]
-        logits = self._verify_forward(engine, seqs, drafts)   # [B * (K + 1), V]
+        hidden = self._verify_forward(engine, seqs, drafts, prefill or [])
+        logits = engine.model.logits(hidden[:len(seqs) * (k + 1)])   # [B * (K + 1), V]
+        events = self._prefilled(engine, hidden, len(seqs) * (k + 1), prefill or [])
         picks = [self._choose(engine.sampler, logits[i * (k + 1):(i + 1) * (k + 1)], s, d)
                  for i, (s, d) in enumerate(zip(seqs, drafts))]
         toks = engine.broadcast([t for p in picks for t in p[0] + [-1] * (k + 1 - len(p[0]))])
         c = self.counters
         c.target_steps += int(self.lead)
-        events: list[Event] = []
         for i, (s, (_, lps)) in enumerate(zip(seqs, picks)):
             mine = [t for t in toks[i * (k + 1):(i + 1) * (k + 1)] if t >= 0]
             accepted = len(mine) - 1
@@ -136,9 +138,10 @@ class SpecDecoder:
         """K greedy draft tokens per request; the draft's KV then covers positions < L + K - 1."""
         chunks, ids = [], []
         for s in seqs:
-            if s.rid not in self.lens:
-                self.alloc.allocate(s.rid, s.max_kv)
-                self.lens[s.rid] = 0
+            # grows with the target's held KV (kv_next: L + K, one more than this step writes), so the draft pool,
+            # as large as the target's virtual one in pages of P, never runs out first
+            self.alloc.allocate(s.rid, s.kv_next())
+            self.lens.setdefault(s.rid, 0)
             start, end = self.lens[s.rid], s.num_tokens
             chunks.append(SeqChunk(s.rid, start, end - start))
             ids += s.token_slice(start, end)
@@ -159,11 +162,21 @@ class SpecDecoder:
         last = torch.tensor(ctx.layout.q_bounds[1:], dtype=torch.int64, device=hidden.device) - 1
         return greedy(self.draft.logits(hidden.index_select(0, last))).tolist()
 
-    def _verify_forward(self, engine: Any, seqs: list[Sequence], drafts: list[list[int]]) -> Tensor:
-        # K + 1 rows per request at positions L-1 .. L+K-1 -> target logits [B * (K + 1), V]
-        chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs]
-        ids = [t for s, d in zip(seqs, drafts) for t in [s.token(s.computed), *d]]
-        return engine.model.logits(engine.forward(chunks, ids))
+    def _verify_forward(self, engine: Any, seqs: list[Sequence], drafts: list[list[int]],
+                        prefill: list[SeqChunk]) -> Tensor:
+        # K + 1 rows per request at positions L-1 .. L+K-1, then the prefill chunks' rows -> target hidden [T, D]
+        chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs] + prefill
+        ids = [t for s, d in zip(seqs, drafts) for t in [s.token(s.computed), *d]] + engine.input_ids(prefill)
+        return engine.forward(chunks, ids)
+
+    @staticmethod
+    def _prefilled(engine: Any, hidden: Tensor, base: int, prefill: list[SeqChunk]) -> list[Event]:
+        """The prefill chunks of a speculative step: advanced, and a first token where a prompt ends."""
+        picks = engine.sched.samples(prefill)
+        engine.sched.advance(prefill)
+        if not picks:
+            return []
+        return engine._accept(engine.pick_logits(hidden, picks, base), [engine.sched.seq(rid) for _, rid in picks])
 
     def _choose(self, sampler: Any, logits: Tensor, seq: Sequence, draft: list[int]) -> tuple[list[int], list[float]]:
         # logits: [K + 1, V]; row j decides the token after position L-1+j, as plain decode would

@@ -32,6 +32,9 @@ class Metrics:
                          f"{RATE_WINDOW_S:.0f} s", registry=r)
         self.tokens = Counter("dcpctl_generated_tokens", "Generated tokens", registry=r)
         self.finished = Counter("dcpctl_finished_requests", "Finished requests", ["reason"], registry=r)
+        self.retracted = Counter("dcpctl_retracted_requests", "Requests retracted to free KV pages (they recompute "
+                                 "their tokens when readmitted)", registry=r)
+        self._retracted_seen = 0      # the replicas' cumulative count at the last step
         self.step = Histogram("dcpctl_step_seconds", "Wall time of one engine step that ran a batch",
                               buckets=STEP_BUCKETS, registry=r)
         self.exchange = Gauge("dcpctl_dcp_exchange_seconds_total",
@@ -59,6 +62,10 @@ class Metrics:
         replicas = stats[::self.attn_tp_size]
         self.running.set(sum(s.running for s in replicas))
         self.queued.set(sum(s.waiting for s in replicas))
+        retracted = sum(s.retractions for s in replicas)
+        if retracted > self._retracted_seen:
+            self.retracted.inc(retracted - self._retracted_seen)
+            self._retracted_seen = retracted
         while len(self._pages) < len(stats):
             rank = str(len(self._pages))
             self._pages.append((self.pages_used.labels(rank), self.pages_free.labels(rank)))

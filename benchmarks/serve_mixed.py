@@ -1,0 +1,203 @@
+"""One call, one machine: the scheduler under real traffic (issue 41's cells), as `dcpctl launch` + `bench serve`.
+
+    python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
+
+Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
+  stall    dense: 8 background streams decoding (32-token prompts, 6000 tokens) while 4 prompts of 16K tokens
+           arrive (Poisson, 1/s); servers with mixed steps (the default) and with --disable-mixed-chunk (prefill
+           first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step trace
+           ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
+           8192 by default).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
+           mixed >= unmixed.
+  moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s.
+           Target: ITL p99 <= 5 x p50.
+  early    dense: 96 requests of 1000 tokens at concurrency 32 with max_tokens 2000 and stop strings (they end
+           early), then the same prompts with max_tokens = the lengths the first run produced; the pool holds
+           32 x 1500 tokens (less than 32 x (1000 + 2000)).  Target: throughput ratio fitted / early <= 1.2.
+  dense1k  serve_peers.py's dense cell (1000-token prompts, concurrency 1/8/32) and its `bench decode` graph step.
+           Target: served ITL p50 / graph step <= 1.3 (serve_report.py's served_vs_graph).
+Every part's exit status and log is recorded (serve_procs.Run); a part past --budget-s is skipped.  Writes
+DIR/mixed.json.  --smoke: the same on CPU with the tiny checkpoint and small sizes (a check of the script).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import serve_peers  # benchmarks/ is not a package: these sit next to this file
+import serve_report
+from serve_procs import Run, Server, dcpctl
+
+BUDGET = 8192           # the default --chunked-prefill-size: the prefill tokens of one step
+STOPS = ["e", "t", "a", "o"]
+
+
+def sizes(smoke: bool) -> dict[str, Any]:
+    if smoke:
+        return {"bg": (2, 16, 48), "long": (2, 300), "moe": (12, 40, 8, 8, 20.0), "early": (8, 40, 200, 4)}
+    return {"bg": (8, 32, 6000), "long": (4, 16384), "moe": (160, 1000, 64, 32, 40.0), "early": (96, 1000, 2000, 32)}
+
+
+def launch(run: Run, ckpt: Path, tag: str, max_running: int, tokens: int, *extra: str, env: dict | None = None) -> Server:
+    a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
+         "--port", "0", "--page-size", "64" if not run.smoke else "16", "--max-running-requests", str(max_running),
+         "--max-total-tokens", str(tokens), "--dtype", "float32" if run.smoke else "bfloat16", *extra]
+    a += ["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs", str(max_running)]
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        return Server(dcpctl(*a), run.logs / f"{tag}.log", min(600, run.left()))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def bench(run: Run, tag: str, url: str, *args: str) -> dict | None:
+    _, out = run.cmd(tag, dcpctl("bench", "serve", "--url", url, "--format", "json", *args), timeout=600)
+    try:
+        return json.loads(out) if out.strip() else None
+    except ValueError:
+        return None
+
+
+def retracted(url: str) -> float | None:
+    try:
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    except OSError:
+        return None
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("dcpctl_retracted_requests_total"))
+
+
+def stop(run: Run, srv: Server, tag: str) -> None:
+    rc = srv.stop()
+    run.record(tag, rc if srv.url else None, time.monotonic() - srv.t0, "" if srv.url else "never ready")
+
+
+def stall(run: Run, ckpt: Path) -> dict[str, Any]:
+    (n_bg, bg_in, bg_out), (n_long, long_len) = sizes(run.smoke)["bg"], sizes(run.smoke)["long"]
+    chunk = 64 if run.smoke else BUDGET
+    out: dict[str, Any] = {}
+    for variant, size, flags in (("mixed", chunk, []), ("unmixed", chunk, ["--disable-mixed-chunk"]),
+                                 ("mixed-quarter", chunk // 4, [])):
+        if run.left() < 90:
+            run.record(f"stall-{variant}", None, 0, "skipped: budget spent")
+            continue
+        tag, trace = f"stall-{variant}", run.out / f"trace-stall-{variant}.json"
+        srv = launch(run, ckpt, tag, 16, n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
+                     "--chunked-prefill-size", str(size), *flags, env={"DCPCTL_STEP_TRACE": str(trace)})
+        res = bench(run, f"{tag}-bench", srv.url, "--background-streams", str(n_bg), "--background-input-len",
+                    str(bg_in), "--background-output-len", str(bg_out), "--requests", str(n_long), "--input-len",
+                    str(long_len), "--output-len", "16", "--request-rate", "1", "--concurrency", str(n_long),
+                    "--seed", "1") if srv.url else None
+        stop(run, srv, tag)
+        out[variant] = {"chunked_prefill_size": size, "bench": res, "budget_steps_ms": budget_steps(trace, size)}
+    return out
+
+
+def budget_steps(trace: Path, chunk: int) -> dict[str, Any] | None:
+    """Wall time of the steps that carried at least `chunk` tokens (a full prefill budget), from the step trace."""
+    if not trace.exists():
+        return None
+    doc = json.loads(trace.read_text())
+    rows = [dict(zip(doc["fields"], r)) for r in doc["rows"]]
+    ms = sorted((r["stepped"] - r["step"]) * 1e3 for r in rows if r["tokens"] >= chunk)
+    return {"count": len(ms), "median": ms[len(ms) // 2], "max": ms[-1]} if ms else {"count": 0}
+
+
+def moe(run: Run, ckpt: Path) -> dict[str, Any]:
+    n, length, out_len, c, rate = sizes(run.smoke)["moe"]
+    srv = launch(run, ckpt, "moe", c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096)
+    res = bench(run, "moe-bench", srv.url, "--requests", str(n), "--input-len", str(length), "--output-len",
+                str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate), "--concurrency", str(c),
+                "--seed", "2") if srv.url else None
+    stop(run, srv, "moe")
+    return {"bench": res}
+
+
+def early(run: Run, ckpt: Path) -> dict[str, Any]:
+    n, length, max_tokens, c = sizes(run.smoke)["early"]
+    srv = launch(run, ckpt, "early", c, c * (length + length // 2))
+    common = ["--requests", str(n), "--input-len", str(length), "--concurrency", str(c), "--seed", "3"]
+    res: dict[str, Any] = {}
+    if srv.url:
+        res["early"] = bench(run, "early-bench", srv.url, *common, "--output-len", str(max_tokens),
+                             *(a for s in STOPS for a in ("--stop", s)))
+        res["retracted_after_early"] = retracted(srv.url)
+        lens = (res["early"] or {}).get("output_lens")
+        if lens and all(x > 0 for x in lens):
+            res["fitted"] = bench(run, "fitted-bench", srv.url, *common, "--output-len", str(max_tokens),
+                                  "--output-lens", ",".join(map(str, lens)))
+        res["retracted_total"] = retracted(srv.url)
+    stop(run, srv, "early")
+    a, b = (res.get("early") or {}).get("output_throughput"), (res.get("fitted") or {}).get("output_throughput")
+    res["fitted_vs_early"] = b / a if a and b else None
+    return res
+
+
+def dense1k(run: Run, ckpt: Path) -> dict[str, Any]:
+    cell = "tiny" if run.smoke else "dense"
+    flags = serve_peers.launch_flags()
+    serve = serve_peers.serve_part(run, "tiny" if run.smoke else "dense", ckpt, [cell], "graph", flags)
+    dec = serve_peers.decode_part(run, "tiny" if run.smoke else "dense", ckpt, [cell])
+    doc = {"cells": {cell: serve_peers.CELLS[cell]}, "output_len": serve_peers.output_len(run),
+           "checkpoints": {serve_peers.CELLS[cell][0]: {"serve": {"graph": serve}, "decode": dec}}}
+    return {"serve": serve, "decode": dec, "summary": serve_report.summarize(doc)["cells"]}
+
+
+PARTS = {"stall": ("dense", stall), "moe": ("moe", moe), "early": ("dense", early), "dense1k": ("dense", dense1k)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny checkpoints: a check of the script itself")
+    ap.add_argument("--cells", default="stall,moe,early,dense1k", help=f"comma list from {sorted(PARTS)}")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
+    ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-mixed-ckpt"))
+    args = ap.parse_args(argv)
+    cells = args.cells.split(",")
+    if bad := [c for c in cells if c not in PARTS]:
+        ap.error(f"unknown cells {bad}; valid: {sorted(PARTS)}")
+    run = Run(args.out, args.budget_s, args.smoke)
+    doc: dict[str, Any] = {"smoke": args.smoke, "cells": {}}
+    ckpts: dict[str, Path] = {}
+    for cell in cells:
+        name = "tiny" if args.smoke else PARTS[cell][0]
+        if run.left() < 60:
+            run.record(cell, None, 0, "skipped: budget spent")
+            continue
+        if name not in ckpts:
+            ckpts[name] = serve_peers.write_checkpoint(name, args.ckpt_dir / name, run.device)
+        doc["cells"][cell] = PARTS[cell][1](run, ckpts[name])
+        doc["parts"] = run.parts
+        (run.out / "mixed.json").write_text(json.dumps(doc, indent=2))
+    print(json.dumps(summary(doc), indent=2))
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The figures the targets name."""
+    c, g, out = doc["cells"], serve_report._get, {}
+    for v in ("mixed", "unmixed", "mixed-quarter"):
+        bg = g(c, "stall", v, "bench", "classes", "background") or {}
+        out[f"stall_{v}"] = {"background_p99_itl_ms": bg.get("p99_itl_ms"),
+                             "background_median_itl_ms": bg.get("median_itl_ms"),
+                             "total_token_throughput": g(c, "stall", v, "bench", "total_token_throughput"),
+                             "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
+    out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
+    out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"), "retracted": g(c, "early", "retracted_total")}
+    out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k", "summary") or []]
+    return out
+
+
+if __name__ == "__main__":
+    main()
