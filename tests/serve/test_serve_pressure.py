@@ -23,6 +23,9 @@ HEALTH_TIMEOUT_S = 2
 @pytest.fixture(scope="module")
 def server():
     s = Server("--context-length", "512", "--health-check-timeout", str(HEALTH_TIMEOUT_S))
+    deadline = time.monotonic() + 30     # the page gauges appear with the engine loop's first report after ready
+    while "dcpctl_kv_pages_used{0}" not in _metrics(s.url) and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield s
     s.stop()
 
