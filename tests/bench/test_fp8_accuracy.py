@@ -47,13 +47,12 @@ def test_same_experts_filters_keep_only_steps_routed_alike():
     assert acc.on_same_experts(values, whole) == [1.0, 2.0]
 
 
-def test_greedy_report_names_the_first_differing_step_and_bf16s_margin_there():
+def test_greedy_report_names_the_first_differing_step_and_the_reference_margin_there():
     logits16 = [torch.zeros(4, 5) for _ in range(3)]
     logits16[1][2, 3], logits16[1][2, 1] = 2.0, 1.5
-    got = acc.greedy_report({"bf16": [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7, 7, 7]],
-                             "fp8": [[1, 2, 3, 4], [1, 2, 1, 4], [7, 7, 7, 7]]}, logits16)
-    assert got["equal"] == "2/3" and got["met"] is False
-    assert got["differ"] == [{"prompt": 1, "first_step": 2, "bf16_top2_margin": 0.5}]
+    got = acc.greedy_report([[1, 2, 3, 4], [1, 2, 1, 4], [7, 7, 7, 7]],
+                            [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7, 7, 7]], logits16)
+    assert got == {"equal": "2/3", "differ": [{"prompt": 1, "first_step": 2, "top2_margin": 0.5}]}
     assert acc.first_divergence([1, 2], [1, 2, 3]) == 2 and acc.first_divergence([1], [1]) is None
 
 
