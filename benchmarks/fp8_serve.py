@@ -1,12 +1,13 @@
 """A block-FP8 checkpoint and its bf16 twin served side by side on one GPU: decode speed, start to ready, memory.
 
-    python3 benchmarks/fp8_serve.py --out DIR [--smoke] [--concurrency 1,8,32,64] [--requests 200] [--budget-s 470]
+    python3 benchmarks/fp8_serve.py --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
+                                    [--budget-s 470]
 
 Writes the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.write_checkpoint (V3's attention and MLP
 dimensions, 3 layers: one dense, two MoE with 16 routed experts, top-8; 128x128 e4m3 blocks) and its bf16 twin (the
 same weights dequantized, as the loader dequantizes them: quant.dequantize, rounded to bf16; no
 quantization_config). Then, one server at a time (`dcpctl launch --device cuda`, TP 1, CUDA graphs up to the
-largest concurrency), each with a Triton cache directory of its own under DIR:
+largest concurrency), each with a Triton cache directory of its own (checkpoints and caches under --work):
 
 | start       | checkpoint | Triton cache                                   |
 | ----------- | ---------- | ---------------------------------------------- |
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--work", type=Path, help="checkpoints (7.5 GB) and Triton caches (default: OUT/work)")
     ap.add_argument("--smoke", action="store_true", help="CPU, the tiny trained model: a check of the script")
     ap.add_argument("--concurrency", help="comma list (default 1,8,32,64; smoke 1,2)")
     ap.add_argument("--requests", type=int, help="per concurrency (default 200; smoke 4)")
@@ -182,14 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     prompt, output = (32, 8) if args.smoke else (PROMPT, OUTPUT)
     run = Run(args.out, args.budget_s, args.smoke)
     t0 = time.monotonic()
-    ckpts = write_checkpoints(args.out / "ckpt", args.smoke, run.device)
+    work = args.work or args.out / "work"
+    for cache in ("triton-fp8", "triton-bf16"):   # a first start finds nothing compiled (a rerun on this machine)
+        shutil.rmtree(work / cache, ignore_errors=True)
+    ckpts = write_checkpoints(work, args.smoke, run.device)
     run.record("write checkpoints", 0, time.monotonic() - t0)
     doc: dict[str, Any] = {"smoke": args.smoke, "concurrency": conc, "requests": requests, "prompt": prompt,
                            "output": output, "checkpoints": {k: str(v) for k, v in ckpts.items()},
                            "gpu_mib_in_use_before": gpu_used_mib(), "starts": {}}
     for tag, ckpt, cache, c in (("fp8", "fp8", "triton-fp8", conc), ("bf16", "bf16", "triton-bf16", conc),
                                 ("fp8_again", "fp8", "triton-fp8", [])):
-        doc["starts"][tag] = serve(run, tag, ckpts[ckpt], args.out / cache, c, requests, prompt, output,
+        doc["starts"][tag] = serve(run, tag, ckpts[ckpt], work / cache, c, requests, prompt, output,
                                    doc["gpu_mib_in_use_before"])
         save(args.out, doc, run)
     print(markdown(doc))

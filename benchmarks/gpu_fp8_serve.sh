@@ -13,9 +13,10 @@ fi
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/dcpctl-gpu-out}/fp8serve
 mkdir -p "$OUT"
-args=(--out "$OUT" --budget-s "${BUDGET_S:-470}")
+WORK=/tmp/dcpctl-fp8-work    # checkpoints (7.5 GB) and Triton caches: not results
+args=(--out "$OUT" --work "$WORK" --budget-s "${BUDGET_S:-470}")
 [ -n "${SMOKE:-}" ] && args+=(--smoke)
 python3 benchmarks/fp8_serve.py "${args[@]}" > "$OUT/run.log" 2>&1
 echo "fp8_serve rc=$?"
-rm -rf "$OUT/ckpt" "$OUT"/triton-*     # checkpoints (7.5 GB) and kernel caches do not come back
+rm -rf "$WORK"
 tail -30 "$OUT/run.log"
