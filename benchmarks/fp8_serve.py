@@ -16,7 +16,8 @@ largest concurrency), each with a Triton cache directory of its own (checkpoints
 | fp8_again   | FP8        | the fp8 start's: a start after the first one   |
 
 fp8 and bf16 each run `dcpctl bench serve` at every concurrency (--requests each, PROMPT-token random prompts,
-OUTPUT tokens out); fp8_again only gets ready. Per start: seconds from process start to the ready line, the
+OUTPUT tokens out); fp8_again only gets ready. Then, budget left, benchmarks/decode_step.py on both checkpoints: the
+decode step at every captured batch size (one CUDA-graph replay's GPU time, context PROMPT + OUTPUT / 2). Per start: seconds from process start to the ready line, the
 Triton kernels its start compiled into its cache (cubin files), and the GPU memory in use while it serves
 (nvidia-smi, less what was in use before). DIR/fp8_serve.json holds everything, DIR/fp8_serve.md the table
 with the issue's targets (FP8 ITL p50 and output throughput at least bf16's at every concurrency, start to
@@ -42,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from serve_peers import bench_serve  # noqa: E402
 from serve_procs import Run, Server, dcpctl  # noqa: E402
+
+from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
 
 PROMPT, OUTPUT = 1000, 64
 ITL_RATIO, READY_RATIO = 1.0, 1.5     # FP8 / bf16: ITL p50 at most 1x, start to ready at most 1.5x
@@ -126,6 +129,21 @@ def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests
     return res
 
 
+def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int], context: int) -> dict[str, Any] | None:
+    """benchmarks/decode_step.py on ckpt (Triton cache: the start's, already compiled): the decode step's time at
+    each batch size, one CUDA-graph replay's GPU time on cuda (eager on the CPU)."""
+    path = run.out / f"step-{tag}.json"
+    argv = [sys.executable, str(HERE / "decode_step.py"), str(ckpt), "--device", run.device, "--batches",
+            ",".join(map(str, batches)), "--contexts", str(context), "--steps", "10", "--warmup", "3", "-o", str(path)]
+    argv += ["--dtype", "float32"] if run.smoke else ["--cuda-graphs"]
+    os.environ["TRITON_CACHE_DIR"] = str(cache)
+    try:
+        rc, _ = run.cmd(f"step-{tag}", argv, timeout=240)
+    finally:
+        os.environ.pop("TRITON_CACHE_DIR")
+    return json.loads(path.read_text()) if rc == 0 and path.exists() else None
+
+
 def _p50(r: dict | None, key: str) -> float | None:
     return r[key]["p50"] if isinstance(r, dict) and r.get("completed") else None
 
@@ -154,6 +172,11 @@ def summarize(doc: dict[str, Any]) -> list[dict[str, Any]]:
         lambda r: r <= READY_RATIO)
     row("start to ready s (fp8: a start after the first)", s.get("fp8_again", {}).get("ready_s"), b.get("ready_s"),
         f"<= {READY_RATIO}", lambda r: r <= READY_RATIO)
+    steps = {k: {r["batch"]: r.get("graph_ms", r.get("step_ms")) for r in (doc.get("step", {}).get(k) or {}).get("rows", [])}
+             for k in ("fp8", "bf16")}
+    for bs in sorted(steps["fp8"]):
+        row(f"decode step ms, batch {bs} (decode_step.py)", steps["fp8"][bs], steps["bf16"].get(bs), f"<= {ITL_RATIO}",
+            lambda r: r <= ITL_RATIO)
     row("Triton kernels compiled at start", f.get("cubins_compiled"), b.get("cubins_compiled"), "", None)
     row("GPU MiB in use while serving", f.get("gpu_mib_in_use"), b.get("gpu_mib_in_use"), "", None)
     return rows
@@ -197,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         doc["starts"][tag] = serve(run, tag, ckpts[ckpt], work / cache, c, requests, prompt, output,
                                    doc["gpu_mib_in_use_before"])
         save(args.out, doc, run)
+    batches = [1, 2] if args.smoke else sglang_decode_sizes(max(conc))   # every captured batch size
+    doc["step"] = {k: step_part(run, k, ckpts[k], work / f"triton-{k}", batches, prompt + output // 2)
+                   for k in ("fp8", "bf16")}
+    save(args.out, doc, run)
     print(markdown(doc))
     return 0
 
