@@ -31,6 +31,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -151,7 +152,8 @@ def main() -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("fp8_accuracy.py: no CUDA GPU here; --device cpu emulates the FP8 GEMM", file=sys.stderr)
         return 2
-    fp8_parts.activation_mode = functools.lru_cache(maxsize=None)(lambda: args.mode)
+    os.environ[fp8_parts.MODE_ENV] = args.mode   # read once by the kernels' activation_mode (as fp8_model_check)
+    fp8_parts.activation_mode.cache_clear()
     t0, dev = time.perf_counter(), args.device
     fp8_dir = write_trained(Path(args.dir or tempfile.mkdtemp(prefix="dcpctl-trained-fp8-")), dev)
     windows, prompts = heldout_windows(), greedy_prompts()
