@@ -195,17 +195,18 @@ def recorded_routes():
         mlp.Router.__call__ = plain
 
 
-def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int]) -> list[list[bool]]:
+def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int],
+                    steps: int = STEPS) -> list[list[bool]]:
     """[prompt][step]: whether any MoE layer chose other experts for this step's token or an earlier one of its
-    prompt. Calls: forward f (0: the prefill of all prompts, f >= 1: decode step f, one row a prompt) makes
-    one call per MoE layer; step s's logits come from forward s."""
-    per = len(a) // (STEPS + 1)
+    prompt. Calls: forward f (0: the prefill of all prompts, f >= 1: decode step f of `steps`, one row a prompt)
+    makes one call per MoE layer; step s's logits come from forward s."""
+    per = len(a) // (steps + 1)
     starts = [sum(lens[:p]) for p in range(len(lens))]
     out = []
     for p, n in enumerate(lens):
         seen = any(not torch.equal(a[j][starts[p]:starts[p] + n], b[j][starts[p]:starts[p] + n]) for j in range(per))
         row = [seen]
-        for f in range(1, STEPS + 1):
+        for f in range(1, steps + 1):
             seen = seen or any(not torch.equal(a[f * per + j][p], b[f * per + j][p]) for j in range(per))
             row.append(seen)
         out.append(row)

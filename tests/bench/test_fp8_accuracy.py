@@ -1,0 +1,68 @@
+"""benchmarks/fp8_accuracy.py's arithmetic: bits per byte, the same-experts filters, the greedy comparison."""
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_accuracy.py"
+spec = importlib.util.spec_from_file_location("fp8_accuracy", SCRIPT)
+acc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(acc)
+
+
+def test_bits_per_byte_counts_every_predicted_byte_once():
+    # two sequences of 3 and 2 tokens: 2 + 1 predictions. Uniform logits over 8 ids cost 3 bits each; a row whose
+    # right id has logit ln(7) above 7 zeros costs -log2(7/14) = 1 bit; the last row of each sequence predicts nothing
+    V = 8
+    a = torch.zeros(3, V)
+    a[1, 5] = math.log(7)            # predicts ids[0][2] = 5: 1 bit
+    a[2] = 1e4                       # the last row: not a prediction, must not count
+    b = torch.zeros(2, V)            # predicts ids[1][1]: 3 bits
+    got = acc.bits_per_byte([a, b], [[1, 2, 5], [0, 4]])
+    assert abs(got - (3 + 1 + 3) / 3) < 1e-6     # ln(7) in float32
+
+
+def test_bits_per_byte_of_the_record_slice_matches_its_cross_entropy():
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, 20, (9,), generator=g).tolist() for _ in range(2)]
+    logits = [torch.randn(9, 20, generator=g, dtype=torch.float64) for _ in range(2)]
+    want = torch.nn.functional.cross_entropy(torch.cat([l[:-1] for l in logits]),
+                                             torch.tensor([t for s in ids for t in s[1:]])).item() / math.log(2)
+    assert abs(acc.bits_per_byte(logits, ids) - want) < 1e-12
+
+
+def test_same_experts_filters_keep_only_steps_routed_alike():
+    # one MoE layer, top-1; prompts of 2 and 1 tokens; 3 decode steps: forward 0 is the prefill (3 rows)
+    a = [torch.tensor([[0], [1], [2]])] + [torch.tensor([[3], [4]]) for _ in range(3)]
+    b = [t.clone() for t in a]
+    b[0][0, 0] = 9       # prompt 0's first token (not its last): only the whole-context filter sees it
+    b[2][1, 0] = 9       # prompt 1 at decode step 2
+    own = acc.token_routing_differs(a, b, [2, 1], 3)
+    assert own == [[False] * 4, [False, False, True, False]]
+    whole = acc.routing_differs(a, b, [2, 1], 3)
+    assert whole == [[True] * 4, [False, False, True, True]]
+    values = [[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]]
+    assert acc.on_same_experts(values, own) == [0.1, 0.2, 0.3, 0.4, 1.0, 2.0, 4.0]
+    assert acc.on_same_experts(values, whole) == [1.0, 2.0]
+
+
+def test_greedy_report_names_the_first_differing_step_and_the_reference_margin_there():
+    logits16 = [torch.zeros(4, 5) for _ in range(3)]
+    logits16[1][2, 3], logits16[1][2, 1] = 2.0, 1.5
+    got = acc.greedy_report([[1, 2, 3, 4], [1, 2, 1, 4], [7, 7, 7, 7]],
+                            [[1, 2, 3, 4], [1, 2, 3, 4], [7, 7, 7, 7]], logits16)
+    assert got == {"equal": "2/3", "differ": [{"prompt": 1, "first_step": 2, "top2_margin": 0.5}]}
+    assert acc.first_divergence([1, 2], [1, 2, 3]) == 2 and acc.first_divergence([1], [1]) is None
+
+
+def test_prompts_are_heldout_line_starts_behind_bos():
+    prompts, text = acc.greedy_prompts(), (acc.default_model().path / "heldout.txt").read_bytes()
+    assert len(prompts) == acc.PROMPTS and len({tuple(p) for p in prompts}) == acc.PROMPTS
+    for p in prompts:
+        body = bytes(p[1:])
+        assert p[0] == acc.ByteTokenizer.bos_token_id and len(body) == acc.PROMPT_BYTES
+        at = text.index(body)
+        assert at == 0 or text[at - 1] == ord("\n")
+    windows = acc.heldout_windows()
+    assert len(windows) == 8 and all(len(w) == 256 for w in windows) and bytes(windows[0][1:]) == text[:255]
