@@ -12,7 +12,8 @@ from dcpctl.plan.cost import Choice
 from dcpctl.plan.decisions import Decision, Decisions
 from dcpctl.plan.errors import Violation, divisors
 from dcpctl.plan.request import PlanRequest
-from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
+from dcpctl.plan.kernels import is_kimi_k3
+from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION
 
 R1_DIMS = (128, 64, 128)  # qk_nope, qk_rope, v head dims tokenspeed_mla is specialised for
 
@@ -35,6 +36,8 @@ def topology_violations(req: PlanRequest, with_model: bool) -> list[Violation]:
     elif pcp > 1:
         out.append(Violation("vllm_pcp_layout", f"prefill context parallelism (pcp {pcp}) is valid in vLLM, but "
                              "dcpctl does not plan its rank layout; plan with pcp 1"))
+    if with_model and dcp > 1 and not vllm_reads_mla(req):
+        out += _gqa(req, tp, dcp)
     if with_model and m.num_heads % tp:
         out.append(Violation("heads", f"Total number of attention heads ({m.num_heads}) must be divisible by tensor "
                              f"parallel size ({tp}) (config/model.py verify_with_parallel_config); valid tp sizes: "
@@ -50,6 +53,25 @@ def topology_violations(req: PlanRequest, with_model: bool) -> list[Violation]:
         out.append(Violation("node_fit", f"total GPUs ({world}) // nnodes ({t.nnodes}) = {world // t.nnodes} > "
                              f"gpus_per_node ({t.gpus_per_node}); need nnodes >= {-(-world // t.gpus_per_node)}"))
     return out
+
+
+def vllm_reads_mla(req: PlanRequest) -> bool:
+    """Does vLLM 0.34.0 run this config.json as MLA (ModelConfig.use_mla)? Not Kimi K3's wrapper config, whose
+    MLA sizes sit under text_config (found by benchmarks/vllm/grid.py): vLLM applies its GQA rules to it."""
+    return not is_kimi_k3(req)
+
+
+def _gqa(req: PlanRequest, tp: int, dcp: int) -> list[Violation]:
+    """config/model.py verify_with_parallel_config, for a model vLLM reads as GQA/MQA (kv heads = heads here)."""
+    kv = req.model.num_heads
+    if tp <= kv:
+        return [Violation("vllm_gqa_dcp", f"Decode context parallelism for GQA/MQA requires --tensor-parallel-size "
+                          f"({tp}) to be greater than the model's total number of KV heads ({kv}); vLLM "
+                          f"{VLLM_VERSION} does not read this {req.model.architectures[0]} config as MLA")]
+    if dcp > tp // kv:
+        return [Violation("vllm_gqa_dcp", f"--decode-context-parallel-size ({dcp}) exceeds the maximum ({tp // kv}) "
+                          f"for --tensor-parallel-size ({tp}) and {kv} KV heads")]
+    return []
 
 
 def decide(req: PlanRequest) -> Decisions:
@@ -73,9 +95,10 @@ def decide(req: PlanRequest) -> Decisions:
                                                  if req.mem_fraction_static != DEFAULT_GPU_MEMORY_UTILIZATION else
                                                  f"default {DEFAULT_GPU_MEMORY_UTILIZATION} (config/cache.py "
                                                  "CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION)")
-    d.items["gqa_dcp_limit"] = Decision(None, "MLA model: vLLM's GQA limit dcp <= tp // kv_heads does not apply "
-                                              "(config/model.py verify_with_parallel_config checks it only when "
-                                              "not use_mla)")
+    if vllm_reads_mla(req):
+        d.items["gqa_dcp_limit"] = Decision(None, "MLA model: vLLM's GQA limit dcp <= tp // kv_heads does not apply "
+                                                  "(config/model.py verify_with_parallel_config checks it only when "
+                                                  "not use_mla)")
     _check(req, d, sel, interleave, c, pcp)
     return d
 
@@ -96,11 +119,19 @@ def _r1_dims(req: PlanRequest) -> bool:
     return (m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim) == R1_DIMS
 
 
+def model_dtype(req: PlanRequest) -> str:
+    """vLLM's dtype auto on CUDA: the config's, a float32 one cast down to bfloat16 (config/model.py
+    _resolve_auto_dtype: the platform's first supported dtype)."""
+    return "bfloat16" if req.model.dtype in ("float32", "float64") else req.model.dtype
+
+
 def _kv_dtype(req: PlanRequest, d: Decisions) -> tuple[str, str]:
-    user, model = req.kv_cache_dtype, req.model.dtype
+    user, model = req.kv_cache_dtype, model_dtype(req)
     if user == "auto":
-        return model, f"auto: the model's dtype ({model}; config/cache.py cache_dtype)"
-    if user in ("float16", "bfloat16") and user != model:
+        why = "" if model == req.model.dtype else f", cast from the config's {req.model.dtype} by config/model.py " \
+                                                   "_resolve_auto_dtype"
+        return model, f"auto: the model's dtype ({model}{why}; config/cache.py cache_dtype)"
+    if user in ("float16", "bfloat16") and user != model:  # vLLM's model dtype, after its float32 cast
         ok = f"auto or {model}" if model in ("float16", "bfloat16") else "auto"
         d.violations.append(Violation("vllm_kv_float", f'kv_cache_dtype="{user}" is incompatible with dtype="{model}"'
                                       f"; use --kv-cache-dtype {ok} (config/vllm.py _reject_mismatched_float_kv_cache)"))
