@@ -1,6 +1,6 @@
 """Run vLLM 0.34.0's config code on a CPU: import-only stand-ins for its CUDA extensions and a faked CUDA platform.
 
-Used only inside the vLLM venv (benchmarks/vllm/setup_venv.sh) by grid_worker.py, dump_flags.py and
+Used only inside the vLLM venv (benchmarks/vllm/setup_venv.sh) by vllm_grid_worker.py, dump_flags.py and
 tests/export/test_export_vllm_accepted.py. Nothing here runs a kernel: the stand-ins raise if called.
 Assumptions, each one what a CUDA build of the release ships: the FlashAttention-3 MLA kernel
 (`fa_utils.flash_attn_supports_mla`, SM90) and FlashMLA's dense kernel (`ops/flashmla.py`

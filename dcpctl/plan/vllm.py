@@ -4,7 +4,7 @@ vLLM 0.34.0's `EngineArgs.create_engine_config` (which builds and validates `Par
 `ModelConfig`, `CacheConfig` and `VllmConfig`) plus its attention selector (`platforms/cuda.py`
 `get_valid_backends` over each backend's `validate_configuration`, then the block size of
 `platforms/interface.py` `update_block_size_for_backend`) is the reference for every verdict and
-default under `--engine vllm` (benchmarks/vllm/grid.py compares them case by case). Every source
+default under `--engine vllm` (benchmarks/vllm/vllm_grid.py compares them case by case). Every source
 location below is relative to vllm/ in the release wheel.
 """
 from __future__ import annotations

@@ -57,7 +57,7 @@ def topology_violations(req: PlanRequest, with_model: bool) -> list[Violation]:
 
 def vllm_reads_mla(req: PlanRequest) -> bool:
     """Does vLLM 0.34.0 run this config.json as MLA (ModelConfig.use_mla)? Not Kimi K3's wrapper config, whose
-    MLA sizes sit under text_config (found by benchmarks/vllm/grid.py): vLLM applies its GQA rules to it."""
+    MLA sizes sit under text_config (found by benchmarks/vllm/vllm_grid.py): vLLM applies its GQA rules to it."""
     return not is_kimi_k3(req)
 
 
@@ -82,10 +82,11 @@ def decide(req: PlanRequest) -> Decisions:
     d.items["dcp_replicate_q_proj"] = Decision(bool(req.dcp_replicate_q_proj), "set by --dcp-q-replicate") \
         if req.dcp_replicate_q_proj is not None else Decision(False, _DEFAULT_QREP)
     kv = _kv_dtype(req, d)
+    m = req.model
     sel = vllm_backends.select(req.hardware.sm, req.kv_cache_dtype, _user_backend(req), req.page_size,
-                               req.model.qk_nope_head_dim, _r1_dims(req))
+                               m.kv_lora_rank + m.qk_rope_head_dim, m.qk_nope_head_dim, _r1_dims(req))
     d.items["decode_attention_backend"] = Decision(sel.backend, sel.reason)
-    d.items["page_size"] = Decision(sel.block_size, sel.reason.split("; ")[-1] if sel.backend else "--block-size")
+    d.items["page_size"] = Decision(sel.block_size, sel.block_reason)
     d.items["kv_cache_dtype"] = Decision(*kv)
     interleave = req.cp_kv_cache_interleave_size or 1
     d.items["cp_kv_cache_interleave_size"] = Decision(

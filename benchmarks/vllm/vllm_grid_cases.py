@@ -1,4 +1,4 @@
-"""The case grid of benchmarks/vllm/grid.py: one deployment in vLLM's vocabulary, rendered both ways.
+"""The case grid of benchmarks/vllm/vllm_grid.py: one deployment in vLLM's vocabulary, rendered both ways.
 
 A case is a dict of `vllm serve` settings (keys below) plus `model` (a key of model_configs()) and
 `hardware` (a dcpctl profile, which picks the emulated GPU). `dcpctl_flags` renders it as

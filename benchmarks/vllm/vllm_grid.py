@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Does `dcpctl plan --engine vllm` say what vLLM 0.34.0 would do? A grid of >= 1,000 cases, each run both ways.
 
-Per case (benchmarks/vllm/grid_cases.py): `dcpctl plan --engine vllm ... --format json` in-process (click's
+Per case (benchmarks/vllm/vllm_grid_cases.py): `dcpctl plan --engine vllm ... --format json` in-process (click's
 runner, so a crash is seen as a user would see it), and vLLM's own config construction, attention selection
-and block-size check on an emulated GPU (benchmarks/vllm/grid_worker.py, one vLLM process per hardware
+and block-size check on an emulated GPU (benchmarks/vllm/vllm_grid_worker.py, one vLLM process per hardware
 profile; results cached by argv). Every case lands in one class:
 
   agree_accept / agree_reject      both accept with the same resolved values / both reject
@@ -15,7 +15,7 @@ profile; results cached by argv). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv; the vLLM venv from benchmarks/vllm/setup_venv.sh):
-    python benchmarks/vllm/grid.py --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
+    python benchmarks/vllm/vllm_grid.py --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grid_cases  # noqa: E402
+import vllm_grid_cases  # noqa: E402
 from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTRA_CHECKS, VLLM_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +77,7 @@ def run_vllm(jobs: list[tuple[str, list[str]]], vllm_py: str, cache: dict[str, A
     for hw, argvs in sorted(todo.items()):
         uniq = list({json.dumps(a): a for a in argvs}.values())
         t0 = time.time()
-        r = subprocess.run([vllm_py, str(HERE / "grid_worker.py"), hw], input="".join(json.dumps(a) + "\n" for a in uniq),
+        r = subprocess.run([vllm_py, str(HERE / "vllm_grid_worker.py"), hw], input="".join(json.dumps(a) + "\n" for a in uniq),
                            capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
         lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
         if len(lines) != len(uniq):
@@ -126,16 +126,16 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="ignore the cache (resolve every argv again)")
     ap.add_argument("--json", help="write every case (flags, argv, both results, class) here")
     ap.add_argument("--record", help="write vLLM's verdict per case here, gzipped JSON (the CI replay file)")
-    ap.add_argument("--group", help="only this case group (" + ", ".join(grid_cases.GROUPS) + ")")
+    ap.add_argument("--group", help="only this case group (" + ", ".join(vllm_grid_cases.GROUPS) + ")")
     ap.add_argument("--show", type=int, default=3, help="examples printed per failure class and reason")
     a = ap.parse_args()
-    models = grid_cases.write_models(Path(tempfile.gettempdir()) / "dcpctl-vllm-grid-models")
-    cases = [c for c in grid_cases.cases() if not a.group or c["group"] == a.group]
+    models = vllm_grid_cases.write_models(Path(tempfile.gettempdir()) / "dcpctl-vllm-grid-models")
+    cases = [c for c in vllm_grid_cases.cases() if not a.group or c["group"] == a.group]
     cache_path = Path(a.cache)
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not a.fresh else {}
     t0 = time.time()
     for c in cases:
-        c.update(argv=grid_cases.vllm_argv(c["opts"], models), flags=grid_cases.dcpctl_flags(c["opts"], models))
+        c.update(argv=vllm_grid_cases.vllm_argv(c["opts"], models), flags=vllm_grid_cases.dcpctl_flags(c["opts"], models))
     run_vllm([(c["opts"]["hardware"], c["argv"]) for c in cases], a.vllm_python, cache)
     cache_path.write_text(json.dumps(cache))
     t1 = time.time()

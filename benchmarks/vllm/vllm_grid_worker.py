@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""vLLM side of benchmarks/vllm/grid.py: resolve many `vllm serve` argv lists in one process per hardware profile.
+"""vLLM side of benchmarks/vllm/vllm_grid.py: resolve many `vllm serve` argv lists in one process per hardware profile.
 
 Runs in the vLLM 0.34.0 venv (benchmarks/vllm/setup_venv.sh), never in dcpctl's.
-`grid_worker.py HARDWARE` reads one JSON argv list per stdin line, writes one JSON result per line.
+`vllm_grid_worker.py HARDWARE` reads one JSON argv list per stdin line, writes one JSON result per line.
 Per argv, vLLM's own code, in the order a server runs it:
   1. `vllm serve`'s parser (entrypoints/common/cli_args.py make_arg_parser) and
      `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (ParallelConfig, ModelConfig against the local
