@@ -28,6 +28,10 @@ def _header(p: Plan) -> None:
                       f"tp {t.tp_size}, dp {t.dp_size}{' (attention DP)' if t.enable_dp_attention else ''}, "
                       f"dcp {t.dcp_size}, ep {t.ep_size}, pp {t.pp_size}, {t.total_gpus} GPU(s) on "
                       f"{t.nnodes} node(s); attn_tp {t.attn_tp}; {_rules(p)} rules", soft_wrap=True)
+    if r.engine == "vllm":  # the same deployment in vLLM's spelling (docs/vllm.md: topology)
+        dp = t.attn_dp if t.enable_dp_attention else t.dp_size
+        console.out.print(f"  vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}"
+                          f"{' -ep' if t.ep_size > 1 else ''}", soft_wrap=True)
     for v in p.violations:
         console.out.print(f"  [red]x[/] [bold]{v.code}[/]: {v.message}", soft_wrap=True)
     for w in p.warnings:
