@@ -27,6 +27,9 @@ def topology_violations(req: PlanRequest, with_model: bool) -> list[Violation]:
     t, m = req.topology, req.model
     tp, dcp, pcp = vllm_tp(req), t.dcp_size, req.prefill_context_parallel_size
     out: list[Violation] = []
+    if req.hardware.device != "cuda":
+        out.append(Violation("vllm_cuda_only", f"dcpctl models vLLM {VLLM_VERSION} on CUDA GPUs, got --hardware "
+                             f"{req.hardware.name} ({req.hardware.device}); name a GPU profile such as h200-8"))
     if pcp == 1 and tp % dcp:
         out.append(Violation("tp_dcp", f"tp_size={tp} must be divisible by dcp_size={dcp} (vLLM "
                              f"config/parallel.py _validate_parallel_config); valid dcp sizes: {divisors(tp)}"))
