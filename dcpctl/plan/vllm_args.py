@@ -91,8 +91,13 @@ def _typed(key: str, value: Any, flag: str) -> Any:
 
 def engine_options(opts: dict[str, Any]) -> dict[str, Any]:
     """Merged plan options -> the options the request is built from, under the engine they name."""
+    engine = opts.get("engine") or "sglang"
+    named = [k for k in (*RENAMED, *ALIASES) if opts.get(k) is not None]
+    if engine == "sglang" and named:
+        flag = ALIASES[named[0]][0] if named[0] in ALIASES else "--" + named[0].replace("_", "-")
+        target = RENAMED.get(named[0]) or ALIASES[named[0]][1]
+        raise UserError(f"{flag} is vLLM's spelling; add --engine vllm, or use --{target.replace('_', '-')}")
     out = fold(opts)
-    engine = out.get("engine") or "sglang"
     check_engine_names(out, engine)
     return to_plan_options(out) if engine == "vllm" else out
 

@@ -49,3 +49,10 @@ def test_recommend_uses_vllms_backends():
     labels = [row["choice"] for row in doc["table"]]
     assert "dcp 8 ag_rs +repQ" in labels and not any("fi_a2a" in x for x in labels)
     assert doc["recommendation"]["dcp_comm_backend"] in ("ag_rs", "a2a")
+
+
+def test_vllm_spellings_need_the_vllm_engine():
+    r = run("plan", *DS, "-tp", "8", "--block-size", "64")
+    assert r.exit_code == 2 and "vLLM's spelling; add --engine vllm" in r.output
+    r = run("plan", *DS, "--tp-size", "8", "--attention-backend", "FLASHMLA")
+    assert r.exit_code == 2 and "is a vLLM backend" in r.output
