@@ -71,9 +71,9 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
 
     Without a model (--model-path, --model-preset or --preset) the verdict rests on the topology and
     the hardware alone, and the model checks it skipped are listed. With no flags at all it plans what
-    `dcpctl launch` runs (preset tiny-cpu). SAVED_PLAN is a plan saved with -o; flags override it.
-    `--engine vllm` applies vLLM's rules and defaults instead (docs/vllm.md), and takes vLLM's flag names;
-    a whole `vllm serve` line can be pasted after `--`.
+    `dcpctl launch` runs (preset tiny-cpu). ARGS: a plan saved with -o (flags override it), or after `--`
+    a whole pasted `vllm serve ...` line. `--engine vllm` applies vLLM's rules and defaults instead
+    (docs/vllm.md) and takes vLLM's flag names.
 
     \b
     Examples:

@@ -30,8 +30,6 @@ SGLANG_ONLY = ("enable_dp_attention", "attn_dp_size", "speculative_algorithm",
 
 # dcpctl's rejections that vLLM's config construction does not make, each with where vLLM meets it (if ever)
 EXTRA_CHECKS: dict[str, str] = {
-    "dcp_containment": "vLLM checks tp % dcp; with data parallelism a DCP group stays in its own TP group by "
-                       "construction, so this fires only for dcpctl's own attention-DP spelling",
     "node_fit": "vLLM cannot count the GPUs of the other nodes",
     "weights_fit": "weights per rank larger than gpu_memory_utilization * memory fail at load "
                    "(v1/worker/gpu_worker.py determine_available_memory)",
