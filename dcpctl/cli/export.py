@@ -12,6 +12,7 @@ from dcpctl.launch.exports import EXPORTERS, FORMATS, ExportOptions
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
+from dcpctl.plan.vllm import VLLM_VERSION
 
 
 @click.command()
@@ -21,16 +22,18 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--served-model-path", help="Model path (or hub id) the nodes load; default: --model-path or the "
                                           "preset's hub id.")
 @click.option("--dist-init-addr", default="NODE0_ADDR:5000", show_default=True, help="HOST:PORT of node 0.")
-@click.option("--port", type=int, default=30000, show_default=True, help="HTTP port of the server.")
-@click.option("--image", default="lmsysorg/sglang:latest", show_default=True, help="Container image (k8s).")
+@click.option("--port", type=int, help="HTTP port of the server (default: 30000, vLLM's 8000 under --engine vllm).")
+@click.option("--image", help="Container image (k8s; default lmsysorg/sglang:latest, vllm/vllm-openai:vVERSION "
+                              "under --engine vllm).")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per node/manifest here.")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_path: str | None,
-           dist_init_addr: str, port: int, image: str, output_dir: str | None, **params: Any) -> None:
-    """Export a plan as FORMAT: sglang, torchrun, slurm or k8s.
+           dist_init_addr: str, port: int | None, image: str | None, output_dir: str | None, **params: Any) -> None:
+    """Export a plan as FORMAT: sglang, vllm, torchrun, slurm or k8s.
 
     \b
     sglang    the `sglang serve` command for every node (and the PD pair + router)
+    vllm      the `vllm serve` command for every node (a plan made with --engine vllm)
     torchrun  per-node torchrun commands for the bundled runtime, with the launch.yaml and
               serve.json its ranks read (one node: standalone; several: c10d at --dist-init-addr)
     slurm     an sbatch script starting one task per node
@@ -40,6 +43,7 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     Examples:
       dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000
       dcpctl export k8s --preset deepseek-v3.1-tp8-dcp8 -o deploy/
+      dcpctl export vllm --engine vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
       dcpctl export torchrun --preset tiny-cpu -o tiny/ && bash tiny/node-0.sh   # serves on this machine
     """
     opts = collect(ctx, params, saved_plan)
@@ -50,6 +54,9 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
         from dcpctl.runtime.tiny import ensure_tiny_model  # the bundled runtime serves the built-in checkpoint
         model = ensure_tiny_model()
+    vllm = plan.request.engine == "vllm"
+    port = port or (8000 if vllm else 30000)
+    image = image or (f"vllm/vllm-openai:v{VLLM_VERSION}" if vllm else "lmsysorg/sglang:latest")
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)

@@ -6,7 +6,9 @@ from typing import Any, Callable
 
 import click
 
+from dcpctl.cli import vllm_options
 from dcpctl.plan import request as R
+from dcpctl.plan import vllm_backends
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.resolve import merge_options, options_from_saved_plan
 
@@ -37,10 +39,11 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--pp-size", "--pipeline-parallel-size", "pp_size", type=int, help="Pipeline parallel size."),
     click.option("--nnodes", type=int, help="Number of nodes."),
     click.option("--gpus-per-node", type=int, help="GPUs per node (default: from the hardware profile)."),
-    click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS),
+    click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS + vllm_backends.NAMES),
                  help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, flashinfer, "
                       "triton (ours) or torch_native when named, else the fastest in its measured table per batch."),
-    click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES), help="KV cache dtype (auto: model dtype)."),
+    click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES + ("fp8",)),
+                 help="KV cache dtype (auto: model dtype; fp8: vLLM's name)."),
     click.option("--page-size", type=int, help="KV page size in tokens per rank (default 1)."),
     click.option("--mem-fraction-static", type=float, help="Fraction of GPU memory for weights + KV (default 0.85)."),
     click.option("--context-length", "--context-len", "context_len", type=int,
@@ -63,6 +66,7 @@ _OPTIONS: list[Callable[[F], F]] = [
                  default=None, help="HiCache L2 host tier."),
     click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
     click.option("--enable-prefill-cp", is_flag=True, default=None, help="Prefill context parallelism (not with DCP)."),
+    *vllm_options.OPTIONS,  # --engine vllm: vLLM's names and aliases
 ]
 
 PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size",
@@ -72,7 +76,8 @@ PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", 
              "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
              "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
-             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend")
+             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend",
+             *vllm_options.KEYS)
 
 
 def plan_options(f: F) -> F:

@@ -11,6 +11,7 @@ import yaml
 from dcpctl.cli import console
 from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
 from dcpctl.cli.options import PLAN_KEYS, collect, plan_options
+from dcpctl.cli.pasted import split_args
 from dcpctl.cli.render_plan import render_table
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
@@ -50,7 +51,7 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 
 @click.command()
 @plan_options
-@click.argument("saved_plan", required=False, type=click.Path())
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(), help="Also save the plan (YAML, or JSON for *.json).")
 @click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
@@ -59,7 +60,7 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
               help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the profile's.")
 @picture_option("the rank map (nodes, DCP groups, attention-DP replicas)")
 @click.pass_context
-def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | None, show_ranks: bool,
+def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None, show_ranks: bool,
          concurrency: int | None, calibration: str | None, picture: str | None, **params: Any) -> None:
     """Validate and explain a DCP topology before any GPU is touched.
 
@@ -70,7 +71,9 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
 
     Without a model (--model-path, --model-preset or --preset) the verdict rests on the topology and
     the hardware alone, and the model checks it skipped are listed. With no flags at all it plans what
-    `dcpctl launch` runs (preset tiny-cpu). SAVED_PLAN is a plan saved with -o; flags override it.
+    `dcpctl launch` runs (preset tiny-cpu). ARGS: a plan saved with -o (flags override it), or after `--`
+    a whole pasted `vllm serve ...` line. `--engine vllm` applies vLLM's rules and defaults instead
+    (docs/vllm.md) and takes vLLM's flag names.
 
     \b
     Examples:
@@ -80,8 +83,11 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
+      dcpctl plan --engine vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
+      dcpctl plan --hardware h200-8 -- vllm serve DIR -tp 8 -dcp 8 --block-size 64
     """
-    opts = _plan_options(ctx, params, saved_plan)
+    pasted, saved_plan = split_args(args)  # `-- vllm serve ...`: the pasted line's options, as if typed
+    opts = {**collect(ctx, params), **pasted} if pasted else _plan_options(ctx, params, saved_plan)
     if calibration:
         opts["calibration"] = calibration
     if concurrency and not opts.get("context_len"):

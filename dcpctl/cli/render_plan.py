@@ -8,6 +8,7 @@ from dcpctl.cli.render_hardware import render_hardware
 from dcpctl.plan.groups import collapse, rank_info
 from dcpctl.plan.planner import Plan
 from dcpctl.plan.sglang import SGLANG_VERSION
+from dcpctl.plan.vllm import VLLM_VERSION
 
 GIB = 2**30
 MAX_GROUPS_SHOWN = 8
@@ -26,7 +27,11 @@ def _header(p: Plan) -> None:
     console.out.print(f"{verdict}  {r.model.name} on {r.hardware.name} ({r.hardware.gpu_name}): "
                       f"tp {t.tp_size}, dp {t.dp_size}{' (attention DP)' if t.enable_dp_attention else ''}, "
                       f"dcp {t.dcp_size}, ep {t.ep_size}, pp {t.pp_size}, {t.total_gpus} GPU(s) on "
-                      f"{t.nnodes} node(s); attn_tp {t.attn_tp}; SGLang {SGLANG_VERSION} rules", soft_wrap=True)
+                      f"{t.nnodes} node(s); attn_tp {t.attn_tp}; {_rules(p)} rules", soft_wrap=True)
+    if r.engine == "vllm":  # the same deployment in vLLM's spelling (docs/vllm.md: topology)
+        dp = t.attn_dp if t.enable_dp_attention else t.dp_size
+        console.out.print(f"  vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}"
+                          f"{' -ep' if t.ep_size > 1 else ''}", soft_wrap=True)
     for v in p.violations:
         console.out.print(f"  [red]x[/] [bold]{v.code}[/]: {v.message}", soft_wrap=True)
     for w in p.warnings:
@@ -127,3 +132,7 @@ def _skipped(p: Plan) -> None:
                           "model checks skipped:", soft_wrap=True)
         for s in p.skipped_checks:
             console.out.print(f"  - {s}", soft_wrap=True)
+
+
+def _rules(p: Plan) -> str:
+    return f"vLLM {VLLM_VERSION}" if p.request.engine == "vllm" else f"SGLang {SGLANG_VERSION}"

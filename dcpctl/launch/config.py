@@ -46,6 +46,9 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
 
 def _check_runtime_supports(plan: Plan, dtype: str) -> None:
     """UserError unless the plan is valid and the bundled runtime can run it."""
+    if plan.request.engine == "vllm":
+        raise UserError("the bundled runtime runs plans under SGLang's rules; a --engine vllm plan is for "
+                        "`dcpctl export vllm` (vLLM serves it)")
     if not plan.valid:
         raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
     t, backend = plan.request.topology, plan.decisions["dcp_comm_backend"].value

@@ -18,7 +18,7 @@ import yaml
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
 
-FORMATS = ("sglang", "torchrun", "slurm", "k8s")
+FORMATS = ("sglang", "vllm", "torchrun", "slurm", "k8s")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
 MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
 
@@ -178,13 +178,15 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
-    args = sglang_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
+    args = serve_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
     cmd = shlex.join(args).replace("NODE_RANK", '"$SLURM_NODEID"').replace("HEAD_ADDR:", '"$HEAD":')
+    cmd = cmd.replace("--master-addr HEAD_ADDR", '--master-addr "$HEAD"').replace(  # vllm serve's spelling
+        " NODE_HEADLESS", ' $([ "$SLURM_NODEID" -gt 0 ] && echo --headless)')
     quoted = "'" + cmd.replace("'", "'\\''") + "'"
     env = "".join(f"export {k}={v}\n" for k, v in hardware_env(plan).items())
     lines = [
         "#!/usr/bin/env bash",
-        "#SBATCH --job-name=dcpctl-sglang",
+        f"#SBATCH --job-name=dcpctl-{plan.request.engine}",
         f"#SBATCH --nodes={t.nnodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={t.ranks_per_node}",
@@ -202,10 +204,11 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
 
     def template(rank_expr: str) -> dict[str, Any]:
-        args = sglang_args(plan, replace(opts, dist_init_addr=f"$(LWS_LEADER_ADDRESS):{port}"), node_rank=None)
-        argv = [x.replace("NODE_RANK", rank_expr) for x in args]
+        args = serve_args(plan, replace(opts, dist_init_addr=f"$(LWS_LEADER_ADDRESS):{port}"), node_rank=None)
+        argv = [x.replace("NODE_RANK", rank_expr) for x in args if x != "NODE_HEADLESS" or rank_expr != "0"]
+        argv = [x.replace("NODE_HEADLESS", "--headless") for x in argv]  # vllm serve: workers run headless
         env = [{"name": k, "value": v} for k, v in hardware_env(plan).items()]
-        container = {"name": "sglang", "image": opts.image, "command": argv[:2], "args": argv[2:],
+        container = {"name": plan.request.engine, "image": opts.image, "command": argv[:2], "args": argv[2:],
                      "resources": {"limits": {"nvidia.com/gpu": t.ranks_per_node}},
                      "ports": [{"containerPort": opts.port}],
                      "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
@@ -215,12 +218,34 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
         return {"spec": {"containers": [container], "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
     manifest = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                "metadata": {"name": "dcpctl-sglang"},
+                "metadata": {"name": f"dcpctl-{plan.request.engine}"},
                 "spec": {"replicas": 1, "leaderWorkerTemplate": {
                     "size": t.nnodes, "restartPolicy": "RecreateGroupOnPodRestart",
                     "leaderTemplate": template("0"), "workerTemplate": template("$(LWS_WORKER_INDEX)")}}}
     return {"lws.yaml": yaml.safe_dump(manifest, sort_keys=False, width=200)}
 
 
+def serve_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> list[str]:
+    """The engine's serve argv for one node: `vllm serve` under --engine vllm, else `sglang serve`."""
+    from dcpctl.launch.export_vllm import vllm_args
+    return (vllm_args if plan.request.engine == "vllm" else sglang_args)(plan, opts, node_rank)
+
+
+def _engine_check(fmt: str, exporter: Callable[[Plan, ExportOptions], dict[str, str]]):
+    """sglang/torchrun export SGLang-ruled plans; vllm exports vLLM-ruled ones; slurm/k8s wrap either engine."""
+    def run(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+        if plan.request.engine == "vllm" and fmt in ("sglang", "torchrun"):
+            raise UserError(f"`export {fmt}` needs a plan under SGLang's rules; this plan is --engine vllm: use "
+                            "`dcpctl export vllm` (or slurm/k8s, which wrap `vllm serve`)")
+        return exporter(plan, opts)
+    return run
+
+
+def _export_vllm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    from dcpctl.launch.export_vllm import export_vllm
+    return export_vllm(plan, opts)
+
+
 EXPORTERS: dict[str, Callable[[Plan, ExportOptions], dict[str, str]]] = {
-    "sglang": export_sglang, "torchrun": export_torchrun, "slurm": export_slurm, "k8s": export_k8s}
+    f: _engine_check(f, e) for f, e in {"sglang": export_sglang, "vllm": _export_vllm, "torchrun": export_torchrun,
+                                        "slurm": export_slurm, "k8s": export_k8s}.items()}

@@ -234,7 +234,9 @@ def _exchange_s(ch: Choice, batch: int, hk: int, R: int, Lr: int, k: Constants) 
     if ch.backend == "ag_rs":
         # all-gather of every rank's fp32 LSE over its Hk kernel heads (c - 1 of them received), then the
         # reduce-scatter of the rescaled fp32 o (a (c - 1)/c share of it moves)
-        return q_gather + collective_s(batch * hk * 4 * (ch.dcp - 1), k) + collective_s(batch * hk * Lr * 4 * share, k)
+        # (replicated Q, vLLM only: SGLang refuses it with ag_rs, skips the query all-gather as with a2a)
+        return (0.0 if ch.replicate_q else q_gather) + collective_s(batch * hk * 4 * (ch.dcp - 1), k) + \
+            collective_s(batch * hk * Lr * 4 * share, k)
     send = batch * hk * (Lr + 2) * ACT_BYTES   # o plus the fp32 LSE in two 16-bit lanes
     if k.a2a_bytes_per_s is not None:
         a2a = (k.coll_latency_s if k.a2a_latency_s is None else k.a2a_latency_s) + send / k.a2a_bytes_per_s

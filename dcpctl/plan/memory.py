@@ -104,7 +104,7 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[d
     viol: list[Violation] = []
     if budget <= 0:
         viol.append(Violation("weights_fit", f"weights per rank ({(weights + rep_q) / GIB:.1f} GiB) exceed "
-                              f"mem_fraction_static ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
+                              f"{'gpu_memory_utilization' if req.engine == 'vllm' else 'mem_fraction_static'} ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
                               f"= {static / GIB:.1f} GiB; raise tp/ep or use a larger GPU"))
     cap = capacity(req, kv_dtype, budget, t.dcp_size)
     base = capacity(req, kv_dtype, int(static - weights), 1)

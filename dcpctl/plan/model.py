@@ -13,7 +13,7 @@ from dcpctl.plan.hf_config import HfConfig, MlaShape, parse_hf_config, read_hf_c
 from dcpctl.plan.hf_layers import KdaShape as KdaSpec
 # bytes per element of every dtype name dcpctl meets (model dtypes, KV cache dtypes, torch names): one table
 DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "float8_e4m3fn": 1,
-               "fp8_e4m3": 1, "fp8_e5m2": 1}
+               "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8": 1}  # fp8: vLLM's name of fp8_e4m3
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ MAX_SEARCH = 1 << 16
 
 
 def candidates(req: PlanRequest) -> list[Choice]:
+    if req.engine == "vllm":  # vLLM's exchanges (plan/vllm_plan.py)
+        from dcpctl.plan.vllm_plan import candidates as vllm_candidates
+        return vllm_candidates(req)
     t, hw = req.topology, req.hardware
     out = [Choice(1, "none", False)]
     for c in divisors(t.attn_tp)[1:]:

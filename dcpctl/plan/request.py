@@ -43,3 +43,7 @@ class PlanRequest:
     enable_hierarchical_cache: bool = False
     hicache_storage_backend: str | None = None
     enable_prefill_cp: bool = False
+    # --engine vllm (dcpctl.plan.vllm_plan): whose rules apply, and vLLM's own options
+    engine: str = "sglang"
+    prefill_context_parallel_size: int = 1
+    cp_kv_cache_interleave_size: int | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dcpctl.plan import presets
+from dcpctl.plan import presets, vllm_args
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.figures import calibrated
 from dcpctl.plan.hardware import Hardware, resolve_hardware
@@ -17,7 +17,7 @@ TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_si
 REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
                                                                               "draft_model"))
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
-              "attn_dp_size", "calibration")
+              "attn_dp_size", "calibration", *vllm_args.OPTION_KEYS)
 DEFAULT_MODEL = "tiny"
 MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is topology-only
 # topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape, unquantized bf16, no
@@ -91,7 +91,7 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
         hardware = calibrated(hardware, Path(opts["calibration"]))
-    opts = _attn_dp(opts)
+    opts = _attn_dp(vllm_args.engine_options(opts))  # --engine vllm: vLLM's vocabulary -> plan options
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
     draft = None

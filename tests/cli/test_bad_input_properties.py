@@ -16,6 +16,8 @@ from dcpctl.cli.main import cli
 from dcpctl.cli.options import PLAN_KEYS
 from dcpctl.plan import presets
 from dcpctl.plan import request as R
+from dcpctl.plan import vllm_backends
+from dcpctl.plan.vllm_args import ALIASES as VLLM_ALIASES
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -45,7 +47,7 @@ FLAG_VALUES = {
     "preset": st.sampled_from(presets.names("deployments") + ["nope"]),
     "model_path": st.sampled_from(["./DeepSeek-V3.1", "/nonexistent", "."]),
     "dcp_comm_backend": st.sampled_from(R.COMM_BACKENDS + ("nccl",)),
-    "attention_backend": st.sampled_from(R.DECODE_ATTENTION_BACKENDS),
+    "attention_backend": st.sampled_from(R.DECODE_ATTENTION_BACKENDS + vllm_backends.NAMES),
     "kv_cache_dtype": st.sampled_from(R.KV_DTYPES + ("int3",)),
     "speculative_algorithm": st.sampled_from(R.SPEC_ALGORITHMS),
     "speculative_draft_model_path": st.sampled_from(["/nonexistent", "."]),
@@ -53,9 +55,17 @@ FLAG_VALUES = {
     "disaggregation_transfer_backend": st.sampled_from(R.PD_BACKENDS),
     "disaggregation_peer_kv_cache_dtype": st.sampled_from(R.KV_DTYPES),
     "hicache_storage_backend": st.sampled_from(["file", "mooncake", ""]),
+    # --engine vllm and vLLM's names (cli/vllm_options.py)
+    "engine": st.sampled_from(["vllm", "vllm", "sglang", "trt"]),
+    "prefill_context_parallel_size": INTS, "cp_kv_cache_interleave_size": INTS, "block_size": INTS,
+    "max_model_len": INTS, "max_num_seqs": INTS,
+    "gpu_memory_utilization": st.sampled_from(["0.5", "0", "1.5", "nan", "x"]),
+    **{k: INTS for k in VLLM_ALIASES},
 }
 FLAGS = {"enable_dp_attention": "--enable-dp-attention", "enable_hierarchical_cache": "--enable-hierarchical-cache",
-         "enable_prefill_cp": "--enable-prefill-cp"}
+         "enable_prefill_cp": "--enable-prefill-cp", "enable_expert_parallel": "-ep"}
+PAIRS = {"dcp_replicate_q_proj": ["--dcp-replicate-q-proj", "--no-dcp-replicate-q-proj"],
+         "dcp_q_replicate": ["--dcp-q-replicate", "--no-dcp-q-replicate"]}
 
 
 @st.composite
@@ -65,8 +75,10 @@ def plan_argv(draw):
     for k in keys:
         if k in FLAGS:
             argv.append(FLAGS[k])
-        elif k == "dcp_replicate_q_proj":
-            argv.append(draw(st.sampled_from(["--dcp-replicate-q-proj", "--no-dcp-replicate-q-proj"])))
+        elif k in PAIRS:
+            argv.append(draw(st.sampled_from(PAIRS[k])))
+        elif k in VLLM_ALIASES:
+            argv += [VLLM_ALIASES[k][0], _text_of(draw(FLAG_VALUES[k]))]
         else:
             argv += [f"--{k.replace('_', '-')}", _text_of(draw(FLAG_VALUES[k]))]
     return argv
