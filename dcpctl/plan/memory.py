@@ -44,6 +44,8 @@ def mha_prefill_transient(m: ModelSpec, dcp: int, attn_tp: int, chunk: int = DEF
     """Bytes one rank holds beside its KV while one MLA layer of a `chunk`-token prefill runs in the MHA form."""
     b = {"float64": 8, "float32": 4}.get(m.dtype, 2)          # the compute dtype (FP8 checkpoints compute in bf16)
     hk = m.num_heads // attn_tp * dcp                        # kernel heads: the DCP group's
+    if hk == 0:                                              # fewer heads than attention-TP ranks: a violation
+        return 0
     qk, v, nope = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim, m.qk_nope_head_dim
     row = hk * (nope + v + qk) * b                           # one key row up-projected (GEMM output, then K)
     block = min(MHA_BLOCK_BYTES // row * row, -(-m.max_position_embeddings // dcp) * row)
