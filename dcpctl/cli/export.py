@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.launch.exports import EXPORTERS, FORMATS, ExportOptions
 from dcpctl.plan.errors import UserError
@@ -14,7 +15,7 @@ from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("saved_plan", required=False, type=click.Path())
 @plan_options
@@ -53,6 +54,9 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)
+    if fmt == "torchrun" and plan.request.engine_args:
+        console.warn("the bundled runtime does not read these `sglang serve` flags; not carried: "
+                     + " ".join(" ".join(g) for g in plan.request.engine_args))
     if output_dir:
         out = Path(output_dir)
         try:

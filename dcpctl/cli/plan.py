@@ -9,6 +9,7 @@ import click
 import yaml
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
 from dcpctl.cli.options import PLAN_KEYS, collect, plan_options
 from dcpctl.cli.render_plan import render_table
@@ -48,7 +49,7 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @plan_options
 @click.argument("saved_plan", required=False, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)

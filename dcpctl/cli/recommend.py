@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.plan.cost import Constants
 from dcpctl.plan.errors import UserError
@@ -16,7 +17,7 @@ from dcpctl.plan.resolve import request_from_options
 from dcpctl.plot.output import picture_option
 
 
-@click.command(name="recommend")
+@click.command(name="recommend", cls=EngineCommand)
 @plan_options
 @click.option("--concurrency", type=click.IntRange(min=1), required=True, help="Concurrent requests to serve.")
 @click.option("--contexts", default=None, help="Comma-separated context lengths for the crossover table "

@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 import yaml
 
+from dcpctl.launch.targets import carried, check_sglang_target, typed_dests
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
+from dcpctl.plan.sglang_args import sglang_table
 
 FORMATS = ("sglang", "torchrun", "slurm", "k8s")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
@@ -61,7 +63,9 @@ def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> l
     a += _spec_args(plan) + _cache_args(plan)
     if any("Kimi" in x for x in r.model.architectures) or r.model.model_type.startswith("kimi"):
         a.append("--trust-remote-code")
-    return a + ["--host", "0.0.0.0", "--port", str(opts.port)]
+    table = sglang_table()
+    a += ([] if "host" in typed_dests(table, r.engine_args) else ["--host", "0.0.0.0"]) + ["--port", str(opts.port)]
+    return a + carried(table, a, r.engine_args)  # the pasted line's other flags, as typed
 
 
 def _if(cond: bool, flag: str, value: Any) -> list[str]:
@@ -106,6 +110,7 @@ def _env_prefix(env: dict[str, str]) -> str:
 
 def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     """One script per node; with PD disaggregation, the peer side's nodes and the router too."""
+    check_sglang_target(plan, "sglang")
     files = _sglang_nodes(plan, opts, plan.request.disaggregation_mode)
     if plan.request.disaggregation_mode != "null":
         files.update(_pd_peer(plan, opts))
@@ -176,6 +181,7 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    check_sglang_target(plan, "slurm")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
     args = sglang_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
@@ -198,6 +204,7 @@ def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    check_sglang_target(plan, "k8s")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
 

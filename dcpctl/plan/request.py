@@ -43,3 +43,4 @@ class PlanRequest:
     enable_hierarchical_cache: bool = False
     hicache_storage_backend: str | None = None
     enable_prefill_cp: bool = False
+    engine_args: tuple[tuple[str, ...], ...] = ()  # `sglang serve` flags passed through, one token tuple per flag
