@@ -94,6 +94,22 @@ FLASHINFER_DECODE_STUB = '''def trtllm_batch_decode_with_kv_cache_mla(query=None
 
 # ----------------------------------------------------------------------------------------- SGLang side (worker)
 
+def install_platform(sm: int) -> None:
+    """Inside the SGLang venv: SGLang's platform facts for an SM90 (Hopper) or SM100 (Blackwell) GPU; 0: none."""
+    if not sm:
+        return
+    from sglang.srt.runtime_context import override_platform
+    facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
+                 has_amx=False, has_flashinfer=False, is_sm120=False, is_sm110=False)
+    if sm >= 100:
+        facts.update(is_sm90=False, is_sm100=True, is_sm100_or_sm110=True, is_blackwell=True,
+                     is_hopper_with_cuda_12_3=False, device_sm=sm, device_capability=(sm // 10, sm % 10))
+    else:
+        facts.update(is_sm90=True, is_sm100=False, is_sm100_or_sm110=False, is_blackwell=False,
+                     is_hopper_with_cuda_12_3=True, device_sm=sm, device_capability=(sm // 10, sm % 10))
+    override_platform(**facts).install()
+
+
 def worker(sm: int, argv: list[str]) -> None:
     """Runs inside the SGLang venv: emulate the platform, parse + resolve argv, print one RESULT line."""
     import logging
@@ -101,17 +117,7 @@ def worker(sm: int, argv: list[str]) -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     t0 = time.time()
-    if sm:
-        from sglang.srt.runtime_context import override_platform
-        facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
-                     has_amx=False, has_flashinfer=False, is_sm120=False, is_sm110=False)
-        if sm >= 100:
-            facts.update(is_sm90=False, is_sm100=True, is_sm100_or_sm110=True, is_blackwell=True,
-                         is_hopper_with_cuda_12_3=False, device_sm=sm, device_capability=(sm // 10, sm % 10))
-        else:
-            facts.update(is_sm90=True, is_sm100=False, is_sm100_or_sm110=False, is_blackwell=False,
-                         is_hopper_with_cuda_12_3=True, device_sm=sm, device_capability=(sm // 10, sm % 10))
-        override_platform(**facts).install()
+    install_platform(sm)
     from sglang.srt.server_args import prepare_server_args
     out: dict = {"accepted": False}
     try:

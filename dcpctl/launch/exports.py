@@ -18,6 +18,7 @@ import yaml
 from dcpctl.launch.targets import carried, check_sglang_target, typed_dests
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
+from dcpctl.plan.sglang import RUNTIME_ONLY_KV_DTYPES
 from dcpctl.plan.sglang_args import sglang_table
 
 FORMATS = ("sglang", "torchrun", "slurm", "k8s")
@@ -160,7 +161,10 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
         raise UserError("the bundled runtime serves PD disaggregation only in batch mode (`dcpctl generate`): "
                         "export it with `dcpctl export sglang`")
     tokens = (plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS) if cuda else TORCHRUN_MAX_TOTAL_TOKENS
-    cfg = render_launch_config(plan, opts.model_path, "bfloat16" if cuda else "float32", "cuda" if cuda else "cpu",
+    # the bundled runtime stores KV in its compute dtype: a CPU plan's float KV dtype is the dtype it runs
+    kv = plan.request.kv_cache_dtype
+    dtype = "bfloat16" if cuda else kv if kv in RUNTIME_ONLY_KV_DTYPES else "float32"
+    cfg = render_launch_config(plan, opts.model_path, dtype, "cuda" if cuda else "cpu",
                                tokens, DEFAULT_CHUNKED_PREFILL).for_serving().to_dict()
     if not Path(opts.model_path).exists():
         cfg["model"]["path"] = opts.model_path  # a path on the serving nodes, not on this machine
