@@ -78,6 +78,13 @@ CASES: list[tuple[str, list[str]]] = [
       for algo in ("EAGLE", "NEXTN")],
     *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
                                                        "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
+    # `sglang serve` flags dcpctl passes through or reads under SGLang's spelling (--tp, --context-length, ...)
+    ("dsv31 h200-8 sglang flags", DS + ["--hardware", "h200-8", "--tp", "8", "--dcp-size", "8", "--trust-remote-code",
+                                        "--context-length", "65536", "--chunked-prefill-size", "8192",
+                                        "--attention-backend", "flashmla", "--enable-metrics"]),
+    ("dsv31 b200-8 sglang flags", DS + ["--hardware", "b200-8", "--tp", "8", "--dcp-size", "4",
+                                        "--decode-attention-backend", "flashinfer", "--schedule-policy", "lpm",
+                                        "--max-prefill-tokens", "16384"]),
     # Kimi K3 with a user backend / replicated Q off: SGLang's K3 override keeps both, and so does dcpctl
     ("kimi-k3 32gpu user ag_rs", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-comm-backend", "ag_rs"]),
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),

@@ -9,7 +9,8 @@ For every line of tests/fixtures/sglang_serve_lines.yaml (SGLang's docs and cook
       the exported argv in the SGLang environment (benchmarks/sglang/setup_venv.sh), the platform emulated as in
       check_exports.py, and compares every field of `resolved_dict()`.
 A field may differ only where the export writes the plan's own value of a setting the line left to SGLang
-(EXPORT_WRITES); every other difference, and any rejection, is a failure. A line whose plan is invalid is
+(EXPORT_WRITES); every other difference is a failure, and so is a rejection of one side only (both refused
+with the same error, e.g. InfiniBand absent on the checking machine, is reported as same_rejection). A line whose plan is invalid is
 reported with its violations and not exported.
 
     python benchmarks/sglang/check_pasted.py [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
@@ -36,7 +37,9 @@ SM = {"h200-8": 90, "b200-8": 100}
 # settings the export writes from the plan when the line leaves them to SGLang: (flag, why)
 EXPORT_WRITES = {"mem_fraction_static": "the plan's memory budget (--mem-fraction-static) is written out",
                  "host": "exports serve on 0.0.0.0 unless the line names --host"}
-IGNORED = {"model_path", "tokenizer_path", "served_model_name"}  # both point at the same temp config dir
+# model_path, tokenizer_path, served_model_name: both point at the same temp config dir; random_seed: SGLang draws a
+# new one at every start when the line sets none
+IGNORED = {"model_path", "tokenizer_path", "served_model_name", "random_seed"}
 
 
 def launcher_free(line: str) -> list[str]:
@@ -60,7 +63,8 @@ def set_model(argv: list[str], path: str) -> list[str]:
     return out + ["--device", "cuda"]
 
 
-def check(entry: dict, root: Path, sgl_py: str) -> dict:
+def prepare(entry: dict, root: Path) -> dict:
+    """dcpctl's side of one line: its plan, its export, and the two argvs SGLang is to resolve."""
     line, hw = entry["line"], entry["hardware"]
     argv = launcher_free(line)
     row: dict = {"source": entry["source"], "line": line, "hardware": hw}
@@ -77,18 +81,22 @@ def check(entry: dict, root: Path, sgl_py: str) -> dict:
         return {**row, "status": "export_error", "error": (r.stdout + r.stderr)[-300:]}
     rank = flag_value(argv, "--node-rank") or "0"
     role = plan["request"].get("disaggregation_mode") or "null"
-    script = out / (f"node-{rank}.sh" if role in ("null", None) else f"{role}-node-{rank}.sh")
+    script = out / (f"node-{rank}.sh" if role == "null" else f"{role}-node-{rank}.sh")
     exported = shlex.split([x for x in script.read_text().splitlines() if x and not x.startswith("#")][-1])
     exported = exported[exported.index("serve") + 1:]
     mdir = str(ce.model_dir(plan["model"]["name"], root))
-    env = dict(os.environ)
-    if any("KimiK3" in a for a in plan["model"]["architectures"]):
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ce.flashinfer_stub(root)), env.get("PYTHONPATH")]))
-    a = resolve(sgl_py, SM[hw], set_model(argv, mdir), env, root)
-    b = resolve(sgl_py, SM[hw], set_model(exported, mdir), env, root)
-    row.update(exported=exported, pasted_accepted=a["accepted"], exported_accepted=b["accepted"])
+    return {**row, "status": "pending", "exported": exported, "sm": SM[hw],
+            "argvs": [set_model(argv, mdir), set_model(exported, mdir)]}
+
+
+def compare(row: dict, a: dict, b: dict) -> dict:
+    row = {k: v for k, v in row.items() if k not in ("argvs", "sm")}
+    row.update(pasted_accepted=a["accepted"], exported_accepted=b["accepted"])
     if not (a["accepted"] and b["accepted"]):
-        return {**row, "status": "rejected", "pasted_error": a.get("error"), "exported_error": b.get("error")}
+        # both refused for the same reason (e.g. no InfiniBand on the checking machine): same verdict, no settings
+        same = not a["accepted"] and not b["accepted"] and a.get("error") == b.get("error")
+        return {**row, "status": "same_rejection" if same else "rejected", "pasted_error": a.get("error"),
+                "exported_error": b.get("error")}
     diffs = {k: (a["resolved"].get(k), b["resolved"].get(k)) for k in sorted(set(a["resolved"]) | set(b["resolved"]))
              if k not in IGNORED and a["resolved"].get(k) != b["resolved"].get(k)}
     allowed = {k: v for k, v in diffs.items() if k in EXPORT_WRITES}
@@ -97,37 +105,14 @@ def check(entry: dict, root: Path, sgl_py: str) -> dict:
             "fields_compared": len(a["resolved"])}
 
 
-def resolve(sgl_py: str, sm: int, argv: list[str], env: dict, root: Path) -> dict:
-    r = subprocess.run([sgl_py, str(Path(__file__).resolve()), "--worker", str(sm), "--", *argv],
-                       capture_output=True, text=True, env=env, cwd=root)
-    res = next((json.loads(x[7:]) for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if res is None:
-        return {"accepted": False, "error": f"worker crashed (rc {r.returncode}): {r.stderr.strip()[-400:]}"}
-    if not res["accepted"] and r.stderr.strip():
-        res["error"] += ": " + r.stderr.strip().splitlines()[-1]
-    return res
-
-
-def worker(sm: int, argv: list[str]) -> None:
-    """Inside the SGLang venv: parse, resolve and check argv; print every resolved field."""
-    import logging
-    import warnings
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-    ce.install_platform(sm)
-    from sglang.srt.server_args import prepare_server_args
-    out: dict = {"accepted": False}
-    try:
-        sa = prepare_server_args(argv)
-        sa.resolve_once()
-        if hasattr(sa, "check_server_args"):
-            sa.check_server_args()
-        out = {"accepted": True, "resolved": json.loads(json.dumps(sa.resolved_dict(), default=str))}
-    except SystemExit as e:
-        out["error"] = f"argparse exit {e.code}"
-    except BaseException as e:  # noqa: BLE001 - any rejection is a result
-        out["error"] = f"{type(e).__name__}: {e}"
-    print("RESULT " + json.dumps(out, default=str), flush=True)
+def resolve_all(sgl_py: str, sm: int, argvs: list[list[str]]) -> list[dict]:
+    """One SGLang process per platform resolves every argv (grid_worker.py, every resolved field)."""
+    r = subprocess.run([sgl_py, str(Path(__file__).resolve().parent / "grid_worker.py"), str(sm), "0", "full"],
+                       input="".join(json.dumps(a) + "\n" for a in argvs), capture_output=True, text=True)
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    if len(lines) != len(argvs):
+        raise SystemExit(f"SGLang worker SM{sm} died after {len(lines)}/{len(argvs)}: {r.stderr[-800:]}")
+    return lines
 
 
 def main() -> int:
@@ -141,7 +126,12 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="dcpctl-pasted-"))
     t0 = time.time()
     with ThreadPoolExecutor(a.jobs) as ex:
-        rows = list(ex.map(lambda e: check(e, root, a.sglang_python), entries))
+        rows = list(ex.map(lambda e: prepare(e, root), entries))
+    for sm in sorted({r["sm"] for r in rows if r["status"] == "pending"}):
+        todo = [i for i, r in enumerate(rows) if r["status"] == "pending" and r["sm"] == sm]
+        res = resolve_all(a.sglang_python, sm, [x for i in todo for x in rows[i]["argvs"]])
+        for j, i in enumerate(todo):
+            rows[i] = compare(rows[i], res[2 * j], res[2 * j + 1])
     for r in rows:
         extra = r.get("diffs") or r.get("violations") or r.get("pasted_error") or r.get("error") or ""
         print(f"{r['status']:<12} {r['hardware']:<7} {r['line'][:110]}  {str(extra)[:200]}")
@@ -152,11 +142,8 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps({"sglang": ver, "export_writes": EXPORT_WRITES, "counts": counts,
                                             "rows": rows}, indent=1, default=str) + "\n")
-    return 0 if all(r["status"] in ("same", "plan_invalid") for r in rows) else 1
+    return 0 if all(r["status"] in ("same", "same_rejection", "plan_invalid") for r in rows) else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:])
-    else:
-        sys.exit(main())
+    sys.exit(main())
