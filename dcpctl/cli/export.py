@@ -37,6 +37,9 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     slurm     an sbatch script starting one task per node
     k8s       a LeaderWorkerSet manifest (leader = node 0)
 
+    `sglang serve` flags the plan passed through are carried as typed (sglang, slurm, k8s). Options
+    only the bundled runtime has (a float KV dtype, CPU hardware) are refused for those targets.
+
     \b
     Examples:
       dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000

@@ -73,6 +73,11 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
     the hardware alone, and the model checks it skipped are listed. With no flags at all it plans what
     `dcpctl launch` runs (preset tiny-cpu). SAVED_PLAN is a plan saved with -o; flags override it.
 
+    Every flag of SGLang 0.5.23's `sglang serve` is accepted under its names, aliases and
+    abbreviations: modelled where it changes the plan, else listed as passed through (and carried by
+    `dcpctl export sglang`). A whole pasted `sglang serve ...` or `python -m sglang.launch_server ...`
+    line works. A Hugging Face id whose config dcpctl ships plans offline from that model preset.
+
     \b
     Examples:
       dcpctl plan --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
@@ -81,6 +86,7 @@ def plan(ctx: click.Context, saved_plan: str | None, fmt: str, output: str | Non
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --format json
       dcpctl plan --tp-size 8 --dp-size 4 --enable-dp-attention --dcp-size 4   # invalid: attn_tp 2
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
+      dcpctl plan --hardware h200-8 -- sglang serve --model-path deepseek-ai/DeepSeek-V3.1 --tp 8 --trust-remote-code
     """
     opts = _plan_options(ctx, params, saved_plan)
     if calibration:
