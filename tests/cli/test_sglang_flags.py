@@ -151,3 +151,12 @@ def test_recommend_says_past_positions_not_never():
                 "--concurrency", "32")
     assert "never" not in table.stdout and "past positions" in table.stdout
     assert "past the model's 163,840 positions" in table.stdout
+
+
+def test_saved_plan_keeps_pass_through_and_flags_replace_it(tmp_path):
+    saved = tmp_path / "p.yaml"
+    r = run("plan", *H200, "-o", saved, "--", "sglang", "serve", "--model-path", "deepseek-ai/DeepSeek-V3.1",
+            "--tp", "8", "--trust-remote-code", "--chat-template", "t.jinja")
+    assert r.exit_code == 0, r.output
+    argv = exported_argv(saved, "--chat-template", "u.jinja")
+    assert argv[-3:] == ["--trust-remote-code", "--chat-template", "u.jinja"] and "t.jinja" not in argv
