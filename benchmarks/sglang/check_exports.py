@@ -78,6 +78,13 @@ CASES: list[tuple[str, list[str]]] = [
       for algo in ("EAGLE", "NEXTN")],
     *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
                                                        "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
+    # `sglang serve` flags dcpctl passes through or reads under SGLang's spelling (--tp, --context-length, ...)
+    ("dsv31 h200-8 sglang flags", DS + ["--hardware", "h200-8", "--tp", "8", "--dcp-size", "8", "--trust-remote-code",
+                                        "--context-length", "65536", "--chunked-prefill-size", "8192",
+                                        "--attention-backend", "flashmla", "--enable-metrics"]),
+    ("dsv31 b200-8 sglang flags", DS + ["--hardware", "b200-8", "--tp", "8", "--dcp-size", "4",
+                                        "--decode-attention-backend", "flashinfer", "--schedule-policy", "lpm",
+                                        "--max-prefill-tokens", "16384"]),
     # Kimi K3 with a user backend / replicated Q off: SGLang's K3 override keeps both, and so does dcpctl
     ("kimi-k3 32gpu user ag_rs", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-comm-backend", "ag_rs"]),
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),
@@ -94,6 +101,22 @@ FLASHINFER_DECODE_STUB = '''def trtllm_batch_decode_with_kv_cache_mla(query=None
 
 # ----------------------------------------------------------------------------------------- SGLang side (worker)
 
+def install_platform(sm: int) -> None:
+    """Inside the SGLang venv: SGLang's platform facts for an SM90 (Hopper) or SM100 (Blackwell) GPU; 0: none."""
+    if not sm:
+        return
+    from sglang.srt.runtime_context import override_platform
+    facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
+                 has_amx=False, has_flashinfer=False, is_sm120=False, is_sm110=False)
+    if sm >= 100:
+        facts.update(is_sm90=False, is_sm100=True, is_sm100_or_sm110=True, is_blackwell=True,
+                     is_hopper_with_cuda_12_3=False, device_sm=sm, device_capability=(sm // 10, sm % 10))
+    else:
+        facts.update(is_sm90=True, is_sm100=False, is_sm100_or_sm110=False, is_blackwell=False,
+                     is_hopper_with_cuda_12_3=True, device_sm=sm, device_capability=(sm // 10, sm % 10))
+    override_platform(**facts).install()
+
+
 def worker(sm: int, argv: list[str]) -> None:
     """Runs inside the SGLang venv: emulate the platform, parse + resolve argv, print one RESULT line."""
     import logging
@@ -101,17 +124,7 @@ def worker(sm: int, argv: list[str]) -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     t0 = time.time()
-    if sm:
-        from sglang.srt.runtime_context import override_platform
-        facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
-                     has_amx=False, has_flashinfer=False, is_sm120=False, is_sm110=False)
-        if sm >= 100:
-            facts.update(is_sm90=False, is_sm100=True, is_sm100_or_sm110=True, is_blackwell=True,
-                         is_hopper_with_cuda_12_3=False, device_sm=sm, device_capability=(sm // 10, sm % 10))
-        else:
-            facts.update(is_sm90=True, is_sm100=False, is_sm100_or_sm110=False, is_blackwell=False,
-                         is_hopper_with_cuda_12_3=True, device_sm=sm, device_capability=(sm // 10, sm % 10))
-        override_platform(**facts).install()
+    install_platform(sm)
     from sglang.srt.server_args import prepare_server_args
     out: dict = {"accepted": False}
     try:

@@ -168,8 +168,25 @@ def _misc() -> Iterator[dict[str, Any]]:
     yield {**base, "dcp_size": 1, "enable_prefill_cp": True}
 
 
+def _sglang_flags() -> Iterator[dict[str, Any]]:
+    """`sglang serve` flags dcpctl passes through (or reads under SGLang's spelling), beside the DCP flags."""
+    passthrough = ({"trust_remote_code": True}, {"chunked_prefill_size": 8192}, {"max_prefill_tokens": 16384},
+                   {"schedule_policy": "lpm"}, {"random_seed": 1}, {"enable_metrics": True},
+                   {"context_length": 131072}, {"decode_attention_backend": "flashinfer"},
+                   {"decode_attention_backend": "triton"}, {"enable_mixed_chunk": True},
+                   {"trust_remote_code": True, "chunked_prefill_size": 4096, "context_length": 65536})
+    for hw, dcp in (("h200-8", 8), ("b200-8", 4)):
+        for extra in passthrough:
+            yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp, **extra}
+    # SGLang's abbreviations of dcpctl's flags (argparse prefixes): --tp, --dp
+    yield {"model": "deepseek-v3.1", "hardware": "h200-8", "tp": 8, "dcp_size": 8}
+    yield {"model": "deepseek-v3.1", "hardware": "h200-8", "tp": 8, "dp": 2, "enable_dp_attention": True,
+           "dcp_size": 4}
+    yield {"model": "kimi-k2", "hardware": "b200-8", "tp": 8, "dcp_size": 8, "trust_remote_code": True}
+
+
 GROUPS = {"topology": _topology, "backends": _backends, "kernels": _kernels, "speculative": _speculative, "spec_params": _spec_params,
-          "pd_hicache": _pd_hicache, "presets": _presets, "misc": _misc}
+          "pd_hicache": _pd_hicache, "presets": _presets, "misc": _misc, "sglang_flags": _sglang_flags}
 
 
 def cases() -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 """SGLang side of benchmarks/sglang/grid.py: resolve many `sglang serve` argv lists in one process.
 
 Runs in the SGLang 0.5.23 venv (benchmarks/sglang/setup_venv.sh), never in dcpctl's. One process per
-emulated platform: `grid_worker.py SM MNNVL` reads one JSON argv list per stdin line and writes one
+emulated platform: `grid_worker.py SM MNNVL [full]` reads one JSON argv list per stdin line and writes one
 JSON result per line to stdout. Per argv: `prepare_server_args(argv)` + `resolve_once()` +
 `check_server_args()` (the last is what SGLang runs at engine startup), each on a fresh record.
 
@@ -52,7 +52,7 @@ def install(sm: int, mnnvl: bool) -> None:
                 mod.is_mnnvl_fabric_device = common.is_mnnvl_fabric_device
 
 
-def resolve(argv: list[str]) -> dict:
+def resolve(argv: list[str], full: bool = False) -> dict:
     from sglang.srt.server_args import prepare_server_args
     err = io.StringIO()
     try:
@@ -61,7 +61,7 @@ def resolve(argv: list[str]) -> dict:
             sa.resolve_once()
             sa.check_server_args()
         d = sa.resolved_dict()
-        return {"accepted": True, "resolved": {k: d.get(k) for k in FIELDS}}
+        return {"accepted": True, "resolved": d if full else {k: d.get(k) for k in FIELDS}}
     except SystemExit as e:  # argparse prints its error to stderr, then exits 2
         lines = [x for x in err.getvalue().splitlines() if "error:" in x]
         return {"accepted": False, "error": f"argparse exit {e.code}: " + (lines[-1] if lines else "")}
@@ -81,11 +81,12 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     install(int(sys.argv[1]), sys.argv[2] == "1")
+    full = sys.argv[3:] == ["full"]  # every resolved field (check_pasted.py), not only FIELDS
     for line in sys.stdin:
         if not line.strip():
             continue
         t0 = time.time()
-        out = resolve(json.loads(line))
+        out = resolve(json.loads(line), full)
         out["seconds"] = round(time.time() - t0, 3)
         sys.stdout.write(json.dumps(out, default=str) + "\n")
         sys.stdout.flush()

@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from dcpctl.cli.device import device_option
+
 from dcpctl.plot.output import picture_option
 
 SHAPES: dict[str, dict[str, Any]] = {
@@ -151,7 +153,7 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @click.command()
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@device_option()
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default="tiny", show_default=True)
 @click.option("--layers", type=click.IntRange(min=1), help="Override the shape's layer count.")
 @click.option("--tp-size", "tp", type=click.IntRange(min=1), default=4, show_default=True,
@@ -196,7 +198,9 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     from dcpctl.cli import console
     from dcpctl.cli.options import positive_ints
     from dcpctl.plan.errors import UserError
+    from dcpctl.cli.device import resolve_device
     dcps = positive_ints(dcp_sizes, "dcp-sizes")
+    device = resolve_device(device, ranks_here=tp)
     if any(tp % c for c in dcps):
         raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
     args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": positive_ints(batches, "batches"),

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.launch.exports import EXPORTERS, FORMATS, ExportOptions
 from dcpctl.plan.errors import UserError
@@ -15,7 +16,7 @@ from dcpctl.plan.resolve import request_from_options
 from dcpctl.plan.vllm import VLLM_VERSION
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("saved_plan", required=False, type=click.Path())
 @plan_options
@@ -39,6 +40,9 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     slurm     an sbatch script starting one task per node
     k8s       a LeaderWorkerSet manifest (leader = node 0)
 
+    `sglang serve` flags the plan passed through are carried as typed (sglang, slurm, k8s). Options
+    only the bundled runtime has (a float KV dtype, CPU hardware) are refused for those targets.
+
     \b
     Examples:
       dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000
@@ -60,6 +64,9 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)
+    if fmt == "torchrun" and plan.request.engine_args:
+        console.warn("the bundled runtime does not read these `sglang serve` flags; not carried: "
+                     + " ".join(" ".join(g) for g in plan.request.engine_args))
     if output_dir:
         out = Path(output_dir)
         try:

@@ -11,6 +11,7 @@ import click
 from rich.markup import escape
 
 from dcpctl.cli import console
+from dcpctl.cli.device import device_option, resolve_device
 from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError
@@ -45,9 +46,22 @@ def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str)
         params["preset"] = DEFAULT_PRESET
     opts = collect(ctx, params)
     fill_default_model(opts, "model preset {model!r} has no weights: pass --model-path DIR")
-    if not opts.get("hardware") or ctx.get_parameter_source("hardware") != click.core.ParameterSource.COMMANDLINE:
+    return settle_device(ctx, opts, device)[0]
+
+
+def settle_device(ctx: click.Context, opts: dict[str, Any], device: str) -> tuple[dict[str, Any], str]:
+    """--device auto made concrete for this plan's ranks on this node (cli/device.py); the hardware follows it
+    unless --hardware was typed."""
+    typed_hw = ctx.get_parameter_source("hardware") == click.core.ParameterSource.COMMANDLINE and opts.get("hardware")
+    if device == "auto":
+        if typed_hw == "cpu":
+            console.info("--device auto: cpu (--hardware cpu)")
+            device = "cpu"
+        else:
+            device = resolve_device("auto", ranks_here=request_from_options({**opts, "hardware": "cpu"}).topology.ranks_per_node)
+    if not typed_hw:
         opts["hardware"] = "cpu" if device == "cpu" else "auto"
-    return opts
+    return opts, device
 
 
 def fill_default_model(opts: dict[str, Any], no_weights: str) -> None:
@@ -155,7 +169,7 @@ def runtime_options(f: Any) -> Any:
     for opt in reversed([
         click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
                      help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA)."),
-        click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
+        device_option(),
         click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
         click.option("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL, show_default=True,
@@ -214,7 +228,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
     schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
-    opts = resolve_run_options(ctx, params, device)
+    opts = resolve_run_options(ctx, params, "cpu" if device == "auto" else device)
+    opts, device = settle_device(ctx, opts, device)
     plan = make_plan(request_from_options(opts))
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     args = (opts["model_path"], dtype, device, max_total_tokens, chunked_prefill_size)

@@ -15,7 +15,8 @@ import yaml
 
 from dcpctl.cli import console
 from dcpctl.cli.generate import (SCHEDULE_FLAGS, check_chunk, check_devices, cuda_graph_options, fill_default_model,
-                                 resolve_run_options, runtime_options, schedule_options, show_plan_warnings)
+                                 resolve_run_options, runtime_options, schedule_options, settle_device,
+                                 show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.contract.serve import ServeOptions
 from dcpctl.plan.errors import UserError
@@ -67,17 +68,17 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     \b
     Examples:
       dcpctl launch                                              # tiny model, http://127.0.0.1:30000
-      dcpctl launch --model-path DIR --tp-size 8 --dcp-size 8 --device cuda
+      dcpctl launch --model-path DIR --tp-size 8 --dcp-size 8       # on the GPUs when visible
       dcpctl launch --preset NAME --nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000
       dcpctl launch --dry-run                                    # launch config + torchrun argv
     """
     from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
     schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
     cfg, nnodes, summary, context = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                    chunked_prefill_size)
+    device = cfg["device"]
     if cfg.get("cuda_graph") is None:   # a given launch config keeps its own sections
         cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"])
     if cfg.get("schedule") is None:
@@ -143,7 +144,9 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
         opts = collect(ctx, params, config)
         fill_default_model(opts, f"the saved plan {config} has no model_path: pass --model-path DIR")
     else:
-        opts = resolve_run_options(ctx, params, device)
+        opts = resolve_run_options(ctx, params, "cpu" if device == "auto" else device)
+    opts, device = settle_device(ctx, opts, device)
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     plan = make_plan(request_from_options(opts))
     show_plan_warnings(plan)
     if plan.request.disaggregation_mode != "null":

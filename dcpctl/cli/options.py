@@ -6,11 +6,12 @@ from typing import Any, Callable
 
 import click
 
-from dcpctl.cli import vllm_options
+from dcpctl.cli import console, vllm_options
+from dcpctl.cli.engine_flags import merge_engine_args, typed_engine_args
 from dcpctl.plan import request as R
 from dcpctl.plan import vllm_backends
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.resolve import merge_options, options_from_saved_plan
+from dcpctl.plan.resolve import hub_preset, merge_options, options_from_saved_plan
 
 F = Callable[..., Any]
 
@@ -42,12 +43,15 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS + vllm_backends.NAMES),
                  help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, flashinfer, "
                       "triton (ours) or torch_native when named, else the fastest in its measured table per batch."),
+    click.option("--decode-attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS),
+                 help="SGLang's name for the decode kernel; wins over --attention-backend for decode."),
     click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES + ("fp8",)),
                  help="KV cache dtype (auto: model dtype; fp8: vLLM's name)."),
     click.option("--page-size", type=int, help="KV page size in tokens per rank (default 1)."),
     click.option("--mem-fraction-static", type=float, help="Fraction of GPU memory for weights + KV (default 0.85)."),
     click.option("--context-length", "--context-len", "context_len", type=int,
-                 help="Context length (prompt + output): plan adds the concurrency that fits; launch enforces it."),
+                 help="Context length (prompt + output): plan adds the concurrency that fits (beyond the model's "
+                      "positions: refused, as SGLang does); launch enforces it."),
     click.option("--max-running-requests", type=int, help="Cap on concurrent requests."),
     click.option("--kda-state-fraction", type=float, help="Share of the KV budget for KDA state (hybrids; 0.1)."),
     click.option("--speculative-algorithm", type=click.Choice(R.SPEC_ALGORITHMS), help="Speculative decoding."),
@@ -72,7 +76,7 @@ _OPTIONS: list[Callable[[F], F]] = [
 PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size",
              "dcp_size", "enable_prefill_cp",
              "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "gpus_per_node",
-             "attention_backend", "kv_cache_dtype", "page_size", "mem_fraction_static", "context_len",
+             "attention_backend", "decode_attention_backend", "kv_cache_dtype", "page_size", "mem_fraction_static", "context_len",
              "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
              "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
@@ -87,15 +91,32 @@ def plan_options(f: F) -> F:
 
 
 def collect(ctx: click.Context, params: dict[str, Any], saved_plan: str | None = None) -> dict[str, Any]:
-    """Flags + preset (+ saved plan) -> one options dict; only flags the user typed override."""
+    """Flags + preset (+ saved plan) -> one options dict; only flags the user typed override. The engine flags
+    typed (an `EngineCommand`'s pass-through) ride along as `engine_args`."""
     explicit = {k for k in PLAN_KEYS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
     flags = {k: params.get(k) for k in PLAN_KEYS}
+    typed = typed_engine_args(ctx)
     if saved_plan:
-        base = options_from_saved_plan(Path(saved_plan))
-        check_option_types(ctx.command, base, f"{saved_plan}: request")
-        base.update({k: flags[k] for k in explicit})
-        return base
-    return merge_options(flags, explicit, params.get("preset"))
+        opts = options_from_saved_plan(Path(saved_plan))
+        check_option_types(ctx.command, opts, f"{saved_plan}: request")
+        opts.update({k: flags[k] for k in explicit})
+        if typed or opts.get("engine_args"):
+            opts["engine_args"] = merge_engine_args(opts.get("engine_args") or [], typed)
+    else:
+        opts = merge_options(flags, explicit, params.get("preset"))
+        if typed:
+            opts["engine_args"] = typed
+    _say_hub_preset(opts)
+    return opts
+
+
+def _say_hub_preset(opts: dict[str, Any]) -> None:
+    """A Hugging Face id dcpctl ships the config of is that model preset, offline: said once, here."""
+    path = opts.get("model_path")
+    name = hub_preset(str(path)) if path else None
+    if name:
+        console.info(f"--model-path {path}: not a local directory; using the shipped config of model preset "
+                     f"{name} (offline; `dcpctl presets show {name}`)")
 
 
 def check_option_types(command: click.Command, opts: dict[str, Any], where: str) -> None:

@@ -9,6 +9,7 @@ import click
 import yaml
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
 from dcpctl.cli.options import PLAN_KEYS, collect, plan_options
 from dcpctl.cli.pasted import split_args
@@ -49,7 +50,7 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
 
 
-@click.command()
+@click.command(cls=EngineCommand)
 @plan_options
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
@@ -75,6 +76,11 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
     a whole pasted `vllm serve ...` line. `--engine vllm` applies vLLM's rules and defaults instead
     (docs/vllm.md) and takes vLLM's flag names.
 
+    Every flag of SGLang 0.5.23's `sglang serve` is accepted under its names, aliases and
+    abbreviations: modelled where it changes the plan, else listed as passed through (and carried by
+    `dcpctl export sglang`). A whole pasted `sglang serve ...` or `python -m sglang.launch_server ...`
+    line works. A Hugging Face id whose config dcpctl ships plans offline from that model preset.
+
     \b
     Examples:
       dcpctl plan --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 --hardware h200-8
@@ -85,6 +91,7 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
       dcpctl plan --engine vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
       dcpctl plan --hardware h200-8 -- vllm serve DIR -tp 8 -dcp 8 --block-size 64
+      dcpctl plan --hardware h200-8 -- sglang serve --model-path deepseek-ai/DeepSeek-V3.1 --tp 8 --trust-remote-code
     """
     pasted, saved_plan = split_args(args)  # `-- vllm serve ...`: the pasted line's options, as if typed
     opts = {**collect(ctx, params), **pasted} if pasted else _plan_options(ctx, params, saved_plan)

@@ -7,16 +7,17 @@ from typing import Any
 import click
 
 from dcpctl.cli import console
+from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options, positive_ints
-from dcpctl.plan.cost import Constants
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.figures import UnknownFigures, constants_for
-from dcpctl.plan.recommend import candidates, crossover, recommend
+from dcpctl.plan.compose import LONGER_CONTEXT_OVERRIDE, past_positions
+from dcpctl.plan.recommend import PAST_POSITIONS, crossovers, recommend
 from dcpctl.plan.resolve import request_from_options
 from dcpctl.plot.output import picture_option
 
 
-@click.command(name="recommend")
+@click.command(name="recommend", cls=EngineCommand)
 @plan_options
 @click.option("--concurrency", type=click.IntRange(min=1), required=True, help="Concurrent requests to serve.")
 @click.option("--contexts", default=None, help="Comma-separated context lengths for the crossover table "
@@ -53,7 +54,11 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
     except UnknownFigures as e:
         raise UserError(f"dcpctl recommend cannot rank the choices: {e}") from None
     result = recommend(req, opts["context_len"], concurrency, k)
-    result["crossovers"] = _crossovers(req, k, ctxs)
+    result["crossovers"] = crossovers(req, k, ctxs)
+    past = [L for L in ctxs if past_positions(req, L)]
+    if past:
+        result["past_positions"] = {"contexts": past, "max_position_embeddings": req.model.max_position_embeddings,
+                                    "override": LONGER_CONTEXT_OVERRIDE}
     if picture:
         from dcpctl.plot.crossover import save_crossover  # matplotlib only when a picture is asked for
         save_crossover(req, k, result, ctxs, picture)
@@ -69,13 +74,10 @@ def _contexts(text: str | None, default: int) -> list[int]:
     return positive_ints(text, "contexts", "context lengths")
 
 
-def _crossovers(req: Any, k: Constants, contexts: list[int]) -> list[dict[str, Any]]:
-    out = []
-    for ch in candidates(req):
-        if ch.dcp == 1:
-            continue
-        out.append({"choice": ch.label, **{str(L): crossover(req, ch, L, k) for L in contexts}})
-    return out
+
+
+def _cell(v: Any) -> str:
+    return "past positions" if v == PAST_POSITIONS else "never" if v is None else str(v)
 
 
 def _render(r: dict[str, Any]) -> None:
@@ -88,10 +90,15 @@ def _render(r: dict[str, Any]) -> None:
     console.out.print(console.table(f"Context {r['context_len']:,}, {r['concurrency']} concurrent requests "
                                     f"(per MLA layer; {r['constants']})", cols, rows))
     ctxs = [k for k in r["crossovers"][0] if k != "choice"] if r["crossovers"] else []
-    rows = [[c["choice"], *[c[L] if c[L] is not None else "never" for L in ctxs]] for c in r["crossovers"]]
+    rows = [[c["choice"], *[_cell(c[L]) for L in ctxs]] for c in r["crossovers"]]
     if rows:
         console.out.print(console.table("Crossover concurrency (DCP beats DCP 1 from here on)",
                                         ["choice", *[f"L={int(L):,}" for L in ctxs]], rows))
+        past = r.get("past_positions")
+        if past:
+            console.out.print(f"past positions: L > the model's {past['max_position_embeddings']:,} "
+                              f"max_position_embeddings; SGLang refuses such a --context-length unless "
+                              f"{past['override']}", soft_wrap=True)
     else:
         console.out.print("Crossover: no DCP size > 1 is a candidate here (attention TP allows only dcp 1)")
     rec = r["recommendation"]

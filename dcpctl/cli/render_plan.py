@@ -1,6 +1,7 @@
 """Human-readable plan: verdict, violations, groups, rank map, decisions, memory."""
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from dcpctl.cli import console
@@ -123,7 +124,15 @@ def render_table(p: Plan, show_all_ranks: bool = False) -> None:
         _memory(p)
     _compositions(p)
     _estimate(p)
+    _passed_through(p)
     _skipped(p)
+
+
+def _passed_through(p: Plan) -> None:
+    if p.request.engine_args:
+        flags = " ".join(shlex.join(g) for g in p.request.engine_args)
+        console.out.print(f"[bold]Passed through unchanged[/] (not modelled; `export sglang` carries them): {flags}",
+                          soft_wrap=True)
 
 
 def _skipped(p: Plan) -> None:

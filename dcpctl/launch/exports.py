@@ -15,8 +15,11 @@ from typing import Any, Callable
 
 import yaml
 
+from dcpctl.launch.targets import carried, check_sglang_target, typed_dests
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
+from dcpctl.plan.sglang import RUNTIME_ONLY_KV_DTYPES
+from dcpctl.plan.sglang_args import sglang_table
 
 FORMATS = ("sglang", "vllm", "torchrun", "slurm", "k8s")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
@@ -61,7 +64,9 @@ def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> l
     a += _spec_args(plan) + _cache_args(plan)
     if any("Kimi" in x for x in r.model.architectures) or r.model.model_type.startswith("kimi"):
         a.append("--trust-remote-code")
-    return a + ["--host", "0.0.0.0", "--port", str(opts.port)]
+    table = sglang_table()
+    a += ([] if "host" in typed_dests(table, r.engine_args) else ["--host", "0.0.0.0"]) + ["--port", str(opts.port)]
+    return a + carried(table, a, r.engine_args)  # the pasted line's other flags, as typed
 
 
 def _if(cond: bool, flag: str, value: Any) -> list[str]:
@@ -106,6 +111,7 @@ def _env_prefix(env: dict[str, str]) -> str:
 
 def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     """One script per node; with PD disaggregation, the peer side's nodes and the router too."""
+    check_sglang_target(plan, "sglang")
     files = _sglang_nodes(plan, opts, plan.request.disaggregation_mode)
     if plan.request.disaggregation_mode != "null":
         files.update(_pd_peer(plan, opts))
@@ -155,7 +161,10 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
         raise UserError("the bundled runtime serves PD disaggregation only in batch mode (`dcpctl generate`): "
                         "export it with `dcpctl export sglang`")
     tokens = (plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS) if cuda else TORCHRUN_MAX_TOTAL_TOKENS
-    cfg = render_launch_config(plan, opts.model_path, "bfloat16" if cuda else "float32", "cuda" if cuda else "cpu",
+    # the bundled runtime stores KV in its compute dtype: a CPU plan's float KV dtype is the dtype it runs
+    kv = plan.request.kv_cache_dtype
+    dtype = "bfloat16" if cuda else kv if kv in RUNTIME_ONLY_KV_DTYPES else "float32"
+    cfg = render_launch_config(plan, opts.model_path, dtype, "cuda" if cuda else "cpu",
                                tokens, DEFAULT_CHUNKED_PREFILL).for_serving().to_dict()
     if not Path(opts.model_path).exists():
         cfg["model"]["path"] = opts.model_path  # a path on the serving nodes, not on this machine
@@ -176,6 +185,7 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    check_sglang_target(plan, "slurm")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
     args = serve_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
@@ -200,6 +210,7 @@ def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
+    check_sglang_target(plan, "k8s")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
 

@@ -98,9 +98,20 @@ def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation], warn:
                               f"decoding, got --speculative-algorithm {req.speculative_algorithm}"))
 
 
+LONGER_CONTEXT_OVERRIDE = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"  # configs/model_config.py
+
+
+def past_positions(req: PlanRequest, context: int) -> str | None:
+    """Why `context` cannot be served, when it is past the model's positions (else None)."""
+    top = req.model.max_position_embeddings
+    if top and context > top:
+        return f"past the model's {top:,} positions (SGLang refuses it unless {LONGER_CONTEXT_OVERRIDE})"
+    return None
+
+
 def _context(req: PlanRequest, viol: list[Violation]) -> None:
     """SGLang refuses a context length above the model's (configs/model_config.py, derived context_length)."""
     n, top = req.context_len, req.model.max_position_embeddings
     if n is not None and n > top:
-        viol.append(Violation("context_len_model", f"--context-len ({n}) > the model's max_position_embeddings "
-                              f"({top}); SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"))
+        viol.append(Violation("context_len_model", f"--context-length ({n}) > the model's max_position_embeddings "
+                              f"({top}); SGLang refuses it unless {LONGER_CONTEXT_OVERRIDE}"))

@@ -52,6 +52,8 @@ class Plan:
             "compositions": self.compositions,
             "options": {"page_size": r.page_size, "mem_fraction_static": r.mem_fraction_static,
                         "context_len": r.context_len},
+            # `sglang serve` flags the plan does not model: carried by `export sglang` exactly as typed
+            "passed_through": [list(g) for g in r.engine_args],
         }
         if self.topology_only:
             d["topology_only"] = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dcpctl.plan.compose import past_positions
 from dcpctl.plan.cost import Choice, Constants, StepCost, layer_cost, to_dict
 from dcpctl.plan.errors import divisors
 from dcpctl.plan.figures import UnknownFigures, constants_for
@@ -11,6 +12,7 @@ from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.request import PlanRequest
 
 MAX_SEARCH = 1 << 16
+PAST_POSITIONS = "past_positions"  # a crossover cell whose context is past the model's positions
 
 
 def candidates(req: PlanRequest) -> list[Choice]:
@@ -93,8 +95,25 @@ def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants) ->
             d["tokens_per_s"] = concurrency / (step_ms(req, r) / 1e3) if d["fits"] else 0.0
         table.append(d)
     fitting = [(step_ms(req, r), r) for r in rows if r.valid and r.max_concurrency >= concurrency]
+    past = past_positions(req, context)
+    if past:
+        for d in table:
+            d["note"] = past
+        return {"context_len": context, "concurrency": concurrency, "constants": k.source, "table": table,
+                "recommendation": {"choice": None, "reason": f"context {context:,} is {past}"}}
     return {"context_len": context, "concurrency": concurrency, "constants": k.source, "table": table,
             "recommendation": _pick(req, fitting, rows, concurrency)}
+
+
+def crossovers(req: PlanRequest, k: Constants, contexts: list[int]) -> list[dict[str, Any]]:
+    """Per DCP choice, its crossover concurrency at each context length: a number, None (never), or
+    PAST_POSITIONS where the context is past the model's positions (no choice serves it)."""
+    out = []
+    for ch in candidates(req):
+        if ch.dcp > 1:
+            out.append({"choice": ch.label, **{str(L): PAST_POSITIONS if past_positions(req, L) else
+                                               crossover(req, ch, L, k) for L in contexts}})
+    return out
 
 
 def _pick(req: PlanRequest, fitting: list[tuple[float, Row]], rows: list[Row], n: int) -> dict[str, Any]:

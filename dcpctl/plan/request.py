@@ -47,3 +47,4 @@ class PlanRequest:
     engine: str = "sglang"
     prefill_context_parallel_size: int = 1
     cp_kv_cache_interleave_size: int | None = None
+    engine_args: tuple[tuple[str, ...], ...] = ()  # `sglang serve` flags passed through, one token tuple per flag

@@ -17,7 +17,7 @@ TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_si
 REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
                                                                               "draft_model"))
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
-              "attn_dp_size", "calibration", *vllm_args.OPTION_KEYS)
+              "attn_dp_size", "calibration", "decode_attention_backend", *vllm_args.OPTION_KEYS)
 DEFAULT_MODEL = "tiny"
 MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is topology-only
 # topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape, unquantized bf16, no
@@ -53,13 +53,35 @@ def has_model(opts: dict[str, Any]) -> bool:
     return any(opts.get(k) for k in MODEL_KEYS)
 
 
+def hub_preset(path: str) -> str | None:
+    """The model preset whose config a Hugging Face id names (`deepseek-ai/DeepSeek-V3.1`), when `path` is not a
+    local directory; an id no preset ships is a UserError naming the presets."""
+    if Path(path).exists() or path.count("/") != 1 or path.startswith((".", "/", "~")):
+        return None
+    for name in presets.names("models"):
+        data = presets.get("models", name)
+        if path.lower() in (str(x).lower() for x in (data.get("hf_repo"), *data.get("hf_aliases", ()))):
+            return name
+    ids = ", ".join(f"{presets.get('models', n).get('hf_repo')} ({n})" for n in presets.names("models")
+                    if presets.get("models", n).get("hf_repo"))
+    raise UserError(f"--model-path {path} is not a local directory and dcpctl ships no config for that id "
+                    f"(presets: {ids}); download its config.json and pass the directory")
+
+
 def model_from_options(opts: dict[str, Any]) -> ModelSpec:
     if opts.get("model_path"):
-        _check_model_path(str(opts["model_path"]))
-        return spec_from_path(opts["model_path"])
+        preset = hub_preset(str(opts["model_path"]))
+        if preset is None:
+            _check_model_path(str(opts["model_path"]))
+            return spec_from_path(opts["model_path"])
+        return _preset_spec(preset, f"model preset {preset} (config of {opts['model_path']}, offline)")
     name = opts.get("model") or DEFAULT_MODEL
+    return _preset_spec(name, f"model preset {name}")
+
+
+def _preset_spec(name: str, source: str) -> ModelSpec:
     data = presets.get("models", name)
-    spec = spec_from_config(data["config"], name=name, source=f"model preset {name}")
+    spec = spec_from_config(data["config"], name=name, source=source)
     spec.extra["hf_repo"] = data.get("hf_repo")
     return spec
 
@@ -91,7 +113,7 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
         hardware = calibrated(hardware, Path(opts["calibration"]))
-    opts = _attn_dp(vllm_args.engine_options(opts))  # --engine vllm: vLLM's vocabulary -> plan options
+    opts = _engine_args(_attn_dp(vllm_args.engine_options(opts)))  # --engine vllm: vLLM's vocabulary -> plan options
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
     draft = None
@@ -102,6 +124,23 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
     _check_ranges(fields)
     return PlanRequest(topology=topology, model=model or model_from_options(opts), hardware=hardware, draft_model=draft,
                        **fields)
+
+
+def _engine_args(opts: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's --decode-attention-backend is the plan's decode kernel; the passed-through flags are checked again
+    (a saved plan's may have been edited) and frozen."""
+    from dcpctl.plan.engine_args import split
+    from dcpctl.plan.sglang_args import sglang_table
+    out = dict(opts)
+    if opts.get("decode_attention_backend"):
+        out["attention_backend"] = opts["decode_attention_backend"]
+    groups = opts.get("engine_args") or ()
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, (list, tuple)) and g for g in groups):
+        raise UserError(f"engine_args must be a list of flag token lists, got {groups!r}")
+    for g in groups:
+        split(sglang_table(), [str(x) for x in g], {})
+    out["engine_args"] = tuple(tuple(str(x) for x in g) for g in groups)
+    return out
 
 
 def _check_ranges(f: dict[str, Any]) -> None:

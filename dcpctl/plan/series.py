@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dcpctl.plan.compose import past_positions
 from dcpctl.plan.cost import Constants
 from dcpctl.plan.recommend import MAX_SEARCH, candidates, evaluate, step_ms
 from dcpctl.plan.request import PlanRequest
@@ -23,7 +24,7 @@ def _grid(top: int, extra: set[int]) -> list[int]:
 
 def _wins(curves: list[dict[str, Any]], crossovers: list[dict[str, Any]], context: int) -> list[dict[str, Any]]:
     """Per DCP size, its earliest crossover over the backends (from None: that size never beats DCP 1)."""
-    at = {c["choice"]: c.get(str(context)) for c in crossovers}
+    at = _numbers(crossovers, context)
     out: dict[int, dict[str, Any]] = {}
     for c in curves:
         if c["dcp"] == 1:
@@ -38,7 +39,7 @@ def panel(req: PlanRequest, k: Constants, context: int, concurrency: int,
           crossovers: list[dict[str, Any]]) -> dict[str, Any]:
     """One context length: every candidate's curve, where DCP 1 stops fitting, where each DCP size wins."""
     firsts = [evaluate(req, ch, context, 1, k) for ch in candidates(req)]
-    at = {c["choice"]: c.get(str(context)) for c in crossovers}
+    at = _numbers(crossovers, context)
     top = max([concurrency, *(r.max_concurrency for r in firsts if r.valid)])
     extra = {r.max_concurrency for r in firsts} | {n for n in at.values() if n} | {concurrency}
     grid = _grid(top, extra)
@@ -52,7 +53,12 @@ def panel(req: PlanRequest, k: Constants, context: int, concurrency: int,
                        "points": pts})
     dcp1 = next(c for c in curves if c["dcp"] == 1)
     return {"context_len": context, "dcp1_max_concurrency": dcp1["max_concurrency"], "curves": curves,
-            "wins": _wins(curves, crossovers, context)}
+            "wins": _wins(curves, crossovers, context), "past_positions": past_positions(req, context)}
+
+
+def _numbers(crossovers: list[dict[str, Any]], context: int) -> dict[str, int | None]:
+    """Each choice's crossover at `context` as a number, or None (never, or past the model's positions)."""
+    return {c["choice"]: v if isinstance(v := c.get(str(context)), int) else None for c in crossovers}
 
 
 def crossover_series(req: PlanRequest, k: Constants, result: dict[str, Any], contexts: list[int]) -> dict[str, Any]:

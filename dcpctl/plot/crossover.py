@@ -78,8 +78,8 @@ def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
 
 def _wins(ax: Any, p: dict[str, Any]) -> None:
     """A star on each DCP size's earliest winning curve, and the list in the panel's corner."""
-    lines = []
-    for w in p["wins"]:
+    lines = [p["past_positions"]] if p.get("past_positions") else []
+    for w in [] if lines else p["wins"]:
         if w["from"] is None:
             lines.append(f"DCP {w['dcp']}: never beats DCP 1")
             continue

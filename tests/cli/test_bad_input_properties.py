@@ -48,6 +48,7 @@ FLAG_VALUES = {
     "model_path": st.sampled_from(["./DeepSeek-V3.1", "/nonexistent", "."]),
     "dcp_comm_backend": st.sampled_from(R.COMM_BACKENDS + ("nccl",)),
     "attention_backend": st.sampled_from(R.DECODE_ATTENTION_BACKENDS + vllm_backends.NAMES),
+    "decode_attention_backend": st.sampled_from(R.DECODE_ATTENTION_BACKENDS),
     "kv_cache_dtype": st.sampled_from(R.KV_DTYPES + ("int3",)),
     "speculative_algorithm": st.sampled_from(R.SPEC_ALGORITHMS),
     "speculative_draft_model_path": st.sampled_from(["/nonexistent", "."]),

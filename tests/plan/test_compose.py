@@ -88,7 +88,7 @@ def test_context_len_above_the_model():
     p = plan(tp_size=8, dcp_size=8, context_len=10_000_000_000_000)
     assert "context_len_model" in codes(p)
     assert [v.message for v in p.violations if v.code == "context_len_model"] == [
-        "--context-len (10000000000000) > the model's max_position_embeddings (163840); SGLang refuses it unless "
+        "--context-length (10000000000000) > the model's max_position_embeddings (163840); SGLang refuses it unless "
         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
     assert "context_len_model" not in codes(plan(tp_size=8, dcp_size=8, context_len=163840))
 

@@ -61,8 +61,12 @@ def test_recommendation_examples():
     assert long["dcp_size"] == 8 and long["reason"].startswith("DCP 1 fits only 4 requests")
     short = recommend(req(), 1024, 1, K)["recommendation"]
     assert short["choice"] == "dcp 1" and "exchange costs more" in short["reason"]
-    none = recommend(req(), 1 << 20, 10_000, K)["recommendation"]
+    none = recommend(req(), 131072, 10_000, K)["recommendation"]
     assert none["choice"] is None and none["reason"].startswith("no choice fits 10000")
+    past = recommend(req(), 1 << 20, 1, K)  # past V3's 163,840 positions: said so, not "no choice fits"
+    assert past["recommendation"] == {"choice": None, "reason": "context 1,048,576 is past the model's 163,840 "
+                                      "positions (SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)"}
+    assert {row["note"] for row in past["table"]} == {past["recommendation"]["reason"][len("context 1,048,576 is "):]}
 
 
 def test_crossover_falls_with_context():

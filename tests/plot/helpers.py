@@ -2,7 +2,8 @@
 from typing import Any
 
 from dcpctl.cli.plan import build_plan, plan_document
-from dcpctl.cli.recommend import _crossovers, constants_for
+from dcpctl.cli.recommend import constants_for
+from dcpctl.plan.recommend import crossovers
 from dcpctl.plan.recommend import recommend
 from dcpctl.plan.resolve import merge_options, request_from_options
 
@@ -23,5 +24,5 @@ def recommended(contexts: list[int], concurrency: int, preset: str | None = None
     req = request_from_options(opts)
     k = constants_for(req.hardware, req.topology.attn_tp)
     result = recommend(req, opts["context_len"], concurrency, k)
-    result["crossovers"] = _crossovers(req, k, contexts)
+    result["crossovers"] = crossovers(req, k, contexts)
     return req, k, result
