@@ -10,8 +10,11 @@ from dcpctl.plan.sglang_args import sglang_table
 
 def check_sglang_target(plan: Plan, fmt: str) -> None:
     """`sglang serve` runs on GPUs over NCCL with SGLang's KV dtypes: a plan for the CPU (gloo) or with a KV dtype
-    only the bundled runtime stores is refused in one sentence that says what to use instead."""
+    only the bundled runtime stores is refused in one sentence that says what to use instead. A plan under
+    --engine vllm (slurm, k8s) was already held to vLLM's KV dtypes and CUDA profiles by its own rules."""
     r, table = plan.request, sglang_table()
+    if r.engine != "sglang":
+        return
     kv_choices = table.by_dest["kv_cache_dtype"].choices or ()
     if r.kv_cache_dtype not in kv_choices:
         raise UserError(f"export {fmt}: --kv-cache-dtype {r.kv_cache_dtype} exists only in the bundled runtime; "
