@@ -14,7 +14,7 @@ weight copies (> 2x the 50 MB L2) that every call reads its weight from HBM; the
 times and the median per call is reported, so launch latency is amortized the way a captured decode step
 sees it (kernel after kernel, no host in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
-Every cell times, in the same process and under the first --modes method (default $DCPCTL_FP8_GEMM, else w8a16):
+Every cell times, in the same process and under the first --modes method (default w8a16):
 `before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
 (up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV), `after` (the
 shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
@@ -410,7 +410,7 @@ def main() -> int:
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
     ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
-                    help="the FP8 method of every timing (default: $DCPCTL_FP8_GEMM, else w8a16); the others also "
+                    help="the FP8 method of every timing (default w8a16); the others also "
                          "time the shipped setting under them (w8a16f / w8a16b: w8a16 through the fp16 / bf16 MMA, "
                          "fp8_matmul's a16_mma)")
     ap.add_argument("--read-floor", action="store_true",

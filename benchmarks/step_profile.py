@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 
 def main() -> None:
@@ -21,15 +20,16 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=40)
-    ap.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's BLAS library ($DCPCTL_BLAS; default: the loader's)")
+    ap.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's BLAS library (dcpctl's --blas; default cublaslt)")
     ap.add_argument("-o", "--out")
     a = ap.parse_args()
-    if a.blas:
-        os.environ["DCPCTL_BLAS"] = a.blas
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from dcpctl.contract.launch_config import Decisions
+    from dcpctl.contract.launch_config import Decisions, RuntimeSection
+    from dcpctl.runtime import settings
+    if a.blas:
+        settings.use(RuntimeSection(blas=a.blas))
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
     from dcpctl.runtime.attention.graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator

@@ -244,8 +244,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
-    """The runtime's automatic choice for this head count (the table in effect: $DCPCTL_ATTENTION_TABLE or the
-    shipped one), with the backends this call timed."""
+    """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
     import torch
     from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
     key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
@@ -355,7 +354,7 @@ def _table(res: dict[str, Any]) -> None:
                    "flashinfer, flashmla.")
 @click.option("--save-table", type=click.Path(dir_okay=False), default=None,
               help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
-                   "$DCPCTL_ATTENTION_TABLE=FILE).")
+                   "--attention-table FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--preheat", type=click.FloatRange(0, 10), default=0.0, show_default=True,
               help="Seconds each backend replays a cell before timing it, so every cell is timed at the steady clock "

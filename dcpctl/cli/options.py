@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import click
 
+from dcpctl.cli.runtime_options import RUNTIME_KEYS, RUNTIME_OPTIONS
 from dcpctl.plan import request as R
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.resolve import merge_options, options_from_saved_plan
@@ -62,6 +63,7 @@ _OPTIONS: list[Callable[[F], F]] = [
                  default=None, help="HiCache L2 host tier."),
     click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
     click.option("--enable-prefill-cp", is_flag=True, default=None, help="Prefill context parallelism (not with DCP)."),
+    *RUNTIME_OPTIONS,
 ]
 
 PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size",
@@ -71,7 +73,7 @@ PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", 
              "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
              "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
-             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend")
+             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend", *RUNTIME_KEYS)
 
 
 def plan_options(f: F) -> F:

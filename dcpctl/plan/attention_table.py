@@ -1,7 +1,7 @@
 """Which local MLA decode backend the bundled runtime runs: one rule per (kernel heads, KV dtype, page size, GPU).
 
 The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one; the shipped default
-is dcpctl/data/attention/h200.json, or $DCPCTL_ATTENTION_TABLE): per measured cell (batch, local context) the
+is dcpctl/data/attention/h200.json, or the file of --attention-table): per measured cell (batch, local context) the
 backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
 (log distance in batch and context), so the choice is per cell, not one backend for every shape.
 `--attention-backend flashmla|flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
@@ -19,7 +19,6 @@ import functools
 import importlib.util
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,6 @@ from dcpctl.plan.request import PlanRequest
 
 BACKENDS = ("triton", "flashinfer", "flashmla")
 FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
-TABLE_ENV = "DCPCTL_ATTENTION_TABLE"
-SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"     # flashinfer_setup: FlashInfer from its source release
-FLASHMLA_SDIST_ENV = "DCPCTL_FLASHMLA_SDIST"   # flashmla_setup: FlashMLA built from its source tree
 FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel reads
 KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
 DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "data" / "attention" / "h200.json"
@@ -92,7 +88,7 @@ def same_device(a: str, b: str) -> bool:
 
 def load_table(path: str | Path | None = None) -> dict[str, Any]:
     """A table: {"source": ..., "cells": [{heads, kv_dtype, page_size, device, batch, ctx, us: {backend: us}}]}."""
-    path = Path(path or os.environ.get(TABLE_ENV) or DEFAULT_TABLE)
+    path = Path(path or DEFAULT_TABLE)
     try:
         return _read(str(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -145,20 +141,21 @@ def flashinfer_installed() -> bool:
     return spec is not None and spec.origin not in (None, "namespace")
 
 
-def flashinfer_missing() -> str | None:
-    """Why FlashInfer cannot be imported here (without importing it), or None."""
-    if flashinfer_installed() or os.environ.get(SDIST_ENV):
-        return None
-    return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
-
-
-def flashmla_missing(page_size: int | None = None) -> str | None:
-    """Why FlashMLA cannot run here, from facts known without a GPU (its build source, the page size), or None."""
+def flashmla_page_blocker(page_size: int | None) -> str | None:
+    """Why FlashMLA's kernel cannot read this page size, or None."""
     if page_size is not None and page_size != FLASHMLA_PAGE:
         return f"page size {page_size}: FlashMLA's kernel reads pages of {FLASHMLA_PAGE} rows only"
-    if not os.environ.get(FLASHMLA_SDIST_ENV):
-        return f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV})"
     return None
+
+
+def plan_available(page_size: int) -> dict[str, str | None]:
+    """The backends the plan's rule weighs: ours, FlashInfer where installed as a package, never FlashMLA (built
+    from source at run time); the runtime weighs what it finds and says its own rule once."""
+    fi = None if flashinfer_installed() else ("FlashInfer is not installed as a package (pip install "
+                                              "'dcpctl[flashinfer]'; a source build is found at run time)")
+    return {"triton": None, "flashinfer": fi,
+            "flashmla": flashmla_page_blocker(page_size) or "FlashMLA is built from source at run time "
+                                                           "(docs/generate.md), outside the plan's rule"}
 
 
 def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
@@ -167,6 +164,5 @@ def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str,
     if hw.device != "cuda":
         return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
     key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
-    avail = {"triton": None, "flashinfer": flashinfer_missing(), "flashmla": flashmla_missing(page_size)}
-    rule = decide(key, req.attention_backend, avail, load_table())
+    rule = decide(key, req.attention_backend, plan_available(page_size), load_table(req.attention_table))
     return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

@@ -43,3 +43,11 @@ class PlanRequest:
     enable_hierarchical_cache: bool = False
     hicache_storage_backend: str | None = None
     enable_prefill_cp: bool = False
+    # the bundled runtime's numerics and speed settings (plan/runtime_choices.py; None: decided)
+    fp8_gemm: str | None = None
+    blas: str | None = None
+    cublaslt_workspace_kib: int | None = None
+    dist_timeout: int | None = None
+    attention_table: str | None = None    # tuning tables that replace the shipped ones (FILE)
+    mla_configs: str | None = None
+    gemm16_table: str | None = None

@@ -27,21 +27,17 @@ def _rows_ref(x, mode, K):
     return x8.float() * xs.repeat_interleave(128, 1)[:, :K]
 
 
-def test_activation_mode_from_the_environment(monkeypatch):
+def test_activation_mode_from_the_launch_config():
+    from dcpctl.contract.fields import LaunchConfigError, parse_value
+    from dcpctl.contract.launch_config import RuntimeSection
+    from dcpctl.runtime import settings
     from dcpctl.runtime.models import fp8_parts
-    from dcpctl.runtime.models.errors import ModelLoadError
-    try:
-        for value, want in (("", "w8a16"), ("w8a8", "w8a8"), (" w8a16 ", "w8a16")):
-            monkeypatch.setenv(fp8_parts.MODE_ENV, value)
-            fp8_parts.activation_mode.cache_clear()
-            assert fp8_parts.activation_mode() == want
-        monkeypatch.setenv(fp8_parts.MODE_ENV, "fp8")
-        fp8_parts.activation_mode.cache_clear()
-        with pytest.raises(ModelLoadError, match="w8a16, w8a8"):
-            fp8_parts.activation_mode()
-    finally:
-        monkeypatch.delenv(fp8_parts.MODE_ENV)
-        fp8_parts.activation_mode.cache_clear()
+    assert fp8_parts.activation_mode() == "w8a16"
+    with settings.using(fp8_gemm="w8a8"):
+        assert fp8_parts.activation_mode() == "w8a8"
+    assert fp8_parts.activation_mode() == "w8a16"
+    with pytest.raises(LaunchConfigError, match="runtime.fp8_gemm is 'fp8'; valid: w8a16, w8a8"):
+        parse_value(RuntimeSection, {"fp8_gemm": "fp8"}, "runtime")
 
 
 @pytest.mark.gpu

@@ -42,21 +42,21 @@ def test_it_is_a_fusion_the_environment_turns_off(monkeypatch):
     assert Fusions.from_env().gemm16
 
 
-def test_a_benchmark_table_replaces_shapes_and_bad_files_are_refused(tmp_path, monkeypatch):
+def test_a_benchmark_table_replaces_shapes_and_bad_files_are_refused(tmp_path):
+    from dcpctl.runtime import settings
     from dcpctl.runtime.models.errors import ModelLoadError
     f = tmp_path / "t.json"
     f.write_text('{"24576,1536": [[32, {"per_sm": 2}]], "7168,2048": []}')
-    monkeypatch.setenv(gemm16.TABLE_ENV, str(f))
-    gemm16.configure(False, "cpu")
     try:
+        with settings.using(gemm16_table=str(f)):
+            gemm16.configure(False, "cpu")
         assert choose(24576, 1536, 32) == Tiles16(per_sm=2)      # replaced: now up to 32 rows
         assert choose(7168, 16384, 8) == gemm16.SHIPPED[(7168, 16384)][0][1]    # the others as shipped
         assert choose(7168, 2048, 8) is None
         f.write_text('{"24576": [[32, {}]]}')
-        with pytest.raises(ModelLoadError, match="not a GEMM table"):
+        with settings.using(gemm16_table=str(f)), pytest.raises(ModelLoadError, match="not a GEMM table"):
             gemm16.configure(False, "cpu")
     finally:
-        monkeypatch.delenv(gemm16.TABLE_ENV)
         gemm16.configure(False, "cpu")
     assert gemm16.TABLE is gemm16.SHIPPED
 

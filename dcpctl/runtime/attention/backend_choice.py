@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.plan.attention_table import Key, Rule, decide, load_table
+from dcpctl.runtime import settings
 from dcpctl.runtime.attention.flashinfer_mla import blocker as flashinfer_blocker
 from dcpctl.runtime.attention.flashmla import blocker as flashmla_blocker
 from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton_available
@@ -50,7 +51,7 @@ def _device_name(device: torch.device) -> str:
 @functools.lru_cache(maxsize=None)
 def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], ...]) -> Rule:
     """The plan's rule for this key (memoized), said once."""
-    rule = decide(key, requested, dict(available), load_table())
+    rule = decide(key, requested, dict(available), load_table(settings.current().attention_table))
     note_once(f"local attention: {rule.summary()} for {key.text()} ({rule.reason})")
     return rule
 

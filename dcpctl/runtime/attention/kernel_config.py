@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from typing import NamedTuple
 
 
@@ -22,9 +21,6 @@ class KernelConfig(NamedTuple):
     ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
     gluon: bool = False     # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
                             # num_stages = its ring depth; bulk tensor copies when page % block_n == 0)
-
-
-CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,16 +40,18 @@ def tuned_configs(path: str) -> dict[int, KernelConfig]:
             out[int(h)] = KernelConfig(*c)
         return out
     except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise UserError(f"${CONFIGS_ENV}={path}: not a kernel config file ({e})") from None
+        raise UserError(f"--mla-configs {path}: not a kernel config file ({e})") from None
 
 
 def default_config(heads: int) -> KernelConfig:
-    """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
+    """Tile config per kernel-head count: the file of --mla-configs (launch config runtime.mla_configs) when it has this head
     count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
     --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md).  A Gluon config runs the Triton
     kernel with the same tiles where the Gluon kernel cannot (`use_gluon`)."""
-    if os.environ.get(CONFIGS_ENV):
-        cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
+    from dcpctl.runtime import settings
+    override = settings.current().mla_configs
+    if override:
+        cfg = tuned_configs(override).get(heads)
         if cfg is not None:
             return cfg
     if heads % 64 == 0:     # the Gluon kernel on Hopper; elsewhere the Triton kernel with bulk copies

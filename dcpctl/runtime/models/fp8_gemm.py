@@ -2,7 +2,7 @@
 
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
-Two methods (fp8_parts.MODES, `$DCPCTL_FP8_GEMM`, chosen once at load):
+Two methods (fp8_parts.MODES, the launch config's runtime.fp8_gemm, decided by the plan):
 - w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted in registers (exact) for a
   16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32 sums
   (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows in tiles
@@ -48,7 +48,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from dcpctl.runtime.models.fp8_dequant import DequantLinear, dequantize_gpu
 from dcpctl.runtime.models.fp8_gemv import GemvTiles, fp8_gemv
-from dcpctl.runtime.models.fp8_parts import (MODE_ENV, MODES, _counters, _split, _store_tile,  # noqa: F401
+from dcpctl.runtime.models.fp8_parts import (MODES, _counters, _split, _store_tile,  # noqa: F401
                                              _sum_partials, activation_mode, prepare, quantize_rows,
                                              quantize_rows_gpu)
 

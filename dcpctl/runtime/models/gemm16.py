@@ -16,7 +16,6 @@ GPU or dtype runs F.linear.  `configure` (at model load) switches it on with the
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -50,7 +49,6 @@ TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]] = {
     (4096, 7168): ((8, Tiles16(stages=4)),),                                   # dense gate+up: 20.61 -> 18.96
 }
 TABLE_SOURCE = "benchmarks/data/h200_gemm16_sweep_s18.json"
-TABLE_ENV = "DCPCTL_GEMM16_TABLE"   # a benchmark's JSON file of shapes to replace: {"N,K": [[rows, {Tiles16}], ...]}
 SHIPPED = TABLE                     # what configure() restores
 
 
@@ -66,7 +64,7 @@ def read_table(path: str) -> dict[tuple[int, int], tuple[tuple[int, Tiles16], ..
             table[(n, k)] = tuple((int(most), Tiles16(**t)) for most, t in cells)
         return table
     except (OSError, ValueError, TypeError) as e:
-        raise ModelLoadError(f"{TABLE_ENV}={path}: not a GEMM table ({e})") from None
+        raise ModelLoadError(f"--gemm16-table {path}: not a GEMM table ({e})") from None
 
 ON = False     # set by configure() at model load
 
@@ -84,9 +82,11 @@ def choose(N: int, K: int, rows: int) -> Tiles16 | None:
 def configure(on: bool, device: torch.device | str) -> None:
     """At model load: run the kernel where TABLE says (when `on`, on the table's GPU, with Triton), and say so."""
     global ON, TABLE
+    from dcpctl.runtime import settings
     dev = torch.device(device)
     ON = False
-    TABLE = read_table(os.environ[TABLE_ENV]) if os.environ.get(TABLE_ENV) else SHIPPED
+    override = settings.current().gemm16_table
+    TABLE = read_table(override) if override else SHIPPED
     if not on or dev.type != "cuda" or triton is None:
         return
     from dcpctl.plan.attention_table import same_device
@@ -101,7 +101,7 @@ def configure(on: bool, device: torch.device | str) -> None:
     ON = True
     note_once(f"GEMMs: dcpctl's split-K Triton kernel for {len(TABLE)} 16-bit weight shapes at 2-{MAX_ROWS} rows where "
               f"it was measured faster than cuBLAS on an {TABLE_DEVICE} "
-              f"({os.environ.get(TABLE_ENV) or TABLE_SOURCE}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS "
+              f"({override or TABLE_SOURCE}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS "
               "for all)")
 
 

@@ -18,10 +18,10 @@ work a served step spends (cProfile's own cost inflates Python-heavy code, so co
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable
 
+from dcpctl import knobs
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.engine.events import Event, ReplicaStats, gather_to_rank0
 from dcpctl.runtime.engine.phases import PhaseTimers
@@ -54,11 +54,11 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     """Run until rank 0 broadcasts shutdown; returns the number of steps that ran a batch."""
     world = engine.ps.world_size
     steps = 0
-    trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
+    trace_to = knobs.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
     gpu = _time_replays(engine) if trace_to else []
     phases = PhaseTimers(engine) if trace_to else None
-    profile_to = os.environ.get(PROFILE_ENV) if bridge is not None else None
+    profile_to = knobs.get(PROFILE_ENV) if bridge is not None else None
     prof = None
     if profile_to:
         import cProfile
