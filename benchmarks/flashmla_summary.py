@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
+from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table, table_for
 
 BIG = 512 * 1024
 
@@ -23,15 +23,10 @@ def main(out: Path) -> None:
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("kernel_*.json")) if p.stat().st_size]
     cells = [c for r in runs for c in r["cells"]]
     parts = [json.loads(p.read_text()) for p in sorted(out.glob("table_h*.json"))]
-    table = {**parts[0], "cells": [c for p in parts for c in p["cells"]],
-             "source": " + ".join(p["source"] for p in parts),
-             "record": f"measured by benchmarks/gpu_flashmla.sh on one {runs[0]['device']} (torch {runs[0]['torch']}): "
-                       f"{len(parts)} `dcpctl bench kernel --no-naive --save-table` call(s) (the commands: source), "
-                       f"backends {', '.join(sorted({b for r in runs for b in r['backends']}))} side by side "
-                       f"(FlashInfer: {runs[0].get('flashinfer', '-')}; FlashMLA: {runs[0].get('flashmla', '-')}), "
-                       "merged by benchmarks/flashmla_summary.py"}
+    table = {**parts[0], "data": {"cells": [c for p in parts for c in p["data"]["cells"]]},
+             "command": " + ".join(p["command"] for p in parts)}
     (out / "table_all.json").write_text(json.dumps(table, indent=1) + "\n")
-    tables = {"shipped": load_table(), "this run": load_table(out / "table_all.json")}
+    tables = {"shipped": table_for(table["device"], table["sm"]), "this run": load_table(out / "table_all.json")}
     avail = {b: None if any(b in r["backends"] for r in runs) else "not timed" for b in BACKENDS}
     rows, worst = [], {}
     for c in cells:

@@ -203,7 +203,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     _progress(f"ceilings {ceil.calibration()}, sustained bf16 {sustained / 1e12:.1f} TFLOP/s")
     pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
-    cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
+    cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h, dev) for h in heads}
     peers, notes = _peers(pool, backends)
     cells = []
     for h in heads:
@@ -246,10 +246,12 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
     """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
     import torch
-    from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
-    key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
+    from dcpctl.plan.attention_table import BACKENDS, Key, decide, table_for
+    from dcpctl.runtime.tuned import gpu
+    name, sm = gpu(torch.device("cuda", torch.cuda.current_device()))
+    key = Key(heads, kv, PAGE, name)
     avail = {b: None if b == "triton" or b in timed else "not timed" for b in BACKENDS}
-    return decide(key, "auto", avail, load_table())
+    return decide(key, "auto", avail, table_for(name, sm))
 
 
 def _side(name: str, pool: Pool) -> Any:
@@ -393,6 +395,8 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
         _table(res)
     if save_table:
         from dcpctl.bench.kernel_table import table_from_bench, write
+        major, minor = torch.cuda.get_device_capability()
+        res["sm"] = major * 10 + minor
         write(table_from_bench(res, "dcpctl " + " ".join(sys.argv[1:])), Path(save_table))
     if save_calibration:   # after the results are out: a grid that does not determine the fit loses nothing
         from dcpctl.plan.calibrate import fit_kernel, merge_calibration

@@ -183,8 +183,8 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
     from dcpctl.runtime.attention import backend_choice
     from dcpctl.runtime.attention.layout import SeqChunk
     t = _table(tmp_path)
-    monkeypatch.setattr(backend_choice, "load_table", lambda path=None: t)
-    monkeypatch.setattr(backend_choice, "_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(backend_choice, "table_for", lambda device, sm, override=None: t)
+    monkeypatch.setattr(backend_choice, "_gpu", lambda device: ("NVIDIA H200", 90))
     monkeypatch.setattr(backend_choice, "triton_blocker", lambda q, pool, v: None)
     monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: None)
     monkeypatch.setattr(backend_choice, "flashinfer_blocker", lambda pool, v, dt: None)

@@ -149,7 +149,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       descriptors: dict | None = None) -> MLAOut:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
-    cfg = config or default_config(q.shape[1])
+    cfg = config or default_config(q.shape[1], q.device)
     n, h, r = q.shape
     q = q.to(cdt).contiguous()
     if not kv_pool.is_contiguous():      # a temporary copy: its descriptors must not be kept

@@ -176,4 +176,4 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
            "e4m3 as SGLang does" if activation_mode() == "w8a16" else
            "w8a8 (--fp8-gemm): activations quantized per token and {block[1]}-column block to e4m3, as SGLang does")
     return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
-                  f"GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note()}")
+                  f"GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note(dev)}")
