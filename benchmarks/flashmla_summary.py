@@ -2,7 +2,7 @@
 
     python3 benchmarks/flashmla_summary.py DIR     (DIR holds kernel_*.json and table_*.json from that script)
 
-Writes DIR/table_all.json (every cell of the run as one backend table, the shape dcpctl/data/attention/h200.json
+Writes DIR/table_all.json (every cell of the run as one backend table, the shape of dcpctl/tuning/attention/device_name=NVIDIA_H200.json
 has, ready to replace it) and DIR/summary.json; prints one row per cell: each backend's time, the pick of the shipped table and of
 this run's table with how much slower than the best it is, each backend's roofline fraction (burst bf16 ceiling;
 and against the sustained one, bench/ceilings.py), and whether the cell is one of issue 18's target cells

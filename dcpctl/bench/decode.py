@@ -122,7 +122,7 @@ def _wait(q: Any, args: dict[str, Any], procs: list[Any]) -> list[dict[str, Any]
 
     from rich.progress import Progress
 
-    from dcpctl.cli import console
+    from dcpctl import console
     deadline = time.monotonic() + args["timeout"]
     with Progress(console=console.err, transient=True) as bar:
         task = bar.add_task("decode cells", total=args["ncells"])
@@ -193,8 +193,8 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     """
     if output:
         check_writable(Path(output))
-    from dcpctl.cli import console
-    from dcpctl.cli.options import positive_ints
+    from dcpctl import console
+    from dcpctl.plan.errors import positive_ints
     from dcpctl.plan.errors import UserError
     dcps = positive_ints(dcp_sizes, "dcp-sizes")
     if any(tp % c for c in dcps):

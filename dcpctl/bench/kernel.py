@@ -32,10 +32,9 @@ L2_ROTATE_BYTES = 512 << 20
 FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,64"}
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 PEERS = ("flashinfer", "flashmla")       # the field kernels timed next to ours (bench/kernel_<name>.py)
-# (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Dropped after measuring
-# (docs/benchmarks-kernel.md): the first sweep's losers; 16 warps (64-head blocks 2.3x slower at H=128,
-# 128-head blocks do not compile); lazy rescaling (10-12% slower with 64-head blocks); the warp-specialized
-# TMA loop (no measurable change).
+# (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Not swept: 16 warps (64-head blocks
+# slower, 128-head blocks do not compile), lazy rescaling (slower with 64-head blocks), the warp-specialized TMA
+# loop (no measurable change).
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
     (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False),
@@ -295,7 +294,7 @@ def _peer_checks(name: str, peer: Any, pool: Pool, heads: int, cfg: Any, log: li
 
 
 def _progress(msg: str) -> None:
-    from dcpctl.cli import console
+    from dcpctl import console
     console.info(msg)
 
 
@@ -323,7 +322,7 @@ def _sustained(c: dict[str, Any]) -> str:
 
 
 def _table(res: dict[str, Any]) -> None:
-    from dcpctl.cli import console
+    from dcpctl import console
     names = res["backends"]
     rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names], f"{c['roofline_us']:.1f}",
              c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"], _sustained(c), _auto(c),

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dcpctl.cli import console
+from dcpctl import console
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError

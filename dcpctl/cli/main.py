@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from dcpctl import __version__, knobs
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.plan.errors import UserError
 
 # command name -> "module:function"; imported only when run, so `dcpctl plan` never pulls in torch

@@ -8,7 +8,7 @@ import click
 
 from dcpctl.cli.runtime_options import RUNTIME_KEYS, RUNTIME_OPTIONS
 from dcpctl.plan import request as R
-from dcpctl.plan.errors import UserError
+from dcpctl.plan.errors import UserError, positive_ints  # noqa: F401 (the commands' flag lists)
 from dcpctl.plan.resolve import merge_options, options_from_saved_plan
 
 F = Callable[..., Any]
@@ -125,14 +125,3 @@ def _has_type(t: click.ParamType, value: Any) -> bool:
     if isinstance(t, click.types.FloatParamType):
         return isinstance(value, (int, float))
     return isinstance(value, str)
-
-
-def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:
-    """A comma-separated list of positive integers from a flag (`--batches 1,8,32`); UserError otherwise."""
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--{flag} must be comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise UserError(f"--{flag} needs positive {noun}, got {text!r}")
-    return out

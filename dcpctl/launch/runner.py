@@ -21,7 +21,7 @@ import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dcpctl import knobs
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.launch.torchrun import runtime_env, torchrun_argv
 from dcpctl.runtime.lifeline import LAUNCHER_PID, parent_death_hook
 

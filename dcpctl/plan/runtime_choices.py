@@ -3,7 +3,7 @@
 | decision           | values                              | default and why                                          |
 | ------------------ | ----------------------------------- | -------------------------------------------------------- |
 | fp8_gemm           | w8a16, w8a8                         | w8a16: exact weights in 16-bit MMA; w8a8 adds activation quantization error |
-| blas               | cublaslt, cublas, keep              | cublaslt: faster on the decode step's small GEMMs (docs/benchmarks.md) |
+| blas               | cublaslt, cublas, keep              | cublaslt: faster on the decode step's small GEMMs      |
 | cublaslt_workspace | torch, or a positive number of KiB  | torch: a small workspace slows prefill GEMMs that split K |
 | dist_timeout       | seconds                             | 600: long enough for a first CUDA graph capture           |
 

@@ -53,6 +53,10 @@ FLAG_VALUES = {
     "disaggregation_transfer_backend": st.sampled_from(R.PD_BACKENDS),
     "disaggregation_peer_kv_cache_dtype": st.sampled_from(R.KV_DTYPES),
     "hicache_storage_backend": st.sampled_from(["file", "mooncake", ""]),
+    "fp8_gemm": st.sampled_from(["w8a16", "w8a8", "fp4"]), "blas": st.sampled_from(["cublaslt", "keep", "rocblas"]),
+    "cublaslt_workspace_kib": INTS, "dist_timeout": INTS,
+    "attention_table": st.sampled_from(["/nonexistent.json", "."]), "mla_configs": st.sampled_from(["/nonexistent"]),
+    "gemm16_table": st.sampled_from(["/nonexistent", "."]),
 }
 FLAGS = {"enable_dp_attention": "--enable-dp-attention", "enable_hierarchical_cache": "--enable-hierarchical-cache",
          "enable_prefill_cp": "--enable-prefill-cp"}
