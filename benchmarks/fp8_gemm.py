@@ -85,7 +85,7 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
 # --a16-candidates (w8a16's MMA kernel at 8-64 rows, where it loses to cuBLAS bf16 from 32 rows): the weight factor
 # folded into the converted tile (Tiles.fold: one MMA chain over the K blocks, no wait and scaled add per block)
 # with the settings that won this session's first w8a16 sweep at 32-64 rows unfolded (two warpgroups, which that
-# sweep also tried, won no cell; benchmarks/data/h200_fp8_a16_sweep_s14.json), and those unfolded settings again
+# sweep also tried, won no cell), and those unfolded settings again
 A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=True), Tiles(swap=True),
            BEFORE_TILES, Tiles(bn=32, stages=4, per_sm=1), Tiles(128, 8, 3, 4, swap=True, max_split=4)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]

@@ -44,7 +44,7 @@ def test_every_dcpctl_variable_the_repo_names_is_declared():
     files = [*(ROOT / "dcpctl").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md",
              *(ROOT / "tests").rglob("*.py"), *(p for p in (ROOT / "benchmarks").rglob("*") if p.suffix in
                                                  (".py", ".sh", ".md"))]
-    files = [f for f in files if not f.name.startswith("benchmarks-") and not f.name.startswith("gpu_")]
+    files = [f for f in files if not f.name.startswith("benchmarks-")]
     unknown = sorted({f"{n} ({f.relative_to(ROOT)})" for f in files for n in NAME.findall(f.read_text())
                       if n not in knobs.KNOBS and n not in NOT_VARIABLES})
     assert unknown == []

@@ -11,7 +11,7 @@ With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_coun
 step end, delivered; the step's kind, chunks and tokens; events; the host seconds of a graph step's phases,
 engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory and
 writes them there as JSON when the loop ends: where a served step's time goes between the engine and the HTTP side
-(benchmarks/serve_trace.py reads it). A debugging aid: the rows grow with the run. With $DCPCTL_LOOP_PROFILE set
+(tools/serve_trace.py reads it). A debugging aid: the rows grow with the run. With $DCPCTL_LOOP_PROFILE set
 to a file, rank 0's loop runs under cProfile and its stats go there (pstats format) when the loop ends: which host
 work a served step spends (cProfile's own cost inflates Python-heavy code, so compare shares, not times).
 """
