@@ -18,8 +18,7 @@ Every cell times, in the same process and under the first --modes method (defaul
 `before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
 (up to 16 rows: the few-rows kernel of fp8_gemv.py at the tuning table's setting, else DEFAULT_GEMV), `after` (the
 shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
-(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`; the
-eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds
+(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`). --read-floor adds
 a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
 best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the tuning table (--save-table FILE writes it)
