@@ -23,8 +23,8 @@ DEFAULT_DIST_TIMEOUT_S = 600
 def fp8_gemm(requested: str | None, quantization: str | None) -> tuple[str, str]:
     if requested:
         return requested, f"set by --fp8-gemm {requested}"
-    what = f"{quantization} weights: " if quantization else "no FP8 weights in this model (unused): "
-    return DEFAULT_FP8_GEMM, what + ("the default: e4m3 weight tiles converted to 16 bits in registers, so the GEMM "
+    what = f"the default for {quantization} weights" if quantization else "unused (no FP8 weights), the default"
+    return DEFAULT_FP8_GEMM, what + (": e4m3 weight tiles converted to 16 bits in registers, so the GEMM "
                                      "adds no activation quantization error (--fp8-gemm w8a8: e4m3 activations, "
                                      "as SGLang)")
 
