@@ -101,9 +101,9 @@ def repeat(t: Table, other: Table) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibration", type=Path, default=DATA / "h200_calibration.yaml")
-    ap.add_argument("--one-gpu", type=Path, default=DATA / "h200_decode_dcp1.json")
-    ap.add_argument("--two-gpu", type=Path, default=DATA / "h200x2_decode_dcp1_vs_dcp2_packed_v2.json")
+    ap.add_argument("--calibration", type=Path, default=DATA / "calibration_h200x2.yaml")
+    ap.add_argument("--one-gpu", type=Path, default=DATA / "decode_dcp1_h200.json")
+    ap.add_argument("--two-gpu", type=Path, default=DATA / "decode_dcp1_vs_dcp2_h200x2.json")
     ap.add_argument("--repeat", type=Path, help="another recording of the two-GPU grid (noise floor)")
     ap.add_argument("-o", "--output", type=Path, help="merge the fitted layer_overhead_us into this calibration")
     args = ap.parse_args()

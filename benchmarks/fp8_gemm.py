@@ -14,15 +14,14 @@ weight copies (> 2x the 50 MB L2) that every call reads its weight from HBM; the
 times and the median per call is reported, so launch latency is amortized the way a captured decode step
 sees it (kernel after kernel, no host in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
-Every cell times, in the same process and under the first --modes method (default $DCPCTL_FP8_GEMM, else w8a16):
+Every cell times, in the same process and under the first --modes method (default w8a16):
 `before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
-(up to 16 rows: the few-rows kernel of fp8_gemv.py at its GEMV_TABLE setting, else DEFAULT_GEMV), `after` (the
+(up to 16 rows: the few-rows kernel of fp8_gemv.py at the tuning table's setting, else DEFAULT_GEMV), `after` (the
 shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
-(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`; the
-eleventh session's files name the bf16 MMA `w8a16`, the method before the fp16 MMA was added). --read-floor adds
+(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`). --read-floor adds
 a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
-best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the fp8_gemm.TABLE and GEMV_TABLE
+best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the tuning table (--save-table FILE writes it)
 those bests make.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
 quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
@@ -47,7 +46,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT, GEMV_TABLE,
+from dcpctl.runtime.models.fp8_tiles import current as current_tables
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
                                             M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles, fp8_matmul,
                                             quantize_rows)
 from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
@@ -84,7 +84,7 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
 # --a16-candidates (w8a16's MMA kernel at 8-64 rows, where it loses to cuBLAS bf16 from 32 rows): the weight factor
 # folded into the converted tile (Tiles.fold: one MMA chain over the K blocks, no wait and scaled add per block)
 # with the settings that won this session's first w8a16 sweep at 32-64 rows unfolded (two warpgroups, which that
-# sweep also tried, won no cell; benchmarks/data/h200_fp8_a16_sweep_s14.json), and those unfolded settings again
+# sweep also tried, won no cell), and those unfolded settings again
 A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=True), Tiles(swap=True),
            BEFORE_TILES, Tiles(bn=32, stages=4, per_sm=1), Tiles(128, 8, 3, 4, swap=True, max_split=4)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
@@ -249,8 +249,8 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
                                       copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
-    gemv = (GEMV_TABLE.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
-    shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16")
+    gemv = (current_tables(torch.device("cuda", 0)).gemv.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16", device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, shipped,
                errors(x, w8[0], s[0]) if M == 8 else None)
     for m in MODE[1:]:   # --modes: the shipped setting under the other methods too, same weights
@@ -324,7 +324,8 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = ()
     per_expert = N * K + s[0].numel() * 4
     roof = round((statistics.mean(busy) * per_expert + 2 * M * top_k * (K + N)) / (hbm * 1e12) * 1e6, 2)
     rows = max(1, M * top_k // experts)
-    shipped = choose_tiles(N, K, rows, experts, method(MODE[0])["mode"] == "w8a16", M * top_k)
+    shipped = choose_tiles(N, K, rows, experts, method(MODE[0])["mode"] == "w8a16", M * top_k,
+                           device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, list(cands), DEFAULT_GEMV, shipped, None)
     row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
     for m in MODE[1:]:
@@ -334,10 +335,15 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = ()
     return row
 
 
-def table(rows: list[dict]) -> str:
-    """The fp8_gemm.TABLE (MMA) and GEMV_TABLE literals the sweep's bests make: per shape, the MMA setting
-    that was best per M above the few-rows range, and the few-rows setting with the least total time over
-    the swept M, with the M where it beat every MMA setting timed."""
+def fields(t: GemvTiles | Tiles) -> dict:
+    """A setting as the tuning table holds it: the fields that differ from the defaults."""
+    return {k: v for k, v in vars(t).items() if v != getattr(type(t)(), k)}
+
+
+def table(rows: list[dict]) -> dict:
+    """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
+    MMA setting that was best per M above the few-rows range ("dense"), and the few-rows setting with the least
+    total time over the swept M where it beat every MMA setting timed at some M, else null ("gemv")."""
     mma: dict = {}
     gemv: dict = {}
     for r in rows:
@@ -351,14 +357,13 @@ def table(rows: list[dict]) -> str:
                 gemv.setdefault(key, {}).setdefault(t, {})[r["M"]] = (us, us < best_mma)
         if r["M"] > GEMV_MAX_M:
             mma.setdefault(key, []).append((r["M"], tiles_of(r["best_tiles"])))
-    lines = ["TABLE = {"] + [f"    {k}: {tuple(v)}," for k, v in sorted(mma.items())] + ["}", "GEMV_TABLE = {"]
-    for key, by in sorted(gemv.items()):
+    out: dict = {"dense": {f"{n},{k}": [[m, fields(t)] for m, t in v] for (n, k), v in sorted(mma.items())},
+                 "gemv": {}}
+    for (n, k), by in sorted(gemv.items()):
         ms = set.intersection(*(set(v) for v in by.values()))
         t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))
-        wins = [m for m in sorted(ms) if by[t][m][1]]
-        lines.append(f"    {key}: {t},   # beats every MMA setting timed at M = {wins}" if wins else
-                     f"    {key}: None,   # the MMA kernel was faster at every M swept; best few-rows: {t}")
-    return "\n".join(lines + ["}"])
+        out["gemv"][f"{n},{k}"] = fields(t) if any(by[t][m][1] for m in ms) else None
+    return out
 
 
 def _print(r: dict) -> None:
@@ -402,7 +407,8 @@ def main() -> int:
                     help="also time every GEMV_CANDIDATES (M <= 16) and CANDIDATES (M > 1) setting per cell")
     ap.add_argument("--sweep-m", type=int, nargs="+", default=list(BATCHES), help="sweep only at these M")
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
-    ap.add_argument("--table", action="store_true", help="print the TABLE and GEMV_TABLE the sweep's bests make")
+    ap.add_argument("--table", action="store_true", help="print the tuning table's data the sweep's bests make")
+    ap.add_argument("--save-table", help="write it as this GPU's fp8_gemm tuning table (dcpctl/tuning/fp8_gemm)")
     ap.add_argument("--a16-candidates", action="store_true",
                     help="sweep A16_CANDIDATES instead (w8a16 at 8-64 rows: the weight factor folded in)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
@@ -410,7 +416,7 @@ def main() -> int:
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
     ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
-                    help="the FP8 method of every timing (default: $DCPCTL_FP8_GEMM, else w8a16); the others also "
+                    help="the FP8 method of every timing (default w8a16); the others also "
                          "time the shipped setting under them (w8a16f / w8a16b: w8a16 through the fp16 / bf16 MMA, "
                          "fp8_matmul's a16_mma)")
     ap.add_argument("--read-floor", action="store_true",
@@ -456,7 +462,12 @@ def main() -> int:
               + "".join(f"\n  refused: {r}" for r in PEER["refused"]), flush=True)
     print(f"{time.perf_counter() - t0:.0f} s")
     if args.table:
-        print(table(rows))
+        print(json.dumps(table(rows), indent=1))
+    if args.save_table:
+        from dcpctl import tuning
+        major, minor = torch.cuda.get_device_capability()
+        tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor,
+                     "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:]), tuning.source_commit(), table(rows))
     return 0
 
 

@@ -16,7 +16,7 @@ Then loads it on cuda:0 (TP 1) four ways and runs 8 prompts x 8 greedy tokens:
 | f64        | dequantized to float64    | float64: the exact reference                   |
 | f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the w8a8 method's own arithmetic, exactly |
 
---mode (default: $DCPCTL_FP8_GEMM, else w8a16; fp8_parts.MODES) is the fp8 path's method: w8a16 keeps the
+--mode (default w8a16; fp8_parts.MODES) is the fp8 path's method: w8a16 keeps the
 activations bf16 (the GEMM converts each e4m3 weight tile), w8a8 quantizes them as DeepSeek and SGLang do.
 f64_fp8 is the w8a8 method's floor either way.
 
@@ -50,6 +50,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -303,11 +304,11 @@ def main() -> int:
                     help="cpu: the fp8 path is the FP8 method emulated in float64 on bf16 activations")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one fp8 and one bf16 run")
     ap.add_argument("--mode", choices=fp8_parts.MODES, default=None,
-                    help="the fp8 path's method (default: $DCPCTL_FP8_GEMM, else w8a16)")
+                    help="the fp8 path's method (default w8a16; dcpctl's --fp8-gemm)")
     args = ap.parse_args()
     if args.mode:
-        os.environ[fp8_parts.MODE_ENV] = args.mode
-        fp8_parts.activation_mode.cache_clear()
+        from dcpctl.runtime import settings
+        settings.use(replace(settings.current(), fp8_gemm=args.mode))
     mode = fp8_parts.activation_mode()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("fp8_model_check.py: no CUDA GPU here; --device cpu emulates the FP8 GEMM", file=sys.stderr)

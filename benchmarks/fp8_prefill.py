@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -60,7 +61,7 @@ def main() -> int:
     ap.add_argument("dir", help="the checkpoint (written there first when absent)")
     ap.add_argument("--tokens", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--mode", choices=fp8_parts.MODES, default=None,
-                    help="the FP8 path's method (default: $DCPCTL_FP8_GEMM, else w8a16)")
+                    help="the FP8 path's method (default w8a16; dcpctl's --fp8-gemm)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--experts", type=int, default=16)
@@ -70,8 +71,8 @@ def main() -> int:
         print("fp8_prefill.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.mode:
-        os.environ[fp8_parts.MODE_ENV] = args.mode
-        fp8_parts.activation_mode.cache_clear()
+        from dcpctl.runtime import settings
+        settings.use(replace(settings.current(), fp8_gemm=args.mode))
     d = write_checkpoint(Path(args.dir), args.layers, args.experts)
     report = {"checkpoint": str(d), "mode": fp8_parts.activation_mode(), "gpu": torch.cuda.get_device_name(),
               "ms": {}}

@@ -7,10 +7,10 @@ Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
 
 usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
-  --env-variant: a variant with environment variables of its own (DCPCTL_UNFUSED unset unless named), e.g.
-  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=BLAS=cublas" (BLAS: $DCPCTL_BLAS, torch's BLAS library for that variant;
-  default cublaslt). Every variant runs in this one process: a setting torch reads once a process
-  ($CUBLASLT_WORKSPACE_SIZE, $DCPCTL_CUBLASLT_WORKSPACE) is no variant's own; time it with one process per setting
+  --env-variant: a variant with settings of its own (DCPCTL_UNFUSED unset unless named), each KEY=VALUE either
+  DCPCTL_UNFUSED or a field of the launch config's runtime section (fp8_gemm, blas, mla_configs, gemm16_table), e.g.
+  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=blas=cublas". Every variant runs in this one process: a setting torch
+  reads once a process (the cuBLASLt workspace) is no variant's own; time it with one process per setting
   without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def write_checkpoint(d: Path) -> Path:
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
 
-ENV_KEYS = ("DCPCTL_UNFUSED", "DCPCTL_FP8_GEMM", "DCPCTL_BLAS", "DCPCTL_MLA_CONFIGS", "DCPCTL_GEMM16_TABLE")
+RUNTIME_KEYS = ("fp8_gemm", "blas", "mla_configs", "gemm16_table")
 
 
 def variant_env(v: str) -> tuple[str, dict[str, str]]:
@@ -54,7 +54,8 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
     from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.models.fp8_parts import activation_mode
+    from dcpctl.contract.launch_config import RuntimeSection
+    from dcpctl.runtime import settings
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
     consts = _ceilings(dev)
@@ -62,12 +63,14 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
     rows = []
     for spec in variants:
         v, env = variant_env(spec)
-        for k in ENV_KEYS:
-            os.environ.pop(k, None)
-        if "BLAS" in env:                  # the loader sets torch's BLAS library from $DCPCTL_BLAS (models/blas.py)
-            env["DCPCTL_BLAS"] = env.pop("BLAS")
-        os.environ.update(env)
-        activation_mode.cache_clear()      # $DCPCTL_FP8_GEMM is read once a process: again per variant
+        bad = sorted(set(env) - {"DCPCTL_UNFUSED", *RUNTIME_KEYS})
+        if bad:
+            raise SystemExit(f"fusion_ab.py: variant {v}: unknown settings {bad}; valid: DCPCTL_UNFUSED, "
+                             f"{', '.join(RUNTIME_KEYS)}")
+        os.environ.pop("DCPCTL_UNFUSED", None)
+        if "DCPCTL_UNFUSED" in env:
+            os.environ["DCPCTL_UNFUSED"] = env["DCPCTL_UNFUSED"]
+        settings.use(RuntimeSection(**{k: env[k] for k in RUNTIME_KEYS if k in env}))
         model = load_model(path, ps, False, torch.bfloat16, dev)
         for b in batches:
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
@@ -83,8 +86,8 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
                   + (f"  {row['graph_error']}" if "graph_error" in row else ""), flush=True)
         del model
         torch.cuda.empty_cache()
-    for k in ENV_KEYS:
-        os.environ.pop(k, None)
+    os.environ.pop("DCPCTL_UNFUSED", None)
+    settings.use(RuntimeSection())
     return rows
 
 

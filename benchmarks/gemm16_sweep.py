@@ -1,6 +1,7 @@
 """The decode step's 16-bit GEMMs (y = x @ W^T, few rows): cuBLAS (torch's F.linear) against dcpctl's split-K Triton
-kernel (runtime/models/gemm16.py) over a grid of tile settings, and the shipped choice (gemm16.TABLE), one process,
-one GPU (issue 17: is any of the step's GEMMs far from its read floor on cuBLAS at batch 2-32?).
+kernel (runtime/models/gemm16.py) over a grid of tile settings, and the shipped choice (this GPU's gemm16 tuning
+table), one process, one GPU.  --save-table FILE writes the gemm16 tuning table the sweep makes: per shape and row
+count the best setting where it beat cuBLAS by WIN or more (dcpctl/tuning/gemm16/device_name=<GPU>.json).
 
 Each setting is timed as `dcpctl bench kernel` times: a CUDA graph of CALLS calls that rotate over weight copies
 of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 replays, per call
@@ -8,8 +9,8 @@ of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 repla
 is checked against F.linear in fp32 before it is timed.
 
 usage: PYTHONPATH=. python3 benchmarks/gemm16_sweep.py [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
-       [--grid first|wide] [-o out.json]
-  --grid first: the eighteenth session's first sweep (TABLE's source); wide: narrower tiles, deeper K steps, 8 warps
+       [--grid first|wide] [-o out.json] [--save-table FILE]
+  --grid first: the grid the shipped H200 table came from; wide: narrower tiles, deeper K steps, 8 warps
 """
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ import json
 import torch
 import torch.nn.functional as F
 
+from dcpctl import tuning
 from dcpctl.bench.ceilings import graph_ms
+from dcpctl.runtime.models import gemm16
 from dcpctl.runtime.models.gemm16 import Tiles16, choose, linear16
 
 SHAPES = {"qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
           "down": (7168, 2048)}   # (N, K) of the issue's checkpoint: V3 attention, dense MLP of 2048, TP 1
 CALLS = 8
+WIN = 0.04      # a setting goes into the table only where it beat cuBLAS by this much (runs differ by a few %)
 GRIDS = {"first": ((64, 128), (128, 256), (1, 2, 4), (4,), (3, 4)),     # bn, bk, per_sm, warps, stages
          "wide": ((32, 64), (128, 256, 512), (1,), (4, 8), (3, 4, 5))}
 
@@ -41,8 +45,11 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--grid", choices=tuple(GRIDS), default="first")
     ap.add_argument("-o", "--out")
+    ap.add_argument("--save-table", help="write the gemm16 tuning table the sweep makes")
     a = ap.parse_args()
     dev = torch.device("cuda")
+    gemm16.configure(True, dev)        # the shipped choice: this GPU's table
+    table: dict[str, list] = {}
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     grid = [Tiles16(*g) for g in itertools.product(*GRIDS[a.grid])]
     results = []
@@ -73,6 +80,10 @@ def main() -> None:
                 results.append(row)
                 if best is None or us < best["us"]:
                     best = row
+            if best is not None and best["us"] <= (1 - WIN) * cublas:
+                t = Tiles16(best["bn"], best["bk"], best["per_sm"], best["warps"], best["stages"])
+                table.setdefault(f"{N},{K}", []).append([R, {k: v for k, v in vars(t).items()
+                                                             if v != getattr(Tiles16(), k)}])
             shipped = choose(N, K, R)
             ship_us = time_graph(lambda w: linear16(x, w, shipped, sms), copies) if shipped else cublas
             results.append(dict(shape=name, N=N, K=K, rows=R, shipped=str(shipped or "cuBLAS"), us=round(ship_us, 2),
@@ -84,6 +95,11 @@ def main() -> None:
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(dev), "results": results}, f, indent=1)
+    if a.save_table:
+        major, minor = torch.cuda.get_device_capability(dev)
+        tuning.write(a.save_table, "gemm16", torch.cuda.get_device_name(dev), major * 10 + minor,
+                     "python benchmarks/gemm16_sweep.py --save-table FILE", tuning.source_commit(),
+                     {k: sorted(v) for k, v in table.items()})
 
 
 if __name__ == "__main__":

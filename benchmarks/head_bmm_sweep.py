@@ -71,7 +71,7 @@ def main() -> None:
                 continue
             timed.append({"config": cfg, "us": us, "err": err})
         timed.sort(key=lambda t: t["us"])
-        d = default_config(m, k, n)
+        d = default_config(m, k, n, torch.device("cuda", torch.cuda.current_device()))
         d_us = next((t["us"] for t in timed if tuple(t["config"]) == d), float("nan"))   # nan: it failed
         best = timed[0]
         print(f"{name} M={m:3}: default {d} {d_us:.2f} us, best {best['config']} {best['us']:.2f} us "

@@ -9,7 +9,7 @@ Each fact below is one function (or one table) that every caller uses, so a chan
 | reading config.json (and generation_config.json's EOS ids) | `plan/hf_config.py` `read_hf_config` / `parse_hf_config`, defaults and aliases in `plan/hf_defaults.py`, layer kinds in `plan/hf_layers.py` | the planner (`plan/model.py` ModelSpec = a projection), the runtime (`runtime/models/config.py` MlaConfig, `kimi_config.py` HybridConfig), `server/serve.py` (`limits()`), `worker.py` (`eos_token_ids`) |
 | the shared model sizes | `plan/hf_config.py` `MlaShape` (base of HfConfig, ModelSpec and MlaConfig) | every reader of a model |
 | the stripe rule (owner = p % c, row = p // c) | `runtime/kv/allocator.py` `owner`, `physical`, `owned`, `virtual_slot`, `owned_rows`, `owned_page_rows`, `local_len` | attention/layout.py, attention/paged.py, kv/host_tier.py, engine/engine.py, pd/driver.py, pd/plan.py (attention/graphs.py `prepare` still inlines it) |
-| does a request fit | `runtime/fits.py` `kv_rows`, `misfit`, `room` | engine/request.py + engine/scheduler.py, server/gen.py + openai_api.py, cli/generate.py |
+| does a request fit | `runtime/fits.py` `kv_rows`, `misfit`, `room`, `max_total` | engine/request.py + engine/scheduler.py, server/limits.py (`ServerLimits`: max_model_len and the 400s), cli/generate.py |
 | dtype byte sizes | `plan/model.py` `DTYPE_BYTES` | plan/memory.py, plan/weights.py, plan/cost.py |
 
 ## Adding a decision
@@ -29,6 +29,45 @@ An automatic choice is made once, written once, and read once:
 
 Tests: the plan test pins the value and the reason for the cases that pick each value; the runtime
 test runs each value through its reader.
+
+## Plan lifecycle: flags to a running rank
+
+1. `cli/plan.py` (or `generate`/`launch`): `cli/options.py` and `cli/runtime_options.py` read the flags;
+   `plan/resolve.py` merges them with a preset or a saved plan into one frozen `PlanRequest`
+   (`plan/hf_config.py` parses config.json; `plan/hardware.py` resolves `--hardware`, probing once with `plan/detect.py`).
+2. `plan/planner.py` `make_plan`: `plan/topology.py` checks the degrees, `plan/groups.py` reads the rank map off
+   the grid, `plan/decisions.py` makes every automatic choice once with its reason (`plan/kernels.py`,
+   `plan/attention_table.py` with `dcpctl/tuning`, `plan/runtime_choices.py`), `plan/memory.py` and
+   `plan/compose.py` add memory and the compositions' checks. No torch, no environment.
+3. `cli/render_plan.py` prints it (or `--format json`); exit 2 when a rule is broken.
+4. `launch/config.py` turns the plan into a typed `LaunchConfig` (`contract/launch_config.py`);
+   `launch/torchrun.py` writes torchrun's argv and environment; `launch/runner.py` starts torchrun.
+5. Every rank: `runtime/worker.py` parses the launch config once, `runtime/settings.py` takes its `runtime`
+   section, `runtime/boot.py` builds the process groups (`runtime/parallel.py`) and loads the model
+   (`runtime/models/loader.py`), then serves (`runtime/server/serve.py`) or runs the batch (`runtime/engine`).
+
+## Request lifecycle: HTTP request to token
+
+1. `runtime/server/frontend.py`: an HTTP worker process accepts `POST /v1/completions` (`guard.py`: host, auth,
+   body size; `openai_api.py` + `protocol.py`: the body, 4xx JSON when it is bad).
+2. `server/gen.py`: the prompt is tokenized (`text.py`), checked against the KV budget (`runtime/fits.py`) and
+   handed to rank 0's engine loop over a pipe (`server/bridge.py`).
+3. `server/loop.py`: rank 0 takes the new request and broadcasts the step's control message to every rank
+   (`server/control.py`); each rank submits it to its engine (`engine/engine.py`).
+4. `engine/scheduler.py`: admission by free virtual pages (`runtime/kv`: every rank allocates the same virtual
+   pages and keeps the positions it owns, `p mod c`); the step takes decodes plus a prefill chunk.
+5. `engine/engine.py` runs the model (`models/deepseek.py`; decode batches replay a CUDA graph,
+   `engine/graph_runner.py` and `attention/graphs.py`); per MLA layer `models/attention.py` projects the query
+   and writes the new latent rows to the owning rank's pool.
+6. `attention/api.py` -> `attention/paged.py`: each rank attends its own stripe with the local kernel the rule picks
+   (`attention/backend_choice.py`: ours `triton_mla.py`/`gluon_mla.py`, FlashInfer or FlashMLA), returning `o_r`
+   and `lse_r`.
+7. `attention/comm.py`: the DCP exchange (packed `a2a` or `ag_rs`); `attention/merge.py` / `fused_merge.py`:
+   `o = sum_r exp(lse_r - logsumexp(lse)) o_r`, the merged attention output of this rank's heads.
+8. The rest of the layer and the LM head (`models/mlp.py`, `models/quant.py`), then `engine/sample.py` picks the
+   token; `engine/events.py` gathers each replica's events to rank 0.
+9. `server/loop.py` hands the events back over the bridge; `server/gen.py` detokenizes (`text.py`) and the
+   frontend streams the token (SSE) or returns the whole completion.
 """
 
 root = pathlib.Path("dcpctl")
@@ -42,6 +81,7 @@ heads = {
  "dcpctl/bench": "`dcpctl bench ...`: measured, not asserted",
  "dcpctl/plot": "`--picture FILE`: matplotlib (the optional `plot` extra), imported only when a picture is asked for",
  "dcpctl/runtime": "torch.distributed runtime; reads only torchrun's environment and the launch config",
+ "dcpctl/tuning": "measured tuning tables as data: one JSON file per kind and GPU, one loader, one device rule",
 }
 for f in sorted(root.rglob("*.py")):
     doc = ast.get_docstring(ast.parse(f.read_text())) or ""
@@ -50,7 +90,9 @@ for f in sorted(root.rglob("*.py")):
 out = ["# Structure", "", "One line per module (from its docstring); data flows plan -> launch -> runtime, never back.", "",
        "```", "presets/   models, hardware profiles, deployment recipes (YAML; shipped as dcpctl.presets)",
        "tests/     plan, cli, export, runtime (forked gloo ranks), serve (end to end), GPU tests marked `gpu`",
-       "benchmarks/  device scripts and the SGLang acceptance check", "docs/      user guides per command, benchmarks", "```", ""]
+       "benchmarks/  scripts a user runs to measure dcpctl (gpu.sh SUITE for device runs), the SGLang and vLLM acceptance checks, data",
+       "tools/     profilers and one-question probes (py-spy, cProfile, Nsight, ptxas, host overheads)",
+       "docs/      user guides per command, environment variables (knobs.md), current benchmark figures", "```", ""]
 for d, items in groups.items():
     sub = d.replace("dcpctl/runtime/", "")
     out.append(f"## {d}/" + (f" — {heads[d]}" if d in heads else ""))

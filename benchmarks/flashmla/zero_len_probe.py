@@ -3,7 +3,7 @@
     python3 benchmarks/flashmla/zero_len_probe.py OUT.json     (an sm_90 GPU, FlashMLA built: flashmla_setup)
 
 Three rows of lengths 0, 100, 0 at 128 heads; writes the lse values of row 0, whether its o is finite, and row 1's
-lse error against fp32 attention.  Run in a process of its own under a timeout (benchmarks/gpu_flashmla.sh): a
+lse error against fp32 attention.  Run in a process of its own under a timeout (a device call): a
 fault or a hang costs only this probe.  The runtime does not depend on the answer (flashmla.decode_rows).
 """
 import json

@@ -80,8 +80,8 @@ def command(budget: int, page: int, dcp_sizes: str, request_len: int, fmt: str) 
       dcpctl bench capacity
       dcpctl bench capacity --budget 131072 --dcp-sizes 1,2,4,8 --request-len 32000 --format json
     """
-    from dcpctl.cli.options import positive_ints
-    from dcpctl.cli import console
+    from dcpctl.plan.errors import positive_ints
+    from dcpctl import console
     from dcpctl.plan.errors import UserError
     if budget < page:
         raise UserError(f"--budget ({budget}) < --page-size ({page})")

@@ -4,7 +4,7 @@ copy bandwidth: one large device-to-device copy, counting bytes read plus bytes 
 bf16 matmul rate: an 8192^3 product on random data.  Both are medians over repeated runs, each timed alone (a
 burst: the GPU at its boost clock).  The sustained bf16 rate is the same product back to back in CUDA graphs after
 half a second of them: on an H200 the SM clock falls from 1980 to about 1470 MHz within 0.1 s of such work and the
-rate from ~770 to ~670 TFLOP/s (benchmarks/sustained_rate.py; docs/benchmarks-kernel.md), which is the regime a
+rate from ~770 to ~670 TFLOP/s (benchmarks/sustained_rate.py; docs/benchmarks.md), which is the regime a
 kernel timed over graph replays runs in.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from dcpctl.cli.device import device_option
+from dcpctl.launch.device import device_option
 
 from dcpctl.plot.output import picture_option
 
@@ -124,7 +124,7 @@ def _wait(q: Any, args: dict[str, Any], procs: list[Any]) -> list[dict[str, Any]
 
     from rich.progress import Progress
 
-    from dcpctl.cli import console
+    from dcpctl import console
     deadline = time.monotonic() + args["timeout"]
     with Progress(console=console.err, transient=True) as bar:
         task = bar.add_task("decode cells", total=args["ncells"])
@@ -195,10 +195,10 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
     """
     if output:
         check_writable(Path(output))
-    from dcpctl.cli import console
-    from dcpctl.cli.options import positive_ints
+    from dcpctl import console
+    from dcpctl.plan.errors import positive_ints
     from dcpctl.plan.errors import UserError
-    from dcpctl.cli.device import resolve_device
+    from dcpctl.launch.device import resolve_device
     dcps = positive_ints(dcp_sizes, "dcp-sizes")
     device = resolve_device(device, ranks_here=tp)
     if any(tp % c for c in dcps):

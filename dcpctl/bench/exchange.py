@@ -85,7 +85,7 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
     import torch
     import torch.multiprocessing as mp
 
-    from dcpctl.cli.options import positive_ints
+    from dcpctl.plan.errors import positive_ints
     from dcpctl.plan.errors import UserError
     if not torch.cuda.is_available() or torch.cuda.device_count() < dcp:
         raise UserError(f"bench exchange needs {dcp} CUDA GPUs (one per DCP rank); this machine has "
@@ -118,7 +118,7 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
 
 
 def _output(doc: dict[str, Any], fmt: str) -> None:
-    from dcpctl.cli import console
+    from dcpctl import console
     if fmt == "json":
         console.write_text(json.dumps(doc, indent=2))
         return

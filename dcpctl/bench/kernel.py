@@ -32,10 +32,9 @@ L2_ROTATE_BYTES = 512 << 20
 FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,64"}
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 PEERS = ("flashinfer", "flashmla")       # the field kernels timed next to ours (bench/kernel_<name>.py)
-# (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Dropped after measuring
-# (docs/benchmarks-kernel.md): the first sweep's losers; 16 warps (64-head blocks 2.3x slower at H=128,
-# 128-head blocks do not compile); lazy rescaling (10-12% slower with 64-head blocks); the warp-specialized
-# TMA loop (no measurable change).
+# (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Not swept: 16 warps (64-head blocks
+# slower, 128-head blocks do not compile), lazy rescaling (slower with 64-head blocks), the warp-specialized TMA
+# loop (no measurable change).
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
     (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False),
@@ -203,7 +202,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
     _progress(f"ceilings {ceil.calibration()}, sustained bf16 {sustained / 1e12:.1f} TFLOP/s")
     pool = Pool(max(batches) * max(contexts), dev, fp8)
     log: list[dict[str, Any]] = []
-    cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h) for h in heads}
+    cfgs = {h: sweep(pool, h, log) if do_sweep else default_config(h, dev) for h in heads}
     peers, notes = _peers(pool, backends)
     cells = []
     for h in heads:
@@ -244,13 +243,14 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
-    """The runtime's automatic choice for this head count (the table in effect: $DCPCTL_ATTENTION_TABLE or the
-    shipped one), with the backends this call timed."""
+    """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
     import torch
-    from dcpctl.plan.attention_table import BACKENDS, Key, decide, load_table
-    key = Key(heads, kv, PAGE, torch.cuda.get_device_name())
+    from dcpctl.plan.attention_table import BACKENDS, Key, decide, table_for
+    from dcpctl.runtime.tuned import gpu
+    name, sm = gpu(torch.device("cuda", torch.cuda.current_device()))
+    key = Key(heads, kv, PAGE, name)
     avail = {b: None if b == "triton" or b in timed else "not timed" for b in BACKENDS}
-    return decide(key, "auto", avail, load_table())
+    return decide(key, "auto", avail, table_for(name, sm))
 
 
 def _side(name: str, pool: Pool) -> Any:
@@ -294,7 +294,7 @@ def _peer_checks(name: str, peer: Any, pool: Pool, heads: int, cfg: Any, log: li
 
 
 def _progress(msg: str) -> None:
-    from dcpctl.cli import console
+    from dcpctl import console
     console.info(msg)
 
 
@@ -322,7 +322,7 @@ def _sustained(c: dict[str, Any]) -> str:
 
 
 def _table(res: dict[str, Any]) -> None:
-    from dcpctl.cli import console
+    from dcpctl import console
     names = res["backends"]
     rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names], f"{c['roofline_us']:.1f}",
              c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"], _sustained(c), _auto(c),
@@ -355,7 +355,7 @@ def _table(res: dict[str, Any]) -> None:
                    "flashinfer, flashmla.")
 @click.option("--save-table", type=click.Path(dir_okay=False), default=None,
               help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
-                   "$DCPCTL_ATTENTION_TABLE=FILE).")
+                   "--attention-table FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--preheat", type=click.FloatRange(0, 10), default=0.0, show_default=True,
               help="Seconds each backend replays a cell before timing it, so every cell is timed at the steady clock "
@@ -394,6 +394,8 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
         _table(res)
     if save_table:
         from dcpctl.bench.kernel_table import table_from_bench, write
+        major, minor = torch.cuda.get_device_capability()
+        res["sm"] = major * 10 + minor
         write(table_from_bench(res, "dcpctl " + " ".join(sys.argv[1:])), Path(save_table))
     if save_calibration:   # after the results are out: a grid that does not determine the fit loses nothing
         from dcpctl.plan.calibrate import fit_kernel, merge_calibration

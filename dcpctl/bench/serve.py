@@ -19,8 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dcpctl.bench.serve_clients import Clients, take
 from dcpctl.bench.serve_load import Item, Sample, metrics, workload
-from dcpctl.cli import console
-from dcpctl.cli.options import positive_ints
+from dcpctl import console
+from dcpctl.plan.errors import positive_ints
 from dcpctl.plan.errors import UserError
 
 

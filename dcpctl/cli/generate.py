@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from dcpctl.cli import console
-from dcpctl.cli.device import device_option, resolve_device
+from dcpctl import console
+from dcpctl.launch.device import device_option, resolve_device
 from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import UserError
@@ -50,7 +50,7 @@ def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str)
 
 
 def settle_device(ctx: click.Context, opts: dict[str, Any], device: str) -> tuple[dict[str, Any], str]:
-    """--device auto made concrete for this plan's ranks on this node (cli/device.py); the hardware follows it
+    """--device auto made concrete for this plan's ranks on this node (device.py); the hardware follows it
     unless --hardware was typed."""
     typed_hw = ctx.get_parameter_source("hardware") == click.core.ParameterSource.COMMANDLINE and opts.get("hardware")
     if device == "auto":

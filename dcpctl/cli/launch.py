@@ -13,7 +13,7 @@ from typing import Any
 import click
 import yaml
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.cli.generate import (SCHEDULE_FLAGS, check_chunk, check_devices, cuda_graph_options, fill_default_model,
                                  resolve_run_options, runtime_options, schedule_options, settle_device,
                                  show_plan_warnings)

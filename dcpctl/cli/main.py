@@ -1,14 +1,13 @@
 """The `dcpctl` command group: registers commands and turns user errors into one line + exit 2."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import click
 
-from dcpctl import __version__
-from dcpctl.cli import console
+from dcpctl import __version__, knobs
+from dcpctl import console
 from dcpctl.plan.errors import UserError
 
 # command name -> "module:function"; imported only when run, so `dcpctl plan` never pulls in torch
@@ -29,7 +28,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as e:
-            if os.environ.get("DCPCTL_DEBUG"):
+            if knobs.get("DCPCTL_DEBUG"):
                 console.err.print_exception(show_locals=True)
             console.error(str(e))
             ctx.exit(2)
@@ -78,14 +77,14 @@ def main(argv: list[str] | None = None) -> Any:
         e.show()
         sys.exit(e.exit_code)
     except UserError as e:
-        if os.environ.get("DCPCTL_DEBUG"):
+        if knobs.get("DCPCTL_DEBUG"):
             console.err.print_exception(show_locals=True)
         console.error(str(e))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as e:  # our bug, not the user's: still one line unless debugging
-        if os.environ.get("DCPCTL_DEBUG"):
+        if knobs.get("DCPCTL_DEBUG"):
             console.err.print_exception(show_locals=True)
         else:
             console.error(f"internal error: {type(e).__name__}: {e} (set DCPCTL_DEBUG=1 for the traceback)")

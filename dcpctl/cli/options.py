@@ -6,11 +6,13 @@ from typing import Any, Callable
 
 import click
 
-from dcpctl.cli import console, vllm_options
+from dcpctl import console
+from dcpctl.cli import vllm_options
 from dcpctl.cli.engine_flags import merge_engine_args, typed_engine_args
+from dcpctl.cli.runtime_options import RUNTIME_KEYS, RUNTIME_OPTIONS
 from dcpctl.plan import request as R
 from dcpctl.plan import vllm_backends
-from dcpctl.plan.errors import UserError
+from dcpctl.plan.errors import UserError, positive_ints  # noqa: F401 (the commands' flag lists)
 from dcpctl.plan.resolve import hub_preset, merge_options, options_from_saved_plan
 
 F = Callable[..., Any]
@@ -71,6 +73,7 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
     click.option("--enable-prefill-cp", is_flag=True, default=None, help="Prefill context parallelism (not with DCP)."),
     *vllm_options.OPTIONS,  # --engine vllm: vLLM's names and aliases
+    *RUNTIME_OPTIONS,
 ]
 
 PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size",
@@ -81,7 +84,7 @@ PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", 
              "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
              "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend",
-             *vllm_options.KEYS)
+             *vllm_options.KEYS, *RUNTIME_KEYS)
 
 
 def plan_options(f: F) -> F:
@@ -150,14 +153,3 @@ def _has_type(t: click.ParamType, value: Any) -> bool:
     if isinstance(t, click.types.FloatParamType):
         return isinstance(value, (int, float))
     return isinstance(value, str)
-
-
-def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:
-    """A comma-separated list of positive integers from a flag (`--batches 1,8,32`); UserError otherwise."""
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--{flag} must be comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise UserError(f"--{flag} needs positive {noun}, got {text!r}")
-    return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.vllm_args import parse_serve
 

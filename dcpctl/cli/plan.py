@@ -8,7 +8,7 @@ from typing import Any
 import click
 import yaml
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
 from dcpctl.cli.options import PLAN_KEYS, collect, plan_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 import yaml
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.plan import presets as P
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options, positive_ints
 from dcpctl.plan.errors import UserError

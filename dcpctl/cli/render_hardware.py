@@ -5,7 +5,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.plan.hardware import FIGURES, Hardware
 
 _UNITS = {"hbm_tbps": ("memory bandwidth", "TB/s"), "bf16_tflops": ("bf16 rate", "TFLOP/s"),

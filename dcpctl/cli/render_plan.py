@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.cli.render_hardware import render_hardware
 from dcpctl.plan.groups import collapse, rank_info
 from dcpctl.plan.planner import Plan

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from dcpctl.contract.fields import LaunchConfigError, parse_section, parse_value, plain
 from dcpctl.contract.limits import ModelLimits, read_model_limits
+from dcpctl.plan.request import DEFAULT_CHUNKED_PREFILL
+from dcpctl.plan.runtime_choices import DEFAULT_BLAS, DEFAULT_DIST_TIMEOUT_S, DEFAULT_FP8_GEMM
 
 Dtype = Literal["float64", "float32", "bfloat16", "float16"]
 Device = Literal["cpu", "cuda"]
@@ -21,10 +23,11 @@ LseBase = Literal["e", "2"]
 AttentionPath = Literal["auto", "paged", "layout"]
 SpecAlgorithm = Literal["STANDALONE"]
 SchedulePolicy = Literal["fcfs"]
+Fp8Gemm = Literal["w8a16", "w8a8"]              # plan/runtime_choices.py FP8_GEMM_CHOICES
+Blas = Literal["cublaslt", "cublas", "keep"]    # plan/runtime_choices.py BLAS_CHOICES
 Groups = tuple[tuple[int, ...], ...]
 
 VERSION = 1
-DEFAULT_CHUNKED_PREFILL = 8192      # tokens per prefill chunk (-1: no chunking); the CLI's default too
 DEFAULT_SERVE_MAX_RUNNING = 64      # concurrent requests when serving and nothing else says
 DEFAULT_MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
 DEFAULT_DECODE_HEADROOM = 20        # SGLang's retract decode steps (SGLANG_RETRACT_DECODE_STEPS)
@@ -71,6 +74,24 @@ class Decisions:
     attention_path: AttentionPath = "auto"
     # the paged path's local attention kernel (--attention-backend; auto: plan/attention_table.py's measured rule)
     attention_backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class RuntimeSection:
+    """Numerics and speed settings the plan decided (plan/runtime_choices.py); each kernel module reads its own."""
+
+    fp8_gemm: Fp8Gemm = DEFAULT_FP8_GEMM            # block-FP8 GEMMs: 16-bit or e4m3 activations
+    blas: Blas = DEFAULT_BLAS                       # torch's BLAS library for the model's GEMMs (CUDA)
+    cublaslt_workspace_kib: int | None = None      # None: torch's own workspace size
+    dist_timeout_s: int = DEFAULT_DIST_TIMEOUT_S    # torch.distributed's collective timeout
+    attention_table: str | None = None             # tuning tables whose entries replace the shipped ones
+    mla_configs: str | None = None
+    gemm16_table: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cublaslt_workspace_kib is not None:
+            _at_least("runtime.cublaslt_workspace_kib", self.cublaslt_workspace_kib, 1)
+        _at_least("runtime.dist_timeout_s", self.dist_timeout_s, 1)
 
 
 @dataclass(frozen=True)
@@ -161,6 +182,7 @@ class LaunchConfig:
     cuda_graph: CudaGraphSection | None = None     # None: no graphs (CPU, PD instances, older files)
     schedule: ScheduleSection | None = None        # None: ScheduleSection's defaults
     disaggregation_mode: Literal["prefill", "decode"] | None = None   # set on a PD instance only
+    runtime: RuntimeSection = RuntimeSection()
     version: int = VERSION
     # Hugging Face facts of the checkpoint (vocab, context, EOS): read once at parse time, never written
     limits: ModelLimits | None = None
@@ -230,6 +252,7 @@ class PDLaunchConfig:
     dist_backend: DistBackend
     world_size: int
     disaggregation: Disaggregation
+    runtime: RuntimeSection = RuntimeSection()
     version: int = VERSION
     limits: ModelLimits | None = None
 
@@ -241,7 +264,7 @@ class PDLaunchConfig:
                                     f"{inst.topology.attn_dp_size}; the bundled PD driver runs one replica per "
                                     "instance (1)")
         return LaunchConfig(self.model, self.device, self.dist_backend, len(inst.ranks), inst.topology, inst.groups,
-                            inst.decisions, inst.kv, disaggregation_mode=mode, version=self.version,
+                            inst.decisions, inst.kv, disaggregation_mode=mode, runtime=self.runtime, version=self.version,
                             limits=self.limits)
 
     def to_dict(self) -> dict[str, Any]:
@@ -274,5 +297,5 @@ def _check_version(version: int) -> None:
 
 
 __all__ = ["DEFAULT_CHUNKED_PREFILL", "DEFAULT_SERVE_MAX_RUNNING", "Decisions", "GroupsSection", "HiCacheSection",
-           "KVSection", "LaunchConfig", "LaunchConfigError", "ModelLimits", "ModelSection", "PDLaunchConfig",
+           "KVSection", "LaunchConfig", "LaunchConfigError", "ModelLimits", "ModelSection", "PDLaunchConfig", "RuntimeSection",
            "SpeculativeSection", "TopologySection", "parse_launch_config", "parse_value", "read_launch_config"]

@@ -6,8 +6,8 @@ from typing import get_args
 
 from dcpctl.contract.fields import parse_value
 from dcpctl.contract.launch_config import (CommBackend, Decisions, Dtype, GroupsSection, HiCacheSection, KVSection,
-                                           LaunchConfig, ModelSection, SpecAlgorithm, SpeculativeSection,
-                                           TopologySection)
+                                           LaunchConfig, ModelSection, RuntimeSection, SpecAlgorithm,
+                                           SpeculativeSection, TopologySection)
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
 
@@ -41,7 +41,15 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         groups=parse_value(GroupsSection, plan.groups, "groups"),
         decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value), d["lse_base"].value,
                             attention_backend=plan.request.attention_backend),
-        kv=kv, speculative=speculative_section(plan), hicache=hicache)
+        kv=kv, speculative=speculative_section(plan), hicache=hicache, runtime=runtime_section(plan))
+
+
+def runtime_section(plan: Plan) -> RuntimeSection:
+    """launch config `runtime`: the plan's numerics and speed decisions (plan/runtime_choices.py)."""
+    d = plan.decisions
+    return RuntimeSection(d["fp8_gemm"].value, d["blas"].value, d["cublaslt_workspace_kib"].value,
+                          d["dist_timeout"].value, d["attention_table"].value, d["mla_configs"].value,
+                          d["gemm16_table"].value)
 
 
 def _check_runtime_supports(plan: Plan, dtype: str) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from dcpctl.launch.export_common import env_prefix, hardware_env
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.vllm import VLLM_VERSION
 
 if TYPE_CHECKING:
-    from dcpctl.launch.exports import ExportOptions
+    from dcpctl.launch.export_common import ExportOptions
     from dcpctl.plan.planner import Plan
 
 
@@ -56,8 +57,7 @@ def _if(cond: bool, flag: str, value: object) -> list[str]:
 
 def export_vllm(plan: "Plan", opts: "ExportOptions") -> dict[str, str]:
     """One script per node."""
-    from dcpctl.launch.exports import _env_prefix, hardware_env
-    env = _env_prefix(hardware_env(plan))
+    env = env_prefix(hardware_env(plan))
     n = plan.request.topology.nnodes
     return {f"node-{i}.sh": f"#!/usr/bin/env bash\n# vLLM {VLLM_VERSION} serving node {i} of {n}"
             f"{'' if i == 0 else ' (headless)'}\n{env}{shlex.join(vllm_args(plan, opts, i))}\n" for i in range(n)}

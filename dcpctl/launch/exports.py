@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from dcpctl.launch.export_common import ExportOptions, env_prefix, hardware_env
 from dcpctl.launch.targets import carried, check_sglang_target, typed_dests
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
@@ -23,21 +24,6 @@ from dcpctl.plan.sglang_args import sglang_table
 
 FORMATS = ("sglang", "vllm", "torchrun", "slurm", "k8s")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
-MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    model_path: str  # what the serving nodes load (a path on the cluster or a hub id)
-    dist_init_addr: str = "NODE0_ADDR:5000"
-    port: int = 30000
-    launch_config: str = "launch.yaml"  # torchrun export: the rendered config, next to node-N.sh
-    image: str = "lmsysorg/sglang:latest"
-
-
-def hardware_env(plan: Plan) -> dict[str, str]:
-    """Environment the hardware needs: MNNVL fabrics need NCCL's multi-node NVLink path."""
-    return dict(MNNVL_ENV) if plan.request.hardware.mnnvl and plan.request.topology.nnodes > 1 else {}
 
 
 def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> list[str]:
@@ -105,10 +91,6 @@ def _cache_args(plan: Plan) -> list[str]:
     return a
 
 
-def _env_prefix(env: dict[str, str]) -> str:
-    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
-
-
 def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     """One script per node; with PD disaggregation, the peer side's nodes and the router too."""
     check_sglang_target(plan, "sglang")
@@ -120,7 +102,7 @@ def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 def _sglang_nodes(plan: Plan, opts: ExportOptions, role: str) -> dict[str, str]:
     prefix = "" if role == "null" else f"{role}-"
-    env = _env_prefix(hardware_env(plan))
+    env = env_prefix(hardware_env(plan))
     return {f"{prefix}node-{i}.sh": f"#!/usr/bin/env bash\n# {role if role != 'null' else 'serving'} node {i} of "
             f"{plan.request.topology.nnodes}\n{env}{shlex.join(sglang_args(plan, opts, i))}\n"
             for i in range(plan.request.topology.nnodes)}
@@ -172,7 +154,7 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     files = {opts.launch_config: yaml.safe_dump(cfg, sort_keys=False, default_flow_style=None),
              "serve.json": json.dumps({k: v for k, v in serve.items() if v is not None}, indent=1) + "\n"}
     env = (f'DCPCTL_LAUNCH_CONFIG="$HERE/{opts.launch_config}" DCPCTL_SERVE="$HERE/serve.json" '
-           + _env_prefix({**SAFE_ENV, **hardware_env(plan)}))
+           + env_prefix({**SAFE_ENV, **hardware_env(plan)}))
     for i in range(t.nnodes):
         rdzv = ["--standalone"] if t.nnodes == 1 else [
             f"--node-rank={i}", "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}", "--rdzv-id=dcpctl"]

@@ -1,7 +1,7 @@
 """How many HTTP worker processes serve the port (`--tokenizer-worker-num`, SGLang's name), decided once.
 
-One worker process streams at most ~14k tokens a second on the H200 machine's CPUs (benchmarks/http_overhead.py:
-a fake 1.1 ms step, 32 streams, 68 us of CPU per streamed token; docs/benchmarks-serve.md); past that the stream
+One worker process streams at most ~14k tokens a second on the H200 machine's CPUs (tools/http_overhead.py:
+a fake 1.1 ms step, 32 streams, 68 us of CPU per streamed token; docs/benchmarks.md); past that the stream
 arrives in bursts.  A CUDA step is ~1 ms, so on --device cuda the default is one worker per 8 running requests,
 at most 4 and at most a quarter of the machine's CPUs: at 32 streams of that step 2 workers held ITL p50 / p90 at
 1.17 / 2.49 ms, 4 workers at 1.18 / 1.62 ms.  On CPU a step takes tens of milliseconds: one worker.

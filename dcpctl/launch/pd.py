@@ -54,7 +54,8 @@ def render_pd_launch_config(prefill: Plan, decode: Plan, model_path: str | Path,
                             f"has {cfg.topology.attn_dp_size}")
     first = pre.world_size
     return PDLaunchConfig(pre.model, pre.device, pre.dist_backend, first + dec.world_size,
-                          Disaggregation(path, _instance(pre, 0), _instance(dec, first)))  # type: ignore[arg-type]
+                          Disaggregation(path, _instance(pre, 0), _instance(dec, first)),  # type: ignore[arg-type]
+                          runtime=dec.runtime)   # one process world: the decode plan's settings
 
 
 def peer_plan(plan: Plan) -> Plan:

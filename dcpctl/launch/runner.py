@@ -20,7 +20,8 @@ from typing import Any, Callable
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dcpctl.cli import console
+from dcpctl import knobs
+from dcpctl import console
 from dcpctl.launch.torchrun import runtime_env, torchrun_argv
 from dcpctl.runtime.lifeline import LAUNCHER_PID, parent_death_hook
 
@@ -107,7 +108,7 @@ class StderrLog:
 
 def child_env(env: dict[str, str]) -> dict[str, str]:
     """torchrun's environment: ours, the runtime's variables, and this launcher's pid for the ranks to watch."""
-    return {**os.environ, **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
+    return {**knobs.environ(), **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
 
 
 class Bars:
@@ -135,7 +136,7 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
     """Start every rank of this node and wait; raise RuntimeFailed with the first rank error."""
     argv = torchrun_argv(cfg)
     full_env = child_env(env)
-    log = StderrLog(debug=bool(os.environ.get("DCPCTL_DEBUG")))
+    log = StderrLog(debug=bool(knobs.get("DCPCTL_DEBUG")))
     with Bars(quiet) as bars:
         proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=parent_death_hook())
@@ -170,7 +171,7 @@ class ServeProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str], on_progress: Callable[..., None] | None = None) -> None:
         self.on_progress = on_progress   # called with (what, done, total) from the reader thread
-        debug = bool(os.environ.get("DCPCTL_DEBUG"))
+        debug = bool(knobs.get("DCPCTL_DEBUG"))
         self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, preexec_fn=parent_death_hook())
         self.url: str | None = None

@@ -1,7 +1,8 @@
 """Which local MLA decode backend the bundled runtime runs: one rule per (kernel heads, KV dtype, page size, GPU).
 
-The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one; the shipped default
-is dcpctl/data/attention/h200.json, or $DCPCTL_ATTENTION_TABLE): per measured cell (batch, local context) the
+The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one): the GPU's attention
+tuning table (dcpctl/tuning/attention, by dcpctl.tuning's device rule), or the file of --attention-table; per
+measured cell (batch, local context) the
 backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
 (log distance in batch and context), so the choice is per cell, not one backend for every shape.
 `--attention-backend flashmla|flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
@@ -19,22 +20,18 @@ import functools
 import importlib.util
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dcpctl import tuning
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.request import PlanRequest
 
 BACKENDS = ("triton", "flashinfer", "flashmla")
 FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
-TABLE_ENV = "DCPCTL_ATTENTION_TABLE"
-SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"     # flashinfer_setup: FlashInfer from its source release
-FLASHMLA_SDIST_ENV = "DCPCTL_FLASHMLA_SDIST"   # flashmla_setup: FlashMLA built from its source tree
 FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel reads
 KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
-DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "data" / "attention" / "h200.json"
 
 
 @dataclass(frozen=True)
@@ -85,14 +82,17 @@ def _k(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-def same_device(a: str, b: str) -> bool:
-    strip = lambda s: s.lower().removeprefix("nvidia ").strip()  # noqa: E731
-    return strip(a) == strip(b)
+def table_for(device: str, sm: int | None, override: str | None = None) -> dict[str, Any]:
+    """The table in effect for a GPU: the file of --attention-table, else the GPU's tuning table (none: no cells)."""
+    if override:
+        return load_table(override)
+    t = tuning.load("attention", device, sm)
+    return {"source": f"the attention tuning table: {t.how}", "cells": t.data["cells"] if t.data else []}
 
 
-def load_table(path: str | Path | None = None) -> dict[str, Any]:
-    """A table: {"source": ..., "cells": [{heads, kv_dtype, page_size, device, batch, ctx, us: {backend: us}}]}."""
-    path = Path(path or os.environ.get(TABLE_ENV) or DEFAULT_TABLE)
+def load_table(path: str | Path) -> dict[str, Any]:
+    """A table file: `dcpctl bench kernel --save-table`'s (its `data`: {"cells": [{heads, kv_dtype, page_size,
+    device, batch, ctx, us: {backend: us}}]})."""
     try:
         return _read(str(path))
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -103,6 +103,7 @@ def load_table(path: str | Path | None = None) -> dict[str, Any]:
 @functools.lru_cache(maxsize=8)
 def _read(path: str) -> dict[str, Any]:
     doc = json.loads(Path(path).read_text())
+    doc = {"source": f"{path} (measured on {doc['device']}, commit {doc['commit']})", "cells": doc["data"]["cells"]}
     for c in doc["cells"]:
         if not all(k in c for k in ("heads", "kv_dtype", "page_size", "device", "batch", "ctx", "us")):
             raise ValueError(f"a cell lacks a field: {c}")
@@ -124,7 +125,7 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
         return Rule(key, (), usable[0], f"--attention-backend {requested} asked for, but {why}")
     ask = "" if requested == "auto" else f"--attention-backend {requested} is not a bundled-runtime kernel; "
     mine = [c for c in table["cells"] if c["heads"] == key.heads and c["kv_dtype"] == key.kv_dtype
-            and c["page_size"] == key.page_size and same_device(c["device"], key.device)]
+            and c["page_size"] == key.page_size]
     timed = [(c["batch"], c["ctx"], {b: c["us"][b] for b in usable if c["us"].get(b) is not None}) for c in mine]
     timed = [t for t in timed if t[2]]
     src = table.get("source", "the measured table")
@@ -145,20 +146,21 @@ def flashinfer_installed() -> bool:
     return spec is not None and spec.origin not in (None, "namespace")
 
 
-def flashinfer_missing() -> str | None:
-    """Why FlashInfer cannot be imported here (without importing it), or None."""
-    if flashinfer_installed() or os.environ.get(SDIST_ENV):
-        return None
-    return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
-
-
-def flashmla_missing(page_size: int | None = None) -> str | None:
-    """Why FlashMLA cannot run here, from facts known without a GPU (its build source, the page size), or None."""
+def flashmla_page_blocker(page_size: int | None) -> str | None:
+    """Why FlashMLA's kernel cannot read this page size, or None."""
     if page_size is not None and page_size != FLASHMLA_PAGE:
         return f"page size {page_size}: FlashMLA's kernel reads pages of {FLASHMLA_PAGE} rows only"
-    if not os.environ.get(FLASHMLA_SDIST_ENV):
-        return f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV})"
     return None
+
+
+def plan_available(page_size: int) -> dict[str, str | None]:
+    """The backends the plan's rule weighs: ours, FlashInfer where installed as a package, never FlashMLA (built
+    from source at run time); the runtime weighs what it finds and says its own rule once."""
+    fi = None if flashinfer_installed() else ("FlashInfer is not installed as a package (pip install "
+                                              "'dcpctl[flashinfer]'; a source build is found at run time)")
+    return {"triton": None, "flashinfer": fi,
+            "flashmla": flashmla_page_blocker(page_size) or "FlashMLA is built from source at run time "
+                                                           "(docs/generate.md), outside the plan's rule"}
 
 
 def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
@@ -167,6 +169,6 @@ def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str,
     if hw.device != "cuda":
         return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
     key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
-    avail = {"triton": None, "flashinfer": flashinfer_missing(), "flashmla": flashmla_missing(page_size)}
-    rule = decide(key, req.attention_backend, avail, load_table())
+    table = table_for(hw.gpu_name, hw.sm, req.attention_table)
+    rule = decide(key, req.attention_backend, plan_available(page_size), table)
     return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcpctl.plan import attention_table, kernels, speculative
+from dcpctl.plan import attention_table, kernels, runtime_choices, speculative
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.kernels import is_kimi_k3
 from dcpctl.plan.request import PlanRequest
@@ -66,6 +66,8 @@ def decide(req: PlanRequest) -> Decisions:
     d.items["symmetric_memory"] = _symm_mem(req)
     d.items["lse_base"] = Decision("e", "the bundled runtime's own kernels return natural-log LSE (FlashInfer's "
                                         "base 2 is tagged so); the merge converts any base-2 partial before combining")
+    for name, (value, why) in runtime_choices.decide(req).items():
+        d.items[name] = Decision(value, why)
     _check_backend_rules(req, d)
     kernels.check(req, kernel, d.value("kv_cache_dtype"), d.violations.append)
     return d

@@ -25,3 +25,14 @@ def divisors(n: int) -> list[int]:
 
 class ConfigError(UserError):
     """A config.json that describes no model dcpctl knows (plan/hf_config.py); one sentence naming the file."""
+
+
+def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:
+    """A comma-separated list of positive integers from a flag (`--batches 1,8,32`); UserError otherwise."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--{flag} must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise UserError(f"--{flag} needs positive {noun}, got {text!r}")
+    return out

@@ -129,9 +129,8 @@ def _measured_page(req: PlanRequest, kv: str) -> tuple[int, str] | None:
         return None
     heads = req.model.num_heads // t.attn_tp * t.dcp_size
     kv_name = attention_table.KV_NAMES.get(kv, kv)
-    pages = sorted({c["page_size"] for c in attention_table.load_table()["cells"]
-                    if c["heads"] == heads and c["kv_dtype"] == kv_name and attention_table.same_device(c["device"],
-                                                                                                      hw.gpu_name)})
+    cells = attention_table.table_for(hw.gpu_name, hw.sm, req.attention_table)["cells"]   # this GPU's table
+    pages = sorted({c["page_size"] for c in cells if c["heads"] == heads and c["kv_dtype"] == kv_name})
     if not pages:
         return None
     page = attention_table.FLASHMLA_PAGE if attention_table.FLASHMLA_PAGE in pages else pages[-1]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
+from dcpctl.plan.request import DEFAULT_CHUNKED_PREFILL
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.model import DTYPE_BYTES, ModelSpec
 from dcpctl.plan.request import PlanRequest

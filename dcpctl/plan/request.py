@@ -7,6 +7,8 @@ from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.topology import Topology
 
+DEFAULT_CHUNKED_PREFILL = 8192      # tokens per prefill chunk (-1: no chunking); the CLI's and the launch config's default
+
 COMM_BACKENDS = ("ag_rs", "a2a", "fi_a2a")
 KV_DTYPES = ("auto", "bf16", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")  # float*: CPU only
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
@@ -48,3 +50,11 @@ class PlanRequest:
     prefill_context_parallel_size: int = 1
     cp_kv_cache_interleave_size: int | None = None
     engine_args: tuple[tuple[str, ...], ...] = ()  # `sglang serve` flags passed through, one token tuple per flag
+    # the bundled runtime's numerics and speed settings (plan/runtime_choices.py; None: decided)
+    fp8_gemm: str | None = None
+    blas: str | None = None
+    cublaslt_workspace_kib: int | None = None
+    dist_timeout: int | None = None
+    attention_table: str | None = None    # tuning tables that replace the shipped ones (FILE)
+    mla_configs: str | None = None
+    gemm16_table: str | None = None

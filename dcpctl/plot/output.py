@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from dcpctl.cli import console
+from dcpctl import console
 from dcpctl.plan.errors import UserError
 
 FORMATS = {".png": "png", ".svg": "svg"}

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Callable
 
+from dcpctl import knobs
+
 LAUNCHER_PID = "DCPCTL_LAUNCHER_PID"
 PR_SET_PDEATHSIG = 1
 GRACE_S = 3.0      # after the launcher is gone: time for rank 0's clean shutdown before a hard exit
@@ -51,7 +53,7 @@ def hold_on() -> None:
     prctl = _prctl()
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    pid = os.environ.get(LAUNCHER_PID, "")
+    pid = knobs.raw(LAUNCHER_PID)
     if pid.isdigit():
         threading.Thread(target=_watch, args=(int(pid),), name="dcpctl-lifeline", daemon=True).start()
 

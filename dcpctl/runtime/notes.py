@@ -5,8 +5,9 @@ Under the launcher ($DCPCTL_LAUNCH_CONFIG set: `dcpctl generate/launch` under to
 Elsewhere (benchmarks, tests, a process of its own) rank 0 prints `dcpctl: TEXT` on stderr."""
 from __future__ import annotations
 
-import os
 import sys
+
+from dcpctl import knobs
 
 PREFIX = "dcpctl-note "
 _sent: set[str] = set()
@@ -16,7 +17,7 @@ def note_once(text: str) -> None:
     if text in _sent:
         return
     _sent.add(text)
-    if os.environ.get("DCPCTL_LAUNCH_CONFIG"):
+    if knobs.is_set("DCPCTL_LAUNCH_CONFIG"):
         stderr_line(PREFIX + text)
     elif _rank() == 0:
         stderr_line(f"dcpctl: {text}")
@@ -33,4 +34,4 @@ def _rank() -> int:
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    return int(os.environ.get("RANK", 0))    # torchrun sets it before the process group exists
+    return int(knobs.get("RANK"))  # type: ignore[arg-type]    # torchrun sets it before the process group exists

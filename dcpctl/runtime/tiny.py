@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from dcpctl import knobs
 from dcpctl.runtime.models.config import MlaConfig, parse_config
 from dcpctl.runtime.tokenizer import ByteTokenizer
 
@@ -140,7 +141,7 @@ def _fresh(target: Path) -> bool:
 
 
 def default_tiny_dir() -> Path:
-    root = os.environ.get("DCPCTL_CACHE")
+    root = knobs.get("DCPCTL_CACHE")
     return (Path(root) if root else Path.home() / ".cache" / "dcpctl") / "tiny-deepseek"
 
 

@@ -13,7 +13,6 @@ Errors: one line on stderr prefixed with the rank, exit status 1.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from datetime import timedelta
@@ -23,9 +22,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dcpctl import knobs
 from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.contract.launch_config import LaunchConfig, PDLaunchConfig, read_launch_config
 from dcpctl.contract.serve import read_serve_options
+from dcpctl.runtime import settings
 from dcpctl.runtime.boot import build_state, load_target, progress_lines
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.notes import stderr_line
@@ -50,22 +51,23 @@ def run_worker(cfg: LaunchConfig | PDLaunchConfig, requests: list, model: Any = 
 
 
 def _env(name: str) -> str:
-    if name not in os.environ:
+    if not knobs.is_set(name):
         raise LaunchConfigError(f"environment variable {name} is not set")
-    return os.environ[name]
+    return knobs.raw(name)
 
 
 def main() -> int:
     from dcpctl.runtime.lifeline import hold_on
-    rank = os.environ.get("RANK", "?")
+    rank = knobs.raw("RANK") or "?"
     hold_on()  # exit when the launcher or torchrun dies (docs/launch.md)
     try:
         cfg = read_launch_config(_env("DCPCTL_LAUNCH_CONFIG"))  # parsed once; typed sections from here on
-        serve_opts = read_serve_options(os.environ["DCPCTL_SERVE"]) if "DCPCTL_SERVE" in os.environ else None
+        serve_opts = read_serve_options(knobs.raw("DCPCTL_SERVE")) if knobs.is_set("DCPCTL_SERVE") else None
         requests = json.loads(Path(_env("DCPCTL_REQUESTS")).read_text()) if serve_opts is None else []
         if cfg.device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        timeout = timedelta(seconds=float(os.environ.get("DCPCTL_DIST_TIMEOUT", 600)))
+            torch.cuda.set_device(int(knobs.get("LOCAL_RANK")))  # type: ignore[arg-type]
+        settings.use(cfg.runtime)     # the plan's numerics and speed settings, for every kernel module
+        timeout = timedelta(seconds=cfg.runtime.dist_timeout_s)
         dist.init_process_group(cfg.dist_backend, timeout=timeout)
         if serve_opts is not None:
             if not isinstance(cfg, LaunchConfig):
@@ -77,7 +79,7 @@ def main() -> int:
             Path(_env("DCPCTL_RESULT")).write_text(json.dumps(result))
         return 0
     except Exception as e:  # one line per rank; DCPCTL_DEBUG=1 for the traceback
-        if os.environ.get("DCPCTL_DEBUG") == "1":
+        if knobs.get("DCPCTL_DEBUG"):
             traceback.print_exc()
         msg = " ".join(str(e).split())
         stderr_line(f"[rank {rank}] {type(e).__name__}: {msg}")

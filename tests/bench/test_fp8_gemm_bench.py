@@ -1,4 +1,4 @@
-"""benchmarks/fp8_gemm.py's CPU half: the TABLE / GEMV_TABLE literal its sweep's timings make."""
+"""benchmarks/fp8_gemm.py's CPU half: the fp8_gemm tuning table its sweep's timings make."""
 import importlib.util
 from pathlib import Path
 
@@ -19,8 +19,9 @@ def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_m
             row(16, [(BEFORE_TILES, 12.0), (a, 14.0), (b, 11.0)], b),   # b: 18 us in all, a: 20
             row(64, [(BEFORE_TILES, 20.0), (wide, 15.0)], wide),
             row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576)]      # the MMA kernel faster: None
-    text = bench.table(rows)
-    assert f"(7168, 2048): ((64, {wide!r}),)," in text
-    assert f"(7168, 2048): {b!r},   # beats every MMA setting timed at M = [1, 16]" in text
-    assert f"(576, 2048): None,   # the MMA kernel was faster at every M swept; best few-rows: {a!r}" in text
+    data = bench.table(rows)
+    assert data["dense"] == {"7168,2048": [[64, {"bn": 128}]]}
+    assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1, 16
+    from dcpctl.runtime.models.fp8_tiles import parse
+    assert parse(data, "t").dense == {(7168, 2048): ((64, wide),)} and parse(data, "t").gemv[(7168, 2048)] == b
     assert bench.tiles_of(bench.tiles_dict(b)) == b and bench.tiles_of(bench.tiles_dict(wide)) == wide

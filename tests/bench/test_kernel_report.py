@@ -1,13 +1,6 @@
-"""bench kernel's report and benchmarks/flashmla_summary.py on made-up results (no GPU): the sustained-ceiling
-fraction is printed for the fastest backend, and the summary's target cells are B x ctx >= 512K at ctx >= 8K."""
-import json
-import sys
-from pathlib import Path
-
+"""bench kernel's report on made-up results (no GPU): the sustained-ceiling fraction is printed for the fastest
+backend."""
 from dcpctl.bench import kernel
-from dcpctl.bench.kernel_table import table_from_bench, write
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cell(heads, ctx, batch, us):   # us: {backend: time}; roofline 100 us (burst) and 120 us (sustained)
@@ -30,21 +23,3 @@ def test_report_prints_the_sustained_fraction_of_the_fastest(capsys):
     assert "sustained 670.0" in out and "0.80" in out      # 120 / 150: the fastest's sustained fraction
     assert "0.67" in out and "0.50" in out                 # burst fractions: flashmla 100/150, ours 100/200
     assert "0.60" not in out                               # ours' sustained fraction (120/200) is not shown
-
-
-def test_summary_target_cells_and_sustained_minimum(tmp_path, monkeypatch):
-    cells = [_cell(128, 131072, 32, {"triton": 200.0, "flashmla": 150.0}),   # a target cell
-             _cell(128, 1024, 64, {"triton": 400.0, "flashmla": 500.0}),     # 64K tokens: not one
-             _cell(128, 4096, 256, {"triton": 400.0, "flashmla": 500.0})]    # 1M tokens, but ctx < 8K: not one
-    res = _res(cells)
-    (tmp_path / "kernel_h128.json").write_text(json.dumps(res))
-    write(table_from_bench(res, "dcpctl bench kernel"), tmp_path / "table_h128.json")
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    sys.modules.pop("flashmla_summary", None)
-    import flashmla_summary
-    flashmla_summary.main(tmp_path)
-    doc = json.loads((tmp_path / "summary.json").read_text())
-    assert [r["big"] for r in doc["rows"]] == [True, False, False]
-    m = doc["min_fraction_big_cells"]["128"]
-    assert round(m["best"], 3) == round(100 / 150, 3) and round(m["best_sustained"], 3) == 0.8
-    assert (tmp_path / "table_all.json").exists()

@@ -62,6 +62,10 @@ FLAG_VALUES = {
     "max_model_len": INTS, "max_num_seqs": INTS,
     "gpu_memory_utilization": st.sampled_from(["0.5", "0", "1.5", "nan", "x"]),
     **{k: INTS for k in VLLM_ALIASES},
+    "fp8_gemm": st.sampled_from(["w8a16", "w8a8", "fp4"]), "blas": st.sampled_from(["cublaslt", "keep", "rocblas"]),
+    "cublaslt_workspace_kib": INTS, "dist_timeout": INTS,
+    "attention_table": st.sampled_from(["/nonexistent.json", "."]), "mla_configs": st.sampled_from(["/nonexistent"]),
+    "gemm16_table": st.sampled_from(["/nonexistent", "."]),
 }
 FLAGS = {"enable_dp_attention": "--enable-dp-attention", "enable_hierarchical_cache": "--enable-hierarchical-cache",
          "enable_prefill_cp": "--enable-prefill-cp", "enable_expert_parallel": "-ep"}

@@ -4,7 +4,7 @@ import io
 import pytest
 from rich.console import Console
 
-from dcpctl.cli import console
+from dcpctl import console
 
 COLS = ["choice", "fits", "max conc.", "step attn (ms)", "kv read (us)", "compute (us)", "gemm (us)",
         "exchange (us)", "tok/s"]

@@ -10,7 +10,7 @@ from dcpctl.plan.detect import Gpu, Probe
 
 H200 = Probe((Gpu(0, "NVIDIA H200", 140.4, 90, "GPU-a"),), "nvml", fabric_state="not supported")
 H200_NVL = Probe((Gpu(0, "NVIDIA H200 NVL", 140.4, 90, "GPU-a"),), "nvml")   # no profile has this part
-CAL = str(Path(__file__).parents[2] / "benchmarks" / "data" / "h200_calibration.yaml")
+CAL = str(Path(__file__).parents[2] / "benchmarks" / "data" / "calibration_h200.yaml")
 KIMI = ["--model-preset", "kimi-linear-48b-a3b", "--tp-size", "1", "--context-len", "32768", "--concurrency", "8"]
 
 

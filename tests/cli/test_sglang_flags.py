@@ -7,7 +7,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from dcpctl.cli.device import resolve_device
+from dcpctl.launch.device import resolve_device
 from dcpctl.cli.main import cli
 from dcpctl.plan.sglang_args import sglang_table
 

@@ -15,11 +15,14 @@ from tests.runtime.interp import patch_index
 
 patch_index()
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, GEMV_TABLE, MODES, TABLE,  # noqa: E402
-                                            DEQUANT, PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES, TABLE_A16,
+from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, MODES,  # noqa: E402
+                                            DEQUANT, PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES,
                                             GemvTiles, Tiles, fp8_matmul, quantize_rows)
+from dcpctl.runtime.models.fp8_tiles import tables_for  # noqa: E402
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
+H200 = tables_for("NVIDIA H200", 90)     # every measured setting runs here too
+TABLE, TABLE_A16, GEMV_TABLE = H200.dense, H200.dense_a16, H200.gemv
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True),

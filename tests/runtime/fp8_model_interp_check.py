@@ -6,7 +6,6 @@ off by 3e9 relative), while its fp16 and fp32 dots are right; the GPU tests run 
 prompts through 3 layers (one dense, two MoE): w8a16 is the twin's arithmetic but for fp32 sum order and the fp16
 rounding of each dequantized weight, so it must stay within W8A16_BOUND; w8a8 adds the 1x64 e4m3 activation
 quantization, which must show (above W8A8_FLOOR), so the method really switched."""
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -16,7 +15,9 @@ from tests.runtime.interp import patch_index
 
 patch_index()
 
-from dcpctl.runtime.models import fp8_parts, load_model  # noqa: E402
+from dcpctl.contract.launch_config import RuntimeSection  # noqa: E402
+from dcpctl.runtime import settings  # noqa: E402
+from dcpctl.runtime.models import load_model  # noqa: E402
 from dcpctl.runtime.models.quant import Fp8Weight  # noqa: E402
 from dcpctl.runtime.tiny import write_tiny_model  # noqa: E402
 from tests.runtime.ref_context import greedy_run  # noqa: E402
@@ -29,8 +30,7 @@ PROMPTS = [[256, 72, 101, 108, 108, 111], [256, 5, 9, 200]]
 
 
 def error(path: Path, mode: str) -> float:
-    os.environ[fp8_parts.MODE_ENV] = mode
-    fp8_parts.activation_mode.cache_clear()
+    settings.use(RuntimeSection(fp8_gemm=mode))
     models = [load_model(path, fake_state(1, 0), False, torch.float16, "cpu", keep_fp8=k) for k in (True, False)]
     assert isinstance(models[0].layers[0].attn.q_b, Fp8Weight) and not isinstance(models[1].layers[0].attn.q_b,
                                                                                       Fp8Weight)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dcpctl.bench.kernel_table import table_from_bench, write
-from dcpctl.plan.attention_table import Key, decide, load_table
+from dcpctl.plan.attention_table import Key, decide, load_table, table_for
 from dcpctl.plan.errors import UserError
 from dcpctl.runtime.attention import flashinfer_mla, flashinfer_setup
 from dcpctl.runtime.attention.layout import SeqChunk
@@ -30,7 +30,7 @@ BOTH = {"triton": None, "flashinfer": None}
 
 
 def test_shipped_table_picks_per_cell():
-    rule = decide(Key(16, "bf16", 64, "NVIDIA H200"), "auto", BOTH, load_table())
+    rule = decide(Key(16, "bf16", 64, "NVIDIA H200"), "auto", BOTH, table_for("NVIDIA H200", 90))
     assert rule.fixed is None and rule.pick(64, 128 * 1024) == "flashinfer"
     cells = {(b, c): w for b, c, w in rule.cells}
     assert len(cells) == 28 and rule.pick(1, 32 * 1024) == cells[(1, 32768)] == "triton"
@@ -38,8 +38,17 @@ def test_shipped_table_picks_per_cell():
     assert rule.summary().startswith("flashinfer (triton at B=1") and "measured" in rule.reason
 
 
+def test_the_device_rule_for_the_attention_table():
+    h200 = table_for("NVIDIA H200", 90)
+    assert len(h200["cells"]) == 84 and h200["source"].startswith("the attention tuning table: measured on this GPU")
+    assert table_for("NVIDIA H100 80GB HBM3", 90)["cells"] == h200["cells"]        # the nearest sm_90 table
+    assert table_for("NVIDIA B200", 100)["cells"] == []                            # none: ours, said so
+    rule = decide(Key(128, "bf16", 64, "NVIDIA B200"), "auto", BOTH, table_for("NVIDIA B200", 100))
+    assert rule.fixed == "triton" and "no attention table for NVIDIA B200 or another sm_100 GPU" in rule.reason
+
+
 def test_rule_requests_and_fallbacks():
-    t = load_table()
+    t = table_for("NVIDIA H200", 90)
     assert decide(H200, "triton", BOTH, t).fixed == "triton"
     assert decide(H200, "torch_native", BOTH, t).fixed == "torch"
     gone = decide(H200, "flashinfer", {"triton": None, "flashinfer": "FlashInfer is not installed"}, t)
@@ -61,7 +70,9 @@ def test_table_round_trip(tmp_path):
     rule = decide(Key(16, "bf16", 64, "h200"), "auto", BOTH, load_table(path))
     assert (rule.pick(1, 8192), rule.pick(48, 8192)) == ("triton", "flashinfer")
     assert rule.summary() == "triton (flashinfer at B=64 ctx=8K)"
-    path.write_text("{}")
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(UserError, match="not a table"):
+        load_table(tmp_path / "empty.json")
     with pytest.raises(UserError, match="not a table"):
         load_table(tmp_path / "missing.json")
 

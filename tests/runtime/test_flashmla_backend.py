@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from dcpctl.bench.kernel_table import table_from_bench, write
-from dcpctl.plan.attention_table import Key, decide, flashmla_missing, load_table
+from dcpctl.plan.attention_table import Key, decide, load_table
+from dcpctl.runtime.attention.flashmla_setup import flashmla_missing
 from dcpctl.runtime.attention import flashmla, flashmla_setup
 from dcpctl.runtime.attention.merge import merge_stacked
 from tests.runtime.shards import rank_shards, unsplit
@@ -58,14 +59,17 @@ def test_measured_choice_with_three_backends(tmp_path):
     assert "flashmla: not known to this runtime" in decide(key, "auto", {"triton": None, "flashinfer": None}, t).reason
 
 
-def test_plan_says_why_flashmla_is_out(monkeypatch):
+def test_plan_says_why_flashmla_is_out_whatever_the_environment(monkeypatch):
     from click.testing import CliRunner
     from dcpctl.cli.main import cli
+    args = ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+            "--page-size", "64", "--format", "json"]
     monkeypatch.delenv("DCPCTL_FLASHMLA_SDIST", raising=False)
-    r = CliRunner().invoke(cli, ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8",
-                                 "--dcp-size", "8", "--page-size", "64", "--format", "json"])
-    d = json.loads(r.stdout)["decisions"]["local_attention_backend"]
-    assert "flashmla: FlashMLA is not built here" in d["reason"], d
+    bare = CliRunner().invoke(cli, args).stdout
+    d = json.loads(bare)["decisions"]["local_attention_backend"]
+    assert "flashmla: FlashMLA is built from source at run time" in d["reason"], d
+    monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", "/x/flashmla.tar.gz")   # the runtime's build source, not the plan's
+    assert CliRunner().invoke(cli, args).stdout == bare
 
 
 def _tar(path, top, files):
@@ -179,8 +183,8 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
     from dcpctl.runtime.attention import backend_choice
     from dcpctl.runtime.attention.layout import SeqChunk
     t = _table(tmp_path)
-    monkeypatch.setattr(backend_choice, "load_table", lambda: t)
-    monkeypatch.setattr(backend_choice, "_device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(backend_choice, "table_for", lambda device, sm, override=None: t)
+    monkeypatch.setattr(backend_choice, "_gpu", lambda device: ("NVIDIA H200", 90))
     monkeypatch.setattr(backend_choice, "triton_blocker", lambda q, pool, v: None)
     monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: None)
     monkeypatch.setattr(backend_choice, "flashinfer_blocker", lambda pool, v, dt: None)

@@ -27,21 +27,17 @@ def _rows_ref(x, mode, K):
     return x8.float() * xs.repeat_interleave(128, 1)[:, :K]
 
 
-def test_activation_mode_from_the_environment(monkeypatch):
+def test_activation_mode_from_the_launch_config():
+    from dcpctl.contract.fields import LaunchConfigError, parse_value
+    from dcpctl.contract.launch_config import RuntimeSection
+    from dcpctl.runtime import settings
     from dcpctl.runtime.models import fp8_parts
-    from dcpctl.runtime.models.errors import ModelLoadError
-    try:
-        for value, want in (("", "w8a16"), ("w8a8", "w8a8"), (" w8a16 ", "w8a16")):
-            monkeypatch.setenv(fp8_parts.MODE_ENV, value)
-            fp8_parts.activation_mode.cache_clear()
-            assert fp8_parts.activation_mode() == want
-        monkeypatch.setenv(fp8_parts.MODE_ENV, "fp8")
-        fp8_parts.activation_mode.cache_clear()
-        with pytest.raises(ModelLoadError, match="w8a16, w8a8"):
-            fp8_parts.activation_mode()
-    finally:
-        monkeypatch.delenv(fp8_parts.MODE_ENV)
-        fp8_parts.activation_mode.cache_clear()
+    assert fp8_parts.activation_mode() == "w8a16"
+    with settings.using(fp8_gemm="w8a8"):
+        assert fp8_parts.activation_mode() == "w8a8"
+    assert fp8_parts.activation_mode() == "w8a16"
+    with pytest.raises(LaunchConfigError, match="runtime.fp8_gemm is 'fp8'; valid: w8a16, w8a8"):
+        parse_value(RuntimeSection, {"fp8_gemm": "fp8"}, "runtime")
 
 
 @pytest.mark.gpu
@@ -286,11 +282,34 @@ def test_gpu_early_launched_chain_in_a_graph_equals_the_plain_one(mode):
         torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
+def _h200():
+    from dcpctl.runtime.models.fp8_tiles import tables_for
+    return tables_for("NVIDIA H200", 90)
+
+
+def test_the_h200_table_loads_as_measured():
+    from dcpctl.runtime.models.fp8_tiles import Fp8Tables, Tiles, tables_for
+    t = _h200()
+    assert t.how == "measured on this GPU (NVIDIA H200, commit 7d78d34)"
+    assert t.dense[(7168, 16384)] == ((16, Tiles()), (32, Tiles(per_sm=4, swap=True, max_split=4)),
+                                      (64, Tiles(stages=5, per_sm=1)))
+    assert t.dense_a16[(2112, 7168)] == ((32, Tiles(swap=True, fold=True)),
+                                         (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True)))
+    assert t.gemv == {(24576, 1536): None} and (len(t.dense), len(t.dense_a16)) == (6, 5)
+    assert tables_for("NVIDIA H100 80GB HBM3", 90).dense == t.dense          # the nearest sm_90 table
+    assert tables_for("NVIDIA B200", 100) == Fp8Tables(how="no fp8_gemm table for NVIDIA B200 or another sm_100 "
+                                                           "GPU: built-in defaults")
+
+
 def test_few_rows_pick_the_weight_streaming_kernel():
-    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GEMV_ROWS, Tiles, choose_tiles
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, GEMV_ROWS, Tiles
+    from dcpctl.runtime.models.fp8_tiles import choose_tiles as choose
+    t = _h200()
+    choose_tiles = lambda *a, **k: choose(*a, **k, tables=t)  # noqa: E731
     assert choose_tiles(7168, 16384, 1) == DEFAULT_GEMV
     assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
     assert isinstance(choose_tiles(24576, 1536, 1), Tiles)                 # q_b_proj: the MMA kernel measured faster
+    assert choose(24576, 1536, 1) == DEFAULT_GEMV                          # no table (CPU): the rule alone
     assert isinstance(choose_tiles(4096, 7168, 1, experts=256), Tiles)    # grouped: the MMA kernel
     # w8a16: grouped GEMMs of up to GROUPED_GEMV_ROWS rows in all on the few-rows kernel, more on the MMA kernel
     from dcpctl.runtime.models.fp8_gemm import GROUPED_GEMV_ROWS
@@ -305,12 +324,14 @@ def test_few_rows_pick_the_weight_streaming_kernel():
 
 
 def test_w8a16_takes_its_own_table_where_it_has_the_shape():
-    from dcpctl.runtime.models.fp8_gemm import TABLE, TABLE_A16, choose_tiles
-    for (n, k), entries in TABLE_A16.items():
+    from dcpctl.runtime.models.fp8_tiles import choose_tiles
+    tab = _h200()
+    for (n, k), entries in tab.dense_a16.items():
         for most, t in entries:
-            assert choose_tiles(n, k, most, a16=True) == t
-    shared = next(key for key in TABLE if key not in TABLE_A16)   # a shape only TABLE has: both methods use it
-    assert all(choose_tiles(*shared, most, a16=True) == t == choose_tiles(*shared, most) for most, t in TABLE[shared])
+            assert choose_tiles(n, k, most, a16=True, tables=tab) == t
+    shared = next(key for key in tab.dense if key not in tab.dense_a16)   # a shape only `dense` has: both use it
+    assert all(choose_tiles(*shared, most, a16=True, tables=tab) == t == choose_tiles(*shared, most, tables=tab)
+               for most, t in tab.dense[shared])
 
 
 @pytest.mark.parametrize("quant,split,grouped,bm,stages,a16", [

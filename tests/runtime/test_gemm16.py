@@ -8,9 +8,27 @@ import torch.nn.functional as F
 
 from dcpctl.runtime.models import gemm16, quant
 from dcpctl.runtime.models.fusions import FUSIONS, Fusions
-from dcpctl.runtime.models.gemm16 import TABLE, Tiles16, choose, pick
+from dcpctl.runtime.models.gemm16 import Tiles16, choose, pick
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+H200, _ = gemm16.shipped("NVIDIA H200", 90)
+TABLE = H200
+
+
+@pytest.fixture(autouse=True)
+def h200_table(monkeypatch):
+    monkeypatch.setattr(gemm16, "TABLE", H200)
+
+
+def test_the_h200_table_is_the_measured_one():
+    assert H200[(2112, 7168)] == ((8, Tiles16(bk=256)), (32, Tiles16(bk=256, stages=4)))
+    assert H200[(24576, 1536)] == ((8, Tiles16(per_sm=2)),)
+    assert H200[(7168, 16384)] == ((8, Tiles16(stages=4)), (32, Tiles16()))
+    assert H200[(4096, 7168)] == ((8, Tiles16(stages=4)),)
+    assert len(H200) == 4
+    assert gemm16.shipped("NVIDIA H100 80GB HBM3", 90)[0] == H200      # the nearest sm_90 table
+    assert gemm16.shipped("NVIDIA B200", 100) == ({}, "no gemm16 table for NVIDIA B200 or another sm_100 GPU: "
+                                                      "built-in defaults")
 
 
 def test_the_table_bounds_pick_the_setting():
@@ -42,23 +60,17 @@ def test_it_is_a_fusion_the_environment_turns_off(monkeypatch):
     assert Fusions.from_env().gemm16
 
 
-def test_a_benchmark_table_replaces_shapes_and_bad_files_are_refused(tmp_path, monkeypatch):
+def test_a_benchmark_table_replaces_shapes_and_bad_files_are_refused(tmp_path):
     from dcpctl.runtime.models.errors import ModelLoadError
     f = tmp_path / "t.json"
     f.write_text('{"24576,1536": [[32, {"per_sm": 2}]], "7168,2048": []}')
-    monkeypatch.setenv(gemm16.TABLE_ENV, str(f))
-    gemm16.configure(False, "cpu")
-    try:
-        assert choose(24576, 1536, 32) == Tiles16(per_sm=2)      # replaced: now up to 32 rows
-        assert choose(7168, 16384, 8) == gemm16.SHIPPED[(7168, 16384)][0][1]    # the others as shipped
-        assert choose(7168, 2048, 8) is None
-        f.write_text('{"24576": [[32, {}]]}')
-        with pytest.raises(ModelLoadError, match="not a GEMM table"):
-            gemm16.configure(False, "cpu")
-    finally:
-        monkeypatch.delenv(gemm16.TABLE_ENV)
-        gemm16.configure(False, "cpu")
-    assert gemm16.TABLE is gemm16.SHIPPED
+    table = gemm16.read_table(str(f), H200)
+    assert table[(24576, 1536)] == ((32, Tiles16(per_sm=2)),)     # replaced: now up to 32 rows
+    assert table[(7168, 16384)] == H200[(7168, 16384)]            # the others as shipped
+    assert table[(7168, 2048)] == ()
+    f.write_text('{"24576": [[32, {}]]}')
+    with pytest.raises(ModelLoadError, match="--gemm16-table .* not a GEMM table"):
+        gemm16.read_table(str(f), H200)
 
 
 @pytest.fixture
@@ -97,7 +109,7 @@ def test_gpu_kernel_matches_linear(R, N, K, t):
 @needs_gpu
 def test_gpu_linear_takes_it_and_replays_in_a_graph(on):
     if not on:
-        pytest.skip(f"the table is measured on an {gemm16.TABLE_DEVICE} only")
+        pytest.skip("no gemm16 tuning table for this GPU")
     x, w = _operands(8, 2112, 7168)
     assert pick(x, w) is not None
     eager = quant.linear(x, w)

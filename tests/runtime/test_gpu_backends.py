@@ -5,7 +5,7 @@ the rows it owns (owner(p) = p mod c) through the allocator's pages; each rank's
 (o, lse, base), and the merge (merge.merge_stacked) combines them.  Sequences shorter than c leave
 empty shards; lengths off page multiples leave partial last pages; pad rows follow the requests.
 Then the greedy ids of a tiny 512 + 64 latent model through the worker, per backend.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (benchmarks/gpu_flashinfer.sh, gpu_flashmla.sh).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (`benchmarks/gpu.sh tests`).
 """
 import json
 import math

@@ -3,7 +3,7 @@
 - bf16 logits through the paged path (Triton MLA kernel) within 2e-2 relative of CPU fp64;
 - CUDA-graph replay of decode steps equals eager paged steps;
 - the tiny model's greedy ids through Engine.generate (bf16 on GPU) equal CPU float64 for >= 28/32.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (benchmarks/gpu_decode.sh).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (`benchmarks/gpu.sh tests`).
 """
 import json
 import os

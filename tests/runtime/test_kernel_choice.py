@@ -37,8 +37,7 @@ def test_each_blocker_names_its_cause(kw, why):
     assert blocker(**kw).startswith(why)
 
 
-def test_describe_says_which_kernel_and_why(monkeypatch):
-    monkeypatch.delenv("DCPCTL_MLA_CONFIGS", raising=False)
+def test_describe_says_which_kernel_and_why():
     cpu = torch.device("cpu")
     line = kc.describe(16, default_config(16), cpu, torch.bfloat16, 576, 512, None)
     assert line == ("local attention: the Triton MLA kernel (16 heads x 128 tokens per program, 2 stages) for 16 "

@@ -84,7 +84,7 @@ def test_the_gluon_attention_kernel_waits_before_its_first_load():
     from dcpctl.runtime.attention.gluon_mla import gluon_available
     if not gluon_available():
         pytest.skip("no Gluon of the tested Triton here")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from ptxas_report import compile_kernel
     for tma in (0, 1):
         body = compile_kernel("gluon", [64, 2, tma], pdl=True)[0].split(".entry")[1]

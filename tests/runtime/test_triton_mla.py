@@ -317,12 +317,12 @@ def test_triton_merge_reads_strided_lse_lanes():
     torch.testing.assert_close(got_lse.cpu(), want_lse.view(n, hc), atol=1e-5, rtol=1e-5)
 
 
-def test_tuned_configs_from_a_sweep_output(tmp_path, monkeypatch):
+def test_tuned_configs_from_a_sweep_output(tmp_path):
+    from dcpctl.runtime import settings
     doc = {"configs": {"128": [128, 64, 16, 2, 1, True]}, "cells": []}
     (tmp_path / "k.json").write_text(__import__("json").dumps(doc))
-    monkeypatch.setenv(triton_mla.CONFIGS_ENV, str(tmp_path / "k.json"))
-    assert triton_mla.default_config(128) == triton_mla.KernelConfig(128, 64, 16, 2, 1, True)
-    monkeypatch.delenv(triton_mla.CONFIGS_ENV)
+    with settings.using(mla_configs=str(tmp_path / "k.json")):
+        assert triton_mla.default_config(128) == triton_mla.KernelConfig(128, 64, 16, 2, 1, True)
     assert triton_mla.default_config(16) == triton_mla.KernelConfig(16, 128, 8, 2)   # not in the file: built-in
 
 
@@ -331,7 +331,7 @@ def test_tuned_configs_bad_file_is_one_line_user_error(tmp_path, text):
     from dcpctl.plan.errors import UserError
     f = tmp_path / f"bad{len(text)}.json"
     f.write_text(text)
-    with pytest.raises(UserError, match=r"\$DCPCTL_MLA_CONFIGS=.*not a kernel config file"):
+    with pytest.raises(UserError, match=r"--mla-configs .*not a kernel config file"):
         triton_mla.tuned_configs(str(f))
     with pytest.raises(UserError, match="not a kernel config file"):
         triton_mla.tuned_configs(str(tmp_path / "missing.json"))

@@ -4,7 +4,7 @@ strings, lone surrogates, nesting, unsupported parameters, and valid one-token b
 number made extreme.  Every answer must be a 2xx or a 4xx JSON error in OpenAI's shape, never a
 5xx; a greedy request answers identically before and after.  (With `top_k` left unbounded the
 engine dies on such a body and this test fails with a 503.)  The totals are printed
-(`-s` shows them) and quoted in docs/benchmarks-serve.md.
+(`-s` shows them).
 """
 import json
 from collections import Counter

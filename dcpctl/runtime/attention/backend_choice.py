@@ -16,7 +16,8 @@ import functools
 import torch
 from torch import Tensor
 
-from dcpctl.plan.attention_table import Key, Rule, decide, load_table
+from dcpctl.plan.attention_table import Key, Rule, decide, table_for
+from dcpctl.runtime import settings, tuned
 from dcpctl.runtime.attention.flashinfer_mla import blocker as flashinfer_blocker
 from dcpctl.runtime.attention.flashmla import blocker as flashmla_blocker
 from dcpctl.runtime.attention.triton_mla import MAX_PADDED, kernel_takes, triton_available
@@ -42,15 +43,14 @@ def triton_blocker(q: Tensor, pool: Tensor, v_dim: int) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+def _gpu(device: torch.device) -> tuple[str, int | None]:
+    return tuned.gpu(device) if device.type == "cuda" else (device.type, None)
 
 
 @functools.lru_cache(maxsize=None)
-def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], ...]) -> Rule:
+def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], ...], sm: int | None = None) -> Rule:
     """The plan's rule for this key (memoized), said once."""
-    rule = decide(key, requested, dict(available), load_table())
+    rule = decide(key, requested, dict(available), table_for(key.device, sm, settings.current().attention_table))
     note_once(f"local attention: {rule.summary()} for {key.text()} ({rule.reason})")
     return rule
 
@@ -79,12 +79,13 @@ def _choose(requested: str, q: Tensor, pool: Tensor, lay: object, v_dim: int, dc
              ("flashmla", flashmla_blocker(pool, v_dim, q.dtype)))
     if all(why is not None for _, why in avail):
         return "torch"                 # CPU, float64, odd rows: the reference (paged_attention says why)
-    key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], _device_name(pool.device))
+    name, sm = _gpu(pool.device)
+    key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], name)
     if graph:     # a capture: the graph's batch size and context bucket (local rows), the same on every rank
         batch, ctx = q.shape[0], lay.max_local_len     # type: ignore[attr-defined]
     else:
         batch, ctx = len(lay.chunks), group_context(lay.chunks, dcp_size)     # type: ignore[attr-defined]
-    which = rule_for(requested, key, avail).pick(batch, ctx)
+    which = rule_for(requested, key, avail, sm).pick(batch, ctx)
     if which in FIELD_KERNELS and any(ch.num_tokens != 1 for ch in lay.chunks):   # type: ignore[attr-defined]
         note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
                   f"verification are causal by global position over a striped shard; {which}'s mask is not)")

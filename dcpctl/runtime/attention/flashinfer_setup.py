@@ -22,8 +22,10 @@ import tarfile
 from pathlib import Path
 from types import ModuleType
 
-from dcpctl.plan.attention_table import SDIST_ENV, flashinfer_installed, flashinfer_missing
+from dcpctl import knobs
+from dcpctl.plan.attention_table import flashinfer_installed
 
+SDIST_ENV = "DCPCTL_FLASHINFER_SDIST"
 WORK_ENV = "DCPCTL_FLASHINFER_WORK"
 # flashinfer/data/<name> (where jit/env.py looks) -> the sdist folder (pyproject.toml package-dir)
 DATA_LINKS = {"csrc": "csrc", "include": "include", "tvm_binding": "tvm_binding",
@@ -54,6 +56,13 @@ def prepare_source(tarball: Path, work: Path) -> Path:
     return src
 
 
+def flashinfer_missing() -> str | None:
+    """Why FlashInfer cannot be imported here (without importing it), or None."""
+    if flashinfer_installed() or knobs.is_set(SDIST_ENV):
+        return None
+    return f"FlashInfer is not installed (pip install 'dcpctl[flashinfer]', or ${SDIST_ENV})"
+
+
 def jit_environ(work: Path, arch: str = "9.0a") -> dict[str, str]:
     """What flashinfer.jit reads (at import): torch's arch list, the cache base, ninja's job count."""
     return {"TORCH_CUDA_ARCH_LIST": arch, "FLASHINFER_WORKSPACE_BASE": str(work),
@@ -63,7 +72,7 @@ def jit_environ(work: Path, arch: str = "9.0a") -> dict[str, str]:
 def cuda_home() -> str | None:
     """torch takes CUDA_HOME, else nvcc's grandparent (wrong for a /usr/local/bin/nvcc wrapper script)."""
     nvcc = shutil.which("nvcc")
-    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+    cands = [knobs.get("CUDA_HOME"), knobs.get("CUDA_PATH"),
              nvcc and str(Path(nvcc).resolve().parents[1]), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
     return next((c for c in cands if c and (Path(c) / "include" / "cuda_runtime.h").is_file()), None)
 
@@ -71,7 +80,7 @@ def cuda_home() -> str | None:
 def activate(src: Path, work: Path, packaging_wheel: Path | None = None) -> None:
     """Make `import flashinfer` load src: environment, sys.path, and ninja on PATH (jit runs `ninja`)."""
     for k, v in jit_environ(work).items():
-        os.environ.setdefault(k, v)
+        knobs.setdefault(k, v)
     build_tools()
     sys.path.insert(0, str(src))
     wheel = packaging_wheel or next(iter(sorted(src.parent.glob("packaging-*.whl"))), None)
@@ -83,7 +92,7 @@ def build_tools() -> None:
     """CUDA_HOME for torch's extension builder, and ninja (the pip package's, else the venv's) on PATH."""
     home = cuda_home()
     if home:
-        os.environ["CUDA_HOME"] = home
+        knobs.put("CUDA_HOME", home)
         if "torch.utils.cpp_extension" in sys.modules:
             sys.modules["torch.utils.cpp_extension"].CUDA_HOME = home
     bins = [str(Path(sys.executable).parent)]
@@ -92,7 +101,7 @@ def build_tools() -> None:
         bins.insert(0, ninja.BIN_DIR)
     except (ImportError, AttributeError):
         pass
-    os.environ["PATH"] = os.pathsep.join(bins + [os.environ.get("PATH", "")])
+    knobs.put("PATH", os.pathsep.join(bins + [str(knobs.get("PATH"))]))
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -102,7 +111,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=1)
 def load() -> tuple[ModuleType | None, str]:
     """(flashinfer, where it came from) or (None, why not); asked once per process."""
-    sdist, missing = os.environ.get(SDIST_ENV), flashinfer_missing()
+    sdist, missing = knobs.get(SDIST_ENV), flashinfer_missing()
     where = "the installed package"
     if missing is not None:
         return None, missing
@@ -111,7 +120,7 @@ def load() -> tuple[ModuleType | None, str]:
         tarball = Path(str(sdist))
         if not tarball.exists():
             return None, f"${SDIST_ENV}={sdist} does not exist"
-        work = Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashinfer"))
+        work = Path(str(knobs.get(WORK_ENV)))
         try:
             activate(prepare_source(tarball, work), work, tarball.parent / "packaging-25.0-py3-none-any.whl")
         except (OSError, tarfile.TarError) as e:

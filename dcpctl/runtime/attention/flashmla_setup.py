@@ -26,8 +26,11 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from dcpctl.plan.attention_table import FLASHMLA_SDIST_ENV, SDIST_ENV, flashmla_missing
+from dcpctl import knobs
+from dcpctl.plan.attention_table import flashmla_page_blocker
+from dcpctl.runtime.attention.flashinfer_setup import SDIST_ENV
 
+FLASHMLA_SDIST_ENV = "DCPCTL_FLASHMLA_SDIST"
 WORK_ENV = "DCPCTL_FLASHMLA_WORK"
 SOURCES = ("csrc/flash_api.cpp", "csrc/kernels/get_mla_metadata.cu", "csrc/kernels/mla_combine.cu",
            "csrc/kernels/splitkv_mla.cu")
@@ -57,6 +60,14 @@ def unpack(tarball: Path, work: Path, marker: str, only: str = "") -> Path:
     return work / top
 
 
+def flashmla_missing(page_size: int | None = None) -> str | None:
+    """Why FlashMLA cannot run here, from facts known without a GPU (its build source, the page size), or None."""
+    blocker = flashmla_page_blocker(page_size)
+    if blocker is None and not knobs.is_set(FLASHMLA_SDIST_ENV):
+        return f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV})"
+    return blocker
+
+
 def sources(sdist: Path, cutlass_sdist: Path | None, work: Path) -> tuple[list[str], list[str]]:
     """(the .cpp/.cu files, the include folders) of the decode build, unpacking the tarballs under work: CUTLASS
     from FlashMLA's own tree (csrc/cutlass/include) when it has it, else from cutlass_sdist (FlashInfer's)."""
@@ -84,7 +95,7 @@ def build(sdist: Path, cutlass_sdist: Path | None, work: Path, verbose: bool = F
 
     from dcpctl.runtime.attention.flashinfer_setup import build_tools
     build_tools()
-    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    knobs.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     srcs, incs = sources(sdist, cutlass_sdist, work)
     import torch
     out = work / f"build-torch{torch.__version__}"
@@ -103,9 +114,8 @@ def host_includes(cuda_home: str | None) -> list[str]:
 
 def _paths() -> tuple[Path, Path | None, Path]:
     """(FlashMLA's tarball, FlashInfer's sdist or None, the work folder) from the environment (configured)."""
-    fi = os.environ.get(SDIST_ENV)
-    return (Path(os.environ[FLASHMLA_SDIST_ENV]), Path(fi) if fi else None,
-            Path(os.environ.get(WORK_ENV, "/tmp/dcpctl-flashmla")))
+    fi = knobs.get(SDIST_ENV)
+    return Path(str(knobs.get(FLASHMLA_SDIST_ENV))), Path(str(fi)) if fi else None, Path(str(knobs.get(WORK_ENV)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,7 @@ Why a second kernel: Triton lays the score dot of an attention loop (a dot whose
 dot) over warps [num_warps, 1].  With 64 heads per program and 8 warps that is two warpgroups of 64 rows
 each over a 64-row block, so both warpgroups compute the whole q . k^T (576 deep) and the tensor cores do
 1.53x the work of the attention (2 x 576 + 512 against 576 + 512 per head and token); the 64 x 512 fp32
-output accumulator, the replicated scores and q fill 255 registers and spill (benchmarks/ptxas_report.py).
+output accumulator, the replicated scores and q fill 255 registers and spill (tools/ptxas_report.py).
 
 Here (64 heads per program, 8 warps = 2 warpgroups):
   scores  S [64, BN]  = q [64, 576] . k^T      warps [4, 2]: each warpgroup owns BN/2 of the tile's tokens

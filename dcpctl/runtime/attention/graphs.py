@@ -48,8 +48,8 @@ from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, phys
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.sampling import greedy_rows
 
-# context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (growing 4x, a 32K context ran in a 67K bucket,
-# whose splits left half the SMs idle: 1.85x the graph step at 8 x 32K, docs/benchmarks-serve.md)
+# context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (a bucket much larger than the context sizes
+# its splits for rows that are not there and leaves SMs idle)
 CONTEXT_GROWTH = 2
 MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
 

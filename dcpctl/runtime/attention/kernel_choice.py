@@ -9,14 +9,14 @@ can ask it about hardware they do not have; `use_gluon` is the per-layer questio
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import torch
 
 from dcpctl.plan.detect import Probe, probe
 from dcpctl.runtime.attention.gluon_mla import UNAVAILABLE, smem_bytes
-from dcpctl.runtime.attention.kernel_config import CONFIGS_ENV, KernelConfig, tuned_configs
+from dcpctl.runtime import settings
+from dcpctl.runtime.attention.kernel_config import KernelConfig, tuned_configs
 from dcpctl.runtime.notes import note_once
 
 
@@ -101,7 +101,7 @@ def describe(heads: int, cfg: KernelConfig, device: torch.device, kv_dtype: torc
     if blocker is None:
         return f"local attention: the Gluon MLA kernel for Hopper ({tiles}) for {heads} query heads per rank"
     if not cfg.gluon:
-        env = os.environ.get(CONFIGS_ENV)
-        blocker = (f"${CONFIGS_ENV} does not ask for it" if env and heads in tuned_configs(env) else
+        override = settings.current().mla_configs
+        blocker = ("--mla-configs does not ask for it" if override and heads in tuned_configs(override) else
                    f"{heads} query heads per rank are not a multiple of its 64")
     return f"local attention: the Triton MLA kernel ({tiles}) for {heads} query heads per rank (not the Gluon kernel: {blocker})"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from typing import NamedTuple
 
 
@@ -22,9 +21,6 @@ class KernelConfig(NamedTuple):
     ws: bool = False        # warp-specialize the TMA loop (a producer warp issues the loads; Triton >= 3.5)
     gluon: bool = False     # the Gluon kernel (gluon_mla: Hopper, 16-bit pools, block_h 64, 8 warps;
                             # num_stages = its ring depth; bulk tensor copies when page % block_n == 0)
-
-
-CONFIGS_ENV = "DCPCTL_MLA_CONFIGS"
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,20 +40,39 @@ def tuned_configs(path: str) -> dict[int, KernelConfig]:
             out[int(h)] = KernelConfig(*c)
         return out
     except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise UserError(f"${CONFIGS_ENV}={path}: not a kernel config file ({e})") from None
+        raise UserError(f"--mla-configs {path}: not a kernel config file ({e})") from None
 
 
-def default_config(heads: int) -> KernelConfig:
-    """Tile config per kernel-head count: the file named by $DCPCTL_MLA_CONFIGS when it has this head
-    count (a sweep's output, for tuning on another GPU), else the winners of `dcpctl bench kernel
-    --sweep` on an H200 (B=32, ctx=32K; docs/benchmarks-kernel.md).  A Gluon config runs the Triton
-    kernel with the same tiles where the Gluon kernel cannot (`use_gluon`)."""
-    if os.environ.get(CONFIGS_ENV):
-        cfg = tuned_configs(os.environ[CONFIGS_ENV]).get(heads)
+# Built-in tiles per kernel-head count where a GPU has no mla_tiles table: (the largest head multiple, tiles), the
+# first that divides the head count wins.  A Gluon config runs the Triton kernel with the same tiles where the
+# Gluon kernel cannot (`use_gluon`: Hopper only), and on Hopper with bulk tensor copies.
+BUILT_IN: tuple[tuple[int, KernelConfig], ...] = (
+    (64, KernelConfig(64, 64, 8, 2, 1, True, gluon=True)),
+    (32, KernelConfig(32, 64, 8, 2)),
+    (1, KernelConfig(16, 128, 8, 2)),
+)
+
+
+def parse_rules(data: dict | None) -> tuple[tuple[int, KernelConfig], ...]:
+    """An mla_tiles table ({"by_heads_multiple": [[multiple, [KernelConfig fields]], ...]}), None: BUILT_IN."""
+    return tuple((int(m), KernelConfig(*c)) for m, c in data["by_heads_multiple"]) if data else BUILT_IN
+
+
+@functools.lru_cache(maxsize=None)
+def _rules(device: object) -> tuple[tuple[int, KernelConfig], ...]:
+    from dcpctl.runtime import tuned
+    return parse_rules(tuned.table("mla_tiles", device).data)      # the device rule, said once
+
+
+def default_config(heads: int, device: object = None) -> KernelConfig:
+    """Tile config per kernel-head count: the file of --mla-configs (launch config runtime.mla_configs) when it has
+    this head count (a sweep's output, for tuning another GPU), else the GPU's mla_tiles tuning table (a CUDA
+    `device`; none, or off CUDA: BUILT_IN)."""
+    from dcpctl.runtime import settings
+    override = settings.current().mla_configs
+    if override:
+        cfg = tuned_configs(override).get(heads)
         if cfg is not None:
             return cfg
-    if heads % 64 == 0:     # the Gluon kernel on Hopper; elsewhere the Triton kernel with bulk copies
-        return KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
-    if heads % 32 == 0:
-        return KernelConfig(32, 64, 8, 2)
-    return KernelConfig(16, 128, 8, 2)
+    rules = _rules(device) if getattr(device, "type", None) == "cuda" else BUILT_IN
+    return next(cfg for most, cfg in rules if heads % most == 0)

@@ -62,7 +62,7 @@ class PagedLayout:
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
 # one for the rest: padding the width to a multiple of 16 keeps every batch on one variant, so the warm-up
-# before ready compiles it and no request later pays a compile (a 16-page prompt used to: ~1 s on an H200)
+# before ready compiles it and no request later pays a compile (~1 s on an H200)
 TABLE_ALIGN = 16
 
 

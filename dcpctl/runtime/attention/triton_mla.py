@@ -22,7 +22,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
 from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
 from dcpctl.runtime.attention.kernel_choice import announce, gpu_facts, mark_failed, use_gluon
-from dcpctl.runtime.attention.kernel_config import CONFIGS_ENV, KernelConfig, default_config, tuned_configs  # noqa: F401
+from dcpctl.runtime.attention.kernel_config import KernelConfig, default_config, tuned_configs  # noqa: F401
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 from dcpctl.runtime.models import pdl
 
@@ -149,7 +149,7 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
                       descriptors: dict | None = None) -> MLAOut:
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H] base e (or the `out` views)
     cdt = _check(q, kv_pool, v_dim, kv_scale)
-    cfg = config or default_config(q.shape[1])
+    cfg = config or default_config(q.shape[1], q.device)
     n, h, r = q.shape
     q = q.to(cdt).contiguous()
     if not kv_pool.is_contiguous():      # a temporary copy: its descriptors must not be kept

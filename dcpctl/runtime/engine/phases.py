@@ -1,4 +1,4 @@
-"""Host time of a graph decode step's phases, for the step trace (server/loop.py) and benchmarks/engine_overhead.py.
+"""Host time of a graph decode step's phases, for the step trace (server/loop.py) and tools/engine_overhead.py.
 
     timers = PhaseTimers(engine)     # wraps the phases in place (CUDA-graph engines only; else timers.on is False)
     timers.start()                   # before engine.step(): a new row of zeros

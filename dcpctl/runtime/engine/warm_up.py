@@ -21,7 +21,7 @@ def warm_up_lengths(top: int) -> list[int]:
     """Prompt lengths the warm-up prefills, up to `top` (the prefill chunk): 2^k and 3 * 2^k from 16, each also
     less 1 and less 8.  cuBLAS picks (and lazily loads) a GEMM kernel per range of M, the prefill's token count:
     the first M = 1000 prefill after a warm-up of 128, 37 and 1024 tokens spent 10 ms in its 21 projection GEMMs
-    against ~3 ms once met (benchmarks/engine_overhead.py on an H200).  Triton compiles separate variants for
+    against ~3 ms once met (tools/engine_overhead.py on an H200).  Triton compiles separate variants for
     integer arguments divisible by 16 and the rest; the odd lengths meet those too."""
     bases, b = [], 16
     while b <= top:

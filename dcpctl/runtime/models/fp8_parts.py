@@ -4,15 +4,12 @@ that the last program of a tile adds in a fixed order, and the per-device tile c
 """
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from dcpctl.runtime.models.errors import ModelLoadError
+from dcpctl.runtime import settings
 
 FP8_MAX = 448.0
 # What the block-FP8 GEMMs do with the activations.  w8a16 (the default): the activations stay in the model's
@@ -20,18 +17,13 @@ FP8_MAX = 448.0
 # dequantized-bf16 path computes but for the order of its fp32 sums, reading half the weight bytes.  w8a8: the
 # activations are quantized 1 x b1 to e4m3 (`s = amax / 448`) for an e4m3 MMA, as DeepSeek's inference code and
 # SGLang/vLLM do: twice the MMA rate (prefill), and the quantization's own error (2.6% of a V3 GEMM's output on
-# random activations; docs/benchmarks-decode.md).
-MODES = ("w8a16", "w8a8")
-MODE_ENV = "DCPCTL_FP8_GEMM"
+# random activations).
+MODES = ("w8a16", "w8a8")      # plan/runtime_choices.py FP8_GEMM_CHOICES
 
 
-@functools.lru_cache(maxsize=None)
 def activation_mode() -> str:
-    """$DCPCTL_FP8_GEMM (w8a16 or w8a8; default w8a16), read once (ModelLoadError for another value)."""
-    mode = os.environ.get(MODE_ENV, "").strip() or MODES[0]
-    if mode not in MODES:
-        raise ModelLoadError(f"{MODE_ENV}={mode!r}: valid values are {', '.join(MODES)}")
-    return mode
+    """The launch config's runtime.fp8_gemm (w8a16 or w8a8; the plan decides it, --fp8-gemm)."""
+    return settings.current().fp8_gemm
 
 
 @triton.jit

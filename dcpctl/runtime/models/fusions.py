@@ -1,5 +1,5 @@
 """The decode step's fusions: all on; `DCPCTL_UNFUSED=name,...` (or `all`) turns some off, read once at model
-load, so a benchmark measures before and after in one run (benchmarks/gpu_17g.sh).  Not a user option: every
+load, so a benchmark measures before and after in one run.  A debug switch (docs/knobs.md), not a user option: every
 fusion computes the same numbers as the form it replaces (tests/runtime/test_step_fusions.py), except head_bmm and
 gemm16, which sum the same fp32 products in another order (head_bmm_triton.py, gemm16.py; the graph and eager steps
 agree).
@@ -22,9 +22,9 @@ Kernels run on CUDA bf16/fp16 only; elsewhere a fusion keeps its data flow (buff
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from dcpctl import knobs
 from dcpctl.runtime.models.errors import ModelLoadError
 
 FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap", "gemm16",
@@ -44,7 +44,7 @@ class Fusions:
     @staticmethod
     def from_env() -> "Fusions":
         """The fusions DCPCTL_UNFUSED leaves on (ModelLoadError for a name not in FUSIONS)."""
-        raw = os.environ.get(ENV, "").strip()
+        raw = str(knobs.get(ENV))
         if raw == "all":
             return Fusions(frozenset(FUSIONS))
         names = {n.strip() for n in raw.split(",") if n.strip()}

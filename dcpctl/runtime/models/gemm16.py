@@ -1,22 +1,20 @@
-"""A split-K Triton GEMM for the decode step's 16-bit linear layers, where it was measured faster than cuBLAS.
+"""A split-K Triton GEMM for the decode step's 16-bit linear layers, where a tuning table measured it faster than cuBLAS.
 
     y = linear16(x [R, K], w [N, K], tiles) -> [R, N]     x and w bf16/fp16 of one dtype, R <= MAX_ROWS
 
-Why: at 2-32 rows cuBLAS (torch's F.linear, cuBLASLt) ran four of the issue-17 checkpoint's five GEMMs at 1.2-2.0x
-their time at the copy bandwidth, and this kernel beat it by 4-12% on some (TABLE).  Each program streams one
-[BN, K / splits] slab of W once for all R rows (W's rows on the MMA's M side: acc [BN, BM] = W x^T); the K splits'
-fp32 partials are summed by the N tile's last program, in split order (fp8_parts._sum_partials, the FP8 GEMM's
-reduction), so one launch does it, results are deterministic and no host sync is needed (graph-safe).  fp32
-accumulation like cuBLAS, in another order: not bit-equal to F.linear, so the eager and the captured step both run
-it (the same rows go through the same kernel either way).
+Each program streams one [BN, K / splits] slab of W once for all R rows (W's rows on the MMA's M side: acc [BN, BM]
+= W x^T); the K splits' fp32 partials are summed by the N tile's last program, in split order
+(fp8_parts._sum_partials, the FP8 GEMM's reduction), so one launch does it, results are deterministic and no host
+sync is needed (graph-safe).  fp32 accumulation like cuBLAS, in another order: not bit-equal to F.linear, so the
+eager and the captured step both run it (the same rows go through the same kernel either way).
 
-The choice is per (N, K, rows) from TABLE, measured on an H200 (TABLE_DEVICE) only; every other shape, row count,
-GPU or dtype runs F.linear.  `configure` (at model load) switches it on with the `gemm16` fusion
-(DCPCTL_UNFUSED=gemm16 turns it off, models/fusions.py) and says once what runs.
+The choice is per (N, K, rows) from the GPU's gemm16 tuning table (dcpctl/tuning/gemm16: {"N,K": [[most rows,
+{Tiles16 fields}], ...]}; the first bound covering R wins); every other shape, row count, GPU without a table or
+dtype runs F.linear.  `configure` (at model load) switches it on with the `gemm16` fusion (DCPCTL_UNFUSED=gemm16
+turns it off, models/fusions.py) and says once what runs.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +24,6 @@ from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
 MAX_ROWS = 32
-TABLE_DEVICE = "NVIDIA H200"
 
 
 @dataclass(frozen=True)
@@ -38,36 +35,29 @@ class Tiles16:
     stages: int = 3
 
 
-# (N, K) -> ((most rows, Tiles16), ...): the first bound covering R wins; rows above the last bound (and one row:
-# not swept) run cuBLAS.  From benchmarks/gemm16_sweep.py on an H200 (TABLE_SOURCE; us at 8 / 32 rows, cuBLAS ->
-# this setting, one run): kept where the kernel beat cuBLAS by 4% or more.  Lost or within 4%: q_b_proj at 32 rows
-# (21.76 -> 21.43), the dense gate+up at 32 (20.50 -> 21.47), the dense down at 8 and 32 (10.72 -> 11.87, 10.81 ->
-# 12.94), which stay on cuBLAS.
-TABLE: dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]] = {
-    (2112, 7168): ((8, Tiles16(bk=256)), (32, Tiles16(bk=256, stages=4))),     # q_a+kv_a: 13.13 -> 11.99, 14.22 -> 12.51
-    (24576, 1536): ((8, Tiles16(per_sm=2)),),                                  # q_b_proj: 22.91 -> 20.90
-    (7168, 16384): ((8, Tiles16(stages=4)), (32, Tiles16())),                  # o_proj: 64.13 -> 59.49, 64.67 -> 61.47
-    (4096, 7168): ((8, Tiles16(stages=4)),),                                   # dense gate+up: 20.61 -> 18.96
-}
-TABLE_SOURCE = "benchmarks/data/h200_gemm16_sweep_s18.json"
-TABLE_ENV = "DCPCTL_GEMM16_TABLE"   # a benchmark's JSON file of shapes to replace: {"N,K": [[rows, {Tiles16}], ...]}
-SHIPPED = TABLE                     # what configure() restores
+Table = dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]]
 
 
-def read_table(path: str) -> dict[tuple[int, int], tuple[tuple[int, Tiles16], ...]]:
-    """SHIPPED with the shapes of `path` replaced ({"N,K": [[most rows, {"bn": .., ...}], ...]}; [] for cuBLAS)."""
+def parse(data: dict) -> Table:
+    """{"N,K": [[most rows, {Tiles16 fields}], ...]} -> Table ([] for cuBLAS at every row count)."""
+    table: Table = {}
+    for key, cells in data.items():
+        n, k = (int(v) for v in key.split(","))
+        table[(n, k)] = tuple((int(most), Tiles16(**t)) for most, t in cells)
+    return table
+
+
+def read_table(path: str, base: Table) -> Table:
+    """`base` with the shapes of the file at `path` replaced (the tuning table's format)."""
     import json
     from dcpctl.runtime.models.errors import ModelLoadError
     try:
-        raw = json.loads(open(path).read())
-        table = dict(SHIPPED)
-        for key, cells in raw.items():
-            n, k = (int(v) for v in key.split(","))
-            table[(n, k)] = tuple((int(most), Tiles16(**t)) for most, t in cells)
-        return table
+        return {**base, **parse(json.loads(open(path).read()))}
     except (OSError, ValueError, TypeError) as e:
-        raise ModelLoadError(f"{TABLE_ENV}={path}: not a GEMM table ({e})") from None
+        raise ModelLoadError(f"--gemm16-table {path}: not a GEMM table ({e})") from None
 
+
+TABLE: Table = {}     # in effect: set by configure() at model load
 ON = False     # set by configure() at model load
 
 
@@ -81,28 +71,38 @@ def choose(N: int, K: int, rows: int) -> Tiles16 | None:
     return None
 
 
+def shipped(device: str, sm: int | None) -> tuple[Table, str]:
+    """The GPU's gemm16 table ({} for none) and which table it is (a clause)."""
+    from dcpctl import tuning
+    t = tuning.load("gemm16", device, sm)
+    return (parse(t.data) if t.data else {}), t.how
+
+
 def configure(on: bool, device: torch.device | str) -> None:
-    """At model load: run the kernel where TABLE says (when `on`, on the table's GPU, with Triton), and say so."""
+    """At model load: the table for this GPU (--gemm16-table's shapes over it); run the kernel where it says
+    (when `on`, with Triton), and say so."""
     global ON, TABLE
+    from dcpctl.runtime import settings
     dev = torch.device(device)
-    ON = False
-    TABLE = read_table(os.environ[TABLE_ENV]) if os.environ.get(TABLE_ENV) else SHIPPED
-    if not on or dev.type != "cuda" or triton is None:
+    ON, TABLE = False, {}
+    if dev.type != "cuda" or triton is None:
         return
-    from dcpctl.plan.attention_table import same_device
     from dcpctl.runtime.models.fp8_parts import prepare
     from dcpctl.runtime.notes import note_once
-    name = torch.cuda.get_device_name(dev)
-    if not same_device(name, TABLE_DEVICE):
-        note_once(f"GEMMs: cuBLAS for every 16-bit linear layer (dcpctl's split-K kernel is measured on an "
-                  f"{TABLE_DEVICE} only, not on {name})")
+    from dcpctl.runtime.tuned import gpu
+    base, how = shipped(*gpu(dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())))
+    override = settings.current().gemm16_table
+    TABLE = read_table(override, base) if override else base
+    if not on:
+        return
+    if not TABLE:
+        note_once(f"GEMMs: cuBLAS for every 16-bit linear layer (gemm16: {how})")
         return
     prepare(dev)     # the tile counts, allocated now rather than inside a graph capture
     ON = True
     note_once(f"GEMMs: dcpctl's split-K Triton kernel for {len(TABLE)} 16-bit weight shapes at 2-{MAX_ROWS} rows where "
-              f"it was measured faster than cuBLAS on an {TABLE_DEVICE} "
-              f"({os.environ.get(TABLE_ENV) or TABLE_SOURCE}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS "
-              "for all)")
+              f"it was measured faster than cuBLAS ({'--gemm16-table ' + override + ' over ' if override else ''}"
+              f"gemm16 table: {how}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS for all)")
 
 
 def pick(x: Tensor, w: Tensor) -> Tiles16 | None:

@@ -2,11 +2,8 @@
 grid of token counts M (up to the largest M it saw).
 
 Why: cuBLAS picks a kernel per range of M and loads it on first use.  After a warm-up of a few prompt lengths,
-a prompt of a length no request had took 2.1-2.6x its steady time when its M fell in a range not met yet
-(937 and 1250 tokens: 21 and 20 ms against 8 ms; 999, next to the warm 1016-1024: 9.2 ms), on issue 17's
-checkpoint on an H200 (benchmarks/engine_overhead.py, `new_lengths_ms`).  The time is in the projection GEMMs
-and the absorbed-MLA bmm's (cProfile).  With this grid those lengths took 17.1 / 10.0 / 9.9 / 14.7 ms (937 / 999 /
-1001 / 1250, steady 8.4; another call, another machine): less, not none; the rest is not located.
+a prompt of a length no request had can take twice its steady time when its M falls in a range not met yet
+(the projection GEMMs and the absorbed-MLA bmm's).  The grid below shortens that, not to nothing.
 
     with recording() as log: <the warm-up's prefills>     each linear() / bmm_into() notes its weight and layout
     log.warm(ms)                                           every noted GEMM once per M of `ms` up to its largest

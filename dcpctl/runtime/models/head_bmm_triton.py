@@ -3,14 +3,16 @@
     head_bmm_ok(x, w, out) -> bool      whether head_bmm takes these (else torch.bmm runs)
     head_bmm(x [B, M, K], w [B, K, N], out [B, M, N])   out = x @ w per head b, M <= 64 rows (decode)
 
-Why: at decode M is the batch (1-64) and the two products read 2 x 16.8 MB of weights per V3 layer (128 heads);
-cuBLAS's batched kernels ran them at ~2.5 TB/s (13.3 us per layer at batch 1, 15.8 at batch 32, against 7.9 at
-the copy bandwidth; benchmarks/data/h200_step_profile_fused_b*.json).  Here each program streams one head's
+Why: at decode M is the batch (1-64) and the two products read 2 x 16.8 MB of weights per V3 layer (128 heads),
+which cuBLAS's batched kernels read well below the copy bandwidth.  Here each program streams one head's
 [K, BLOCK_N] weight slab once for all M rows (x and out are the token-major views the model passes, any strides).
 fp32 accumulation like cuBLAS, summed in another order (k blocks of BLOCK_K): not bit-equal to torch.bmm, so the
-graph and the eager step both run it (the same rows go through the same kernel either way).
+graph and the eager step both run it (the same rows go through the same kernel either way).  The tiles per K come
+from the GPU's head_bmm tuning table (dcpctl/tuning/head_bmm), else BUILT_IN.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -49,23 +51,30 @@ def head_bmm_ok(x: Tensor, w: Tensor, out: Tensor) -> bool:
             and w.shape[2] >= 16)
 
 
-def default_config(m: int, k: int, n: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps, num_stages) for M rows of a [K, N] per-head weight.
+# {"by_max_k": [[most K (null: any), {bn, bn_2_32_rows (2-32 rows; absent: bn), bk, warps, stages}], ...]}
+BUILT_IN = {"by_max_k": [[128, {"bn": 128, "bn_2_32_rows": 256, "bk": 32, "warps": 4, "stages": 3}],
+                         [None, {"bn": 64, "bk": 64, "warps": 4, "stages": 4}]]}
 
-    From the H200 sweep of benchmarks/head_bmm_sweep.py (eleventh session, data
-    benchmarks/data/h200_head_bmm_sweep_s11.json; us at M = 1 / 8 / 32, the setting before -> this one):
-    w_kc (K 128, N 512) 7.21 / 6.98 / 7.81 -> 6.47 / 6.32 / 7.05, w_vc (K 512, N 128) 7.01 / 7.05 / 7.34 ->
-    6.45 / 6.41 / 7.00; torch.bmm 6.55 / 6.85 / 7.38 and 6.73 / 6.73 / 6.87 in the same run."""
-    if k <= 128:    # short K: narrow K steps, N slabs of 256 for 2-32 rows (swept up to 32; 33-64 keep 128)
-        return min(256 if 1 < m <= 32 else 128, triton.next_power_of_2(n)), min(32, triton.next_power_of_2(k)), 4, 3
-    return min(64, triton.next_power_of_2(n)), min(64, triton.next_power_of_2(k)), 4, 4
+
+@functools.lru_cache(maxsize=None)
+def _table(device: torch.device) -> dict:
+    from dcpctl.runtime import tuned
+    return tuned.table("head_bmm", device).data or BUILT_IN       # the device rule, said once
+
+
+def default_config(m: int, k: int, n: int, device: torch.device | None = None) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps, num_stages) for M rows of a [K, N] per-head weight on `device`'s table."""
+    table = _table(device) if device is not None and device.type == "cuda" else BUILT_IN
+    t = next(t for most, t in table["by_max_k"] if most is None or k <= most)
+    bn = t.get("bn_2_32_rows", t["bn"]) if 1 < m <= 32 else t["bn"]
+    return min(bn, triton.next_power_of_2(n)), min(t["bk"], triton.next_power_of_2(k)), t["warps"], t["stages"]
 
 
 def head_bmm(x: Tensor, w: Tensor, out: Tensor, config: tuple[int, int, int, int] | None = None) -> None:
     # x: [B, M, K]  w: [B, K, N]  out: [B, M, N]; config: default_config's tuple (a sweep's override)
     b, m, k = x.shape
     n = w.shape[2]
-    bn, bk, warps, stages = config or default_config(m, k, n)
+    bn, bk, warps, stages = config or default_config(m, k, n, x.device)
     bm = max(16, triton.next_power_of_2(m))
     _head_bmm_kernel[(b, triton.cdiv(n, bn))](x, w, out, m, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                                               out.stride(0), out.stride(1), K=k, N=n, BM=bm, BK=bk, BN=bn,

@@ -11,9 +11,8 @@ the split merge (attention/fused_merge.py), SwiGLU, the split-K GEMM (gemm16.py)
 
 Every kernel launched with PDL calls `enter` before its first memory access, unconditionally: a kernel that ended
 without the wait could let the one after it run before the one before it ended.  A kernel before ours that does
-not release (cuBLAS, torch's) lets ours start only when it ends.  Measured on an H200 in the issue-17 step
-(docs/benchmarks-serve.md, nineteenth session): 2-3% off the graph step at batch 8 and 32; a weight prefetch into
-L2 before the wait made it slower, so there is none.  A fusion (`DCPCTL_UNFUSED=pdl`), CUDA sm_90+ only, set
+not release (cuBLAS, torch's) lets ours start only when it ends.  Nothing is read before the wait (a weight
+prefetch into L2 there measured slower).  A fusion (`DCPCTL_UNFUSED=pdl`), CUDA sm_90+ only, set
 once at model load by `configure`.
 """
 from __future__ import annotations

@@ -170,10 +170,10 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     if not fp8_block_ok(block):
         return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
                        f"so block-FP8 weights are dequantized to the compute dtype at load")
-    from dcpctl.runtime.models.fp8_gemm import MODE_ENV, activation_mode, tiles_note
+    from dcpctl.runtime.models.fp8_gemm import activation_mode, tiles_note
     how = ("w8a16: activations stay 16-bit, each e4m3 weight tile is converted in registers, so outputs match the "
-           f"dequantized weights but for the order of fp32 sums; {MODE_ENV}=w8a8 quantizes activations 1x{block[1]} "
+           f"dequantized weights but for the order of fp32 sums; --fp8-gemm w8a8 quantizes activations 1x{block[1]} "
            "e4m3 as SGLang does" if activation_mode() == "w8a16" else
-           f"w8a8 ({MODE_ENV}): activations quantized per token and {block[1]}-column block to e4m3, as SGLang does")
+           "w8a8 (--fp8-gemm): activations quantized per token and {block[1]}-column block to e4m3, as SGLang does")
     return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
-                  f"GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note()}")
+                  f"GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note(dev)}")

@@ -7,11 +7,10 @@ torch's CUDA silu computes), rounded to h's dtype, then the product in fp32, rou
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
+from dcpctl import knobs
 from dcpctl.runtime.models import pdl
 from dcpctl.runtime.models.norm_triton import triton
 
@@ -50,6 +49,6 @@ def swiglu_fused(h: Tensor, inter: int) -> Tensor:
         return y
     block = min(1024, triton.next_power_of_2(inter))
     _swiglu_kernel[(h.shape[0], triton.cdiv(inter, block))](h, y, h.stride(0), y.stride(0), inter, BLOCK=block,
-                                                            LIBDEVICE=os.environ.get("TRITON_INTERPRET") != "1",
+                                                            LIBDEVICE=not knobs.get("TRITON_INTERPRET"),
                                                             num_warps=4, **pdl.kw())
     return y

@@ -11,7 +11,7 @@
 
 Why: with HTTP in a thread of the engine process, each streamed token's Python (queue, SSE encoding,
 uvicorn) competed with the decode loop for the GIL, so at 32 concurrent streams a served step took ~3x the
-engine's own step (docs/benchmarks-serve.md).  One HTTP process in turn spends ~70 us of CPU per streamed
+engine's own step (docs/benchmarks.md).  One HTTP process in turn spends ~70 us of CPU per streamed
 token (68 us at 32 streams on the H200 machine, most of it the socket write): at 32 streams of a 1.1 ms step
 (29k tokens a second) it falls behind and the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's
 name) processes on one port. Each pipe is a socketpair private to two processes, read and written as a

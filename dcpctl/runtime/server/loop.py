@@ -11,17 +11,17 @@ With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_coun
 step end, delivered; the step's kind, chunks and tokens; events; the host seconds of a graph step's phases,
 engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory and
 writes them there as JSON when the loop ends: where a served step's time goes between the engine and the HTTP side
-(benchmarks/serve_trace.py reads it). A debugging aid: the rows grow with the run. With $DCPCTL_LOOP_PROFILE set
+(tools/serve_trace.py reads it). A debugging aid: the rows grow with the run. With $DCPCTL_LOOP_PROFILE set
 to a file, rank 0's loop runs under cProfile and its stats go there (pstats format) when the loop ends: which host
 work a served step spends (cProfile's own cost inflates Python-heavy code, so compare shares, not times).
 """
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable
 
+from dcpctl import knobs
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.engine.events import Event, ReplicaStats, gather_to_rank0
 from dcpctl.runtime.engine.phases import PhaseTimers
@@ -59,11 +59,11 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     """Run until rank 0 broadcasts shutdown; returns the number of steps that ran a batch."""
     world = engine.ps.world_size
     steps = 0
-    trace_to = os.environ.get(TRACE_ENV) if bridge is not None else None
+    trace_to = knobs.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
     gpu = _time_replays(engine) if trace_to else []
     phases = PhaseTimers(engine) if trace_to else None
-    profile_to = os.environ.get(PROFILE_ENV) if bridge is not None else None
+    profile_to = knobs.get(PROFILE_ENV) if bridge is not None else None
     prof = None
     if profile_to:
         import cProfile

@@ -2,7 +2,7 @@
 
 FastAPI builds a route's validators on the first request that reaches it, and anyio imports its asyncio
 backend on the first streamed response: work the first client would otherwise wait for (what is left of the
-first request's TTFT is measured in docs/benchmarks-serve.md).  `prime(app, api_key)` sends the app,
+first request's TTFT is measured in docs/benchmarks.md).  `prime(app, api_key)` sends the app,
 without a socket, one request per route that is answered without the engine (a 400 from the fits check:
 the body asks for more tokens than any KV budget), one request per GET route, and one streamed response.
 No request reaches the engine, so no KV page, metric or request id moves.

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Device runs, one suite a call (each fits a 10-minute call on one H200; x2 needs two GPUs of one host).
+# usage (repo root): OUT=dir bash benchmarks/gpu.sh SUITE [SUITE ...]
+#   tests     every GPU test (pytest -m gpu); figures the tests measure go to $OUT/reports/
+#   kernel    `dcpctl bench kernel` over every available backend; writes $OUT/kernel/attention.json (--save-table)
+#   decode    `dcpctl bench decode --cuda-graphs` on the DeepSeek-V3 shape against its roofline, and `bench capacity`
+#   step      the CUDA-graph decode step with each fusion off (fusion_ab.py) on a 4-layer V3-attention checkpoint
+#   serve     `dcpctl launch` + `dcpctl bench serve` against the graph step and Hugging Face (serve_peers.py);
+#             trim with CELLS=dense,dense32k,moe VARIANTS=graph,eager HF_MODES=compiled,eager BUDGET_S=360
+#   prefill   single-prompt prefill at 4K-64K against transformers and the cuDNN MHA-form floor (prefill_ttft.py)
+#   mixed     the scheduler under real traffic (serve_mixed.py): streams + 16K arrivals, Poisson MoE, early stops;
+#             trim with CELLS=stall,moe,early,dense1k BUDGET_S=480
+#   fp8serve  the block-FP8 checkpoint and its bf16 twin served side by side (fp8_serve.py; BUDGET_S=470)
+#   fp8       the block-FP8 GPU tests, the GEMM sweep (writes $OUT/fp8/fp8_gemm.json) and the model check
+#   gemm16    the 16-bit split-K GEMM sweep against cuBLAS (writes $OUT/gemm16/gemm16.json)
+#   head_bmm  the per-head bmm sweep against torch.bmm
+#   x2        two GPUs: DCP 2 against DCP 1 at TP 2 and the packed a2a exchange against a raw all_to_all
+# FlashInfer and FlashMLA come from .vendor/ when carried there (benchmarks/flashinfer/fetch.sh,
+# benchmarks/flashmla/fetch.sh). Every part logs to $OUT/<suite>/<part>.log and prints its exit status.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets          # a source tree run: the package's presets
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DCPCTL_CACHE=/tmp/dcpctl-cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ls .whl/*.whl > /dev/null 2>&1; then     # wheels the device lacks (fastapi, uvicorn, ...), carried in .whl/
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PWD
+fi
+FI=$(ls .vendor/flashinfer_python-*.tar.gz 2>/dev/null | head -1)
+MLA=$(ls .vendor/flashmla-*-cutlass-*.tar.gz 2>/dev/null | head -1)
+[ -n "$FI" ] && export DCPCTL_FLASHINFER_SDIST=$PWD/$FI
+[ -n "$MLA" ] && export DCPCTL_FLASHMLA_SDIST=$PWD/$MLA
+OUT=${OUT:-/tmp/dcpctl-gpu}
+DCPCTL="python3 -m dcpctl.cli.main"
+
+part() {   # part NAME SECONDS COMMAND...: one timed part, its log, its exit status
+  local name=$1 secs=$2; shift 2
+  timeout "$secs" "$@" > "$O/$name.log" 2>&1
+  echo "$SUITE/$name rc=$?"; tail -5 "$O/$name.log"
+}
+
+v3_checkpoint() {   # the 4-layer DeepSeek-V3-attention bf16 checkpoint the step and serve figures use
+  python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
+from fusion_ab import write_checkpoint; print(write_checkpoint(Path('$1')))"
+}
+
+for SUITE in "$@"; do
+  O=$OUT/$SUITE; mkdir -p "$O"
+  { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    git rev-parse --short HEAD 2>/dev/null; } > "$O/machine.txt" 2>&1
+  case $SUITE in
+    tests) part pytest 540 env DCPCTL_GPU_REPORT="$O" python3 -m pytest -q -p no:cacheprovider -m gpu tests ;;
+    kernel) part bench_kernel 540 $DCPCTL bench kernel --no-naive --save-table "$O/attention.json" --format json ;;
+    decode)
+      part bench_decode 400 $DCPCTL bench decode --device cuda --tp-size 1 --dcp-sizes 1 --shape v3 --dtype bfloat16 \
+        --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs -o "$O/decode.json"
+      part bench_capacity 60 $DCPCTL bench capacity --format json ;;
+    step)
+      M=$(v3_checkpoint /tmp/dcpctl-v3-step)
+      part fusion_ab 500 python3 benchmarks/fusion_ab.py --model "$M" --batches 1,8,32 -o "$O/fusion_ab.json" ;;
+    serve)
+      args=(--out "$O" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES-compiled,eager}"
+            --budget-s "${BUDGET_S:-360}")
+      [ -n "${CELLS:-}" ] && args+=(--cells "$CELLS")
+      part serve_peers 580 python3 benchmarks/serve_peers.py "${args[@]}" ;;
+    prefill) part prefill_ttft 300 python3 benchmarks/prefill_ttft.py "$O/prefill_ttft.json" ;;
+    mixed)
+      part serve_mixed 580 python3 benchmarks/serve_mixed.py --out "$O" --budget-s "${BUDGET_S:-480}" \
+        --cells "${CELLS:-stall,moe,early,dense1k}" ;;
+    fp8serve)   # checkpoints (7.5 GB) and Triton caches go under /tmp, not into the results
+      part fp8_serve 580 python3 benchmarks/fp8_serve.py --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
+      rm -rf /tmp/dcpctl-fp8-work ;;
+    fp8)
+      part tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fp8_gemm.py \
+        tests/runtime/test_model_fp8.py tests/runtime/test_weight_bytes.py
+      part sweep 240 python3 benchmarks/fp8_gemm.py --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
+        --json "$O/sweep.json"
+      part model_check 100 python3 benchmarks/fp8_model_check.py --trained --json "$O/model_check.json" ;;
+    gemm16) part sweep 500 python3 benchmarks/gemm16_sweep.py -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
+    head_bmm) part sweep 300 python3 benchmarks/head_bmm_sweep.py -o "$O/sweep.json" ;;
+    x2)
+      part bench_decode 400 $DCPCTL bench decode --device cuda --tp-size 2 --dcp-sizes 1,2 --shape v3 \
+        --dtype bfloat16 --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs \
+        -o "$O/decode.json"
+      part bench_exchange 150 $DCPCTL bench exchange --dcp-size 2 --batches 1,8,32,64 --format json ;;
+    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 gemm16 head_bmm x2"; exit 2 ;;
+  esac
+done
