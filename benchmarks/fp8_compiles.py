@@ -32,7 +32,7 @@ from triton.runtime.jit import JITFunction
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
 from dcpctl.runtime.engine.warm_up import warm_up_lengths  # noqa: E402
-from dcpctl.runtime.models import fp8_gemm  # noqa: E402
+from dcpctl.runtime.models import fp8_gemm, fp8_tiles  # noqa: E402
 
 H200_SMS = 132
 TOP_K, EXPERTS = 8, 16
@@ -67,6 +67,9 @@ def count(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None =
         seen[name[0]].add((self.fn.__name__, key))
         return None
     plain, plain_linear, active = JITFunction._do_compile, fp8_gemm.F.linear, driver._active
+    plain_tables = fp8_tiles.current
+    h200 = fp8_tiles.tables_for("NVIDIA H200", 90)   # the tiles an H200 serves with (CPU tensors get the defaults)
+    fp8_tiles.current = lambda device=None: h200
     driver.set_active(_StandIn())
     JITFunction._do_compile = record
     fp8_gemm.F.linear = lambda x, w: x.new_empty(x.shape[0], w.shape[0])   # DequantLinear's cuBLAS: not Triton
@@ -80,7 +83,7 @@ def count(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None =
                 ends = torch.full((EXPERTS,), r, dtype=torch.int32) if grouped else None
                 fp8_gemm.fp8_matmul(x, w8, scale, (128, 128), ends, sms=H200_SMS, mode="w8a16")
     finally:
-        JITFunction._do_compile, fp8_gemm.F.linear = plain, plain_linear
+        JITFunction._do_compile, fp8_gemm.F.linear, fp8_tiles.current = plain, plain_linear, plain_tables
         driver._active = active    # reset_active() would look for a real driver
     union = set().union(*seen.values())
     return {"distinct": len(union), "by_kernel": dict(collections.Counter(f for f, _ in union)),
