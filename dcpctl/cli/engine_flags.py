@@ -9,11 +9,16 @@ sentence naming the nearest engine flag. Another engine is another `EngineSyntax
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import click
 
+from dcpctl import console
 from dcpctl.plan.engine_args import PassThrough, split
+from dcpctl.plan.errors import UserError
+from dcpctl.plan.vllm import VLLM_VERSION
+from dcpctl.plan.vllm_args import flag_table
 from dcpctl.plan.sglang_args import SGLANG, EngineSyntax
 
 # dcpctl models these SGLang flags and also carries them as typed: SGLang's --attention-backend sets the prefill
@@ -25,8 +30,11 @@ class EngineCommand(click.Command):
     engine: EngineSyntax = SGLANG
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if _names_vllm(args):   # vLLM's flags are dcpctl options of their own (cli/vllm_options.py)
-            return super().parse_args(ctx, args)
+        if _names_vllm(args):   # vLLM's modelled flags are dcpctl options of their own (cli/vllm_options.py)
+            mine, rest = _split_vllm(list(args), _caller_flags(self, ctx))
+            if rest:
+                console.info(f"passed through (not modelled by the plan): {' '.join(rest)}")
+            return super().parse_args(ctx, mine)
         args, pasted = self.engine.strip_launcher(list(args))
         caller = _caller_flags(self, ctx)
         args = _rename(self.engine, args, caller)
@@ -40,6 +48,28 @@ def _names_vllm(args: list[str]) -> bool:
     """`--engine vllm` typed before any bare `--`: the SGLang table does not judge the flags."""
     head = args[:args.index("--")] if "--" in args else args
     return "--engine=vllm" in head or any(a == "--engine" and b == "vllm" for a, b in zip(head, head[1:]))
+
+
+def _split_vllm(args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """(the tokens dcpctl parses, the other `vllm serve` flags as typed); a flag vLLM lacks: one sentence, exit 2."""
+    table, mine, rest, i = flag_table(), [], [], 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, _ = tok.partition("=")
+        if tok == "--":
+            return mine + args[i:], rest
+        if not tok.startswith("-") or name in caller:
+            mine.append(tok)
+            i += 1
+            continue
+        if name not in table:
+            near = difflib.get_close_matches(name, [*table, *caller], n=1)
+            raise UserError(f"{name} is not an option of dcpctl or of `vllm serve` (vLLM {VLLM_VERSION})"
+                            + (f"; the nearest is {near[0]}" if near else ""))
+        n = 1 if table[name][1] and not eq else 0
+        rest += args[i:i + 1 + n]
+        i += 1 + n
+    return mine, rest
 
 
 def _caller_flags(cmd: click.Command, ctx: click.Context) -> dict[str, bool]:

@@ -93,3 +93,21 @@ def test_recommend_searches_vllms_exchanges():
     req = request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "b200-8", "tp_size": 8})
     names = {c.label for c in candidates(req)}
     assert "dcp 8 ag_rs +repQ" in names and not any("fi_a2a" in n for n in names)
+
+
+def test_typed_vllm_flags_under_engine_vllm():
+    """`--engine vllm` takes every `vllm serve` flag as typed: modelled ones planned, the rest passed through;
+    a flag vLLM lacks is one sentence naming the nearest, exit 2."""
+    import json
+
+    from click.testing import CliRunner
+
+    from dcpctl.cli.main import cli
+    args = ["plan", "--engine", "vllm", "--hardware", "h200-8", "--model-preset", "deepseek-v3.1", "-tp", "8",
+            "-dcp", "8", "--enforce-eager", "--max-num-batched-tokens", "8192", "--format", "json"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["valid"] is True
+    assert "passed through (not modelled by the plan): --enforce-eager --max-num-batched-tokens 8192" in r.stderr
+    bad = CliRunner().invoke(cli, args[:-2] + ["--enforce-eagr"])
+    assert bad.exit_code == 2 and "the nearest is --enforce-eager" in bad.output
