@@ -1,4 +1,4 @@
-"""FlashInfer's MLA paged decode timed next to ours on the same pages, in one GPU run (issue 8).
+"""FlashInfer's MLA paged decode timed next to ours on the same pages, in one GPU run.
 
     python3 benchmarks/flashinfer_mla.py --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
 

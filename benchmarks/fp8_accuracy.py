@@ -14,7 +14,7 @@ amax / 448; fp8_model_check.write_trained) and compared with the model as traine
 | f64      | as trained                           | float64: the exact reference (its bits per byte is the training record's) |
 | f64_fp8  | block-FP8, dequantized               | float64: what the quantization alone does                         |
 
-Reported, with the issue's targets:
+Reported, with the targets:
 - bits per byte of every path over all 8 x 255 held-out bytes (BOS in front of each window); fp8 within 2% of bf16.
 - greedy continuations (NEW_TOKENS each) of 32 held-out prompts (BOS + PROMPT_BYTES bytes from 32 evenly spaced
   distinct line starts), each path decoding freely: fp8 equal to bf16 on at least 28. For each one that differs, the

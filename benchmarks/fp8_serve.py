@@ -20,7 +20,7 @@ OUTPUT tokens out); fp8_again only gets ready. Then, budget left, benchmarks/dec
 decode step at every captured batch size (one CUDA-graph replay's GPU time, context PROMPT + OUTPUT / 2). Per start: seconds from process start to the ready line, the
 Triton kernels its start compiled into its cache (cubin files), and the GPU memory in use while it serves
 (nvidia-smi, less what was in use before). DIR/fp8_serve.json holds everything, DIR/fp8_serve.md the table
-with the issue's targets (FP8 ITL p50 and output throughput at least bf16's at every concurrency, start to
+with the targets (FP8 ITL p50 and output throughput at least bf16's at every concurrency, start to
 ready within 1.5x), DIR/logs/ every part's log. A part that would start past --budget-s is skipped and says so.
 
 --smoke: the built-in trained model quantized block-FP8 (fp8_model_check.write_trained) and its twin, served

@@ -1,4 +1,4 @@
-"""The CUDA-graph decode step with each of the step's fusions off, in one process on one GPU (issue 17).
+"""The CUDA-graph decode step with each of the step's fusions off, in one process on one GPU.
 
 For every variant (a DCPCTL_UNFUSED value: models/fusions.py) the checkpoint is loaded again and each batch's
 cell runs as `bench decode --cuda-graphs` runs it (bench/decode_cell.run_cell: eager steps, then the graph's GPU
@@ -11,7 +11,7 @@ usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8
   DCPCTL_UNFUSED or a field of the launch config's runtime section (fp8_gemm, blas, mla_configs, gemm16_table), e.g.
   "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=blas=cublas". Every variant runs in this one process: a setting torch
   reads once a process (the cuBLASLt workspace) is no variant's own; time it with one process per setting
-  without --model the issue's checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
+  without --model the served-step checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from dcpctl.runtime.models import gemm16
 from dcpctl.runtime.models.gemm16 import Tiles16, choose, linear16
 
 SHAPES = {"qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
-          "down": (7168, 2048)}   # (N, K) of the checkpoint: V3 attention, dense MLP of 2048, TP 1
+          "down": (7168, 2048)}   # (N, K) of the served-step checkpoint: V3 attention, dense MLP of 2048, TP 1
 CALLS = 8
 WIN = 0.04      # a setting goes into the table only where it beat cuBLAS by this much (runs differ by a few %)
 GRIDS = {"first": ((64, 128), (128, 256), (1, 2, 4), (4,), (3, 4)),     # bn, bk, per_sm, warps, stages

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What `--hardware auto` sees on this machine and what the cost model does with it (issue 22): the raw probe,
+# What `--hardware auto` sees on this machine and what the cost model does with it: the raw probe,
 # the plan's hardware section, a plan estimate and a recommendation on the detected hardware, and a check
 # that the memory bandwidth used is within 10% of the h200-8 profile's (or of the calibration file's).
 # usage: benchmarks/hardware_check.sh [CALIBRATION.yaml]      (PYTHON=.venv/bin/python to pick the interpreter)

@@ -1,4 +1,4 @@
-"""One call, one machine: the scheduler under real traffic (issue 41's cells), as `dcpctl launch` + `bench serve`.
+"""One call, one machine: the scheduler under real traffic, as `dcpctl launch` + `bench serve`.
 
     python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
 

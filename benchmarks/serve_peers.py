@@ -1,5 +1,5 @@
 """One call, one machine: `dcpctl launch` + `bench serve`, the `bench decode` graph step and Hugging Face
-`generate` on the same checkpoints, then the ratios issue 17 names (serve_report.py writes them).
+`generate` on the same checkpoints, then the served-step ratios (serve_report.py writes them).
 
     python3 benchmarks/serve_peers.py --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
                                       [--hf-modes eager,compiled] [--budget-s 540]
@@ -93,7 +93,7 @@ def write_bf16(d: Path, overrides: dict[str, Any], device: str) -> Path:
 
 
 def launch_flags() -> dict[str, bool]:
-    """Which CUDA-graph flags this build's `dcpctl launch` has (the engine work of issue 17 adds them)."""
+    """Which CUDA-graph flags this build's `dcpctl launch` has (older builds lack them)."""
     text = subprocess.run(dcpctl("launch", "--help"), capture_output=True, text=True, check=False).stdout
     return {f: f in text for f in ("--disable-cuda-graph", "--cuda-graph-max-bs")}
 

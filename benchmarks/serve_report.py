@@ -5,7 +5,7 @@
 Per cell and concurrency c (= batch c): served ITL p50 of each server variant (`bench serve`), the
 `bench decode` graph and eager step at batch c and context prompt + output/2, the roofline prediction,
 and Hugging Face's ITL p50 (hf_peer.py; the same definition: the median gap between consecutive tokens).
-Ratios (issue 17's targets): served / graph step (<= 1.3; <= 1.2 at 32K), HF compiled / served (>= 2 at
+Ratios (the served-step targets): served / graph step (<= 1.3; <= 1.2 at 32K), HF compiled / served (>= 2 at
 batch 1, >= 5 at batch 32), graph step / prediction (<= 1.6), first TTFT / steady TTFT (<= 2).
 """
 from __future__ import annotations

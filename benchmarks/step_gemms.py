@@ -1,4 +1,4 @@
-"""The decode step's GEMMs one by one on one GPU, against their weight-bytes roofline (issue 17).
+"""The decode step's GEMMs one by one on one GPU, against their weight-bytes roofline.
 
 Every linear layer and the two absorbed-MLA bmms of a DeepSeek-V3 layer (bf16, TP 1) at each batch: microseconds
 per call (calls captured in a CUDA graph, as the step runs them), the weight bandwidth it reaches and the time at

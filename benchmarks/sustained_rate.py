@@ -1,4 +1,4 @@
-"""Burst vs sustained: how a compute-bound kernel's time changes as the GPU stays busy (issue 18).
+"""Burst vs sustained: how a compute-bound kernel's time changes as the GPU stays busy.
 
     python benchmarks/sustained_rate.py [--seconds 1.5] [--json OUT]
 

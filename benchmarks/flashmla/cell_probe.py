@@ -1,4 +1,4 @@
-"""One `bench kernel` cell of FlashMLA, timed several ways in one process (issue 18: why 128 heads at long context
+"""One `bench kernel` cell of FlashMLA, timed several ways in one process (why 128 heads at long context
 and batch fall short of 0.84 of roofline while shorter cells reach it).
 
     python benchmarks/flashmla/cell_probe.py [--heads 128] [--ctx 131072] [--batch 32] [--json OUT] [--once KIND]

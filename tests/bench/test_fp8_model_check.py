@@ -58,7 +58,7 @@ def test_emulation_w8a16_takes_the_rows_as_they_are():
 
 def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
     # the built-in trained model quantized block-FP8 (partial blocks at 64 and 80), the default method (w8a16)
-    # emulated in float64 on bf16 rows: the median step well within the 2e-2 (w8a8, whose activation
+    # emulated in float64 on bf16 rows: the median step well within the 2e-2 target (w8a8, whose activation
     # quantization alone is 0.73% here, gives 0.80%), at most 4 of the 72 steps over it (w8a8: 8), and greedy
     # equal where margins decide.
     # A subprocess: the check replaces fp8_gemm.fp8_matmul by its emulation for the rest of its process

@@ -81,7 +81,7 @@ def test_unauthenticated_public_server_warns():
 
 
 def test_replicated_q_on_float32_is_kept_as_sglang_keeps_it():
-    # SGLang 0.5.23 replicates Q whatever the weights' dtype (issue 15): generate passes it on, no note
+    # SGLang 0.5.23 replicates Q whatever the weights' dtype: generate passes it on, no note
     r = run("generate", "--dcp-replicate-q-proj", "--prompt-ids", "1", "--max-new-tokens", "3000")
     assert_user_error(r, "exceeds the model's max_position_embeddings")
     assert "--dcp-replicate-q-proj ignored" not in r.output

@@ -32,7 +32,7 @@ def test_one_panel_per_context_with_one_curve_per_valid_choice(k3):
     assert [ax.get_title().split(" (")[0] for ax in panels] == ["context 32,768", "context 262,144"]
     for ax, p in zip(panels, series["panels"]):
         valid = [c["choice"] for c in p["curves"] if c["valid"]]
-        # Kimi K3 keeps a backend the user sets (SGLang 0.5.23, issue 15): every backend per DCP size
+        # Kimi K3 keeps a backend the user sets (SGLang 0.5.23): every backend per DCP size
         assert valid == ["dcp 1"] + [f"dcp {c} {b}" for c in (2, 4, 8)
                                      for b in ("ag_rs", "a2a", "a2a +repQ", "fi_a2a", "fi_a2a +repQ")]
         assert [line.get_label() for line in curves(ax)] == valid

@@ -100,7 +100,7 @@ def test_streams_pause_through_a_retraction_never_repeat_or_skip(world, dcp):
 
 
 def test_stop_early_requests_with_a_large_max_tokens_run_all_at_once():
-    """The issue's batch: 16 requests of max_tokens 1800 on a 4,096-token pool that a stop string ends after 4-69
+    """The early-stop batch: 16 requests of max_tokens 1800 on a 4,096-token pool that a stop string ends after 4-69
     tokens (the server cancels them then) all run together: admission counts the KV they hold, not what
     max_tokens could reach."""
     reqs = [{"prompt_ids": [1 + (i * 7 + j) % 39 for j in range(30 + i)], "max_new_tokens": 1800}

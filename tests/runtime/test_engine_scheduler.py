@@ -59,7 +59,7 @@ def test_decodes_above_the_budget_still_let_one_prefill_token_in():
 
 
 def test_admission_counts_held_kv_plus_headroom_not_max_new_tokens():
-    # the batch: 16 requests of max_tokens 1800 on a 4,096-token pool all run at once
+    # the early-stop batch: 16 requests of max_tokens 1800 on a 4,096-token pool all run at once
     s = _sched(capacity=4096, page=1, dcp=1, chunk=-1)
     for rid in range(16):
         s.add(_seq(rid, 60, new=1800))

@@ -126,8 +126,7 @@ TIE = 0.1   # |log p| apart: what two bf16 runs of this random model may differ 
 @pytest.mark.parametrize("other", ["flashinfer", "flashmla"])
 def test_greedy_ids_equal_across_backends(latent_path, other):
     """Greedy ids equal, except where the two backends' picks are a near-tie: there both chosen tokens have
-    log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise;
-    issue 18's first GPU run: 14 of 16 equal, the two others diverged at tokens 9 and 12 of 16).  Before the
+    log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise).  Before the
     divergence the ids are equal and the log-probabilities agree within TIE; a wrong kernel fails both."""
     _need(other)
     rng = random.Random(0)

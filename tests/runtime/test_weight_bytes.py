@@ -61,7 +61,7 @@ def test_planned_bytes_equal_loaded_bytes(request, which, keep, tp, attn_tp, dcp
     loaded = max(loaded_bytes(load_model(path, fake_state(tp, r, attn_tp, dcp, ep), rep,
                                          torch.bfloat16, keep_fp8=keep)) for r in range(tp))
     planned = weight_bytes(spec, _topology(tp, attn_tp, dcp, ep), rep, keep)
-    assert abs(planned - loaded) <= 0.005 * loaded, (planned, loaded)   # the issue asks 3%; today they agree exactly
+    assert abs(planned - loaded) <= 0.005 * loaded, (planned, loaded)   # the target is 3%; they agree exactly
 
 
 def test_fp8_weights_stay_fp8_where_kept(fp8):
