@@ -2,14 +2,17 @@
 
 - one chunk's block / staircase decomposition on one rank equals dense masked attention over the rank's
   stripe (every DCP size, prefix, chunk length and key block size, float64, 1e-12);
-- the per-batch rule picks MHA for long prefills and extends, absorbed for decode and short extends;
+- the per-chunk rule picks MHA for long prefills and extends, absorbed for decode and short extends;
 - the tiny DeepSeek model through the real DCP context (forked gloo ranks: DCP 1 / 2 / 4, ag_rs and a2a,
   chunked, paged, attention DP, replicated Q): greedy ids identical and logits within 1e-9 of DCP 1 in the
-  absorbed form, and the MHA form reproduces transformers (float64, HF's fp32 stages) within 1e-9.
+  absorbed form, and the MHA form reproduces transformers (float64, HF's fp32 stages) within 1e-9;
+- a mixed batch (decodes, a fresh prefill, a short and a long extend, interleaved) split between the forms in
+  one layer call: the same logits (1e-9) and greedy ids as everything absorbed at DCP 1, at DCP 1 and 2.
 """
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from dcpctl.runtime.attention.form import form_costs, pick_form
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.mha import chunk_attention, reference_kernel
 from dcpctl.runtime.models import load_model
+from dcpctl.runtime.models.loader import read_config
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
 from tests.dist import run_ranks
@@ -69,16 +73,18 @@ V3 = MlaShape(hidden_size=7168, num_layers=61, num_heads=128, q_lora_rank=1536, 
 
 
 @pytest.mark.parametrize("chunks,mha", [
-    ([SeqChunk(0, 0, 340)], False), ([SeqChunk(0, 0, 341)], True),            # a fresh prompt: from 341 tokens
-    ([SeqChunk(0, 100_000, 170)], False), ([SeqChunk(0, 100_000, 172)], True),  # an extend: ~171 new tokens
-    ([SeqChunk(i, 131_072, 1) for i in range(64)], False),                      # decode at 128K
-    ([SeqChunk(0, 0, 8192)] + [SeqChunk(i, 4096, 1) for i in range(1, 3)], True),    # a chunk with short decodes
-    ([SeqChunk(0, 0, 8192)] + [SeqChunk(i, 32_768, 1) for i in range(1, 9)], False),  # their up-projection costs more
+    ([SeqChunk(0, 0, 340)], [False]), ([SeqChunk(0, 0, 341)], [True]),            # a fresh prompt: from 341 tokens
+    ([SeqChunk(0, 100_000, 170)], [False]), ([SeqChunk(0, 100_000, 172)], [True]),  # an extend: ~171 new tokens
+    ([SeqChunk(i, 131_072, 1) for i in range(64)], [False] * 64),                   # decode at 128K
+    ([SeqChunk(0, 0, 8192)] + [SeqChunk(i, 4096, 1) for i in range(1, 3)], [True, False, False]),  # mixed: split
+    ([SeqChunk(i, 32_768, 1) for i in range(1, 9)] + [SeqChunk(0, 0, 8192)], [False] * 8 + [True]),  # long decodes
 ])
-def test_rule_picks_mha_for_long_prefills_and_absorbed_for_decode(chunks, mha):
-    absorbed, cost = form_costs(chunks, V3)
-    assert pick_form("auto", chunks, V3)[0] is mha is (cost < absorbed)
-    assert pick_form("absorbed", chunks, V3) == (False, "attention form: absorbed (asked for)")
+def test_rule_picks_mha_per_chunk_for_long_prefills_and_absorbed_for_decode(chunks, mha):
+    forms, why = pick_form("auto", chunks, V3)
+    assert forms == mha == [form_costs([ch], V3)[1] < form_costs([ch], V3)[0] for ch in chunks]
+    kind = "split" if any(mha) and not all(mha) else "MHA" if all(mha) else "absorbed"
+    assert why.startswith(f"attention form: {kind} ")
+    assert pick_form("absorbed", chunks, V3) == ([False] * len(chunks), "attention form: absorbed (asked for)")
     with pytest.raises(ValueError, match="valid: \\['auto', 'absorbed', 'mha'\\]"):
         pick_form("latent", chunks, V3)
 
@@ -129,3 +135,49 @@ def test_mha_form_matches_absorbed_dcp1(tiny, absorbed, case):
             assert outs[j] == absorbed[2][i]
             for got, want in ((pre[j], absorbed[0][i]), (dec[j], absorbed[1][i])):
                 torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-9, atol=1e-9)
+
+
+# the mixed step, rows interleaved: decode (13 cached), a fresh 70-token prefill (MHA: the tiny shape's fresh
+# threshold is 64), decode (5 cached), a short extend (absorbed) and a long one over 5 cached tokens (MHA)
+FIRST = [SeqChunk(0, 0, 13), SeqChunk(1, 0, 5), SeqChunk(3, 0, 6), SeqChunk(4, 0, 5)]
+MIXED = [SeqChunk(0, 13, 1), SeqChunk(2, 0, 70), SeqChunk(1, 5, 1), SeqChunk(3, 6, 4), SeqChunk(4, 5, 66)]
+MIXED_FORMS = [False, True, False, False, True]
+
+
+def _mixed_rank(rank: int, world: int, path: str, groups: dict, decisions: dict, form: str):
+    ps = ParallelState.build(groups) if world > 1 else ParallelState.single()
+    model = load_model(path, ps, False, torch.float64)
+    make = dcp_ctx(model, ps, decisions, capacity=256, form=form, mha_block_bytes=MHA_BLOCK)
+    gen = torch.Generator().manual_seed(7)
+    out, forms, picked = [], [], []
+    for chunks in (FIRST, MIXED, [SeqChunk(c.rid, c.start + c.num_tokens, 1) for c in MIXED]):
+        ids = (torch.randint(1, 250, (sum(c.num_tokens for c in chunks),), generator=gen) if len(out) < 2 else
+               torch.tensor(greedy))                     # the decode after the mixed step reads the rows it wrote
+        ctx = make(chunks)
+        out.append(model.logits(model.forward(ids, ctx.positions, ctx)))
+        forms.append(list(ctx._forms))
+        last = torch.tensor([c.num_tokens for c in chunks]).cumsum(0) - 1
+        greedy = out[-1][last].argmax(-1).tolist()
+        picked.append(greedy)
+    return [o.numpy() for o in out], picked, forms[1]
+
+
+MIXED_CASES = {  # name: (world, dcp, decisions)
+    "dcp1": (1, 1, {}),
+    "dcp1_paged": (1, 1, {"attention_path": "paged"}),
+    "tp2_dcp2_ag_rs": (2, 2, {"dcp_comm_backend": "ag_rs"}),
+    "tp2_dcp2_a2a_paged": (2, 2, {"dcp_comm_backend": "a2a", "attention_path": "paged"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXED_CASES))
+def test_mixed_batch_splits_forms_and_matches_absorbed(tiny, case):
+    world, dcp, decisions = MIXED_CASES[case]
+    want, want_ids, want_forms = run_ranks(_mixed_rank, 1, tiny, None, {}, "absorbed")[0]
+    assert want_forms == [False] * len(MIXED)
+    groups = make_groups(world, dp=1, dcp=dcp) if world > 1 else None
+    for got, ids, forms in run_ranks(_mixed_rank, world, tiny, groups, decisions, "auto"):
+        assert forms == MIXED_FORMS == pick_form("auto", MIXED, read_config(Path(tiny)))[0]
+        assert ids == want_ids
+        for g, w in zip(got, want):
+            torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-9, atol=1e-9)

@@ -28,6 +28,7 @@ class AttentionContext(Protocol):
         ...
 
     # Optional (DCPContext): the MHA form for long prefills and extends.  A context without `use_mha` is absorbed.
-    #   use_mha(shape: MlaShape) -> bool       this batch's form, decided once per batch (attention/form.py)
+    #   use_mha(shape: MlaShape) -> bool       every chunk in the MHA form (decided per chunk, once per batch: form.py)
+    #   split(shape) -> [(rows [Ti], sub-context, mha)] or None   a mixed batch's absorbed then MHA sub-batches
     #   attend_mha(layer, q, kv_new, scale, w_kv, q_is_group=False) -> o [T, H_local, v]
     #       q: [T, H_local (or the group's), nope + rope] with rope applied; w_kv: [H_group, nope + v, L] kv_b_proj

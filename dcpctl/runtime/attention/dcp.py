@@ -10,8 +10,9 @@ Per MLA layer (`attend`):
      `triton_mla.mla_decode` (O(batch + pages) host work; the default when the pool is on CUDA);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
 `attend_mha` is the same four steps in the MHA form (attention/mha.py, for long prefills and extends: the
-model asks `use_mha` once per batch, attention/form.py): the query is qk wide, the shard's latent rows are
-up-projected per head block by block, and the partials merged over the group are v wide.
+model asks once per batch, attention/form.py): the query is qk wide, the shard's latent rows are up-projected
+per head block by block, and the partials merged over the group are v wide.  A mixed batch (`split`: some chunks
+in each form) gives the layer an absorbed and an MHA sub-context over their chunks, run in that order everywhere.
 
 Chunked prefill / extend attends the local shard and merges like decode (exact by the merge
 identity), instead of gathering prefix shards to restore token order: one code path for prefill,
@@ -20,7 +21,7 @@ decode and verification.  T = 0 still runs every collective with empty tensors.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from torch import Tensor
 from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.comm import (exchange_a2a, exchange_ag_rs, exchange_packed, gather_heads,
                                            lanes_in_place, pack_by_owner, send_buffer)
-from dcpctl.runtime.attention.form import pick_form
+from dcpctl.runtime.attention.form import part_of, pick_form
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
@@ -61,10 +62,13 @@ class DCPContext:
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     kv_bytes_hint: int = 0          # paged path: KV bytes per layer from host ints (no device sync)
     attention_backend: str = "auto"  # decisions["attention_backend"]: --attention-backend (backend_choice)
-    attention_form: str = "auto"     # absorbed / MHA per batch (attention/form.py); tests pin one
+    attention_form: str = "auto"     # absorbed / MHA per chunk (attention/form.py); tests pin one
     mha_block_bytes: int = BLOCK_BYTES  # the MHA form's up-projected key block, at most (tests shrink it)
     _mask: Tensor | None = field(default=None, repr=False)
-    _mha: bool | None = field(default=None, repr=False)
+    alloc: VirtualAllocator | None = field(default=None, repr=False)   # builds a mixed batch's sub-contexts
+    parent: DCPContext | None = field(default=None, repr=False)        # a sub-context counts into its batch's
+    _forms: list[bool] | None = field(default=None, repr=False)
+    _parts: list[tuple[Tensor, DCPContext, bool]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.dcp.size > 1 and self.backend not in BACKENDS:
@@ -102,12 +106,41 @@ class DCPContext:
         rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes kv_new=None."""
         return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
 
-    def use_mha(self, shape: MlaShape) -> bool:
-        """Whether this batch runs in the MHA form (`attend_mha`): decided once per batch, said once per reason."""
-        if self._mha is None:
-            self._mha, why = pick_form(self.attention_form, self.layout.chunks, shape)
+    def _pick(self, shape: MlaShape) -> list[bool]:
+        # per chunk: MHA form?  Decided once per batch, said once per reason
+        if self._forms is None:
+            self._forms, why = pick_form(self.attention_form, self.layout.chunks, shape)
             note_once(why)
-        return self._mha
+        return self._forms
+
+    def use_mha(self, shape: MlaShape) -> bool:
+        """Whether every chunk of this batch runs in the MHA form (`attend_mha`)."""
+        forms = self._pick(shape)
+        return bool(forms) and all(forms)
+
+    def split(self, shape: MlaShape) -> list[tuple[Tensor, DCPContext, bool]] | None:
+        """A mixed batch (some chunks MHA, some absorbed): [(batch rows [Ti] int64, sub-context, MHA?)], the
+        absorbed part first; each sub-context writes, attends and merges its own chunks.  None: one form."""
+        forms = self._pick(shape)
+        if self._parts is None and any(forms) and not all(forms) and self.alloc is not None:
+            self._parts = [self._part(forms, mha) for mha in (False, True)]
+        return self._parts
+
+    def _part(self, forms: list[bool], mha: bool) -> tuple[Tensor, DCPContext, bool]:
+        chunks, rows = part_of(self.layout.chunks, forms, mha)
+        lay, rank, dev = self.layout, self.dcp.rank, self.layout.positions.device
+        sub = build_paged(self.alloc, chunks, rank, lay.page_size, dev) if self.paged else \
+            build_layout(self.alloc, chunks, rank, dev)
+        hint = kv_rows(self.alloc, chunks, rank) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
+        ctx = replace(self, layout=sub, kv_bytes_hint=hint, parent=self, _mask=None, _forms=[mha] * len(chunks),
+                      _parts=None)
+        return torch.tensor(rows, dtype=torch.int64, device=dev), ctx, mha
+
+    def _count(self, kv_bytes: int = 0, seconds: float = 0.0) -> None:
+        # a sub-context's reads and exchange time count into its batch (the engine reads the batch's context)
+        into = self.parent or self
+        into.kv_bytes_read += kv_bytes
+        into.exchange_seconds += seconds
 
     def attend_mha(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, w_kv: Tensor,
                    q_is_group: bool = False) -> Tensor:
@@ -115,7 +148,7 @@ class DCPContext:
         # w_kv: [Hl*c, nope + v, L] the DCP group's kv_b_proj -> [T, Hl, v]
         self._write(layer, kv_new)
         chunks = self._shard_chunks()
-        self.kv_bytes_read += sum(ch.n_rows for ch in chunks) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
+        self._count(sum(ch.n_rows for ch in chunks) * self.pool.kv.shape[-1] * self.pool.kv.element_size())
         c = self.dcp.size
         local = lambda qq: shard_attention(qq, self.pool.kv[layer], chunks, w_kv, self.v_dim, self.dcp.rank, c,  # noqa: E731
                                            scale, self.mha_block_bytes)
@@ -131,7 +164,7 @@ class DCPContext:
             out = exchange_ag_rs(o, lse, "e", self.dcp, rescale_partial if fused else None)
         else:
             out = exchange_a2a(o, lse, "e", self.dcp, q.dtype, merge_a2a if fused else None, q.dtype)
-        self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
+        self._count(seconds=(t1 - t0) + (self._clock(q) - t2))
         return out.to(q.dtype)
 
     def _shard_chunks(self) -> list[ShardChunk]:
@@ -165,7 +198,7 @@ class DCPContext:
             attend = lambda qq, out=None, dt=None: self._attend_paged(layer, qq, scale, out, dt)  # noqa: E731
         else:
             kv = self.pool.read(layer, lay.kv_slots)
-            self.kv_bytes_read += kv.numel() * kv.element_size()
+            self._count(kv.numel() * kv.element_size())
 
             def attend(qq: Tensor, out: tuple[Tensor, Tensor] | None = None,
                        dt: torch.dtype | None = None) -> tuple[Tensor, Tensor, str]:
@@ -197,7 +230,7 @@ class DCPContext:
                 buf = send.buf
                 t2 = self._clock(q)
             out = exchange_packed(buf, base, self.dcp, q.dtype, self.v_dim, merge_a2a if fused else None, q.dtype)
-        self.exchange_seconds += (t1 - t0) + (self._clock(q) - t2)
+        self._count(seconds=(t1 - t0) + (self._clock(q) - t2))
         return out.to(q.dtype)
 
     def _attend_paged(self, layer: int, q: Tensor, scale: float,
@@ -205,7 +238,7 @@ class DCPContext:
                       out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, str]:
         # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
-        self.kv_bytes_read += self.kv_bytes_hint
+        self._count(self.kv_bytes_hint)
         res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
                               self.pool.descriptors, self.attention_backend, out_dtype)
         return res.o, res.lse, res.base
@@ -226,10 +259,10 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
     backend, base = decisions.dcp_comm_backend, decisions.lse_base
     if resolve_path(decisions.attention_path, pool.kv.device) == "layout":
         return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim,
-                          attention_form=form)
+                          attention_form=form, alloc=alloc)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
     ctx = DCPContext(lay, pool, dcp, backend, base, v_dim,
-                     attention_backend=decisions.attention_backend, attention_form=form)
+                     attention_backend=decisions.attention_backend, attention_form=form, alloc=alloc)
     ctx.kv_bytes_hint = kv_rows(alloc, chunks, dcp.rank) * pool.kv.shape[-1] * pool.kv.element_size()
     return ctx
 

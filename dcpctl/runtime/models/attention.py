@@ -4,7 +4,9 @@
               o_lat @ w_vc -> per-head value;  o_proj (row-parallel) -> all-reduce over attention TP
     MHA:      [q_nope, rope(q_pe)] . [c_kv @ W_k[h]^T, rope(k_pe)]  (qk-dim dot), p @ (c_kv @ W_v[h]^T) -> o_proj
               (the context up-projects its cached latent rows with w_kv, the DCP group's kv_b_proj, block by
-              block; it picks the form per batch: attention/form.py)
+              block; it picks the form per chunk: attention/form.py)
+    mixed:    a batch whose chunks differ (prefill chunks beside decodes) runs each form over its sub-batch, each
+              through its own context, and the per-head values go back in batch order before one o_proj
 
 kv_b_proj rows per head are [nope rows of W_k | v rows of W_v], each [*, kv_lora_rank]; so
 w_kc[h] = W_k[h] ([nope, L]) and w_vc[h] = W_v[h]^T ([L, v]).
@@ -153,8 +155,18 @@ class MlaAttention:
         # KV write runs there beside the q_b GEMM, and the q rope beside the w_kc bmm (side_stream.py)
         side = side or SideStream(x, False)
         qa, kv = self._a_projections(x)
-        if self._mha(ctx):
-            return self._forward_mha(x, qa, kv, cos, sin, ctx)
+        parts = self._split(ctx)
+        if parts is not None:
+            v = self._values_split(parts, x, qa, kv, cos, sin, side)
+        elif self._mha(ctx):
+            v = self._values_mha(x, qa, kv, cos, sin, ctx, side)
+        else:
+            v = self._values_absorbed(x, qa, kv, cos, sin, ctx, side)
+        return all_reduce(linear(v, self.o_proj), self.group)
+
+    def _values_absorbed(self, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
+                         ctx: AttentionContext, side: SideStream) -> Tensor:
+        # x: [T, D] -> the o_proj input [T, Hl * v] in the absorbed form
         with side.fork():
             written = self._kv_written(kv, cos, sin, ctx)
         q = self._query(self._q_b(x, qa), cos, sin, side)
@@ -164,22 +176,36 @@ class MlaAttention:
         if self.fuse.v_out:
             v = torch.empty(T, self.heads, vd, dtype=o.dtype, device=o.device)
             bmm_into(o.transpose(0, 1), self.w_vc, v.transpose(0, 1), self.fuse.head_bmm)
-            v = v.view(T, self.heads * vd)
-        else:
-            v = torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)
-        return all_reduce(linear(v, self.o_proj), self.group)
+            return v.view(T, self.heads * vd)
+        return torch.einsum("thl,hlv->thv", o, self.w_vc).reshape(T, self.heads * vd)
+
+    def _values_split(self, parts: list, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
+                      side: SideStream) -> Tensor:
+        # x: [T, D] -> [T, Hl * v]: each part (batch rows, its context, MHA?) through its form, back in batch order
+        v = None
+        for rows, sub, mha in parts:
+            pick = lambda t: None if t is None else t.index_select(0, rows)   # noqa: E731
+            run = self._values_mha if mha else self._values_absorbed
+            out = run(pick(x), pick(qa), pick(kv), pick(cos), pick(sin), sub, side)
+            v = out.new_zeros(x.shape[0], out.shape[1]) if v is None else v   # pad rows (in no part) stay 0
+            v.index_copy_(0, rows, out)
+        return v
+
+    def _split(self, ctx: AttentionContext) -> list | None:
+        split = getattr(ctx, "split", None)      # a mixed batch's sub-batches (DCPContext), else None
+        return split(self.cfg) if split else None
 
     def _mha(self, ctx: AttentionContext) -> bool:
         use = getattr(ctx, "use_mha", None)      # contexts without the MHA form (decode graphs, test references)
         return bool(use and use(self.cfg))
 
-    def _forward_mha(self, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
-                     ctx: AttentionContext) -> Tensor:
-        # x: [T, D] -> [T, D]: the MHA form; the latent rows are written to the pool exactly as in the absorbed form
+    def _values_mha(self, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
+                    ctx: AttentionContext, side: SideStream) -> Tensor:
+        # x: [T, D] -> [T, Hl * v] in the MHA form; the latent rows go to the pool exactly as in the absorbed form
         written = self._kv_written(kv, cos, sin, ctx)
         q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
         q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
         q = torch.cat([q_nope, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
-        return all_reduce(linear(o.reshape(x.shape[0], -1), self.o_proj), self.group)
+        return o.reshape(x.shape[0], -1)
