@@ -181,3 +181,20 @@ def test_mixed_batch_splits_forms_and_matches_absorbed(tiny, case):
         assert ids == want_ids
         for g, w in zip(got, want):
             torch.testing.assert_close(torch.from_numpy(g), torch.from_numpy(w), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("t", [1, 127, 130, 341, 1000])
+@pytest.mark.parametrize("causal", [True, False])
+def test_bucketed_rows_are_exact(t, causal):
+    """Padding a call's rows to the kernel's plan buckets changes no output row (causal: zero keys after the last
+    real one are masked; unmasked: only queries are padded), and the buckets are a short ladder."""
+    from dcpctl.runtime.attention.mha import bucket, bucketed, reference_kernel
+    g = torch.Generator().manual_seed(t)
+    s = t if causal else 77
+    q, k, v = (torch.randn(n, 3, d, generator=g, dtype=torch.float64) for n, d in ((t, 8), (s, 8), (s, 4)))
+    want = reference_kernel(q, k, v, causal, 0.3)
+    got = bucketed(reference_kernel)(q, k, v, causal, 0.3)
+    assert got[0].shape == want[0].shape and got[1].shape == want[1].shape
+    assert torch.allclose(got[0], want[0], atol=1e-12) and torch.allclose(got[1], want[1], atol=1e-12)
+    assert 0 <= bucket(t) - t < max(128, t / 8)
+    assert len({bucket(n) for n in range(1, 8193)}) <= 48

@@ -62,15 +62,45 @@ def _efficient(q, k, v, causal, scale):
     return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
 
 
+def bucket(n: int) -> int:
+    """n rounded up to a multiple of max(128, the power of two at most n / 8): 8 sizes per octave past 1024."""
+    step = max(128, 1 << max(0, n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+def bucketed(kernel: Kernel) -> Kernel:
+    """`kernel` over row counts padded to bucket(), exactly: a causal square pads q, k and v alike (a real query
+    never sees a key past itself, so the zero keys after the last real one are masked out); an unmasked call pads
+    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1-1 s): buckets keep
+    a server's prompts of every length to a few dozen plans."""
+    def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        t = q.shape[0]
+        extra = bucket(t) - t
+        if extra == 0:
+            return kernel(q, k, v, causal, scale)
+        pad = lambda x: torch.nn.functional.pad(x, (0, 0, 0, 0, 0, extra))   # noqa: E731  more rows at the end
+        o, lse = kernel(pad(q), pad(k) if causal else k, pad(v) if causal else v, causal, scale)
+        return o[:t], lse[:t]
+    return run
+
+
 def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200);
-    where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse) contract, ~4x slower)."""
+    """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200),
+    over bucketed row counts; where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse)
+    contract, ~4x slower)."""
+    return _cudnn_bucketed(q, k, v, causal, scale)
+
+
+def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     try:
         return _sdpa_kernel(_cudnn, q, k, v, causal, scale)
     except RuntimeError as e:
         note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
                   f"torch's memory-efficient SDPA kernel runs it")
         return _sdpa_kernel(_efficient, q, k, v, causal, scale)
+
+
+_cudnn_bucketed = bucketed(_cudnn_or_efficient)
 
 
 def pick_kernel(q: Tensor) -> tuple[Kernel, str]:
