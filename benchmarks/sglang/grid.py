@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import engine_verdicts  # noqa: E402
 import grid_cases  # noqa: E402
 from dcpctl.plan import sglang as sglang_rules  # noqa: E402
 from dcpctl.plan.sglang import SGLANG_VERSION  # noqa: E402
@@ -114,21 +116,8 @@ def sglang_verdict(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
 
 def classify(d: dict[str, Any], s: dict[str, Any]) -> tuple[str, Any]:
     """One class per case (module docstring); `d` from run_dcpctl, `s` from sglang_verdict."""
-    if "crash" in d:
-        return "crash", d["crash"]
-    if d["valid"] and not s["accepted"]:
-        return "sglang_rejects_dcpctl_accepts", s["error"]
-    if not d["valid"] and not s["accepted"]:
-        return "agree_reject", None
-    if not d["valid"]:
-        if "user_error" in d:
-            return "dcpctl_rejects_unexplained", d["user_error"]
-        odd = [v for v in d["violations"] if v["code"] not in EXTRA_CHECKS]
-        return ("dcpctl_rejects_unexplained", odd) if odd else ("dcpctl_rejects_explained",
-                                                                 [v["code"] for v in d["violations"]])
-    got = s["values"]
-    diffs = {k: (v, got[k]) for k, v in d["resolved"].items() if v != got[k] and (k != SPEC_K or v is not None)}
-    return ("differs", diffs) if diffs else ("agree_accept", None)
+    return engine_verdicts.classify(d, s, "sglang", EXTRA_CHECKS, lambda mine, got: {
+        k: (v, got[k]) for k, v in mine.items() if v != got[k] and (k != SPEC_K or v is not None)})
 
 
 def main() -> int:

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import engine_verdicts  # noqa: E402
 import vllm_grid_cases  # noqa: E402
 from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTRA_CHECKS, VLLM_VERSION  # noqa: E402
 
@@ -102,21 +104,8 @@ def vllm_verdict(res: dict[str, Any]) -> dict[str, Any]:
 
 def classify(d: dict[str, Any], v: dict[str, Any]) -> tuple[str, Any]:
     """One class per case (module docstring); `d` from run_dcpctl, `v` from vllm_verdict."""
-    if "crash" in d:
-        return "crash", d["crash"]
-    if d["valid"] and not v["accepted"]:
-        return "vllm_rejects_dcpctl_accepts", v["error"]
-    if not d["valid"] and not v["accepted"]:
-        return "agree_reject", None
-    if not d["valid"]:
-        if "user_error" in d:
-            return "dcpctl_rejects_unexplained", d["user_error"]
-        odd = [x for x in d["violations"] if x["code"] not in EXTRA_CHECKS]
-        return ("dcpctl_rejects_unexplained", odd) if odd else ("dcpctl_rejects_explained",
-                                                                 [x["code"] for x in d["violations"]])
-    got = v["values"]
-    diffs = {k: (d["resolved"].get(k), got[k]) for k in COMPARED if d["resolved"].get(k) != got[k]}
-    return ("differs", diffs) if diffs else ("agree_accept", None)
+    return engine_verdicts.classify(d, v, "vllm", EXTRA_CHECKS, lambda mine, got: {
+        k: (mine.get(k), got[k]) for k in COMPARED if mine.get(k) != got[k]})
 
 
 def main() -> int:
