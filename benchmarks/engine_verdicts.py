@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import collections
+import json
 from typing import Any, Callable
 
 
@@ -29,3 +31,25 @@ def classify(d: dict[str, Any], e: dict[str, Any], engine: str, extra_checks: An
                                                                  [v["code"] for v in d["violations"]])
     found = diffs(d["resolved"], e["values"])
     return ("differs", found) if found else ("agree_accept", None)
+
+
+def print_classes(cases: list[dict[str, Any]], counts: Any, failures: tuple[str, ...], show: int) -> None:
+    """The classes per case group, the totals, and up to `show` examples of each failure (with its command)."""
+    by_group: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for c in cases:
+        by_group[c["group"]][c["class"]] += 1
+    for g, cnt in by_group.items():
+        print(f"  {g:<12} {sum(cnt.values()):>5}  " + ", ".join(f"{k} {v}" for k, v in sorted(cnt.items())))
+    for k in ("agree_accept", "agree_reject", "dcpctl_rejects_explained", *failures):
+        print(f"{k:<32} {counts[k]:>5}")
+    for f in failures:
+        seen: collections.Counter = collections.Counter()
+        for c in cases:
+            if c["class"] != f:
+                continue
+            why = json.dumps(c["detail"], default=str)[:200]
+            seen[why] += 1
+            if seen[why] <= show:
+                print(f"  [{f}] {why}\n      dcpctl plan {' '.join(c['flags'])}")
+        for why, n in seen.most_common():
+            print(f"  [{f}] x{n}: {why}")

@@ -166,27 +166,10 @@ def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, 
     versions = {c["dcpctl"].get("sglang_version") for c in cases if "crash" not in c["dcpctl"]}
     print(f"{len(cases)} cases; SGLang modelled by dcpctl: {sorted(map(str, versions))}; "
           f"SGLang {t_sgl:.0f}s, dcpctl {t_dcp:.0f}s")
-    by_group = collections.defaultdict(collections.Counter)
-    for c in cases:
-        by_group[c["group"]][c["class"]] += 1
-    for g, cnt in by_group.items():
-        print(f"  {g:<12} {sum(cnt.values()):>5}  " + ", ".join(f"{k} {v}" for k, v in sorted(cnt.items())))
-    for k in ("agree_accept", "agree_reject", "dcpctl_rejects_explained", *FAILURES):
-        print(f"{k:<32} {counts[k]:>5}")
+    engine_verdicts.print_classes(cases, counts, FAILURES, show)
     other = [c for c in cases if c["class"] == "agree_reject" and "user_error" not in c["dcpctl"]
              and {v["code"] for v in c["dcpctl"]["violations"]} <= set(EXTRA_CHECKS)]
     print(f"  (of agree_reject, {len(other)} where dcpctl names only checks SGLang cannot see, not SGLang's own)")
-    for f in FAILURES:
-        seen = collections.Counter()
-        for c in cases:
-            if c["class"] != f:
-                continue
-            why = json.dumps(c["detail"], default=str)[:160] if f != "differs" else json.dumps(sorted(c["detail"]))
-            seen[why] += 1
-            if seen[why] <= show:
-                print(f"  [{f}] {why}\n      dcpctl plan {' '.join(c['flags'])}")
-        for why, n in seen.most_common():
-            print(f"  [{f}] x{n}: {why}")
 
 
 if __name__ == "__main__":

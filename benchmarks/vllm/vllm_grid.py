@@ -146,28 +146,11 @@ def main() -> int:
 
 def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_vllm: float, t_dcp: float) -> None:
     print(f"{len(cases)} cases; vLLM {VLLM_VERSION}; vLLM {t_vllm:.0f}s, dcpctl {t_dcp:.0f}s")
-    by_group = collections.defaultdict(collections.Counter)
-    for c in cases:
-        by_group[c["group"]][c["class"]] += 1
-    for g, cnt in by_group.items():
-        print(f"  {g:<12} {sum(cnt.values()):>5}  " + ", ".join(f"{k} {v}" for k, v in sorted(cnt.items())))
-    for k in ("agree_accept", "agree_reject", "dcpctl_rejects_explained", *FAILURES):
-        print(f"{k:<32} {counts[k]:>5}")
+    engine_verdicts.print_classes(cases, counts, FAILURES, show)
     explained = collections.Counter(code for c in cases if c["class"] == "dcpctl_rejects_explained"
                                     for code in c["detail"])
     for code, n in explained.most_common():
         print(f"  dcpctl only: {code:<28} x{n}  ({EXTRA_CHECKS[code]})")
-    for f in FAILURES:
-        seen: collections.Counter = collections.Counter()
-        for c in cases:
-            if c["class"] != f:
-                continue
-            why = json.dumps(c["detail"], default=str)[:200] if f != "differs" else json.dumps(c["detail"])[:200]
-            seen[why] += 1
-            if seen[why] <= show:
-                print(f"  [{f}] {why}\n      dcpctl plan {' '.join(c['flags'])}")
-        for why, n in seen.most_common():
-            print(f"  [{f}] x{n}: {why}")
 
 
 if __name__ == "__main__":
