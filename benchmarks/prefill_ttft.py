@@ -1,7 +1,7 @@
 """Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
 
     PYTHONPATH=. python3 benchmarks/prefill_ttft.py OUT.json [--lengths 4096,16384,32768,65536]
-                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR]
+                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...]
 
 The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
 rope 64; 4 dense layers of intermediate 2048; vocab 264; write_bf16's init rules, drawn on the GPU) with
@@ -13,6 +13,9 @@ max_position_embeddings 163840, unless --model names one.  In one process:
   hf       transformers' DeepseekV3ForCausalLM (sdpa, bf16) forward of the N tokens (logits of the last)
   floor    4 x (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
            plus the layer's projection and MLP GEMMs at N rows), each timed alone
+
+--profile N,...: after the timed runs, one more dcpctl prefill of N tokens under torch.profiler: its wall time,
+the GPU's busy time and the top kernels by total GPU time (where the time over the floor goes).
 
 Median of --reps timed runs after one warm-up.  JSON: per length {dcpctl_ms, hf_ms, floor_ms, floor parts,
 dcpctl/floor, dcpctl/hf}, plus the device, torch, cuDNN and the command line.
@@ -79,16 +82,42 @@ def engine(path: str, capacity: int, chunk: int):
     return Engine(model, ps, LaunchConfig.from_dict(cfg))
 
 
-def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: int) -> dict[int, dict]:
-    eng = engine(path, max(lengths) + 1024, chunk)
-    out = {}
+def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: int,
+                 profile: list[int]) -> dict[int, dict]:
+    eng = engine(path, max(lengths + profile) + 1024, chunk)
+    out: dict[int, dict] = {}
     for n in lengths:
         ids = prompt(n, vocab)
         cold, ms = timed(lambda: eng.generate([{"prompt_ids": ids, "max_new_tokens": 1}]), reps)
         out[n] = {"dcpctl_ms": round(ms, 2), "dcpctl_cold_ms": round(cold, 2)}
+    for n in profile:
+        ids = prompt(n, vocab)
+        eng.generate([{"prompt_ids": ids, "max_new_tokens": 1}])      # warm (a no-op when n was timed)
+        out.setdefault(n, {})["dcpctl_profile"] = profiled(lambda: eng.generate([{"prompt_ids": ids,
+                                                                                    "max_new_tokens": 1}]))
     del eng
     torch.cuda.empty_cache()
     return out
+
+
+def profiled(fn: Callable[[], Any], top: int = 25) -> dict[str, Any]:
+    """One call of fn under torch.profiler: wall ms, summed GPU kernel ms, and the top kernels by GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3
+    kernels: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(ev.name[:120], [0.0, 0])
+            k[0] += ev.device_time / 1e3
+            k[1] += 1
+    rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])
+    return {"wall_ms": round(wall, 2), "gpu_kernel_ms": round(sum(v[0] for v in kernels.values()), 2),
+            "top_kernels": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in rows[:top]]}
 
 
 def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, dict]:
@@ -142,11 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-lengths", default="16384,32768")
     ap.add_argument("--chunk", type=int, default=8192, help="chunked_prefill_size (dcpctl launch's default)")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--profile", default="", help="lengths to profile once (comma list; see above)")
     ap.add_argument("--model", help="a checkpoint directory (default: write the dense one to a temporary folder)")
     args = ap.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
-    rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths))}
+    rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
     doc = {"command": " ".join(["python3", "benchmarks/prefill_ttft.py", *(argv or sys.argv[1:])]),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk, "layers": LAYERS,
@@ -155,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
         path = args.model or str(checkpoint(Path(tmp)))
         cfg = json.loads((Path(path) / "config.json").read_text())
         vocab = cfg["vocab_size"]
-        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab)),
+        profile = [int(x) for x in args.profile.split(",") if x]
+        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile)),
                  ("hf", lambda: hf_cells(path, hf_lengths, args.reps, vocab)),
                  ("floor", lambda: {n: floor_cell(n, args.reps, cfg) for n in lengths})]
         for name, part in parts:      # a part that fails records its error; the others still run

@@ -11,8 +11,8 @@ most `block` rows, each up-projected once (the transient is one block, never the
 | key block                     | query rows that see it                                       | call   |
 | ----------------------------- | ------------------------------------------------------------ | ------ |
 | prefix rows (pos < start)     | all T                                                        | full   |
-| new rows j0..j1-1             | rows at pos >= pos(j1-1): the suffix [hi, T)                 | full   |
-| new rows j0..j1-1             | rows at pos(j0) + d + c*t < pos(j1-1), phase d = 0..c-1:     | causal |
+| new rows j0..j1-1             | rows at pos > pos(j1-1): the suffix [hi, T)                  | full   |
+| new rows j0..j1-1             | rows at pos(j0) + d + c*t <= pos(j1-1), phase d = 0..c-1:    | causal |
 |                               | row t sees keys j0..j0+t (a square lower triangle)           |        |
 
 So every call is either unmasked or a square causal triangle, which every kernel aligns the same way,
@@ -148,7 +148,7 @@ def chunk_attention(q: Tensor, rows_of: Callable[[int, int], Tensor], w_kv: Tens
     for i, (j0, j1) in enumerate(chunk_blocks(n_prefix, n_rows, block)):
         # the first block's calls reach disjoint rows no earlier call reached: copies, not merges
         k, v = _keys(rows_of(j0, j1), w_kv, nope, latent)
-        hi = max(0, pos(j1 - 1) - start)   # rows from hi on see the whole block
+        hi = max(0, pos(j1 - 1) + 1 - start)   # rows from hi on see the whole block (and lie past it)
         if hi < T:
             merge_into(acc_o[hi:], acc_lse[hi:], *kernel(q[hi:], k, v, False, scale), fresh=i == 0)
         if j0 < n_prefix:
@@ -185,15 +185,20 @@ class ShardChunk:
 def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv: Tensor, latent: int, rank: int,
                     c: int, scale: float, budget: int = BLOCK_BYTES) -> tuple[Tensor, Tensor]:
     # q: [T', Hk, qk] (T' >= the chunks' rows: pads see nothing)  kv_layer: [C, R] one layer of the pool
-    # w_kv: [Hk, nope + v, L] -> o [T', Hk, v] acc dtype, lse [T', Hk] base e (-inf where a row sees no key)
+    # w_kv: [Hk, nope + v, L] -> o [T', Hk, v] acc dtype (q's dtype when one call covers it all), lse [T', Hk]
+    # base e (-inf where a row sees no key)
     hk, nv = w_kv.shape[:2]
     nope = q.shape[-1] - (kv_layer.shape[-1] - latent)
     kernel, name = pick_kernel(q)
     note_once(f"MHA-form attention kernel: {name}")
+    block = block_rows(hk, q.shape[-1], nope, nv - nope, q.element_size(), budget)
+    one = chunks[0] if len(chunks) == 1 else None
+    if c == 1 and one is not None and one.n_prefix == 0 and one.n_rows <= block and q.shape[0] == one.num_tokens:
+        # a fresh prompt in one key block: a single causal call covers every row, so it is the result as it comes
+        return kernel(q, *_keys(kv_layer.index_select(0, one.slots), w_kv, nope, latent), True, scale)
     dt = acc_dtype(q.dtype)
     acc_o = torch.zeros(q.shape[0], hk, nv - nope, dtype=dt, device=q.device)
     acc_lse = torch.full(q.shape[:2], -torch.inf, dtype=dt, device=q.device)
-    block = block_rows(hk, q.shape[-1], nope, nv - nope, q.element_size(), budget)
     for ch in chunks:
         rows = slice(ch.row, ch.row + ch.num_tokens)
         rows_of = lambda j0, j1, s=ch.slots: kv_layer.index_select(0, s[j0:j1])   # noqa: E731
