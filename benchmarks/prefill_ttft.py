@@ -117,7 +117,33 @@ def profiled(fn: Callable[[], Any], top: int = 25) -> dict[str, Any]:
             k[1] += 1
     rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])
     return {"wall_ms": round(wall, 2), "gpu_kernel_ms": round(sum(v[0] for v in kernels.values()), 2),
-            "top_kernels": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in rows[:top]]}
+            "top_kernels": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in rows[:top]],
+            "host_waits": sync_points(fn)}
+
+
+def sync_points(fn: Callable[[], Any]) -> dict[str, int]:
+    """Where one call of fn makes the host wait for the GPU (torch's sync debug mode): the innermost dcpctl frame
+    of each wait ('module path:line'), with its count."""
+    import traceback
+    import warnings
+    seen: dict[str, int] = {}
+
+    def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        frames = [f for f in traceback.extract_stack() if "/dcpctl/" in f.filename]
+        key = f"{frames[-1].filename.rsplit('/dcpctl/', 1)[-1]}:{frames[-1].lineno}" if frames else f"{filename}:{lineno}"
+        seen[key] = seen.get(key, 0) + 1
+
+    shown = warnings.showwarning
+    warnings.showwarning = hook
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = shown
+    return seen
 
 
 def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, dict]:

@@ -1,5 +1,6 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py, head_bmm_triton.py) against the torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+embed_triton.py, head_bmm_triton.py) and the MHA form's block merge (fused_merge.merge_into_triton) against the
+torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
 sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
@@ -12,6 +13,7 @@ import sys
 
 import torch
 
+from dcpctl.runtime.attention.fused_merge import merge_into_reference, merge_into_triton
 from dcpctl.runtime.models.config import RopeSpec
 from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
 from dcpctl.runtime.models.ops import rms_norm_torch
@@ -134,8 +136,28 @@ def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: in
     assert ((vv.float() - want).abs() <= want.abs() * step + 1e-3).all()
 
 
+def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V: int = 24) -> None:
+    """Strided views as the MHA form passes them: every other accumulator row (a query phase), a partial laid out
+    heads-first (cuDNN's output transposed); rows at -inf in the accumulator take the partial whole."""
+    g = torch.Generator().manual_seed(T * H + V)
+    acc = torch.randn(2 * T, H, V, generator=g).to(device)
+    acc_lse = (torch.randn(2 * T, H, generator=g) * 4).to(device)
+    acc_lse[::7] = -torch.inf
+    acc[::7] = 0
+    o = torch.randn(H, T, V, generator=g).to(device=device, dtype=dtype).transpose(0, 1)
+    lse = (torch.randn(H, T, generator=g) * 4).to(device).transpose(0, 1)
+    want_o, want_lse = acc[::2].clone(), acc_lse[::2].clone()
+    merge_into_reference(want_o, want_lse, o, lse)
+    got_o, got_lse = acc.clone(), acc_lse.clone()
+    merge_into_triton(got_o[::2], got_lse[::2], o, lse)
+    assert torch.allclose(got_o[::2], want_o, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(got_lse[::2], want_lse, rtol=1e-6, atol=1e-5)
+    assert torch.equal(got_o[1::2], acc[1::2]) and torch.equal(got_lse[1::2], acc_lse[1::2])   # rows left alone
+
+
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
+        check_merge_into(device, dtype)
         for interleaved in (True, False):
             for fp32_math in (False, True):
                 check_rope_q(device, dtype, interleaved, fp32_math, yarn=interleaved)

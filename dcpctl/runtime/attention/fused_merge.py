@@ -8,6 +8,7 @@ loaded, so a NaN there cannot leak.  All outputs are in base e.
 - `merge_partials`: [S, M, V] partials -> [M, V]; the split-KV reduction of `triton_mla`.
 - `merge_a2a`: the receive side of the packed all-to-all, [c, N, H/c, V] -> [N, H/c, V].
 - `rescale_partial`: the ag_rs correction, o_r * exp(lse_r - lse_global) before the reduce-scatter.
+- `merge_into`: one partial into an fp32 accumulator in place (the MHA form's key blocks, attention/mha.py).
 """
 from __future__ import annotations
 
@@ -144,7 +145,59 @@ def rescale_partial_triton(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: s
     return out
 
 
+def merge_into_reference(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) -> None:
+    # acc_o: [t, H, V] acc dtype  acc_lse: [t, H]  o: [t, H, V]  lse: [t, H] base e (every row saw a key)
+    lse = lse.to(acc_lse.dtype)
+    new = torch.logaddexp(acc_lse, lse)
+    acc_o.mul_(torch.exp(acc_lse - new).unsqueeze(-1)).addcmul_(o, torch.exp(lse - new).unsqueeze(-1))
+    acc_lse.copy_(new)
+
+
+def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) -> None:
+    """In place: lse' = logaddexp(lse_acc, lse), o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o (an accumulator
+    row at -inf, o 0, weighs 0).  One Triton pass on CUDA for an fp32 accumulator, else torch.
+
+    acc_o [t, H, V] / acc_lse [t, H] and o [t, H, V] / lse [t, H] may be views with any row and head strides; their
+    last dims are unit-stride on the Triton path; every row of the partial saw a key (a finite lse)."""
+    if not (_use_triton(acc_o) and acc_o.dtype == torch.float32 and acc_o.stride(-1) == 1 and o.stride(-1) == 1):
+        return merge_into_reference(acc_o, acc_lse, o, lse)
+    return merge_into_triton(acc_o, acc_lse, o, lse)
+
+
+def merge_into_triton(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) -> None:
+    # as merge_into: acc_o fp32 [t, H, V], o [t, H, V] (unit-stride last dims), lse's [t, H]
+    t, h, v = acc_o.shape
+    if t * h == 0:
+        return None
+    block_r = 16
+    _merge_into_kernel[(triton.cdiv(t * h, block_r),)](
+        acc_o, acc_lse, o, lse, t * h, h, v, acc_o.stride(0), acc_o.stride(1), acc_lse.stride(0), acc_lse.stride(1),
+        o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
+        BLOCK_R=block_r, BLOCK_V=triton.next_power_of_2(v), num_warps=4)
+    return None
+
+
 if triton is not None:
+    @triton.jit
+    def _merge_into_kernel(ACC, ACC_LSE, O, LSE, M, H, V, s_at, s_ah, s_alt, s_alh, s_ot, s_oh, s_lt, s_lh,
+                           BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+        # ACC: [t, H, V] fp32 += O's partial by LSE, in place; rows m = t*H + h, BLOCK_R of them per program
+        m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        rmask = m < M
+        r, h = (m // H).to(tl.int64), (m % H).to(tl.int64)
+        la = tl.load(ACC_LSE + r * s_alt + h * s_alh, mask=rmask, other=0.0)
+        lb = tl.load(LSE + r * s_lt + h * s_lh, mask=rmask, other=0.0).to(tl.float32)
+        mx = tl.maximum(la, lb)                                            # lb is finite: so is mx
+        new = mx + tl.log(tl.exp(la - mx) + tl.exp(lb - mx))
+        wa, wb = tl.exp(la - new), tl.exp(lb - new)
+        offs_v = tl.arange(0, BLOCK_V)
+        mask = rmask[:, None] & (offs_v < V)[None, :]
+        pa = ACC + (r * s_at + h * s_ah)[:, None] + offs_v[None, :]
+        a = tl.load(pa, mask=mask, other=0.0)
+        b = tl.load(O + (r * s_ot + h * s_oh)[:, None] + offs_v[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(pa, a * wa[:, None] + b * wb[:, None], mask=mask)
+        tl.store(ACC_LSE + r * s_alt + h * s_alh, new, mask=rmask)
+
     @triton.jit
     def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,
                       H, HL, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention import fused_merge
 from dcpctl.runtime.attention.merge import acc_dtype
 from dcpctl.runtime.notes import note_once
 
@@ -49,7 +50,7 @@ def reference_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
 def _sdpa_kernel(op: Callable, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     # q: [t, H, D]  k: [s, H, D]  v: [s, H, V] (CUDA, 16-bit) -> o [t, H, V] (q's dtype), lse [t, H] natural log
     heads_first = lambda x: x.transpose(0, 1).unsqueeze(0)      # noqa: E731  [1, H, n, D] strided view
-    o, lse = op(heads_first(q), heads_first(k), heads_first(v.contiguous()), causal, scale)[:2]
+    o, lse = op(heads_first(q), heads_first(k), heads_first(v), causal, scale)[:2]
     lse = lse.reshape(q.shape[1], -1)[:, :q.shape[0]]            # [1, H, t(, 1)] (the op may pad t)
     return o[0].transpose(0, 1), lse.transpose(0, 1)
 
@@ -95,9 +96,13 @@ def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: fl
     try:
         return _sdpa_kernel(_cudnn, q, k, v, causal, scale)
     except RuntimeError as e:
+        if not v.is_contiguous():    # v is a strided view of the up-projection: some cuDNN builds want it packed
+            note_once(f"MHA-form attention: cuDNN refused a strided v ({str(e).splitlines()[0][:120]}); "
+                      "v is copied to a packed tensor first")
+            return _cudnn_or_efficient(q, k, v.contiguous(), causal, scale)
         note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
                   f"torch's memory-efficient SDPA kernel runs it")
-        return _sdpa_kernel(_efficient, q, k, v, causal, scale)
+        return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
 
 
 _cudnn_bucketed = bucketed(_cudnn_or_efficient)
@@ -123,10 +128,7 @@ def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor, fresh: bo
         acc_o.copy_(o)
         acc_lse.copy_(lse)
         return
-    lse = lse.to(acc_lse.dtype)
-    new = torch.logaddexp(acc_lse, lse)
-    acc_o.mul_(torch.exp(acc_lse - new).unsqueeze(-1)).addcmul_(o, torch.exp(lse - new).unsqueeze(-1))
-    acc_lse.copy_(new)
+    fused_merge.merge_into(acc_o, acc_lse, o, lse)
 
 
 def chunk_blocks(prefix: int, total: int, block: int) -> list[tuple[int, int]]:
@@ -161,12 +163,14 @@ def chunk_attention(q: Tensor, rows_of: Callable[[int, int], Tensor], w_kv: Tens
 
 
 def _keys(rows: Tensor, w_kv: Tensor, nope: int, latent: int) -> tuple[Tensor, Tensor]:
-    # rows: [s, R]  w_kv: [H, nope + v, L] -> k [s, H, nope + rope], v [s, H, v]
+    # rows: [s, R]  w_kv: [H, nope + v, L] -> k [s, H, nope + rope], v [s, H, v] (a strided view of the GEMM output)
     h, nv, _ = w_kv.shape
     rows = rows.to(w_kv.dtype)
     kv = (rows[:, :latent] @ w_kv.reshape(h * nv, latent).t()).view(rows.shape[0], h, nv)
-    k_pe = rows[:, latent:].unsqueeze(1).expand(-1, h, -1)
-    return torch.cat([kv[..., :nope], k_pe], dim=-1), kv[..., nope:]
+    k = torch.empty(rows.shape[0], h, nope + rows.shape[1] - latent, dtype=kv.dtype, device=kv.device)
+    k[..., :nope].copy_(kv[..., :nope])                        # two plain copies: a cat with a broadcast k_pe
+    k[..., nope:].copy_(rows[:, latent:].unsqueeze(1))         # runs torch's slow cat path
+    return k, kv[..., nope:]
 
 
 

@@ -204,8 +204,8 @@ class MlaAttention:
         # x: [T, D] -> [T, Hl * v] in the MHA form; the latent rows go to the pool exactly as in the absorbed form
         written = self._kv_written(kv, cos, sin, ctx)
         q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
-        q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
-        q = torch.cat([q_nope, self.rotary.apply(q_pe, cos, sin)], dim=-1)
+        q_pe = q[..., self.cfg.qk_nope_head_dim:]
+        q_pe.copy_(self.rotary.apply(q_pe, cos, sin))                   # in place: q is this call's own
         kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
         return o.reshape(x.shape[0], -1)
