@@ -75,5 +75,15 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
         kv_bounds.append(kv_bounds[-1] + len(shard))
     cols["positions"] += [0] * pad
     cols["seq"] += [-1] * pad
-    tensors = {k: torch.tensor(v, dtype=torch.int64, device=device) for k, v in cols.items()}
+    tensors = {k: to_device(torch.tensor(v, dtype=torch.int64), device) for k, v in cols.items()}
     return ShardLayout(**tensors, q_bounds=q_bounds, kv_bounds=kv_bounds, chunks=list(chunks))
+
+
+def to_device(host: Tensor, device: torch.device | str) -> Tensor:
+    """A step's host-built metadata on `device`.  On CUDA it goes through pinned memory without blocking, so the
+    host builds the next step while the GPU still runs this one (a pageable copy waits for the whole queue); the
+    pinned buffer is the caching host allocator's, held until the copy is done."""
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+

@@ -33,7 +33,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.backend_choice import choose, triton_blocker
 from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
 from dcpctl.runtime.attention.flashmla import flashmla_decode
-from dcpctl.runtime.attention.layout import SeqChunk
+from dcpctl.runtime.attention.layout import SeqChunk, to_device
 from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
 from dcpctl.runtime.notes import note_once
@@ -95,8 +95,9 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     bt = torch.zeros(len(chunks) + 1, width, dtype=torch.int32)
     for i, t in enumerate(table):
         bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
-    ints = lambda v, dt=torch.int64: torch.tensor(v, dtype=dt).to(device)  # noqa: E731
-    return PagedLayout(ints(positions), ints(positions, torch.int32), ints(row_req, torch.int32), bt.to(device), ints(lens + [0], torch.int32),
+    ints = lambda v, dt=torch.int64: to_device(torch.tensor(v, dtype=dt), device)  # noqa: E731
+    return PagedLayout(ints(positions), ints(positions, torch.int32), ints(row_req, torch.int32), to_device(bt, device),
+                       ints(lens + [0], torch.int32),
                        ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks), table, lens)
 
 

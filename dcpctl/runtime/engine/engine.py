@@ -20,6 +20,7 @@ from torch import Tensor
 
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
+from dcpctl.runtime.attention.layout import to_device
 from dcpctl.runtime.boot import DTYPES
 from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
@@ -257,7 +258,7 @@ class Engine:
 
     def pick_logits(self, hidden: Tensor, picks: list[tuple[int, int]], base: int = 0) -> Tensor:
         """Logits [N, V] of the rows `picks` (scheduler.samples) name, offset by `base` rows of hidden [T, D]."""
-        rows = torch.tensor([base + r for r, _ in picks], dtype=torch.int64, device=self.device)
+        rows = to_device(torch.tensor([base + r for r, _ in picks], dtype=torch.int64), self.device)
         return self.model.logits(hidden.index_select(0, rows))
 
     def _sources(self, chunks: list[SeqChunk]) -> list[int] | None:
@@ -286,7 +287,7 @@ class Engine:
         """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""
         # ids: T host ints -> hidden [T, D]
         ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
-        hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64, device=self.device), ctx.positions, ctx)
+        hidden = self.model.forward(to_device(torch.tensor(ids, dtype=torch.int64), self.device), ctx.positions, ctx)
         self.kv_bytes_read += ctx.kv_bytes_read
         self.exchange_seconds += ctx.exchange_seconds
         return hidden
