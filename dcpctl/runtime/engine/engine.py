@@ -22,9 +22,9 @@ from torch import Tensor
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
 from dcpctl.runtime.boot import DTYPES
+from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
-from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
 from dcpctl.runtime.engine.pipeline import PENDING, InFlight, launch_sampling, resolve
