@@ -4,11 +4,12 @@ under `dcpctl bench serve` at each concurrency.
 Starts `dcpctl launch` with the given flags (after --) and the trace on, runs one warm-up bench, then one bench per
 --concurrency, noting each one's window (perf_counter is CLOCK_MONOTONIC, shared with the server's processes).
 Stops the server (SIGINT to its process group; the trace is written at shutdown) and, per window, reports the
-steps by kind, the decode batch sizes, and for the graph steps of the most common batch the loop period (take to
-next take), the host time inside engine.step, the time from step end to the step's events sent, and (CUDA) the
-replay's GPU time and the GPU time between one graph step's end and the next one's start (idle, plus the sampling
-and copies between them): a loop period above the GPU time with a large gap is a host-bound loop. JSON to
-OUT/serve_trace.json.
+steps by kind, the decode batch sizes, and for the decode-only graph steps of the most common batch the loop period
+(take to next take), the host time inside engine.step, the time from step end to the step's events sent, and (CUDA)
+the replay's GPU time and the GPU time between one graph step's end and the next one's start (idle, plus the
+sampling and copies between them): a loop period above the GPU time with a large gap is a host-bound loop; then the
+eager steps and the mixed steps whose decodes replayed their graph beside the prompt chunks (graph+prefill,
+engine/mixed.py): count, tokens and host time in engine.step.  JSON to OUT/serve_trace.json.
 
 usage: python3 tools/serve_trace.py --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
        [--output-len 64] -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
@@ -29,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import serve_launch  # noqa: E402
 
+DECODE_GRAPH = ("graph", "graph+pipelined")     # the step kinds of decode-only graph steps (engine.last_step)
+
 
 def summarize(rows: list[dict], t0: float, t1: float) -> dict:
     """One bench window's steps (rows: the trace's rows as dicts)."""
@@ -38,15 +41,15 @@ def summarize(rows: list[dict], t0: float, t1: float) -> dict:
     seconds = Counter()
     for a, b in zip(win, win[1:]):
         seconds[a["kind"]] += b["take"] - a["take"]
-    graph = [r for r in busy if r["kind"].startswith("graph")]
+    graph = [r for r in busy if r["kind"] in DECODE_GRAPH]
     batches = Counter(r["chunks"] for r in graph)
     out = {"steps": dict(kinds), "seconds_by_kind": {k: round(v, 4) for k, v in seconds.items()},
            "window_s": round(t1 - t0, 3), "graph_batches": dict(sorted(batches.items()))}
     if batches:
         b = batches.most_common(1)[0][0]
-        idx = [i for i, r in enumerate(win) if r["kind"].startswith("graph") and r["chunks"] == b]
+        idx = [i for i, r in enumerate(win) if r["kind"] in DECODE_GRAPH and r["chunks"] == b]
         period = [win[i + 1]["take"] - win[i]["take"] for i in idx if i + 1 < len(win)
-                  and win[i + 1]["kind"].startswith("graph") and win[i + 1]["chunks"] == b]
+                  and win[i + 1]["kind"] in DECODE_GRAPH and win[i + 1]["chunks"] == b]
         ms = lambda xs: round(statistics.median(xs) * 1e3, 4) if xs else None   # noqa: E731
         out["modal_batch"] = {"batch": b, "steps": len(idx), "period_ms_p50": ms(period),
                               "period_ms_p90": round(sorted(period)[int(0.9 * (len(period) - 1))] * 1e3, 4)
@@ -60,14 +63,15 @@ def summarize(rows: list[dict], t0: float, t1: float) -> dict:
                 out["modal_batch"][f"{ph}_ms_p50"] = ms(vals)
         gpu_ms = [win[i]["gpu_ms"] for i in idx if win[i].get("gpu_ms") is not None]
         gaps = [win[i]["gpu_gap_ms"] for i in idx if win[i].get("gpu_gap_ms") is not None
-                and i > 0 and win[i - 1]["kind"].startswith("graph")]
+                and i > 0 and win[i - 1]["kind"] in DECODE_GRAPH]
         if gpu_ms:       # the GPU's own time per graph step, and from one graph step's end to the next one's start
             out["modal_batch"].update(gpu_ms_p50=round(statistics.median(gpu_ms), 4),
                                       gpu_gap_ms_p50=round(statistics.median(gaps), 4) if gaps else None)
-    eager = [r for r in busy if r["kind"] == "eager"]
-    if eager:
-        out["eager"] = {"steps": len(eager), "tokens_p50": statistics.median(r["tokens"] for r in eager),
-                        "ms_p50": round(statistics.median(r["stepped"] - r["step"] for r in eager) * 1e3, 3)}
+    for kind in ("eager", "graph+prefill"):
+        some = [r for r in busy if r["kind"] == kind]
+        if some:
+            out[kind] = {"steps": len(some), "tokens_p50": statistics.median(r["tokens"] for r in some),
+                         "ms_p50": round(statistics.median(r["stepped"] - r["step"] for r in some) * 1e3, 3)}
     return out
 
 
@@ -113,7 +117,7 @@ def main() -> None:
         print(f"== c={c}: ITL {d['bench'].get('itl_ms')}")
         print(f"   steps {d['steps']} seconds {d['seconds_by_kind']} of {d['window_s']} s; graph batches "
               f"{d['graph_batches']}")
-        print(f"   modal {d.get('modal_batch')}  eager {d.get('eager')}")
+        print(f"   modal {d.get('modal_batch')}  eager {d.get('eager')}  graph+prefill {d.get('graph+prefill')}")
 
 
 if __name__ == "__main__":

@@ -33,16 +33,22 @@ def _prompts():
     return path, [tok.encode(t, add_bos=True) for t in texts]
 
 
-def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10)):
+def _engine(path, sizes, chunk=64):
+    """A bf16 engine on one GPU with decode graphs of `sizes` ([]: every step eager), warmed up."""
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
-    cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
+    cfg = launch_cfg(1, 1, capacity=4096, chunk=chunk)
     cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
                cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
     cfg["kv"].update(page_size=16, max_running_requests=8)
     model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
     engine = Engine(model, ps, config(cfg))
     engine.warm_up(prompts=True)
+    return engine
+
+
+def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10)):
+    engine = _engine(path, sizes)
     replays = []
     if engine.graphs is not None:
         run = engine.graphs.run
@@ -87,3 +93,33 @@ def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
                                        "equal": sum(a == b for a, b in zip(want, got))})
     assert engine.sched.retractions > 0
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
+
+
+def test_mixed_steps_replay_decode_graphs_beside_prefill():
+    """Four streams decoding while two long prompts arrive in chunks: the mixed steps replay the decodes' graph
+    beside an eager forward of the prompt chunks (engine/mixed.py: kind graph+prefill), and every greedy token
+    equals the request's own when it runs alone."""
+    from dcpctl.runtime.engine import SamplingParams
+    from dcpctl.runtime.engine.mixed import KIND
+    path, prompts = _prompts()
+    long = prompts[0] + [t for p in prompts[1:] * 5 for t in p[1:]]          # a few chunks of 64 tokens
+    reqs = [{"prompt_ids": p, "max_new_tokens": 40} for p in prompts[:4]]
+    reqs += [{"prompt_ids": long, "max_new_tokens": 8}, {"prompt_ids": long[7:], "max_new_tokens": 6}]
+    joins = {0: [0, 1, 2, 3], 4: [4], 7: [5]}
+    alone = _engine(path, [])
+    want = [alone.generate([r])["outputs"][0]["output_ids"] for r in reqs]
+    engine = _engine(path, [1, 2, 4, 8])
+    got, kinds, step = {}, [], 0
+    while step in joins or engine.busy or engine.sched.has_work():
+        for rid in joins.get(step, []):
+            engine.submit(rid, reqs[rid]["prompt_ids"], SamplingParams.from_dict(reqs[rid]))
+        for ev in engine.step():
+            got.setdefault(ev.rid, []).append(ev.token)
+        kinds.append(engine.last_step[0])
+        step += 1
+    engine.check_drained()
+    same = sum(got[i] == w for i, w in enumerate(want))
+    _report("mixed_steps_with_graphs", {"long_prompt": len(long), "equal": same, "requests": len(reqs),
+                                        "steps": {k: kinds.count(k) for k in sorted(set(kinds))}})
+    assert kinds.count(KIND) >= 3, kinds
+    assert same == len(reqs), [(got[i], w) for i, w in enumerate(want) if got[i] != w]

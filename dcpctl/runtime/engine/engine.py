@@ -5,8 +5,9 @@ steps, step() -> this replica's events.  generate() is built on the same three c
 
 Each step: the scheduler picks one decode token per running request plus prefill chunks (or retracts
 requests when the pool runs out; engine/scheduler.py), the engine builds the DCP attention context from
-allocator state, runs the model, samples the sequences whose chunk reached their end, and frees
-finished requests.  Request `rid` goes to replica
+allocator state, runs the model (decode-only steps replay a CUDA graph, engine/graph_runner.py; a mixed
+step's decodes replay theirs beside an eager forward of its prompt chunks, engine/mixed.py), samples the
+sequences whose chunk reached their end, and frees finished requests.  Request `rid` goes to replica
 `rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0 while any
 replica has work (`busy` says whether the last step ran).
 """
@@ -22,6 +23,7 @@ from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
 from dcpctl.runtime.attention.layout import to_device
 from dcpctl.runtime.boot import DTYPES
+from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
 from dcpctl.runtime.engine.hicache import HiCache
@@ -73,6 +75,7 @@ class Engine:
             note_once(off)
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
+        self.split_off = mixed.split_off(self.graphs, self.dp_size)       # engine/mixed.py
         self._inflight: InFlight | None = None
         self._early: list[Event] = []             # events of a step in flight read before a retraction
         self.sched.before_retract = self._resolve_early
@@ -234,6 +237,10 @@ class Engine:
             if decode:    # propose K, verify K + 1 rows per decoding request; prefill chunks ride the same forward
                 self.last_step = ("spec", chunks)
                 return done + self.spec.step(self, decode, prefill)
+        split = mixed.parts(self, chunks) if size is None else None
+        if split is not None:   # decodes replay their graph beside the prompt chunks' eager forward
+            self.last_step = (mixed.KIND, chunks)
+            return done + mixed.run(self, *split)
         picks = self.sched.samples(chunks)
         self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i

@@ -4,7 +4,8 @@ The launch config's `cuda_graph.batch_sizes` (dcpctl/launch/cuda_graphs.py: SGLa
 to --cuda-graph-max-bs, or --cuda-graph-bs, or [] with --disable-cuda-graph / on CPU) says what to
 capture.  A step replays a graph when every chunk in it is one token (decode, or a prompt's last
 single-token chunk) and the batch fits the largest size; the batch is padded up to the next captured
-size.  Under attention DP the replicas agree on the size first (engine._agree).  What cannot replay
+size.  Under attention DP the replicas agree on the size first (engine._agree).  A mixed step's decodes
+replay their graph beside an eager forward of its prompt chunks (engine/mixed.py).  What cannot replay
 runs eagerly, with one note saying why; a graph never changes a token (the same kernels, the same
 order of operations: tests/runtime/test_engine_graphs.py).
 
