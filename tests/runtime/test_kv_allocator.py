@@ -95,7 +95,7 @@ def test_check_counts_catches_a_leaked_or_double_freed_page():
 def test_the_stripe_rule_functions_agree_with_the_definition():
     import torch
 
-    from dcpctl.runtime.kv.allocator import owned, owned_page_rows, owned_rows, owner, physical, virtual_slot
+    from dcpctl.runtime.kv.allocator import owned, owned_page_rows_tensor, owned_rows, owner, physical, virtual_slot
     a = VirtualAllocator(capacity_tokens=12, page_size=2, dcp=3)
     a.allocate(7, 5)
     a.allocate(8, 13)   # request 8 starts on page 1, after request 7
@@ -105,7 +105,7 @@ def test_the_stripe_rule_functions_agree_with_the_definition():
         assert list(owned(start, end, rank, 3)) == mine
         assert [virtual_slot(pages, p, a.page_tokens) for p in mine] == [slots[p] for p in mine]
         assert owned_rows(slots, start, end, rank, 3) == [slots[p] // 3 for p in mine]
-        assert owned_page_rows(pages, start, end, rank, 3, a.page_tokens, base=10) == \
-            ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
+        index, rows = owned_page_rows_tensor(torch.tensor(pages), start, end, rank, 3, a.page_tokens, base=10)
+        assert (index.tolist(), rows.tolist()) == ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
     v = torch.tensor(slots)
     assert owner(v, 3).tolist() == [s % 3 for s in slots] and physical(v, 3).tolist() == [s // 3 for s in slots]

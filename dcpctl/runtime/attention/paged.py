@@ -35,7 +35,7 @@ from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
 from dcpctl.runtime.attention.flashmla import flashmla_decode
 from dcpctl.runtime.attention.layout import SeqChunk, to_device
 from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
-from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows_tensor
 from dcpctl.runtime.notes import note_once
 
 PATHS = ("auto", "paged", "layout")
@@ -73,32 +73,33 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     max_pages pads the block table's width (CUDA graphs keep one shape); default: the widest chunk.
     """
     c = alloc.dcp
-    positions: list[int] = []
-    row_req: list[int] = []
+    none = torch.zeros(0, dtype=torch.int64)
+    cols: dict[str, list[Tensor]] = {k: [none] for k in ("positions", "row_req", "write_rows", "write_slots")}
     table: list[list[int]] = []
     lens: list[int] = []
-    write_rows: list[int] = []
-    write_slots: list[int] = []
-    for i, ch in enumerate(chunks):
+    rows = 0
+    for i, ch in enumerate(chunks):      # host tensors per chunk: a long prefill chunk costs a few vector ops
         end, pages = ch.start + ch.num_tokens, alloc.pages(ch.rid)
-        rows, slots = owned_page_rows(pages, ch.start, end, dcp_rank, c, page_size * c, len(positions))
-        write_rows += rows
-        write_slots += slots
-        positions += range(ch.start, end)
-        row_req += [i] * ch.num_tokens
+        own, slots = owned_page_rows_tensor(torch.tensor(pages, dtype=torch.int64), ch.start, end, dcp_rank, c,
+                                            page_size * c, rows)
+        cols["write_rows"].append(own)
+        cols["write_slots"].append(slots)
+        cols["positions"].append(torch.arange(ch.start, end))
+        cols["row_req"].append(torch.full((ch.num_tokens,), i, dtype=torch.int64))
+        rows += ch.num_tokens
         table.append(pages[:alloc.pages_for(end)])
         lens.append(local_len(end, dcp_rank, c))
+    cols["positions"].append(torch.zeros(pad, dtype=torch.int64))
+    cols["row_req"].append(torch.full((pad,), len(chunks), dtype=torch.int64))
     width = max([len(t) for t in table] + [1, max_pages or 0])
     width = -(-width // TABLE_ALIGN) * TABLE_ALIGN
-    positions += [0] * pad
-    row_req += [len(chunks)] * pad
     bt = torch.zeros(len(chunks) + 1, width, dtype=torch.int32)
     for i, t in enumerate(table):
         bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
-    ints = lambda v, dt=torch.int64: to_device(torch.tensor(v, dtype=dt), device)  # noqa: E731
-    return PagedLayout(ints(positions), ints(positions, torch.int32), ints(row_req, torch.int32), to_device(bt, device),
-                       ints(lens + [0], torch.int32),
-                       ints(write_rows), ints(write_slots), max(lens + [0]), page_size, list(chunks), table, lens)
+    col = lambda k, dt=torch.int64: to_device(torch.cat(cols[k]).to(dt), device)  # noqa: E731
+    return PagedLayout(col("positions"), col("positions", torch.int32), col("row_req", torch.int32),
+                       to_device(bt, device), to_device(torch.tensor(lens + [0], dtype=torch.int32), device),
+                       col("write_rows"), col("write_slots"), max(lens + [0]), page_size, list(chunks), table, lens)
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,

@@ -11,13 +11,16 @@ owner of a position never depends on which page it got, and shards stay within o
 
 The stripe rule lives here and nowhere else: `owner`, `physical` (ints or tensors alike), `owned`
 (the positions of a range one rank stores), `virtual_slot` (position -> slot through the page list)
-and `owned_rows` / `owned_page_rows` (the physical rows of one rank's positions of a range, from a
+and `owned_rows` / `owned_page_rows_tensor` (the physical rows of one rank's positions of a range, from a
 request's slot map or its page list).
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import TypeVar
+
+import torch
+from torch import Tensor
 
 I = TypeVar("I")  # an int, or an integer tensor (the same two operators serve both)
 
@@ -46,15 +49,14 @@ def virtual_slot(pages: list[int], p: int, page_tokens: int) -> int:
     return pages[p // page_tokens] * page_tokens + p % page_tokens
 
 
-def owned_page_rows(pages: list[int], start: int, end: int, rank: int, c: int, page_tokens: int,
-                    base: int = 0) -> tuple[list[int], list[int]]:
-    """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))), from
-    a request's widened page list in one loop without per-token calls (every decode step and prefill chunk)."""
-    index, rows = [], []
-    for p in owned(start, end, rank, c):
-        index.append(base + p - start)
-        rows.append((pages[p // page_tokens] * page_tokens + p % page_tokens) // c)
-    return index, rows
+def owned_page_rows_tensor(pages: Tensor, start: int, end: int, rank: int, c: int, page_tokens: int,
+                           base: int = 0) -> tuple[Tensor, Tensor]:
+    """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))) as host int64
+    tensors, from a request's widened page list as a tensor (every decode step and prefill chunk: a chunk's
+    thousands of rows in a few vector ops)."""
+    lo = start + (rank - start) % c
+    p = torch.arange(lo, max(lo, end), c)
+    return p - start + base, (pages[p // page_tokens] * page_tokens + p % page_tokens) // c
 
 
 def owned_rows(slots: list[int], start: int, end: int, rank: int, c: int) -> list[int]:
