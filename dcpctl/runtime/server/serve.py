@@ -16,6 +16,7 @@ from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.contract.limits import served_context
 from dcpctl.contract.serve import ServeOptions
+from dcpctl.runtime import compile_watch
 from dcpctl.runtime.boot import build_state, load_target, progress_lines
 from dcpctl.runtime.engine.engine import Engine
 from dcpctl.runtime.notes import stderr_line
@@ -52,6 +53,7 @@ def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
     engine = Engine(model, ps, cfg)
     engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True,
                    prefill_progress=progress_lines("warm_up_prefills") if ps.rank == 0 else None)  # before the ready line
+    compile_watch.after_ready()      # a kernel built past this point is named (runtime/compile_watch.py)
     if ps.rank != 0:
         _on_signals(lambda: None)
         return run_loop(engine, group, None)
