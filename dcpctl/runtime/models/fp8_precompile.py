@@ -8,8 +8,8 @@
 A first start compiles one Triton kernel per specialization its FP8 GEMMs launch (the tile setting, num_warps,
 and per integer argument whether it is 1 or a multiple of 16: 47 for DeepSeek-V3's GEMMs with graphs up to 64
 and the default prefill chunk, benchmarks/fp8_compiles.py), each when the graph capture or the warm-up first
-launches it, one after the other.  A compile needs no GPU and spends most of its time outside Python's GIL
-(MLIR and LLVM passes, ptxas), so before either runs:
+launches it, one after the other.  A compile needs no GPU, and threads overlap most of it (the MLIR and LLVM
+passes and ptxas run outside Python: two threads on 2 CPUs take half the time), so before either runs:
 
 1. every FP8 GEMM call they will make (gemm_calls: the model's FP8 weights at their row counts) goes through
    quant.grouped_linear on the GPU with Triton's jit_cache_hook answering "skip": Triton binds the arguments
