@@ -126,18 +126,26 @@ def write_checkpoint(d: Path, layers: int, experts: int) -> Path:
     return d
 
 
-def write_trained(d: Path, dev: str) -> Path:
-    """The built-in trained checkpoint with its linear weights block-FP8 (128x128, partial blocks at the edges)."""
+def write_trained(d: Path, dev: str, fp8: bool = True) -> Path:
+    """The built-in trained checkpoint (stored float32) with its linear weights block-FP8 (128x128, partial blocks
+    at the edges) and every other tensor bf16, as DeepSeek's FP8 releases; fp8=False: its bf16 form, every tensor
+    the trained one rounded to bf16 (what a bf16 release of the same training would hold)."""
     src = default_model().path
     d.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
-    cfg["quantization_config"] = v3_config(1, 8)["quantization_config"]
-    cfg["dtype"] = cfg["torch_dtype"] = "bfloat16"   # what _save stores the unquantized tensors in, as DeepSeek's FP8 releases
+    if fp8:
+        cfg["quantization_config"] = v3_config(1, 8)["quantization_config"]
+    cfg["dtype"] = cfg["torch_dtype"] = "bfloat16"   # what the tensors that are not FP8 are stored in
     (d / "config.json").write_text(json.dumps(cfg, indent=1))
     for f in src.iterdir():
         if "token" in f.name or f.name == "generation_config.json":
             (d / f.name).write_bytes(f.read_bytes())
-    _save(d, load_file(str(src / "model.safetensors")), dev)
+    weights = load_file(str(src / "model.safetensors"))
+    if fp8:
+        _save(d, weights, dev)
+    else:
+        save_file({k: w.to(torch.bfloat16) for k, w in weights.items()}, str(d / "model.safetensors"),
+                  metadata={"format": "pt"})
     return d
 
 

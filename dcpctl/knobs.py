@@ -66,6 +66,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("DCPCTL_GPU_REPORT", str, None, "test", "folder where the GPU tests write their measured figures as JSON"),
     _k("RANK", int, 0, "torchrun", "this process's global rank"),
     _k("LOCAL_RANK", int, 0, "torchrun", "this process's rank on its node (its GPU)"),
+    _k("LOCAL_WORLD_SIZE", int, 1, "torchrun", "ranks on this node: the FP8 precompile shares the node's CPUs "
+                                                 "among them"),
     _k("CUBLASLT_WORKSPACE_SIZE", str, None, "foreign", "torch's cuBLASLt workspace in KiB (set from the launch "
                                                         "config's runtime.cublaslt_workspace_kib)"),
     _k("CUDA_HOME", str, None, "foreign", "the CUDA toolkit FlashInfer's JIT builds with"),
@@ -75,6 +77,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("FLASHINFER_WORKSPACE_BASE", str, None, "foreign", "where FlashInfer's JIT keeps its cache"),
     _k("MAX_JOBS", str, None, "foreign", "parallel compile jobs of torch's extension builder (FlashMLA)"),
     _k("TRITON_INTERPRET", bool, False, "foreign", "Triton's CPU interpreter (tests): kernels skip libdevice"),
+    _k("TRITON_CACHE_DIR", str, None, "foreign", "Triton's on-disk kernel cache (default ~/.triton/cache): the FP8 "
+                                                 "precompile compiles into it, a later start loads from it"),
 )}
 
 

@@ -66,3 +66,21 @@ def test_prompts_are_heldout_line_starts_behind_bos():
         assert at == 0 or text[at - 1] == ord("\n")
     windows = acc.heldout_windows()
     assert len(windows) == 8 and all(len(w) == 256 for w in windows) and bytes(windows[0][1:]) == text[:255]
+
+
+def test_each_device_judges_a_pair_the_report_computes():
+    # cuda: the served kernels; cpu: the two checkpoints in float64
+    assert acc.TARGET_PAIR == {"cuda": ("fp8", "bf16"), "cpu": ("f64_fp8", "f64_bf16")}
+    for pair in acc.TARGET_PAIR.values():
+        assert pair in acc.GREEDY_PAIRS and pair in acc.STEP_PAIRS
+    assert {p for pair in acc.GREEDY_PAIRS + acc.STEP_PAIRS for p in pair} == set(acc.PATHS)
+
+
+def test_the_bf16_form_is_every_trained_tensor_rounded_to_bf16(tmp_path):
+    from safetensors.torch import load_file
+    d = acc.write_trained(tmp_path / "bf16", "cpu", fp8=False)
+    trained = load_file(str(acc.default_model().path / "model.safetensors"))
+    got = load_file(str(d / "model.safetensors"))
+    assert got.keys() == trained.keys()
+    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], trained[k].to(torch.bfloat16)) for k in got)
+    assert "quantization_config" not in (d / "config.json").read_text()

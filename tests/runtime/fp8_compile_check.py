@@ -72,3 +72,19 @@ def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, group
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
     src = ASTSource(_fp8_gemv_kernel, sig, constexprs=const, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
+class Sm90Driver:
+    """The calls Triton's JIT makes of the active driver (binding a launch, JITFunction.preload), answered for an
+    sm_90 target without a GPU: `driver.set_active(Sm90Driver())`, then restore `driver._active` (reset_active()
+    would look for a real driver)."""
+    target = GPUTarget("cuda", 90, 32)
+
+    def get_current_target(self) -> GPUTarget:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return 0

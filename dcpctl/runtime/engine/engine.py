@@ -33,7 +33,7 @@ from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler, greedy_all
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
-from dcpctl.runtime.engine.warm_up import warm_up_prompts
+from dcpctl.runtime.engine.warm_up import ladder, warm_up_prompts
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.ops import gather_sizes
@@ -194,7 +194,10 @@ class Engine:
         """Before serving: capture the decode graphs and (prompts=True, on CUDA) run one short request per
         replica for each prompt length of `warm_up_lengths` (each its own first token: no prefix is reused),
         then every GEMM those prefills used over gemm_warm's grid of token counts.  Every rank calls it
-        together; counters are reset after."""
+        together; counters are reset after.  On CUDA, first, the block-FP8 kernels all of that launches are
+        compiled at once (models/fp8_precompile.py)."""
+        if self.device.type == "cuda":
+            self._precompile_fp8(prompts)
         if self.graphs is not None:
             self.graphs.capture(progress)
         if prompts and self.device.type == "cuda":
@@ -203,6 +206,15 @@ class Engine:
             self.exchange_seconds = 0.0
             if self.spec:
                 self.spec.counters = type(self.spec.counters)()
+
+    def _precompile_fp8(self, prompts: bool) -> None:
+        # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the
+        # ladder's prompt lengths, and single-token decode steps
+        from dcpctl.runtime.models.fp8_precompile import precompile
+        tokens = {1, *(self.graphs.sizes if self.graphs is not None else ()), *(ladder(self) if prompts else ())}
+        note = precompile(self.model, tokens, self.dp_size)
+        if note:
+            note_once(note)
 
     def _agree(self, chunks: list[SeqChunk]) -> tuple[bool, int | None]:
         """(any replica busy, the graph batch size every replica replays or None for an eager step)."""

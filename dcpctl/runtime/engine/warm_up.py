@@ -3,6 +3,7 @@
 the first requests compile and load nothing.
 
     warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
+    ladder(engine) -> the lengths warm_up_prompts prefills
 """
 from __future__ import annotations
 
@@ -32,13 +33,23 @@ def warm_up_lengths(top: int) -> list[int]:
     return sorted({m for base in bases for m in (base, base - 1, base - 8) if 1 <= m <= top})
 
 
+def _chunk_and_cap(engine: Any) -> tuple[int, int]:
+    # (the prefill chunk, the longest prompt the pool holds)
+    cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
+    return (engine.sched.chunk_size if engine.sched.chunk_size < 1 << 62 else 2048), cap
+
+
+def ladder(engine: Any) -> list[int]:
+    """The prompt lengths warm_up_prompts prefills: warm_up_lengths up to the chunk (or what the pool holds)."""
+    return warm_up_lengths(min(*_chunk_and_cap(engine)))
+
+
 def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
     """One short request per replica for each length of the ladder (each its own first token: no prefix is
     reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.  Says once what
     it did."""
-    cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
-    chunk = engine.sched.chunk_size if engine.sched.chunk_size < 1 << 62 else 2048
-    lengths = warm_up_lengths(min(chunk, cap))
+    chunk, cap = _chunk_and_cap(engine)
+    lengths = ladder(engine)
     with gemm_warm.recording() as log:
         for k, n in enumerate(lengths):
             engine.generate([{"prompt_ids": [(7 * (k + i * len(lengths)) + j) % 250 + 1 for j in range(n)],

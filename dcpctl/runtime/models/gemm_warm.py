@@ -9,7 +9,7 @@ a prompt of a length no request had can take twice its steady time when its M fa
     log.warm(ms)                                           every noted GEMM once per M of `ms` up to its largest
 
 Only plain (16-bit) weights are noted (the engine records on CUDA only): the block-FP8 GEMM is a Triton kernel of ours, compiled per
-specialization, which the prompt-length ladder of the warm-up meets.  Calls that bypass quant.linear (Kimi's KDA
+specialization before the warm-up (fp8_precompile.py) for the prompt-length ladder it meets.  Calls that bypass quant.linear (Kimi's KDA
 projections) are not recorded.
 """
 from __future__ import annotations

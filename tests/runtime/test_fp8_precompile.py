@@ -1,0 +1,103 @@
+"""models/fp8_precompile.py on the CPU, for an sm_90 target (a stand-in driver; Triton's own ptxas compiles):
+the specializations it compiles first are those the model's forwards then ask for (Triton's own cache keys),
+compiled on threads into this process and Triton's on-disk cache (a later start loads them from there), and a
+model whose weights are not kept FP8 has nothing to precompile."""
+from __future__ import annotations
+
+import pytest
+import torch
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+from dcpctl.runtime.models import fp8_dequant, fp8_gemm, fp8_gemv, fp8_parts, load_model
+from dcpctl.runtime.models import fp8_precompile as fp
+from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
+from dcpctl.runtime.parallel import ParallelState
+from dcpctl.runtime.tiny import write_tiny_model
+from tests.runtime.fp8_compile_check import Sm90Driver
+from tests.runtime.ref_context import RefContext
+from tests.runtime.test_model_fp8 import SHAPE, write_fp8
+
+KERNELS = (fp8_gemm._fp8_gemm_kernel, fp8_gemv._fp8_gemv_kernel, fp8_dequant._dequant_kernel, fp8_parts._quant_kernel)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    dense = write_tiny_model(tmp_path_factory.mktemp("dense"), **SHAPE)
+    return write_fp8(dense, tmp_path_factory.mktemp("fp8") / "ckpt", block=(128, 128))
+
+
+def fp8_model(ckpt, keep=True):
+    """The tiny model with FP8 weights kept on the CPU, its routed experts stacked as on a GPU (grouped GEMMs)."""
+    m = load_model(ckpt, ParallelState.single(), False, torch.bfloat16, "cpu", keep_fp8=keep)
+    for layer in m.layers:
+        if isinstance(layer.mlp, MoE) and layer.mlp.stacked is None and keep:
+            layer.mlp.stack_experts()
+    return m
+
+
+@pytest.fixture
+def sm90(monkeypatch, tmp_path):
+    """An sm_90 stand-in driver and an empty Triton cache; the FP8 kernels' in-memory caches restored after."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    active = driver._active
+    driver.set_active(Sm90Driver())
+    saved = [k.device_caches.pop(0, None) for k in KERNELS]
+    yield tmp_path / "triton"
+    driver._active = active    # reset_active() would look for a real driver
+    for k, s in zip(KERNELS, saved):
+        k.device_caches.pop(0, None)
+        if s is not None:
+            k.device_caches[0] = s
+
+
+def forwards(m, tokens: list[int]) -> None:
+    """A forward at each token count: up to 8 as a decode step (one token of each of n sequences), else a
+    prefill of one sequence."""
+    for t in tokens:
+        ctx = RefContext(m.cfg.kv_lora_rank)
+        ctx.set_batch(*(([*range(t)], [0] * t) if t <= 8 else ([0] * t, [*range(t)])))
+        m.forward(torch.randint(0, 250, (t,)), ctx.positions, ctx)
+
+
+def asked(m, tokens: list[int]) -> set[fp.Spec]:
+    """The specializations the forwards ask Triton to compile (none launches)."""
+    seen: dict[str, fp.Spec] = {}
+    with fp.skipped(seen), torch.no_grad():
+        forwards(m, tokens)
+    return set(seen.values())
+
+
+def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
+    m = fp8_model(ckpt)
+    assert any(isinstance(layer.mlp, MoE) for layer in m.layers)
+    tokens = [1, 2, 3, 8, 15, 16, 24, 40]
+    specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
+    assert len(specs) == len(set(specs)) > 4
+    assert set(specs) == asked(m, tokens)
+    # beyond GROUPED_MAX_TOKENS the routed experts run one GEMM each over as many rows as routed there: all
+    # foreseen, with kernels of row counts this routing did not produce
+    long = [GROUPED_MAX_TOKENS + 40]
+    assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
+
+
+def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt, sm90, monkeypatch):
+    m = fp8_model(ckpt)
+    tokens = [1, 16]
+    specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
+    assert fp.compile_specs(specs, threads=2) == len(specs) == len(list(sm90.rglob("*.cubin")))
+    # the forwards find every kernel compiled: Triton's hook (called before a compile) is never called;
+    # `warmup` keeps Triton from launching what it finds
+    plain = JITFunction.run
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, grid, warmup, **kw: plain(self, *a, grid=grid,
+                                                                                      warmup=True, **kw))
+    assert asked(m, tokens) == set()
+    for k in KERNELS:   # a later start: nothing in memory, everything in the cache
+        k.device_caches.pop(0, None)
+    assert fp.compile_specs(specs, threads=2) == 0
+    assert asked(m, tokens) == set() and len(list(sm90.rglob("*.cubin"))) == len(specs)
+
+
+def test_nothing_to_precompile_without_fp8_weights_on_a_gpu(ckpt):
+    assert fp.gemm_calls(fp8_model(ckpt, keep=False), [1, 16]) == []    # dequantized at load (CPU, pre-sm_89)
+    assert fp.precompile(fp8_model(ckpt), [1, 16]) is None                # FP8 kept, but not on a GPU
