@@ -30,8 +30,9 @@ def after_ready() -> None:
     def after(**kw: Any) -> Any:
         t0 = started.pop(id(kw.get("key")), None)
         took = f" in {time.perf_counter() - t0:.2f} s" if t0 is not None else ""
+        what = " ".join(str(kw.get("repr")).split())      # one line: the kernel, its options and argument types
         note_once(f"Triton built a kernel variant after ready{took} (the warm-up did not meet it; the step that "
-                  f"needed it waited): {str(kw.get('repr'))[:400]}")
+                  f"needed it waited): {what[:1200]}")
         return after_prev(**kw) if after_prev else None
 
     rt.jit_cache_hook, rt.jit_post_compile_hook = before, after

@@ -176,3 +176,20 @@ def test_phase_timers_time_each_graph_step_and_undo(path):
     assert (engine.graphs.graphs.prepare, eng_mod.launch_sampling, engine._resolve,
             torch.cuda.CUDAGraph.replay) == before
     assert toks == want["output_ids"]
+
+
+def test_warm_up_extends_reach_both_forms_over_a_cached_prefix():
+    # the second chunk of each prompt past one chunk: 16 tokens absorbed (split KV), half a chunk in the MHA form
+    from dcpctl.plan.hf_config import MlaShape
+    from dcpctl.runtime.attention.form import pick_form
+    from dcpctl.runtime.attention.layout import SeqChunk
+    from dcpctl.runtime.engine.warm_up import warm_up_extends, warm_up_lengths
+    v3 = MlaShape(hidden_size=7168, num_layers=61, num_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                  qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280,
+                  intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1)
+    chunk = 8192
+    got = warm_up_extends(chunk, 1 << 20)
+    assert got == [chunk + 16, chunk + chunk // 2] and warm_up_extends(chunk, chunk + 100) == [chunk + 16]
+    forms = [pick_form("auto", [SeqChunk(0, chunk, n - chunk)], v3)[0] for n in got]
+    assert forms == [[False], [True]]
+    assert {n - chunk for n in got} <= set(warm_up_lengths(chunk))     # no GEMM shape the ladder lacks

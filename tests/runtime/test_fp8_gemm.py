@@ -315,6 +315,10 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     from dcpctl.runtime.models.fp8_gemm import GROUPED_GEMV_ROWS
     assert choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS) == DEFAULT_GEMV
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS + 1), Tiles)
+    # and at most GROUPED_GEMV_PER_EXPERT rows an expert: 16 experts x top-8 at batch 8 (64 rows) takes the MMA
+    from dcpctl.runtime.models.fp8_tiles import GROUPED_GEMV_PER_EXPERT
+    assert choose_tiles(4096, 7168, 2, 16, a16=True, total_rows=16 * GROUPED_GEMV_PER_EXPERT) == DEFAULT_GEMV
+    assert isinstance(choose_tiles(4096, 7168, 4, 16, a16=True, total_rows=64), Tiles)
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=False, total_rows=8), Tiles)
     # a prefill's experts: above M_TILE_ROWS rows per expert w8a16 takes the 128-row setting, w8a8 does not
     from dcpctl.runtime.models.fp8_gemm import DEFAULT_TILES, M_TILE_ROWS, PREFILL_GROUPED_A16_TILES

@@ -1,5 +1,5 @@
-"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, two sampled requests
-(temperature; top-k and top-p), then every GEMM they used over a grid of token counts (models/gemm_warm.py), so
+"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, two prompts past one
+chunk (extends of a cached prefix, in both attention forms), two sampled requests (temperature; top-k and top-p), then every GEMM they used over a grid of token counts (models/gemm_warm.py), so
 the first requests compile and load nothing.
 
     warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
@@ -44,12 +44,22 @@ def ladder(engine: Any) -> list[int]:
     return warm_up_lengths(min(*_chunk_and_cap(engine)))
 
 
+def warm_up_extends(chunk: int, cap: int) -> list[int]:
+    """Prompt lengths past one prefill chunk, so that their second chunk extends a chunk-long cached prefix:
+    16 new tokens run the absorbed form with split KV (the eager long-context kernel variant, which the ladder's
+    short prompts never reach: the first long prompt beside running streams paid a 1.5 s Gluon build on an H200),
+    half a chunk runs the MHA form over a cached key block (its block merge).  Both chunk sizes are on the ladder,
+    so no new GEMM shape comes with them."""
+    return [n for n in (chunk + 16, chunk + chunk // 2) if n <= cap]
+
+
 def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
-    """One short request per replica for each length of the ladder (each its own first token: no prefix is
-    reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.  Says once what
+    """One request per replica for each length of the ladder and of warm_up_extends (each its own first token: no
+    prefix is reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.  Says once what
     it did."""
     chunk, cap = _chunk_and_cap(engine)
-    lengths = ladder(engine)
+    extends = warm_up_extends(chunk, cap) if engine.sched.chunk_size < 1 << 62 else []
+    lengths = ladder(engine) + extends
     with gemm_warm.recording() as log:
         for k, n in enumerate(lengths):
             engine.generate([{"prompt_ids": [(7 * (k + i * len(lengths)) + j) % 250 + 1 for j in range(n)],
@@ -64,6 +74,7 @@ def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = N
     calls = log.warm(ms)
     if progress is not None:
         progress(len(lengths) + 1, len(lengths) + 1)
-    note_once(f"warm-up: {len(lengths)} prefills and {len(SAMPLED)} sampled requests, then {len(log)} GEMM shapes x "
+    note_once(f"warm-up: {len(lengths) - len(extends)} prefills, {len(extends)} prompts past one chunk (extends of a "
+              f"cached prefix) and {len(SAMPLED)} sampled requests, then {len(log)} GEMM shapes x "
               f"up to {len(ms)} token counts ({calls} calls, {time.perf_counter() - t0:.1f} s) so cuBLAS meets the "
               "prefill sizes before ready")

@@ -6,6 +6,7 @@
 | --------------------------------------- | ------------------------------------------ | --------------------------- |
 | <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel                  |
 | w8a16, all rows <= GROUPED_GEMV_ROWS    |                                            | few-rows kernel, DEFAULT_GEMV |
+|   and <= GROUPED_GEMV_PER_EXPERT x E    |                                            |                             |
 | up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`, else DEFAULT_TILES | DEFAULT_TILES  |
 | w8a16, M_TILE_ROWS + 1 .. PREFILL_DEQUANT_ROWS | PREFILL_A16_TILES                   | PREFILL_GROUPED_A16_TILES   |
 | w8a16, more                             | DEQUANT: the weight dequantized, cuBLAS    | PREFILL_GROUPED_A16_TILES   |
@@ -54,6 +55,10 @@ PREFILL_DEQUANT_ROWS = 128
 PREFILL_GROUPED_A16_TILES = Tiles(bm=128, bn=128, warps=8, fold=True)
 GEMV_ROWS = 1
 GROUPED_GEMV_ROWS = 64
+# the few-rows kernel applies each weight slab to its expert's rows one after another on the CUDA cores: past ~2
+# rows an expert the MMA kernel wins (an H200, 16 experts top-8, w8a16 decode step: 2.28 ms at batch 8 = 4 rows an
+# expert on the few-rows kernel, 1.24 ms at batch 12 on the MMA kernel; benchmarks/fp8_serve.py's decode_step part)
+GROUPED_GEMV_PER_EXPERT = 2
 DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
 ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
 
@@ -110,7 +115,8 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     gemv = tab.gemv.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
-    if experts > 1 and a16 and total_rows is not None and total_rows <= GROUPED_GEMV_ROWS:
+    if experts > 1 and a16 and total_rows is not None and total_rows <= min(GROUPED_GEMV_ROWS,
+                                                                             GROUPED_GEMV_PER_EXPERT * experts):
         return DEFAULT_GEMV
     if experts == 1 and a16 and rows > PREFILL_DEQUANT_ROWS:
         return DEQUANT
@@ -131,7 +137,8 @@ def tiles_note(device: Any = None) -> str:
             f"(but {sum(v is None for v in tab.gemv.values())} shape(s) on the MMA kernel), otherwise the MMA kernel "
             f"(dense GEMMs of {len(tab.dense)} shape(s) from the fp8_gemm tuning table, {tab.how}; w8a16: "
             f"{len(tab.dense_a16)} of them its own; others and the grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's "
-            f"grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows the weight-streaming kernel, its dense GEMMs of "
+            f"grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows and {GROUPED_GEMV_PER_EXPERT} per expert the weight-streaming "
+            f"kernel, its dense GEMMs of "
             f"{M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows {PREFILL_A16_TILES} and of more the weight dequantized to "
             f"the rows' dtype for cuBLAS, its grouped GEMMs of more than {M_TILE_ROWS} rows per expert "
             f"{PREFILL_GROUPED_A16_TILES}; above {M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
