@@ -85,10 +85,7 @@ def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt,
     m = fp8_model(ckpt)
     tokens = [1, 16]
     specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
-    compiled = fp.compile_specs(specs, threads=2)
-    # each compile writes its binary; a spec Triton finds in a cache counts as loaded, not compiled (one full
-    # run on 2 busy cores counted 9 of 10 compiled; alone, 10), so the count is checked against the files
-    assert 0 < compiled <= len(specs) and compiled == len(list(sm90.rglob("*.cubin")))
+    assert fp.compile_specs(specs, threads=2) == len(specs) == len(list(sm90.rglob("*.cubin")))
     # the forwards find every kernel compiled: Triton's hook (called before a compile) is never called;
     # `warmup` keeps Triton from launching what it finds
     plain = JITFunction.run
@@ -98,7 +95,7 @@ def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt,
     for k in KERNELS:   # a later start: nothing in memory, everything in the cache
         k.device_caches.pop(0, None)
     assert fp.compile_specs(specs, threads=2) == 0
-    assert asked(m, tokens) == set() and len(list(sm90.rglob("*.cubin"))) == compiled
+    assert asked(m, tokens) == set() and len(list(sm90.rglob("*.cubin"))) == len(specs)
 
 
 def test_nothing_to_precompile_without_fp8_weights_on_a_gpu(ckpt):
