@@ -42,7 +42,7 @@ def _rank(rank, world, path, use_graphs):
             ctx = build_context(alloc, pool, ps.dcp, typed(decisions), chunks, model.cfg.kv_lora_rank)
             h = model.forward(ids, ctx.positions, ctx)
         outs.append(h.clone().numpy())
-    return outs, pool.kv[:, :alloc.num_pages * PAGE].numpy().copy()
+    return outs, pool.kv[:, :alloc.num_pages * PAGE].numpy().copy(), dict(runner.kernels) if runner else {}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,18 @@ def path(tmp_path_factory):
 def test_graph_buffers_equal_eager_steps(path, world):
     eager = run_ranks(_rank, world, path, False)
     graph = run_ranks(_rank, world, path, True)
-    for (eo, ep), (go, gp) in zip(eager, graph):
+    for (eo, ep, _), (go, gp, kernels) in zip(eager, graph):
+        assert kernels == {(4, max(r for _, r in kernels)): "torch"}    # the batch of 3 replays size 4's graph
         np.testing.assert_allclose(gp, ep, atol=1e-12, rtol=0)  # same rows, same slots (padded GEMMs round apart)
         for a, b in zip(go, eo):
             torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=1e-12, rtol=1e-12)
+
+
+def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
+    from dcpctl.runtime.attention.graphs import kernel_summary
+    picks = {(b, rows): "triton" for b in (1, 8, 32) for rows in (2048, 4096)}
+    picks.update({(1, 8192): "triton", (8, 8192): "flashmla", (32, 8192): "flashmla"})
+    picks.update({(b, 16384): "flashmla" for b in (1, 8, 32)})
+    assert kernel_summary(picks, 2) == ("<= 8192: ours; <= 16384: FlashMLA at batch 8,32, ours at batch 1; "
+                                        "<= 32768: FlashMLA")
+

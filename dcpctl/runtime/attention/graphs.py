@@ -71,6 +71,27 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
             return sorted(out)
 
 
+KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA", "torch": "the torch reference"}
+
+
+def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
+    """Which local attention kernel decodes at which context: per context bucket (its largest context in tokens:
+    local rows x the DCP size c), the kernel of each captured batch size; neighbouring buckets alike are one."""
+    by_bucket: dict[int, list[tuple[int, str]]] = {}
+    for (b, rows), name in sorted(kernels.items()):
+        by_bucket.setdefault(rows, []).append((b, KERNEL_NAMES.get(name, name)))
+    parts: list[tuple[int, str]] = []
+    for rows, picks in sorted(by_bucket.items()):
+        names = sorted({n for _, n in picks})
+        text = names[0] if len(names) == 1 else ", ".join(
+            f"{n} at batch {','.join(str(b) for b, m in picks if m == n)}" for n in names)
+        if parts and parts[-1][1] == text:
+            parts[-1] = (rows * c, text)
+        else:
+            parts.append((rows * c, text))
+    return "; ".join(f"<= {hi}: {text}" for hi, text in parts)
+
+
 class DecodeGraphs:
     """Decode-step graphs for `batch_sizes` x context buckets (see module docstring)."""
 
@@ -103,6 +124,7 @@ class DecodeGraphs:
         self.buckets = context_buckets(top, self.page) if buckets else [top]
         self.sizes = sorted(batch_sizes)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, Tensor | None]] = {}
+        self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
         self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
         self.replay_events: list | None = None   # set by the step trace: (start, end) CUDA events per replay
         self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
@@ -128,8 +150,11 @@ class DecodeGraphs:
         if self.logits:   # a pending row's input is the previous replay's argmax, still on the device
             src = self.src[:b]
             ids = torch.where(src >= 0, self.sampled_ids[src.clamp(min=0)], ids)
-        out = decode_step(self.model, ids, self.positions[:b], self._context(b, rows), self._replicas(b),
-                          self.logits)
+        ctx = self._context(b, rows)
+        out = decode_step(self.model, ids, self.positions[:b], ctx, self._replicas(b), self.logits)
+        kernel = ctx.layout.backend_state.get("backend")     # backend_choice's pick for this graph's shape
+        if kernel is not None:
+            self.kernels[(b, rows)] = kernel
         if self.logits:
             top, both = greedy_rows(out)
             self.sampled_ids[:b].copy_(top)

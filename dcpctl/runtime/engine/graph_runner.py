@@ -52,7 +52,7 @@ class GraphDecode:
         return self.sizes[-1]
 
     def capture(self, progress: Progress | None = None) -> None:
-        from dcpctl.runtime.attention.graphs import DecodeGraphs
+        from dcpctl.runtime.attention.graphs import DecodeGraphs, kernel_summary
         e = self.engine
         t0 = time.perf_counter()
         self.graphs = DecodeGraphs(e.model, e.alloc, e.pool, e.decisions, e.v_dim, self.sizes,
@@ -61,6 +61,9 @@ class GraphDecode:
         self.capture_s = time.perf_counter() - t0
         note_once(f"{self.reason}; {len(self.graphs.graphs)} graphs ({len(self.sizes)} batch sizes x "
                   f"{len(self.graphs.buckets)} context buckets) captured in {self.capture_s:.1f} s")
+        if self.graphs.kernels:   # filled at capture (CUDA): the kernel each graph's shape picked
+            note_once(f"decode attention kernel by context (tokens) and captured batch size: "
+                      f"{kernel_summary(self.graphs.kernels, e.alloc.dcp)}")
 
     def eligible(self, chunks: list[SeqChunk]) -> int:
         """This replica's vote: its batch size when the step can replay (0 when idle), else -1."""
