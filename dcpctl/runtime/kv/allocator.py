@@ -17,7 +17,7 @@ request's slot map or its page list).
 from __future__ import annotations
 
 from collections import deque
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -44,8 +44,9 @@ def owned(start: int, end: int, rank: int, c: int) -> range:
     return range(start + (rank - start) % c, end, c)
 
 
-def virtual_slot(pages: list[int], p: int, page_tokens: int) -> int:
-    """The virtual slot of position `p` of a request holding widened `pages` of `page_tokens` slots."""
+def virtual_slot(pages: Any, p: I, page_tokens: int) -> I:
+    """The virtual slot of position `p` of a request holding widened `pages` of `page_tokens` slots (ints, or
+    positions as a tensor with the pages as one)."""
     return pages[p // page_tokens] * page_tokens + p % page_tokens
 
 
@@ -54,9 +55,9 @@ def owned_page_rows_tensor(pages: Tensor, start: int, end: int, rank: int, c: in
     """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))) as host int64
     tensors, from a request's widened page list as a tensor (every decode step and prefill chunk: a chunk's
     thousands of rows in a few vector ops)."""
-    lo = start + (rank - start) % c
-    p = torch.arange(lo, max(lo, end), c)
-    return p - start + base, (pages[p // page_tokens] * page_tokens + p % page_tokens) // c
+    r = owned(start, end, rank, c)
+    p = torch.arange(r.start, max(r.start, r.stop), r.step)
+    return p - start + base, physical(virtual_slot(pages, p, page_tokens), c)
 
 
 def owned_rows(slots: list[int], start: int, end: int, rank: int, c: int) -> list[int]:
