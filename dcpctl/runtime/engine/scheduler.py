@@ -8,7 +8,8 @@ retracted request's pages on every rank needs no message.  The launch config's `
 - Steps.  Mixed (SGLang's --enable-mixed-chunk, vLLM's token budget): one decode token of every running
   request plus prefill chunks, first come first served, up to the step's tokens (--chunked-prefill-size, at
   most --max-prefill-tokens; the decode tokens count against it, at least one prefill token goes in); the
-  engine runs the decodes as a graph replay beside the prompt chunks (engine/mixed.py).  Not mixed: prefill chunks alone while a prompt is unfinished, else one decode token per request.  Without
+  engine runs the decodes as a graph replay beside the prompt chunks (engine/mixed.py).  Not mixed: prefill
+  chunks alone while a prompt is unfinished, else one decode token per request.  Without
   chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
 - Admission on held KV.  A request holds the pages of the positions it has written plus its next step's
   (its prompt, at admission).  The head of the queue is admitted when the free pages cover it and every

@@ -1,6 +1,7 @@
 """The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, two prompts past one
-chunk (extends of a cached prefix, in both attention forms), two sampled requests (temperature; top-k and top-p), then every GEMM they used over a grid of token counts (models/gemm_warm.py), so
-the first requests compile and load nothing.
+chunk (extends of a cached prefix, in both attention forms), two sampled requests (temperature; top-k and top-p),
+then every GEMM they used over a grid of token counts (models/gemm_warm.py), so the first requests compile and
+load nothing.
 
     warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
     ladder(engine) -> the lengths warm_up_prompts prefills
@@ -36,7 +37,7 @@ def warm_up_lengths(top: int) -> list[int]:
 def _chunk_and_cap(engine: Any) -> tuple[int, int]:
     # (the prefill chunk, the longest prompt the pool holds)
     cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
-    return (engine.sched.chunk_size if engine.sched.chunk_size < 1 << 62 else 2048), cap
+    return (engine.sched.chunk_size if engine.sched.split else 2048), cap
 
 
 def ladder(engine: Any) -> list[int]:
@@ -48,17 +49,17 @@ def warm_up_extends(chunk: int, cap: int) -> list[int]:
     """Prompt lengths past one prefill chunk, so that their second chunk extends a chunk-long cached prefix:
     16 new tokens run the absorbed form with split KV (the eager long-context kernel variant, which the ladder's
     short prompts never reach: the first long prompt beside running streams paid a 1.5 s Gluon build on an H200),
-    half a chunk runs the MHA form over a cached key block (its block merge).  Both chunk sizes are on the ladder,
-    so no new GEMM shape comes with them."""
+    half a chunk runs the MHA form over a cached key block (its block merge).  At a chunk of 2^k or 3 * 2^k tokens
+    (8192 by default) both chunk sizes are on the ladder, so no new GEMM shape comes with them."""
     return [n for n in (chunk + 16, chunk + chunk // 2) if n <= cap]
 
 
 def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
     """One request per replica for each length of the ladder and of warm_up_extends (each its own first token: no
-    prefix is reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.  Says once what
-    it did."""
+    prefix is reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.
+    Says once what it did."""
     chunk, cap = _chunk_and_cap(engine)
-    extends = warm_up_extends(chunk, cap) if engine.sched.chunk_size < 1 << 62 else []
+    extends = warm_up_extends(chunk, cap) if engine.sched.split else []
     lengths = ladder(engine) + extends
     with gemm_warm.recording() as log:
         for k, n in enumerate(lengths):
