@@ -60,8 +60,8 @@ test runs each value through its reader.
    `engine/graph_runner.py` and `attention/graphs.py`); per MLA layer `models/attention.py` projects the query
    and writes the new latent rows to the owning rank's pool.
 6. `attention/api.py` -> `attention/paged.py`: each rank attends its own stripe with the local kernel the rule picks
-   (`attention/backend_choice.py`: ours `triton_mla.py`/`gluon_mla.py`, FlashInfer or FlashMLA), returning `o_r`
-   and `lse_r`.
+   (`attention/backend_choice.py` over the registry `attention/backends/`: ours `triton_mla.py`/`gluon_mla.py`,
+   FlashInfer or FlashMLA), returning `o_r` and `lse_r`.
 7. `attention/comm.py`: the DCP exchange (packed `a2a` or `ag_rs`); `attention/merge.py` / `fused_merge.py`:
    `o = sum_r exp(lse_r - logsumexp(lse)) o_r`, the merged attention output of this rank's heads.
 8. The rest of the layer and the LM head (`models/mlp.py`, `models/quant.py`), then `engine/sample.py` picks the
