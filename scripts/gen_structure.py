@@ -30,6 +30,31 @@ An automatic choice is made once, written once, and read once:
 Tests: the plan test pins the value and the reason for the cases that pick each value; the runtime
 test runs each value through its reader.
 
+## Adding an attention kernel
+
+A kernel the runtime chooses between is one file in `runtime/attention/backends/` that registers one `Backend`
+(the interface: `backends/base.py`), plus its module in that package's one import line (`__init__.py`; the order
+is the order blockers are asked). The file provides:
+
+| field | what |
+| --- | --- |
+| `name`, `kind` | the name the measured table and `--attention-backend` use; `absorbed` (reads one layer of the paged latent pool through the batch's `PagedLayout`) or `mha` (the MHA form's kernel over one up-projected key block, `attention/mha.py`) |
+| `blocker(q, pool, v_dim)` | why it cannot run here, a clause the runtime's note quotes (`the KV pool is not on a GPU`), or None; memoize what it probes (a build, an import) |
+| `run` | absorbed: `run(call, state) -> MLAOut` (o, lse, and the lse's base `e` or `2`; rows that see no key get lse -inf; written into `call.out` when given); mha: `run(q, k, v, causal, scale) -> (o, lse)`, natural-log lse |
+| `prepare(call)` | absorbed, optional: the per-batch state from the layout (plan inputs, metadata), run on the batch's first layer and handed to every layer's `run` |
+| `graph` | None when prepare and run can be captured in a CUDA graph (device work only, no host sync: a replay repeats them), else why not: decode graphs then never pick it |
+| `one_token` | it takes chunks of one token only (decode): ours runs prefill, extend and verification chunks |
+
+An absorbed kernel is then weighed by `plan/attention_table.py`'s rule like the built-ins (`attention/backend_choice.py`):
+a table whose cells time it under its name (`--attention-table FILE`) picks it where it is fastest, and
+`--attention-backend NAME` fixes it where the name is one of that flag's choices (SGLang's names). Timing it in
+`dcpctl bench kernel` and writing it into a shipped table is a `bench/kernel_<name>.py` side and its name in
+`plan/attention_table.py` `BACKENDS`. An mha kernel runs where it is the first registered one with no blocker.
+Ours picks its own kernel (Gluon or Triton) and tiles inside the `triton` backend (`kernel_choice.py`,
+`kernel_config.py`). Tests: the blocker's sentences on CPU, and the kernel's output against the torch
+reference through the LSE merge (tests/runtime/test_attention_backends.py does so for FlashInfer with a
+stand-in); tests/runtime/test_attention_registry.py shows a kernel added by one registration.
+
 ## Plan lifecycle: flags to a running rank
 
 1. `cli/plan.py` (or `generate`/`launch`): `cli/options.py` and `cli/runtime_options.py` read the flags;
@@ -60,8 +85,8 @@ test runs each value through its reader.
    `engine/graph_runner.py` and `attention/graphs.py`); per MLA layer `models/attention.py` projects the query
    and writes the new latent rows to the owning rank's pool.
 6. `attention/api.py` -> `attention/paged.py`: each rank attends its own stripe with the local kernel the rule picks
-   (`attention/backend_choice.py`: ours `triton_mla.py`/`gluon_mla.py`, FlashInfer or FlashMLA), returning `o_r`
-   and `lse_r`.
+   (`attention/backend_choice.py` over the registry `attention/backends/`: ours `triton_mla.py`/`gluon_mla.py`,
+   FlashInfer or FlashMLA), returning `o_r` and `lse_r`.
 7. `attention/comm.py`: the DCP exchange (packed `a2a` or `ag_rs`); `attention/merge.py` / `fused_merge.py`:
    `o = sum_r exp(lse_r - logsumexp(lse)) o_r`, the merged attention output of this rank's heads.
 8. The rest of the layer and the LM head (`models/mlp.py`, `models/quant.py`), then `engine/sample.py` picks the

@@ -13,6 +13,9 @@ runtime does not have) read the table.  Pure and torch-free: the plan shows the 
 | `triton`     | ours: the Gluon (Hopper) or Triton split-KV kernel (runtime.kernel_choice)  |
 | `flashinfer` | FlashInfer's BatchMLAPagedAttentionWrapper over the same pool and pages     |
 | `flashmla`   | FlashMLA's dense decode (sm_90a, bf16, page 64) over the same pool and pages |
+
+The runtime's registry (runtime/attention/backends) hands `decide` every kernel it has; a name beyond these three
+is weighed by the same rule, after them, so a kernel added as one file is chosen by the table that names it.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from dcpctl import tuning
 from dcpctl.plan.errors import UserError
@@ -62,10 +65,16 @@ class Rule:
     def summary(self) -> str:
         if self.fixed is not None:
             return self.fixed
-        wins = {b: [c for c in self.cells if c[2] == b] for b in BACKENDS}
-        main = max(BACKENDS, key=lambda b: len(wins[b]))
-        rest = [f"{b} at {_where(wins[b])}" for b in BACKENDS if b != main and wins[b]]
+        names = known(c[2] for c in self.cells)
+        wins = {b: [c for c in self.cells if c[2] == b] for b in names}
+        main = max(names, key=lambda b: len(wins[b]))
+        rest = [f"{b} at {_where(wins[b])}" for b in names if b != main and wins[b]]
         return main + (f" ({'; '.join(rest)})" if rest else "")
+
+
+def known(more: Iterable[str] = ()) -> tuple[str, ...]:
+    """BACKENDS, then any other name the runtime registered (a kernel added as one file), in the order given."""
+    return tuple(dict.fromkeys((*BACKENDS, *more)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -111,14 +120,16 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def decide(key: Key, requested: str, available: dict[str, str | None], table: dict[str, Any]) -> Rule:
-    """The rule for key.  available: backend -> None when it can run here, else why not (a clause)."""
-    usable = [b for b in BACKENDS if available.get(b, "not known to this runtime") is None]
+    """The rule for key.  available: backend -> None when it can run here, else why not (a clause); a name beyond
+    BACKENDS (a kernel the runtime registered) is weighed like them, after them."""
+    names = known(available)
+    usable = [b for b in names if available.get(b, "not known to this runtime") is None]
     if not usable:
         return Rule(key, (), "torch", "no kernel backend runs here: "
-                    + "; ".join(f"{b}: {available.get(b)}" for b in BACKENDS))
+                    + "; ".join(f"{b}: {available.get(b)}" for b in names))
     if requested == "torch_native":
         return Rule(key, (), "torch", "set by --attention-backend torch_native: the torch reference")
-    if requested in BACKENDS:
+    if requested in names:
         if requested in usable:
             return Rule(key, (), requested, f"set by --attention-backend {requested}")
         why = available.get(requested, "not known to this runtime")
@@ -133,7 +144,7 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
         why = f"no measured cell for {key.text()} in {src}"
         return Rule(key, (), FALLBACK if FALLBACK in usable else usable[0], ask + why)
     cells = tuple((b, ctx, min(us, key=us.get)) for b, ctx, us in timed)
-    missing = [f"{b}: {available.get(b, 'not known to this runtime')}" for b in BACKENDS if b not in usable]
+    missing = [f"{b}: {available.get(b, 'not known to this runtime')}" for b in names if b not in usable]
     why = (f"{ask}measured ({src}): the fastest per cell of {len(cells)}, the nearest cell per step"
            + (f"; not available: {', '.join(missing)}" if missing else ""))
     return Rule(key, cells, cells[0][2] if len({c[2] for c in cells}) == 1 else None, why)

@@ -175,6 +175,13 @@ def test_rule_context_is_the_same_on_every_rank():
     assert group_context(chunks, 2) == 8193 and group_context(chunks, 1) == 16385 and group_context([], 4) == 0
 
 
+def _blocker(monkeypatch, name, why):
+    from dataclasses import replace
+    from dcpctl.runtime.attention import backends
+    b = backends.get(backends.ABSORBED, name)
+    monkeypatch.setitem(backends.REGISTRY, (b.kind, name), replace(b, blocker=lambda q, pool, v: why))
+
+
 def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, monkeypatch):
     # a capture's layout carries no host page lists: FlashInfer is out (its plan() is per step, on the host), FlashMLA
     # is in (its metadata is a device kernel the graph replays), and the rule picks by the graph's batch size and
@@ -185,9 +192,8 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
     t = _table(tmp_path)
     monkeypatch.setattr(backend_choice, "table_for", lambda device, sm, override=None: t)
     monkeypatch.setattr(backend_choice, "_gpu", lambda device: ("NVIDIA H200", 90))
-    monkeypatch.setattr(backend_choice, "triton_blocker", lambda q, pool, v: None)
-    monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: None)
-    monkeypatch.setattr(backend_choice, "flashinfer_blocker", lambda pool, v, dt: None)
+    for name in ("triton", "flashmla", "flashinfer"):       # the registry's blockers (attention/backends)
+        _blocker(monkeypatch, name, None)
     pool = torch.zeros(4, 64, 576, dtype=torch.bfloat16)
     graph = lambda b, rows: SimpleNamespace(host_lens=None, max_local_len=rows, chunks=[], backend_state={})  # noqa
     assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "flashmla"
@@ -196,6 +202,6 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
                             chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
     assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashmla"
     # FlashInfer stays out of a capture, with its reason, even where the table would pick it
-    monkeypatch.setattr(backend_choice, "flashmla_blocker", lambda pool, v, dt: "not built")
+    _blocker(monkeypatch, "flashmla", "not built")
     assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "triton"
     assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashinfer"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dcpctl.runtime.attention.mha import (ShardChunk, _cudnn, _efficient, _sdpa_kernel, reference_kernel,
-                                          shard_attention)
+from dcpctl.runtime.attention.backends.mha_cudnn import _cudnn, _efficient, _sdpa_kernel
+from dcpctl.runtime.attention.backends.mha_torch import reference_kernel
+from dcpctl.runtime.attention.mha import ShardChunk, shard_attention
 from dcpctl.runtime.parallel import ParallelState
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -20,7 +20,8 @@ import torch
 from dcpctl.plan.hf_config import MlaShape
 from dcpctl.runtime.attention.form import form_costs, pick_form
 from dcpctl.runtime.attention.layout import SeqChunk
-from dcpctl.runtime.attention.mha import chunk_attention, reference_kernel
+from dcpctl.runtime.attention.backends.mha_torch import reference_kernel
+from dcpctl.runtime.attention.mha import chunk_attention
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.models.loader import read_config
 from dcpctl.runtime.parallel import ParallelState
@@ -188,7 +189,7 @@ def test_mixed_batch_splits_forms_and_matches_absorbed(tiny, case):
 def test_bucketed_rows_are_exact(t, causal):
     """Padding a call's rows to the kernel's plan buckets changes no output row (causal: zero keys after the last
     real one are masked; unmasked: only queries are padded), and the buckets are a short ladder."""
-    from dcpctl.runtime.attention.mha import bucket, bucketed, reference_kernel
+    from dcpctl.runtime.attention.backends.mha_cudnn import bucket, bucketed
     g = torch.Generator().manual_seed(t)
     s = t if causal else 77
     q, k, v = (torch.randn(n, 3, d, generator=g, dtype=torch.float64) for n, d in ((t, 8), (s, 8), (s, 4)))

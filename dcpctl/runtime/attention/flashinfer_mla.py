@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -91,21 +92,39 @@ def plan_rows(host_tables: list[list[int]], host_lens: list[int], n_rows: int, p
             torch.tensor(pages, **i32).to(device, non_blocking=True))
 
 
-def flashinfer_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
-                      out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    # q: [T, Hk, R]  pool: [pages, P, R]  lay: a decode-only PagedLayout -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base 2
+class Batch(NamedTuple):
+    """One forward batch's plan inputs (prepare), read by every layer."""
+
+    rows: tuple[Tensor, ...]     # plan_rows
+    plan_id: int                 # a new plan() per batch, not per layer
+    seen: Tensor                 # [T] bool: query rows whose chunk has local rows (the others' lse is -inf)
+
+
+def prepare(q: Tensor, pool: Tensor, lay: object) -> Batch:
+    # q: [T, Hk, R]  pool: [pages, P, R]  lay: a decode-only PagedLayout with host page lists
+    rows = plan_rows(lay.host_tables, lay.host_lens, q.shape[0], pool.shape[1], q.device)  # type: ignore
+    return Batch(rows, next(_plan_ids), lay.local_lens.index_select(0, lay.row_req) > 0)  # type: ignore[attr-defined]
+
+
+def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
+           out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    # q: [T, Hk, R]  pool: [pages, P, R] -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base 2
     # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode
     q = q.contiguous()
-    t, h = q.shape[:2]
-    state = lay.backend_state             # type: ignore[attr-defined]
-    if "fi_rows" not in state:
-        state["fi_rows"] = plan_rows(lay.host_tables, lay.host_lens, t, pool.shape[1], q.device)  # type: ignore
-        state["fi_id"] = next(_plan_ids)
-        state["fi_seen"] = (lay.local_lens.index_select(0, lay.row_req) > 0)  # type: ignore[attr-defined]
-    w = _planner(q.device).ready((state["fi_id"], scale, q.dtype), h, state["fi_rows"], pool.shape[1], scale, q.dtype)
+    h = q.shape[1]
+    w = _planner(q.device).ready((batch.plan_id, scale, q.dtype), h, batch.rows, pool.shape[1], scale, q.dtype)
     o, lse = w.run(q[..., :v_dim], q[..., v_dim:], pool[..., :v_dim], pool[..., v_dim:], return_lse=True)
-    lse = torch.where(state["fi_seen"][:, None], lse, float("-inf"))
+    lse = torch.where(batch.seen[:, None], lse, float("-inf"))
     if out is not None:
         store_owner_major(out, o.flatten(0, 1), lse.flatten())
         return MLAOut(*out, "2")
     return MLAOut(o, lse, "2")
+
+
+def flashinfer_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
+                      out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    """prepare once per batch (kept in lay.backend_state, as the registry's `prepared` keeps it), then decode."""
+    state = lay.backend_state             # type: ignore[attr-defined]
+    if "flashinfer" not in state:
+        state["flashinfer"] = prepare(q, pool, lay)
+    return decode(q, pool, state["flashinfer"], scale, v_dim, out)

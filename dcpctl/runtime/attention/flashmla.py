@@ -66,18 +66,29 @@ def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor, Tens
     return o.squeeze(1), torch.where(seen[:, None], lse.squeeze(-1), float("-inf"))
 
 
-def flashmla_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
-                    out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    # q: [T, Hk, R]  pool: [pages, 64, R]  lay: a decode-only PagedLayout -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
+def prepare(q: Tensor, lay: object) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows."""
+    rr = lay.row_req                  # type: ignore[attr-defined]
+    table = lay.block_table.index_select(0, rr).contiguous()     # type: ignore[attr-defined]
+    return table, decode_rows(lay.local_lens.index_select(0, rr), q.shape[1])   # type: ignore[attr-defined]
+
+
+def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]], scale: float,
+           v_dim: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    # q: [T, Hk, R]  pool: [pages, 64, R]  batch: prepare's -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
     # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode
     q = q.contiguous()
-    state = lay.backend_state             # type: ignore[attr-defined]
-    if "mla_rows" not in state:          # once per batch: every layer has the same rows
-        rr = lay.row_req                  # type: ignore[attr-defined]
-        state["mla_table"] = lay.block_table.index_select(0, rr).contiguous()   # type: ignore[attr-defined]
-        state["mla_rows"] = decode_rows(lay.local_lens.index_select(0, rr), q.shape[1])   # type: ignore
-    o, lse = run(q, pool, state["mla_table"], state["mla_rows"], scale, v_dim)
+    o, lse = run(q, pool, batch[0], batch[1], scale, v_dim)
     if out is not None:
         store_owner_major(out, o.flatten(0, 1), lse.flatten())
         return MLAOut(*out, "e")
     return MLAOut(o, lse, "e")
+
+
+def flashmla_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
+                    out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+    """prepare once per batch (kept in lay.backend_state, as the registry's `prepared` keeps it), then decode."""
+    state = lay.backend_state             # type: ignore[attr-defined]
+    if "flashmla" not in state:
+        state["flashmla"] = prepare(q, lay)
+    return decode(q, pool, state["flashmla"], scale, v_dim, out)

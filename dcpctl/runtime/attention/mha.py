@@ -27,92 +27,19 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention import fused_merge
+from dcpctl.runtime.attention import backends, fused_merge
+from dcpctl.runtime.attention.backends import MHA, Kernel
 from dcpctl.runtime.attention.merge import acc_dtype
 from dcpctl.runtime.notes import note_once
 
 from dcpctl.plan.memory import MHA_BLOCK_BYTES as BLOCK_BYTES   # one key block's up-projected K/V, at most
-# kernel(q [t, H, qk], k [s, H, qk], v [s, H, v], causal, scale) -> (o [t, H, v], lse [t, H] natural log)
-Kernel = Callable[[Tensor, Tensor, Tensor, bool, float], tuple[Tensor, Tensor]]
 
 
-def reference_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    # q: [t, H, D]  k: [s, H, D]  v: [s, H, V] -> o [t, H, V], lse [t, H] (acc dtype; causal: t == s)
-    dt = acc_dtype(q.dtype)
-    s = torch.einsum("thd,shd->hts", q.to(dt), k.to(dt)) * scale
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -torch.inf)
-    lse = torch.logsumexp(s, dim=-1)                                   # every row sees >= 1 key
-    o = torch.einsum("hts,shv->thv", torch.exp(s - lse.unsqueeze(-1)), v.to(dt))
-    return o, lse.transpose(0, 1)
-
-
-def _sdpa_kernel(op: Callable, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    # q: [t, H, D]  k: [s, H, D]  v: [s, H, V] (CUDA, 16-bit) -> o [t, H, V] (q's dtype), lse [t, H] natural log
-    heads_first = lambda x: x.transpose(0, 1).unsqueeze(0)      # noqa: E731  [1, H, n, D] strided view
-    o, lse = op(heads_first(q), heads_first(k), heads_first(v), causal, scale)[:2]
-    lse = lse.reshape(q.shape[1], -1)[:, :q.shape[0]]            # [1, H, t(, 1)] (the op may pad t)
-    return o[0].transpose(0, 1), lse.transpose(0, 1)
-
-
-def _cudnn(q, k, v, causal, scale):
-    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
-
-
-def _efficient(q, k, v, causal, scale):
-    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
-
-
-def bucket(n: int) -> int:
-    """n rounded up to a multiple of max(128, the power of two at most n / 8): 8 sizes per octave past 1024."""
-    step = max(128, 1 << max(0, n.bit_length() - 4))
-    return -(-n // step) * step
-
-
-def bucketed(kernel: Kernel) -> Kernel:
-    """`kernel` over row counts padded to bucket(), exactly: a causal square pads q, k and v alike (a real query
-    never sees a key past itself, so the zero keys after the last real one are masked out); an unmasked call pads
-    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1-1 s): buckets keep
-    a server's prompts of every length to a few dozen plans."""
-    def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-        t = q.shape[0]
-        extra = bucket(t) - t
-        if extra == 0:
-            return kernel(q, k, v, causal, scale)
-        pad = lambda x: torch.nn.functional.pad(x, (0, 0, 0, 0, 0, extra))   # noqa: E731  more rows at the end
-        o, lse = kernel(pad(q), pad(k) if causal else k, pad(v) if causal else v, causal, scale)
-        return o[:t], lse[:t]
-    return run
-
-
-def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200),
-    over bucketed row counts; where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse)
-    contract, ~4x slower)."""
-    return _cudnn_bucketed(q, k, v, causal, scale)
-
-
-def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
-    try:
-        return _sdpa_kernel(_cudnn, q, k, v, causal, scale)
-    except RuntimeError as e:
-        if not v.is_contiguous():    # v is a strided view of the up-projection: some cuDNN builds want it packed
-            note_once(f"MHA-form attention: cuDNN refused a strided v ({str(e).splitlines()[0][:120]}); "
-                      "v is copied to a packed tensor first")
-            return _cudnn_or_efficient(q, k, v.contiguous(), causal, scale)
-        note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
-                  f"torch's memory-efficient SDPA kernel runs it")
-        return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
-
-
-_cudnn_bucketed = bucketed(_cudnn_or_efficient)
-
-
-def pick_kernel(q: Tensor) -> tuple[Kernel, str]:
-    """(kernel, its name): cuDNN through torch's SDPA op on CUDA for 16-bit inputs, else the exact torch reference."""
-    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
-        return cudnn_kernel, "cudnn (torch _scaled_dot_product_cudnn_attention)"
-    return reference_kernel, "torch reference"
+def pick_kernel(q: Tensor, kv_layer: Tensor, latent: int) -> tuple[Kernel, str]:
+    """(kernel, its name): the first registered mha-kind kernel with no blocker (cuDNN through torch's SDPA op on
+    CUDA for 16-bit inputs), else the exact torch reference (attention/backends)."""
+    b = backends.runnable(MHA, q, kv_layer, latent)
+    return b.run, b.label or b.name
 
 
 def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, budget: int = BLOCK_BYTES) -> int:
@@ -193,7 +120,7 @@ def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv:
     # base e (-inf where a row sees no key)
     hk, nv = w_kv.shape[:2]
     nope = q.shape[-1] - (kv_layer.shape[-1] - latent)
-    kernel, name = pick_kernel(q)
+    kernel, name = pick_kernel(q, kv_layer, latent)
     note_once(f"MHA-form attention kernel: {name}")
     block = block_rows(hk, q.shape[-1], nope, nv - nope, q.element_size(), budget)
     one = chunks[0] if len(chunks) == 1 else None

@@ -21,7 +21,8 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | host_tables  | n lists (host)      | chunk i's pages, as the block table (FlashInfer's plan) |
 | host_lens    | n ints (host)       | local_lens without the pad row (None: not known on host)|
 
-Which backend reads the pool (ours, FlashInfer, FlashMLA, the torch reference) is `backend_choice.choose`'s.
+Which absorbed backend reads the pool (attention/backends: ours, FlashInfer, FlashMLA, the torch reference) is
+`backend_choice.choose`'s; `paged_attention` runs it through the registry (its per-batch `prepare`, then `run`).
 """
 from __future__ import annotations
 
@@ -30,11 +31,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.backend_choice import choose, triton_blocker
-from dcpctl.runtime.attention.flashinfer_mla import flashinfer_decode
-from dcpctl.runtime.attention.flashmla import flashmla_decode
+from dcpctl.runtime.attention import backends
+from dcpctl.runtime.attention.backend_choice import choose
 from dcpctl.runtime.attention.layout import SeqChunk, to_device
-from dcpctl.runtime.attention.triton_mla import MLAOut, mla_decode, mla_decode_reference
+from dcpctl.runtime.attention.triton_mla import MLAOut
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows_tensor
 from dcpctl.runtime.notes import note_once
 
@@ -57,7 +57,7 @@ class PagedLayout:
     chunks: list[SeqChunk]
     host_tables: list[list[int]] | None = None
     host_lens: list[int] | None = None
-    backend_state: dict = field(default_factory=dict)   # per batch: a backend's plan (flashinfer_mla)
+    backend_state: dict = field(default_factory=dict)   # per batch: the choice and its backend's prepared state
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -116,19 +116,8 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
         dt = torch.float64 if q.dtype == torch.float64 else torch.float32
         return MLAOut(q.new_zeros(0, q.shape[1], v_dim, dtype=dt), q.new_zeros(0, q.shape[1], dtype=dt), "e")
     pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
-    # 32-bit row offsets (q_pos): the kernel's bulk tensor copies need them
-    args = (q, pool, lay.block_table, lay.local_lens, lay.row_req, lay.q_pos)
-    kw = dict(scale=scale, v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, out=out, out_dtype=out_dtype)
-    which = choose(requested, q, pool, lay, v_dim, dcp_size)
-    if which == "flashinfer":
-        return flashinfer_decode(q, pool, lay, scale, v_dim, out)
-    if which == "flashmla":
-        return flashmla_decode(q, pool, lay, scale, v_dim, out)
-    if which == "triton":
-        return mla_decode(*args, **kw, max_local_len=lay.max_local_len, descriptors=descriptors)
-    note_once(f"local attention: the torch reference over the block table (attention_path paged; "
-              f"{triton_blocker(q, pool, v_dim) or 'asked for'})")
-    return mla_decode_reference(*args, **kw)
+    call = backends.Call(q, pool, lay, scale, v_dim, dcp_rank, dcp_size, out, out_dtype, descriptors)
+    return backends.run(backends.get(backends.ABSORBED, choose(requested, q, pool, lay, v_dim, dcp_size)), call)
 
 
 def resolve_path(requested: str, device: torch.device) -> str:

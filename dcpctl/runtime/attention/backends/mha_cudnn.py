@@ -1,0 +1,89 @@
+"""cuDNN's fused attention through torch's SDPA op as the mha-kind `cudnn` backend (the MHA form's CUDA kernel).
+
+One call attends q/k 192 and v 128 wide (DeepSeek-V3) and returns the natural-log LSE the MHA form merges by
+(~600 TFLOP/s on an H200); row counts are padded to buckets, exactly, since cuDNN builds an execution plan per
+shape; where cuDNN refuses a call, torch's memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.attention.backends.base import MHA, Backend, Kernel, register
+from dcpctl.runtime.notes import note_once
+
+
+def _sdpa_kernel(op: Callable, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    # q: [t, H, D]  k: [s, H, D]  v: [s, H, V] (CUDA, 16-bit) -> o [t, H, V] (q's dtype), lse [t, H] natural log
+    heads_first = lambda x: x.transpose(0, 1).unsqueeze(0)      # noqa: E731  [1, H, n, D] strided view
+    o, lse = op(heads_first(q), heads_first(k), heads_first(v), causal, scale)[:2]
+    lse = lse.reshape(q.shape[1], -1)[:, :q.shape[0]]            # [1, H, t(, 1)] (the op may pad t)
+    return o[0].transpose(0, 1), lse.transpose(0, 1)
+
+
+def _cudnn(q, k, v, causal, scale):
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+
+
+def _efficient(q, k, v, causal, scale):
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
+
+
+def bucket(n: int) -> int:
+    """n rounded up to a multiple of max(128, the power of two at most n / 8): 8 sizes per octave past 1024."""
+    step = max(128, 1 << max(0, n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+def bucketed(kernel: Kernel) -> Kernel:
+    """`kernel` over row counts padded to bucket(), exactly: a causal square pads q, k and v alike (a real query
+    never sees a key past itself, so the zero keys after the last real one are masked out); an unmasked call pads
+    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1-1 s): buckets keep
+    a server's prompts of every length to a few dozen plans."""
+    def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        t = q.shape[0]
+        extra = bucket(t) - t
+        if extra == 0:
+            return kernel(q, k, v, causal, scale)
+        pad = lambda x: torch.nn.functional.pad(x, (0, 0, 0, 0, 0, extra))   # noqa: E731  more rows at the end
+        o, lse = kernel(pad(q), pad(k) if causal else k, pad(v) if causal else v, causal, scale)
+        return o[:t], lse[:t]
+    return run
+
+
+def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200),
+    over bucketed row counts; where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse)
+    contract, ~4x slower)."""
+    return _cudnn_bucketed(q, k, v, causal, scale)
+
+
+def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    try:
+        return _sdpa_kernel(_cudnn, q, k, v, causal, scale)
+    except RuntimeError as e:
+        if not v.is_contiguous():    # v is a strided view of the up-projection: some cuDNN builds want it packed
+            note_once(f"MHA-form attention: cuDNN refused a strided v ({str(e).splitlines()[0][:120]}); "
+                      "v is copied to a packed tensor first")
+            return _cudnn_or_efficient(q, k, v.contiguous(), causal, scale)
+        note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
+                  f"torch's memory-efficient SDPA kernel runs it")
+        return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
+
+
+_cudnn_bucketed = bucketed(_cudnn_or_efficient)
+
+
+def blocker(q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+    """Why cuDNN cannot run this MHA-form batch (a clause), or None."""
+    if not q.is_cuda:
+        return "the queries are not on a GPU"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"the queries are {str(q.dtype).removeprefix('torch.')} (it takes 16-bit inputs)"
+    return None
+
+
+BACKEND = register(Backend("cudnn", MHA, blocker, cudnn_kernel,
+                           label="cudnn (torch _scaled_dot_product_cudnn_attention)"))
