@@ -115,12 +115,35 @@ def budget_steps(trace: Path, chunk: int) -> dict[str, Any] | None:
 
 def moe(run: Run, ckpt: Path) -> dict[str, Any]:
     n, length, out_len, c, rate = sizes(run.smoke)["moe"]
-    srv = launch(run, ckpt, "moe", c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096)
+    trace = run.out / "trace-moe.json"
+    srv = launch(run, ckpt, "moe", c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096,
+                 env={"DCPCTL_STEP_TRACE": str(trace)})
     res = bench(run, "moe-bench", srv.url, "--requests", str(n), "--input-len", str(length), "--output-len",
                 str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate), "--concurrency", str(c),
                 "--seed", "2") if srv.url else None
     stop(run, srv, "moe")
-    return {"bench": res}
+    return {"bench": res, "steps": step_profile(trace)}
+
+
+def step_profile(trace: Path) -> dict[str, Any] | None:
+    """Where a served run's steps went, from the step trace: per kind and per band of tokens carried, the count
+    and the median / max step time (ms), and the loop's time outside steps (take, deliver, idle)."""
+    if not trace.exists():
+        return None
+    doc = json.loads(trace.read_text())
+    rows = [dict(zip(doc["fields"], r)) for r in doc["rows"]]
+    if not rows:
+        return None
+    bands: dict[str, list[float]] = {}
+    for r in rows:
+        t = r["tokens"]
+        band = next(f"<={b}" for b in (1, 64, 512, 2048, 4096, 8192, 1 << 62) if t <= b)
+        bands.setdefault(f"{r['kind']} {band}", []).append((r["stepped"] - r["step"]) * 1e3)
+    stepped = sum(r["stepped"] - r["step"] for r in rows)
+    wall = rows[-1]["delivered"] - rows[0]["take"]
+    return {"wall_s": wall, "in_steps_s": stepped,
+            "bands": {k: {"count": len(v), "median_ms": sorted(v)[len(v) // 2], "max_ms": max(v),
+                          "sum_s": sum(v) / 1e3} for k, v in sorted(bands.items())}}
 
 
 def early(run: Run, ckpt: Path) -> dict[str, Any]:
@@ -194,6 +217,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
                              "total_token_throughput": g(c, "stall", v, "bench", "total_token_throughput"),
                              "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
     out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
+    out["moe"]["steps"] = g(c, "moe", "steps")
     out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"), "retracted": g(c, "early", "retracted_total")}
     out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k", "summary") or []]
     return out
