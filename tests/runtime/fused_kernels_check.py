@@ -1,5 +1,5 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py, head_bmm_triton.py) and the MHA form's block merge (fused_merge.merge_into_triton) against the
+embed_triton.py, head_bmm_triton.py), the MoE combine (moe_combine.py) and the MHA form's block merge (fused_merge.merge_into_triton) against the
 torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
@@ -21,6 +21,7 @@ from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_q_into
 from dcpctl.runtime.models.embed_triton import embed_rows
 from dcpctl.runtime.models.swiglu_triton import swiglu_fused
+from dcpctl.runtime.models.moe_combine import _combine_triton, combine_reference, inverse
 
 
 class _Cfg:  # the two fields Rotary reads, for a V3 (bf16 rotation) or V2 (fp32 rotation) model
@@ -155,8 +156,26 @@ def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V
     assert torch.equal(got_o[1::2], acc[1::2]) and torch.equal(got_lse[1::2], acc_lse[1::2])   # rows left alone
 
 
+def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, D: int = 1100,
+                      local: int = 200) -> None:
+    # y's rows sorted by expert, the last T * k - local of them other ranks' (unset: NaN here, must count as 0);
+    # the kernel against the torch form: the same fp32 products, summed in slot order, rounded once
+    g = torch.Generator().manual_seed(T + k)
+    order = torch.randperm(T * k, generator=g).to(device)
+    ends = torch.tensor([local // 2, local], device=device, dtype=torch.int32)
+    y = torch.randn(T * k, D, generator=g).to(device=device, dtype=dtype)
+    y[local:] = float("nan")
+    w = torch.rand(T, k, generator=g).to(device)
+    inv = inverse(order)
+    got, want = _combine_triton(y, inv, ends, w), combine_reference(y, inv, ends, w)
+    assert torch.isfinite(got).all()
+    assert _close_norm(got, want)
+    assert (got == want).float().mean() > 0.99
+
+
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
+        check_moe_combine(device, dtype)
         check_merge_into(device, dtype)
         for interleaved in (True, False):
             for fp32_math in (False, True):

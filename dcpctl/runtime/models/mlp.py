@@ -13,6 +13,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.kernel_choice import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
+from dcpctl.runtime.models.moe_combine import moe_combine
 from dcpctl.runtime.models.quant import Fp8Weight, Weight, concat_rows, grouped_linear, linear, rows, stack
 from dcpctl.runtime.models.shards import Shards, split
 from dcpctl.runtime.models.swiglu_triton import swiglu_fused, swiglu_kernel_ok
@@ -121,7 +122,8 @@ class Router:
         return choice.topk(cfg.top_k, dim=-1)[1]
 
 
-GROUPED_MAX_TOKENS = 512   # above it (long prefill chunks) the per-expert loop: grouped GEMMs hold T * k rows
+GROUPED_MAX_TOKENS = 512   # block-FP8 experts: above it the per-expert loop (fp8_tiles: dequantized, cuBLAS)
+BLOCK_TOKENS = 4096        # tokens routed per pass: the sorted rows (T * k x (D + 2I) transient) stay bounded
 
 
 def grouped_mm_ok(w: Weight) -> bool:
@@ -163,16 +165,34 @@ class MoE:
             e.set_weights([w[j] for w in self.stacked])
 
     def __call__(self, x: Tensor) -> Tensor:
-        # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices
+        # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices, BLOCK_TOKENS tokens a pass
         w, idx = self.router(x)
-        if self.stacked is not None and 0 < x.shape[0] <= GROUPED_MAX_TOKENS:
-            out = self._grouped(x, w, idx)
+        T = x.shape[0]
+        if T <= BLOCK_TOKENS:
+            out = self._routed(x, w, idx)
         else:
-            out = torch.zeros_like(x)
-            for j, tok, slot in self._dispatch(idx):
-                y = self.experts[j](x[tok]) * w[tok, slot, None]
-                out.index_add_(0, tok, y.to(x.dtype))
+            out = torch.cat([self._routed(x[i:i + BLOCK_TOKENS], w[i:i + BLOCK_TOKENS], idx[i:i + BLOCK_TOKENS])
+                             for i in range(0, T, BLOCK_TOKENS)])
         return out + self.shared(x) if self.shared is not None else out
+
+    def _routed(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
+        # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's GEMMs
+        # over its rows (grouped on the device, or one chain per expert), then moe_combine's weighted fp32 sum
+        if x.shape[0] == 0:
+            return torch.zeros_like(x)
+        grouped = self.stacked is not None and (x.shape[0] <= GROUPED_MAX_TOKENS
+                                                or not isinstance(self.stacked[0], Fp8Weight))
+        if grouped:
+            return self._grouped(x, w, idx)
+        order, ends = self._by_expert(idx)
+        xs = x[order // idx.shape[1]]
+        y = x.new_empty(xs.shape)
+        start = 0
+        for j, end in enumerate(ends.tolist()):    # one host sync per pass: the group ends
+            if end > start:
+                y[start:end] = self.experts[j](xs[start:end])
+            start = end
+        return moe_combine(y, order, ends, w)
 
     def _by_expert(self, idx: Tensor) -> tuple[Tensor, Tensor]:
         # idx: [T, k] global expert ids -> order [T*k]: the flat (token, slot) rows (tok * k + slot), stably
@@ -189,8 +209,7 @@ class MoE:
         # slot) rows sorted by expert; the group ends stay on the device, so no host sync (graph-safe)
         order, ends = self._by_expert(idx)
         ends = ends.to(torch.int32)
-        tok = order // idx.shape[1]
-        xs = x[tok]                                                                # [T*k, D]
+        xs = x[order // idx.shape[1]]                                              # [T*k, D]
         if len(self.stacked) == 2:
             gate_up, down = self.stacked
             h = swiglu(_grouped_gemm(xs, gate_up, ends), self.experts[0].inter)
@@ -198,19 +217,4 @@ class MoE:
             gate, up, down = self.stacked
             h = F.silu(_grouped_gemm(xs, gate, ends)) * _grouped_gemm(xs, up, ends)
         y = _grouped_gemm(h, down, ends)                                           # rows past ends[-1]: unset
-        keep = (torch.arange(order.numel(), device=order.device) < ends[-1:]).unsqueeze(1)   # this rank's rows
-        y = torch.where(keep, y * w.reshape(-1)[order].unsqueeze(1), 0.0)         # other ranks' rows: exact 0
-        return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
-
-    def _dispatch(self, idx: Tensor) -> list[tuple[int, Tensor, Tensor]]:
-        # idx: [T, k] global expert ids -> (local expert j, tokens [n], their top-k slots [n]) per expert
-        # with n > 0, tokens ascending.  One host sync per layer (the group ends), not one per expert
-        k = idx.shape[1]
-        order, ends = self._by_expert(idx)
-        out, start = [], 0
-        for j, end in enumerate(ends.tolist()):
-            if end > start:
-                pos = order[start:end]
-                out.append((j, pos // k, pos % k))
-            start = end
-        return out
+        return moe_combine(y, order, ends, w)
