@@ -1,4 +1,4 @@
-"""The routed experts' combine: each token's k expert rows, weighted by the router, summed in fp32.
+"""The routed experts' combine: each token's k expert rows, weighted by the router, summed in fp32 (float64 models: float64).
 
     moe_combine(y [R, D], order [T*k], ends [E], w [T, k]) -> [T, D]
 
