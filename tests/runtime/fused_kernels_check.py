@@ -169,7 +169,10 @@ def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, 
     inv = inverse(order)
     got, want = _combine_triton(y, inv, ends, w), combine_reference(y, inv, ends, w)
     assert torch.isfinite(got).all()
-    assert _close_norm(got, want)
+    # one rounding step of the dtype at the value, plus fp32's summation-order error on the terms' magnitude
+    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    mag = combine_reference(y.abs().float(), inv, ends, w).float()
+    assert ((got.float() - want.float()).abs() <= want.float().abs() * step + mag * 2.0 ** -20).all()
     assert (got == want).float().mean() > 0.99
 
 
