@@ -1,6 +1,6 @@
 """Block-FP8 judged as users judge a quantized checkpoint: the built-in trained model against its FP8 form.
 
-    python benchmarks/fp8_accuracy.py [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR]
+    python benchmarks/fp8_accuracy.py [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
 
 The built-in trained model (tiny DeepSeek-V3-shaped, trained on Python stdlib sources; what `dcpctl generate`
 serves without --model-path) is quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale =
@@ -22,6 +22,10 @@ Which pair the targets judge (the report's `target_comparison`): on cuda the ser
 kernels against the bf16 ones); on cpu, where no FP8 kernel runs, the two checkpoints in float64, f64_fp8 vs
 f64_bf16: the quantization alone (under w8a8 the activations' too), without bf16 arithmetic's rounding, which
 flips greedy continuations by itself (f64 vs bf16). The other pairs are reported beside it.
+
+--fp32-logits: the 16-bit paths' lm_head product is taken in fp32 (inputs as they are, fp32 output, as SGLang's
+--enable-fp32-lm-head does; dcpctl's runtime rounds logits to the model dtype), so that logits a rounding step apart
+no longer tie or swap in the greedy comparison.
 
 Reported:
 - bits per byte of every path over all 8 x 255 held-out bytes (BOS in front of each window); the target pair's
@@ -157,6 +161,17 @@ def run_path(m, name: str, windows, prompts, forced) -> dict:
     return out
 
 
+def fp32_logits(m) -> None:
+    """m.logits with the lm_head product in fp32 (one rank: no vocab gather)."""
+    head = m.lm_head
+
+    def logits(hidden: torch.Tensor) -> torch.Tensor:
+        if hidden.is_cuda:
+            return torch.mm(hidden.to(head.dtype), head.t(), out_dtype=torch.float32)
+        return torch.nn.functional.linear(hidden.float(), head.float())
+    m.logits = logits
+
+
 def commit() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False)
     return r.stdout.strip() or "unknown"
@@ -168,6 +183,7 @@ def main() -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", help="write the report here too")
     ap.add_argument("--mode", choices=fp8_parts.MODES, default="w8a16", help="the fp8 path's method")
+    ap.add_argument("--fp32-logits", action="store_true", help="the 16-bit paths' lm_head product in fp32 (see above)")
     ap.add_argument("--dir", help="where the FP8 checkpoint is written, its bf16 form in DIR-bf16 "
                                   "(default: a temporary directory)")
     args = ap.parse_args()
@@ -186,6 +202,8 @@ def main() -> int:
                                  ("f64_bf16", bf16_dir, False, torch.float64),
                                  ("fp8", fp8_dir, True, torch.bfloat16), ("f64_fp8", fp8_dir, True, torch.float64)):
         m, _ = _load(d, keep, dtype, dev)
+        if args.fp32_logits and dtype != torch.float64:
+            fp32_logits(m)
         if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks fp8_matmul up at every call
             fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul, mode=args.mode)
         paths[name] = run_path(m, name, windows, prompts, forced)
@@ -208,7 +226,7 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     lens = [len(p) for p in greedy_prompts()]
     out: dict = {
         "command": " ".join(["python", "benchmarks/fp8_accuracy.py", *sys.argv[1:]]), "commit": commit(),
-        "device": dev, "torch": torch.__version__, "mode": args.mode,
+        "device": dev, "torch": torch.__version__, "mode": args.mode, "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(
             (default_model().path / "training.json").read_text())["slice"]["bpb_float64"],
         "checkpoint": f"built-in trained model ({default_model().path.name}) and its block-FP8 form (128x128 e4m3)",

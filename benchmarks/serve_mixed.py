@@ -9,7 +9,8 @@ Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 l
            ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
            8192 by default).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
            mixed >= unmixed.
-  moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s.
+  moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
+           default budget and at --chunked-prefill-size 1024; the step trace's steps by kind and tokens carried.
            Target: ITL p99 <= 5 x p50.
   early    dense: 96 requests of 1000 tokens at concurrency 32 with max_tokens 2000 and stop strings (they end
            early), then the same prompts with max_tokens = the lengths the first run produced; the pool holds
@@ -115,14 +116,25 @@ def budget_steps(trace: Path, chunk: int) -> dict[str, Any] | None:
 
 def moe(run: Run, ckpt: Path) -> dict[str, Any]:
     n, length, out_len, c, rate = sizes(run.smoke)["moe"]
-    trace = run.out / "trace-moe.json"
-    srv = launch(run, ckpt, "moe", c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096,
-                 env={"DCPCTL_STEP_TRACE": str(trace)})
-    res = bench(run, "moe-bench", srv.url, "--requests", str(n), "--input-len", str(length), "--output-len",
-                str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate), "--concurrency", str(c),
-                "--seed", "2") if srv.url else None
-    stop(run, srv, "moe")
-    return {"bench": res, "steps": step_profile(trace)}
+    out: dict[str, Any] = {}
+    for variant, size in (("default", BUDGET), ("chunk1024", 1024)):
+        if run.left() < 60:
+            run.record(f"moe-{variant}", None, 0, "skipped: budget spent")
+            continue
+        tag, trace = ("moe", run.out / "trace-moe.json") if variant == "default" else \
+            (f"moe-{variant}", run.out / f"trace-moe-{variant}.json")
+        srv = launch(run, ckpt, tag, c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096,
+                     "--chunked-prefill-size", str(size), env={"DCPCTL_STEP_TRACE": str(trace)})
+        res = bench(run, f"{tag}-bench", srv.url, "--requests", str(n), "--input-len", str(length), "--output-len",
+                    str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate), "--concurrency",
+                    str(c), "--seed", "2") if srv.url else None
+        stop(run, srv, tag)
+        cell = {"chunked_prefill_size": size, "bench": res, "steps": step_profile(trace)}
+        if variant == "default":
+            out.update(cell)
+        else:
+            out.setdefault("variants", {})[variant] = cell
+    return out
 
 
 def step_profile(trace: Path) -> dict[str, Any] | None:
@@ -218,6 +230,8 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
                              "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
     out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
     out["moe"]["steps"] = g(c, "moe", "steps")
+    out["moe_chunk1024"] = {k: g(c, "moe", "variants", "chunk1024", "bench", k)
+                            for k in ("median_itl_ms", "p99_itl_ms", "output_throughput", "median_ttft_ms")}
     out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"), "retracted": g(c, "early", "retracted_total")}
     out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k", "summary") or []]
     return out
