@@ -48,6 +48,7 @@ for SUITE in "$@"; do
   O=$OUT/$SUITE; mkdir -p "$O"
   { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    grep -m1 "model name" /proc/cpuinfo; echo "cpus $(nproc)"
     git rev-parse --short HEAD 2>/dev/null; } > "$O/machine.txt" 2>&1
   case $SUITE in
     tests) part pytest 540 env DCPCTL_GPU_REPORT="$O" python3 -m pytest -q -p no:cacheprovider -m gpu tests ;;
