@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
             row["hf_vs_dcpctl"] = row["hf_ms"] / row["dcpctl_ms"]
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-        profiles = {T: profiled(lambda: ours(torch.randn(T, D, device=dev, dtype=torch.bfloat16)), top=15)
-                    for T in profile}
+        profiles = {}
+        for T in profile:
+            x = torch.randn(T, D, device=dev, dtype=torch.bfloat16)
+            profiles[T] = profiled(lambda: ours(x), top=15)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"command": " ".join(["python3", "benchmarks/moe_layer.py", *(argv or sys.argv[1:])]), "commit": commit,
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "layer": LAYER,
