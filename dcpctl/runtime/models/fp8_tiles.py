@@ -7,7 +7,8 @@
 | <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel (as below)       |
 | w8a16, all rows <= GROUPED_GEMV_ROWS    |                                            | few-rows kernel, DEFAULT_GEMV |
 |   and <= GROUPED_GEMV_PER_EXPERT x E    |                                            |                             |
-| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`, else DEFAULT_TILES | `grouped_w8a16` (w8a16), else `grouped`, else DEFAULT_TILES |
+| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`,       | `grouped_w8a16` (w8a16), else `grouped`, |
+|                                         |   else DEFAULT_TILES                       |   else DEFAULT_TILES        |
 | w8a16, M_TILE_ROWS + 1 .. PREFILL_DEQUANT_ROWS | PREFILL_A16_TILES                   | PREFILL_GROUPED_A16_TILES   |
 | w8a16, more                             | DEQUANT: the weight dequantized, cuBLAS    | PREFILL_GROUPED_A16_TILES   |
 | w8a8, more                              | `dense`, else DEFAULT_TILES                | DEFAULT_TILES               |
