@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,21 +31,6 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 LAYER = 1
-
-
-def timed(fn: Callable[[], Any], reps: int) -> float:
-    """Median ms of `reps` calls after two warm-ups, each between CUDA events."""
-    for _ in range(2):
-        fn()
-    ms = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
 
 
 def gemms_alone(moe: Any, x: torch.Tensor) -> Callable[[], Any]:
@@ -67,6 +51,8 @@ def gemms_alone(moe: Any, x: torch.Tensor) -> Callable[[], Any]:
 
 def main(argv: list[str] | None = None) -> None:
     from prefill_ttft import profiled
+
+    from dcpctl.bench.ceilings import events_ms
 
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -101,16 +87,18 @@ def main(argv: list[str] | None = None) -> None:
             x = torch.randn(T, D, device=dev, dtype=torch.bfloat16)
             want, got = hf(x.unsqueeze(0)).squeeze(0), ours(x)
             err = float((got.float() - want.float()).norm() / want.float().norm())
-            row = {"tokens": T, "dcpctl_ms": timed(lambda: ours(x), a.reps),
-                   "hf_ms": timed(lambda: hf(x.unsqueeze(0)), a.reps), "rel_err_vs_hf": err}
+            row = {"tokens": T, "dcpctl_ms": events_ms(lambda: ours(x), a.reps, warmup=2),
+                   "hf_ms": events_ms(lambda: hf(x.unsqueeze(0)), a.reps, warmup=2), "rel_err_vs_hf": err}
             if ours.stacked is not None:
-                row["gemms_ms"] = timed(gemms_alone(ours, x), a.reps)
+                row["gemms_ms"] = events_ms(gemms_alone(ours, x), a.reps, warmup=2)
                 row["dcpctl_vs_gemms"] = row["dcpctl_ms"] / row["gemms_ms"]
             row["hf_vs_dcpctl"] = row["hf_ms"] / row["dcpctl_ms"]
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-        profiles = {T: profiled(lambda: ours(torch.randn(T, D, device=dev, dtype=torch.bfloat16)), top=15)
-                    for T in profile}
+        profiles = {}
+        for T in profile:
+            x = torch.randn(T, D, device=dev, dtype=torch.bfloat16)
+            profiles[T] = profiled(lambda: ours(x), top=15)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"command": " ".join(["python3", "benchmarks/moe_layer.py", *(argv or sys.argv[1:])]), "commit": commit,
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "layer": LAYER,

@@ -157,12 +157,12 @@ def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V
 
 
 def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, D: int = 1100,
-                      local: int = 200) -> None:
+                      local: int = 200, ends_dtype: torch.dtype = torch.int32) -> None:
     # y's rows sorted by expert, the last T * k - local of them other ranks' (unset: NaN here, must count as 0);
     # the kernel against the torch form: the same fp32 products, summed in slot order, rounded once
     g = torch.Generator().manual_seed(T + k)
     order = torch.randperm(T * k, generator=g).to(device)
-    ends = torch.tensor([local // 2, local], device=device, dtype=torch.int32)
+    ends = torch.tensor([local // 2, local], device=device, dtype=ends_dtype)   # grouped: int32; loop: int64
     y = torch.randn(T * k, D, generator=g).to(device=device, dtype=dtype)
     y[local:] = float("nan")
     w = torch.rand(T, k, generator=g).to(device)
@@ -179,6 +179,7 @@ def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, 
 def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
     for dtype in dtypes:
         check_moe_combine(device, dtype)
+        check_moe_combine(device, dtype, T=5, k=3, D=64, local=15, ends_dtype=torch.int64)
         check_merge_into(device, dtype)
         for interleaved in (True, False):
             for fp32_math in (False, True):

@@ -11,7 +11,7 @@ from triton.runtime.jit import JITFunction
 
 from dcpctl.runtime.models import fp8_dequant, fp8_gemm, fp8_gemv, fp8_parts, load_model
 from dcpctl.runtime.models import fp8_precompile as fp
-from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
+from dcpctl.runtime.models.mlp import BLOCK_TOKENS, GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
 from tests.runtime.fp8_compile_check import Sm90Driver
@@ -79,6 +79,10 @@ def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
     # foreseen, with kernels of row counts this routing did not produce
     long = [GROUPED_MAX_TOKENS + 40]
     assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
+    # past BLOCK_TOKENS the experts run in passes: the last pass of 40 tokens runs grouped, and is foreseen too
+    passes = [BLOCK_TOKENS + 40]
+    assert asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, passes), m.dtype, "cpu"))
+    assert not asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
 
 
 def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt, sm90, monkeypatch):

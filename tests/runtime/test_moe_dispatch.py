@@ -61,7 +61,6 @@ def test_sorted_rows_equal_one_nonzero_per_expert(seed):
         else:
             assert rows.numel() == 0
         start = end
-    assert sorted(order.tolist()) == list(range(tokens * k))
 
 
 @pytest.mark.parametrize("first,n,tokens", [(0, 8, 5), (3, 4, 9), (6, 2, 1), (0, 8, 64)])

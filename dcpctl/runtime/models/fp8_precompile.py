@@ -38,7 +38,7 @@ from triton.runtime._async_compile import AsyncCompileMode
 
 from dcpctl import knobs
 from dcpctl.runtime.models.fp8_tiles import PREFILL_DEQUANT_ROWS
-from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, DenseMLP, MoE
+from dcpctl.runtime.models.mlp import DenseMLP, MoE, token_passes
 from dcpctl.runtime.models.quant import Fp8Weight, grouped_linear
 
 Spec = tuple[str, str, str]   # (the kernel's module, its name, Triton's specialization JSON)
@@ -49,7 +49,8 @@ ATTENTION = ("qkv_a", "q_b", "o_proj")   # MlaAttention's FP8 projections (and `
 def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
     """(weight, rows, grouped): one per distinct layout and row count of the FP8 GEMMs a forward of each token
     count runs, per replica: attention's projections over its tokens, the MLP's over every replica's (dp x);
-    routed experts grouped over tokens x top_k rows up to GROUPED_MAX_TOKENS tokens, beyond it one GEMM per
+    routed experts in passes of up to BLOCK_TOKENS tokens (mlp.token_passes), a pass grouped over its tokens x
+    top_k rows where mlp.MoE.runs_grouped says so (block-FP8: up to GROUPED_MAX_TOKENS tokens), else one GEMM per
     expert of as many rows as routed there (data-dependent: every count up to one past PREFILL_DEQUANT_ROWS,
     above which the kernel is the same)."""
     tokens = sorted(set(tokens))
@@ -70,9 +71,10 @@ def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
         elif isinstance(mlp, MoE):
             if mlp.shared is not None:
                 add(mlp.shared.weights(), mlp_tokens)
+            passes = sorted({n for t in mlp_tokens for n in token_passes(t)})
             if mlp.stacked is not None:
-                add(mlp.stacked, [t * mlp.router.cfg.top_k for t in mlp_tokens if t <= GROUPED_MAX_TOKENS], True)
-            if mlp.stacked is None or mlp_tokens[-1] > GROUPED_MAX_TOKENS:
+                add(mlp.stacked, [n * mlp.router.cfg.top_k for n in passes if mlp.runs_grouped(n)], True)
+            if not all(mlp.runs_grouped(n) for n in passes):
                 for e in mlp.experts:
                     add(e.weights(), range(1, PREFILL_DEQUANT_ROWS + 2))
     return list(calls.values())

@@ -126,6 +126,11 @@ GROUPED_MAX_TOKENS = 512   # block-FP8 experts: above it the per-expert loop (fp
 BLOCK_TOKENS = 4096        # tokens routed per pass: the sorted rows (T * k x (D + 2I) transient) stay bounded
 
 
+def token_passes(tokens: int) -> list[int]:
+    """The token counts of the routed experts' passes over `tokens` tokens: BLOCK_TOKENS each, the rest last."""
+    return [min(BLOCK_TOKENS, tokens - i) for i in range(0, tokens, BLOCK_TOKENS)]
+
+
 def grouped_mm_ok(w: Weight) -> bool:
     """Whether the routed experts run as grouped GEMMs: block-FP8 experts on a GPU through the grouped
     block-scaled GEMM (fp8_gemm.py); bf16 through torch._grouped_mm's CUTLASS kernel (sm_9x and sm_10x;
@@ -165,24 +170,26 @@ class MoE:
             e.set_weights([w[j] for w in self.stacked])
 
     def __call__(self, x: Tensor) -> Tensor:
-        # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices, BLOCK_TOKENS tokens a pass
+        # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices, in passes (token_passes)
         w, idx = self.router(x)
-        T = x.shape[0]
-        if T <= BLOCK_TOKENS:
-            out = self._routed(x, w, idx)
-        else:
-            out = torch.cat([self._routed(x[i:i + BLOCK_TOKENS], w[i:i + BLOCK_TOKENS], idx[i:i + BLOCK_TOKENS])
-                             for i in range(0, T, BLOCK_TOKENS)])
+        parts, i = [], 0
+        for n in token_passes(x.shape[0]):
+            parts.append(self._routed(x[i:i + n], w[i:i + n], idx[i:i + n]))
+            i += n
+        out = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.zeros_like(x)
         return out + self.shared(x) if self.shared is not None else out
+
+    def runs_grouped(self, tokens: int) -> bool:
+        """Whether a pass of `tokens` tokens runs the routed experts as grouped GEMMs (else one chain per expert)."""
+        return self.stacked is not None and (tokens <= GROUPED_MAX_TOKENS
+                                             or not isinstance(self.stacked[0], Fp8Weight))
 
     def _routed(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's GEMMs
         # over its rows (grouped on the device, or one chain per expert), then moe_combine's weighted fp32 sum
         if x.shape[0] == 0:
             return torch.zeros_like(x)
-        grouped = self.stacked is not None and (x.shape[0] <= GROUPED_MAX_TOKENS
-                                                or not isinstance(self.stacked[0], Fp8Weight))
-        if grouped:
+        if self.runs_grouped(x.shape[0]):
             return self._grouped(x, w, idx)
         order, ends = self._by_expert(idx)
         xs = x[order // idx.shape[1]]

@@ -64,7 +64,7 @@ def combine_reference(y: Tensor, inv: Tensor, ends: Tensor, w: Tensor) -> Tensor
     reference)."""
     T, k = w.shape
     rows = y[inv]
-    rows = torch.where((inv < ends[-1:]).unsqueeze(1), rows, 0).view(T, k, -1)
+    rows = torch.where((inv < ends[-1:]).unsqueeze(1), rows, 0).view(T, k, y.shape[1])
     acc = torch.promote_types(y.dtype, w.dtype)
     return (rows.to(acc) * w.to(acc).unsqueeze(2)).sum(1).to(y.dtype)
 
