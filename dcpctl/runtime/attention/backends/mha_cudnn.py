@@ -45,7 +45,7 @@ def bucket(n: int) -> int:
 def bucketed(kernel: Kernel) -> Kernel:
     """`kernel` over row counts padded to bucket(), exactly: a causal square pads q, k and v alike (a real query
     never sees a key past itself, so the zero keys after the last real one are masked out); an unmasked call pads
-    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1-1 s): buckets keep
+    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1 s): buckets keep
     a server's prompts of every length to a few dozen plans."""
     def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
         t = q.shape[0]
@@ -63,8 +63,10 @@ KEY_QUANTUM = 1024   # an unmasked call's keys through cuDNN come in multiples o
 
 def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM) -> Kernel:
     """An unmasked call's first s - s % quantum keys through `kernel`, the last s % quantum through `rest`, the two
-    partials merged by LSE in the accumulation dtype (o rounded once to q's dtype): every query sees every key either way, so the
-    result is the one call's.  A causal square and a key count that is a multiple of `quantum` go to `kernel` whole."""
+    partials merged by LSE into the accumulation dtype, which the split call returns (its caller, the MHA form's
+    key-block loop, merges it into its accumulator of that dtype): every query sees every key either way, so the
+    result is the one call's.  A causal square and a key count that is a multiple of `quantum` go to `kernel`
+    whole."""
     def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
         s = k.shape[0]
         main = s - s % quantum
@@ -77,7 +79,7 @@ def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM) -> Kernel:
         dt = acc_dtype(q.dtype)
         acc, acc_lse = o.to(dt), lse.to(dt, copy=True)
         fused_merge.merge_into(acc, acc_lse, o2, lse2)
-        return acc.to(q.dtype), acc_lse
+        return acc, acc_lse
     return run
 
 
@@ -98,7 +100,7 @@ def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: fl
             return _cudnn_or_efficient(q, k, v.contiguous(), causal, scale)
         note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
                   f"torch's memory-efficient SDPA kernel runs it")
-        return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
+        return _efficient_kernel(q, k, v, causal, scale)
 
 
 def _efficient_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
