@@ -1,7 +1,7 @@
 """Block-FP8 GEMM vs the bf16 GEMM of the same shape at decode batch sizes, against the weight-read roofline.
 
     python benchmarks/fp8_gemm.py [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
-                                   [--grouped]
+                                   [--grouped [--experts 256] [--grouped-rows 2 4 ...]] [--merge-table FILE]
 
 Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices; a routed expert's down projection has o_proj/tp8's
 shape), q_a_proj and kv_a_proj joined (they share their input: 2112 x 7168, its last scale block 64 rows),
@@ -9,10 +9,15 @@ and the gate and up projections of the TP-8 dense MLP and of one routed expert c
 runtime holds them). --grouped adds the MoE as a decode step runs it: 256 experts, M tokens routed top-8
 (distinct random experts per token, a new routing every call), the gate+up and down grouped GEMMs over the
 M x 8 rows sorted by expert, against torch._grouped_mm on bf16 experts; its roofline reads the weights of
-the experts that have rows. Each timing is a CUDA graph of 20 back-to-back calls that rotate over enough
-weight copies (> 2x the 50 MB L2) that every call reads its weight from HBM; the graph is replayed 20
-times and the median per call is reported, so launch latency is amortized the way a captured decode step
-sees it (kernel after kernel, no host in between).
+the experts that have rows; --grouped-rows times it at those rows per expert (M = rows x experts / 8 tokens)
+instead of --batches, and with --sweep also every GROUPED_DECODE setting there (up to fp8_gemm.M_TILE_ROWS rows per
+expert): the table's "grouped_w8a16" section (first --modes method w8a16) or "grouped" (w8a8) keeps, per shape
+and rows per expert, the best MMA setting where it beats DEFAULT_TILES by GROUPED_MARGIN (5%), else DEFAULT_TILES
+(fp8_tiles.py reads it; the bf16 torch._grouped_mm of the same rows is the reference each row reports).
+Each timing is a CUDA graph of 20 back-to-back calls that rotate over enough weight copies (> 2x the 50 MB
+L2) that every call reads its weight from HBM; the graph is replayed 20 times and the median per call is
+reported, so launch latency is amortized the way a captured decode step sees it (kernel after kernel, no host
+in between).
 Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
 Every cell times, in the same process and under the first --modes method (default w8a16):
 `before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
@@ -22,7 +27,7 @@ shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods 
 a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
 GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
 best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the tuning table (--save-table FILE writes it)
-those bests make.
+those bests make; --merge-table FILE keeps the sections of that fp8_gemm table which this run did not write.
 --torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
 quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
 matches ours (norm-relative < 1e-2), which is then timed and kept for the later cells; each refusal is recorded
@@ -106,6 +111,14 @@ PREFILL_A16 = [Tiles(fold=True), Tiles(bn=128, fold=True), Tiles(bn=128, warps=8
 PREFILL_A16_DEQUANT = [DEQUANT]
 # --a16-candidates with --grouped: the grouped MMA kernel (DEFAULT_TILES) folded, next to it unfolded
 GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
+# --sweep with --grouped-rows (decode's rows per expert, up to fp8_gemm.M_TILE_ROWS): the grouped MMA kernel over the
+# dense decode sweep's settings, per method (w8a16: A16_CANDIDATES and GROUPED_A16; w8a8: CANDIDATES), DEFAULT_TILES
+# first (the table's reference)
+GROUPED_DECODE = {"w8a16": list(dict.fromkeys([DEFAULT_TILES, *A16_CANDIDATES, *GROUPED_A16])),
+                  "w8a8": list(dict.fromkeys([DEFAULT_TILES, *CANDIDATES]))}
+GROUPED_MARGIN = 0.05   # a grouped table entry is kept only where it is this much faster than DEFAULT_TILES (a
+# setting within it of the default is not worth a specialization more to compile)
+GROUPED_SECTIONS = {"w8a16": "grouped_w8a16", "w8a8": "grouped"}   # the table section a method's sweep writes
 # ... and where the experts average more than fp8_gemm.M_TILE_ROWS rows (prefill), 128-row MMA tiles too
 GROUPED_PREFILL_A16 = [Tiles(bm=128, bn=128, warps=8, fold=True), Tiles(bm=128, fold=True),
                        Tiles(bm=128, bn=128, warps=8, stages=4, fold=True)]
@@ -327,7 +340,8 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = ()
     shipped = choose_tiles(N, K, rows, experts, method(MODE[0])["mode"] == "w8a16", M * top_k,
                            device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, list(cands), DEFAULT_GEMV, shipped, None)
-    row.update(experts=experts, top_k=top_k, busy_experts_mean=statistics.mean(busy))
+    row.update(experts=experts, top_k=top_k, rows_per_expert=rows, mode=MODE[0],
+               busy_experts_mean=statistics.mean(busy))
     for m in MODE[1:]:
         us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], **method(m)),
                                CALLS) * 1e6, 2)
@@ -340,10 +354,46 @@ def fields(t: GemvTiles | Tiles) -> dict:
     return {k: v for k, v in vars(t).items() if v != getattr(type(t)(), k)}
 
 
-def table(rows: list[dict]) -> dict:
+def grouped_choice(r: dict, margin: float = GROUPED_MARGIN) -> tuple[Tiles, float, float]:
+    """A swept grouped row's (setting for the table, its us, DEFAULT_TILES' us): the fastest MMA setting where it
+    beats DEFAULT_TILES by `margin` (a fraction of DEFAULT_TILES' time), else DEFAULT_TILES."""
+    timed = [(tiles_of(e["tiles"]), e["us"]) for e in r["timed"]]
+    default = next(us for t, us in timed if t == DEFAULT_TILES)
+    best, us = min(((t, us) for t, us in timed if isinstance(t, Tiles)), key=lambda p: p[1])
+    kept = us <= default * (1 - margin) and us != float("inf")
+    return (best, us, default) if kept else (DEFAULT_TILES, default, default)
+
+
+def grouped_tables(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
+    """The grouped sections the sweep's grouped rows make, per method: per shape, [[most rows per expert, fields]]
+    ascending, a bound per swept row count (merged where the next one keeps the same setting; none past the last
+    that beats DEFAULT_TILES: the rules' DEFAULT_TILES there anyway)."""
+    by: dict = {}
+    for r in rows:
+        section = GROUPED_SECTIONS.get(r.get("mode"))
+        if "timed" in r and "experts" in r and section and r["rows_per_expert"] <= M_TILE_ROWS:
+            key = f"{r['N']},{r['K']}"
+            by.setdefault(section, {}).setdefault(key, {})[r["rows_per_expert"]] = grouped_choice(r, margin)[0]
+    out: dict = {}
+    for section, shapes in sorted(by.items()):
+        for key, picks in sorted(shapes.items()):
+            entries: list = []
+            for most, t in sorted(picks.items()):
+                if entries and entries[-1][1] == t:
+                    entries.pop()
+                entries.append((most, t))
+            while entries and entries[-1][1] == DEFAULT_TILES:
+                entries.pop()
+            if entries:
+                out.setdefault(section, {})[key] = [[most, fields(t)] for most, t in entries]
+    return out
+
+
+def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
-    MMA setting that was best per M above the few-rows range ("dense"), and the few-rows setting with the least
-    total time over the swept M where it beat every MMA setting timed at some M, else null ("gemv")."""
+    MMA setting that was best per M above the few-rows range ("dense"), the few-rows setting with the least
+    total time over the swept M where it beat every MMA setting timed at some M, else null ("gemv"), and the
+    grouped rows' sections (grouped_tables)."""
     mma: dict = {}
     gemv: dict = {}
     for r in rows:
@@ -363,7 +413,21 @@ def table(rows: list[dict]) -> dict:
         ms = set.intersection(*(set(v) for v in by.values()))
         t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))
         out["gemv"][f"{n},{k}"] = fields(t) if any(by[t][m][1] for m in ms) else None
-    return out
+    return {**out, **grouped_tables(rows, margin)}
+
+
+def merge(data: dict, command: str, path: str) -> tuple[dict, str]:
+    """data with the sections of the fp8_gemm table file at path that data leaves empty, and the command saying
+    where those come from (a table records one command: this run's, then theirs)."""
+    from dcpctl import tuning
+    old = tuning.read(path)
+    if old["kind"] != "fp8_gemm":
+        raise SystemExit(f"fp8_gemm.py: --merge-table {path} is a {old['kind']} table, not fp8_gemm")
+    kept = {k: v for k, v in old["data"].items() if v and not data.get(k)}
+    if not kept:
+        return data, command
+    return ({**kept, **{k: v for k, v in data.items() if v or k not in kept}},
+            f"{command}; sections {', '.join(kept)} kept from {path} (commit {old['commit']}: {old['command']})")
 
 
 def _print(r: dict) -> None:
@@ -378,6 +442,10 @@ def _print(r: dict) -> None:
         print(f"  failed: {f}", flush=True)
     if "errors" in r:
         print(f"  errors at M=8: {r['errors']}", flush=True)
+    if "experts" in r and "timed" in r:
+        t, us, default = grouped_choice(r)
+        print(f"  {r['rows_per_expert']} rows per expert: DEFAULT_TILES {default} us, for the table {fields(t)} "
+              f"{us} us (bf16 torch._grouped_mm {r['bf16_us']} us: {round(r['bf16_us'] / us, 3)}x)", flush=True)
 
 
 def _save(path: str | None, rows: list[dict]) -> None:
@@ -399,6 +467,23 @@ def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None
     _print(rows[-1])
 
 
+def grouped_batches(args: argparse.Namespace) -> list[int]:
+    """The grouped cells' token counts M: --batches, or --grouped-rows' rows per expert x experts / 8 (top-8)."""
+    if not args.grouped_rows:
+        return list(args.batches)
+    return [max(1, -(-r * args.experts // 8)) for r in args.grouped_rows]
+
+
+def grouped_candidates(args: argparse.Namespace, M: int, sweep: bool) -> list:
+    """The settings a grouped cell times besides the shipped ones: --a16-candidates' (prefill's too above
+    M_TILE_ROWS rows per expert), or with --sweep and --grouped-rows GROUPED_DECODE's at decode's rows per expert."""
+    rows = M * 8 // args.experts
+    if args.a16_candidates:
+        return GROUPED_A16 + (GROUPED_PREFILL_A16 if rows > M_TILE_ROWS else [])
+    decode = sweep and args.grouped_rows and rows <= M_TILE_ROWS
+    return GROUPED_DECODE[method(MODE[0])["mode"]] if decode else []
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
@@ -413,6 +498,11 @@ def main() -> int:
                     help="sweep A16_CANDIDATES instead (w8a16 at 8-64 rows: the weight factor folded in)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
     ap.add_argument("--experts", type=int, default=256, help="the grouped GEMMs' expert count (top-8 of them)")
+    ap.add_argument("--grouped-rows", type=int, nargs="+",
+                    help="time the grouped GEMMs at these rows per expert instead of --batches (with --sweep: the "
+                         "GROUPED_DECODE settings too, up to M_TILE_ROWS rows, for the table's grouped section)")
+    ap.add_argument("--merge-table", help="--save-table keeps the sections of this fp8_gemm table file that this run "
+                                          "did not write (e.g. the shipped one of this GPU)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
     ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
@@ -449,14 +539,13 @@ def main() -> int:
                  args.torch_peer,
                  args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
-    for name, (N, K) in GROUPED.items() if args.grouped else ():
-        for M in args.batches:
-            many = M * 8 // args.experts > M_TILE_ROWS     # rows per expert (top-8)
-            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps,
-                 GROUPED_A16 + (GROUPED_PREFILL_A16 if many else []) if args.a16_candidates else [], args.experts)
+    for M in grouped_batches(args) if args.grouped else ():   # M outside, as above (_experts keeps one shape's)
+        for name, (N, K) in GROUPED.items():
+            sweep = args.sweep and time.perf_counter() - t0 < args.budget_s
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, grouped_candidates(args, M, sweep), args.experts)
             _save(args.json, rows)
-        _experts.cache_clear()   # 22 GB of experts
-        torch.cuda.empty_cache()
+    _experts.cache_clear()   # 256 experts: 22 GB
+    torch.cuda.empty_cache()
     if args.torch_peer:
         print(f"torch blockwise scaled_mm: {'took ' + ', '.join(PEER['layout']) if PEER['layout'] else 'refused'}"
               + "".join(f"\n  refused: {r}" for r in PEER["refused"]), flush=True)
@@ -466,8 +555,11 @@ def main() -> int:
     if args.save_table:
         from dcpctl import tuning
         major, minor = torch.cuda.get_device_capability()
-        tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor,
-                     "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:]), tuning.source_commit(), table(rows))
+        data, command = table(rows), "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:])
+        if args.merge_table:
+            data, command = merge(data, command, args.merge_table)
+        tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor, command,
+                     tuning.source_commit(), data)
     return 0
 
 

@@ -12,6 +12,9 @@
 #             trim with CELLS=stall,moe,early,dense1k BUDGET_S=480
 #   fp8serve  the block-FP8 checkpoint and its bf16 twin served side by side (fp8_serve.py; BUDGET_S=470)
 #   fp8       the block-FP8 GPU tests, the GEMM sweep (writes $OUT/fp8/fp8_gemm.json) and the model check
+#   fp8grouped  the grouped MoE GEMMs' tile sweep at decode's rows per expert (V3's routed experts, 16 of them
+#             top-8 as fp8serve serves, w8a16) against torch._grouped_mm; writes $OUT/fp8grouped/fp8_gemm.json: this
+#             GPU's shipped fp8_gemm table with a grouped_w8a16 section (docs/fp8.md)
 #   gemm16    the 16-bit split-K GEMM sweep against cuBLAS (writes $OUT/gemm16/gemm16.json)
 #   head_bmm  the per-head bmm sweep against torch.bmm
 #   x2        two GPUs: DCP 2 against DCP 1 at TP 2 and the packed a2a exchange against a raw all_to_all
@@ -78,6 +81,12 @@ for SUITE in "$@"; do
       part sweep 240 python3 benchmarks/fp8_gemm.py --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
         --json "$O/sweep.json"
       part model_check 100 python3 benchmarks/fp8_model_check.py --trained --json "$O/model_check.json" ;;
+    fp8grouped)   # the shipped table of this GPU (its name, spaces as _) keeps its other sections
+      T=dcpctl/tuning/fp8_gemm/device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | tr ' ' _).json
+      merge=(); [ -e "$T" ] && merge=(--merge-table "$T")
+      part sweep 540 python3 benchmarks/fp8_gemm.py --modes w8a16 --grouped --experts 16 \
+        --grouped-rows 2 4 8 16 24 32 48 64 --sweep --budget-s 400 --shapes ${merge[@]+"${merge[@]}"} \
+        --save-table "$O/fp8_gemm.json" --json "$O/sweep.json" ;;
     gemm16) part sweep 500 python3 benchmarks/gemm16_sweep.py -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
     head_bmm) part sweep 300 python3 benchmarks/head_bmm_sweep.py -o "$O/sweep.json" ;;
     x2)
@@ -85,6 +94,6 @@ for SUITE in "$@"; do
         --dtype bfloat16 --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs \
         -o "$O/decode.json"
       part bench_exchange 150 $DCPCTL bench exchange --dcp-size 2 --batches 1,8,32,64 --format json ;;
-    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 gemm16 head_bmm x2"; exit 2 ;;
+    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 fp8grouped gemm16 head_bmm x2"; exit 2 ;;
   esac
 done

@@ -11,8 +11,9 @@ max_position_embeddings 163840, unless --model names one.  In one process:
            graphs: prefill is eager): one request of N prompt tokens and 1 output token, wall time of
            engine.generate (prompt in -> first token out); the first at each length is a warm-up (`cold_ms`)
   hf       transformers' DeepseekV3ForCausalLM (sdpa, bf16) forward of the N tokens (logits of the last)
-  floor    4 x (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
-           plus the layer's projection and MLP GEMMs at N rows), each timed alone
+  floor    per layer (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
+           plus the layer's projection and MLP GEMMs at N rows: an MoE layer's routed experts as grouped GEMMs of
+           N x top_k rows split evenly, its shared expert dense; floor_gemms), each timed alone
 
 --profile N,...: after the timed runs, one more dcpctl prefill of N tokens under torch.profiler: its wall time,
 the GPU's busy time and the top kernels by total GPU time (where the time over the floor goes).
@@ -165,11 +166,31 @@ def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, 
     return out
 
 
-def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
-    """One layer's MHA-form causal attention (cuDNN) and GEMMs at n rows, x LAYERS."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def floor_gemms(cfg: dict, n: int) -> list[tuple[int, int, int, int, int]]:
+    """The projection and MLP GEMMs of one forward of n tokens through the checkpoint's layers, as (layers that run
+    it, rows, in, out, groups): every layer's attention projections; a dense layer's MLP; an MoE layer's shared
+    expert and its routed experts as grouped GEMMs of n x top_k rows split evenly over the experts."""
     H, D, Q, L = cfg["num_attention_heads"], cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"]
-    nope, rope, v, inter = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["intermediate_size"]
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    layers = cfg["num_hidden_layers"]
+    moe = layers - min(layers, cfg.get("first_k_dense_replace", layers)) if cfg.get("n_routed_experts") else 0
+    dense, inter = layers - moe, cfg["intermediate_size"]
+    out = [(layers, n, kin, kout, 1) for kin, kout in
+           ((D, Q + L + rope), (Q, H * (nope + rope)), (L, H * (nope + v)), (H * v, D))]
+    out += [(dense, n, D, 2 * inter, 1), (dense, n, inter, D, 1)] if dense else []
+    if moe:
+        mi, e, k, shared = (cfg["moe_intermediate_size"], cfg["n_routed_experts"], cfg["num_experts_per_tok"],
+                            cfg.get("n_shared_experts") or 0)
+        out += [(moe, n * k, D, 2 * mi, e), (moe, n * k, mi, D, e)]
+        out += [(moe, n, D, 2 * mi * shared, 1), (moe, n, mi * shared, D, 1)] if shared else []
+    return out
+
+
+def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
+    """Every layer's MHA-form causal attention (cuDNN) and GEMMs at n rows (floor_gemms), each timed alone."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    H, nope, rope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    layers = cfg["num_hidden_layers"]
     bf = dict(dtype=torch.bfloat16, device="cuda")
     q = torch.randn(1, H, n, nope + rope, **bf)
     k = torch.randn(1, H, n, nope + rope, **bf)
@@ -177,17 +198,21 @@ def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.inference_mode():
         _, attn = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, vv, is_causal=True), reps)
     del q, k, vv
-    x = torch.randn(n, D, **bf)
-    shapes = [(D, Q + L + rope), (Q, H * (nope + rope)), (L, H * (nope + v)), (H * v, D), (D, 2 * inter), (inter, D)]
     gemm = 0.0
-    for kin, kout in shapes:
-        a, w = torch.randn(n, kin, **bf), torch.randn(kout, kin, **bf)
-        gemm += timed(lambda: a @ w.t(), reps)[1]
+    for count, rows, kin, kout, groups in floor_gemms(cfg, n):
+        a = torch.randn(rows, kin, **bf)
+        if groups == 1:
+            w = torch.randn(kout, kin, **bf)
+            ms = timed(lambda: a @ w.t(), reps)[1]
+        else:        # the routed experts: grouped over rows split evenly, as torch._grouped_mm runs them
+            w = torch.randn(groups, kout, kin, **bf)
+            ends = torch.linspace(rows / groups, rows, groups, device="cuda").round().to(torch.int32)
+            ms = timed(lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=ends), reps)[1]
+        gemm += count * ms
         del a, w
-    del x
     torch.cuda.empty_cache()
-    return {"floor_ms": round(LAYERS * (attn + gemm), 2), "floor_attention_ms_per_layer": round(attn, 3),
-            "floor_gemms_ms_per_layer": round(gemm, 3)}
+    return {"floor_ms": round(layers * attn + gemm, 2), "floor_attention_ms_per_layer": round(attn, 3),
+            "floor_gemms_ms_per_layer": round(gemm / layers, 3)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,12 +230,12 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
     doc = {"command": " ".join(["python3", "benchmarks/prefill_ttft.py", *(argv or sys.argv[1:])]),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk, "layers": LAYERS,
+           "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk,
            "lengths": {str(n): r for n, r in rows.items()}, "errors": {}}
     with tempfile.TemporaryDirectory() as tmp:
         path = args.model or str(checkpoint(Path(tmp)))
         cfg = json.loads((Path(path) / "config.json").read_text())
-        vocab = cfg["vocab_size"]
+        vocab, doc["layers"] = cfg["vocab_size"], cfg["num_hidden_layers"]
         profile = [int(x) for x in args.profile.split(",") if x]
         parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile)),
                  ("hf", lambda: hf_cells(path, hf_lengths, args.reps, vocab)),

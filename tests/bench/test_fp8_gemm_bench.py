@@ -25,3 +25,66 @@ def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_m
     from dcpctl.runtime.models.fp8_tiles import parse
     assert parse(data, "t").dense == {(7168, 2048): ((64, wide),)} and parse(data, "t").gemv[(7168, 2048)] == b
     assert bench.tiles_of(bench.tiles_dict(b)) == b and bench.tiles_of(bench.tiles_dict(wide)) == wide
+
+
+def _grouped_row(rows_per_expert, timed, mode="w8a16", N=4096, K=7168):
+    return {"N": N, "K": K, "M": rows_per_expert * 2, "experts": 16, "top_k": 8, "rows_per_expert": rows_per_expert,
+            "mode": mode, "bf16_us": 50.0, "timed": [{"tiles": bench.tiles_dict(t), "us": us} for t, us in timed]}
+
+
+def test_grouped_sections_keep_a_setting_only_where_it_beats_the_default_by_the_margin():
+    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, DEFAULT_TILES, M_TILE_ROWS, Tiles
+    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    fold, swap = Tiles(fold=True), Tiles(swap=True, fold=True)
+    near = 100.0 * (1 - bench.GROUPED_MARGIN) + 0.5            # faster than the default, but within the margin
+    rows = [_grouped_row(2, [(DEFAULT_TILES, 100.0), (DEFAULT_GEMV, 50.0), (fold, 80.0)]),   # MMA settings only
+            _grouped_row(4, [(DEFAULT_TILES, 100.0), (fold, 70.0), (swap, 90.0)]),
+            _grouped_row(8, [(DEFAULT_TILES, 100.0), (fold, near)]),                # within the margin: the default
+            _grouped_row(16, [(DEFAULT_TILES, 100.0), (swap, 60.0)]),
+            _grouped_row(24, [(DEFAULT_TILES, 100.0), (swap, 61.0), (fold, 99.0)]),   # swap again: one bound
+            _grouped_row(32, [(DEFAULT_TILES, 100.0), (fold, near)]),               # trailing defaults: no bound
+            _grouped_row(M_TILE_ROWS, [(DEFAULT_TILES, 100.0), (fold, float("inf"))]),   # failed: the default
+            _grouped_row(2 * M_TILE_ROWS, [(DEFAULT_TILES, 100.0), (fold, 10.0)]),  # prefill rows: not in the table
+            _grouped_row(16, [(DEFAULT_TILES, 100.0), (swap, 10.0)], N=7168, K=2048),
+            _grouped_row(16, [(DEFAULT_TILES, 100.0), (fold, 10.0)], mode="w8a8", N=7168, K=2048),
+            _grouped_row(16, [(DEFAULT_TILES, 100.0), (fold, 10.0)], mode="w8a16f")]  # not a served method
+    data = bench.table(rows)
+    assert (data["dense"], data["gemv"]) == ({}, {})
+    assert data["grouped_w8a16"] == {"4096,7168": [[4, {"fold": True}], [8, {}], [24, {"swap": True, "fold": True}]],
+                                     "7168,2048": [[16, {"swap": True, "fold": True}]]}
+    assert data["grouped"] == {"7168,2048": [[16, {"fold": True}]]}
+    assert bench.grouped_choice(rows[2]) == (DEFAULT_TILES, 100.0, 100.0)
+    assert bench.grouped_choice(rows[1]) == (fold, 70.0, 100.0)
+    # what the runtime then picks at the served MoE's rows per expert (16 experts, w8a16)
+    tab = parse(data, "t")
+    pick = lambda r: choose_tiles(4096, 7168, r, 16, True, 16 * r, tables=tab)  # noqa: E731
+    assert [pick(r) for r in (3, 4, 6, 8, 12, 20, 24, 32)] == [fold, fold] + [DEFAULT_TILES] * 2 + [swap] * 3 + [
+        DEFAULT_TILES]
+    assert pick(2) == DEFAULT_GEMV    # the few-rows rule first (2 rows an expert, 32 in all)
+
+
+def test_merge_keeps_the_sections_this_run_did_not_write(tmp_path):
+    from dcpctl import tuning
+    old = {"dense": {"576,7168": [[16, {}]]}, "dense_w8a16": {"576,7168": [[64, {"fold": True}]]},
+           "gemv": {"24576,1536": None}, "grouped_w8a16": {"4096,7168": [[8, {"swap": True}]]}}
+    path = tuning.write(tmp_path / "h200.json", "fp8_gemm", "NVIDIA H200", 90, "python x --sweep", "abc1234", old)
+    new = {"dense": {}, "gemv": {}, "grouped_w8a16": {"4096,7168": [[32, {"fold": True}]]}}
+    data, command = bench.merge(new, "python benchmarks/fp8_gemm.py --grouped", str(path))
+    assert data == {**old, "grouped_w8a16": new["grouped_w8a16"]}
+    assert command == (f"python benchmarks/fp8_gemm.py --grouped; sections dense, dense_w8a16, gemv kept from {path} "
+                       f"(commit abc1234: python x --sweep)")
+    assert bench.merge(old, "c", str(path)) == (old, "c")     # every section written: nothing kept
+
+
+def test_grouped_rows_set_the_token_counts_and_the_decode_sweep():
+    import argparse
+    from dcpctl.runtime.models.fp8_gemm import M_TILE_ROWS
+    args = argparse.Namespace(grouped_rows=[2, 4, 8, 16, 24, 32, 48, 64, 2 * M_TILE_ROWS], experts=16,
+                              batches=[1, 8], a16_candidates=False)
+    assert bench.grouped_batches(args) == [4, 8, 16, 32, 48, 64, 96, 128, 256]
+    assert [M * 8 // 16 for M in bench.grouped_batches(args)] == args.grouped_rows    # each M's rows per expert
+    assert bench.grouped_candidates(args, 64, True) == bench.GROUPED_DECODE["w8a16"]
+    assert bench.grouped_candidates(args, 256, True) == [] == bench.grouped_candidates(args, 64, False)
+    assert bench.GROUPED_DECODE["w8a16"][0] == bench.DEFAULT_TILES == bench.GROUPED_DECODE["w8a8"][0]
+    plain = argparse.Namespace(**{**vars(args), "grouped_rows": None})
+    assert bench.grouped_batches(plain) == [1, 8] and bench.grouped_candidates(plain, 64, True) == []

@@ -21,13 +21,14 @@ from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, MODES,  
 from dcpctl.runtime.models.fp8_tiles import tables_for  # noqa: E402
 from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
-H200 = tables_for("NVIDIA H200", 90)     # every measured setting runs here too
-TABLE, TABLE_A16, GEMV_TABLE = H200.dense, H200.dense_a16, H200.gemv
+H200 = tables_for("NVIDIA H200", 90)     # every measured setting runs here too (grouped ones: once measured)
+TABLE = [*H200.dense.values(), *H200.grouped.values()]               # each shape's (most rows, setting) entries
+TABLE_A16, GEMV_TABLE = [*H200.dense_a16.values(), *H200.grouped_a16.values()], H200.gemv
 
 VARIANTS = [BEFORE_TILES, Tiles(fuse_rows=16, red=8), Tiles(swap=True), Tiles(bn=32, red=4, swap=True, fuse_rows=64),
             Tiles(bn=128, fuse_rows=64), Tiles(per_sm=4, max_split=3), Tiles(per_sm=4, max_split=2, swap=True),
             Tiles(bm=128, bn=32, swap=True),   # 128-row MMA tiles (prefill settings)
-            *(t for entries in TABLE.values() for _, t in entries),
+            *(t for entries in TABLE for _, t in entries),
             # the few-rows kernel: fused or launched quantization, slabs of 1-4 K blocks, rows in passes of 1-16
             # (few programs per SM: the interpreter runs them one by one; K splits all the same)
             GemvTiles(per_sm=1), GemvTiles(fuse=False, per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1),
@@ -44,7 +45,7 @@ A16_VARIANTS = list(dict.fromkeys([
     Tiles(fold=True), Tiles(swap=True, fold=True), Tiles(per_sm=4, max_split=2, swap=True, fold=True),
     Tiles(bn=32, stages=4, per_sm=1, fold=True),
     Tiles(bm=128, bn=32, swap=True, fold=True), PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES,   # 128-row tiles
-    *(t for entries in TABLE_A16.values() for _, t in entries),   # w8a16's own table
+    *(t for entries in TABLE_A16 for _, t in entries),   # w8a16's own table
     GemvTiles(per_sm=1), GemvTiles(bn=32, kb=1, bm=2, stages=1, per_sm=1)]))
 
 
@@ -134,7 +135,7 @@ def main() -> int:
     worst_f16 = 0.0
     # (folded settings take the bf16 MMA for bf16 rows, which the interpreter cannot run: fp32 / fp16 rows above)
     for t in dict.fromkeys(t for t in (BEFORE_TILES, Tiles(swap=True), Tiles(per_sm=4, max_split=2, swap=True),
-                                       Tiles(bn=128), *(t for entries in TABLE_A16.values() for _, t in entries))
+                                       Tiles(bn=128), *(t for entries in TABLE_A16 for _, t in entries))
                            if not (isinstance(t, Tiles) and t.fold)):
         cases = [dense(3, 40, 72, (16, 16), 132, t, "w8a16", torch.bfloat16, "fp16", True),
                  dense(17, 70, 256, (128, 128), 4, t, "w8a16", torch.bfloat16, "fp16", True)]

@@ -85,6 +85,27 @@ def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
     assert not asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
 
 
+@pytest.mark.parametrize("mode", ["w8a16", "w8a8"])
+def test_a_grouped_table_entry_is_foreseen_as_the_forwards_launch_it(ckpt, sm90, monkeypatch, mode):
+    # the tiny model's routed experts (8, top-2): rows per expert t * 2 // 8; an entry of each grouped section per
+    # expert shape covering some of those rows (others past the bound: DEFAULT_TILES; w8a16 up to 16 rows in all:
+    # the few-rows kernel first)
+    from dcpctl.runtime import settings
+    from dcpctl.runtime.models import fp8_tiles
+    m = fp8_model(ckpt)
+    stacked = next(layer.mlp.stacked for layer in m.layers if isinstance(layer.mlp, MoE))
+    (n, k), = {tuple(w.shape[1:]) for w in stacked[:-1]}                 # gate and up (or joined), then down
+    assert tuple(stacked[-1].shape[1:]) == (k, n)
+    entries = {f"{n},{k}": [[3, {"bn": 32, "stages": 4, "fold": True}]], f"{k},{n}": [[6, {"swap": True}]]}
+    table = fp8_tiles.parse({"grouped": entries, "grouped_w8a16": entries}, "test")
+    tokens = [1, 2, 8, 15, 16, 24, 40]
+    with settings.using(fp8_gemm=mode):
+        plain = set(fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu"))
+        monkeypatch.setattr(fp8_tiles, "current", lambda device=None: table)
+        specs = set(fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu"))
+        assert specs == asked(m, tokens) != plain
+
+
 def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt, sm90, monkeypatch):
     m = fp8_model(ckpt)
     tokens = [1, 16]

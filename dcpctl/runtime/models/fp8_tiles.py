@@ -4,16 +4,21 @@
 
 | rows (per expert when grouped)          | dense                                      | grouped (MoE)               |
 | --------------------------------------- | ------------------------------------------ | --------------------------- |
-| <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel                  |
+| <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel (as below)       |
 | w8a16, all rows <= GROUPED_GEMV_ROWS    |                                            | few-rows kernel, DEFAULT_GEMV |
 |   and <= GROUPED_GEMV_PER_EXPERT x E    |                                            |                             |
-| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`, else DEFAULT_TILES | DEFAULT_TILES  |
+| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`,       | `grouped_w8a16` (w8a16), else `grouped`, |
+|                                         |   else DEFAULT_TILES                       |   else DEFAULT_TILES        |
 | w8a16, M_TILE_ROWS + 1 .. PREFILL_DEQUANT_ROWS | PREFILL_A16_TILES                   | PREFILL_GROUPED_A16_TILES   |
 | w8a16, more                             | DEQUANT: the weight dequantized, cuBLAS    | PREFILL_GROUPED_A16_TILES   |
+| w8a8, more                              | `dense`, else DEFAULT_TILES                | DEFAULT_TILES               |
 
 The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K": [[most rows, {Tiles fields}],
-...]}, "dense_w8a16": {...}, "gemv": {"N,K": {GemvTiles fields} | null (the MMA kernel)}}; the first bound
-covering the rows wins.  A GPU without one runs the rules alone.
+...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles fields} | null
+(the MMA kernel)}}; the first bound covering the rows (per expert, R // E, when grouped) wins, and rows past the
+last bound, or a shape the sections lack, take the rules' setting.  The grouped sections (benchmarks/fp8_gemm.py
+--grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them (the shipped H200 one) runs
+every grouped GEMM as the rules alone do.  A GPU without a table runs the rules alone.
 """
 from __future__ import annotations
 
@@ -67,6 +72,8 @@ ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
 class Fp8Tables:
     dense: ShapeTable = field(default_factory=dict)
     dense_a16: ShapeTable = field(default_factory=dict)        # w8a16's own, where it has the shape
+    grouped: ShapeTable = field(default_factory=dict)          # grouped GEMMs, by rows per expert (<= M_TILE_ROWS)
+    grouped_a16: ShapeTable = field(default_factory=dict)      # w8a16's own, where it has the shape
     gemv: dict[tuple[int, int], GemvTiles | None] = field(default_factory=dict)
     how: str = "built-in rules only"
 
@@ -79,7 +86,8 @@ def _key(text: str) -> tuple[int, int]:
 def parse(data: dict[str, Any], how: str) -> Fp8Tables:
     shapes = lambda d: {_key(s): tuple((int(most), Tiles(**t)) for most, t in c) for s, c in d.items()}  # noqa: E731
     gemv = {_key(s): None if t is None else GemvTiles(**t) for s, t in data.get("gemv", {}).items()}
-    return Fp8Tables(shapes(data.get("dense", {})), shapes(data.get("dense_w8a16", {})), gemv, how)
+    return Fp8Tables(*(shapes(data.get(k, {})) for k in ("dense", "dense_w8a16", "grouped", "grouped_w8a16")),
+                     gemv=gemv, how=how)
 
 
 def tables_for(device: str, sm: int | None) -> Fp8Tables:
@@ -124,11 +132,19 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
         return PREFILL_A16_TILES
     if experts > 1 and a16 and rows > M_TILE_ROWS:
         return PREFILL_GROUPED_A16_TILES
-    shapes = tab.dense_a16 if a16 and (N, K) in tab.dense_a16 else tab.dense
-    for most, t in shapes.get((N, K), ()) if experts == 1 else ():
+    for most, t in _entries(tab, N, K, rows, experts, a16):
         if rows <= most:
             return t
     return DEFAULT_TILES
+
+
+def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int, a16: bool) -> tuple[tuple[int, Tiles], ...]:
+    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape; grouped
+    # GEMMs only at decode's rows per expert (a w8a8 prefill's experts keep DEFAULT_TILES whatever a bound says)
+    if experts > 1 and rows > M_TILE_ROWS:
+        return ()
+    own, plain = (tab.dense_a16, tab.dense) if experts == 1 else (tab.grouped_a16, tab.grouped)
+    return (own if a16 and (N, K) in own else plain).get((N, K), ())
 
 
 def tiles_note(device: Any = None) -> str:
@@ -136,7 +152,9 @@ def tiles_note(device: Any = None) -> str:
     return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
             f"(but {sum(v is None for v in tab.gemv.values())} shape(s) on the MMA kernel), otherwise the MMA kernel "
             f"(dense GEMMs of {len(tab.dense)} shape(s) from the fp8_gemm tuning table, {tab.how}; w8a16: "
-            f"{len(tab.dense_a16)} of them its own; others and the grouped MoE GEMMs {DEFAULT_TILES}, but w8a16's "
+            f"{len(tab.dense_a16)} of them its own; the grouped MoE GEMMs of up to {M_TILE_ROWS} rows per expert "
+            f"from the table where it has their shape and rows ({len(tab.grouped)} shape(s), {len(tab.grouped_a16)} "
+            f"of w8a16's own); the other GEMMs {DEFAULT_TILES}, but w8a16's "
             f"grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows and {GROUPED_GEMV_PER_EXPERT} per expert the weight-streaming "
             f"kernel, its dense GEMMs of "
             f"{M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows {PREFILL_A16_TILES} and of more the weight dequantized to "
