@@ -26,6 +26,22 @@ def test_sdpa_kernels_return_natural_lse_and_match_reference(op, t, s, causal):
     torch.testing.assert_close(o.double(), o_ref, rtol=0, atol=3e-2)
 
 
+@pytest.mark.parametrize("t,s", [(300, 1024 + 37), (300, 2048), (129, 500)])
+def test_cudnn_kernel_with_quantized_keys_matches_reference(t, s):
+    # the backend's kernel as the MHA form calls it, unmasked: query rows padded to a bucket, keys split into a
+    # multiple of KEY_QUANTUM through cuDNN and the rest through the memory-efficient kernel, merged by LSE
+    from dcpctl.runtime.attention.backends.mha_cudnn import cudnn_kernel
+    g = torch.Generator("cuda").manual_seed(t + s)
+    q, k = (torch.randn(n, 16, 192, generator=g, device="cuda").bfloat16() for n in (t, s))
+    kv = torch.randn(s, 16, 256, generator=g, device="cuda").bfloat16()
+    v = kv[..., 128:]                                 # strided, as the up-projection's view
+    o, lse = cudnn_kernel(q, k, v, False, 192 ** -0.5)
+    o_ref, lse_ref = reference_kernel(q.double(), k.double(), v.double(), False, 192 ** -0.5)
+    assert o.shape == (t, 16, 128) and lse.shape == (t, 16)
+    torch.testing.assert_close(lse.double(), lse_ref, rtol=0, atol=2e-3)
+    torch.testing.assert_close(o.double(), o_ref, rtol=0, atol=3e-2)
+
+
 def test_shard_attention_bf16_matches_float64():
     # two chunks (one with a cached prefix), dcp rank 1 of 2, key blocks of 40 rows: every call kind runs
     g = torch.Generator("cuda").manual_seed(0)

@@ -199,3 +199,29 @@ def test_bucketed_rows_are_exact(t, causal):
     assert torch.allclose(got[0], want[0], atol=1e-12) and torch.allclose(got[1], want[1], atol=1e-12)
     assert 0 <= bucket(t) - t < max(128, t / 8)
     assert len({bucket(n) for n in range(1, 8193)}) <= 48
+
+
+@pytest.mark.parametrize("s", [5, 63, 64, 100, 128, 200, 257])
+@pytest.mark.parametrize("causal", [True, False])
+def test_quantized_keys_are_exact(s, causal):
+    """An unmasked call split into keys in multiples of the quantum (the plan-building kernel) and the rest (the
+    other kernel), merged by LSE, equals one call; a causal square and an exact multiple go whole to the first."""
+    from dcpctl.runtime.attention.backends.mha_cudnn import keyed
+    g = torch.Generator().manual_seed(s + causal)
+    t = s if causal else 37
+    q, k, v = (torch.randn(n, 3, d, generator=g, dtype=torch.float64) for n, d in ((t, 8), (s, 8), (s, 4)))
+    seen: list[tuple[str, int]] = []
+
+    def named(name):
+        def run(q, k, v, c, scale):
+            seen.append((name, k.shape[0]))
+            return reference_kernel(q, k, v, c, scale)
+        return run
+    want = reference_kernel(q, k, v, causal, 0.3)
+    got = keyed(named("plan"), named("rest"), quantum=64)(q, k, v, causal, 0.3)
+    assert torch.allclose(got[0], want[0], atol=1e-12) and torch.allclose(got[1], want[1], atol=1e-12)
+    main = s - s % 64
+    if causal or main == s:
+        assert seen == [("plan", s)]
+    else:
+        assert seen == ([("plan", main)] if main else []) + [("rest", s - main)]

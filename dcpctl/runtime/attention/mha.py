@@ -29,6 +29,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention import backends, fused_merge
 from dcpctl.runtime.attention.backends import MHA, Kernel
+from dcpctl.runtime.attention.backends.mha_cudnn import KEY_QUANTUM
 from dcpctl.runtime.attention.merge import acc_dtype
 from dcpctl.runtime.notes import note_once
 
@@ -42,9 +43,12 @@ def pick_kernel(q: Tensor, kv_layer: Tensor, latent: int) -> tuple[Kernel, str]:
     return b.run, b.label or b.name
 
 
-def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, budget: int = BLOCK_BYTES) -> int:
-    """Key rows per block so that one block's up-projection (K nope | V GEMM output, then K) fits in `budget`."""
-    return max(1, budget // (heads * (nope + v_dim + qk_dim) * elem_bytes))
+def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, budget: int = BLOCK_BYTES,
+               quantum: int = KEY_QUANTUM) -> int:
+    """Key rows per block so that one block's up-projection (K nope | V GEMM output, then K) fits in `budget`; a
+    multiple of `quantum` when at least one fits, so a whole prefix block is one cuDNN call (backends/mha_cudnn)."""
+    rows = max(1, budget // (heads * (nope + v_dim + qk_dim) * elem_bytes))
+    return rows - rows % quantum if rows >= quantum else rows
 
 
 def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor, fresh: bool = False) -> None:

@@ -1,8 +1,11 @@
 """cuDNN's fused attention through torch's SDPA op as the mha-kind `cudnn` backend (the MHA form's CUDA kernel).
 
 One call attends q/k 192 and v 128 wide (DeepSeek-V3) and returns the natural-log LSE the MHA form merges by
-(~600 TFLOP/s on an H200); row counts are padded to buckets, exactly, since cuDNN builds an execution plan per
-shape; where cuDNN refuses a call, torch's memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
+(~600 TFLOP/s on an H200).  cuDNN builds an execution plan per shape (~0.1 s on an H200, paid by the step that
+meets it), so the shapes it sees are kept few, exactly: query rows are padded to buckets, and an unmasked call
+(a chunk against cached prefix rows) gives cuDNN its keys in multiples of KEY_QUANTUM and the rest (fewer) to
+torch's memory-efficient kernel, which builds nothing, the two partials merged by LSE.  Where cuDNN refuses a
+call, the memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
 """
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention import fused_merge
 from dcpctl.runtime.attention.backends.base import MHA, Backend, Kernel, register
+from dcpctl.runtime.attention.merge import acc_dtype
 from dcpctl.runtime.notes import note_once
 
 
@@ -40,7 +45,7 @@ def bucket(n: int) -> int:
 def bucketed(kernel: Kernel) -> Kernel:
     """`kernel` over row counts padded to bucket(), exactly: a causal square pads q, k and v alike (a real query
     never sees a key past itself, so the zero keys after the last real one are masked out); an unmasked call pads
-    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1-1 s): buckets keep
+    only q.  The extra query rows are dropped.  cuDNN builds an execution plan per shape (~0.1 s): buckets keep
     a server's prompts of every length to a few dozen plans."""
     def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
         t = q.shape[0]
@@ -53,11 +58,36 @@ def bucketed(kernel: Kernel) -> Kernel:
     return run
 
 
+KEY_QUANTUM = 1024   # an unmasked call's keys through cuDNN come in multiples of it (few plans); the rest, fewer
+
+
+def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM) -> Kernel:
+    """An unmasked call's first s - s % quantum keys through `kernel`, the last s % quantum through `rest`, the two
+    partials merged by LSE into the accumulation dtype, which the split call returns (its caller, the MHA form's
+    key-block loop, merges it into its accumulator of that dtype): every query sees every key either way, so the
+    result is the one call's.  A causal square and a key count that is a multiple of `quantum` go to `kernel`
+    whole."""
+    def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        s = k.shape[0]
+        main = s - s % quantum
+        if causal or main == s:
+            return kernel(q, k, v, causal, scale)
+        if main == 0:
+            return rest(q, k, v, False, scale)
+        o, lse = kernel(q, k[:main], v[:main], False, scale)
+        o2, lse2 = rest(q, k[main:], v[main:], False, scale)
+        dt = acc_dtype(q.dtype)
+        acc, acc_lse = o.to(dt), lse.to(dt, copy=True)
+        fused_merge.merge_into(acc, acc_lse, o2, lse2)
+        return acc, acc_lse
+    return run
+
+
 def cudnn_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     """cuDNN's fused attention through torch's SDPA op (q/k 192 and v 128 in one call, ~600 TFLOP/s on an H200),
-    over bucketed row counts; where cuDNN refuses a call, torch's memory-efficient kernel (the same (o, lse)
-    contract, ~4x slower)."""
-    return _cudnn_bucketed(q, k, v, causal, scale)
+    over bucketed query rows and quantized keys (module docstring); where cuDNN refuses a call, torch's
+    memory-efficient kernel (the same (o, lse) contract, ~4x slower)."""
+    return _cudnn_keyed(q, k, v, causal, scale)
 
 
 def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
@@ -70,10 +100,15 @@ def _cudnn_or_efficient(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: fl
             return _cudnn_or_efficient(q, k, v.contiguous(), causal, scale)
         note_once(f"MHA-form attention: cuDNN refused a call ({str(e).splitlines()[0][:120]}); "
                   f"torch's memory-efficient SDPA kernel runs it")
-        return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
+        return _efficient_kernel(q, k, v, causal, scale)
+
+
+def _efficient_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    return _sdpa_kernel(_efficient, q, k, v.contiguous(), causal, scale)
 
 
 _cudnn_bucketed = bucketed(_cudnn_or_efficient)
+_cudnn_keyed = keyed(_cudnn_bucketed, _efficient_kernel)
 
 
 def blocker(q: Tensor, pool: Tensor, v_dim: int) -> str | None:
