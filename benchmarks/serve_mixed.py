@@ -10,7 +10,7 @@ Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 l
            8192 by default).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
            mixed >= unmixed.
   moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
-           default budget and at --chunked-prefill-size 1024; the step trace's steps by kind and tokens carried.
+           default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and tokens carried.
            Target: ITL p99 <= 5 x p50.
   early    dense: 96 requests of 1000 tokens at concurrency 32 with max_tokens 2000 and stop strings (they end
            early), then the same prompts with max_tokens = the lengths the first run produced; the pool holds
@@ -117,7 +117,7 @@ def budget_steps(trace: Path, chunk: int) -> dict[str, Any] | None:
 def moe(run: Run, ckpt: Path) -> dict[str, Any]:
     n, length, out_len, c, rate = sizes(run.smoke)["moe"]
     out: dict[str, Any] = {}
-    for variant, size in (("default", BUDGET), ("chunk1024", 1024)):
+    for variant, size in (("default", BUDGET), ("chunk2048", 2048), ("chunk1024", 1024)):
         if run.left() < 60:
             run.record(f"moe-{variant}", None, 0, "skipped: budget spent")
             continue
@@ -230,8 +230,9 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
                              "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
     out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
     out["moe"]["steps"] = g(c, "moe", "steps")
-    out["moe_chunk1024"] = {k: g(c, "moe", "variants", "chunk1024", "bench", k)
-                            for k in ("median_itl_ms", "p99_itl_ms", "output_throughput", "median_ttft_ms")}
+    for v in ("chunk2048", "chunk1024"):
+        out[f"moe_{v}"] = {k: g(c, "moe", "variants", v, "bench", k)
+                           for k in ("median_itl_ms", "p99_itl_ms", "output_throughput", "median_ttft_ms")}
     out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"), "retracted": g(c, "early", "retracted_total")}
     out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k", "summary") or []]
     return out
