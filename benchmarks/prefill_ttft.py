@@ -1,7 +1,7 @@
 """Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
 
     PYTHONPATH=. python3 benchmarks/prefill_ttft.py OUT.json [--lengths 4096,16384,32768,65536]
-                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...]
+                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...] [--trace DIR]
 
 The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
 rope 64; 4 dense layers of intermediate 2048; vocab 264; write_bf16's init rules, drawn on the GPU) with
@@ -84,7 +84,7 @@ def engine(path: str, capacity: int, chunk: int):
 
 
 def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: int,
-                 profile: list[int]) -> dict[int, dict]:
+                 profile: list[int], trace_dir: Path | None = None) -> dict[int, dict]:
     eng = engine(path, max(lengths + profile) + 1024, chunk)
     out: dict[int, dict] = {}
     for n in lengths:
@@ -94,15 +94,18 @@ def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: in
     for n in profile:
         ids = prompt(n, vocab)
         eng.generate([{"prompt_ids": ids, "max_new_tokens": 1}])      # warm (a no-op when n was timed)
+        trace = trace_dir / f"prefill_{n}.json.gz" if trace_dir else None
         out.setdefault(n, {})["dcpctl_profile"] = profiled(lambda: eng.generate([{"prompt_ids": ids,
-                                                                                    "max_new_tokens": 1}]))
+                                                                                    "max_new_tokens": 1}]),
+                                                           trace=trace)
     del eng
     torch.cuda.empty_cache()
     return out
 
 
-def profiled(fn: Callable[[], Any], top: int = 25) -> dict[str, Any]:
-    """One call of fn under torch.profiler: wall ms, summed GPU kernel ms, and the top kernels by GPU time."""
+def profiled(fn: Callable[[], Any], top: int = 25, trace: Path | None = None) -> dict[str, Any]:
+    """One call of fn under torch.profiler: wall ms, summed GPU kernel ms, and the top kernels by GPU time; with
+    `trace`, the profiler's Chrome trace written there (a .gz path is compressed)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -110,6 +113,9 @@ def profiled(fn: Callable[[], Any], top: int = 25) -> dict[str, Any]:
         fn()
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) * 1e3
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
     kernels: dict[str, list[float]] = {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
@@ -223,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunk", type=int, default=8192, help="chunked_prefill_size (dcpctl launch's default)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--profile", default="", help="lengths to profile once (comma list; see above)")
+    ap.add_argument("--trace", type=Path, help="with --profile: write each profiled call's Chrome trace to "
+                    "TRACE/prefill_N.json.gz (GPU idle gaps, host time per op)")
     ap.add_argument("--model", help="a checkpoint directory (default: write the dense one to a temporary folder)")
     args = ap.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",") if x]
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = json.loads((Path(path) / "config.json").read_text())
         vocab, doc["layers"] = cfg["vocab_size"], cfg["num_hidden_layers"]
         profile = [int(x) for x in args.profile.split(",") if x]
-        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile)),
+        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile, args.trace)),
                  ("hf", lambda: hf_cells(path, hf_lengths, args.reps, vocab)),
                  ("floor", lambda: {n: floor_cell(n, args.reps, cfg) for n in lengths})]
         for name, part in parts:      # a part that fails records its error; the others still run
