@@ -7,8 +7,8 @@ The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, 
 rope 64; 4 dense layers of intermediate 2048; vocab 264; write_bf16's init rules, drawn on the GPU) with
 max_position_embeddings 163840, unless --model names one.  In one process:
 
-  dcpctl   the Engine `dcpctl launch` serves with (one rank, bf16, page 64, chunked prefill --chunk, no
-           graphs: prefill is eager): one request of N prompt tokens and 1 output token, wall time of
+  dcpctl   the Engine `dcpctl launch` serves with (one rank, bf16, page 64, chunked prefill --chunk, each
+           layer's MLP captured at the server's prefill token counts, no decode graphs): one request of N prompt tokens and 1 output token, wall time of
            engine.generate (prompt in -> first token out); the first at each length is a warm-up (`cold_ms`)
   hf       transformers' DeepseekV3ForCausalLM (sdpa, bf16) forward of the N tokens (logits of the last)
   floor    per layer (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
@@ -67,7 +67,7 @@ def prompt(n: int, vocab: int) -> list[int]:
 
 def engine(path: str, capacity: int, chunk: int):
     from dcpctl.contract.launch_config import LaunchConfig
-    from dcpctl.launch.cuda_graphs import cuda_graph_section
+    from dcpctl.launch.cuda_graphs import cuda_graph_section, prefill_section
     from dcpctl.runtime.engine import Engine
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -78,9 +78,12 @@ def engine(path: str, capacity: int, chunk: int):
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
            "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": chunk, "max_running_requests": 4},
-           "cuda_graph": cuda_graph_section("cuda", True, None, None, 4)}
+           "cuda_graph": {**cuda_graph_section("cuda", True, None, None, 4),
+                          **prefill_section("cuda", False, None, None, None, chunk)}}
     model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
-    return Engine(model, ps, LaunchConfig.from_dict(cfg))
+    eng = Engine(model, ps, LaunchConfig.from_dict(cfg))
+    eng.warm_up()        # the MLP pieces a server captures for its prefills (runtime/models/mlp_graphs.py)
+    return eng
 
 
 def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: int,
@@ -233,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
                     "TRACE/prefill_N.json.gz (GPU idle gaps, host time per op)")
     ap.add_argument("--model", help="a checkpoint directory (default: write the dense one to a temporary folder)")
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)     # as a server's ranks run (launch/torchrun.py SAFE_ENV: OMP_NUM_THREADS=1)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
     rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}

@@ -22,12 +22,21 @@ from dcpctl.runtime.fits import misfit
 DEFAULT_PRESET = "tiny-cpu"
 
 
-def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | None) -> dict[str, Any]:
-    """The launch config's cuda_graph section from (and popped off) the runtime's three graph flags."""
-    from dcpctl.launch.cuda_graphs import cuda_graph_section
-    sizes = params.pop("cuda_graph_bs", None)
-    return cuda_graph_section(device, params.pop("disable_cuda_graph", False), params.pop("cuda_graph_max_bs", None),
-                              positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running)
+GRAPH_FLAGS = ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "cuda_graph_backend_prefill",
+               "disable_prefill_cuda_graph", "cuda_graph_max_bs_prefill", "cuda_graph_bs_prefill")
+
+
+def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | None, chunk: int) -> dict[str, Any]:
+    """The launch config's cuda_graph section from (and popped off) the runtime's graph flags (GRAPH_FLAGS)."""
+    from dcpctl.launch.cuda_graphs import cuda_graph_section, prefill_section
+    sizes, prefill = params.pop("cuda_graph_bs", None), params.pop("cuda_graph_bs_prefill", None)
+    disable = bool(params.pop("disable_cuda_graph", False))
+    backend = "disabled" if params.pop("disable_prefill_cuda_graph", False) else params.pop("cuda_graph_backend_prefill", None)
+    return {**cuda_graph_section(device, disable, params.pop("cuda_graph_max_bs", None),
+                                 positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running),
+            **prefill_section(device, disable, backend, params.pop("cuda_graph_max_bs_prefill", None),
+                              positive_ints(prefill, "cuda-graph-bs-prefill", "token counts") if prefill else None,
+                              chunk)}
 
 
 SCHEDULE_FLAGS = ("enable_mixed_chunk", "max_prefill_tokens", "schedule_policy")
@@ -183,12 +192,22 @@ def runtime_options(f: Any) -> Any:
         click.option("--schedule-policy", type=click.Choice(["fcfs"]), default=None,
                      help="Queue order: first come, first served (SGLang's other policies need its radix tree)."),
         click.option("--disable-cuda-graph", is_flag=True,
-                     help="CUDA: run every decode step eagerly (no graph capture before ready)."),
+                     help="CUDA: run every step eagerly (no graph capture before ready; decode and prefill)."),
         click.option("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
                      help="CUDA: largest decode batch captured as a graph (default: the max running requests, "
                           "at most 256; SGLang's bucket sizes up to it)."),
         click.option("--cuda-graph-bs", "--cuda-graph-bs-decode", "cuda_graph_bs", metavar="N,N,...",
                      help="CUDA: the exact decode batch sizes to capture, comma-separated (instead of the buckets)."),
+        click.option("--cuda-graph-backend-prefill", type=click.Choice(["breakable", "disabled"]), default=None,
+                     help="CUDA: capture each layer's MLP at prefill token counts, attention running between the "
+                          "pieces (breakable, the default), or run prefill eagerly (disabled)."),
+        click.option("--disable-prefill-cuda-graph", is_flag=True,
+                     help="CUDA: run prefill and extend steps eagerly (= --cuda-graph-backend-prefill disabled)."),
+        click.option("--cuda-graph-max-bs-prefill", type=click.IntRange(min=1), default=None,
+                     help="CUDA: most tokens of a captured prefill piece (default: min(8192, "
+                          "--chunked-prefill-size); SGLang's bucket sizes up to it)."),
+        click.option("--cuda-graph-bs-prefill", metavar="N,N,...",
+                     help="CUDA: the exact prefill token counts to capture, comma-separated (instead of the buckets)."),
     ]):
         f = opt(f)
     return f
@@ -226,7 +245,7 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files
     check_chunk(chunked_prefill_size)
-    graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
+    graph_flags = {k: params.pop(k, None) for k in GRAPH_FLAGS}
     schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
     opts = resolve_run_options(ctx, params, "cpu" if device == "auto" else device)
     opts, device = settle_device(ctx, opts, device)
@@ -248,7 +267,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
         ids = [tok.encode("Hello", add_bos=True)]
     check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
     if "disaggregation" not in cfg:   # PD instances decode eagerly (docs/launch.md)
-        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, min(len(ids), cfg["kv"].get("max_running_requests") or len(ids)))
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, min(len(ids), cfg["kv"].get("max_running_requests")
+                                                                        or len(ids)), chunked_prefill_size)
         cfg["schedule"] = schedule_options(schedule_flags, chunked_prefill_size)
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]

@@ -14,9 +14,9 @@ import click
 import yaml
 
 from dcpctl import console
-from dcpctl.cli.generate import (SCHEDULE_FLAGS, check_chunk, check_devices, cuda_graph_options, fill_default_model,
-                                 resolve_run_options, runtime_options, schedule_options, settle_device,
-                                 show_plan_warnings)
+from dcpctl.cli.generate import (GRAPH_FLAGS, SCHEDULE_FLAGS, check_chunk, check_devices, cuda_graph_options,
+                                 fill_default_model, resolve_run_options, runtime_options, schedule_options,
+                                 settle_device, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.contract.serve import ServeOptions
 from dcpctl.plan.errors import UserError
@@ -74,13 +74,14 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     """
     from dcpctl.launch.torchrun import free_port, runtime_env, torchrun_argv
     check_chunk(chunked_prefill_size)
-    graph_flags = {k: params.pop(k, None) for k in ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs")}
+    graph_flags = {k: params.pop(k, None) for k in GRAPH_FLAGS}
     schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
     cfg, nnodes, summary, context = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                    chunked_prefill_size)
     device = cfg["device"]
     if cfg.get("cuda_graph") is None:   # a given launch config keeps its own sections
-        cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"])
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, cfg["device"], cfg["kv"]["max_running_requests"],
+                                               cfg["kv"]["chunked_prefill_size"])
     if cfg.get("schedule") is None:
         cfg["schedule"] = schedule_options(schedule_flags, int(cfg["kv"]["chunked_prefill_size"]))
     mhost, _, mport = dist_init_addr.rpartition(":")

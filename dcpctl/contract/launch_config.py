@@ -154,14 +154,19 @@ class HiCacheSection:
 
 @dataclass(frozen=True)
 class CudaGraphSection:
-    """Decode batch sizes captured as CUDA graphs (dcpctl/launch/cuda_graphs.py decides; () = every step eager)."""
+    """Decode batch sizes and prefill token counts captured as CUDA graphs (dcpctl/launch/cuda_graphs.py decides;
+    () = eager)."""
 
     batch_sizes: tuple[int, ...]
     reason: str                 # the decision's reason, said once by the runtime when it captures
+    prefill_tokens: tuple[int, ...] = ()   # token counts each layer's MLP is captured at (runtime/models/mlp_graphs.py)
+    prefill_reason: str = ""
 
     def __post_init__(self) -> None:
         for b in self.batch_sizes:
             _at_least("cuda_graph.batch_sizes[]", b, 1)
+        for t in self.prefill_tokens:
+            _at_least("cuda_graph.prefill_tokens[]", t, 1)
 
 
 # The sections one engine instance runs with: a plain launch config, or one side of a PD launch.

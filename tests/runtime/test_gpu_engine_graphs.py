@@ -123,3 +123,32 @@ def test_mixed_steps_replay_decode_graphs_beside_prefill():
                                         "steps": {k: kinds.count(k) for k in sorted(set(kinds))}})
     assert kinds.count(KIND) >= 3, kinds
     assert same == len(reqs), [(got[i], w) for i, w in enumerate(want) if got[i] != w]
+
+
+def test_prefill_mlp_pieces_keep_greedy_tokens():
+    """Each layer's MLP captured at SGLang's prefill token counts up to 256 (runtime/models/mlp_graphs.py): the
+    prompts' chunks (up to 64 tokens) and the decode steps replay the pieces, and every greedy token equals the
+    eager run's."""
+    from dcpctl.launch.cuda_graphs import prefill_section
+    from dcpctl.runtime.models import load_model
+    path, prompts = _prompts()
+    want, _, _ = _generate(path, prompts, [])
+    ps = ParallelState.single()
+    cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
+    cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
+               cuda_graph={"batch_sizes": [], "reason": "cuda graphs: test",
+                           **prefill_section("cuda", False, None, 256, None, 64)})
+    cfg["kv"].update(page_size=16, max_running_requests=8)
+    model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
+    engine = Engine(model, ps, config(cfg))
+    engine.warm_up(prompts=True)
+    g = model.mlp_graphs
+    assert g is not None and g.buckets[-1] == 256
+    before = g.replays
+    max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
+    out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])["outputs"]
+    got = [o["output_ids"] for o in out]
+    _report("prefill_mlp_pieces", {"pieces": len(g.graphs), "capture_s": g.capture_s, "pool_bytes": g.pool_bytes,
+                                   "replays": g.replays - before, "equal": sum(a == b for a, b in zip(want, got))})
+    assert g.replays - before > 0
+    assert got == want, [(a, b) for a, b in zip(want, got) if a != b]

@@ -25,7 +25,7 @@ from dcpctl.runtime.attention.layout import to_device
 from dcpctl.runtime.boot import DTYPES
 from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.events import Event, ReplicaStats
-from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, why_not
+from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, prefill_graphs_plan, why_not
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
 from dcpctl.runtime.engine.pipeline import PENDING, InFlight, launch_sampling, resolve
@@ -74,6 +74,7 @@ class Engine:
         if off:
             note_once(off)
         self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
+        self.prefill_graphs = prefill_graphs_plan(model, cfg.cuda_graph, self.device)   # (tokens, reason) or None
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self.split_off = mixed.split_off(self.graphs, self.dp_size)       # engine/mixed.py
         self._inflight: InFlight | None = None
@@ -200,12 +201,27 @@ class Engine:
             self._precompile_fp8(prompts)
         if self.graphs is not None:
             self.graphs.capture(progress)
+        if self.prefill_graphs is not None:
+            self._capture_mlp_graphs(*self.prefill_graphs)
         if prompts and self.device.type == "cuda":
             warm_up_prompts(self, prefill_progress)
             self.kv_rows = self.kv_bytes_read = 0
             self.exchange_seconds = 0.0
             if self.spec:
                 self.spec.counters = type(self.spec.counters)()
+
+    def _capture_mlp_graphs(self, tokens: list[int], reason: str) -> None:
+        from dcpctl.runtime.models.mlp_graphs import MlpGraphs
+        try:
+            g = MlpGraphs(self.model, tokens)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            note_once(f"prefill cuda graphs: off (capturing the MLP at up to {max(tokens)} tokens ran out of GPU "
+                      "memory; lower --cuda-graph-max-bs-prefill)")
+            return
+        self.model.mlp_graphs = g
+        note_once(f"{reason}; {len(g.graphs)} pieces ({len(g.buckets)} token counts x {len(self.model.layers)} "
+                  f"layers) captured in {g.capture_s:.1f} s, {g.pool_bytes / 2**30:.2f} GiB")
 
     def _precompile_fp8(self, prompts: bool) -> None:
         # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the

@@ -39,6 +39,26 @@ def why_not(model: Any, spec: Any, sizes: list[int], state_pool: Any) -> str | N
     return None
 
 
+def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int], str] | None:
+    """(token counts, reason) when this engine captures each layer's MLP for its eager forwards (warm_up; the
+    launch config's cuda_graph.prefill_tokens), else None, said once why where the section asked for them."""
+    tokens = list(section.prefill_tokens) if section is not None else []
+    if not tokens:
+        if section is not None and section.prefill_reason:
+            note_once(section.prefill_reason)
+        return None
+    if device.type != "cuda":
+        return None
+    from dcpctl.runtime.models.deepseek import DeepseekModel
+    from dcpctl.runtime.models.mlp_graphs import why_not as mlp_why_not
+    why = None if type(model) is DeepseekModel else f"{type(model).__name__} has no captured MLP pieces"
+    why = why or mlp_why_not(model)
+    if why:
+        note_once(f"prefill cuda graphs: off ({why})")
+        return None
+    return tokens, section.prefill_reason
+
+
 class GraphDecode:
     """The engine's decode graphs: capture once, then replay per eligible step."""
 

@@ -50,6 +50,7 @@ class Replicas:
 
 class DeepseekModel:
     kda_pool = None  # hybrid models (KimiLinearModel) hold their request-indexed KDA state here
+    mlp_graphs = None  # the engine's captured MLP pieces (mlp_graphs.MlpGraphs): eager forwards replay them
 
     def __init__(self, cfg: MlaConfig, ps: ParallelState, s: Shards, embed: Tensor, lm_head: Tensor,
                  norm: Tensor, layers: list[Layer], rotary: Rotary, fuse: Fusions = Fusions()):
@@ -119,12 +120,13 @@ class DeepseekModel:
     def _mlp(self, mlp: Callable[[Tensor], Tensor], x: Tensor, reps: Replicas | None) -> Tensor:
         # x: [T, D] -> [T, D] summed over the TP group
         group = self.ps.tp.group
+        run = mlp if self.mlp_graphs is None else lambda t: self.mlp_graphs(mlp, t)   # noqa: E731
         if reps is None:
-            return all_reduce(mlp(x), group)
+            return all_reduce(run(x), group)
         if reps.total == 0:  # every replica is idle: the TP group skips the collectives together
             return torch.zeros_like(x)
         full = self._gather_replicas(x, reps)
-        return all_reduce(mlp(full), group)[reps.start:reps.start + reps.mine]
+        return all_reduce(run(full), group)[reps.start:reps.start + reps.mine]
 
     def _gather_replicas(self, x: Tensor, reps: Replicas) -> Tensor:
         # x: [T_mine, D] -> [sum T_i, D] in replica order (padded all-gather over the TP group)

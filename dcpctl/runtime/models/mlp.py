@@ -169,12 +169,14 @@ class MoE:
         for j, e in enumerate(self.experts):
             e.set_weights([w[j] for w in self.stacked])
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices, in passes (token_passes)
+        # valid: a device scalar (mlp_graphs: a graph's padded rows): rows at or past it reach no expert (their
+        # routed part is zero), so padding costs the router and the shared expert only
         w, idx = self.router(x)
         parts, i = [], 0
         for n in token_passes(x.shape[0]):
-            parts.append(self._routed(x[i:i + n], w[i:i + n], idx[i:i + n]))
+            parts.append(self._routed(x[i:i + n], w[i:i + n], idx[i:i + n], None if valid is None else valid - i))
             i += n
         out = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.zeros_like(x)
         return out + self.shared(x) if self.shared is not None else out
@@ -184,14 +186,14 @@ class MoE:
         return self.stacked is not None and (tokens <= GROUPED_MAX_TOKENS
                                              or not isinstance(self.stacked[0], Fp8Weight))
 
-    def _routed(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
+    def _routed(self, x: Tensor, w: Tensor, idx: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's GEMMs
         # over its rows (grouped on the device, or one chain per expert), then moe_combine's weighted fp32 sum
         if x.shape[0] == 0:
             return torch.zeros_like(x)
         if self.runs_grouped(x.shape[0]):
-            return self._grouped(x, w, idx)
-        order, ends = self._by_expert(idx)
+            return self._grouped(x, w, idx, valid)
+        order, ends = self._by_expert(idx, valid)
         xs = x[order // idx.shape[1]]
         y = x.new_empty(xs.shape)
         start = 0
@@ -201,20 +203,23 @@ class MoE:
             start = end
         return moe_combine(y, order, ends, w)
 
-    def _by_expert(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+    def _by_expert(self, idx: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
         # idx: [T, k] global expert ids -> order [T*k]: the flat (token, slot) rows (tok * k + slot), stably
-        # sorted by local expert, other ranks' experts last; ends [e]: the row where each local expert's
-        # group ends.  Both stay on the device (searchsorted, not bincount or a boolean mask: those size
-        # their output from the data, a device-to-host sync)
+        # sorted by local expert, other ranks' experts (and tokens at or past `valid`) last; ends [e]: the row
+        # where each local expert's group ends.  Both stay on the device (searchsorted, not bincount or a
+        # boolean mask: those size their output from the data, a device-to-host sync)
         e = len(self.experts)
         local = idx.reshape(-1) - self.first
-        keys, order = torch.sort(torch.where((local >= 0) & (local < e), local, e), stable=True)
+        mine = (local >= 0) & (local < e)
+        if valid is not None:
+            mine &= torch.arange(local.numel(), device=local.device) < valid * idx.shape[1]
+        keys, order = torch.sort(torch.where(mine, local, e), stable=True)
         return order, torch.searchsorted(keys, torch.arange(e, device=keys.device), right=True)
 
-    def _grouped(self, x: Tensor, w: Tensor, idx: Tensor) -> Tensor:
+    def _grouped(self, x: Tensor, w: Tensor, idx: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: every local expert in three grouped GEMMs over the (token,
         # slot) rows sorted by expert; the group ends stay on the device, so no host sync (graph-safe)
-        order, ends = self._by_expert(idx)
+        order, ends = self._by_expert(idx, valid)
         ends = ends.to(torch.int32)
         xs = x[order // idx.shape[1]]                                              # [T*k, D]
         if len(self.stacked) == 2:

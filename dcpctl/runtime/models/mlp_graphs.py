@@ -1,0 +1,114 @@
+"""CUDA graphs of each layer's MLP at token buckets: the captured pieces of an eager forward (prefill, extend, the
+prompt chunks of a mixed step).
+
+An eager forward launches a few hundred kernels a layer from the host, and below a few thousand tokens the host,
+not the GPU, sets its pace: on an H200, serve_peers.py's 16-layer MoE checkpoint prefills 512 tokens in ~49 ms of
+which the GPU is busy ~14 (benchmarks/prefill_ttft.py --profile), and a mixed step's prompt chunk costs the decodes
+beside it that much.  SGLang 0.5.23 captures prefill too, by default on CUDA: its `breakable` prefill CUDA graph
+(sglang/srt/model_executor/cuda_graph_config.py default_prefill_backend) captures the layer stack in segments at
+token buckets (arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes, up to min(8192,
+--chunked-prefill-size) for MLA models: arg_groups/memory_hook.py) and runs attention between them.  Here the
+captured segment is each layer's MLP, where most of a MoE layer's launches are (the router's top-k, the sort by
+expert, the grouped GEMMs, the combine, the shared expert): it has no collective (the model all-reduces its partial
+sum) and no host sync.  Attention, the norms and the collectives stay eager between the pieces.
+
+A call of T tokens (0 < T <= the largest bucket) copies x into the first T rows of the static input, writes T to
+`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows.  Padded rows
+hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
+them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
+pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
+buffers, so CPU tests check the padding and the mask the GPU replays.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from dcpctl.runtime.models.mlp import MoE
+from dcpctl.runtime.models.quant import Fp8Weight
+
+Progress = Callable[[int, int], None]
+
+
+def why_not(model: Any) -> str | None:
+    """Why this model's MLPs cannot be captured (a clause), or None."""
+    mlps = [layer.mlp for layer in getattr(model, "layers", [])]
+    if not mlps:
+        return "the model has no layers with an MLP"
+    for m in mlps:
+        weights = [w for e in (m.experts[:1] + ([m.shared] if m.shared else [])) for w in e.weights()] \
+            if isinstance(m, MoE) else m.weights()
+        if any(isinstance(w, Fp8Weight) for w in weights):
+            return "block-FP8 MLP weights (their GEMMs compile per shape; start time)"
+        if isinstance(m, MoE) and m.experts and m.stacked is None and model.device.type == "cuda":
+            return "the routed experts run one GEMM chain per expert here (a host sync per pass)"
+    return None
+
+
+class MlpGraphs:
+    """Each layer's MLP captured at `buckets` token counts (module docstring)."""
+
+    def __init__(self, model: Any, buckets: list[int], progress: Progress | None = None) -> None:
+        self.model, self.buckets = model, sorted(set(buckets))
+        self.cuda = model.device.type == "cuda"
+        top, dim = self.buckets[-1], model.cfg.hidden_size
+        self.inp = torch.zeros(top, dim, dtype=model.dtype, device=model.device)
+        self.out = torch.zeros(top, dim, dtype=model.dtype, device=model.device)
+        self.valid = torch.zeros((), dtype=torch.int64, device=model.device)
+        self.index = {id(layer.mlp): i for i, layer in enumerate(model.layers)}
+        self.graphs: dict[tuple[int, int], Any] = {}
+        self.replays = 0
+        self._pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        t0 = time.perf_counter()
+        before = torch.cuda.memory_reserved(model.device) if self.cuda else 0
+        keys = [(i, b) for b in reversed(self.buckets) for i in range(len(model.layers))]
+        for n, key in enumerate(keys):        # largest first: the smaller pieces reuse its pool
+            self.graphs[key] = self._capture(*key) if self.cuda else None
+            if progress is not None:
+                progress(n + 1, len(keys))
+        self.capture_s = time.perf_counter() - t0
+        self.pool_bytes = (torch.cuda.memory_reserved(model.device) - before) if self.cuda else 0
+
+    def _piece(self, layer: int, b: int) -> None:
+        mlp = self.model.layers[layer].mlp
+        x = self.inp[:b]
+        y = mlp(x, self.valid) if isinstance(mlp, MoE) else mlp(x)
+        self.out[:b].copy_(y)
+
+    def _capture(self, layer: int, b: int) -> Any:
+        self.valid.fill_(b)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):      # warm-up: the kernels' first launch outside the capture
+            self._piece(layer, b)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._piece(layer, b)
+        return graph
+
+    def bucket(self, t: int) -> int | None:
+        """The smallest bucket >= t, or None (t is past the largest: the call runs eagerly)."""
+        for b in self.buckets:
+            if b >= t:
+                return b
+        return None
+
+    def __call__(self, mlp: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket, else the eager call
+        t, layer = x.shape[0], self.index.get(id(mlp))
+        b = self.bucket(t) if t else None
+        if b is None or layer is None or (self.cuda and torch.cuda.is_current_stream_capturing()):
+            return mlp(x)
+        self.inp[:t].copy_(x)
+        self.valid.fill_(t)
+        graph = self.graphs[(layer, b)]
+        if graph is None:
+            self._piece(layer, b)
+        else:
+            graph.replay()
+        self.replays += 1
+        return self.out[:t].clone()
