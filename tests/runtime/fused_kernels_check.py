@@ -54,6 +54,9 @@ def check_rope_q(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: 
     assert torch.isnan(out[:, :, :512]).all(), "wrote outside the rope slice"
     got = out[:, :, 512:]
     assert torch.equal(got, ref), (got.float() - ref.float()).abs().max()
+    inplace = q.clone()                   # the MHA form ropes q's own rope slice in place (models/attention.py)
+    rope_q_into(inplace[:, :, 128:], cos, sin, inplace[:, :, 128:], interleaved, fp32_math)
+    assert torch.equal(inplace[:, :, :128], q[:, :, :128]) and torch.equal(inplace[:, :, 128:], ref)
 
 
 def check_kv_rows(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: bool, yarn: bool) -> None:

@@ -19,7 +19,7 @@ def test_kernels_equal_torch_forms(dtype):
     check.check_all("cuda", (dtype,))
 
 
-@pytest.mark.parametrize("T,H", [(1, 128), (32, 128), (7, 16)])
+@pytest.mark.parametrize("T,H", [(1, 128), (32, 128), (7, 16), (4096, 128)])
 def test_rope_q_exact_at_serving_shapes(T, H):
     check.check_rope_q("cuda", torch.bfloat16, True, False, True, T=T, H=H)
 

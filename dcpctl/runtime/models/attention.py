@@ -105,7 +105,8 @@ class MlaAttention:
         return linear(xq, self.q_b).view(x.shape[0], self.q_heads, self.cfg.qk_head_dim)
 
     def _rope_into(self, x: Tensor, cos: Tensor, sin: Tensor, out: Tensor) -> None:
-        # x: [T, H, rope] -> out (a view of the query buffer)
+        # x: [T, H, rope] -> out (a view of the query buffer; may be x itself: the kernel's program loads its
+        # rows' pairs before it stores them, and the torch path builds the result before the copy)
         r = self.rotary
         if isinstance(r, Rotary) and rope_kernel_ok(x, cos, self.upcast) and out.stride(-1) == 1:
             rope_q_into(x, cos, sin, out, r.interleaved, r.math_upcast)
@@ -205,7 +206,7 @@ class MlaAttention:
         written = self._kv_written(kv, cos, sin, ctx)
         q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
         q_pe = q[..., self.cfg.qk_nope_head_dim:]
-        q_pe.copy_(self.rotary.apply(q_pe, cos, sin))                   # in place: q is this call's own
+        self._rope_into(q_pe, cos, sin, q_pe)     # in place (q is this call's own): each row read before written
         kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
         return o.reshape(x.shape[0], -1)

@@ -63,6 +63,8 @@ class MlpGraphs:
         self.replays = 0
         self._pool = torch.cuda.graph_pool_handle() if self.cuda else None
         t0 = time.perf_counter()
+        if self.cuda:       # a capture empties the allocator's cache first: measure from an empty cache too
+            torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved(model.device) if self.cuda else 0
         keys = [(i, b) for b in reversed(self.buckets) for i in range(len(model.layers))]
         for n, key in enumerate(keys):        # largest first: the smaller pieces reuse its pool
