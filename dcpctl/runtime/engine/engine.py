@@ -211,10 +211,16 @@ class Engine:
                 self.spec.counters = type(self.spec.counters)()
 
     def _capture_mlp_graphs(self, tokens: list[int], reason: str) -> None:
+        import gc
+
         from dcpctl.runtime.models.mlp_graphs import MlpGraphs
+        g = None
         try:
             g = MlpGraphs(self.model, tokens)
         except torch.cuda.OutOfMemoryError:
+            pass
+        if g is None:         # out of the except: its traceback no longer holds the half-built pieces
+            gc.collect()
             torch.cuda.empty_cache()
             note_once(f"prefill cuda graphs: off (capturing the MLP at up to {max(tokens)} tokens ran out of GPU "
                       "memory; lower --cuda-graph-max-bs-prefill)")
