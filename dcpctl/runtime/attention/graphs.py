@@ -54,6 +54,20 @@ CONTEXT_GROWTH = 2
 MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
 
 
+def capture(run: Any, pool: Any) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """(the graph of one call of run(), what the captured call returned): run() once on a side stream first (its
+    kernels' first launch, Triton's compiles, outside the capture), then captured into `pool`."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = run()
+    return graph, out
+
+
 def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any, logits: bool) -> Tensor:
     """The model's forward (+ logits) with fixed replica sizes `reps`: what a graph captures."""
     # ids, positions: [B] -> hidden [B, D] (or logits [B, V])
@@ -162,15 +176,7 @@ class DecodeGraphs:
         return out
 
     def _capture(self, b: int, rows: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):      # warm-up: compiles the kernels, writes only the trash slot
-            self._run(b, rows)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._mempool):
-            out = self._run(b, rows)
-        return graph, out
+        return capture(lambda: self._run(b, rows), self._mempool)   # the warm-up writes only the trash slot
 
     def graph_size(self, n: int) -> int:
         fits = [b for b in self.sizes if b >= n]

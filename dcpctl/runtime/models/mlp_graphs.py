@@ -2,9 +2,8 @@
 prompt chunks of a mixed step).
 
 An eager forward launches a few hundred kernels a layer from the host, and below a few thousand tokens the host,
-not the GPU, sets its pace: on an H200, serve_peers.py's 16-layer MoE checkpoint prefills 512 tokens in ~49 ms of
-which the GPU is busy ~14 (benchmarks/prefill_ttft.py --profile), and a mixed step's prompt chunk costs the decodes
-beside it that much.  SGLang 0.5.23 captures prefill too, by default on CUDA: its `breakable` prefill CUDA graph
+not the GPU, sets its pace (benchmarks/prefill_ttft.py --profile on serve_peers.py's 16-layer MoE checkpoint),
+and a mixed step's prompt chunk costs the decodes beside it that much.  SGLang 0.5.23 captures prefill too, by default on CUDA: its `breakable` prefill CUDA graph
 (sglang/srt/model_executor/cuda_graph_config.py default_prefill_backend) captures the layer stack in segments at
 token buckets (arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes, up to min(8192,
 --chunked-prefill-size) for MLA models: arg_groups/memory_hook.py) and runs attention between them.  Here the
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention.graphs import capture
 from dcpctl.runtime.models.mlp import MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
@@ -82,22 +82,11 @@ class MlpGraphs:
 
     def _capture(self, layer: int, b: int) -> Any:
         self.valid.fill_(b)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):      # warm-up: the kernels' first launch outside the capture
-            self._piece(layer, b)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._piece(layer, b)
-        return graph
+        return capture(lambda: self._piece(layer, b), self._pool)[0]
 
     def bucket(self, t: int) -> int | None:
         """The smallest bucket >= t, or None (t is past the largest: the call runs eagerly)."""
-        for b in self.buckets:
-            if b >= t:
-                return b
-        return None
+        return next((b for b in self.buckets if b >= t), None)
 
     def __call__(self, mlp: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
         # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket, else the eager call
