@@ -31,7 +31,11 @@ def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | N
     from dcpctl.launch.cuda_graphs import cuda_graph_section, prefill_section
     sizes, prefill = params.pop("cuda_graph_bs", None), params.pop("cuda_graph_bs_prefill", None)
     disable = bool(params.pop("disable_cuda_graph", False))
-    backend = "disabled" if params.pop("disable_prefill_cuda_graph", False) else params.pop("cuda_graph_backend_prefill", None)
+    backend = params.pop("cuda_graph_backend_prefill", None)
+    if params.pop("disable_prefill_cuda_graph", False):
+        if backend not in (None, "disabled"):
+            raise UserError(f"--disable-prefill-cuda-graph contradicts --cuda-graph-backend-prefill {backend}")
+        backend = "disabled"
     return {**cuda_graph_section(device, disable, params.pop("cuda_graph_max_bs", None),
                                  positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running),
             **prefill_section(device, disable, backend, params.pop("cuda_graph_max_bs_prefill", None),

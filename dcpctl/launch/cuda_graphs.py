@@ -86,6 +86,9 @@ def prefill_section(device: str, disable: bool, backend: str | None, max_tokens:
             max_tokens = min(PREFILL_MLA_MAX, chunk) if chunk > 0 else PREFILL_MLA_MAX
             why = f"SGLang's buckets up to min({PREFILL_MLA_MAX}, the chunked prefill size), as for MLA models"
         got = sglang_prefill_tokens(max_tokens)
+        if not got:
+            return {"prefill_tokens": [], "prefill_reason": f"prefill cuda graphs: off (no token count of SGLang's "
+                                                             f"buckets is at most {max_tokens})"}
     return {"prefill_tokens": got, "prefill_reason": f"prefill cuda graphs: each layer's MLP at token counts "
                                                      f"{_span(got)} ({why}; attention runs between them)"}
 

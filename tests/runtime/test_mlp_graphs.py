@@ -101,3 +101,32 @@ def test_prefill_section_follows_sglang():
         prefill_section("cuda", False, "full", None, None, 8192)
     with pytest.raises(UserError, match="> --cuda-graph-max-bs-prefill"):
         prefill_section("cuda", False, None, 16, [32], 8192)
+
+
+def test_each_pass_routes_exactly_its_real_rows(path, monkeypatch):
+    # passes of 4 tokens (mlp.BLOCK_TOKENS patched): a call of t tokens replayed at bucket b routes, in pass i,
+    # exactly the real tokens min(max(t - i, 0), 4) x k rows to experts, none of the padding
+    from dcpctl.runtime.models import mlp as mlp_mod
+    monkeypatch.setattr(mlp_mod, "BLOCK_TOKENS", 4)
+    model = _model(path)
+    moe = model.layers[1].mlp
+    k = moe.router.cfg.top_k
+    routed, by_expert = [], moe._by_expert
+    monkeypatch.setattr(moe, "_by_expert", lambda idx, valid=None: routed.append(
+        int(by_expert(idx, valid)[1][-1])) or by_expert(idx, valid))
+    g = MlpGraphs(model, [12])
+    x = torch.randn(11, model.cfg.hidden_size, dtype=torch.float64)
+    routed.clear()
+    torch.testing.assert_close(g(moe, x), moe(x), rtol=0, atol=1e-12)
+    replayed, eager = routed[:3], routed[3:]
+    assert replayed == [4 * k, 4 * k, 3 * k] and eager == [4 * k, 4 * k, 3 * k]
+
+
+def test_prefill_flags_that_contradict_or_leave_nothing_say_so():
+    from dcpctl.cli.generate import cuda_graph_options
+    flags = {"disable_prefill_cuda_graph": True, "cuda_graph_backend_prefill": "breakable"}
+    with pytest.raises(UserError, match="contradicts"):
+        cuda_graph_options(dict(flags), "cuda", 8, 8192)
+    none = prefill_section("cuda", False, None, 2, None, 8192)
+    assert none["prefill_tokens"] == [] and "off" in none["prefill_reason"]
+    assert cuda_graph_options({"disable_prefill_cuda_graph": True}, "cuda", 8, 8192)["prefill_tokens"] == []

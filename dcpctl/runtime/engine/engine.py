@@ -211,10 +211,16 @@ class Engine:
                 self.spec.counters = type(self.spec.counters)()
 
     def _capture_mlp_graphs(self, tokens: list[int], reason: str) -> None:
+        import gc
+
         from dcpctl.runtime.models.mlp_graphs import MlpGraphs
+        g = None
         try:
             g = MlpGraphs(self.model, tokens)
         except torch.cuda.OutOfMemoryError:
+            pass
+        if g is None:         # out of the except: its traceback no longer holds the half-built pieces
+            gc.collect()
             torch.cuda.empty_cache()
             note_once(f"prefill cuda graphs: off (capturing the MLP at up to {max(tokens)} tokens ran out of GPU "
                       "memory; lower --cuda-graph-max-bs-prefill)")
@@ -228,7 +234,8 @@ class Engine:
         # ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
         from dcpctl.runtime.models.fp8_precompile import precompile
         tokens = {1, *(self.graphs.sizes if self.graphs is not None else ()), *(ladder(self) if prompts else ()),
-                  *(self.prefill_graphs[0] if self.prefill_graphs is not None else ())}
+                  *(t // self.dp_size for t in (self.prefill_graphs[0] if self.prefill_graphs is not None else ())
+                    if t % self.dp_size == 0)}   # a piece holds every replica's tokens; precompile scales by dp
         note = precompile(self.model, tokens, self.dp_size)
         if note:
             note_once(note)

@@ -206,7 +206,10 @@ class MlaAttention:
         written = self._kv_written(kv, cos, sin, ctx)
         q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
         q_pe = q[..., self.cfg.qk_nope_head_dim:]
-        self._rope_into(q_pe, cos, sin, q_pe)     # in place (q is this call's own): each row read before written
+        if self.fuse.q_rope:      # in place (q is this call's own): the kernel reads each row before it writes it
+            self._rope_into(q_pe, cos, sin, q_pe)
+        else:
+            q_pe.copy_(self.rotary.apply(q_pe, cos, sin))
         kv_new = None if written else self._latent_rows(kv, cos, sin)
         o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
         return o.reshape(x.shape[0], -1)
