@@ -130,3 +130,22 @@ def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt,
 def test_nothing_to_precompile_without_fp8_weights_on_a_gpu(ckpt):
     assert fp.gemm_calls(fp8_model(ckpt, keep=False), [1, 16]) == []    # dequantized at load (CPU, pre-sm_89)
     assert fp.precompile(fp8_model(ckpt), [1, 16]) is None                # FP8 kept, but not on a GPU
+
+
+def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm90):
+    # block-FP8 routed experts run grouped up to GROUPED_MAX_TOKENS a pass (past it: a GEMM chain per expert, a
+    # host sync), so the MLP pieces stop there, and the precompile foresees their token counts
+    from dcpctl.contract.launch_config import CudaGraphSection
+    from dcpctl.launch.cuda_graphs import prefill_section
+    from dcpctl.runtime.engine.graph_runner import prefill_graphs_plan
+    from dcpctl.runtime.models.mlp_graphs import token_cap, why_not
+    m = fp8_model(ckpt)
+    assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS
+    assert token_cap(fp8_model(ckpt, keep=False)) is None            # dequantized at load: no cap
+    sec = CudaGraphSection((), "", **{k: tuple(v) if isinstance(v, list) else v
+                                      for k, v in prefill_section("cuda", False, None, None, None, 8192).items()})
+    tokens, reason = prefill_graphs_plan(m, sec, torch.device("cuda"))   # only the device's kind is read
+    assert tokens[-1] == GROUPED_MAX_TOKENS and tokens == [t for t in sec.prefill_tokens if t <= 512]
+    assert "up to 512 tokens here" in reason
+    with_pieces = set(fp.specializations(fp.gemm_calls(m, [1, *tokens]), m.dtype, "cpu"))
+    assert set(fp.specializations(fp.gemm_calls(m, [1]), m.dtype, "cpu")) < with_pieces

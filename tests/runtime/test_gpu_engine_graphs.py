@@ -152,3 +152,35 @@ def test_prefill_mlp_pieces_keep_greedy_tokens():
                                    "replays": g.replays - before, "equal": sum(a == b for a, b in zip(want, got))})
     assert g.replays - before > 0
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
+
+
+def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
+    """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512 tokens
+    (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token equals the run
+    without pieces."""
+    import sys
+    from dcpctl.launch.cuda_graphs import prefill_section
+    from dcpctl.runtime.models import load_model
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from fp8_model_check import write_trained
+    _, prompts = _prompts()
+    path = str(write_trained(tmp_path / "fp8", "cuda"))
+    max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
+    runs = {}
+    for pieces in (False, True):
+        ps = ParallelState.single()
+        cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
+        cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
+                   cuda_graph={"batch_sizes": [], "reason": "cuda graphs: test",
+                               **(prefill_section("cuda", False, None, None, None, 8192) if pieces else {})})
+        cfg["kv"].update(page_size=16, max_running_requests=8)
+        model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
+        engine = Engine(model, ps, config(cfg))
+        engine.warm_up()
+        out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])
+        runs[pieces] = ([o["output_ids"] for o in out["outputs"]], model.mlp_graphs)
+    (want, none), (got, g) = runs[False], runs[True]
+    assert none is None and g is not None and g.buckets[-1] == 512 and g.replays > 0
+    _report("fp8_prefill_mlp_pieces", {"pieces": len(g.graphs), "capture_s": g.capture_s, "replays": g.replays,
+                                       "equal": sum(a == b for a, b in zip(want, got))})
+    assert got == want, [(a, b) for a, b in zip(want, got) if a != b]

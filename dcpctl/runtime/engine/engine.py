@@ -231,9 +231,11 @@ class Engine:
 
     def _precompile_fp8(self, prompts: bool) -> None:
         # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the
-        # ladder's prompt lengths, and single-token decode steps
+        # ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
         from dcpctl.runtime.models.fp8_precompile import precompile
-        tokens = {1, *(self.graphs.sizes if self.graphs is not None else ()), *(ladder(self) if prompts else ())}
+        tokens = {1, *(self.graphs.sizes if self.graphs is not None else ()), *(ladder(self) if prompts else ()),
+                  *(t // self.dp_size for t in (self.prefill_graphs[0] if self.prefill_graphs is not None else ())
+                    if t % self.dp_size == 0)}   # a piece holds every replica's tokens; precompile scales by dp
         note = precompile(self.model, tokens, self.dp_size)
         if note:
             note_once(note)

@@ -50,12 +50,20 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
     if device.type != "cuda":
         return None
     from dcpctl.runtime.models.deepseek import DeepseekModel
-    from dcpctl.runtime.models.mlp_graphs import why_not as mlp_why_not
+    from dcpctl.runtime.models.mlp_graphs import token_cap, why_not as mlp_why_not
     why = None if type(model) is DeepseekModel else f"{type(model).__name__} has no captured MLP pieces"
     why = why or mlp_why_not(model)
     if why:
         note_once(f"prefill cuda graphs: off ({why})")
         return None
+    cap = token_cap(model)
+    if cap is not None and tokens[-1] > cap:
+        tokens = [t for t in tokens if t <= cap]
+        if not tokens:
+            note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' limit)")
+            return None
+        return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run grouped up "
+                        f"to {cap} tokens a pass)")
     return tokens, section.prefill_reason
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.graphs import capture
-from dcpctl.runtime.models.mlp import MoE
+from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
 Progress = Callable[[int, int], None]
@@ -39,13 +39,17 @@ def why_not(model: Any) -> str | None:
     if not mlps:
         return "the model has no layers with an MLP"
     for m in mlps:
-        weights = [w for e in (m.experts[:1] + ([m.shared] if m.shared else [])) for w in e.weights()] \
-            if isinstance(m, MoE) else m.weights()
-        if any(isinstance(w, Fp8Weight) for w in weights):
-            return "block-FP8 MLP weights (their GEMMs compile per shape; start time)"
         if isinstance(m, MoE) and m.experts and m.stacked is None and model.device.type == "cuda":
             return "the routed experts run one GEMM chain per expert here (a host sync per pass)"
     return None
+
+
+def token_cap(model: Any) -> int | None:
+    """The most tokens a piece may hold, or None for no cap: a MoE whose grouped GEMMs stop at some pass size
+    (block-FP8: mlp.GROUPED_MAX_TOKENS; past it one GEMM chain per expert, a host sync) caps every piece there."""
+    caps = [GROUPED_MAX_TOKENS for layer in getattr(model, "layers", []) if isinstance(layer.mlp, MoE)
+            and layer.mlp.stacked is not None and isinstance(layer.mlp.stacked[0], Fp8Weight)]
+    return min(caps) if caps else None
 
 
 class MlpGraphs:
