@@ -17,8 +17,8 @@ The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K
 ...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles fields} | null
 (the MMA kernel)}}; the first bound covering the rows (per expert, R // E, when grouped) wins, and rows past the
 last bound, or a shape the sections lack, take the rules' setting.  The grouped sections (benchmarks/fp8_gemm.py
---grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them (the shipped H200 one) runs
-every grouped GEMM as the rules alone do.  A GPU without a table runs the rules alone.
+--grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them runs every grouped GEMM as the
+rules alone do.  A GPU without a table runs the rules alone.
 """
 from __future__ import annotations
 
