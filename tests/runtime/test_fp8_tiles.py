@@ -68,13 +68,23 @@ def test_the_few_rows_rule_and_dense_gemms_keep_precedence_over_the_grouped_sect
     assert choose_tiles(*DOWN, 16, 16, False, 256, tables=dense) == DEFAULT_TILES
 
 
-def test_the_shipped_table_changes_no_grouped_choice():
+def test_the_shipped_table_tunes_only_w8a16_grouped_gemms_at_decode_rows():
+    # the H200 table's grouped section (benchmarks/fp8_gemm.py --grouped --sweep, w8a16): w8a8 and prefill rows
+    # keep the rules' choice, and a decode row count past the few-rows rule takes a setting of the section
     h200, none = tables_for("NVIDIA H200", 90), Fp8Tables()
-    assert (h200.grouped, h200.grouped_a16) == ({}, {})
+    assert h200.grouped == {} and set(h200.grouped_a16) <= {UP, DOWN} and h200.grouped_a16
+    tuned = 0
     for shape in (UP, DOWN):
         for E in (16, 256):
             for rows in (1, 2, 3, 8, 20, 32, M_TILE_ROWS, M_TILE_ROWS + 1, 300):
                 for a16 in (False, True):
                     got = choose_tiles(*shape, rows, E, a16, rows * E, tables=h200)
-                    assert got == choose_tiles(*shape, rows, E, a16, rows * E, tables=none)
-                    assert got in (DEFAULT_TILES, DEFAULT_GEMV, PREFILL_GROUPED_A16_TILES)
+                    rule = choose_tiles(*shape, rows, E, a16, rows * E, tables=none)
+                    if not a16 or rows > M_TILE_ROWS or rule == DEFAULT_GEMV or shape not in h200.grouped_a16:
+                        assert got == rule
+                    else:
+                        bounds = h200.grouped_a16[shape]
+                        want = next((t for most, t in bounds if rows <= most), rule)
+                        assert got == want
+                        tuned += got != rule
+    assert tuned > 0
