@@ -1,6 +1,7 @@
 """`bench decode`'s cell (dcpctl.bench.decode_cell.run_cell) on a checkpoint directory, one device, DCP 1.
 
     python3 benchmarks/decode_step.py DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
+        [--profile B]   (CUDA: one eager step at batch B and the first context under torch.profiler: GPU time per kernel)
 
 For checkpoints `bench decode` cannot write (it makes every layer dense): the 16-layer MoE checkpoint of
 serve_peers.py. Same rows as `bench decode -o` (step_ms eager, graph_ms = one CUDA-graph replay's GPU
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("-o", "--output")
+    ap.add_argument("--profile", type=int, metavar="B", help="profile one eager step at batch B (CUDA)")
     args = ap.parse_args(argv)
     from hf_peer import save  # benchmarks/ (this script's folder) is on sys.path
 
@@ -49,8 +51,30 @@ def main(argv: list[str] | None = None) -> None:
                 cell = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             rows.append({"dcp": 1, "batch": b, "context": L, **cell})
     doc = {"model": args.model, "device": args.device, "rows": rows}
+    if args.profile and device.type == "cuda":
+        L = int(args.contexts.split(",")[0])
+        doc["profile"] = {"batch": args.profile, "context": L, "kernels": profile_step(
+            lambda: run_cell(model, ps, decisions, args.profile, L, 1, 0, page, device, False))}
     save(doc, args.output)
     print(json.dumps(doc, indent=2))
+
+
+def profile_step(fn, top: int = 30) -> list[dict]:
+    """GPU time per kernel name (ms, calls) of one call of fn (run_cell's layout and one eager step), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()                                   # the cell's first call: allocation and any compile, outside the profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels: dict[str, list] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(ev.name[:110], [0.0, 0])
+            k[0] += ev.device_time / 1e3
+            k[1] += 1
+    rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"name": k, "ms": round(v[0], 4), "calls": v[1]} for k, v in rows]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py, head_bmm_triton.py), the MoE combine (moe_combine.py) and the MHA form's block merge (fused_merge.merge_into_triton) against the
+embed_triton.py, head_bmm_triton.py), the MoE combine (moe_combine.py) and the MHA form's block merge (fused_merge.merge_into_triton)
+and key assembly (attention/mha_keys.py) against the
 torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
 
 Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
@@ -14,6 +15,7 @@ import sys
 import torch
 
 from dcpctl.runtime.attention.fused_merge import merge_into_reference, merge_into_triton
+from dcpctl.runtime.attention.mha_keys import keys_torch, keys_triton
 from dcpctl.runtime.models.config import RopeSpec
 from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
 from dcpctl.runtime.models.ops import rms_norm_torch
@@ -159,6 +161,19 @@ def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V
     assert torch.equal(got_o[1::2], acc[1::2]) and torch.equal(got_lse[1::2], acc_lse[1::2])   # rows left alone
 
 
+def check_mha_keys(device: str, dtype: torch.dtype, s: int = 37, H: int = 20, nope: int = 24, v: int = 16,
+                   rope: int = 8) -> None:
+    """The MHA form's key assembly: kv as kv_b_proj's GEMM output, k_pe a strided view of the latent rows; a copy,
+    so the kernel equals the two torch copies bit for bit (rows and heads past a program's tile included)."""
+    g = torch.Generator().manual_seed(s * H)
+    kv = torch.randn(s, H, nope + v, generator=g).to(device=device, dtype=dtype)
+    rows = torch.randn(s, 40 + rope, generator=g).to(device=device, dtype=dtype)
+    got = keys_triton(kv, rows[:, 40:], nope)
+    want = keys_torch(kv, rows[:, 40:], nope)
+    assert got.shape == (s, H, nope + rope) and torch.equal(got, want)
+    assert torch.equal(want[:, -1, :nope], kv[:, -1, :nope]) and torch.equal(want[:, -1, nope:], rows[:, 40:])
+
+
 def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, D: int = 1100,
                       local: int = 200, ends_dtype: torch.dtype = torch.int32) -> None:
     # y's rows sorted by expert, the last T * k - local of them other ranks' (unset: NaN here, must count as 0);
@@ -184,6 +199,8 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
         check_moe_combine(device, dtype)
         check_moe_combine(device, dtype, T=5, k=3, D=64, local=15, ends_dtype=torch.int64)
         check_merge_into(device, dtype)
+        check_mha_keys(device, dtype)
+        check_mha_keys(device, dtype, s=1, H=1, nope=128, v=128, rope=64)
         for interleaved in (True, False):
             for fp32_math in (False, True):
                 check_rope_q(device, dtype, interleaved, fp32_math, yarn=interleaved)

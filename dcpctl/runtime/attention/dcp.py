@@ -69,6 +69,7 @@ class DCPContext:
     parent: DCPContext | None = field(default=None, repr=False)        # a sub-context counts into its batch's
     _forms: list[bool] | None = field(default=None, repr=False)
     _parts: list[tuple[Tensor, DCPContext, bool]] | None = field(default=None, repr=False)
+    _chunks: list[ShardChunk] | None = field(default=None, repr=False)   # the MHA form's, built by its first layer
 
     def __post_init__(self) -> None:
         if self.dcp.size > 1 and self.backend not in BACKENDS:
@@ -133,7 +134,7 @@ class DCPContext:
             build_layout(self.alloc, chunks, rank, dev)
         hint = kv_rows(self.alloc, chunks, rank) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
         ctx = replace(self, layout=sub, kv_bytes_hint=hint, parent=self, _mask=None, _forms=[mha] * len(chunks),
-                      _parts=None)
+                      _parts=None, _chunks=None)
         return torch.tensor(rows, dtype=torch.int64, device=dev), ctx, mha
 
     def _count(self, kv_bytes: int = 0, seconds: float = 0.0) -> None:
@@ -147,7 +148,9 @@ class DCPContext:
         # q: [T, Hl, nope + rope] or [T, Hl*c, nope + rope] (q_is_group)  kv_new: [T, R] or None (as attend)
         # w_kv: [Hl*c, nope + v, L] the DCP group's kv_b_proj -> [T, Hl, v]
         self._write(layer, kv_new)
-        chunks = self._shard_chunks()
+        if self._chunks is None:      # every layer reads the same shard rows: their slots once a batch
+            self._chunks = self._shard_chunks()
+        chunks = self._chunks
         self._count(sum(ch.n_rows for ch in chunks) * self.pool.kv.shape[-1] * self.pool.kv.element_size())
         c = self.dcp.size
         local = lambda qq: shard_attention(qq, self.pool.kv[layer], chunks, w_kv, self.v_dim, self.dcp.rank, c,  # noqa: E731

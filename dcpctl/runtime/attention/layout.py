@@ -75,7 +75,7 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
         kv_bounds.append(kv_bounds[-1] + len(shard))
     cols["positions"] += [0] * pad
     cols["seq"] += [-1] * pad
-    tensors = {k: to_device(torch.tensor(v, dtype=torch.int64), device) for k, v in cols.items()}
+    tensors = dict(zip(cols, to_device_many([torch.tensor(v, dtype=torch.int64) for v in cols.values()], device)))
     return ShardLayout(**tensors, q_bounds=q_bounds, kv_bounds=kv_bounds, chunks=list(chunks))
 
 
@@ -87,3 +87,19 @@ def to_device(host: Tensor, device: torch.device | str) -> Tensor:
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
 
+
+def to_device_many(hosts: list[Tensor], device: torch.device | str) -> list[Tensor]:
+    """to_device of several host tensors with one copy per dtype (each copy is a pin and a launch: a prefill's
+    metadata is a handful of columns); views of the copy, in order, each of its host tensor's shape."""
+    if torch.device(device).type != "cuda":
+        return [h.to(device) for h in hosts]
+    out: list[Tensor | None] = [None] * len(hosts)
+    for dt in dict.fromkeys(h.dtype for h in hosts):
+        idx = [i for i, h in enumerate(hosts) if h.dtype == dt]
+        flat = to_device(torch.cat([hosts[i].reshape(-1) for i in idx]), device)
+        at = 0
+        for i in idx:
+            n = hosts[i].numel()
+            out[i] = flat[at:at + n].view(hosts[i].shape)
+            at += n
+    return out      # type: ignore[return-value]

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention import backends, fused_merge
+from dcpctl.runtime.attention import backends, fused_merge, mha_keys
 from dcpctl.runtime.attention.backends import MHA, Kernel
 from dcpctl.runtime.attention.backends.mha_cudnn import KEY_QUANTUM
 from dcpctl.runtime.attention.merge import acc_dtype
@@ -98,10 +98,7 @@ def _keys(rows: Tensor, w_kv: Tensor, nope: int, latent: int) -> tuple[Tensor, T
     h, nv, _ = w_kv.shape
     rows = rows.to(w_kv.dtype)
     kv = (rows[:, :latent] @ w_kv.reshape(h * nv, latent).t()).view(rows.shape[0], h, nv)
-    k = torch.empty(rows.shape[0], h, nope + rows.shape[1] - latent, dtype=kv.dtype, device=kv.device)
-    k[..., :nope].copy_(kv[..., :nope])                        # two plain copies: a cat with a broadcast k_pe
-    k[..., nope:].copy_(rows[:, latent:].unsqueeze(1))         # runs torch's slow cat path
-    return k, kv[..., nope:]
+    return mha_keys.keys(kv, rows[:, latent:], nope), kv[..., nope:]
 
 
 

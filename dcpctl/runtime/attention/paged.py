@@ -33,7 +33,7 @@ from torch import Tensor
 
 from dcpctl.runtime.attention import backends
 from dcpctl.runtime.attention.backend_choice import choose
-from dcpctl.runtime.attention.layout import SeqChunk, to_device
+from dcpctl.runtime.attention.layout import SeqChunk, to_device_many
 from dcpctl.runtime.attention.triton_mla import MLAOut
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows_tensor
 from dcpctl.runtime.notes import note_once
@@ -96,10 +96,12 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     bt = torch.zeros(len(chunks) + 1, width, dtype=torch.int32)
     for i, t in enumerate(table):
         bt[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
-    col = lambda k, dt=torch.int64: to_device(torch.cat(cols[k]).to(dt), device)  # noqa: E731
-    return PagedLayout(col("positions"), col("positions", torch.int32), col("row_req", torch.int32),
-                       to_device(bt, device), to_device(torch.tensor(lens + [0], dtype=torch.int32), device),
-                       col("write_rows"), col("write_slots"), max(lens + [0]), page_size, list(chunks), table, lens)
+    col = lambda k, dt=torch.int64: torch.cat(cols[k]).to(dt)  # noqa: E731
+    pos, pos32, req, bt, seq_lens, w_rows, w_slots = to_device_many(
+        [col("positions"), col("positions", torch.int32), col("row_req", torch.int32), bt,
+         torch.tensor(lens + [0], dtype=torch.int32), col("write_rows"), col("write_slots")], device)
+    return PagedLayout(pos, pos32, req, bt, seq_lens, w_rows, w_slots, max(lens + [0]), page_size, list(chunks),
+                       table, lens)
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,
