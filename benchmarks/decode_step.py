@@ -53,14 +53,15 @@ def main(argv: list[str] | None = None) -> None:
     doc = {"model": args.model, "device": args.device, "rows": rows}
     if args.profile and device.type == "cuda":
         L = int(args.contexts.split(",")[0])
-        doc["profile"] = {"batch": args.profile, "context": L, "kernels": profile_step(
+        doc["profile"] = {"batch": args.profile, "context": L, **profile_step(
             lambda: run_cell(model, ps, decisions, args.profile, L, 1, 0, page, device, False))}
     save(doc, args.output)
     print(json.dumps(doc, indent=2))
 
 
-def profile_step(fn, top: int = 30) -> list[dict]:
-    """GPU time per kernel name (ms, calls) of one call of fn (run_cell's layout and one eager step), largest first."""
+def profile_step(fn, top: int = 30) -> dict:
+    """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name (ms,
+    calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name apart."""
     from torch.profiler import ProfilerActivity, profile
     fn()                                   # the cell's first call: allocation and any compile, outside the profile
     torch.cuda.synchronize()
@@ -68,13 +69,16 @@ def profile_step(fn, top: int = 30) -> list[dict]:
         fn()
         torch.cuda.synchronize()
     kernels: dict[str, list] = {}
+    order = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             k = kernels.setdefault(ev.name[:110], [0.0, 0])
             k[0] += ev.device_time / 1e3
             k[1] += 1
+            order.append((ev.time_range.start, ev.name[:60], round(ev.device_time, 1)))
     rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]
-    return [{"name": k, "ms": round(v[0], 4), "calls": v[1]} for k, v in rows]
+    return {"by_name": [{"name": k, "ms": round(v[0], 4), "calls": v[1]} for k, v in rows],
+            "in_order": [[name, us] for _, name, us in sorted(order)]}
 
 
 if __name__ == "__main__":

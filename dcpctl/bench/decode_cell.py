@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from dcpctl.contract.fields import parse_section
 from dcpctl.contract.launch_config import Decisions
@@ -42,13 +43,20 @@ def _setup(model: Any, c: int, batch: int, total: int, page: int, device: torch.
     return alloc, pool
 
 
+def decode_ids(batch: int, vocab: int, device: torch.device) -> Tensor:
+    """A step's input tokens: distinct per row (fixed by the batch size), so that a MoE routes the rows as a served
+    batch does, over many experts; one token for every row would send the whole batch to the same top-k experts."""
+    g = torch.Generator().manual_seed(batch)
+    return torch.randint(vocab, (batch,), generator=g).to(device)
+
+
 def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, steps: int, warmup: int,
              page: int, device: torch.device, graphs: bool) -> dict[str, Any]:
     """Eager (and optionally graph) step times of one (B, L) cell on this rank."""
     c, cfg = ps.dcp.size, model.cfg
     total = ctx_len + 2 * (warmup + steps) + 1
     alloc, pool = _setup(model, c, batch, total, page, device, graphs)
-    ids = torch.zeros(batch, dtype=torch.int64, device=device)
+    ids = decode_ids(batch, model.cfg.vocab_size, device)
     fwd, lay, read = [], [], []
     typed = parse_section(Decisions, decisions, "decisions")   # the typed form build_context and DecodeGraphs take
     for s in range(warmup + steps):
@@ -84,7 +92,7 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: A
     g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [batch],
                      alloc.pages_for(start + warmup + steps + 1), alloc.num_pages * page)
     capture_s = time.perf_counter() - t0
-    ids = torch.zeros(batch, dtype=torch.int64, device=device)
+    ids = decode_ids(batch, model.cfg.vocab_size, device)
     gpu, wall = [], []
     for s in range(warmup + steps):
         chunks = [SeqChunk(r, start + s, 1) for r in range(batch)]
