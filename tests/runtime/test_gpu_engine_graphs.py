@@ -184,3 +184,31 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     _report("fp8_prefill_mlp_pieces", {"pieces": len(g.graphs), "capture_s": g.capture_s, "replays": g.replays,
                                        "equal": sum(a == b for a, b in zip(want, got))})
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
+
+
+def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
+    """A call past the block-FP8 MoE's 512-token pieces (a longer prompt chunk) replays them in passes of 512: each
+    pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass runs at its
+    bucket's rows, where the tile setting may differ)."""
+    import sys
+    from dcpctl.runtime.models import load_model
+    from dcpctl.runtime.models.mlp import MoE
+    from dcpctl.runtime.models.mlp_graphs import MlpGraphs, token_cap
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from fp8_model_check import write_trained
+    path = str(write_trained(tmp_path / "fp8", "cuda"))
+    model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
+    cap = token_cap(model)
+    assert cap == 512
+    layer = next(i for i, lay in enumerate(model.layers) if isinstance(lay.mlp, MoE))
+    mlp = model.layers[layer].mlp
+    g = MlpGraphs(model, [256, cap])
+    torch.manual_seed(0)
+    x = torch.randn(700, model.cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+    got = g(mlp, x)
+    assert g.replays == 2 and got.shape == x.shape
+    want = torch.cat([mlp(x[:cap]), mlp(x[cap:])])
+    _report("fp8_pieces_in_passes", {"max_abs_diff_first_pass": float((got[:cap] - want[:cap]).abs().max()),
+                                     "max_abs_diff": float((got - want).abs().max()),
+                                     "max_abs": float(want.abs().max())})
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

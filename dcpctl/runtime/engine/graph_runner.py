@@ -63,7 +63,7 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
             note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' limit)")
             return None
         return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run grouped up "
-                        f"to {cap} tokens a pass)")
+                        f"to {cap} tokens a pass; a longer prompt chunk replays them in passes of {tokens[-1]})")
     return tokens, section.prefill_reason
 
 

@@ -12,7 +12,8 @@ expert, the grouped GEMMs, the combine, the shared expert): it has no collective
 sum) and no host sync.  Attention, the norms and the collectives stay eager between the pieces.
 
 A call of T tokens (0 < T <= the largest bucket) copies x into the first T rows of the static input, writes T to
-`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows.  Padded rows
+`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows; a longer call
+runs as passes of the largest bucket (the MLP is per token: each pass's rows are the call's).  Padded rows
 hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
 them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
 pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
@@ -89,15 +90,27 @@ class MlpGraphs:
         return capture(lambda: self._piece(layer, b), self._pool)[0]
 
     def bucket(self, t: int) -> int | None:
-        """The smallest bucket >= t, or None (t is past the largest: the call runs eagerly)."""
+        """The smallest bucket >= t, or None (t is past the largest)."""
         return next((b for b in self.buckets if b >= t), None)
 
     def __call__(self, mlp: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
-        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket, else the eager call
+        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket; past the largest, passes of the largest (a
+        # block-FP8 MoE's pieces stop at its grouped pass limit: a longer prompt chunk replays them too); else eager
         t, layer = x.shape[0], self.index.get(id(mlp))
-        b = self.bucket(t) if t else None
-        if b is None or layer is None or (self.cuda and torch.cuda.is_current_stream_capturing()):
+        if not t or layer is None or (self.cuda and torch.cuda.is_current_stream_capturing()):
             return mlp(x)
+        top = self.buckets[-1]
+        if t <= top:
+            return self._replay(layer, x).clone()
+        out = torch.empty_like(x)
+        for i in range(0, t, top):
+            out[i:i + top] = self._replay(layer, x[i:i + top])
+        return out
+
+    def _replay(self, layer: int, x: Tensor) -> Tensor:
+        # x: [t, D], t <= the largest bucket -> a view of the output's first t rows (valid until the next replay)
+        t = x.shape[0]
+        b = self.bucket(t)
         self.inp[:t].copy_(x)
         self.valid.fill_(t)
         graph = self.graphs[(layer, b)]
@@ -106,4 +119,4 @@ class MlpGraphs:
         else:
             graph.replay()
         self.replays += 1
-        return self.out[:t].clone()
+        return self.out[:t]
