@@ -57,10 +57,11 @@ from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_
                                             quantize_rows)
 from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
-SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048)
+SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*: V3's
+    # dense MLP at TP 1 (fp8_serve.py's checkpoint, layer 0)
     "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576, 1536),
     "o_proj": (7168, 16384), "o_proj/tp8": (7168, 2048), "dense_gate_up/tp8": (4608, 7168),
-    "expert_gate_up": (4096, 7168),
+    "expert_gate_up": (4096, 7168), "dense_gate_up": (36864, 7168), "dense_down": (7168, 18432),
 }
 GROUPED = {"experts_gate_up": (4096, 7168), "experts_down": (7168, 2048)}   # --grouped: 256 experts, top-8
 BATCHES = (1, 8, 16, 64)
