@@ -417,18 +417,26 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     return {**out, **grouped_tables(rows, margin)}
 
 
-def merge(data: dict, command: str, path: str) -> tuple[dict, str]:
-    """data with the sections of the fp8_gemm table file at path that data leaves empty, and the command saying
-    where those come from (a table records one command: this run's, then theirs)."""
+def merge(data: dict, command: str, path: str, swept: set[str] = frozenset()) -> tuple[dict, str]:
+    """data with what the fp8_gemm table file at path has beside it, and the command saying where that comes from (a
+    table records one command: this run's, then theirs): the sections data leaves empty, and in a section both have,
+    the entries of shapes ("N,K") this run did not time (`swept`: a sweep of a few shapes keeps the others')."""
     from dcpctl import tuning
     old = tuning.read(path)
     if old["kind"] != "fp8_gemm":
         raise SystemExit(f"fp8_gemm.py: --merge-table {path} is a {old['kind']} table, not fp8_gemm")
     kept = {k: v for k, v in old["data"].items() if v and not data.get(k)}
-    if not kept:
+    shapes = {k: {n: e for n, e in v.items() if n not in swept and n not in data[k]}
+              for k, v in old["data"].items() if v and data.get(k) and isinstance(v, dict)}
+    shapes = {k: v for k, v in shapes.items() if v}
+    if not kept and not shapes:
         return data, command
-    return ({**kept, **{k: v for k, v in data.items() if v or k not in kept}},
-            f"{command}; sections {', '.join(kept)} kept from {path} (commit {old['commit']}: {old['command']})")
+    out = {**kept, **{k: v for k, v in data.items() if v or k not in kept}}
+    for k, v in shapes.items():
+        out[k] = {**v, **data[k]}
+    where = [f"sections {', '.join(kept)}"] if kept else []
+    where += [f"{k} of shapes {', '.join(sorted(v))}" for k, v in shapes.items()]
+    return out, f"{command}; {'; '.join(where)} kept from {path} (commit {old['commit']}: {old['command']})"
 
 
 def _print(r: dict) -> None:
@@ -558,7 +566,7 @@ def main() -> int:
         major, minor = torch.cuda.get_device_capability()
         data, command = table(rows), "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:])
         if args.merge_table:
-            data, command = merge(data, command, args.merge_table)
+            data, command = merge(data, command, args.merge_table, {f"{r['N']},{r['K']}" for r in rows})
         tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor, command,
                      tuning.source_commit(), data)
     return 0

@@ -74,6 +74,14 @@ def test_merge_keeps_the_sections_this_run_did_not_write(tmp_path):
     assert command == (f"python benchmarks/fp8_gemm.py --grouped; sections dense, dense_w8a16, gemv kept from {path} "
                        f"(commit abc1234: python x --sweep)")
     assert bench.merge(old, "c", str(path)) == (old, "c")     # every section written: nothing kept
+    # a sweep of one new shape: the other shapes of the sections it writes are kept, a swept shape is replaced
+    new = {"dense": {}, "dense_w8a16": {"36864,7168": [[64, {"bn": 128}]]}, "gemv": {}}
+    data, command = bench.merge(new, "c", str(path), {"36864,7168", "576,7168"})
+    assert data["dense_w8a16"] == new["dense_w8a16"]          # 576,7168 was swept: its old entry goes
+    data, command = bench.merge(new, "c", str(path), {"36864,7168"})
+    assert data["dense_w8a16"] == {"576,7168": [[64, {"fold": True}]], "36864,7168": [[64, {"bn": 128}]]}
+    assert data["dense"] == old["dense"] and data["grouped_w8a16"] == old["grouped_w8a16"]
+    assert "dense_w8a16 of shapes 576,7168 kept" in command
 
 
 def test_grouped_rows_set_the_token_counts_and_the_decode_sweep():
