@@ -179,17 +179,45 @@ def test_phase_timers_time_each_graph_step_and_undo(path):
 
 
 def test_warm_up_extends_reach_both_forms_over_a_cached_prefix():
-    # the second chunk of each prompt past one chunk: 16 tokens absorbed (split KV), half a chunk in the MHA form
+    # the second chunk of each prompt past one chunk: 16 and 15 tokens absorbed (split KV), half a chunk and one
+    # less in the MHA form; the pair's second prompt extends chunk - 37 cached rows by half a chunk less one
     from dcpctl.plan.hf_config import MlaShape
+    from dcpctl.runtime.attention.backends.mha_cudnn import KEY_QUANTUM
     from dcpctl.runtime.attention.form import pick_form
     from dcpctl.runtime.attention.layout import SeqChunk
-    from dcpctl.runtime.engine.warm_up import warm_up_extends, warm_up_lengths
+    from dcpctl.runtime.engine.warm_up import PAIR_HEAD, warm_up_extends, warm_up_lengths, warm_up_pair
     v3 = MlaShape(hidden_size=7168, num_layers=61, num_heads=128, q_lora_rank=1536, kv_lora_rank=512,
                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280,
                   intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1)
-    chunk = 8192
-    got = warm_up_extends(chunk, 1 << 20)
-    assert got == [chunk + 16, chunk + chunk // 2] and warm_up_extends(chunk, chunk + 100) == [chunk + 16]
-    forms = [pick_form("auto", [SeqChunk(0, chunk, n - chunk)], v3)[0] for n in got]
-    assert forms == [[False], [True]]
-    assert {n - chunk for n in got} <= set(warm_up_lengths(chunk))     # no GEMM shape the ladder lacks
+    for chunk in (8192, 2048):
+        got = warm_up_extends(chunk, 1 << 20)
+        assert got == [chunk + 16, chunk + 15, chunk + chunk // 2, chunk + chunk // 2 - 1]
+        assert warm_up_extends(chunk, chunk + 100) == [chunk + 16, chunk + 15]
+        forms = [pick_form("auto", [SeqChunk(0, chunk, n - chunk)], v3)[0] for n in got]
+        assert forms == [[False], [False], [True], [True]]
+        assert {n - chunk for n in got} <= set(warm_up_lengths(chunk))     # no GEMM shape the ladder lacks
+        head, second = warm_up_pair(chunk, 1 << 20)
+        prefix, rest = chunk - head, second - (chunk - head)
+        assert head == PAIR_HEAD and prefix % KEY_QUANTUM and prefix > KEY_QUANTUM and rest % 16
+        assert pick_form("auto", [SeqChunk(0, prefix, rest)], v3)[0] == [True] and rest in warm_up_lengths(chunk)
+    assert warm_up_pair(8192, 8192) is None and warm_up_pair(64, 1 << 20) is None
+
+
+def test_the_warm_up_pair_extends_a_prefix_of_no_round_size(path):
+    # the scheduler packs the pair's first prompt and the first chunk - PAIR_HEAD tokens of the second into one step,
+    # and the second's next chunk extends that prefix (the chunks each step runs, on the CPU engine)
+    from dcpctl.runtime.engine.warm_up import PAIR_HEAD, warm_up_pair
+    from dcpctl.runtime.models import load_model
+    chunk = 128
+    cfg = launch_cfg(1, 1, capacity=2048, chunk=chunk)
+    cfg = dict(cfg, model={"path": path, "dtype": "float64"})
+    engine = Engine(load_model(path, ParallelState.single(), False, torch.float64, "cpu"), ParallelState.single(),
+                    config(cfg))
+    steps, nxt = [], engine.sched.next_batch
+    engine.sched.next_batch = lambda: steps.append(nxt()) or steps[-1]
+    head, second = warm_up_pair(chunk, 2048)
+    engine.generate([{"prompt_ids": [3 + p] * n, "max_new_tokens": 2} for p, n in enumerate((head, second))])
+    firsts = [(ch.start, ch.num_tokens) for ch in steps[0]]
+    assert firsts == [(0, PAIR_HEAD), (0, chunk - PAIR_HEAD)]
+    extends = [(ch.start, ch.num_tokens) for st in steps[1:] for ch in st if ch.num_tokens > 1]
+    assert extends == [(chunk - PAIR_HEAD, second - (chunk - PAIR_HEAD))]

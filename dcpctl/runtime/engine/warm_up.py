@@ -1,5 +1,6 @@
-"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, two prompts past one
-chunk (extends of a cached prefix, in both attention forms), two sampled requests (temperature; top-k and top-p),
+"""The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, prompts past one chunk
+(extends of a cached prefix, in both attention forms, even and odd), a pair that extends a prefix of no round size,
+two sampled requests (temperature; top-k and top-p),
 then every GEMM they used over a grid of token counts (models/gemm_warm.py), so the first requests compile and
 load nothing.
 
@@ -49,9 +50,23 @@ def warm_up_extends(chunk: int, cap: int) -> list[int]:
     """Prompt lengths past one prefill chunk, so that their second chunk extends a chunk-long cached prefix:
     16 new tokens run the absorbed form with split KV (the eager long-context kernel variant, which the ladder's
     short prompts never reach: the first long prompt beside running streams paid a 1.5 s Gluon build on an H200),
-    half a chunk runs the MHA form over a cached key block (its block merge).  At a chunk of 2^k or 3 * 2^k tokens
-    (8192 by default) both chunk sizes are on the ladder, so no new GEMM shape comes with them."""
-    return [n for n in (chunk + 16, chunk + chunk // 2) if n <= cap]
+    half a chunk runs the MHA form over a cached key block (its block merge); each also one token less, for the
+    kernels' variants of a row count that is not a multiple of 16 (as the ladder's odd lengths).  At a chunk of 2^k
+    or 3 * 2^k tokens (8192 by default) every chunk size is on the ladder, so no new GEMM shape comes with them."""
+    return [n for n in (chunk + 16, chunk + 15, chunk + chunk // 2, chunk + chunk // 2 - 1) if n <= cap]
+
+
+PAIR_HEAD = 37   # the first prompt of the pair: the second's first chunk is the rest of the step, chunk - 37 tokens
+
+
+def warm_up_pair(chunk: int, cap: int) -> list[int] | None:
+    """Two prompt lengths prefilled together: the first (PAIR_HEAD tokens) and the first chunk - PAIR_HEAD tokens of
+    the second share a step, and the second's next chunk (half a chunk less 1, the MHA form) extends a cached prefix
+    of chunk - PAIR_HEAD rows: not a multiple of the MHA form's key quantum (attention/backends/mha_cudnn.py), so
+    its cuDNN call and the memory-efficient kernel's rest and their merge run before ready, as a server's split
+    prompts meet them.  None where the pool is too small or prompts are not split."""
+    second = chunk - PAIR_HEAD + chunk // 2 - 1
+    return [PAIR_HEAD, second] if chunk > 2 * PAIR_HEAD and second + PAIR_HEAD <= cap else None
 
 
 def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
@@ -60,13 +75,15 @@ def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = N
     Says once what it did."""
     chunk, cap = _chunk_and_cap(engine)
     extends = warm_up_extends(chunk, cap) if engine.sched.split else []
+    pair = warm_up_pair(chunk, cap) if engine.sched.split else None
     lengths = ladder(engine) + extends
+    runs = [[n] for n in lengths] + ([pair] if pair else [])
     with gemm_warm.recording() as log:
-        for k, n in enumerate(lengths):
-            engine.generate([{"prompt_ids": [(7 * (k + i * len(lengths)) + j) % 250 + 1 for j in range(n)],
-                              "max_new_tokens": 2} for i in range(engine.dp_size)])
+        for k, run in enumerate(runs):
+            engine.generate([{"prompt_ids": [(7 * (k + i * len(runs)) + 3 * p + j) % 250 + 1 for j in range(n)],
+                              "max_new_tokens": 2} for i in range(engine.dp_size) for p, n in enumerate(run)])
             if progress is not None:
-                progress(k + 1, len(lengths) + 1)
+                progress(k + 1, len(runs) + 1)
         for i, params in enumerate(SAMPLED):   # the sampled path's own kernels (the ladder decodes greedily)
             engine.generate([{"prompt_ids": [(11 * (i + r) + j) % 250 + 1 for j in range(16)], "max_new_tokens": 3,
                               **params} for r in range(engine.dp_size)])
@@ -74,8 +91,9 @@ def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = N
     ms = gemm_warm.warm_ms(min(chunk, cap) * engine.dp_size)   # attention DP: the MLP runs every replica's rows
     calls = log.warm(ms)
     if progress is not None:
-        progress(len(lengths) + 1, len(lengths) + 1)
+        progress(len(runs) + 1, len(runs) + 1)
     note_once(f"warm-up: {len(lengths) - len(extends)} prefills, {len(extends)} prompts past one chunk (extends of a "
-              f"cached prefix) and {len(SAMPLED)} sampled requests, then {len(log)} GEMM shapes x "
+              f"cached prefix), {1 if pair else 0} pair extending a prefix of no round size and {len(SAMPLED)} "
+              f"sampled requests, then {len(log)} GEMM shapes x "
               f"up to {len(ms)} token counts ({calls} calls, {time.perf_counter() - t0:.1f} s) so cuBLAS meets the "
               "prefill sizes before ready")
