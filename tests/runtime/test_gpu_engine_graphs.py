@@ -125,22 +125,27 @@ def test_mixed_steps_replay_decode_graphs_beside_prefill():
     assert same == len(reqs), [(got[i], w) for i, w in enumerate(want) if got[i] != w]
 
 
+def _pieces_engine(path, prefill):
+    """(engine, model): bf16 on one GPU, chunks of 64 tokens, no decode graphs, `prefill` the launch config's prefill
+    graph fields (launch/cuda_graphs.prefill_section; {}: none)."""
+    from dcpctl.runtime.models import load_model
+    ps = ParallelState.single()
+    cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
+    cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
+               cuda_graph={"batch_sizes": [], "reason": "cuda graphs: test", **prefill})
+    cfg["kv"].update(page_size=16, max_running_requests=8)
+    model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
+    return Engine(model, ps, config(cfg)), model
+
+
 def test_prefill_mlp_pieces_keep_greedy_tokens():
     """Each layer's MLP captured at SGLang's prefill token counts up to 256 (runtime/models/mlp_graphs.py): the
     prompts' chunks (up to 64 tokens) and the decode steps replay the pieces, and every greedy token equals the
     eager run's."""
     from dcpctl.launch.cuda_graphs import prefill_section
-    from dcpctl.runtime.models import load_model
     path, prompts = _prompts()
     want, _, _ = _generate(path, prompts, [])
-    ps = ParallelState.single()
-    cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
-    cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
-               cuda_graph={"batch_sizes": [], "reason": "cuda graphs: test",
-                           **prefill_section("cuda", False, None, 256, None, 64)})
-    cfg["kv"].update(page_size=16, max_running_requests=8)
-    model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
-    engine = Engine(model, ps, config(cfg))
+    engine, model = _pieces_engine(path, prefill_section("cuda", False, None, 256, None, 64))
     engine.warm_up(prompts=True)
     g = model.mlp_graphs
     assert g is not None and g.buckets[-1] == 256
@@ -160,7 +165,6 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     without pieces."""
     import sys
     from dcpctl.launch.cuda_graphs import prefill_section
-    from dcpctl.runtime.models import load_model
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from fp8_model_check import write_trained
     _, prompts = _prompts()
@@ -168,14 +172,7 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
     runs = {}
     for pieces in (False, True):
-        ps = ParallelState.single()
-        cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
-        cfg.update(device="cuda", dist_backend="nccl", model={"path": path, "dtype": "bfloat16"},
-                   cuda_graph={"batch_sizes": [], "reason": "cuda graphs: test",
-                               **(prefill_section("cuda", False, None, None, None, 8192) if pieces else {})})
-        cfg["kv"].update(page_size=16, max_running_requests=8)
-        model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
-        engine = Engine(model, ps, config(cfg))
+        engine, model = _pieces_engine(path, prefill_section("cuda", False, None, None, None, 8192) if pieces else {})
         engine.warm_up()
         out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])
         runs[pieces] = ([o["output_ids"] for o in out["outputs"]], model.mlp_graphs)
