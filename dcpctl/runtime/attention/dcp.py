@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -32,7 +31,7 @@ from dcpctl.runtime.attention.comm import (exchange_a2a, exchange_ag_rs, exchang
                                            lanes_in_place, pack_by_owner, send_buffer)
 from dcpctl.runtime.attention.form import part_of, pick_form
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
-from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout
+from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout, host_ints, to_device
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.attention.mha import BLOCK_BYTES, ShardChunk, shard_attention
 from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
@@ -135,7 +134,7 @@ class DCPContext:
         hint = kv_rows(self.alloc, chunks, rank) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
         ctx = replace(self, layout=sub, kv_bytes_hint=hint, parent=self, _mask=None, _forms=[mha] * len(chunks),
                       _parts=None, _chunks=None)
-        return torch.tensor(rows, dtype=torch.int64, device=dev), ctx, mha
+        return to_device(host_ints(rows), dev), ctx, mha
 
     def _count(self, kv_bytes: int = 0, seconds: float = 0.0) -> None:
         # a sub-context's reads and exchange time count into its batch (the engine reads the batch's context)

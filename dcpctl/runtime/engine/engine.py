@@ -21,7 +21,7 @@ from torch import Tensor
 
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
-from dcpctl.runtime.attention.layout import to_device
+from dcpctl.runtime.attention.layout import host_ints, to_device
 from dcpctl.runtime.boot import DTYPES
 from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.events import Event, ReplicaStats
@@ -330,7 +330,7 @@ class Engine:
         """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""
         # ids: T host ints -> hidden [T, D]
         ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
-        hidden = self.model.forward(to_device(torch.tensor(ids, dtype=torch.int64), self.device), ctx.positions, ctx)
+        hidden = self.model.forward(to_device(host_ints(ids), self.device), ctx.positions, ctx)
         self.kv_bytes_read += ctx.kv_bytes_read
         self.exchange_seconds += ctx.exchange_seconds
         return hidden
