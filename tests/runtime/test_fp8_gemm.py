@@ -290,7 +290,7 @@ def _h200():
 def test_the_h200_table_loads_as_measured():
     from dcpctl.runtime.models.fp8_tiles import Fp8Tables, Tiles, tables_for
     t = _h200()
-    assert t.how == "measured on this GPU (NVIDIA H200, commit 7d78d34)"
+    assert t.how == "measured on this GPU (NVIDIA H200, commit 7878218)"
     assert t.dense[(7168, 16384)] == ((16, Tiles()), (32, Tiles(per_sm=4, swap=True, max_split=4)),
                                       (64, Tiles(stages=5, per_sm=1)))
     assert t.dense_a16[(2112, 7168)] == ((32, Tiles(swap=True, fold=True)),
@@ -323,7 +323,9 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     # a prefill's experts: above M_TILE_ROWS rows per expert w8a16 takes the 128-row setting, w8a8 does not
     from dcpctl.runtime.models.fp8_gemm import DEFAULT_TILES, M_TILE_ROWS, PREFILL_GROUPED_A16_TILES
     assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=True, total_rows=16 * 65) == PREFILL_GROUPED_A16_TILES
-    assert choose_tiles(4096, 7168, M_TILE_ROWS, 16, a16=True, total_rows=16 * 64) == DEFAULT_TILES
+    tuned = t.grouped_a16[(4096, 7168)][-1]          # the table's grouped w8a16 setting at its largest bound
+    assert tuned[0] == M_TILE_ROWS and tuned[1] != DEFAULT_TILES
+    assert choose_tiles(4096, 7168, M_TILE_ROWS, 16, a16=True, total_rows=16 * 64) == tuned[1]
     assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=False, total_rows=16 * 65) == DEFAULT_TILES
 
 
