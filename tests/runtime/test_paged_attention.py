@@ -114,3 +114,17 @@ def test_fused_merge_hooks_equal_torch_exchanges():
     for pairs in run_ranks(_exchanges, 2):
         for a, b in pairs:
             torch.testing.assert_close(torch.from_numpy(b), torch.from_numpy(a), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_packed_metadata_views_start_on_16_byte_boundaries(dtype):
+    # a step's columns share one copy (layout.to_device_many); each view starts where a tensor of its own would be
+    # aligned (Triton specializes a kernel per pointer alignment), whatever the batch's sizes
+    from dcpctl.runtime.attention.layout import ALIGN_BYTES, host_ints, packed
+    for sizes in ((5, 3, 1), (7,), (4, 0, 9), (1, 1, 1, 1)):
+        hosts = [host_ints(list(range(10 * k, 10 * k + n))).to(dtype) for k, n in enumerate(sizes)]
+        hosts[0] = hosts[0].reshape(1, -1)
+        flat, starts = packed(hosts)
+        assert all(a * flat.element_size() % ALIGN_BYTES == 0 for a in starts)
+        for h, a in zip(hosts, starts):
+            assert torch.equal(flat[a:a + h.numel()].view(h.shape), h)

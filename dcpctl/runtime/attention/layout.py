@@ -25,6 +25,7 @@ from torch import Tensor
 
 from dcpctl.runtime.kv.allocator import VirtualAllocator, owned, owned_rows
 
+ALIGN_BYTES = 16     # to_device_many's views start on this boundary (Triton's pointer-alignment specialization)
 _TENSORS = ("positions", "seq", "write_rows", "write_slots", "kv_slots", "kv_pos", "kv_seq")
 
 
@@ -97,16 +98,29 @@ def to_device(host: Tensor, device: torch.device | str) -> Tensor:
 
 def to_device_many(hosts: list[Tensor], device: torch.device | str) -> list[Tensor]:
     """to_device of several host tensors with one copy per dtype (each copy is a pin and a launch: a prefill's
-    metadata is a handful of columns); views of the copy, in order, each of its host tensor's shape."""
+    metadata is a handful of columns); views of the copy, in order, each of its host tensor's shape.  Each view
+    starts on a 16-byte boundary, as a tensor of its own would: Triton compiles a kernel variant per pointer
+    alignment, so views at offsets that follow the batch's size would meet new variants mid-traffic."""
     if torch.device(device).type != "cuda":
         return [h.to(device) for h in hosts]
     out: list[Tensor | None] = [None] * len(hosts)
     for dt in dict.fromkeys(h.dtype for h in hosts):
         idx = [i for i, h in enumerate(hosts) if h.dtype == dt]
-        flat = to_device(torch.cat([hosts[i].reshape(-1) for i in idx]), device)
-        at = 0
-        for i in idx:
-            n = hosts[i].numel()
-            out[i] = flat[at:at + n].view(hosts[i].shape)
-            at += n
+        flat, starts = packed([hosts[i] for i in idx])
+        flat = to_device(flat, device)
+        for i, a in zip(idx, starts):
+            out[i] = flat[a:a + hosts[i].numel()].view(hosts[i].shape)
     return out      # type: ignore[return-value]
+
+
+def packed(hosts: list[Tensor]) -> tuple[Tensor, list[int]]:
+    """Host tensors of one dtype as one flat tensor and each one's first element there, every start a multiple of
+    ALIGN_BYTES (the rows between are zeros)."""
+    quantum = max(1, ALIGN_BYTES // hosts[0].element_size())
+    parts, starts, at = [], [], 0
+    for h in hosts:
+        pad = -h.numel() % quantum
+        parts += [h.reshape(-1), h.new_zeros(pad)]
+        starts.append(at)
+        at += h.numel() + pad
+    return torch.cat(parts), starts
