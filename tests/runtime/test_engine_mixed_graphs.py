@@ -57,6 +57,7 @@ def _serve(rank, world, path, cfg, sizes, requests):
     """Submit per JOINS, step to the end: each request's events, the step kinds, the chunk sizes each graph run saw,
     per split step its graph rows and chunks, the retractions and the mixed-step notes."""
     from dcpctl.runtime import notes
+    notes._sent.difference_update([t for t in notes._sent if t.startswith("mixed steps")])   # this engine's own
     engine = _engine(world, path, cfg, sizes)
     runs, run = [], engine.graphs.run
     engine.graphs.run = lambda *a: runs.append([ch.num_tokens for ch in a[1]]) or run(*a)
