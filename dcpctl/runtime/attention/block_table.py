@@ -33,11 +33,12 @@ expanded on the device, so the host sends the page numbers and two ints per run)
 """
 from __future__ import annotations
 
-from array import array
 from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
+
+from dcpctl.runtime.attention.layout import host_ints, to_device
 
 
 class RowState(NamedTuple):
@@ -122,10 +123,7 @@ class DeviceBlockTable:
             return
         k, s, m = len(ch.vals), len(ch.base), len(ch.moves)
         host = ch.vals + ch.base + ch.count + [a for a, _ in ch.moves] + [b for _, b in ch.moves]
-        buf = torch.frombuffer(array("q", host), dtype=torch.int64)     # far cheaper than torch.tensor(list)
-        if self.table.is_cuda:     # a fresh pinned block: the allocator keeps it until the copy is done
-            buf = buf.pin_memory()
-        buf = buf.to(self.table.device, non_blocking=True)
+        buf = to_device(host_ints(host), self.table.device)   # pinned, not blocking: the allocator keeps the block
         meta = buf[k:]
         if m:
             self.table.index_copy_(0, meta[2 * s + m:], self.table.index_select(0, meta[2 * s:2 * s + m]))

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from dcpctl.contract.launch_config import Decisions, SpeculativeSection
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
+from dcpctl.runtime.attention.layout import host_ints, to_device
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.model import latent_dims
 from dcpctl.runtime.engine.request import Sequence
@@ -158,7 +159,7 @@ class SpecDecoder:
     def _draft_forward(self, chunks: list[SeqChunk], ids: list[int]) -> list[int]:
         # chunks' tokens -> the draft's greedy next token after each chunk's last row
         ctx = build_context(self.alloc, self.pool, self.axis, DRAFT_DECISIONS, chunks, self.v_dim)
-        hidden = self.draft.forward(torch.tensor(ids, dtype=torch.int64, device=self.device), ctx.positions, ctx)
+        hidden = self.draft.forward(to_device(host_ints(ids), self.device), ctx.positions, ctx)
         last = torch.tensor(ctx.layout.q_bounds[1:], dtype=torch.int64, device=hidden.device) - 1
         return greedy(self.draft.logits(hidden.index_select(0, last))).tolist()
 
