@@ -51,7 +51,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_tiles import current as current_tables
+from dcpctl.runtime.models.fp8_tiles import GEMV_ROWS, current as current_tables
 from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
                                             M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles, fp8_matmul,
                                             quantize_rows)
@@ -93,12 +93,18 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
 # sweep also tried, won no cell), and those unfolded settings again
 A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=True), Tiles(swap=True),
            BEFORE_TILES, Tiles(bn=32, stages=4, per_sm=1), Tiles(128, 8, 3, 4, swap=True, max_split=4)]
+# ... and for the widest weights (V3's dense MLP at TP 1, 36864 x 7168 and 7168 x 18432: the first sweep's best at
+# 32-64 rows were 128-column tiles, capped K splits, one or two warpgroups) more of those
+A16_WIDE = [Tiles(128, 8, 4, 4, swap=True, max_split=4, fold=True), Tiles(128, 8, 3, 2, swap=True, fold=True),
+            Tiles(128, 8, 3, 4, swap=True, max_split=2, fold=True), Tiles(128, 8, 3, 4, swap=True, max_split=8, fold=True),
+            Tiles(128, 4, 3, 4, swap=True, max_split=2, fold=True), Tiles(bn=128, per_sm=4, max_split=2, fold=True),
+            Tiles(bn=128, per_sm=2, fold=True), Tiles(bn=128, warps=8, per_sm=4, max_split=4, fold=True)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                   + [Tiles(64, 4, 4, 2, swap=True, fold=True), Tiles(128, 4, 3, 1, swap=True, fold=True),
                      Tiles(128, 4, 4, 4, swap=True, max_split=4, fold=True), Tiles(bn=128, per_sm=4, max_split=4,
                                                                                   fold=True),
                      Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
-                  + A16_WON)
+                  + A16_WON + A16_WIDE)
 # --a16-candidates above fp8_gemm.M_TILE_ROWS (prefill: the rows tiled over programs): folded N tiles of 64 and 128,
 # one and two warpgroups, swapped or not
 # (fold has no effect under w8a8, so with --modes w8a8 first the same list sweeps w8a8's prefill settings); 128-row
@@ -120,6 +126,7 @@ GROUPED_DECODE = {"w8a16": list(dict.fromkeys([DEFAULT_TILES, *A16_CANDIDATES, *
 GROUPED_MARGIN = 0.05   # a grouped table entry is kept only where it is this much faster than DEFAULT_TILES (a
 # setting within it of the default is not worth a specialization more to compile)
 GROUPED_SECTIONS = {"w8a16": "grouped_w8a16", "w8a8": "grouped"}   # the table section a method's sweep writes
+DENSE_SECTIONS = {"w8a16": "dense_w8a16", "w8a8": "dense"}
 # ... and where the experts average more than fp8_gemm.M_TILE_ROWS rows (prefill), 128-row MMA tiles too
 GROUPED_PREFILL_A16 = [Tiles(bm=128, bn=128, warps=8, fold=True), Tiles(bm=128, fold=True),
                        Tiles(bm=128, bn=128, warps=8, stages=4, fold=True)]
@@ -267,6 +274,7 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16", device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, shipped,
                errors(x, w8[0], s[0]) if M == 8 else None)
+    row["mode"] = MODE[0]
     for m in MODE[1:]:   # --modes: the shipped setting under the other methods too, same weights
         us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), **method(m)), copies) * 1e6, 2)
         row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
@@ -375,6 +383,13 @@ def grouped_tables(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
         if "timed" in r and "experts" in r and section and r["rows_per_expert"] <= M_TILE_ROWS:
             key = f"{r['N']},{r['K']}"
             by.setdefault(section, {}).setdefault(key, {})[r["rows_per_expert"]] = grouped_choice(r, margin)[0]
+    return _sections(by)
+
+
+def _sections(by: dict) -> dict:
+    """{section: {"N,K": {rows: setting}}} as the table holds it: per shape [[most rows, fields]] ascending, merged
+    where the next bound keeps the same setting, none past the last that differs from DEFAULT_TILES (the rules'
+    setting there anyway)."""
     out: dict = {}
     for section, shapes in sorted(by.items()):
         for key, picks in sorted(shapes.items()):
@@ -392,9 +407,10 @@ def grouped_tables(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
 
 def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
-    MMA setting that was best per M above the few-rows range ("dense"), the few-rows setting with the least
-    total time over the swept M where it beat every MMA setting timed at some M, else null ("gemv"), and the
-    grouped rows' sections (grouped_tables)."""
+    MMA setting that was fastest per swept M the MMA kernel runs (more than fp8_tiles.GEMV_ROWS, up to M_TILE_ROWS)
+    in the method's section (DENSE_SECTIONS: "dense_w8a16" for w8a16, "dense" for w8a8 or a row without a mode),
+    the few-rows setting with the least total time over the swept M where it beat every MMA setting timed at some
+    M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
     mma: dict = {}
     gemv: dict = {}
     for r in rows:
@@ -402,14 +418,15 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
             continue
         key = (r["N"], r["K"])
         timed = [(tiles_of(e["tiles"]), e["us"]) for e in r["timed"]]
-        best_mma = min((us for t, us in timed if isinstance(t, Tiles)), default=float("inf"))
+        mmas = [(t, us) for t, us in timed if isinstance(t, Tiles)]
+        best_mma = min((us for _, us in mmas), default=float("inf"))
         for t, us in timed:
             if isinstance(t, GemvTiles):
                 gemv.setdefault(key, {}).setdefault(t, {})[r["M"]] = (us, us < best_mma)
-        if r["M"] > GEMV_MAX_M:
-            mma.setdefault(key, []).append((r["M"], tiles_of(r["best_tiles"])))
-    out: dict = {"dense": {f"{n},{k}": [[m, fields(t)] for m, t in v] for (n, k), v in sorted(mma.items())},
-                 "gemv": {}}
+        if mmas and GEMV_ROWS < r["M"] <= M_TILE_ROWS:
+            section = DENSE_SECTIONS.get(r.get("mode"), "dense")
+            mma.setdefault(section, {}).setdefault(f"{key[0]},{key[1]}", {})[r["M"]] = min(mmas, key=lambda p: p[1])[0]
+    out: dict = {"dense": {}, **_sections(mma), "gemv": {}}
     for (n, k), by in sorted(gemv.items()):
         ms = set.intersection(*(set(v) for v in by.values()))
         t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))

@@ -20,11 +20,33 @@ def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_m
             row(64, [(BEFORE_TILES, 20.0), (wide, 15.0)], wide),
             row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576)]      # the MMA kernel faster: None
     data = bench.table(rows)
-    assert data["dense"] == {"7168,2048": [[64, {"bn": 128}]]}
+    # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS): at 16 the default, at 64 wide
+    assert data["dense"] == {"7168,2048": [[16, {}], [64, {"bn": 128}]]}
     assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1, 16
     from dcpctl.runtime.models.fp8_tiles import parse
-    assert parse(data, "t").dense == {(7168, 2048): ((64, wide),)} and parse(data, "t").gemv[(7168, 2048)] == b
+    assert parse(data, "t").dense == {(7168, 2048): ((16, BEFORE_TILES), (64, wide))}
+    assert parse(data, "t").gemv[(7168, 2048)] == b
     assert bench.tiles_of(bench.tiles_dict(b)) == b and bench.tiles_of(bench.tiles_dict(wide)) == wide
+
+
+def test_a_w8a16_sweep_writes_its_own_dense_section_with_every_m_the_mma_kernel_runs():
+    from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles
+    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    wide, swapped = Tiles(bn=128, per_sm=4, max_split=4, fold=True), Tiles(bn=128, warps=8, swap=True, fold=True)
+
+    def row(M, timed):
+        return {"N": 36864, "K": 7168, "M": M, "mode": "w8a16",
+                "timed": [{"tiles": bench.tiles_dict(t), "us": us} for t, us in timed]}
+    rows = [row(8, [(BEFORE_TILES, 98.9), (wide, 87.1)]), row(16, [(BEFORE_TILES, 98.5), (wide, 88.1)]),
+            row(32, [(BEFORE_TILES, 153.5), (wide, 120.0), (swapped, 125.0)]),
+            row(64, [(BEFORE_TILES, 225.2), (wide, 165.6), (swapped, 156.6)])]
+    data = bench.table(rows)
+    assert data["dense"] == {}       # w8a8's section: not this sweep's (a merge keeps the table's)
+    assert data["dense_w8a16"] == {"36864,7168": [[32, bench.fields(wide)], [64, bench.fields(swapped)]]}
+    tab = parse(data, "t")
+    assert [choose_tiles(36864, 7168, m, a16=True, tables=tab) for m in (8, 32, 33, 64)] == [wide, wide, swapped,
+                                                                                               swapped]
+    assert choose_tiles(36864, 7168, 8, a16=False, tables=tab) == BEFORE_TILES   # w8a8 keeps its own section's
 
 
 def _grouped_row(rows_per_expert, timed, mode="w8a16", N=4096, K=7168):
