@@ -409,8 +409,8 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
     MMA setting that was fastest per swept M the MMA kernel runs (more than fp8_tiles.GEMV_ROWS, up to M_TILE_ROWS)
     in the method's section (DENSE_SECTIONS: "dense_w8a16" for w8a16, "dense" for w8a8 or a row without a mode),
-    the few-rows setting with the least total time over the swept M where it beat every MMA setting timed at some
-    M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
+    the few-rows setting with the least total time over the swept M it runs (up to GEMV_ROWS) where it beat every
+    MMA setting timed at some such M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
     mma: dict = {}
     gemv: dict = {}
     for r in rows:
@@ -421,7 +421,7 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
         mmas = [(t, us) for t, us in timed if isinstance(t, Tiles)]
         best_mma = min((us for _, us in mmas), default=float("inf"))
         for t, us in timed:
-            if isinstance(t, GemvTiles):
+            if isinstance(t, GemvTiles) and r["M"] <= GEMV_ROWS:
                 gemv.setdefault(key, {}).setdefault(t, {})[r["M"]] = (us, us < best_mma)
         if mmas and GEMV_ROWS < r["M"] <= M_TILE_ROWS:
             section = DENSE_SECTIONS.get(r.get("mode"), "dense")

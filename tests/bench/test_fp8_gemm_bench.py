@@ -15,14 +15,15 @@ def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_m
     def row(M, timed, best, N=7168):
         return {"N": N, "K": 2048, "M": M, "best_tiles": bench.tiles_dict(best),
                 "timed": [{"tiles": bench.tiles_dict(t), "us": us} for t, us in timed]}
-    rows = [row(1, [(BEFORE_TILES, 10.0), (a, 6.0), (b, 7.0)], a),
-            row(16, [(BEFORE_TILES, 12.0), (a, 14.0), (b, 11.0)], b),   # b: 18 us in all, a: 20
+    rows = [row(1, [(BEFORE_TILES, 10.0), (a, 7.0), (b, 6.0)], b),
+            row(16, [(BEFORE_TILES, 12.0), (a, 11.0), (b, 14.0)], a),   # past GEMV_ROWS: not the few-rows kernel's
             row(64, [(BEFORE_TILES, 20.0), (wide, 15.0)], wide),
-            row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576)]      # the MMA kernel faster: None
+            row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576),      # the MMA kernel faster: None
+            row(8, [(BEFORE_TILES, 5.0), (a, 16.0)], BEFORE_TILES, N=4096)]    # not timed at 1 row: no entry
     data = bench.table(rows)
     # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS): at 16 the default, at 64 wide
     assert data["dense"] == {"7168,2048": [[16, {}], [64, {"bn": 128}]]}
-    assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1, 16
+    assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1
     from dcpctl.runtime.models.fp8_tiles import parse
     assert parse(data, "t").dense == {(7168, 2048): ((16, BEFORE_TILES), (64, wide))}
     assert parse(data, "t").gemv[(7168, 2048)] == b

@@ -290,12 +290,16 @@ def _h200():
 def test_the_h200_table_loads_as_measured():
     from dcpctl.runtime.models.fp8_tiles import Fp8Tables, Tiles, tables_for
     t = _h200()
-    assert t.how == "measured on this GPU (NVIDIA H200, commit 7878218)"
+    assert t.how == "measured on this GPU (NVIDIA H200, commit eb0137e)"
     assert t.dense[(7168, 16384)] == ((16, Tiles()), (32, Tiles(per_sm=4, swap=True, max_split=4)),
                                       (64, Tiles(stages=5, per_sm=1)))
     assert t.dense_a16[(2112, 7168)] == ((32, Tiles(swap=True, fold=True)),
                                          (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True)))
-    assert t.gemv == {(24576, 1536): None} and (len(t.dense), len(t.dense_a16)) == (6, 5)
+    assert t.gemv == {(24576, 1536): None} and (len(t.dense), len(t.dense_a16)) == (6, 7)
+    # V3's dense MLP at TP 1 (fp8_serve.py's checkpoint), swept at 8-64 rows
+    assert t.dense_a16[(36864, 7168)][-1] == (64, Tiles(bn=128, warps=8, stages=4, per_sm=4, swap=True, max_split=4,
+                                                        fold=True))
+    assert [m for m, _ in t.dense_a16[(7168, 18432)]] == [16, 32, 64]
     assert tables_for("NVIDIA H100 80GB HBM3", 90).dense == t.dense          # the nearest sm_90 table
     assert tables_for("NVIDIA B200", 100) == Fp8Tables(how="no fp8_gemm table for NVIDIA B200 or another sm_100 "
                                                            "GPU: built-in defaults")
