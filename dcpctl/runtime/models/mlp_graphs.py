@@ -32,6 +32,7 @@ from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
 Progress = Callable[[int, int], None]
+MAX_PASSES = 2   # a call past the largest bucket replays in at most this many passes, a longer one runs eagerly
 
 
 def why_not(model: Any) -> str | None:
@@ -102,6 +103,8 @@ class MlpGraphs:
         top = self.buckets[-1]
         if t <= top:
             return self._replay(layer, x).clone()
+        if t > top * MAX_PASSES:
+            return mlp(x)
         out = torch.empty_like(x)
         for i in range(0, t, top):
             out[i:i + top] = self._replay(layer, x[i:i + top])
