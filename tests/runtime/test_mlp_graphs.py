@@ -1,6 +1,6 @@
 """Each layer's MLP captured at token buckets (runtime/models/mlp_graphs.py) on CPU, where a replay runs the same
 piece eagerly on the same static buffers: padded rows (stale on purpose) change no real row, a MoE routes none of
-them to an expert, calls past the largest bucket replay in passes of it, and an engine with the pieces gives every request
+them to an expert, calls past the largest bucket replay in up to MAX_PASSES passes of it (longer ones run eagerly), and an engine with the pieces gives every request
 the tokens and log-probabilities it gets without them (float64, the tiny DeepSeek model with a dense and a MoE
 layer), at DCP 1 and 2, chunked, with attention DP; the launch flags resolve SGLang's buckets."""
 import pytest
@@ -9,7 +9,7 @@ import torch
 from dcpctl.launch.cuda_graphs import prefill_section, sglang_prefill_tokens
 from dcpctl.plan.errors import UserError
 from dcpctl.runtime.models.mlp import MoE
-from dcpctl.runtime.models.mlp_graphs import MlpGraphs, why_not
+from dcpctl.runtime.models.mlp_graphs import MAX_PASSES, MlpGraphs, why_not
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
 from tests.runtime.test_engine import launch_cfg
@@ -39,7 +39,7 @@ def test_padded_rows_change_no_real_row(path):
     assert isinstance(model.layers[1].mlp, MoE) and why_not(model) is None
     g = MlpGraphs(model, BUCKETS)
     torch.manual_seed(0)
-    for t in (1, 3, 5, 12, 13, 30):
+    for t in (1, 3, 5, 12, 13, 24, 30):
         x = torch.randn(t, model.cfg.hidden_size, dtype=torch.float64)
         g.inp.normal_(0, 30.0)                          # stale rows past t: far from any real row
         for layer in model.layers:
@@ -47,8 +47,9 @@ def test_padded_rows_change_no_real_row(path):
             got = g(layer.mlp, x)
             assert got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    # past the largest bucket (12): passes of 12 tokens, the last at its own bucket (13 = 12 + 1, 30 = 12 + 12 + 6)
-    assert g.replays == 2 * (4 + 2 + 3)
+    # past the largest bucket (12): up to MAX_PASSES passes of 12 tokens, the last at its own bucket (13 = 12 + 1,
+    # 24 = 12 + 12); 30 tokens would take 3: the eager MLP
+    assert MAX_PASSES == 2 and g.replays == 2 * (4 + 2 + 2)
     assert g.bucket(5) == 8 and g.bucket(13) is None
 
 

@@ -50,7 +50,7 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
     if device.type != "cuda":
         return None
     from dcpctl.runtime.models.deepseek import DeepseekModel
-    from dcpctl.runtime.models.mlp_graphs import token_cap, why_not as mlp_why_not
+    from dcpctl.runtime.models.mlp_graphs import MAX_PASSES, token_cap, why_not as mlp_why_not
     why = None if type(model) is DeepseekModel else f"{type(model).__name__} has no captured MLP pieces"
     why = why or mlp_why_not(model)
     if why:
@@ -63,7 +63,8 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
             note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' limit)")
             return None
         return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run grouped up "
-                        f"to {cap} tokens a pass; a longer prompt chunk replays them in passes of {tokens[-1]})")
+                        f"to {cap} tokens a pass; a prompt chunk of up to {MAX_PASSES} x {tokens[-1]} tokens replays them in "
+                        f"passes, a longer one runs its MLP eagerly)")
     return tokens, section.prefill_reason
 
 

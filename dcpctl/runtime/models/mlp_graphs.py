@@ -12,8 +12,9 @@ expert, the grouped GEMMs, the combine, the shared expert): it has no collective
 sum) and no host sync.  Attention, the norms and the collectives stay eager between the pieces.
 
 A call of T tokens (0 < T <= the largest bucket) copies x into the first T rows of the static input, writes T to
-`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows; a longer call
-runs as passes of the largest bucket (the MLP is per token: each pass's rows are the call's).  Padded rows
+`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows; a call of up
+to MAX_PASSES times the largest bucket runs as passes of it (the MLP is per token: each pass's rows are the call's), a
+longer one eagerly (its own kernels at its own size).  Padded rows
 hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
 them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
 pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
@@ -32,7 +33,11 @@ from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
 Progress = Callable[[int, int], None]
-MAX_PASSES = 2   # a call past the largest bucket replays in at most this many passes, a longer one runs eagerly
+# A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  The pass-limited
+# block-FP8 MoE (512-token pieces) on the H200 (benchmarks/data/fp8_prefill_passes_h200.json, one prompt of N tokens,
+# ms): in passes 15.5 / 28.8 / 56.1 / 115.0 at N = 1,000 / 2,000 / 4,096 / 8,192, eager 19.7 / 22.6 / 32.0 / 70.3 (past
+# two passes the experts' per-expert GEMMs on the dequantized weights beat more grouped passes)
+MAX_PASSES = 2
 
 
 def why_not(model: Any) -> str | None:
@@ -95,8 +100,8 @@ class MlpGraphs:
         return next((b for b in self.buckets if b >= t), None)
 
     def __call__(self, mlp: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
-        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket; past the largest, passes of the largest (a
-        # block-FP8 MoE's pieces stop at its grouped pass limit: a longer prompt chunk replays them too); else eager
+        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket; past the largest, up to MAX_PASSES passes of
+        # the largest (a block-FP8 MoE's pieces stop at its grouped pass limit); else eager
         t, layer = x.shape[0], self.index.get(id(mlp))
         if not t or layer is None or (self.cuda and torch.cuda.is_current_stream_capturing()):
             return mlp(x)
