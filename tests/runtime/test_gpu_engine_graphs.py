@@ -184,9 +184,9 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
 
 
 def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
-    """A call past the block-FP8 MoE's 512-token pieces (a longer prompt chunk) replays them in passes of 512: each
-    pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass runs at its
-    bucket's rows, where the tile setting may differ)."""
+    """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays them in
+    passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass
+    runs at its bucket's rows, where the tile setting may differ)."""
     import sys
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE
