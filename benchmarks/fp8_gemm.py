@@ -96,7 +96,8 @@ A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=T
 # ... and for the widest weights (V3's dense MLP at TP 1, 36864 x 7168 and 7168 x 18432: the first sweep's best at
 # 32-64 rows were 128-column tiles, capped K splits, one or two warpgroups) more of those
 A16_WIDE = [Tiles(128, 8, 4, 4, swap=True, max_split=4, fold=True), Tiles(128, 8, 3, 2, swap=True, fold=True),
-            Tiles(128, 8, 3, 4, swap=True, max_split=2, fold=True), Tiles(128, 8, 3, 4, swap=True, max_split=8, fold=True),
+            Tiles(128, 8, 3, 4, swap=True, max_split=2, fold=True),
+            Tiles(128, 8, 3, 4, swap=True, max_split=8, fold=True),
             Tiles(128, 4, 3, 4, swap=True, max_split=2, fold=True), Tiles(bn=128, per_sm=4, max_split=2, fold=True),
             Tiles(bn=128, per_sm=2, fold=True), Tiles(bn=128, warps=8, per_sm=4, max_split=4, fold=True)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
@@ -386,10 +387,11 @@ def grouped_tables(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     return _sections(by)
 
 
-def _sections(by: dict) -> dict:
+def _sections(by: dict, trim: bool = True) -> dict:
     """{section: {"N,K": {rows: setting}}} as the table holds it: per shape [[most rows, fields]] ascending, merged
-    where the next bound keeps the same setting, none past the last that differs from DEFAULT_TILES (the rules'
-    setting there anyway)."""
+    where the next bound keeps the same setting; `trim`: none past the last that differs from DEFAULT_TILES (the
+    rules' setting there anyway; the dense sections keep them: under w8a16 a shape without its own entry would take
+    w8a8's, and a merge would keep the table's older entry of a shape this sweep found best at the default)."""
     out: dict = {}
     for section, shapes in sorted(by.items()):
         for key, picks in sorted(shapes.items()):
@@ -398,7 +400,7 @@ def _sections(by: dict) -> dict:
                 if entries and entries[-1][1] == t:
                     entries.pop()
                 entries.append((most, t))
-            while entries and entries[-1][1] == DEFAULT_TILES:
+            while trim and entries and entries[-1][1] == DEFAULT_TILES:
                 entries.pop()
             if entries:
                 out.setdefault(section, {})[key] = [[most, fields(t)] for most, t in entries]
@@ -407,8 +409,9 @@ def _sections(by: dict) -> dict:
 
 def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
     """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
-    MMA setting that was fastest per swept M the MMA kernel runs (more than fp8_tiles.GEMV_ROWS, up to M_TILE_ROWS)
-    in the method's section (DENSE_SECTIONS: "dense_w8a16" for w8a16, "dense" for w8a8 or a row without a mode),
+    MMA setting that was fastest per swept M the table serves (more than fp8_tiles.GEMV_ROWS; under w8a16 up to
+    M_TILE_ROWS, past it the rules' prefill settings run) in the method's section (DENSE_SECTIONS: "dense_w8a16" for
+    w8a16, "dense" for w8a8 or a row without a mode),
     the few-rows setting with the least total time over the swept M it runs (up to GEMV_ROWS) where it beat every
     MMA setting timed at some such M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
     mma: dict = {}
@@ -423,10 +426,11 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
         for t, us in timed:
             if isinstance(t, GemvTiles) and r["M"] <= GEMV_ROWS:
                 gemv.setdefault(key, {}).setdefault(t, {})[r["M"]] = (us, us < best_mma)
-        if mmas and GEMV_ROWS < r["M"] <= M_TILE_ROWS:
-            section = DENSE_SECTIONS.get(r.get("mode"), "dense")
-            mma.setdefault(section, {}).setdefault(f"{key[0]},{key[1]}", {})[r["M"]] = min(mmas, key=lambda p: p[1])[0]
-    out: dict = {"dense": {}, **_sections(mma), "gemv": {}}
+        section = DENSE_SECTIONS.get(r.get("mode"), "dense")
+        if mmas and GEMV_ROWS < r["M"] and (r["M"] <= M_TILE_ROWS or section == "dense"):
+            best = min(mmas, key=lambda p: p[1])[0]
+            mma.setdefault(section, {}).setdefault(f"{key[0]},{key[1]}", {})[r["M"]] = best
+    out: dict = {"dense": {}, **_sections(mma, trim=False), "gemv": {}}
     for (n, k), by in sorted(gemv.items()):
         ms = set.intersection(*(set(v) for v in by.values()))
         t = min(by, key=lambda t: sum(by[t][m][0] for m in ms))

@@ -8,7 +8,7 @@ bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 
-def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_mma():
+def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
     from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, GemvTiles, Tiles
     a, b, wide = GemvTiles(), GemvTiles(bn=32), Tiles(bn=128)
 
@@ -18,36 +18,48 @@ def test_table_keeps_the_least_total_few_rows_setting_and_the_m_where_it_beats_m
     rows = [row(1, [(BEFORE_TILES, 10.0), (a, 7.0), (b, 6.0)], b),
             row(16, [(BEFORE_TILES, 12.0), (a, 11.0), (b, 14.0)], a),   # past GEMV_ROWS: not the few-rows kernel's
             row(64, [(BEFORE_TILES, 20.0), (wide, 15.0)], wide),
+            row(256, [(BEFORE_TILES, 50.0), (wide, 40.0)], wide),         # w8a8 prefill rows: "dense" serves them
             row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576),      # the MMA kernel faster: None
-            row(8, [(BEFORE_TILES, 5.0), (a, 16.0)], BEFORE_TILES, N=4096)]    # not timed at 1 row: no entry
+            row(8, [(BEFORE_TILES, 5.0), (a, 16.0)], BEFORE_TILES, N=4096)]    # not timed at 1 row: no gemv entry
     data = bench.table(rows)
-    # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS): at 16 the default, at 64 wide
-    assert data["dense"] == {"7168,2048": [[16, {}], [64, {"bn": 128}]]}
+    # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS), the default kept where it won
+    assert data["dense"] == {"4096,2048": [[8, {}]], "7168,2048": [[16, {}], [256, {"bn": 128}]]}
     assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1
-    from dcpctl.runtime.models.fp8_tiles import parse
-    assert parse(data, "t").dense == {(7168, 2048): ((16, BEFORE_TILES), (64, wide))}
-    assert parse(data, "t").gemv[(7168, 2048)] == b
+    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    tab = parse(data, "t")
+    assert tab.dense[(7168, 2048)] == ((16, BEFORE_TILES), (256, wide)) and tab.gemv[(7168, 2048)] == b
+    assert [choose_tiles(7168, 2048, m, tables=tab) for m in (1, 16, 17, 256)] == [b, BEFORE_TILES, wide, wide]
     assert bench.tiles_of(bench.tiles_dict(b)) == b and bench.tiles_of(bench.tiles_dict(wide)) == wide
 
 
-def test_a_w8a16_sweep_writes_its_own_dense_section_with_every_m_the_mma_kernel_runs():
+def test_a_w8a16_sweep_writes_its_own_dense_section_and_merges_into_the_table(tmp_path):
+    from dcpctl import tuning
     from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles
     from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
     wide, swapped = Tiles(bn=128, per_sm=4, max_split=4, fold=True), Tiles(bn=128, warps=8, swap=True, fold=True)
 
-    def row(M, timed):
-        return {"N": 36864, "K": 7168, "M": M, "mode": "w8a16",
+    def row(M, timed, N=36864, K=7168):
+        return {"N": N, "K": K, "M": M, "mode": "w8a16",
                 "timed": [{"tiles": bench.tiles_dict(t), "us": us} for t, us in timed]}
     rows = [row(8, [(BEFORE_TILES, 98.9), (wide, 87.1)]), row(16, [(BEFORE_TILES, 98.5), (wide, 88.1)]),
             row(32, [(BEFORE_TILES, 153.5), (wide, 120.0), (swapped, 125.0)]),
-            row(64, [(BEFORE_TILES, 225.2), (wide, 165.6), (swapped, 156.6)])]
+            row(64, [(BEFORE_TILES, 225.2), (wide, 165.6), (swapped, 156.6)]),
+            row(128, [(BEFORE_TILES, 400.0), (swapped, 300.0)]),      # w8a16 prefill rows: the rules' settings
+            row(32, [(BEFORE_TILES, 70.0), (wide, 75.0)], 7168, 18432), row(64, [(BEFORE_TILES, 72.0)], 7168, 18432)]
     data = bench.table(rows)
     assert data["dense"] == {}       # w8a8's section: not this sweep's (a merge keeps the table's)
-    assert data["dense_w8a16"] == {"36864,7168": [[32, bench.fields(wide)], [64, bench.fields(swapped)]]}
-    tab = parse(data, "t")
+    assert data["dense_w8a16"] == {"36864,7168": [[32, bench.fields(wide)], [64, bench.fields(swapped)]],
+                                   "7168,18432": [[64, {}]]}     # the default won at every M: said so
+    old = {"dense": {"36864,7168": [[64, {"bn": 32}]]},
+           "dense_w8a16": {"7168,18432": [[64, {"fold": True}]], "576,7168": [[16, {"swap": True}]]}}
+    path = tuning.write(tmp_path / "t.json", "fp8_gemm", "NVIDIA H200", 90, "python x", "abc1234", old)
+    merged, _ = bench.merge(data, "c", str(path), {f"{r['N']},{r['K']}" for r in rows})
+    tab = parse(merged, "t")
     assert [choose_tiles(36864, 7168, m, a16=True, tables=tab) for m in (8, 32, 33, 64)] == [wide, wide, swapped,
                                                                                                swapped]
-    assert choose_tiles(36864, 7168, 8, a16=False, tables=tab) == BEFORE_TILES   # w8a8 keeps its own section's
+    assert choose_tiles(36864, 7168, 8, a16=False, tables=tab) == Tiles(bn=32)   # w8a8 keeps its own section's
+    assert choose_tiles(7168, 18432, 40, a16=True, tables=tab) == BEFORE_TILES   # measured: not the old fold
+    assert merged["dense_w8a16"]["576,7168"] == old["dense_w8a16"]["576,7168"]   # not swept: kept
 
 
 def _grouped_row(rows_per_expert, timed, mode="w8a16", N=4096, K=7168):

@@ -1,8 +1,10 @@
 """Each layer's MLP captured at token buckets (runtime/models/mlp_graphs.py) on CPU, where a replay runs the same
 piece eagerly on the same static buffers: padded rows (stale on purpose) change no real row, a MoE routes none of
-them to an expert, calls past the largest bucket replay in up to MAX_PASSES passes of it (longer ones run eagerly), and an engine with the pieces gives every request
-the tokens and log-probabilities it gets without them (float64, the tiny DeepSeek model with a dense and a MoE
-layer), at DCP 1 and 2, chunked, with attention DP; the launch flags resolve SGLang's buckets."""
+them to an expert, calls past the largest bucket replay in up to MAX_PASSES passes of it (longer ones run eagerly),
+and an engine with the pieces gives every request the tokens and log-probabilities it gets without them (float64,
+the tiny DeepSeek model with a dense and a MoE layer), at DCP 1 and 2, chunked, with attention DP; the launch flags
+resolve SGLang's buckets.
+"""
 import pytest
 import torch
 

@@ -63,8 +63,8 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
             note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' limit)")
             return None
         return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run grouped up "
-                        f"to {cap} tokens a pass; a prompt chunk of up to {MAX_PASSES} x {tokens[-1]} tokens replays them in "
-                        f"passes, a longer one runs its MLP eagerly)")
+                        f"to {cap} tokens a pass; a prompt chunk of up to {MAX_PASSES} x {tokens[-1]} tokens "
+                        f"replays them in passes, a longer one runs its MLP eagerly)")
     return tokens, section.prefill_reason
 
 
