@@ -1,6 +1,7 @@
 """Block-FP8 judged as users judge a quantized checkpoint: the built-in trained model against its FP8 form.
 
     python benchmarks/fp8_accuracy.py [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
+                                      [--prefill-mode w8a16|w8a8]
 
 The built-in trained model (tiny DeepSeek-V3-shaped, trained on Python stdlib sources; what `dcpctl generate`
 serves without --model-path) is quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale =
@@ -22,6 +23,10 @@ Which pair the targets judge (the report's `target_comparison`): on cuda the ser
 kernels against the bf16 ones); on cpu, where no FP8 kernel runs, the two checkpoints in float64, f64_fp8 vs
 f64_bf16: the quantization alone (under w8a8 the activations' too), without bf16 arithmetic's rounding, which
 flips greedy continuations by itself (f64 vs bf16). The other pairs are reported beside it.
+
+--prefill-mode (CPU): the method of the GEMMs of more than fp8_tiles.M_TILE_ROWS rows (the prefill's; decode steps of
+up to that many requests keep --mode), as a server that quantizes the activations only where the rows make the GEMM
+compute-bound would run; both FP8 paths (fp8, f64_fp8) follow it.
 
 --fp32-logits: the 16-bit paths' lm_head product is taken in fp32 (inputs as they are, fp32 output, as SGLang's
 --enable-fp32-lm-head does; dcpctl's runtime rounds logits to the model dtype), so that logits a rounding step apart
@@ -62,6 +67,7 @@ from fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recor
 from dcpctl.launch.default_model import default_model  # noqa: E402
 from dcpctl.runtime import settings  # noqa: E402
 from dcpctl.runtime.models import fp8_gemm, fp8_parts  # noqa: E402
+from dcpctl.runtime.models.fp8_tiles import M_TILE_ROWS  # noqa: E402
 from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
 from tests.runtime.ref_context import RefContext, greedy_run  # noqa: E402
 
@@ -161,6 +167,13 @@ def run_path(m, name: str, windows, prompts, forced) -> dict:
     return out
 
 
+def split_method(x, w8, scale, block, ends=None, decode="w8a16", prefill="w8a16", **_):
+    """emulated_fp8_matmul under `prefill` where the GEMM has more than M_TILE_ROWS rows (an expert's, grouped), else
+    under `decode`."""
+    rows = x.shape[0] if ends is None else max(1, x.shape[0] // w8.shape[0])
+    return emulated_fp8_matmul(x, w8, scale, block, ends, mode=prefill if rows > M_TILE_ROWS else decode)
+
+
 def fp32_logits(m) -> None:
     """m.logits with the lm_head product in fp32 (one rank: no vocab gather)."""
     head = m.lm_head
@@ -183,10 +196,17 @@ def main() -> int:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--json", help="write the report here too")
     ap.add_argument("--mode", choices=fp8_parts.MODES, default="w8a16", help="the fp8 path's method")
+    ap.add_argument("--prefill-mode", choices=fp8_parts.MODES,
+                    help="CPU: the method of GEMMs of more than M_TILE_ROWS rows (default: --mode; see above)")
     ap.add_argument("--fp32-logits", action="store_true", help="the 16-bit paths' lm_head product in fp32 (see above)")
     ap.add_argument("--dir", help="where the FP8 checkpoint is written, its bf16 form in DIR-bf16 "
                                   "(default: a temporary directory)")
     args = ap.parse_args()
+    prefill = args.prefill_mode or args.mode
+    if args.device == "cuda" and prefill != args.mode:
+        print("fp8_accuracy.py: --prefill-mode other than --mode is emulated on the CPU only (--device cpu)",
+              file=sys.stderr)
+        return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("fp8_accuracy.py: no CUDA GPU here; --device cpu emulates the FP8 GEMM", file=sys.stderr)
         return 2
@@ -205,7 +225,7 @@ def main() -> int:
         if args.fp32_logits and dtype != torch.float64:
             fp32_logits(m)
         if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks fp8_matmul up at every call
-            fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul, mode=args.mode)
+            fp8_gemm.fp8_matmul = functools.partial(split_method, decode=args.mode, prefill=prefill)
         paths[name] = run_path(m, name, windows, prompts, forced)
         forced = forced or paths["bf16"]["ids"]
         print(f"{name}: {paths[name]['bpb']:.4f} bits/byte, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -226,7 +246,8 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     lens = [len(p) for p in greedy_prompts()]
     out: dict = {
         "command": " ".join(["python", "benchmarks/fp8_accuracy.py", *sys.argv[1:]]), "commit": commit(),
-        "device": dev, "torch": torch.__version__, "mode": args.mode, "fp32_logits": args.fp32_logits,
+        "device": dev, "torch": torch.__version__, "mode": args.mode, "prefill_mode": args.prefill_mode or args.mode,
+        "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(
             (default_model().path / "training.json").read_text())["slice"]["bpb_float64"],
         "checkpoint": f"built-in trained model ({default_model().path.name}) and its block-FP8 form (128x128 e4m3)",
