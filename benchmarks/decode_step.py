@@ -62,23 +62,17 @@ def main(argv: list[str] | None = None) -> None:
 def profile_step(fn, top: int = 30) -> dict:
     """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name (ms,
     calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name apart."""
+    from prefill_ttft import kernel_totals   # benchmarks/ (this script's folder) is on sys.path
     from torch.profiler import ProfilerActivity, profile
     fn()                                   # the cell's first call: allocation and any compile, outside the profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    kernels: dict[str, list] = {}
-    order = []
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels.setdefault(ev.name[:110], [0.0, 0])
-            k[0] += ev.device_time / 1e3
-            k[1] += 1
-            order.append((ev.time_range.start, ev.name[:60], round(ev.device_time, 1)))
-    rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]
-    return {"by_name": [{"name": k, "ms": round(v[0], 4), "calls": v[1]} for k, v in rows],
-            "in_order": [[name, us] for _, name, us in sorted(order)]}
+    events = [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
+    order = sorted((ev.time_range.start, ev.name[:60], round(ev.device_time, 1)) for ev in events)
+    return {"by_name": [{"name": k, "ms": round(ms, 4), "calls": n} for k, ms, n in kernel_totals(events, 110)[:top]],
+            "in_order": [[name, us] for _, name, us in order]}
 
 
 if __name__ == "__main__":

@@ -202,8 +202,8 @@ def main() -> int:
     ap.add_argument("--dir", help="where the FP8 checkpoint is written, its bf16 form in DIR-bf16 "
                                   "(default: a temporary directory)")
     args = ap.parse_args()
-    prefill = args.prefill_mode or args.mode
-    if args.device == "cuda" and prefill != args.mode:
+    args.prefill_mode = args.prefill_mode or args.mode
+    if args.device == "cuda" and args.prefill_mode != args.mode:
         print("fp8_accuracy.py: --prefill-mode other than --mode is emulated on the CPU only (--device cpu)",
               file=sys.stderr)
         return 2
@@ -225,7 +225,7 @@ def main() -> int:
         if args.fp32_logits and dtype != torch.float64:
             fp32_logits(m)
         if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks fp8_matmul up at every call
-            fp8_gemm.fp8_matmul = functools.partial(split_method, decode=args.mode, prefill=prefill)
+            fp8_gemm.fp8_matmul = functools.partial(split_method, decode=args.mode, prefill=args.prefill_mode)
         paths[name] = run_path(m, name, windows, prompts, forced)
         forced = forced or paths["bf16"]["ids"]
         print(f"{name}: {paths[name]['bpb']:.4f} bits/byte, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -246,7 +246,7 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     lens = [len(p) for p in greedy_prompts()]
     out: dict = {
         "command": " ".join(["python", "benchmarks/fp8_accuracy.py", *sys.argv[1:]]), "commit": commit(),
-        "device": dev, "torch": torch.__version__, "mode": args.mode, "prefill_mode": args.prefill_mode or args.mode,
+        "device": dev, "torch": torch.__version__, "mode": args.mode, "prefill_mode": args.prefill_mode,
         "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(
             (default_model().path / "training.json").read_text())["slice"]["bpb_float64"],

@@ -119,16 +119,22 @@ def profiled(fn: Callable[[], Any], top: int = 25, trace: Path | None = None) ->
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
-    kernels: dict[str, list[float]] = {}
-    for ev in prof.events():
+    rows = kernel_totals(prof.events(), 120)
+    return {"wall_ms": round(wall, 2), "gpu_kernel_ms": round(sum(ms for _, ms, _ in rows), 2),
+            "top_kernels": [{"name": k, "ms": round(ms, 3), "calls": n} for k, ms, n in rows[:top]],
+            "host_waits": sync_points(fn)}
+
+
+def kernel_totals(events: Any, width: int) -> list[tuple[str, float, int]]:
+    """The CUDA kernels of profiler events by name (its first `width` characters): (name, total ms, calls), the
+    largest total first."""
+    kernels: dict[str, list] = {}
+    for ev in events:
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels.setdefault(ev.name[:120], [0.0, 0])
+            k = kernels.setdefault(ev.name[:width], [0.0, 0])
             k[0] += ev.device_time / 1e3
             k[1] += 1
-    rows = sorted(kernels.items(), key=lambda kv: -kv[1][0])
-    return {"wall_ms": round(wall, 2), "gpu_kernel_ms": round(sum(v[0] for v in kernels.values()), 2),
-            "top_kernels": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in rows[:top]],
-            "host_waits": sync_points(fn)}
+    return sorted(((k, ms, n) for k, (ms, n) in kernels.items()), key=lambda r: -r[1])
 
 
 def sync_points(fn: Callable[[], Any]) -> dict[str, int]:
