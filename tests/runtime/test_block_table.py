@@ -186,6 +186,8 @@ def test_prepare_buffers_equal_build_paged(c, page):
                 continue
             n, b = len(chunks), g.prepare(torch.zeros(len(chunks), dtype=torch.int64), chunks)[0]
             ref = build_paged(sim.alloc, chunks, r, page, max_pages=sim.width)
+            g.int32_columns(b)                  # a replay's first op
+            assert torch.equal(g.q_pos[:n], ref.q_pos[:n])
             for i, ch in enumerate(chunks):
                 need = sim.alloc.pages_for(ch.start + 1)
                 assert torch.equal(g.block_table[i, :need], ref.block_table[i, :need])

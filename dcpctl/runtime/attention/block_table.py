@@ -28,8 +28,8 @@ rows of pads and unused rows have local_lens 0 and are read not at all.  Nothing
 Host work per step is O(batch + changed entries); a step with no change (most steps: a request
 crosses a page boundary once every P*c steps) touches the device not at all.  Changes go down as
 one host int64 buffer (pinned on CUDA, fresh per step, so the non_blocking copy never races a later
-host write): a row gather for moves, then one flat scatter of the appended runs (their indices are
-expanded on the device, so the host sends the page numbers and two ints per run).
+host write): a row gather for moves, then one flat scatter of the appended entries (the host sends each one's flat
+index and page: two ints an entry, three device ops a step that writes).
 """
 from __future__ import annotations
 
@@ -53,17 +53,15 @@ class Written(NamedTuple):
 
 
 class _Changes:
-    """One step's writes: appended runs (flat start - entries before it, length) and row moves."""
+    """One step's writes: appended entries (flat index into the table, page) and row moves."""
 
     def __init__(self) -> None:
+        self.idx: list[int] = []
         self.vals: list[int] = []
-        self.base: list[int] = []
-        self.count: list[int] = []
         self.moves: list[tuple[int, int]] = []     # (src, dst), read before any write of this step
 
     def append(self, flat_start: int, pages: list[int]) -> None:
-        self.base.append(flat_start - len(self.vals))
-        self.count.append(len(pages))
+        self.idx += range(flat_start, flat_start + len(pages))
         self.vals += pages
 
 
@@ -87,18 +85,22 @@ class DeviceBlockTable:
         self._check_unique(assignments)
         ch = _Changes()
         new: list[tuple[int, RowState]] = []
+        rows, width, state = self.rows, self.width, self._state
         for row, rid, needed, pages in assignments:
-            self._check(row, rid, needed, pages)
-            st = self._state[row]
+            if not (0 <= row < rows and needed <= len(pages) and needed <= width):
+                self._check(row, rid, needed, pages)
+            st = state[row]
+            if st is not None and st.rid == rid and st.pages is pages and needed <= st.written:
+                continue        # most rows of most steps: nothing to write, the mirror stays as it is
             if st is None or st.rid != rid or st.pages is not pages:
                 src = self._where.get(rid)
-                if src is not None and self._state[src].pages is pages:
+                if src is not None and state[src].pages is pages:
                     ch.moves.append((src, row))
-                    st = self._state[src]
+                    st = state[src]
                 else:
                     st = RowState(rid, pages, 0)
             if needed > st.written:
-                ch.append(row * self.width + st.written, pages[st.written:needed])
+                ch.append(row * width + st.written, pages[st.written:needed])
             new.append((row, RowState(rid, pages, max(st.written, needed))))
         self._apply(ch)
         self._remirror(new)
@@ -117,20 +119,16 @@ class DeviceBlockTable:
                              f"table width ({self.width}))")
 
     def _apply(self, ch: _Changes) -> None:
-        # one host buffer [vals(k) | base(s) | count(s) | src(m) | dst(m)] -> one copy -> row gather,
-        # flat scatter at idx = repeat_interleave(base, count) + arange(k) (output_size given: no sync)
+        # one host buffer [flat index(k) | page(k) | src(m) | dst(m)] -> one copy -> row gather, flat scatter
         if not ch.vals and not ch.moves:
             return
-        k, s, m = len(ch.vals), len(ch.base), len(ch.moves)
-        host = ch.vals + ch.base + ch.count + [a for a, _ in ch.moves] + [b for _, b in ch.moves]
+        k, m = len(ch.vals), len(ch.moves)
+        host = ch.idx + ch.vals + [a for a, _ in ch.moves] + [b for _, b in ch.moves]
         buf = to_device(host_ints(host), self.table.device)   # pinned, not blocking: the allocator keeps the block
-        meta = buf[k:]
         if m:
-            self.table.index_copy_(0, meta[2 * s + m:], self.table.index_select(0, meta[2 * s:2 * s + m]))
+            self.table.index_copy_(0, buf[2 * k + m:], self.table.index_select(0, buf[2 * k:2 * k + m]))
         if k:
-            idx = torch.repeat_interleave(meta[:s], meta[s:2 * s], output_size=k)
-            idx += torch.arange(k, device=buf.device)
-            self.table.view(-1).index_copy_(0, idx, buf[:k].to(torch.int32))
+            self.table.view(-1).index_copy_(0, buf[:k], buf[k:2 * k].to(torch.int32))
 
     def _remirror(self, new: list[tuple[int, RowState]]) -> None:
         # keep one mirrored row per rid: a moved-from (or outdated) row that nobody reassigned is forgotten

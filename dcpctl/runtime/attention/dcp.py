@@ -271,4 +271,7 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
 
 def kv_rows(alloc: VirtualAllocator, chunks: list[SeqChunk], rank: int) -> int:
     """Shard rows one layer attends (sum of local_len(end)): host ints only."""
-    return sum(local_len(ch.start + ch.num_tokens, rank, alloc.dcp) for ch in chunks)
+    c = alloc.dcp
+    if c == 1:
+        return sum(ch.start + ch.num_tokens for ch in chunks)
+    return sum(local_len(ch.start + ch.num_tokens, rank, c) for ch in chunks)

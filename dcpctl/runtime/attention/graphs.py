@@ -17,7 +17,8 @@ batch B uses their first B rows):
 | sampled_ids  | [Bmax] int64           | logits=True: each row's argmax (the next step's src  |
 |              |                        | rows read it before that step writes its own)        |
 | sampled      | [Bmax, 2] fp32 (fp64)  | logits=True: the argmax as a float and its logprob   |
-| q_pos        | [Bmax] int32           | positions, as the kernel reads them                  |
+| q_pos        | [Bmax] int32           | positions, as the kernel reads them (the graph's     |
+|              |                        | first op copies them from meta, as local_lens)       |
 | local_lens   | [Bmax + 1] int32       | local_len(position + 1, r, c); pads and the last 0   |
 | row_req      | [Bmax] int32           | arange (one query row per request), fixed            |
 | block_table  | [Bmax + 1, max_pages]  | row i: chunk i's pages; only changes are written     |
@@ -42,7 +43,7 @@ from torch import Tensor
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
 from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import DCPContext
-from dcpctl.runtime.attention.layout import SeqChunk
+from dcpctl.runtime.attention.layout import SeqChunk, host_ints
 from dcpctl.runtime.attention.paged import PagedLayout
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
@@ -159,7 +160,13 @@ class DecodeGraphs:
                           self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [])
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
+    def int32_columns(self, b: int) -> None:
+        """q_pos and local_lens from meta, as the kernels read them: the graph's first op (not a launch per step)."""
+        self.q_pos[:b].copy_(self.meta[1, :b])
+        self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
+
     def _run(self, b: int, rows: int) -> Tensor:
+        self.int32_columns(b)
         ids = self.ids[:b]
         if self.logits:   # a pending row's input is the previous replay's argmax, still on the device
             src = self.src[:b]
@@ -213,13 +220,11 @@ class DecodeGraphs:
                 slots[i] = physical(virtual_slot(pages, ch.start, self.alloc.page_tokens), self.c)
         self.table.update(rows)
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        host = torch.tensor([ids + [0] * (b + 1 - n), pos + [0], lens, slots,
-                             (src if src is not None else [-1] * n) + [-1] * (b + 1 - n)], dtype=torch.int64)
+        host = host_ints(ids + [0] * (b + 1 - n) + pos + [0] + lens + slots
+                         + (src if src is not None else [-1] * n) + [-1] * (b + 1 - n)).view(5, b + 1)
         if self.cuda:     # pinned: the copy is queued behind the step in flight, the host does not wait for it
             host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
-        self.q_pos[:b].copy_(self.meta[1, :b])
-        self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
         return b, self.bucket(max(lens))
 
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,

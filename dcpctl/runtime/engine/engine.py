@@ -255,11 +255,13 @@ class Engine:
         done, self._early = self._early, []
         self.busy, size = self._agree(chunks)
         self.last_step = ("idle", [])
-        pipelined = size is not None and self._pipeline and greedy_all([self.sched.seq(c.rid) for c in chunks])
+        seqs = [self.sched.seq(c.rid) for c in chunks]     # once a step: the per-row paths below take them
+        pipelined = size is not None and self._pipeline and greedy_all(seqs)
         if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
             done += self._resolve()
             live = {s.rid for s in self.sched.running}
             chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
+            seqs = [s for s in seqs if s.rid in live]
             if not chunks:
                 self.busy = True
                 self.last_step = ("resolve", [])
@@ -277,10 +279,10 @@ class Engine:
         if split is not None:   # decodes replay their graph beside the prompt chunks' eager forward
             self.last_step = (mixed.KIND, chunks)
             return done + mixed.run(self, *split)
-        picks = self.sched.samples(chunks)
+        picks = self.sched.samples(chunks, seqs)
         self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
-            logits = self.graphs.run(self.input_ids(chunks), chunks, size, self._sources(chunks))
+            logits = self.graphs.run(self.input_ids(chunks, seqs), chunks, size, self._sources(chunks, seqs))
             self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
             rows = [r for r, _ in picks]
             both = self.graphs.greedy(len(chunks))   # [n, 2]: the graph's argmax and logprob per row
@@ -288,15 +290,16 @@ class Engine:
                 pick = torch.tensor(rows, device=self.device)
                 logits, both = logits.index_select(0, pick), both.index_select(0, pick)
             if pipelined:       # queue the sampling copy, then read the previous step while the GPU runs this one
-                self.sched.advance(chunks)
-                new = launch_sampling(both, [self.sched.seq(rid) for _, rid in picks], rows)
+                self.sched.advance(chunks, seqs)
+                new = launch_sampling(both, seqs if len(picks) == len(chunks) else
+                                      [self.sched.seq(rid) for _, rid in picks], rows)
                 done += self._resolve() if self._inflight is not None else []
                 self._inflight = new
                 return done
         else:
-            hidden = self.forward(chunks, self.input_ids(chunks))
+            hidden = self.forward(chunks, self.input_ids(chunks, seqs))
             logits = self.pick_logits(hidden, picks)
-        self.sched.advance(chunks)
+        self.sched.advance(chunks, seqs)
         return done + self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
 
     def pick_logits(self, hidden: Tensor, picks: list[tuple[int, int]], base: int = 0) -> Tensor:
@@ -304,14 +307,15 @@ class Engine:
         rows = to_device(torch.tensor([base + r for r, _ in picks], dtype=torch.int64), self.device)
         return self.model.logits(hidden.index_select(0, rows))
 
-    def _sources(self, chunks: list[SeqChunk]) -> list[int] | None:
-        """Per chunk, the graph row of the in-flight step whose argmax is its input id (-1: its id is on the host)."""
+    def _sources(self, chunks: list[SeqChunk], seqs: list[Sequence]) -> list[int] | None:
+        """Per chunk (of sequence seqs[i]), the graph row of the in-flight step whose argmax is its input id (-1: its
+        id is on the host)."""
         if self._inflight is None:
             return None
         rows = self._inflight.row_of()
         src = []
-        for ch in chunks:
-            pending = self.sched.seq(ch.rid).token(ch.start) == PENDING
+        for ch, seq in zip(chunks, seqs):
+            pending = seq.token(ch.start) == PENDING
             if pending and ch.rid not in rows:
                 raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
             src.append(rows[ch.rid] if pending else -1)
@@ -335,10 +339,11 @@ class Engine:
         self.exchange_seconds += ctx.exchange_seconds
         return hidden
 
-    def input_ids(self, chunks: list[SeqChunk]) -> list[int]:
+    def input_ids(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[int]:
+        """The chunks' token ids (seqs: each chunk's sequence, when the caller has them)."""
         ids: list[int] = []
-        for ch in chunks:
-            ids += self.sched.seq(ch.rid).token_slice(ch.start, ch.start + ch.num_tokens)
+        for ch, seq in zip(chunks, seqs or [self.sched.seq(ch.rid) for ch in chunks]):
+            ids += seq.token_slice(ch.start, ch.start + ch.num_tokens)
         return ids
 
     def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:

@@ -173,10 +173,8 @@ class Scheduler:
             [s for s in self.running if not s.prefilling and not s.draining]
         chunks = [SeqChunk(s.rid, s.computed, 1) for s in decode]
         chunks += self._prefill_chunks(prefill, max(1, self.step_tokens - len(decode)))
-        for ch in chunks:
-            n = self.seq(ch.rid).kv_next()
-            if len(self.alloc.slots(ch.rid)) < n:
-                self.alloc.allocate(ch.rid, n)   # _make_room checked that the pages fit
+        for s in decode + prefill[:len(chunks) - len(decode)]:   # the chunks' sequences, in order
+            self.alloc.grow(s.rid, s.kv_next())   # _make_room checked that the pages fit
         return chunks
 
     def _prefill_chunks(self, prefill: list[Sequence], budget: int) -> list[SeqChunk]:
@@ -198,18 +196,19 @@ class Scheduler:
             self._index[rid] = s
         return s
 
-    def samples(self, chunks: list[SeqChunk]) -> list[tuple[int, int]]:
-        """(row of the chunk's last token, rid) for chunks that reach their sequence's end."""
+    def samples(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[tuple[int, int]]:
+        """(row of the chunk's last token, rid) for chunks that reach their sequence's end (seqs: each chunk's
+        sequence, when the caller has them)."""
         out, row = [], 0
-        for ch in chunks:
+        for ch, seq in zip(chunks, seqs or [self.seq(ch.rid) for ch in chunks]):
             row += ch.num_tokens
-            if ch.start + ch.num_tokens == self.seq(ch.rid).num_tokens:
+            if ch.start + ch.num_tokens == seq.num_tokens:
                 out.append((row - 1, ch.rid))
         return out
 
-    def advance(self, chunks: list[SeqChunk]) -> None:
-        for ch in chunks:
-            self.seq(ch.rid).computed += ch.num_tokens
+    def advance(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> None:
+        for ch, seq in zip(chunks, seqs or [self.seq(ch.rid) for ch in chunks]):
+            seq.computed += ch.num_tokens
 
     def cancel(self, rid: int) -> Sequence | None:
         """Drop request `rid` from the queue or free its pages; None when it is not here (done)."""

@@ -113,6 +113,19 @@ class VirtualAllocator:
         slots += [virtual_slot(pages, p, self.page_tokens) for p in range(len(slots), max(num_tokens, len(slots)))]
         return slots
 
+    def grow(self, rid: int, num_tokens: int) -> None:
+        """allocate(rid, num_tokens) when the request holds fewer slots (a decode step's one new position: O(1))."""
+        slots = self._slots.get(rid)
+        if slots is None or len(slots) >= num_tokens:
+            if slots is None:
+                self.slots(rid)             # unknown request: the error names the known ones
+            return
+        pages, p = self._pages[rid], len(slots)
+        if num_tokens == p + 1 and p // self.page_tokens < len(pages):   # the position's page is held already
+            slots.append(virtual_slot(pages, p, self.page_tokens))
+        else:
+            self.allocate(rid, num_tokens)
+
     def slots(self, rid: int) -> list[int]:
         if rid not in self._slots:
             raise AllocatorError(f"unknown request {rid}; known: {sorted(self._slots)}")
