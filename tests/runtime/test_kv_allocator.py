@@ -109,3 +109,26 @@ def test_the_stripe_rule_functions_agree_with_the_definition():
         assert (index.tolist(), rows.tolist()) == ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
     v = torch.tensor(slots)
     assert owner(v, 3).tolist() == [s % 3 for s in slots] and physical(v, 3).tolist() == [s // 3 for s in slots]
+
+
+@pytest.mark.parametrize("c,page", [(1, 1), (1, 4), (2, 2), (4, 3)])
+def test_grow_equals_allocate_one_position_at_a_time_and_in_jumps(c, page):
+    # grow: a decode step's one new position is an append inside a held page, else allocate's path (a new page, a jump)
+    a, b = VirtualAllocator(256 * page, page, c), VirtualAllocator(256 * page, page, c)
+    for rid, start in ((0, 3), (1, 1)):
+        a.allocate(rid, start)
+        b.allocate(rid, start)
+    n = {0: 3, 1: 1}
+    for step in range(40):
+        for rid in (0, 1):
+            n[rid] += 1 if step % 7 else 5           # now and then a jump of several positions
+            a.grow(rid, n[rid])
+            b.allocate(rid, n[rid])
+            assert a.slots(rid) == b.slots(rid) and a.pages(rid) == b.pages(rid)
+        a.grow(0, n[0] - 2)                         # fewer than it holds: nothing
+        assert a.slots(0) == b.slots(0)
+    a.check_integrity()
+    with pytest.raises(AllocatorError, match="unknown request 9"):
+        a.grow(9, 1)
+    with pytest.raises(AllocatorError, match="pages"):
+        a.grow(1, a.virtual_capacity)               # past the free pages: allocate's error
