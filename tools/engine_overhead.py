@@ -21,7 +21,9 @@ import statistics
 import time
 
 
-def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64):
+def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64,
+          chunk: int = 8192, schedule: dict | None = None):
+    """The serving engine on one device, warmed up (schedule: the launch config's schedule section, else defaults)."""
     import torch
     from dcpctl.contract.launch_config import LaunchConfig
     from dcpctl.launch.cuda_graphs import cuda_graph_section
@@ -35,9 +37,11 @@ def build(model_path: str, capacity: int, graphs: bool, max_running: int, device
            "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
-           "kv": {"page_size": page, "capacity_tokens": capacity, "chunked_prefill_size": 8192,
+           "kv": {"page_size": page, "capacity_tokens": capacity, "chunked_prefill_size": chunk,
                   "max_running_requests": max_running},
            "cuda_graph": cuda_graph_section(device, not graphs, None, None, max_running)}
+    if schedule is not None:
+        cfg["schedule"] = schedule
     model = load_model(model_path, ps, False, getattr(torch, dtype), torch.device(device))
     engine = Engine(model, ps, LaunchConfig.from_dict(cfg))
     engine.warm_up(prompts=True)
