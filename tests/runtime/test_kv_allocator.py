@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dcpctl.runtime.kv import AllocatorError, VirtualAllocator, local_len
+from dcpctl.runtime.kv.allocator import local_len_sum
 
 
 def test_geometry_and_slots():
@@ -109,6 +110,9 @@ def test_the_stripe_rule_functions_agree_with_the_definition():
         assert (index.tolist(), rows.tolist()) == ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
     v = torch.tensor(slots)
     assert owner(v, 3).tolist() == [s % 3 for s in slots] and physical(v, 3).tolist() == [s // 3 for s in slots]
+    for c, rank in ((1, 0), (3, 0), (3, 2), (4, 3)):   # a step's rows: the positions below each length that rank holds
+        lengths = [0, 1, 5, 12, 13]
+        assert local_len_sum(lengths, rank, c) == sum(p % c == rank for n in lengths for p in range(n))
 
 
 @pytest.mark.parametrize("c,page", [(1, 1), (1, 4), (2, 2), (4, 3)])

@@ -35,7 +35,7 @@ from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout,
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.attention.mha import BLOCK_BYTES, ShardChunk, shard_attention
 from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
-from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len
+from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, local_len_sum
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import Axis
@@ -271,7 +271,4 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
 
 def kv_rows(alloc: VirtualAllocator, chunks: list[SeqChunk], rank: int) -> int:
     """Shard rows one layer attends (sum of local_len(end)): host ints only."""
-    c = alloc.dcp
-    if c == 1:
-        return sum(ch.start + ch.num_tokens for ch in chunks)
-    return sum(local_len(ch.start + ch.num_tokens, rank, c) for ch in chunks)
+    return local_len_sum((ch.start + ch.num_tokens for ch in chunks), rank, alloc.dcp)

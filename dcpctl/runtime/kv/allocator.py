@@ -11,8 +11,9 @@ owner of a position never depends on which page it got, and shards stay within o
 
 The stripe rule lives here and nowhere else: `owner`, `physical` (ints or tensors alike), `owned`
 (the positions of a range one rank stores), `virtual_slot` (position -> slot through the page list)
-and `owned_rows` / `owned_page_rows_tensor` (the physical rows of one rank's positions of a range, from a
-request's slot map or its page list).
+`owned_rows` / `owned_page_rows_tensor` (the physical rows of one rank's positions of a range, from a
+request's slot map or its page list) and `local_len` / `local_len_sum` (how many positions below a length one rank
+stores).
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ def owned_rows(slots: list[int], start: int, end: int, rank: int, c: int) -> lis
 def local_len(length: int, rank: int, c: int) -> int:
     """Positions of a length-`length` sequence that DCP rank `rank` of `c` stores."""
     return length // c + (rank < length % c)
+
+
+def local_len_sum(lengths: Any, rank: int, c: int) -> int:
+    """sum(local_len(n, rank, c) for n in lengths): a decode step's rows, one call (at c = 1 every row is local)."""
+    return sum(lengths) if c == 1 else sum(local_len(n, rank, c) for n in lengths)
 
 
 class VirtualAllocator:
