@@ -12,11 +12,15 @@ usage: PYTHONPATH=. python3 tools/decode_host.py [--rows 32] [--steps 200] [--pa
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PHASES = [  # (module, class or None, attribute): the per-row host work of one graph decode step
     ("dcpctl.runtime.engine.engine", "Engine", "step"),
@@ -34,24 +38,12 @@ PHASES = [  # (module, class or None, attribute): the per-row host work of one g
 ]
 
 
-def build(rows: int, page: int, work: Path):
-    import torch
-    from dcpctl.contract.launch_config import parse_launch_config
-    from dcpctl.runtime.engine import Engine
-    from dcpctl.runtime.models import load_model
-    from dcpctl.runtime.parallel import ParallelState
+def build_engine(rows: int, page: int, work: Path):
     from dcpctl.runtime.tiny import write_tiny_model
+    from engine_overhead import build
     path = str(write_tiny_model(work / "m", num_hidden_layers=1, first_k_dense_replace=1))
-    cfg = {"version": 1, "model": {"path": path, "dtype": "float32"}, "device": "cpu", "dist_backend": "gloo",
-           "world_size": 1,
-           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
-           "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
-           "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
-           "kv": {"page_size": page, "capacity_tokens": rows * 2048, "chunked_prefill_size": 8192,
-                  "max_running_requests": rows},
-           "cuda_graph": {"batch_sizes": sorted({1, 8, rows}), "reason": "tools/decode_host.py"}}
-    ps = ParallelState.single()
-    return Engine(load_model(path, ps, False, torch.float32, "cpu"), ps, parse_launch_config(cfg))
+    return build(path, rows * 2048, True, rows, "cpu", page,
+                 cuda_graph={"batch_sizes": sorted({1, 8, rows}), "reason": "tools/decode_host.py"})
 
 
 def timed(store: dict[str, list[float]], label: str, fn):
@@ -76,8 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     from dcpctl.runtime.engine.request import SamplingParams
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        eng = build(args.rows, args.page_size, Path(tmp))
-        eng.warm_up()
+        eng = build_engine(args.rows, args.page_size, Path(tmp))
         for i in range(args.rows):   # staggered lengths: page crossings spread over the steps
             prompt = [1 + j % 50 for j in range(100 + 37 * i)]
             eng.submit(i, prompt, SamplingParams.from_dict({"max_new_tokens": args.steps + 100, "ignore_eos": True}))

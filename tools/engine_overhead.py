@@ -22,8 +22,9 @@ import time
 
 
 def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64,
-          chunk: int = 8192, schedule: dict | None = None):
-    """The serving engine on one device, warmed up (schedule: the launch config's schedule section, else defaults)."""
+          chunk: int = 8192, schedule: dict | None = None, cuda_graph: dict | None = None):
+    """The serving engine on one device, warmed up (schedule / cuda_graph: the launch config's sections, else
+    defaults; off CUDA a cuda_graph section with batch sizes replays the step eagerly through the graph path)."""
     import torch
     from dcpctl.contract.launch_config import LaunchConfig
     from dcpctl.launch.cuda_graphs import cuda_graph_section
@@ -39,7 +40,7 @@ def build(model_path: str, capacity: int, graphs: bool, max_running: int, device
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
            "kv": {"page_size": page, "capacity_tokens": capacity, "chunked_prefill_size": chunk,
                   "max_running_requests": max_running},
-           "cuda_graph": cuda_graph_section(device, not graphs, None, None, max_running)}
+           "cuda_graph": cuda_graph or cuda_graph_section(device, not graphs, None, None, max_running)}
     if schedule is not None:
         cfg["schedule"] = schedule
     model = load_model(model_path, ps, False, getattr(torch, dtype), torch.device(device))

@@ -85,10 +85,9 @@ class DeviceBlockTable:
         self._check_unique(assignments)
         ch = _Changes()
         new: list[tuple[int, RowState]] = []
-        rows, width, state = self.rows, self.width, self._state
+        width, state = self.width, self._state
         for row, rid, needed, pages in assignments:
-            if not (0 <= row < rows and needed <= len(pages) and needed <= width):
-                self._check(row, rid, needed, pages)
+            self._check(row, rid, needed, pages)
             st = state[row]
             if st is not None and st.rid == rid and st.pages is pages and needed <= st.written:
                 continue        # most rows of most steps: nothing to write, the mirror stays as it is

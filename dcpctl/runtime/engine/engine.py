@@ -255,7 +255,7 @@ class Engine:
         done, self._early = self._early, []
         self.busy, size = self._agree(chunks)
         self.last_step = ("idle", [])
-        seqs = [self.sched.seq(c.rid) for c in chunks]     # once a step: the per-row paths below take them
+        seqs = self.sched.seqs_of(chunks)     # once a step: the per-row paths below take them
         pipelined = size is not None and self._pipeline and greedy_all(seqs)
         if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
             done += self._resolve()
@@ -280,6 +280,7 @@ class Engine:
             self.last_step = (mixed.KIND, chunks)
             return done + mixed.run(self, *split)
         picks = self.sched.samples(chunks, seqs)
+        picked = seqs if len(picks) == len(chunks) else [self.sched.seq(rid) for _, rid in picks]   # in chunk order
         self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
         if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
             logits = self.graphs.run(self.input_ids(chunks, seqs), chunks, size, self._sources(chunks, seqs))
@@ -291,8 +292,7 @@ class Engine:
                 logits, both = logits.index_select(0, pick), both.index_select(0, pick)
             if pipelined:       # queue the sampling copy, then read the previous step while the GPU runs this one
                 self.sched.advance(chunks, seqs)
-                new = launch_sampling(both, seqs if len(picks) == len(chunks) else
-                                      [self.sched.seq(rid) for _, rid in picks], rows)
+                new = launch_sampling(both, picked, rows)
                 done += self._resolve() if self._inflight is not None else []
                 self._inflight = new
                 return done
@@ -300,7 +300,7 @@ class Engine:
             hidden = self.forward(chunks, self.input_ids(chunks, seqs))
             logits = self.pick_logits(hidden, picks)
         self.sched.advance(chunks, seqs)
-        return done + self._accept(logits, [self.sched.seq(rid) for _, rid in picks])
+        return done + self._accept(logits, picked)
 
     def pick_logits(self, hidden: Tensor, picks: list[tuple[int, int]], base: int = 0) -> Tensor:
         """Logits [N, V] of the rows `picks` (scheduler.samples) name, offset by `base` rows of hidden [T, D]."""
@@ -342,7 +342,7 @@ class Engine:
     def input_ids(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[int]:
         """The chunks' token ids (seqs: each chunk's sequence, when the caller has them)."""
         ids: list[int] = []
-        for ch, seq in zip(chunks, seqs or [self.sched.seq(ch.rid) for ch in chunks]):
+        for ch, seq in zip(chunks, seqs or self.sched.seqs_of(chunks)):
             ids += seq.token_slice(ch.start, ch.start + ch.num_tokens)
         return ids
 

@@ -196,18 +196,22 @@ class Scheduler:
             self._index[rid] = s
         return s
 
+    def seqs_of(self, chunks: list[SeqChunk]) -> list[Sequence]:
+        """Each chunk's running sequence, in order."""
+        return [self.seq(ch.rid) for ch in chunks]
+
     def samples(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[tuple[int, int]]:
         """(row of the chunk's last token, rid) for chunks that reach their sequence's end (seqs: each chunk's
         sequence, when the caller has them)."""
         out, row = [], 0
-        for ch, seq in zip(chunks, seqs or [self.seq(ch.rid) for ch in chunks]):
+        for ch, seq in zip(chunks, seqs or self.seqs_of(chunks)):
             row += ch.num_tokens
             if ch.start + ch.num_tokens == seq.num_tokens:
                 out.append((row - 1, ch.rid))
         return out
 
     def advance(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> None:
-        for ch, seq in zip(chunks, seqs or [self.seq(ch.rid) for ch in chunks]):
+        for ch, seq in zip(chunks, seqs or self.seqs_of(chunks)):
             seq.computed += ch.num_tokens
 
     def cancel(self, rid: int) -> Sequence | None:

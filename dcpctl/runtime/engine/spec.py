@@ -114,7 +114,7 @@ class SpecDecoder:
     def step(self, engine: Any, chunks: list[SeqChunk], prefill: list[SeqChunk] | None = None) -> list[Event]:
         """Propose, verify in one target forward (which also carries the step's `prefill` chunks), accept, roll
         back; this replica's events."""
-        seqs = [engine.sched.seq(ch.rid) for ch in chunks]
+        seqs = engine.sched.seqs_of(chunks)
         k = self.k
         flat = engine.broadcast([t for d in self.propose(seqs) for t in d])  # ranks must feed equal ids
         drafts = [flat[i * k:(i + 1) * k] for i in range(len(seqs))]

@@ -121,12 +121,11 @@ class VirtualAllocator:
 
     def grow(self, rid: int, num_tokens: int) -> None:
         """allocate(rid, num_tokens) when the request holds fewer slots (a decode step's one new position: O(1))."""
-        slots = self._slots.get(rid)
-        if slots is None or len(slots) >= num_tokens:
-            if slots is None:
-                self.slots(rid)             # unknown request: the error names the known ones
+        slots = self.slots(rid)
+        p = len(slots)
+        if num_tokens <= p:
             return
-        pages, p = self._pages[rid], len(slots)
+        pages = self._pages[rid]
         if num_tokens == p + 1 and p // self.page_tokens < len(pages):   # the position's page is held already
             slots.append(virtual_slot(pages, p, self.page_tokens))
         else:
