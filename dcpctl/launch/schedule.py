@@ -29,7 +29,8 @@ def schedule_section(mixed: bool | None, max_prefill_tokens: int | None, chunked
     else:
         why = "--enable-mixed-chunk" if mixed else "the default, so no stream waits on a whole prompt"
         steps = (f"mixed steps: every running decode plus prefill chunks, {step} tokens in all ({src}; {why}); with "
-                 "decode graphs the decodes replay theirs beside an eager forward of the chunks")
+                 "decode graphs the decodes replay theirs beside an eager forward of the chunks, which then take "
+                 "the whole budget")
     split = "" if chunked_prefill_size > 0 else "; prompts are not split (--chunked-prefill-size -1)"
     reason = (f"scheduler: {policy or 'fcfs'}; {steps}{split}; admission on held KV + {DEFAULT_DECODE_HEADROOM} "
               "positions of headroom per running request; when a step cannot extend every request, retract-decode "

@@ -92,7 +92,7 @@ def test_split_mixed_steps_equal_each_request_alone(path, world, dcp, sampled):
     cfg = launch_cfg(world, dcp, 1, "a2a" if dcp > 1 else "ag_rs", capacity=128 // dcp, chunk=8)
     got = run_ranks(_serve, world, path, cfg, [1, 2, 4], requests)[0]
     kinds = got["kinds"]
-    assert kinds.count(KIND) >= 6 and got["retracted"] == 0 and not got["notes"], kinds
+    assert kinds.count(KIND) >= 5 and got["retracted"] == 0 and not got["notes"], kinds   # 17 + 13 tokens, chunks of 8
     assert all(n == 1 for r in got["runs"] for n in r)
     assert all(0 < rows < chunks for rows, chunks in got["split"]) and max(r for r, _ in got["split"]) == 4
     assert "graph+pipelined" in kinds     # decode-only steps between pipeline: a split step resolves them first

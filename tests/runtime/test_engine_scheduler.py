@@ -32,6 +32,26 @@ def test_mixed_step_carries_decodes_and_prefill_within_the_budget():
     assert batch == [SeqChunk(0, 4, 1), SeqChunk(1, 6, 1)] and s.samples(batch) == [(0, 0), (1, 1)]
 
 
+def test_decodes_replayed_apart_leave_the_chunks_the_whole_budget():
+    s = _sched(capacity=64)
+    s.decodes_apart = 1                           # the engine replays up to one decode as its own graph
+    for rid, n in enumerate([3, 12]):
+        s.add(_seq(rid, n))
+    s.advance(s.next_batch())                     # 3 + 2
+    s.seq(0).output.append(9)
+    batch = s.next_batch()                        # one decode, apart: request 1 still gets all 5
+    assert batch == [SeqChunk(0, 3, 1), SeqChunk(1, 2, 5)]
+    s = _sched(capacity=64)
+    s.decodes_apart = 1
+    for rid, n in enumerate([1, 1, 12]):
+        s.add(_seq(rid, n))
+    s.advance(s.next_batch())                     # 1 + 1 + 3
+    for rid in (0, 1):
+        s.seq(rid).output.append(9)
+    batch = s.next_batch()                        # two decodes, more than run apart: they count again
+    assert batch == [SeqChunk(0, 1, 1), SeqChunk(1, 1, 1), SeqChunk(2, 3, 3)]
+
+
 def test_unmixed_steps_run_prefill_chunks_first_then_decode():
     s = _sched(mixed_chunk=False)
     for rid, n in enumerate([3, 7]):

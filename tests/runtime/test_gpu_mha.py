@@ -26,10 +26,11 @@ def test_sdpa_kernels_return_natural_lse_and_match_reference(op, t, s, causal):
     torch.testing.assert_close(o.double(), o_ref, rtol=0, atol=3e-2)
 
 
-@pytest.mark.parametrize("t,s", [(300, 1024 + 37), (300, 2048), (129, 500)])
+@pytest.mark.parametrize("t,s", [(300, 1024 + 37), (300, 2048), (129, 500), (300, 2048 + 300), (257, 768)])
 def test_cudnn_kernel_with_quantized_keys_matches_reference(t, s):
     # the backend's kernel as the MHA form calls it, unmasked: query rows padded to a bucket, keys split into a
-    # multiple of KEY_QUANTUM through cuDNN and the rest through the memory-efficient kernel, merged by LSE
+    # multiple of KEY_QUANTUM, then of KEY_STEP through cuDNN, the rest through the memory-efficient kernel, merged
+    # by LSE
     from dcpctl.runtime.attention.backends.mha_cudnn import cudnn_kernel
     g = torch.Generator("cuda").manual_seed(t + s)
     q, k = (torch.randn(n, 16, 192, generator=g, device="cuda").bfloat16() for n in (t, s))

@@ -201,11 +201,13 @@ def test_bucketed_rows_are_exact(t, causal):
     assert len({bucket(n) for n in range(1, 8193)}) <= 48
 
 
-@pytest.mark.parametrize("s", [5, 63, 64, 100, 128, 200, 257])
+@pytest.mark.parametrize("s", [5, 15, 16, 63, 64, 100, 128, 200, 257])
 @pytest.mark.parametrize("causal", [True, False])
-def test_quantized_keys_are_exact(s, causal):
-    """An unmasked call split into keys in multiples of the quantum (the plan-building kernel) and the rest (the
-    other kernel), merged by LSE, equals one call; a causal square and an exact multiple go whole to the first."""
+@pytest.mark.parametrize("step", [16, 128])
+def test_quantized_keys_are_exact(s, causal, step):
+    """An unmasked call split into keys in multiples of the quantum, then of the step (both the plan-building
+    kernel) and the rest (the other kernel), merged by LSE, equals one call; a causal square and an exact multiple
+    of the quantum go whole to the first; a step above the quantum cuts nothing more."""
     from dcpctl.runtime.attention.backends.mha_cudnn import keyed
     g = torch.Generator().manual_seed(s + causal)
     t = s if causal else 37
@@ -218,10 +220,11 @@ def test_quantized_keys_are_exact(s, causal):
             return reference_kernel(q, k, v, c, scale)
         return run
     want = reference_kernel(q, k, v, causal, 0.3)
-    got = keyed(named("plan"), named("rest"), quantum=64)(q, k, v, causal, 0.3)
+    got = keyed(named("plan"), named("rest"), quantum=64, step=step)(q, k, v, causal, 0.3)
     assert torch.allclose(got[0], want[0], atol=1e-12) and torch.allclose(got[1], want[1], atol=1e-12)
     main = s - s % 64
+    mid = max(main, s - s % step)
     if causal or main == s:
         assert seen == [("plan", s)]
     else:
-        assert seen == ([("plan", main)] if main else []) + [("rest", s - main)]
+        assert seen == [(n, b - a) for n, a, b in (("plan", 0, main), ("plan", main, mid), ("rest", mid, s)) if b > a]

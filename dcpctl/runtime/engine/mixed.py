@@ -41,6 +41,12 @@ def split_off(graphs: Any, dp_size: int) -> str | None:
     return None
 
 
+def apart(engine: Any) -> int:
+    """The most decodes a mixed step replays as their own graph beside its prompt chunks (0: it never splits);
+    the scheduler gives the chunks of such a step the whole budget (engine/scheduler.py)."""
+    return 0 if engine.split_off else engine.graphs.max_size
+
+
 def parts(engine: Any, chunks: list[SeqChunk]) -> tuple[list[SeqChunk], list[SeqChunk]] | None:
     """(decode rows, prompt chunks) of a mixed step the engine splits; None for a step that is not mixed or cannot
     split (one eager forward; said once why)."""

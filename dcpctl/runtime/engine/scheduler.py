@@ -7,8 +7,12 @@ retracted request's pages on every rank needs no message.  The launch config's `
 
 - Steps.  Mixed (SGLang's --enable-mixed-chunk, vLLM's token budget): one decode token of every running
   request plus prefill chunks, first come first served, up to the step's tokens (--chunked-prefill-size, at
-  most --max-prefill-tokens; the decode tokens count against it, at least one prefill token goes in); the
-  engine runs the decodes as a graph replay beside the prompt chunks (engine/mixed.py).  Not mixed: prefill
+  most --max-prefill-tokens).  The budget bounds one forward's tokens: where the decodes share the chunks'
+  forward (SGLang's mixed chunk) they count against it and at least one prefill token goes in; where the
+  engine replays them as their own decode graph beside the chunks (engine/mixed.py, `decodes_apart`) the
+  chunks get the whole budget, so a prompt's chunks are the same as without decodes (a 16K prompt at 8,192
+  is two chunks of 8,192, not 8,184 + 8,184 + 16: no extra step, no prefix cut off the kernels' key
+  quantum).  Not mixed: prefill
   chunks alone while a prompt is unfinished, else one decode token per request.  Without
   chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
 - Admission on held KV.  A request holds the pages of the positions it has written plus its next step's
@@ -58,6 +62,7 @@ class Scheduler:
         self.on_retract: list[Callable[[Sequence], None]] = []   # f(seq) after its pages are freed (spec)
         self.before_retract: Callable[[], None] | None = None    # once before choosing whom to retract (engine)
         self.retractions = 0                             # requests retracted so far (for /metrics)
+        self.decodes_apart = 0   # up to this many decodes run as their own graph replay beside a step's chunks
         self._index: dict[int, Sequence] = {}   # rid -> running sequence: every running one, none other
 
     def add(self, seq: Sequence) -> None:
@@ -172,7 +177,8 @@ class Scheduler:
         decode = [] if prefill and not self.schedule.mixed_chunk else \
             [s for s in self.running if not s.prefilling and not s.draining]
         chunks = [SeqChunk(s.rid, s.computed, 1) for s in decode]
-        chunks += self._prefill_chunks(prefill, max(1, self.step_tokens - len(decode)))
+        shared = len(decode) if len(decode) > self.decodes_apart else 0    # decodes in the chunks' forward
+        chunks += self._prefill_chunks(prefill, max(1, self.step_tokens - shared))
         for s in decode + prefill[:len(chunks) - len(decode)]:   # the chunks' sequences, in order
             self.alloc.grow(s.rid, s.kv_next())   # _make_room checked that the pages fit
         return chunks

@@ -3,8 +3,9 @@
 One call attends q/k 192 and v 128 wide (DeepSeek-V3) and returns the natural-log LSE the MHA form merges by
 (~600 TFLOP/s on an H200).  cuDNN builds an execution plan per shape (~0.1 s on an H200, paid by the step that
 meets it), so the shapes it sees are kept few, exactly: query rows are padded to buckets, and an unmasked call
-(a chunk against cached prefix rows) gives cuDNN its keys in multiples of KEY_QUANTUM and the rest (fewer) to
-torch's memory-efficient kernel, which builds nothing, the two partials merged by LSE.  Where cuDNN refuses a
+(a chunk against cached prefix rows) gives cuDNN its keys in multiples of KEY_QUANTUM, then the rest rounded down
+to KEY_STEP, and the last few to torch's memory-efficient kernel, which builds nothing, the partials merged by
+LSE.  Where cuDNN refuses a
 call, the memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
 """
 from __future__ import annotations
@@ -58,27 +59,31 @@ def bucketed(kernel: Kernel) -> Kernel:
     return run
 
 
-KEY_QUANTUM = 1024   # an unmasked call's keys through cuDNN come in multiples of it (few plans); the rest, fewer
+KEY_QUANTUM = 1024   # an unmasked call's keys through cuDNN come in multiples of it (few plans) ...
+KEY_STEP = 128       # ... then the rest rounded down to a multiple of this (7 more key sizes); the last < 128, fewer
 
 
-def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM) -> Kernel:
-    """An unmasked call's first s - s % quantum keys through `kernel`, the last s % quantum through `rest`, the two
-    partials merged by LSE into the accumulation dtype, which the split call returns (its caller, the MHA form's
-    key-block loop, merges it into its accumulator of that dtype): every query sees every key either way, so the
-    result is the one call's.  A causal square and a key count that is a multiple of `quantum` go to `kernel`
-    whole."""
+def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM, step: int = KEY_STEP) -> Kernel:
+    """An unmasked call's keys cut at s - s % quantum and s - s % step: the first two parts through `kernel`, the
+    last (fewer than `step`) through `rest`, the partials merged by LSE into the accumulation dtype, which the split
+    call returns (its caller, the MHA form's key-block loop, merges it into its accumulator of that dtype): every
+    query sees every key either way, so the result is the one call's.  A causal square and a key count that is a
+    multiple of `quantum` go to `kernel` whole.  A prefix of no round length (a chunk cut short by the budget, a
+    cached prefix) so leaves at most step - 1 keys to the slower kernel."""
     def run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
         s = k.shape[0]
-        main = s - s % quantum
-        if causal or main == s:
+        if causal or s % quantum == 0:
             return kernel(q, k, v, causal, scale)
-        if main == 0:
-            return rest(q, k, v, False, scale)
-        o, lse = kernel(q, k[:main], v[:main], False, scale)
-        o2, lse2 = rest(q, k[main:], v[main:], False, scale)
+        main = s - s % quantum
+        cuts = [0, main, max(main, s - s % step), s]
+        parts = [(a, b, fn) for a, b, fn in zip(cuts, cuts[1:], (kernel, kernel, rest)) if b > a]
+        o, lse = parts[0][2](q, k[:parts[0][1]], v[:parts[0][1]], False, scale)
+        if len(parts) == 1:
+            return o, lse
         dt = acc_dtype(q.dtype)
         acc, acc_lse = o.to(dt), lse.to(dt, copy=True)
-        fused_merge.merge_into(acc, acc_lse, o2, lse2)
+        for a, b, fn in parts[1:]:
+            fused_merge.merge_into(acc, acc_lse, *fn(q, k[a:b], v[a:b], False, scale))
         return acc, acc_lse
     return run
 
