@@ -1,13 +1,15 @@
 """One call, one machine: the scheduler under real traffic, as `dcpctl launch` + `bench serve`.
 
     python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
+        [--stall-repeats 1]
 
 Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
   stall    dense: 8 background streams decoding (32-token prompts, 6000 tokens) while 4 prompts of 16K tokens
            arrive (Poisson, 1/s); servers with mixed steps (the default) and with --disable-mixed-chunk (prefill
            first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step trace
            ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
-           8192 by default).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
+           8192 by default).  The three servers run side by side; --stall-repeats N runs the arrivals against
+           each in turn N times (the throughput median per server).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
            mixed >= unmixed.
   moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
            default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and tokens carried.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 import urllib.request
@@ -83,24 +86,42 @@ def stop(run: Run, srv: Server, tag: str) -> None:
     run.record(tag, rc if srv.url else None, time.monotonic() - srv.t0, "" if srv.url else "never ready")
 
 
-def stall(run: Run, ckpt: Path) -> dict[str, Any]:
+def stall(run: Run, ckpt: Path, repeats: int = 1) -> dict[str, Any]:
+    """The variants' servers up side by side; the same arrivals run against each in turn, `repeats` rounds, so every
+    variant meets the same machine state and a round-to-round drift cannot favour one."""
     (n_bg, bg_in, bg_out), (n_long, long_len) = sizes(run.smoke)["bg"], sizes(run.smoke)["long"]
     chunk = 64 if run.smoke else BUDGET
-    out: dict[str, Any] = {}
-    for variant, size, flags in (("mixed", chunk, []), ("unmixed", chunk, ["--disable-mixed-chunk"]),
-                                 ("mixed-quarter", chunk // 4, [])):
+    variants = (("mixed", chunk, []), ("unmixed", chunk, ["--disable-mixed-chunk"]), ("mixed-quarter", chunk // 4, []))
+    servers: dict[str, tuple[Server, int, Path]] = {}
+    for variant, size, flags in variants:
         if run.left() < 90:
             run.record(f"stall-{variant}", None, 0, "skipped: budget spent")
             continue
         tag, trace = f"stall-{variant}", run.out / f"trace-stall-{variant}.json"
-        srv = launch(run, ckpt, tag, 16, n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
-                     "--chunked-prefill-size", str(size), *flags, env={"DCPCTL_STEP_TRACE": str(trace)})
-        res = bench(run, f"{tag}-bench", srv.url, "--background-streams", str(n_bg), "--background-input-len",
-                    str(bg_in), "--background-output-len", str(bg_out), "--requests", str(n_long), "--input-len",
-                    str(long_len), "--output-len", "16", "--request-rate", "1", "--concurrency", str(n_long),
-                    "--seed", "1") if srv.url else None
-        stop(run, srv, tag)
-        out[variant] = {"chunked_prefill_size": size, "bench": res, "budget_steps_ms": budget_steps(trace, size)}
+        servers[variant] = (launch(run, ckpt, tag, 16, n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
+                                   "--chunked-prefill-size", str(size), *flags,
+                                   env={"DCPCTL_STEP_TRACE": str(trace)}), size, trace)
+    runs: dict[str, list[dict | None]] = {v: [] for v in servers}
+    for r in range(repeats):
+        for variant, (srv, _, _) in servers.items():
+            if not srv.url or (r and run.left() < 30):
+                continue
+            runs[variant].append(bench(
+                run, f"stall-{variant}-bench" + (f"-{r + 1}" if r else ""), srv.url, "--background-streams",
+                str(n_bg), "--background-input-len", str(bg_in), "--background-output-len", str(bg_out), "--requests",
+                str(n_long), "--input-len", str(long_len), "--output-len", "16", "--request-rate", "1",
+                "--concurrency", str(n_long), "--seed", "1"))
+    out: dict[str, Any] = {}
+    for variant, (srv, size, trace) in servers.items():
+        stop(run, srv, f"stall-{variant}")
+        res = runs[variant]
+        tput = [b["total_token_throughput"] for b in res if b]
+        out[variant] = {"chunked_prefill_size": size, "bench": res[0] if res else None,
+                        "budget_steps_ms": budget_steps(trace, size),
+                        "rounds": [{"total_token_throughput": b["total_token_throughput"],
+                                    "background_p99_itl_ms": b["classes"]["background"]["p99_itl_ms"]}
+                                   if b else None for b in res],
+                        "total_token_throughput_median": statistics.median(tput) if tput else None}
     return out
 
 
@@ -198,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny checkpoints: a check of the script itself")
     ap.add_argument("--cells", default="stall,moe,early,dense1k", help=f"comma list from {sorted(PARTS)}")
     ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
+    ap.add_argument("--stall-repeats", type=int, default=1,
+                    help="rounds of the stall cell's arrivals against its servers, in turn (medians reported)")
     ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-mixed-ckpt"))
     args = ap.parse_args(argv)
     cells = args.cells.split(",")
@@ -213,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if name not in ckpts:
             ckpts[name] = serve_peers.write_checkpoint(name, args.ckpt_dir / name, run.device)
-        doc["cells"][cell] = PARTS[cell][1](run, ckpts[name])
+        doc["cells"][cell] = PARTS[cell][1](run, ckpts[name], *([args.stall_repeats] if cell == "stall" else []))
         doc["parts"] = run.parts
         (run.out / "mixed.json").write_text(json.dumps(doc, indent=2))
     print(json.dumps(summary(doc), indent=2))
@@ -227,6 +250,8 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         out[f"stall_{v}"] = {"background_p99_itl_ms": bg.get("p99_itl_ms"),
                              "background_median_itl_ms": bg.get("median_itl_ms"),
                              "total_token_throughput": g(c, "stall", v, "bench", "total_token_throughput"),
+                             "total_token_throughput_median": g(c, "stall", v, "total_token_throughput_median"),
+                             "rounds": len(g(c, "stall", v, "rounds") or []),
                              "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
     out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
     out["moe"]["steps"] = g(c, "moe", "steps")

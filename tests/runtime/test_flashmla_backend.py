@@ -6,6 +6,7 @@ k_cache [pages, 64, 1, R], block table rows, local lengths, metadata), including
 zero-length row, so the per-row tables, the empty-shard rule and the base-e LSE are checked against unsplit
 attention at DCP 1, 2 and 4 through the merge.
 """
+import dataclasses
 import io
 import json
 import math
@@ -153,14 +154,19 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
     for c in (1, 2, 4):
         parts, calls = [], fake.meta_calls
         for r, view, lay in rank_shards(kv, lens, c, page):
+            assert lay.rows_are_chunks                                          # a decode batch: the table sliced
             res = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)
             again = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)   # the next layer
+            gathered = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view,
+                                                dataclasses.replace(lay, rows_are_chunks=False, backend_state={}),
+                                                scale, 512)                   # each row's table row gathered
             assert torch.equal(res.lse, again.lse) and res.base == "e"
+            assert torch.equal(res.o, gathered.o) and torch.equal(res.lse, gathered.lse)
             assert torch.isneginf(res.lse[-1]).all()                           # the pad row
             empty = torch.tensor([n <= r for n in lens])                        # L < c leaves rank r empty
             assert torch.isneginf(res.lse[:len(lens)][empty]).all()
             parts.append((res.o[:len(lens)], res.lse[:len(lens)]))
-        assert fake.meta_calls - calls == c                                    # once per batch, not per layer
+        assert fake.meta_calls - calls == 2 * c               # once per batch (two layouts a rank), not per layer
         m = merge_stacked(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]), "e")
         assert torch.allclose(m.o, want_o, atol=1e-5) and torch.allclose(m.lse, want_lse, atol=1e-5), c
     assert not math.isnan(float(m.o.sum()))

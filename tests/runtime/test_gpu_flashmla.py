@@ -82,7 +82,7 @@ def test_metadata_and_decode_capture_together(mod):
     import types
     q, pool, table, lens = _case(128, [5, 300, 64, 0])
     lay = types.SimpleNamespace(block_table=table, row_req=torch.arange(4, dtype=torch.int32, device="cuda"),
-                                local_lens=lens.clone(), backend_state={})
+                                local_lens=lens.clone(), backend_state={}, rows_are_chunks=True)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

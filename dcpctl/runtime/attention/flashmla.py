@@ -49,28 +49,38 @@ def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
     return why if mod is None else None
 
 
-def decode_rows(lens: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(seqlens >= 1, seen, tile metadata, num_splits) for query rows of local lengths lens [T] int32 (device)."""
-    seen = lens > 0
+def decode_rows(lens: Tensor, heads: int, mask: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+    """(seqlens >= 1, seen (None unless mask), tile metadata, num_splits) for query rows of local lengths lens [T]
+    int32 (device)."""
+    seen = lens > 0 if mask else None
     lens = lens.clamp_min(1).contiguous()     # an empty row reads one row of page 0; its lse is masked after
     meta, splits = load()[0].get_mla_metadata(lens, heads, 1)   # type: ignore[union-attr]
     return lens, seen, meta, splits
 
 
-def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor, Tensor, Tensor], scale: float,
+def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor | None, Tensor, Tensor], scale: float,
         v_dim: int) -> tuple[Tensor, Tensor]:
     # q: [T, Hk, R]  pool: [pages, 64, R]  table: [T, pages] int32 -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
+    # (seen None: the lse of an empty row is left as it comes, for a caller that reads o only)
     lens, seen, meta, splits = rows
     o, lse = load()[0].fwd_kvcache_mla(q.unsqueeze(1), pool.unsqueeze(2), v_dim, lens, table,  # type: ignore
                                        scale, False, meta, splits)
-    return o.squeeze(1), torch.where(seen[:, None], lse.squeeze(-1), float("-inf"))
+    lse = lse.squeeze(-1)
+    return o.squeeze(1), lse if seen is None else torch.where(seen[:, None], lse, float("-inf"))
 
 
-def prepare(q: Tensor, lay: object) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows."""
-    rr = lay.row_req                  # type: ignore[attr-defined]
-    table = lay.block_table.index_select(0, rr).contiguous()     # type: ignore[attr-defined]
-    return table, decode_rows(lay.local_lens.index_select(0, rr), q.shape[1])   # type: ignore[attr-defined]
+def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]]:
+    """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows.  A decode
+    layout (rows_are_chunks) gives its first T rows as they are; others gather a row per query.  mask: the caller
+    reads the lse (DCP above 1), so an empty row's is set to -inf."""
+    t = q.shape[0]
+    if lay.rows_are_chunks:           # type: ignore[attr-defined]
+        table, lens = lay.block_table[:t], lay.local_lens[:t]   # type: ignore[attr-defined]
+    else:
+        rr = lay.row_req              # type: ignore[attr-defined]
+        table = lay.block_table.index_select(0, rr).contiguous()     # type: ignore[attr-defined]
+        lens = lay.local_lens.index_select(0, rr)    # type: ignore[attr-defined]
+    return table, decode_rows(lens, q.shape[1], mask)
 
 
 def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]], scale: float,

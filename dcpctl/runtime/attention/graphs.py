@@ -157,7 +157,8 @@ class DecodeGraphs:
 
     def _context(self, b: int, rows: int) -> DCPContext:
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
-                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [])
+                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
+                          rows_are_chunks=True)
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
     def int32_columns(self, b: int) -> None:

@@ -13,7 +13,8 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | ------------ | ------------------- | ------------------------------------------------------- |
 | positions    | [T] int64           | global position of each batch token (pads: 0)          |
 | q_pos        | [T] int32           | the same, 32-bit, as the kernel takes it                |
-| row_req      | [T] int32           | block-table row of each token (pads: the empty row n)   |
+| row_req      | [T] int32           | block-table row of each token (pads: the empty row n;   |
+|              |                     | rows_are_chunks: row i is row i, a decode batch)        |
 | block_table  | [n + 1, pages] int32| chunk i's pages (row n: none, for pads)                 |
 | local_lens   | [n + 1] int32       | local_len(end_i, r, c) (row n: 0)                       |
 | write_rows   | [N] int64           | batch rows whose position this rank owns                |
@@ -58,6 +59,8 @@ class PagedLayout:
     host_tables: list[list[int]] | None = None
     host_lens: list[int] | None = None
     backend_state: dict = field(default_factory=dict)   # per batch: the choice and its backend's prepared state
+    rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad rows
+                                    # past the empty one): a backend may slice the table instead of gathering it
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -100,8 +103,9 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     pos, pos32, req, bt, seq_lens, w_rows, w_slots = to_device_many(
         [col("positions"), col("positions", torch.int32), col("row_req", torch.int32), bt,
          torch.tensor(lens + [0], dtype=torch.int32), col("write_rows"), col("write_slots")], device)
+    decode = pad <= 1 and all(ch.num_tokens == 1 for ch in chunks)
     return PagedLayout(pos, pos32, req, bt, seq_lens, w_rows, w_slots, max(lens + [0]), page_size, list(chunks),
-                       table, lens)
+                       table, lens, rows_are_chunks=decode)
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,

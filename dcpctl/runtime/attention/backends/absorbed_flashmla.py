@@ -2,7 +2,7 @@
 
 prepare: each query row's block-table row and FlashMLA's tile-scheduler metadata (a device kernel, no host sync),
 so a CUDA graph captures prepare and run whole and a replay recomputes the metadata with the step.  Decode only
-(one token per chunk).
+(one token per chunk).  At DCP 1 the lse is not masked for empty rows (pads): DCPContext.attend reads only o there.
 """
 from __future__ import annotations
 
@@ -17,4 +17,4 @@ def run(c: Call, batch: tuple) -> MLAOut:
 
 BACKEND = register(Backend(
     "flashmla", ABSORBED, blocker=lambda q, pool, v_dim: flashmla.blocker(pool, v_dim, q.dtype), run=run,
-    prepare=lambda c: flashmla.prepare(c.q, c.lay), one_token=True))
+    prepare=lambda c: flashmla.prepare(c.q, c.lay, c.dcp_size > 1), one_token=True))
