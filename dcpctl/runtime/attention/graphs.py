@@ -128,11 +128,12 @@ class DecodeGraphs:
         self.sampled_ids = torch.zeros(bmax, dtype=torch.int64, device=dev)
         acc = torch.float64 if pool.kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
         self.sampled = torch.zeros(bmax, 2, dtype=acc, device=dev)   # rows: one contiguous copy to the host
-        self.q_pos = torch.zeros(bmax, **i32)
+        self.int32 = torch.zeros(2, bmax + 1, **i32)    # rows: q_pos, local_lens (meta rows 1, 2 as int32)
+        self.q_pos = self.int32[0, :bmax]
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
         self.table = DeviceBlockTable(self.block_table)
-        self.local_lens = torch.zeros(bmax + 1, **i32)
+        self.local_lens = self.int32[1]
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
         self.backend, self.base, self.v_dim = decisions.dcp_comm_backend, decisions.lse_base, v_dim
         top = max_pages * self.page
@@ -162,9 +163,9 @@ class DecodeGraphs:
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
     def int32_columns(self, b: int) -> None:
-        """q_pos and local_lens from meta, as the kernels read them: the graph's first op (not a launch per step)."""
-        self.q_pos[:b].copy_(self.meta[1, :b])
-        self.local_lens[:b + 1].copy_(self.meta[2, :b + 1])
+        """q_pos and local_lens from meta, as the kernels read them: the graph's first op, one copy of both rows
+        (q_pos gets row b too, which no kernel of batch b reads)."""
+        self.int32[:, :b + 1].copy_(self.meta[1:3, :b + 1])
 
     def _run(self, b: int, rows: int) -> Tensor:
         self.int32_columns(b)

@@ -71,7 +71,7 @@ class Rotary:
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         # positions: [T] -> cos, sin: [T, dim/2] in upcast (already scaled by YaRN's attention factor)
-        freqs = positions.to(self.upcast)[:, None] * self.inv_freq[None, :]
+        freqs = positions[:, None] * self.inv_freq[None, :]   # one kernel: each position cast to upcast, then *
         if self.att == 1.0:      # x * 1.0 == x: two launches fewer per step without YaRN
             return freqs.cos(), freqs.sin()
         return freqs.cos() * self.att, freqs.sin() * self.att
