@@ -1,15 +1,15 @@
 """One call, one machine: the scheduler under real traffic, as `dcpctl launch` + `bench serve`.
 
     python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
-        [--stall-repeats 1]
+        [--stall-repeats 1] [--stall-warmup 0] [--stall-variants mixed,unmixed,mixed-quarter]
 
 Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
   stall    dense: 8 background streams decoding (32-token prompts, 6000 tokens) while 4 prompts of 16K tokens
            arrive (Poisson, 1/s); servers with mixed steps (the default) and with --disable-mixed-chunk (prefill
            first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step trace
            ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
-           8192 by default).  The three servers run side by side; --stall-repeats N runs the arrivals against
-           each in turn N times (the throughput median per server).  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
+           8192 by default).  The servers run side by side; --stall-repeats N runs the arrivals against each
+           in turn N times (the throughput median per server), after --stall-warmup unrecorded rounds.  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
            mixed >= unmixed.
   moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
            default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and tokens carried.
@@ -86,14 +86,20 @@ def stop(run: Run, srv: Server, tag: str) -> None:
     run.record(tag, rc if srv.url else None, time.monotonic() - srv.t0, "" if srv.url else "never ready")
 
 
-def stall(run: Run, ckpt: Path, repeats: int = 1) -> dict[str, Any]:
-    """The variants' servers up side by side; the same arrivals run against each in turn, `repeats` rounds, so every
-    variant meets the same machine state and a round-to-round drift cannot favour one."""
+STALL_VARIANTS = ("mixed", "unmixed", "mixed-quarter")
+
+
+def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
+          variants: tuple[str, ...] = STALL_VARIANTS) -> dict[str, Any]:
+    """The variants' servers up side by side; the same arrivals run against each in turn, `warmup` unrecorded
+    rounds (a fresh server's first requests pay one-time costs) and then `repeats` recorded ones, so every variant
+    meets the same machine state and a round-to-round drift cannot favour one."""
     (n_bg, bg_in, bg_out), (n_long, long_len) = sizes(run.smoke)["bg"], sizes(run.smoke)["long"]
     chunk = 64 if run.smoke else BUDGET
-    variants = (("mixed", chunk, []), ("unmixed", chunk, ["--disable-mixed-chunk"]), ("mixed-quarter", chunk // 4, []))
+    flags_of = {"mixed": (chunk, []), "unmixed": (chunk, ["--disable-mixed-chunk"]), "mixed-quarter": (chunk // 4, [])}
     servers: dict[str, tuple[Server, int, Path]] = {}
-    for variant, size, flags in variants:
+    for variant in variants:
+        size, flags = flags_of[variant]
         if run.left() < 90:
             run.record(f"stall-{variant}", None, 0, "skipped: budget spent")
             continue
@@ -102,15 +108,18 @@ def stall(run: Run, ckpt: Path, repeats: int = 1) -> dict[str, Any]:
                                    "--chunked-prefill-size", str(size), *flags,
                                    env={"DCPCTL_STEP_TRACE": str(trace)}), size, trace)
     runs: dict[str, list[dict | None]] = {v: [] for v in servers}
-    for r in range(repeats):
+    for r in range(-warmup, repeats):
         for variant, (srv, _, _) in servers.items():
             if not srv.url or (r and run.left() < 30):
                 continue
-            runs[variant].append(bench(
-                run, f"stall-{variant}-bench" + (f"-{r + 1}" if r else ""), srv.url, "--background-streams",
+            res = bench(
+                run, f"stall-{variant}-" + (f"warmup{r + warmup + 1}" if r < 0 else "bench" + (f"-{r + 1}" if r else "")),
+                srv.url, "--background-streams",
                 str(n_bg), "--background-input-len", str(bg_in), "--background-output-len", str(bg_out), "--requests",
                 str(n_long), "--input-len", str(long_len), "--output-len", "16", "--request-rate", "1",
-                "--concurrency", str(n_long), "--seed", "1"))
+                "--concurrency", str(n_long), "--seed", "1")
+            if r >= 0:
+                runs[variant].append(res)
     out: dict[str, Any] = {}
     for variant, (srv, size, trace) in servers.items():
         stop(run, srv, f"stall-{variant}")
@@ -221,11 +230,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
     ap.add_argument("--stall-repeats", type=int, default=1,
                     help="rounds of the stall cell's arrivals against its servers, in turn (medians reported)")
+    ap.add_argument("--stall-warmup", type=int, default=0,
+                    help="unrecorded rounds against each stall server before the recorded ones")
+    ap.add_argument("--stall-variants", default=",".join(STALL_VARIANTS),
+                    help=f"the stall cell's servers, a comma list from {list(STALL_VARIANTS)}")
     ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-mixed-ckpt"))
     args = ap.parse_args(argv)
     cells = args.cells.split(",")
     if bad := [c for c in cells if c not in PARTS]:
         ap.error(f"unknown cells {bad}; valid: {sorted(PARTS)}")
+    if bad := [v for v in args.stall_variants.split(",") if v not in STALL_VARIANTS]:
+        ap.error(f"unknown stall variants {bad}; valid: {list(STALL_VARIANTS)}")
     run = Run(args.out, args.budget_s, args.smoke)
     doc: dict[str, Any] = {"smoke": args.smoke, "cells": {}}
     ckpts: dict[str, Path] = {}
@@ -236,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if name not in ckpts:
             ckpts[name] = serve_peers.write_checkpoint(name, args.ckpt_dir / name, run.device)
-        doc["cells"][cell] = PARTS[cell][1](run, ckpts[name], *([args.stall_repeats] if cell == "stall" else []))
+        extra = (args.stall_repeats, args.stall_warmup, tuple(args.stall_variants.split(","))) if cell == "stall" else ()
+        doc["cells"][cell] = PARTS[cell][1](run, ckpts[name], *extra)
         doc["parts"] = run.parts
         (run.out / "mixed.json").write_text(json.dumps(doc, indent=2))
     print(json.dumps(summary(doc), indent=2))
