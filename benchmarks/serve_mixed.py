@@ -98,11 +98,12 @@ def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
     chunk = 64 if run.smoke else BUDGET
     flags_of = {"mixed": (chunk, []), "unmixed": (chunk, ["--disable-mixed-chunk"]), "mixed-quarter": (chunk // 4, [])}
     servers: dict[str, tuple[Server, int, Path]] = {}
+    if run.left() < 90:          # all the servers or none: the cell compares them
+        for variant in variants:
+            run.record(f"stall-{variant}", None, 0, "skipped: budget spent")
+        return {}
     for variant in variants:
         size, flags = flags_of[variant]
-        if run.left() < 90:
-            run.record(f"stall-{variant}", None, 0, "skipped: budget spent")
-            continue
         tag, trace = f"stall-{variant}", run.out / f"trace-stall-{variant}.json"
         servers[variant] = (launch(run, ckpt, tag, 16, n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
                                    "--chunked-prefill-size", str(size), *flags,
