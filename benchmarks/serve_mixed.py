@@ -9,8 +9,8 @@ Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 l
            first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step trace
            ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
            8192 by default).  The servers run side by side; --stall-repeats N runs the arrivals against each
-           in turn N times (the throughput median per server), after --stall-warmup unrecorded rounds.  Targets: background ITL p99 <= that step time and < 30 ms; total throughput of
-           mixed >= unmixed.
+           in turn N times (the throughput median per server), after --stall-warmup unrecorded rounds.
+           Targets: background ITL p99 <= that step time and < 30 ms; total throughput of mixed >= unmixed.
   moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
            default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and tokens carried.
            Target: ITL p99 <= 5 x p50.
@@ -110,12 +110,15 @@ def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
                                    env={"DCPCTL_STEP_TRACE": str(trace)}), size, trace)
     runs: dict[str, list[dict | None]] = {v: [] for v in servers}
     for r in range(-warmup, repeats):
+        if r > -warmup and run.left() < 15 * len(servers):   # whole rounds only: each server meets the same ones
+            run.record(f"stall-round-{r + 1}", None, 0, "skipped: budget spent")
+            break
         for variant, (srv, _, _) in servers.items():
-            if not srv.url or (r and run.left() < 30):
+            if not srv.url:
                 continue
+            tag = f"warmup{r + warmup + 1}" if r < 0 else "bench" + (f"-{r + 1}" if r else "")
             res = bench(
-                run, f"stall-{variant}-" + (f"warmup{r + warmup + 1}" if r < 0 else "bench" + (f"-{r + 1}" if r else "")),
-                srv.url, "--background-streams",
+                run, f"stall-{variant}-{tag}", srv.url, "--background-streams",
                 str(n_bg), "--background-input-len", str(bg_in), "--background-output-len", str(bg_out), "--requests",
                 str(n_long), "--input-len", str(long_len), "--output-len", "16", "--request-rate", "1",
                 "--concurrency", str(n_long), "--seed", "1")
@@ -252,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if name not in ckpts:
             ckpts[name] = serve_peers.write_checkpoint(name, args.ckpt_dir / name, run.device)
-        extra = (args.stall_repeats, args.stall_warmup, tuple(args.stall_variants.split(","))) if cell == "stall" else ()
+        stall_args = (args.stall_repeats, args.stall_warmup, tuple(args.stall_variants.split(",")))
+        extra = stall_args if cell == "stall" else ()
         doc["cells"][cell] = PARTS[cell][1](run, ckpts[name], *extra)
         doc["parts"] = run.parts
         (run.out / "mixed.json").write_text(json.dumps(doc, indent=2))

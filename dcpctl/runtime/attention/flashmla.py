@@ -83,7 +83,7 @@ def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Te
     return table, decode_rows(lens, q.shape[1], mask)
 
 
-def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]], scale: float,
+def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]], scale: float,
            v_dim: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
     # q: [T, Hk, R]  pool: [pages, 64, R]  batch: prepare's -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
     # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode

@@ -5,8 +5,7 @@ One call attends q/k 192 and v 128 wide (DeepSeek-V3) and returns the natural-lo
 meets it), so the shapes it sees are kept few, exactly: query rows are padded to buckets, and an unmasked call
 (a chunk against cached prefix rows) gives cuDNN its keys in multiples of KEY_QUANTUM, then the rest rounded down
 to KEY_STEP, and the last few to torch's memory-efficient kernel, which builds nothing, the partials merged by
-LSE.  Where cuDNN refuses a
-call, the memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
+LSE.  Where cuDNN refuses a call, the memory-efficient kernel runs it (the same (o, lse) contract, ~4x slower).
 """
 from __future__ import annotations
 
