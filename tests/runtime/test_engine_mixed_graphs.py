@@ -55,7 +55,7 @@ def _alone(path, requests):
 
 def _serve(rank, world, path, cfg, sizes, requests):
     """Submit per JOINS, step to the end: each request's events, the step kinds, the chunk sizes each graph run saw,
-    per split step its graph rows and chunks, the retractions and the mixed-step notes."""
+    per split step its graph rows, chunks and prompt tokens, the retractions and the mixed-step notes."""
     from dcpctl.runtime import notes
     notes._sent.difference_update([t for t in notes._sent if t.startswith("mixed steps")])   # this engine's own
     engine = _engine(world, path, cfg, sizes)
@@ -69,8 +69,9 @@ def _serve(rank, world, path, cfg, sizes, requests):
         for ev in engine.step():
             events.setdefault(ev.rid, []).append((ev.token, ev.logprob, ev.finish))
         kinds.append(engine.last_step[0])
-        if kinds[-1] == KIND:      # (graph rows, chunks) of a split step
-            split.append((sum(len(r) for r in runs[ran:]), len(engine.last_step[1])))
+        if kinds[-1] == KIND:      # (graph rows, chunks, prompt tokens) of a split step
+            rows = sum(len(r) for r in runs[ran:])
+            split.append((rows, len(engine.last_step[1]), sum(ch.num_tokens for ch in engine.last_step[1]) - rows))
         step += 1
     engine.check_drained()
     return {"events": events, "kinds": kinds, "runs": runs, "split": split, "retracted": engine.sched.retractions,
@@ -94,7 +95,9 @@ def test_split_mixed_steps_equal_each_request_alone(path, world, dcp, sampled):
     kinds = got["kinds"]
     assert kinds.count(KIND) >= 5 and got["retracted"] == 0 and not got["notes"], kinds   # 17 + 13 tokens, chunks of 8
     assert all(n == 1 for r in got["runs"] for n in r)
-    assert all(0 < rows < chunks for rows, chunks in got["split"]) and max(r for r, _ in got["split"]) == 4
+    assert all(0 < rows < chunks for rows, chunks, _ in got["split"]) and max(r for r, _, _ in got["split"]) == 4
+    # the decodes replay apart, so the prompt chunks take the whole budget of 8 beside them, never 8 - decodes
+    assert all(p <= 8 for _, _, p in got["split"]) and any(p == 8 for _, _, p in got["split"]), got["split"]
     assert "graph+pipelined" in kinds     # decode-only steps between pipeline: a split step resolves them first
     _same_streams(got["events"], want)
 
