@@ -128,12 +128,13 @@ class DecodeGraphs:
         self.sampled_ids = torch.zeros(bmax, dtype=torch.int64, device=dev)
         acc = torch.float64 if pool.kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
         self.sampled = torch.zeros(bmax, 2, dtype=acc, device=dev)   # rows: one contiguous copy to the host
-        self.int32 = torch.zeros(2, bmax + 1, **i32)    # rows: q_pos, local_lens (meta rows 1, 2 as int32)
+        # rows: q_pos, local_lens (meta rows 1, 2 as int32), each row 16-byte aligned as the kernels' pointers like
+        self.int32 = torch.zeros(2, -(-(bmax + 1) // 4) * 4, **i32)
         self.q_pos = self.int32[0, :bmax]
         self.row_req = torch.arange(bmax, **i32)
         self.block_table = torch.zeros(bmax + 1, max_pages, **i32)
         self.table = DeviceBlockTable(self.block_table)
-        self.local_lens = self.int32[1]
+        self.local_lens = self.int32[1, :bmax + 1]
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
         self.backend, self.base, self.v_dim = decisions.dcp_comm_backend, decisions.lse_base, v_dim
         top = max_pages * self.page

@@ -77,7 +77,6 @@ class Engine:
         self.prefill_graphs = prefill_graphs_plan(model, cfg.cuda_graph, self.device)   # (tokens, reason) or None
         self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
         self.split_off = mixed.split_off(self.graphs, self.dp_size)       # engine/mixed.py
-        self.sched.decodes_apart = mixed.apart(self)
         self._inflight: InFlight | None = None
         self._early: list[Event] = []             # events of a step in flight read before a retraction
         self.sched.before_retract = self._resolve_early
@@ -202,6 +201,7 @@ class Engine:
             self._precompile_fp8(prompts)
         if self.graphs is not None:
             self.graphs.capture(progress)
+        self.sched.decodes_apart = mixed.apart(self)      # split steps run from here on
         if self.prefill_graphs is not None:
             self._capture_mlp_graphs(*self.prefill_graphs)
         if prompts and self.device.type == "cuda":

@@ -42,9 +42,10 @@ def split_off(graphs: Any, dp_size: int) -> str | None:
 
 
 def apart(engine: Any) -> int:
-    """The most decodes a mixed step replays as their own graph beside its prompt chunks (0: it never splits);
-    the scheduler gives the chunks of such a step the whole budget (engine/scheduler.py)."""
-    return 0 if engine.split_off else engine.graphs.max_size
+    """The most decodes a mixed step replays as their own graph beside its prompt chunks (0: it does not split, as
+    before the graphs are captured); the scheduler gives the chunks of such a step the whole budget
+    (engine/scheduler.py)."""
+    return 0 if engine.split_off or engine.graphs.graphs is None else engine.graphs.max_size
 
 
 def parts(engine: Any, chunks: list[SeqChunk]) -> tuple[list[SeqChunk], list[SeqChunk]] | None:
