@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The figures the targets name."""
     c, g, out = doc["cells"], serve_report._get, {}
-    for v in ("mixed", "unmixed", "mixed-quarter"):
+    for v in STALL_VARIANTS:
         bg = g(c, "stall", v, "bench", "classes", "background") or {}
         out[f"stall_{v}"] = {"background_p99_itl_ms": bg.get("p99_itl_ms"),
                              "background_median_itl_ms": bg.get("median_itl_ms"),

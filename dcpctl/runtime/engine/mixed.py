@@ -70,12 +70,13 @@ def parts(engine: Any, chunks: list[SeqChunk]) -> tuple[list[SeqChunk], list[Seq
 def run(engine: Any, decode: list[SeqChunk], prefill: list[SeqChunk]) -> list[Event]:
     """One split step (module docstring); this replica's events, the decodes' first."""
     e = engine
-    logits = e.graphs.run(e.input_ids(decode), decode, None)   # [n, V]; a decode chunk always reaches its end
+    dseqs, pseqs = e.sched.seqs_of(decode), e.sched.seqs_of(prefill)   # looked up once for the step
+    logits = e.graphs.run(e.input_ids(decode, dseqs), decode, None)   # [n, V]; a decode chunk always reaches its end
     e.kv_bytes_read += kv_rows(e.alloc, decode, e.ps.dcp.rank) * e.pool.nbytes_per_row()
-    hidden = e.forward(prefill, e.input_ids(prefill))
-    picks = e.sched.samples(prefill)
+    hidden = e.forward(prefill, e.input_ids(prefill, pseqs))
+    picks = e.sched.samples(prefill, pseqs)
     if picks:                            # the graph's rows are a view of its output: cat copies them out
         logits = torch.cat([logits, e.pick_logits(hidden, picks)])
-    seqs = [e.sched.seq(ch.rid) for ch in decode] + [e.sched.seq(rid) for _, rid in picks]
-    e.sched.advance(decode + prefill)
+    seqs = dseqs + [e.sched.seq(rid) for _, rid in picks]
+    e.sched.advance(decode + prefill, dseqs + pseqs)
     return e._accept(logits, seqs)

@@ -12,9 +12,8 @@ retracted request's pages on every rank needs no message.  The launch config's `
   engine replays them as their own decode graph beside the chunks (engine/mixed.py, `decodes_apart`) the
   chunks get the whole budget, so a prompt's chunks are the same as without decodes (a 16K prompt at 8,192
   is two chunks of 8,192, not 8,184 + 8,184 + 16: no extra step, no prefix cut off the kernels' key
-  quantum).  Not mixed: prefill
-  chunks alone while a prompt is unfinished, else one decode token per request.  Without
-  chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
+  quantum).  Not mixed: prefill chunks alone while a prompt is unfinished, else one decode token per
+  request.  Without chunking (-1) a prompt is never split: whole prompts while they fit, the first one always.
 - Admission on held KV.  A request holds the pages of the positions it has written plus its next step's
   (its prompt, at admission).  The head of the queue is admitted when the free pages cover it and every
   running request `decode_headroom` more positions (each capped at its max_new_tokens); a retracted request

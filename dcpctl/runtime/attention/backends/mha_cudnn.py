@@ -75,13 +75,13 @@ def keyed(kernel: Kernel, rest: Kernel, quantum: int = KEY_QUANTUM, step: int = 
             return kernel(q, k, v, causal, scale)
         main = s - s % quantum
         cuts = [0, main, max(main, s - s % step), s]
-        parts = [(a, b, fn) for a, b, fn in zip(cuts, cuts[1:], (kernel, kernel, rest)) if b > a]
-        o, lse = parts[0][2](q, k[:parts[0][1]], v[:parts[0][1]], False, scale)
-        if len(parts) == 1:
+        (a, b, fn), *more = [(a, b, fn) for a, b, fn in zip(cuts, cuts[1:], (kernel, kernel, rest)) if b > a]
+        o, lse = fn(q, k[a:b], v[a:b], False, scale)
+        if not more:
             return o, lse
         dt = acc_dtype(q.dtype)
         acc, acc_lse = o.to(dt), lse.to(dt, copy=True)
-        for a, b, fn in parts[1:]:
+        for a, b, fn in more:
             fused_merge.merge_into(acc, acc_lse, *fn(q, k[a:b], v[a:b], False, scale))
         return acc, acc_lse
     return run
