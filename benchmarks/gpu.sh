@@ -9,7 +9,7 @@
 #             trim with CELLS=dense,dense32k,moe VARIANTS=graph,eager HF_MODES=compiled,eager BUDGET_S=360
 #   prefill   single-prompt prefill at 4K-64K against transformers and the cuDNN MHA-form floor (prefill_ttft.py)
 #   mixed     the scheduler under real traffic (serve_mixed.py): streams + 16K arrivals, Poisson MoE, early stops;
-#             trim with CELLS=stall,moe,early,dense1k BUDGET_S=480 STALL_REPEATS=3
+#             trim with CELLS=stall,moe,early,dense1k BUDGET_S=480 STALL_REPEATS=3 STALL_WARMUP=1
 #   fp8serve  the block-FP8 checkpoint and its bf16 twin served side by side (fp8_serve.py; BUDGET_S=470)
 #   fp8       the block-FP8 GPU tests, the GEMM sweep (writes $OUT/fp8/fp8_gemm.json) and the model check
 #   fp8grouped  the grouped MoE GEMMs' tile sweep at decode's rows per expert (V3's routed experts, 16 of them
@@ -71,7 +71,8 @@ for SUITE in "$@"; do
     prefill) part prefill_ttft 300 python3 benchmarks/prefill_ttft.py "$O/prefill_ttft.json" ;;
     mixed)
       part serve_mixed 580 python3 benchmarks/serve_mixed.py --out "$O" --budget-s "${BUDGET_S:-480}" \
-        --cells "${CELLS:-stall,moe,early,dense1k}" --stall-repeats "${STALL_REPEATS:-3}" ;;
+        --cells "${CELLS:-stall,moe,early,dense1k}" --stall-repeats "${STALL_REPEATS:-3}" \
+        --stall-warmup "${STALL_WARMUP:-1}" ;;
     fp8serve)   # checkpoints (7.5 GB) and Triton caches go under /tmp, not into the results
       part fp8_serve 580 python3 benchmarks/fp8_serve.py --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
       rm -rf /tmp/dcpctl-fp8-work ;;
