@@ -8,7 +8,8 @@ CUDA-graph capture (graphs.py) picks once per graph, by its batch size and conte
 Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch FlashInfer or FlashMLA cannot take:
 chunks of more than one token (a backend's `one_token`), and FlashInfer under a capture (its `graph` reason: its
 per-step plan() needs host page lists the graph buffers do not carry).  FlashMLA's per-batch metadata is a device
-kernel, so a graph replays it with the step (tests/runtime/test_gpu_flashmla.py checks replays against eager).
+kernel, so a graph can capture it; the decode graphs keep it outside and remake it before a replay when a row's
+block count changed (flashmla.GraphRows; tests/runtime/test_gpu_flashmla.py checks replays against eager).
 """
 from __future__ import annotations
 

@@ -12,7 +12,10 @@ What FlashMLA needs, and what the runtime's pool gives it:
 
 The KV is read in place (zero copy, TMA over the pool's own strides).  Per forward batch, once: each query row
 gets its chunk's block-table row and local length, and FlashMLA's tile-scheduler metadata (a device kernel,
-no host sync).  Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf
+no host sync).  The decode graphs keep the metadata outside the graph (`GraphRows`): it depends on each row's
+block count ceil(len / 64) only (get_mla_metadata.cu splits rows by blocks; a split's end length reaches the
+kernel only through ceil_div(end, 64), splitkv_mla.cu lines 1036-1039 without the causal mask, which decode does
+not use), so the host recomputes it before a replay only when a row's block count changed: once in 64 steps.  Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf
 afterwards (DESIGN section 1): FlashMLA itself writes lse = +inf for a zero-length row (splitkv_mla.cu
 `cur_L == 0 ? INFINITY`), which the merge would take as a winner.  Its lse is base e (it writes
 logf(L) + m / log2(e)); returned tagged "e".  Chunks of more than one token (prefill, extend, verification) are
@@ -69,10 +72,55 @@ def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor | Non
     return o.squeeze(1), lse if seen is None else torch.where(seen[:, None], lse, float("-inf"))
 
 
+def blocks(lens: list[int]) -> list[int]:
+    """Each row's block count as FlashMLA's metadata counts it (an empty row reads one row: one block)."""
+    return [(n + FLASHMLA_PAGE - 1) // FLASHMLA_PAGE or 1 for n in lens]
+
+
+class GraphRows:
+    """The tile metadata of the decode graphs' batches, kept outside the graphs (module docstring): one pair of
+    buffers per batch size, which the graphs read, and the block counts they were made for."""
+
+    def __init__(self, heads: int) -> None:
+        self.heads = heads
+        self.bufs: dict[int, tuple[Tensor, Tensor]] = {}    # batch size -> (tile metadata, num_splits)
+        self.made_for: dict[int, list[int]] = {}            # batch size -> the block counts of its metadata
+
+    def decode_rows(self, lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """decode_rows for a graph of lens.shape[0] rows: an eager call (a capture's warm-up run) makes the
+        metadata; a capturing one reads the buffers, which `refresh` fills before each replay."""
+        t = lens.shape[0]
+        seen = lens > 0 if mask else None
+        lens = lens.clamp_min(1).contiguous()
+        if not torch.cuda.is_current_stream_capturing():
+            made = load()[0].get_mla_metadata(lens, self.heads, 1)   # type: ignore[union-attr]
+            if t in self.bufs:
+                for buf, new in zip(self.bufs[t], made):
+                    buf.copy_(new)
+            else:
+                self.bufs[t] = tuple(made)     # type: ignore[assignment]
+            self.made_for.pop(t, None)         # made from the device's lengths: the next replay remakes it
+        elif t not in self.bufs:
+            raise RuntimeError(f"FlashMLA's graph metadata for batch {t} is captured before an eager call made it")
+        return (lens, seen, *self.bufs[t])
+
+    def refresh(self, host_lens: list[int], lens: Tensor) -> None:
+        """Before a replay of len(host_lens) rows of local lengths host_lens (lens: the same on the device, any
+        int dtype, already written): remake the metadata when a row's block count changed."""
+        t, counts = len(host_lens), blocks(host_lens)
+        if self.made_for.get(t) == counts:
+            return
+        made = load()[0].get_mla_metadata(lens.clamp_min(1).to(torch.int32), self.heads, 1)  # type: ignore
+        for buf, new in zip(self.bufs[t], made):
+            buf.copy_(new)
+        self.made_for[t] = counts
+
+
 def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]]:
     """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows.  A decode
     layout (rows_are_chunks) gives its first T rows as they are; others gather a row per query.  mask: the caller
-    reads the lse (DCP above 1), so an empty row's is set to -inf."""
+    reads the lse (DCP above 1), so an empty row's is set to -inf.  A decode graph's layout (graph_state set)
+    keeps the metadata in its GraphRows."""
     t = q.shape[0]
     if lay.rows_are_chunks:           # type: ignore[attr-defined]
         table, lens = lay.block_table[:t], lay.local_lens[:t]   # type: ignore[attr-defined]
@@ -80,7 +128,11 @@ def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Te
         rr = lay.row_req              # type: ignore[attr-defined]
         table = lay.block_table.index_select(0, rr).contiguous()     # type: ignore[attr-defined]
         lens = lay.local_lens.index_select(0, rr)    # type: ignore[attr-defined]
-    return table, decode_rows(lens, q.shape[1], mask)
+    graph = getattr(lay, "graph_state", None)
+    if graph is None:
+        return table, decode_rows(lens, q.shape[1], mask)
+    rows = graph.setdefault("flashmla", GraphRows(q.shape[1]))
+    return table, rows.decode_rows(lens, mask)
 
 
 def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]], scale: float,

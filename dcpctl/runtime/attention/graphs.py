@@ -6,7 +6,8 @@ gathers of fixed replica sizes), the final norm and, with `logits=True` (the ser
 lm_head with its vocab gather, then each row's argmax and its log-probability; and (serving) the input
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
-block-table changes).  Buffers, shared by every graph and never reallocated after capture (a graph of
+block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
+tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never reallocated after capture (a graph of
 batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention import backends
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
 from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import DCPContext
@@ -144,6 +146,7 @@ class DecodeGraphs:
         self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
         self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
         self.replay_events: list | None = None   # set by the step trace: (start, end) CUDA events per replay
+        self.graph_state: dict = {}      # what a backend keeps across captures and replays (PagedLayout.graph_state)
         self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
         keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]
         for i, key in enumerate(keys):    # largest first: later graphs reuse its memory pool
@@ -160,7 +163,7 @@ class DecodeGraphs:
     def _context(self, b: int, rows: int) -> DCPContext:
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
                           self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
-                          rows_are_chunks=True)
+                          rows_are_chunks=True, graph_state=self.graph_state)
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
 
     def int32_columns(self, b: int) -> None:
@@ -228,7 +231,13 @@ class DecodeGraphs:
         if self.cuda:     # pinned: the copy is queued behind the step in flight, the host does not wait for it
             host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
-        return b, self.bucket(max(lens))
+        key = (b, self.bucket(max(lens)))
+        kernel = self.kernels.get(key)
+        if kernel in self.graph_state:     # its backend kept state outside the graph: remade before the replay
+            backend = backends.get(backends.ABSORBED, kernel)
+            if backend.refresh is not None:
+                backend.refresh(self.graph_state[kernel], lens[:b], self.meta[2, :b])
+        return key
 
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
                src: list[int] | None = None) -> Tensor:

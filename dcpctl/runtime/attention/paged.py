@@ -61,6 +61,8 @@ class PagedLayout:
     backend_state: dict = field(default_factory=dict)   # per batch: the choice and its backend's prepared state
     rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad rows
                                     # past the empty one): a backend may slice the table instead of gathering it
+    graph_state: dict | None = None   # decode graphs: what a backend keeps across their captures and replays
+                                      # (by name; its `refresh` runs before a replay), else None
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and

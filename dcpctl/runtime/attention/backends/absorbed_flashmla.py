@@ -1,7 +1,8 @@
 """FlashMLA's dense paged decode (sm_90a, bf16, page 64) as the absorbed `flashmla` backend (attention/flashmla.py).
 
-prepare: each query row's block-table row and FlashMLA's tile-scheduler metadata (a device kernel, no host sync),
-so a CUDA graph captures prepare and run whole and a replay recomputes the metadata with the step.  Decode only
+prepare: each query row's block-table row and FlashMLA's tile-scheduler metadata (a device kernel, no host sync).
+A decode graph captures prepare and run but reads the metadata from buffers that `refresh` remakes before a replay
+only when a row's block count changed (flashmla.GraphRows).  Decode only
 (one token per chunk).  At DCP 1 the lse is not masked for empty rows (pads): DCPContext.attend reads only o there.
 """
 from __future__ import annotations
@@ -17,4 +18,5 @@ def run(c: Call, batch: tuple) -> MLAOut:
 
 BACKEND = register(Backend(
     "flashmla", ABSORBED, blocker=lambda q, pool, v_dim: flashmla.blocker(pool, v_dim, q.dtype), run=run,
-    prepare=lambda c: flashmla.prepare(c.q, c.lay, c.dcp_size > 1), one_token=True))
+    prepare=lambda c: flashmla.prepare(c.q, c.lay, c.dcp_size > 1), one_token=True,
+    refresh=lambda state, host_lens, lens: state.refresh(host_lens, lens)))

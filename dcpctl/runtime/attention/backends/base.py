@@ -10,7 +10,9 @@ Two kinds, by the form of MLA attention the kernel computes (attention/form.py p
 Per backend: `blocker(q, pool, v_dim)` says why it cannot run here (a clause for a note) or None; `prepare(call)`
 builds its per-batch state from the paged layout once, on the batch's first layer (`run`; kept in
 `PagedLayout.backend_state[name]`); `graph` says why a CUDA graph cannot capture it (None: prepare and run are
-captured whole, and a replay repeats prepare's device work with the step); `one_token`: it takes chunks of one
+captured whole, and a replay repeats prepare's device work with the step, except what the backend keeps in the
+graphs' `PagedLayout.graph_state[name]` and remakes before a replay, when needed, in `refresh(state, host_lens,
+lens)`: the rows' local lengths on the host and on the device); `one_token`: it takes chunks of one
 token only (its mask is not causal by global position over a striped shard); `fallback`: the exact torch reference,
 which runs where no kernel can and is never in the measured table.  Which absorbed backend runs a batch is
 backend_choice's rule; the mha kind runs the first registered kernel with no blocker (`runnable`).
@@ -57,6 +59,7 @@ class Backend:
     run: Callable[..., Any]                             # the kind's contract (module table)
     prepare: Callable[[Call], Any] | None = None        # absorbed: per-batch state from the layout (None: none)
     graph: str | None = None                            # why a CUDA graph cannot capture it; None: it can
+    refresh: Callable[[Any, list[int], Tensor], None] | None = None   # graphs: before a replay (module docstring)
     one_token: bool = False                             # absorbed: chunks of one token only
     fallback: bool = False                              # the exact reference: runs where nothing else can
     label: str = ""                                     # how a note names it (default: name)
