@@ -70,3 +70,16 @@ def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
     assert kernel_summary(picks, 2) == ("<= 8192: ours; <= 16384: FlashMLA at batch 8,32, ours at batch 1; "
                                         "<= 32768: FlashMLA")
 
+
+
+def test_graphs_ask_for_the_requested_backend(path):
+    """--attention-backend reaches the graphs' batches as it reaches eager ones (backend_choice picks for both)."""
+    from dcpctl.runtime.models import load_model
+    ps = ParallelState.single()
+    model = load_model(path, ps, False, torch.float64, "cpu")
+    alloc = VirtualAllocator(64, PAGE, 1)
+    pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, torch.float64)
+    for want in ("triton", "auto"):
+        runner = DecodeGraphs(model, alloc, pool, typed({"attention_path": "paged", "attention_backend": want}),
+                              model.cfg.kv_lora_rank, [2], 4, alloc.num_pages * PAGE)
+        assert runner._context(2, runner.buckets[0]).attention_backend == want

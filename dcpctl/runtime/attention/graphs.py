@@ -139,6 +139,7 @@ class DecodeGraphs:
         self.local_lens = self.int32[1, :bmax + 1]
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
         self.backend, self.base, self.v_dim = decisions.dcp_comm_backend, decisions.lse_base, v_dim
+        self.requested = decisions.attention_backend     # --attention-backend: the graphs ask for it as eager steps do
         top = max_pages * self.page
         self.buckets = context_buckets(top, self.page) if buckets else [top]
         self.sizes = sorted(batch_sizes)
@@ -164,7 +165,8 @@ class DecodeGraphs:
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
                           self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
                           rows_are_chunks=True, graph_state=self.graph_state)
-        return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim)
+        return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim,
+                          attention_backend=self.requested)
 
     def int32_columns(self, b: int) -> None:
         """q_pos and local_lens from meta, as the kernels read them: the graph's first op, one copy of both rows
