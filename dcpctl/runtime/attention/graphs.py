@@ -7,8 +7,8 @@ lm_head with its vocab gather, then each row's argmax and its log-probability; a
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
 block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never reallocated after capture (a graph of
-batch B uses their first B rows):
+tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never
+reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
