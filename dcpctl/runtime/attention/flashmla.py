@@ -56,10 +56,14 @@ def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
 def decode_rows(lens: Tensor, heads: int, mask: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
     """(seqlens >= 1, seen (None unless mask), tile metadata, num_splits) for query rows of local lengths lens [T]
     int32 (device)."""
-    seen = lens > 0 if mask else None
-    lens = lens.clamp_min(1).contiguous()     # an empty row reads one row of page 0; its lse is masked after
+    lens, seen = _clamped(lens, mask)
     meta, splits = load()[0].get_mla_metadata(lens, heads, 1)   # type: ignore[union-attr]
     return lens, seen, meta, splits
+
+
+def _clamped(lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None]:
+    """(seqlens >= 1, seen (None unless mask)): an empty row reads one row of page 0; its lse is masked after."""
+    return lens.clamp_min(1).contiguous(), (lens > 0 if mask else None)
 
 
 def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor | None, Tensor, Tensor], scale: float,
@@ -87,19 +91,22 @@ class GraphRows:
         self.bufs: dict[int, tuple[Tensor, Tensor]] = {}    # batch size -> (tile metadata, num_splits)
         self.made_for: dict[int, list[int]] = {}            # batch size -> the block counts of its metadata
 
+    def _make(self, t: int, lens: Tensor) -> None:
+        """Batch size t's metadata from lens (int32 >= 1, device), into its buffers (made on the first call)."""
+        made = load()[0].get_mla_metadata(lens, self.heads, 1)   # type: ignore[union-attr]
+        if t in self.bufs:
+            for buf, new in zip(self.bufs[t], made):
+                buf.copy_(new)
+        else:
+            self.bufs[t] = tuple(made)     # type: ignore[assignment]
+
     def decode_rows(self, lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
         """decode_rows for a graph of lens.shape[0] rows: an eager call (a capture's warm-up run) makes the
         metadata; a capturing one reads the buffers, which `refresh` fills before each replay."""
         t = lens.shape[0]
-        seen = lens > 0 if mask else None
-        lens = lens.clamp_min(1).contiguous()
+        lens, seen = _clamped(lens, mask)
         if not torch.cuda.is_current_stream_capturing():
-            made = load()[0].get_mla_metadata(lens, self.heads, 1)   # type: ignore[union-attr]
-            if t in self.bufs:
-                for buf, new in zip(self.bufs[t], made):
-                    buf.copy_(new)
-            else:
-                self.bufs[t] = tuple(made)     # type: ignore[assignment]
+            self._make(t, lens)
             self.made_for.pop(t, None)         # made from the device's lengths: the next replay remakes it
         elif t not in self.bufs:
             raise RuntimeError(f"FlashMLA's graph metadata for batch {t} is captured before an eager call made it")
@@ -109,12 +116,9 @@ class GraphRows:
         """Before a replay of len(host_lens) rows of local lengths host_lens (lens: the same on the device, any
         int dtype, already written): remake the metadata when a row's block count changed."""
         t, counts = len(host_lens), blocks(host_lens)
-        if self.made_for.get(t) == counts:
-            return
-        made = load()[0].get_mla_metadata(lens.clamp_min(1).to(torch.int32), self.heads, 1)  # type: ignore
-        for buf, new in zip(self.bufs[t], made):
-            buf.copy_(new)
-        self.made_for[t] = counts
+        if self.made_for.get(t) != counts:
+            self._make(t, lens.clamp_min(1).to(torch.int32))
+            self.made_for[t] = counts
 
 
 def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]]:

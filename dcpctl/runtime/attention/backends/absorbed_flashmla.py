@@ -19,4 +19,4 @@ def run(c: Call, batch: tuple) -> MLAOut:
 BACKEND = register(Backend(
     "flashmla", ABSORBED, blocker=lambda q, pool, v_dim: flashmla.blocker(pool, v_dim, q.dtype), run=run,
     prepare=lambda c: flashmla.prepare(c.q, c.lay, c.dcp_size > 1), one_token=True,
-    refresh=lambda state, host_lens, lens: state.refresh(host_lens, lens)))
+    refresh=flashmla.GraphRows.refresh))
