@@ -199,17 +199,18 @@ def early(run: Run, ckpt: Path, rounds: int = 2) -> dict[str, Any]:
     n, length, max_tokens, c = sizes(run.smoke)["early"]
     srv = launch(run, ckpt, "early", c, c * (length + length // 2))
     common = ["--requests", str(n), "--input-len", str(length), "--concurrency", str(c), "--seed", "3"]
+    common += ["--output-len", str(max_tokens)]
     stops = [a for s in STOPS for a in ("--stop", s)]
     res: dict[str, Any] = {}
     pairs: list[tuple[dict | None, dict | None]] = []
     if srv.url:
-        bench(run, "early-warmup", srv.url, *common, "--output-len", str(max_tokens), *stops)
+        bench(run, "early-warmup", srv.url, *common, *stops)
         for r in range(rounds):
             tag = f"-{r + 1}" if r else ""
-            got = bench(run, f"early-bench{tag}", srv.url, *common, "--output-len", str(max_tokens), *stops)
+            got = bench(run, f"early-bench{tag}", srv.url, *common, *stops)
             lens = (got or {}).get("output_lens")
-            fitted = bench(run, f"fitted-bench{tag}", srv.url, *common, "--output-len", str(max_tokens),
-                           "--output-lens", ",".join(map(str, lens))) if lens and all(x > 0 for x in lens) else None
+            fitted = bench(run, f"fitted-bench{tag}", srv.url, *common, "--output-lens", ",".join(map(str, lens))) \
+                if lens and all(x > 0 for x in lens) else None
             pairs.append((got, fitted))
         res["retracted_total"] = retracted(srv.url)
     stop(run, srv, "early")
