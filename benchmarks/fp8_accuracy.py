@@ -66,8 +66,8 @@ from fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recor
 
 from dcpctl.launch.default_model import default_model  # noqa: E402
 from dcpctl.runtime import settings  # noqa: E402
-from dcpctl.runtime.models import fp8_gemm, fp8_parts  # noqa: E402
-from dcpctl.runtime.models.fp8_tiles import M_TILE_ROWS  # noqa: E402
+from dcpctl.runtime.kernels import fp8_gemm, fp8_parts  # noqa: E402
+from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS  # noqa: E402
 from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
 from tests.runtime.ref_context import RefContext, greedy_run  # noqa: E402
 

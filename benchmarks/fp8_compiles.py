@@ -42,7 +42,8 @@ from triton.runtime import driver
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
 from dcpctl.runtime.engine.warm_up import warm_up_lengths  # noqa: E402
-from dcpctl.runtime.models import fp8_gemm, fp8_precompile, fp8_tiles  # noqa: E402
+from dcpctl.runtime.models import fp8_precompile  # noqa: E402
+from dcpctl.runtime.kernels import fp8_gemm, fp8_tiles  # noqa: E402
 from tests.runtime.fp8_compile_check import Sm90Driver  # noqa: E402
 
 H200_SMS = 132

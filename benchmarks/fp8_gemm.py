@@ -51,11 +51,11 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from dcpctl.runtime.models.fp8_tiles import GEMV_ROWS, current as current_tables
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
+from dcpctl.runtime.kernels.fp8_tiles import GEMV_ROWS, current as current_tables
+from dcpctl.runtime.kernels.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
                                             M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles, fp8_matmul,
                                             quantize_rows)
-from dcpctl.runtime.models.fp8_parts import MODES, activation_mode, quantize_rows_gpu
+from dcpctl.runtime.kernels.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*: V3's
     # dense MLP at TP 1 (fp8_serve.py's checkpoint, layer 0)
@@ -408,7 +408,7 @@ def _sections(by: dict, trim: bool = True) -> dict:
 
 
 def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
-    """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/models/fp8_tiles.py): per shape, the
+    """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/kernels/fp8_tiles.py): per shape, the
     MMA setting that was fastest per swept M the table serves (more than fp8_tiles.GEMV_ROWS; under w8a16 up to
     M_TILE_ROWS, past it the rules' prefill settings run) in the method's section (DENSE_SECTIONS: "dense_w8a16" for
     w8a16, "dense" for w8a8 or a row without a mode),

@@ -60,8 +60,9 @@ from dcpctl.launch.default_model import default_model
 from dcpctl.plan.model import spec_from_path
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
-from dcpctl.runtime.models import fp8_gemm, fp8_parts, load_model
-from dcpctl.runtime.models.fp8_gemm import quantize_rows
+from dcpctl.runtime.models import load_model
+from dcpctl.runtime.kernels import fp8_gemm, fp8_parts
+from dcpctl.runtime.kernels.fp8_gemm import quantize_rows
 from dcpctl.runtime.models.config import parse_config
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import init_tensor, tensor_shapes, tiny_config, write_random_checkpoint

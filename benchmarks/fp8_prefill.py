@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dcpctl.runtime.models import fp8_parts  # noqa: E402
+from dcpctl.runtime.kernels import fp8_parts  # noqa: E402
 from fp8_model_check import _load, write_checkpoint  # noqa: E402
 
 

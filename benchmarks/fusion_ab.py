@@ -1,6 +1,6 @@
 """The CUDA-graph decode step with each of the step's fusions off, in one process on one GPU.
 
-For every variant (a DCPCTL_UNFUSED value: models/fusions.py) the checkpoint is loaded again and each batch's
+For every variant (a DCPCTL_UNFUSED value: kernels/fusions.py) the checkpoint is loaded again and each batch's
 cell runs as `bench decode --cuda-graphs` runs it (bench/decode_cell.run_cell: eager steps, then the graph's GPU
 time over back-to-back replays); the roofline prediction is bench decode's (ceilings measured once in this run).
 Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.

@@ -1,5 +1,5 @@
 """The decode step's 16-bit GEMMs (y = x @ W^T, few rows): cuBLAS (torch's F.linear) against dcpctl's split-K Triton
-kernel (runtime/models/gemm16.py) over a grid of tile settings, and the shipped choice (this GPU's gemm16 tuning
+kernel (runtime/kernels/gemm16.py) over a grid of tile settings, and the shipped choice (this GPU's gemm16 tuning
 table), one process, one GPU.  --save-table FILE writes the gemm16 tuning table the sweep makes: per shape and row
 count the best setting where it beat cuBLAS by WIN or more (dcpctl/tuning/gemm16/device_name=<GPU>.json).
 
@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from dcpctl import tuning
 from dcpctl.bench.ceilings import graph_ms
-from dcpctl.runtime.models import gemm16
-from dcpctl.runtime.models.gemm16 import Tiles16, choose, linear16
+from dcpctl.runtime.kernels import gemm16
+from dcpctl.runtime.kernels.gemm16 import Tiles16, choose, linear16
 
 SHAPES = {"qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
           "down": (7168, 2048)}   # (N, K) of the served-step checkpoint: V3 attention, dense MLP of 2048, TP 1

@@ -77,8 +77,8 @@ for SUITE in "$@"; do
       part fp8_serve 580 python3 benchmarks/fp8_serve.py --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
       rm -rf /tmp/dcpctl-fp8-work ;;
     fp8)
-      part tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime/test_fp8_gemm.py \
-        tests/runtime/test_model_fp8.py tests/runtime/test_weight_bytes.py
+      part tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime/kernels/test_fp8_gemm.py \
+        tests/runtime/models/test_model_fp8.py tests/runtime/models/test_weight_bytes.py
       part sweep 240 python3 benchmarks/fp8_gemm.py --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
         --json "$O/sweep.json"
       part model_check 100 python3 benchmarks/fp8_model_check.py --trained --json "$O/model_check.json" ;;

@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from step_gemms import _time  # noqa: E402
 
-from dcpctl.runtime.models.head_bmm_triton import default_config, head_bmm  # noqa: E402
+from dcpctl.runtime.kernels.head_bmm_triton import default_config, head_bmm  # noqa: E402
 
 H, NOPE, L, V, QW = 128, 128, 512, 128, 576
 ROTATE = 8   # 8 x 16.8 MB > the H200's 50 MB L2

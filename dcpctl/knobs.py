@@ -49,7 +49,7 @@ def _k(name: str, typ: type, default: str | int | bool | None, kind: Kind, meani
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("DCPCTL_DEBUG", bool, False, "debug", "show tracebacks (with locals in the CLI) instead of one-line errors"),
     _k("DCPCTL_UNFUSED", str, "", "debug", "decode-step fusions to turn off for an A/B (`name,...` or `all`; "
-                                           "runtime/models/fusions.py lists them)"),
+                                           "runtime/kernels/fusions.py lists them)"),
     _k("DCPCTL_STEP_TRACE", str, None, "debug", "file where rank 0 of a server records every loop turn's times"),
     _k("DCPCTL_LOOP_PROFILE", str, None, "debug", "file where rank 0 of a server writes a cProfile of its loop"),
     _k("DCPCTL_API_KEY", str, None, "user", "the bearer key of `dcpctl launch --api-key` and `bench serve --api-key`"),

@@ -52,8 +52,8 @@ a table whose cells time it under its name (`--attention-table FILE`) picks it w
 `plan/attention_table.py` `BACKENDS`. An mha kernel runs where it is the first registered one with no blocker.
 Ours picks its own kernel (Gluon or Triton) and tiles inside the `triton` backend (`kernel_choice.py`,
 `kernel_config.py`). Tests: the blocker's sentences on CPU, and the kernel's output against the torch
-reference through the LSE merge (tests/runtime/test_attention_backends.py does so for FlashInfer with a
-stand-in); tests/runtime/test_attention_registry.py shows a kernel added by one registration.
+reference through the LSE merge (tests/runtime/attention/test_attention_backends.py does so for FlashInfer with a
+stand-in); tests/runtime/attention/test_attention_registry.py shows a kernel added by one registration.
 
 ## Plan lifecycle: flags to a running rank
 

@@ -29,7 +29,7 @@ def test_every_kind_ships_an_h200_table_with_its_record(kind):
 
 def test_mla_tiles_and_head_bmm_load_the_built_in_values_on_an_h200():
     from dcpctl.runtime.attention.kernel_config import BUILT_IN, parse_rules
-    from dcpctl.runtime.models import head_bmm_triton
+    from dcpctl.runtime.kernels import head_bmm_triton
     assert parse_rules(tuning.load("mla_tiles", "NVIDIA H200", 90).data) == BUILT_IN
     assert tuning.load("head_bmm", "NVIDIA H200", 90).data == head_bmm_triton.BUILT_IN
 

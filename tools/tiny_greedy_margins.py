@@ -53,7 +53,7 @@ def requests(ids: list[list[int]]) -> list[dict]:
 
 def greedy(path: Path, device: str, dtype: str, reqs: list[dict]) -> list[list[int]]:
     from dcpctl.contract.launch_config import LaunchConfig
-    from tests.runtime.test_engine import launch_cfg
+    from tests.runtime.engine.test_engine import launch_cfg
     cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
     cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = device, dtype, str(path)
     return [o["output_ids"] for o in run_worker(LaunchConfig.from_dict(cfg), reqs)["outputs"]]

@@ -89,8 +89,8 @@ def test_the_bf16_form_is_every_trained_tensor_rounded_to_bf16(tmp_path):
 def test_split_method_quantizes_the_activations_only_of_gemms_past_m_tile_rows():
     # --prefill-mode w8a8 with --mode w8a16: a GEMM of more than M_TILE_ROWS rows equals w8a8's emulation (its rows
     # quantized 1x128 e4m3), one of at most M_TILE_ROWS w8a16's (rows as they are); the two differ on these rows
-    from dcpctl.runtime.models.fp8_tiles import M_TILE_ROWS
-    from tests.runtime.test_model_fp8 import quantize
+    from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS
+    from tests.runtime.models.test_model_fp8 import quantize
     g = torch.Generator().manual_seed(1)
     w8, s = quantize(torch.randn(256, 256, generator=g), (128, 128))
     for rows in (M_TILE_ROWS, M_TILE_ROWS + 1):

@@ -9,7 +9,7 @@ spec.loader.exec_module(bench)
 
 
 def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
-    from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, GemvTiles, Tiles
+    from dcpctl.runtime.kernels.fp8_gemm import BEFORE_TILES, GemvTiles, Tiles
     a, b, wide = GemvTiles(), GemvTiles(bn=32), Tiles(bn=128)
 
     def row(M, timed, best, N=7168):
@@ -25,7 +25,7 @@ def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
     # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS), the default kept where it won
     assert data["dense"] == {"4096,2048": [[8, {}]], "7168,2048": [[16, {}], [256, {"bn": 128}]]}
     assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1
-    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    from dcpctl.runtime.kernels.fp8_tiles import choose_tiles, parse
     tab = parse(data, "t")
     assert tab.dense[(7168, 2048)] == ((16, BEFORE_TILES), (256, wide)) and tab.gemv[(7168, 2048)] == b
     assert [choose_tiles(7168, 2048, m, tables=tab) for m in (1, 16, 17, 256)] == [b, BEFORE_TILES, wide, wide]
@@ -34,8 +34,8 @@ def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
 
 def test_a_w8a16_sweep_writes_its_own_dense_section_and_merges_into_the_table(tmp_path):
     from dcpctl import tuning
-    from dcpctl.runtime.models.fp8_gemm import BEFORE_TILES, Tiles
-    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    from dcpctl.runtime.kernels.fp8_gemm import BEFORE_TILES, Tiles
+    from dcpctl.runtime.kernels.fp8_tiles import choose_tiles, parse
     wide, swapped = Tiles(bn=128, per_sm=4, max_split=4, fold=True), Tiles(bn=128, warps=8, swap=True, fold=True)
 
     def row(M, timed, N=36864, K=7168):
@@ -68,8 +68,8 @@ def _grouped_row(rows_per_expert, timed, mode="w8a16", N=4096, K=7168):
 
 
 def test_grouped_sections_keep_a_setting_only_where_it_beats_the_default_by_the_margin():
-    from dcpctl.runtime.models.fp8_gemm import DEFAULT_GEMV, DEFAULT_TILES, M_TILE_ROWS, Tiles
-    from dcpctl.runtime.models.fp8_tiles import choose_tiles, parse
+    from dcpctl.runtime.kernels.fp8_gemm import DEFAULT_GEMV, DEFAULT_TILES, M_TILE_ROWS, Tiles
+    from dcpctl.runtime.kernels.fp8_tiles import choose_tiles, parse
     fold, swap = Tiles(fold=True), Tiles(swap=True, fold=True)
     near = 100.0 * (1 - bench.GROUPED_MARGIN) + 0.5            # faster than the default, but within the margin
     rows = [_grouped_row(2, [(DEFAULT_TILES, 100.0), (DEFAULT_GEMV, 50.0), (fold, 80.0)]),   # MMA settings only
@@ -121,7 +121,7 @@ def test_merge_keeps_the_sections_this_run_did_not_write(tmp_path):
 
 def test_grouped_rows_set_the_token_counts_and_the_decode_sweep():
     import argparse
-    from dcpctl.runtime.models.fp8_gemm import M_TILE_ROWS
+    from dcpctl.runtime.kernels.fp8_gemm import M_TILE_ROWS
     args = argparse.Namespace(grouped_rows=[2, 4, 8, 16, 24, 32, 48, 64, 2 * M_TILE_ROWS], experts=16,
                               batches=[1, 8], a16_candidates=False)
     assert bench.grouped_batches(args) == [4, 8, 16, 32, 48, 64, 96, 128, 256]

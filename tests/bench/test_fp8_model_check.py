@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from tests.runtime.test_model_fp8 import quantize
+from tests.runtime.models.test_model_fp8 import quantize
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_model_check.py"
 spec = importlib.util.spec_from_file_location("fp8_model_check", SCRIPT)

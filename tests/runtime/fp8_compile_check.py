@@ -11,7 +11,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from dcpctl.runtime.models.fp8_gemm import _fp8_gemm_kernel
+from dcpctl.runtime.kernels.fp8_gemm import _fp8_gemm_kernel
 
 POINTERS = ("x_ptr", "xs_ptr", "w_ptr", "ws_ptr", "ends_ptr", "out_ptr", "part_ptr", "count_ptr")
 INTS = ("R", "N", "K", "nkb", "kb_per_split", "splits", "sx", "m_rows", "sw_e", "sw_n", "sws_e", "sws_n")
@@ -58,7 +58,7 @@ GEMV_INTS = ("R", "N", "K", "E", "nkb", "kb_per_split", "splits", "sx", "sw_e", 
 def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, grouped: bool, warps: int = 4,
                       stages: int = 3, a16: bool = False):
     """The few-rows kernel (fp8_gemv.py) compiled for sm_90, as compile_sm90."""
-    from dcpctl.runtime.models.fp8_gemv import _fp8_gemv_kernel
+    from dcpctl.runtime.kernels.fp8_gemv import _fp8_gemv_kernel
     sig = {p: "*fp8e4nv" if p in ("x_ptr", "w_ptr") else "*i32" if p in ("ends_ptr", "count_ptr") else "*fp32"
            for p in POINTERS}
     sig["out_ptr"] = "*bf16"

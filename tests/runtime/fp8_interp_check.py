@@ -15,11 +15,11 @@ from tests.runtime.interp import patch_index
 
 patch_index()
 
-from dcpctl.runtime.models.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, MODES,  # noqa: E402
+from dcpctl.runtime.kernels.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, MODES,  # noqa: E402
                                             DEQUANT, PREFILL_A16_TILES, PREFILL_GROUPED_A16_TILES,
                                             GemvTiles, Tiles, fp8_matmul, quantize_rows)
-from dcpctl.runtime.models.fp8_tiles import tables_for  # noqa: E402
-from tests.runtime.test_model_fp8 import quantize, reference_dequant  # noqa: E402
+from dcpctl.runtime.kernels.fp8_tiles import tables_for  # noqa: E402
+from tests.runtime.models.test_model_fp8 import quantize, reference_dequant  # noqa: E402
 
 H200 = tables_for("NVIDIA H200", 90)     # every measured setting runs here too (grouped ones: once measured)
 TABLE = [*H200.dense.values(), *H200.grouped.values()]               # each shape's (most rows, setting) entries
@@ -144,7 +144,7 @@ def main() -> int:
         worst_f16 = max(worst_f16, err)
     # prefill under w8a16 (DequantLinear): the weight dequantized by the kernel equals quant.dequantize bit for bit
     # (partial scale blocks at the edges), and the GEMM is F.linear on it
-    from dcpctl.runtime.models.fp8_dequant import dequantize_gpu
+    from dcpctl.runtime.kernels.fp8_dequant import dequantize_gpu
     from dcpctl.runtime.models.quant import dequantize
     exact = True
     for N, K, block in ((200, 300, (128, 128)), (70, 96, (16, 32)), (33, 64, (8, 64))):

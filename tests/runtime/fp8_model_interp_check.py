@@ -21,9 +21,9 @@ from dcpctl.runtime.models import load_model  # noqa: E402
 from dcpctl.runtime.models.quant import Fp8Weight  # noqa: E402
 from dcpctl.runtime.tiny import write_tiny_model  # noqa: E402
 from tests.runtime.ref_context import greedy_run  # noqa: E402
-from tests.runtime.test_model_fp8 import write_fp8  # noqa: E402
-from tests.runtime.test_model_load import fake_state  # noqa: E402
-from tests.runtime.test_weight_bytes import SHAPE  # noqa: E402
+from tests.runtime.models.test_model_fp8 import write_fp8  # noqa: E402
+from tests.runtime.models.test_model_load import fake_state  # noqa: E402
+from tests.runtime.models.test_weight_bytes import SHAPE  # noqa: E402
 
 W8A16_BOUND, W8A8_FLOOR = 5e-3, 2e-2
 PROMPTS = [[256, 72, 101, 108, 108, 111], [256, 5, 9, 200]]

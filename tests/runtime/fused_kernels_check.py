@@ -17,13 +17,13 @@ import torch
 from dcpctl.runtime.attention.fused_merge import merge_into_reference, merge_into_triton
 from dcpctl.runtime.attention.mha_keys import keys_torch, keys_triton
 from dcpctl.runtime.models.config import RopeSpec
-from dcpctl.runtime.models.norm_triton import add_rms_norm_fused
+from dcpctl.runtime.kernels.norm_triton import add_rms_norm_fused
 from dcpctl.runtime.models.ops import rms_norm_torch
 from dcpctl.runtime.models.rope import Rotary
-from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_q_into
-from dcpctl.runtime.models.embed_triton import embed_rows
-from dcpctl.runtime.models.swiglu_triton import swiglu_fused
-from dcpctl.runtime.models.moe_combine import _combine_triton, combine_reference, inverse
+from dcpctl.runtime.kernels.rope_triton import kv_rows_into, rope_q_into
+from dcpctl.runtime.kernels.embed_triton import embed_rows
+from dcpctl.runtime.kernels.swiglu_triton import swiglu_fused
+from dcpctl.runtime.kernels.moe_combine import _combine_triton, combine_reference, inverse
 
 
 class _Cfg:  # the two fields Rotary reads, for a V3 (bf16 rotation) or V2 (fp32 rotation) model
@@ -124,7 +124,7 @@ def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: in
                    v: int = 128) -> None:
     # the two decode products over the model's token-major views: q_nope (a split of q) @ w_kc into the latent
     # slice of the query buffer, o @ w_vc into [T, H, v]; against an fp32 reference (rows of fp32 sums, rounded once)
-    from dcpctl.runtime.models.head_bmm_triton import head_bmm
+    from dcpctl.runtime.kernels.head_bmm_triton import head_bmm
     g = torch.Generator().manual_seed(T)
     q = torch.randn(T, H, nope + 64, generator=g).to(device=device, dtype=dtype)
     w_kc = (torch.randn(H, nope, lat, generator=g) / nope ** 0.5).to(device=device, dtype=dtype)

@@ -93,7 +93,7 @@ def test_cuda_graph_replay_equals_eager(small_path):
 
 def _tiny_cfg(device, dtype):
     from dcpctl.runtime.tiny import ensure_tiny_model
-    from tests.runtime.test_engine import launch_cfg
+    from tests.runtime.engine.test_engine import launch_cfg
     cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
     cfg["device"], cfg["model"]["dtype"], cfg["model"]["path"] = device, dtype, str(ensure_tiny_model())
     return cfg

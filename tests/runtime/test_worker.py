@@ -9,7 +9,7 @@ from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.worker import run_worker
 from tests.dist import run_ranks
 from tests.runtime.configs import config
-from tests.runtime.test_engine import REQUESTS, FakeMLA, launch_cfg
+from tests.runtime.engine.test_engine import REQUESTS, FakeMLA, launch_cfg
 
 
 def _fake_worker(rank, world, cfg):

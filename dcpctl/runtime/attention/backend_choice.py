@@ -9,7 +9,7 @@ Ours (`triton`: the Gluon or Triton kernel, kernel_choice) also runs a batch Fla
 chunks of more than one token (a backend's `one_token`), and FlashInfer under a capture (its `graph` reason: its
 per-step plan() needs host page lists the graph buffers do not carry).  FlashMLA's per-batch metadata is a device
 kernel, so a graph can capture it; the decode graphs keep it outside and remake it before a replay when a row's
-block count changed (flashmla.GraphRows; tests/runtime/test_gpu_flashmla.py checks replays against eager).
+block count changed (flashmla.GraphRows; tests/runtime/attention/test_gpu_flashmla.py checks replays against eager).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention.merge import merge_stacked, to_natural
-from dcpctl.runtime.models import pdl
+from dcpctl.runtime.kernels import pdl
 
 try:
     import triton

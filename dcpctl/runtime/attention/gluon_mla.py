@@ -132,7 +132,7 @@ if gluon is not None:
         SH_P: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=BLOCK_N * 2 if BLOCK_N < 64 else 128,
                                                   element_bitwidth=16, rank=2)
 
-        if PDL:   # launched early (runtime/models/pdl.py): wait for the kernel before, then release the next
+        if PDL:   # launched early (runtime/kernels/pdl.py): wait for the kernel before, then release the next
             gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
                                       pack=1)
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,

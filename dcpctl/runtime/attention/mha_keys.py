@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.models.norm_triton import triton
+from dcpctl.runtime.kernels.norm_triton import triton
 
 ROWS, HEADS = 16, 16      # rows and heads per program
 

@@ -24,7 +24,7 @@ from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
 from dcpctl.runtime.attention.kernel_choice import announce, gpu_facts, mark_failed, use_gluon
 from dcpctl.runtime.attention.kernel_config import KernelConfig, default_config, tuned_configs  # noqa: F401
 from dcpctl.runtime.attention.local import attention_mask, local_attention
-from dcpctl.runtime.models import pdl
+from dcpctl.runtime.kernels import pdl
 
 try:
     import triton

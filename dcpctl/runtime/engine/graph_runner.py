@@ -7,7 +7,7 @@ single-token chunk) and the batch fits the largest size; the batch is padded up 
 size.  Under attention DP the replicas agree on the size first (engine._agree).  A mixed step's decodes
 replay their graph beside an eager forward of its prompt chunks (engine/mixed.py).  What cannot replay
 runs eagerly, with one note saying why; a graph never changes a token (the same kernels, the same
-order of operations: tests/runtime/test_engine_graphs.py).
+order of operations: tests/runtime/engine/test_engine_graphs.py).
 
 Not captured, with their reason: speculative decoding's steps (draft + verify shapes per step), a
 hybrid model's KDA layers (request-indexed recurrent state).

@@ -1,7 +1,7 @@
 """The warm-up before ready, past the graph capture: prefills of a ladder of prompt lengths, prompts past one chunk
 (extends of a cached prefix, in both attention forms, even and odd), a pair that extends a prefix of no round size,
 two sampled requests (temperature; top-k and top-p),
-then every GEMM they used over a grid of token counts (models/gemm_warm.py), so the first requests compile and
+then every GEMM they used over a grid of token counts (kernels/gemm_warm.py), so the first requests compile and
 load nothing.
 
     warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from dcpctl.runtime.models import gemm_warm
+from dcpctl.runtime.kernels import gemm_warm
 from dcpctl.runtime.notes import note_once
 
 

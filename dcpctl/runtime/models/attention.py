@@ -26,15 +26,15 @@ from torch import Tensor
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
-from dcpctl.runtime.models.fusions import Fusions
-from dcpctl.runtime.models.gemm_warm import bmm_into
-from dcpctl.runtime.models.norm_triton import fused_norm_ok
+from dcpctl.runtime.kernels.fusions import Fusions
+from dcpctl.runtime.kernels.gemm_warm import bmm_into
+from dcpctl.runtime.kernels.norm_triton import fused_norm_ok
 from dcpctl.runtime.models.ops import all_reduce, rms_norm
 from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
 from dcpctl.runtime.models.rope import Rotary
-from dcpctl.runtime.models.rope_triton import kv_rows_into, rope_kernel_ok, rope_q_into
+from dcpctl.runtime.kernels.rope_triton import kv_rows_into, rope_kernel_ok, rope_q_into
 from dcpctl.runtime.models.shards import Shards
-from dcpctl.runtime.models.side_stream import SideStream
+from dcpctl.runtime.kernels.side_stream import SideStream
 
 LATENT_NORM_EPS = 1e-6  # q_a_layernorm / kv_a_layernorm use the default eps in HF and DeepSeek
 

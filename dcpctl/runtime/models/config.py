@@ -18,7 +18,7 @@ from typing import Any
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.hf_config import HfConfig, MlaShape, RopeSpec, parse_hf_config, read_hf_config
 from dcpctl.plan.hf_defaults import KIMI_LINEAR, V2
-from dcpctl.runtime.models.errors import ModelLoadError
+from dcpctl.runtime.errors import ModelLoadError
 
 SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 SUPPORTED_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")

@@ -18,12 +18,12 @@ from torch import Tensor
 from dcpctl.runtime.attention.api import AttentionContext
 from dcpctl.runtime.models.attention import MlaAttention
 from dcpctl.runtime.models.config import MlaConfig
-from dcpctl.runtime.models.embed_triton import embed_kernel_ok, embed_rows
-from dcpctl.runtime.models.fusions import Fusions
+from dcpctl.runtime.kernels.embed_triton import embed_kernel_ok, embed_rows
+from dcpctl.runtime.kernels.fusions import Fusions
 from dcpctl.runtime.models.ops import add_rms_norm, all_gather_rows, all_reduce, gather_sizes, rms_norm
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.shards import Shards
-from dcpctl.runtime.models.side_stream import SideStream
+from dcpctl.runtime.kernels.side_stream import SideStream
 from dcpctl.runtime.parallel import ParallelState
 
 

@@ -37,7 +37,7 @@ from triton import knobs as triton_knobs
 from triton.runtime._async_compile import AsyncCompileMode
 
 from dcpctl import knobs
-from dcpctl.runtime.models.fp8_tiles import PREFILL_DEQUANT_ROWS
+from dcpctl.runtime.kernels.fp8_tiles import PREFILL_DEQUANT_ROWS
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, token_passes
 from dcpctl.runtime.models.quant import Fp8Weight, grouped_linear
 

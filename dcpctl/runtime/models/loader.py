@@ -23,13 +23,13 @@ import torch
 from torch import Tensor
 
 from dcpctl.plan.hf_defaults import KIMI_LINEAR
-from dcpctl.runtime.models import gemm16, pdl
+from dcpctl.runtime.kernels import gemm16, pdl
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
-from dcpctl.runtime.models.blas import choose_blas
+from dcpctl.runtime.kernels.blas import choose_blas
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
-from dcpctl.runtime.models.fusions import Fusions
+from dcpctl.runtime.kernels.fusions import Fusions
 from dcpctl.runtime.models.kimi_config import hybrid_config
 from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
@@ -99,7 +99,7 @@ def _keep_fp8(device: torch.device | str, forced: bool | None, block: tuple[int,
     keep, why = fp8_compute(str(torch.device(device)), block)
     note_once(why)
     if keep:
-        from dcpctl.runtime.models.fp8_gemm import prepare
+        from dcpctl.runtime.kernels.fp8_gemm import prepare
         prepare(device)
     return keep
 

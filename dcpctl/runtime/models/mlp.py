@@ -13,10 +13,10 @@ from torch import Tensor
 from dcpctl.runtime.attention.kernel_choice import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
-from dcpctl.runtime.models.moe_combine import moe_combine
+from dcpctl.runtime.kernels.moe_combine import moe_combine
 from dcpctl.runtime.models.quant import Fp8Weight, Weight, concat_rows, grouped_linear, linear, rows, stack
 from dcpctl.runtime.models.shards import Shards, split
-from dcpctl.runtime.models.swiglu_triton import swiglu_fused, swiglu_kernel_ok
+from dcpctl.runtime.kernels.swiglu_triton import swiglu_fused, swiglu_kernel_ok
 
 
 def mlp_wants(p: str, hidden: int, inter: int, parts: int, idx: int, what: str) -> list[Want]:

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from dcpctl.runtime.models.norm_triton import add_rms_norm_fused, fused_norm_ok, rms_norm_fused
+from dcpctl.runtime.kernels.norm_triton import add_rms_norm_fused, fused_norm_ok, rms_norm_fused
 
 
 def upcast_dtype(dtype: torch.dtype, hf_numerics: bool = False) -> torch.dtype:

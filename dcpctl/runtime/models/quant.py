@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dcpctl.plan.weights import FP8_MIN_SM, fp8_block_ok
-from dcpctl.runtime.models import gemm16, gemm_warm
-from dcpctl.runtime.models.errors import ModelLoadError
+from dcpctl.runtime.kernels import gemm16, gemm_warm
+from dcpctl.runtime.errors import ModelLoadError
 
 FP8_DTYPES = ("F8_E4M3",)  # safetensors' name for torch.float8_e4m3fn
 SUPPORTED_METHODS = ("fp8",)
@@ -146,7 +146,7 @@ def linear(x: Tensor, w: Weight) -> Tensor:
 
 def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None) -> Tensor:
     # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]; ends None: one matrix
-    from dcpctl.runtime.models.fp8_gemm import fp8_matmul
+    from dcpctl.runtime.kernels.fp8_gemm import fp8_matmul
     if x.shape[0] == 0:
         return x.new_zeros((0, w.shape[-2]))
     return fp8_matmul(x, w.w8, w.scale, w.block, ends)
@@ -170,7 +170,7 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     if not fp8_block_ok(block):
         return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
                        f"so block-FP8 weights are dequantized to the compute dtype at load")
-    from dcpctl.runtime.models.fp8_gemm import activation_mode, tiles_note
+    from dcpctl.runtime.kernels.fp8_gemm import activation_mode, tiles_note
     how = ("w8a16: activations stay 16-bit, each e4m3 weight tile is converted in registers, so outputs match the "
            f"dequantized weights but for the order of fp32 sums; --fp8-gemm w8a8 quantizes activations 1x{block[1]} "
            "e4m3 as SGLang does" if activation_mode() == "w8a16" else

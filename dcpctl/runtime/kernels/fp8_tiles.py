@@ -1,0 +1,162 @@
+"""Which block-FP8 kernel and tile setting a GEMM runs: rules by row count, and the GPU's fp8_gemm tuning table.
+
+    choose_tiles(N, K, rows, experts=1, a16=False, total_rows=None, device=None) -> Tiles | GemvTiles | DequantLinear
+
+| rows (per expert when grouped)          | dense                                      | grouped (MoE)               |
+| --------------------------------------- | ------------------------------------------ | --------------------------- |
+| <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel (as below)       |
+| w8a16, all rows <= GROUPED_GEMV_ROWS    |                                            | few-rows kernel, DEFAULT_GEMV |
+|   and <= GROUPED_GEMV_PER_EXPERT x E    |                                            |                             |
+| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`,       | `grouped_w8a16` (w8a16), else `grouped`, |
+|                                         |   else DEFAULT_TILES                       |   else DEFAULT_TILES        |
+| w8a16, M_TILE_ROWS + 1 .. PREFILL_DEQUANT_ROWS | PREFILL_A16_TILES                   | PREFILL_GROUPED_A16_TILES   |
+| w8a16, more                             | DEQUANT: the weight dequantized, cuBLAS    | PREFILL_GROUPED_A16_TILES   |
+| w8a8, more                              | `dense`, else DEFAULT_TILES                | DEFAULT_TILES               |
+
+The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K": [[most rows, {Tiles fields}],
+...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles fields} | null
+(the MMA kernel)}}; the first bound covering the rows (per expert, R // E, when grouped) wins, and rows past the
+last bound, or a shape the sections lack, take the rules' setting.  The grouped sections (benchmarks/fp8_gemm.py
+--grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them runs every grouped GEMM as the
+rules alone do.  A GPU without a table runs the rules alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dcpctl.runtime.kernels.fp8_dequant import DequantLinear
+from dcpctl.runtime.kernels.fp8_gemv import GemvTiles
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bn: int = 64          # N columns per program (<= the weight block rows keeps one scale per K block)
+    warps: int = 4
+    stages: int = 3       # software pipeline depth of the K loop
+    per_sm: int = 2       # dense GEMMs: K splits until about this many programs run per SM
+    fuse_rows: int = 0    # quantize the activations inside the GEMM (one launch) when R <= this
+    swap: bool = False    # compute W x^T (N on the MMA's M side: few tokens fill the small side)
+    red: int = 1          # K-split partials summed per load by the tile's last program (a power of two;
+                          # capped so that red x BM x BN <= 8192 fp32 stay in registers)
+    pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
+                          # kernel finishes
+    max_split: int = 0    # at most this many K splits (0: per_sm decides alone): the tile's last program reads
+                          # splits x R x BN fp32 partials by itself, which at R = 64 outweighs a small weight
+    fold: bool = False    # w8a16: fold the weight block's factor into the converted tile (rounded to the rows'
+                          # dtype: the dequantized weight) so that the MMA accumulates across K blocks instead of
+                          # a scaled add after each one; no effect under w8a8
+    bm: int = 0           # rows per MMA tile (16, 32, 64 or 128; 0: by the row count, 16 / 32 / 64); above
+                          # M_TILE_ROWS (prefill) also the rows of one program
+
+
+Kernel = Tiles | GemvTiles | DequantLinear
+M_TILE_ROWS = 64         # above: a dense GEMM's rows are tiled over programs (grid axis 0), one per (M, N) tile
+BEFORE_TILES = Tiles()   # a quantization launch, one partial a load
+DEFAULT_TILES = BEFORE_TILES
+PREFILL_A16_TILES = Tiles(bm=128, bn=64, warps=8, fold=True)
+DEQUANT = DequantLinear()
+PREFILL_DEQUANT_ROWS = 128
+PREFILL_GROUPED_A16_TILES = Tiles(bm=128, bn=128, warps=8, fold=True)
+GEMV_ROWS = 1
+GROUPED_GEMV_ROWS = 64
+# the few-rows kernel applies each weight slab to its expert's rows one after another on the CUDA cores: past ~2
+# rows an expert the MMA kernel wins (an H200, 16 experts top-8, w8a16 decode step: 2.28 ms at batch 8 = 4 rows an
+# expert on the few-rows kernel, 1.24 ms at batch 12 on the MMA kernel; benchmarks/fp8_serve.py's decode_step part)
+GROUPED_GEMV_PER_EXPERT = 2
+DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
+ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
+
+
+@dataclass(frozen=True)
+class Fp8Tables:
+    dense: ShapeTable = field(default_factory=dict)
+    dense_a16: ShapeTable = field(default_factory=dict)        # w8a16's own, where it has the shape
+    grouped: ShapeTable = field(default_factory=dict)          # grouped GEMMs, by rows per expert (<= M_TILE_ROWS)
+    grouped_a16: ShapeTable = field(default_factory=dict)      # w8a16's own, where it has the shape
+    gemv: dict[tuple[int, int], GemvTiles | None] = field(default_factory=dict)
+    how: str = "built-in rules only"
+
+
+def _key(text: str) -> tuple[int, int]:
+    n, k = (int(v) for v in text.split(","))
+    return n, k
+
+
+def parse(data: dict[str, Any], how: str) -> Fp8Tables:
+    shapes = lambda d: {_key(s): tuple((int(most), Tiles(**t)) for most, t in c) for s, c in d.items()}  # noqa: E731
+    gemv = {_key(s): None if t is None else GemvTiles(**t) for s, t in data.get("gemv", {}).items()}
+    return Fp8Tables(*(shapes(data.get(k, {})) for k in ("dense", "dense_w8a16", "grouped", "grouped_w8a16")),
+                     gemv=gemv, how=how)
+
+
+def tables_for(device: str, sm: int | None) -> Fp8Tables:
+    """The fp8_gemm tables of a GPU by dcpctl.tuning's device rule (none: Fp8Tables())."""
+    from dcpctl import tuning
+    t = tuning.load("fp8_gemm", device, sm)
+    return parse(t.data, t.how) if t.data else Fp8Tables(how=t.how)
+
+
+_by_device: dict[str, Fp8Tables] = {}
+
+
+def current(device: Any = None) -> Fp8Tables:
+    """The tables for a CUDA device (said once per GPU), Fp8Tables() elsewhere."""
+    if getattr(device, "type", None) != "cuda":
+        return Fp8Tables()
+    key = str(device)
+    if key not in _by_device:
+        import torch
+
+        from dcpctl.runtime import tuned
+        dev = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        t = tuned.table("fp8_gemm", dev)
+        _by_device[key] = parse(t.data, t.how) if t.data else Fp8Tables(how=t.how)
+    return _by_device[key]
+
+
+def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False, total_rows: int | None = None,
+                 device: Any = None, tables: Fp8Tables | None = None) -> Kernel:
+    """The kernel and tile setting for this shape and row count (per expert when grouped; total_rows: all the
+    grouped GEMM's rows), by the module docstring's table; `tables` (default: the device's) gives the shapes."""
+    tab = tables if tables is not None else current(device)
+    gemv = tab.gemv.get((N, K), DEFAULT_GEMV)
+    if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
+        return gemv
+    if experts > 1 and a16 and total_rows is not None and total_rows <= min(GROUPED_GEMV_ROWS,
+                                                                             GROUPED_GEMV_PER_EXPERT * experts):
+        return DEFAULT_GEMV
+    if experts == 1 and a16 and rows > PREFILL_DEQUANT_ROWS:
+        return DEQUANT
+    if experts == 1 and a16 and rows > M_TILE_ROWS:
+        return PREFILL_A16_TILES
+    if experts > 1 and a16 and rows > M_TILE_ROWS:
+        return PREFILL_GROUPED_A16_TILES
+    for most, t in _entries(tab, N, K, rows, experts, a16):
+        if rows <= most:
+            return t
+    return DEFAULT_TILES
+
+
+def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int, a16: bool) -> tuple[tuple[int, Tiles], ...]:
+    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape; grouped
+    # GEMMs only at decode's rows per expert (a w8a8 prefill's experts keep DEFAULT_TILES whatever a bound says)
+    if experts > 1 and rows > M_TILE_ROWS:
+        return ()
+    own, plain = (tab.dense_a16, tab.dense) if experts == 1 else (tab.grouped_a16, tab.grouped)
+    return (own if a16 and (N, K) in own else plain).get((N, K), ())
+
+
+def tiles_note(device: Any = None) -> str:
+    tab = current(device)
+    return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
+            f"(but {sum(v is None for v in tab.gemv.values())} shape(s) on the MMA kernel), otherwise the MMA kernel "
+            f"(dense GEMMs of {len(tab.dense)} shape(s) from the fp8_gemm tuning table, {tab.how}; w8a16: "
+            f"{len(tab.dense_a16)} of them its own; the grouped MoE GEMMs of up to {M_TILE_ROWS} rows per expert "
+            f"from the table where it has their shape and rows ({len(tab.grouped)} shape(s), {len(tab.grouped_a16)} "
+            f"of w8a16's own); the other GEMMs {DEFAULT_TILES}, but w8a16's "
+            f"grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows and {GROUPED_GEMV_PER_EXPERT} per expert the weight-streaming "
+            f"kernel, its dense GEMMs of "
+            f"{M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows {PREFILL_A16_TILES} and of more the weight dequantized to "
+            f"the rows' dtype for cuBLAS, its grouped GEMMs of more than {M_TILE_ROWS} rows per expert "
+            f"{PREFILL_GROUPED_A16_TILES}; above {M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")

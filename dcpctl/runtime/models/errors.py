@@ -1,6 +1,0 @@
-"""The one error type of model loading (config.json, checkpoints, quantization), in a module of its own so
-that every parser can raise it without importing another."""
-
-
-class ModelLoadError(Exception):
-    """A checkpoint the runtime cannot load; the message is one sentence naming what and where."""
