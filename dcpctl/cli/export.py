@@ -56,8 +56,8 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
         raise UserError("the plan is invalid, nothing to export: " + "; ".join(v.message for v in plan.violations))
     model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo")
     if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
-        from dcpctl.runtime.tiny import ensure_tiny_model  # the bundled runtime serves the built-in checkpoint
-        model = ensure_tiny_model()
+        from dcpctl.launch.default_model import default_model  # the trained checkpoint `dcpctl launch` serves
+        model = default_model().path
     vllm = plan.request.engine == "vllm"
     port = port or (8000 if vllm else 30000)
     image = image or (f"vllm/vllm-openai:v{VLLM_VERSION}" if vllm else "lmsysorg/sglang:latest")

@@ -66,7 +66,7 @@ class Engine:
         self.hicache = HiCache.from_section(cfg.hicache, self.alloc, self.pool, kv.page_size, ps.dcp, self.state_pool)
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
-        self.sampler = Sampler()
+        self.sampler = Sampler(self.eos, str(cfg.model.path))   # the model's tokenizer: grammars (engine/rules.py)
         self.spec = make_speculative(cfg.speculative, self, kv.page_size)  # None without a `speculative` section
         if self.spec:
             self.sched.on_retract.append(lambda seq: self.spec.release(seq, count=False))  # rebuilt on return
@@ -363,8 +363,10 @@ class Engine:
         return Event(seq.rid, tok, lp, seq.finish_reason)
 
     def stop_reason(self, seq: Sequence, k: int = -1) -> str:
-        """"stop" when output token k (default: the last) is EOS, "length" when it is the max_new_tokens-th, else ""."""
-        if seq.output[k] in self.eos and not seq.params.ignore_eos:
+        """"stop" when output token k (default: the last) is EOS or one of the request's stop_token_ids, "length" when
+        it is the max_new_tokens-th, else ""."""
+        tok = seq.output[k]
+        if (tok in self.eos and not seq.params.ignore_eos) or tok in seq.params.stop_token_ids:
             return "stop"
         return "length" if (k if k >= 0 else len(seq.output) + k) + 1 >= seq.params.max_new_tokens else ""
 

@@ -1,7 +1,7 @@
 """CUDA-graph decode in the serving engine: which steps replay a graph, and the warm-up before ready.
 
 The launch config's `cuda_graph.batch_sizes` (dcpctl/launch/cuda_graphs.py: SGLang's decode buckets up
-to --cuda-graph-max-bs, or --cuda-graph-bs, or [] with --disable-cuda-graph / on CPU) says what to
+to --cuda-graph-max-bs-decode, or --cuda-graph-bs-decode, or [] with --disable-cuda-graph / on CPU) says what to
 capture.  A step replays a graph when every chunk in it is one token (decode, or a prompt's last
 single-token chunk) and the batch fits the largest size; the batch is padded up to the next captured
 size.  Under attention DP the replicas agree on the size first (engine._agree).  A mixed step's decodes
@@ -102,7 +102,7 @@ class GraphDecode:
             return -1
         if len(chunks) > self.max_size:
             note_once(f"cuda graphs: decode batches above the largest captured size ({self.max_size}) run "
-                      "eagerly (raise --cuda-graph-max-bs)")
+                      "eagerly (raise --cuda-graph-max-bs-decode)")
             return -1
         return len(chunks)
 

@@ -62,7 +62,7 @@ def parts(engine: Any, chunks: list[SeqChunk]) -> tuple[list[SeqChunk], list[Seq
         return None
     if len(decode) > g.max_size:
         note_once(f"{EAGER} when it has more decodes than the largest captured batch size ({g.max_size}; raise "
-                  "--cuda-graph-max-bs)")
+                  "--cuda-graph-max-bs-decode)")
         return None
     return decode, [ch for ch in chunks if engine.sched.seq(ch.rid).prefilling]
 
