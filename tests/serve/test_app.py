@@ -276,6 +276,7 @@ def test_unseeded_requests_draw_fresh_seeds_and_stop_strings_count_as_finished(m
 class _State:
     vocab_size = 260
     kv_extra = 0
+    json_options: dict = {}
 
 
 def test_no_parameter_is_both_applied_and_refused():

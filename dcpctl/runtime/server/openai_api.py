@@ -99,7 +99,7 @@ def routes(state: ServerState) -> APIRouter:
             return _nothing_to_generate(len(ids), body.stream, body.rid)
         rid, q = submit(state, ids, params)
         shape = out.Shape(state.tok, {}, ids, logprobs=bool(body.return_logprob),
-                          text_in_logprobs=body.return_text_in_logprobs)
+                          prompt_token_ids=body.return_prompt_token_ids, text_in_logprobs=body.return_text_in_logprobs)
         opts = text_options(sp, params.min_tokens)
         events = out.generate_events(shape, body.rid or str(rid),
                                      chunks(state, rid, q, opts, None if body.stream else request,

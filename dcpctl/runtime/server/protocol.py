@@ -178,4 +178,5 @@ class GenerateRequest(BaseModel):
     stream: bool = False
     return_logprob: Optional[bool] = False
     return_text_in_logprobs: bool = False   # each output_token_logprobs entry carries its token's text
+    return_prompt_token_ids: bool = False   # prompt_token_ids beside text and output_ids
     rid: Optional[Text] = None

@@ -126,4 +126,5 @@ async def generate_events(s: Shape, rid: str, it: AsyncIterator[Chunk | None]) -
         if s.logprobs:
             meta["output_token_logprobs"] = [[lp, t, token_text(s.tok, t) if s.text_in_logprobs else None]
                                              for lp, t in zip(lps, ids)]
-        yield {"text": text, "output_ids": ids, "meta_info": meta}
+        yield {"text": text, "output_ids": ids, "meta_info": meta} | (
+            {"prompt_token_ids": s.prompt_ids} if s.prompt_token_ids else {})
