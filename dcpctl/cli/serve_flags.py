@@ -74,11 +74,13 @@ def serve_flags(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def serve_options(flags: dict[str, Any], model_name: str, workers: int, context: int | None) -> dict[str, Any]:
-    """serve.json's object from the flags; the API key is left out (the ranks read it from $DCPCTL_API_KEY)."""
+    """serve.json's object from the flags, the values ServeOptions has by default left out; never the API key (the
+    ranks read it from $DCPCTL_API_KEY)."""
     keep = set(SERVE_FLAGS) - {"api_key", "allow_unauthenticated"}
-    out = {k: v for k, v in flags.items() if k in keep}
-    return out | {"allowed_hosts": list(flags["allowed_hosts"]), "served_model_name": flags["served_model_name"]
-                  or model_name, "tokenizer_worker_num": workers, "context_length": context}
+    out = {k: v for k, v in flags.items() if k in keep} | {
+        "allowed_hosts": tuple(flags["allowed_hosts"]), "served_model_name": flags["served_model_name"] or model_name,
+        "tokenizer_worker_num": workers, "context_length": context}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items() if v != getattr(D, k)}
 
 
 def check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -> None:
