@@ -131,3 +131,21 @@ def test_rules_under_dcp_give_the_dcp1_tokens():
     assert set(doc) == {"name", "n", "ok"}
     third = want[2]["output_ids"]
     assert all(97 <= t <= 122 or t == EOS for t in third) and len(third) >= 5 and 115 not in third[:4]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rules_mask_cuda_logits_as_cpu_ones():
+    """The same rules on CUDA bf16 logits: the mask built on the host lands on the device, choices agree."""
+    gen = torch.Generator().manual_seed(0)
+    rx = grammar.regex(r"[a-c]{3}")
+    for params in ({"grammar": rx}, {"grammar": rx, "temperature": 1.0, "seed": 2}, {"allowed_token_ids": (98,)},
+                   {"min_tokens": 2, "logit_bias": ((EOS, 50.0),)}):
+        cpu, gpu = Sampler({EOS}, MODEL), Sampler({EOS}, MODEL)
+        a, b = _seq(**params), _seq(**params)
+        for _ in range(3):
+            logits = (torch.randn(1, V, generator=gen) * 3).bfloat16()
+            ta, tb = cpu(logits, [a])[0][0], gpu(logits.cuda(), [b])[0][0]
+            assert ta == tb, params
+            a.output.append(ta)
+            b.output.append(tb)
