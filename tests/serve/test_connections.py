@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.runtime.interp import cpu_seconds
+from benchmarks.header_flood import big_header, cpu_seconds, frontend_pid, streamed_itl, under_headers
 from tests.serve.server import Server, descendants
 
 KEY = {"Authorization": "Bearer k"}
@@ -32,30 +32,10 @@ def _addr(server: Server) -> tuple[str, int]:
     return host, int(port)
 
 
-def _frontend(server: Server) -> int:
-    return next(p for p in descendants(server.proc.pid) if b"frontend" in open(f"/proc/{p}/cmdline", "rb").read())
-
-
-def _big_header(addr: tuple[str, int], size: int = 64 << 20) -> bytes:
-    """A keyless request whose header grows to `size` bytes; what came back before the server closed."""
-    with socket.create_connection(addr, timeout=30) as sock:
-        try:
-            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: ")
-            chunk = b"a" * (1 << 20)
-            for _ in range(size // len(chunk)):
-                sock.sendall(chunk)
-        except OSError:
-            pass
-        try:
-            return sock.recv(4096)
-        except OSError:
-            return b""
-
-
 def test_a_keyless_64_mb_header_is_refused_at_a_few_ms_of_cpu(server):
-    fe, addr = _frontend(server), _addr(server)
+    fe, addr = frontend_pid(server.proc.pid), _addr(server)
     before = cpu_seconds(fe)
-    replies = [_big_header(addr) for _ in range(5)]
+    replies = [big_header(addr) for _ in range(5)]
     time.sleep(0.3)
     per_attack = (cpu_seconds(fe) - before) / 5
     assert all(r == b"" or r.startswith(b"HTTP/1.1 431 ") for r in replies), replies
@@ -68,33 +48,10 @@ def test_too_many_headers_is_431_and_a_normal_request_passes(server):
     assert httpx.get(server.url + "/v1/models", headers=KEY | {"x-pad": "a" * 100_000}).status_code == 200
 
 
-def _streamed_itl(url: str, n: int = 40) -> list[float]:
-    body = {"prompt": "def ", "max_tokens": n, "ignore_eos": True, "temperature": 0, "stream": True}
-    times = []
-    with httpx.stream("POST", url + "/v1/completions", json=body, headers=KEY, timeout=60) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                times.append(time.monotonic())
-    return [b - a for a, b in zip(times, times[1:])]
-
-
 def test_header_attacks_leave_an_authorized_stream_on_pace(server):
     # four keyless 64 MB headers a second while a stream decodes (before: one stalled a stream for up to 1.76 s)
-    quiet = _streamed_itl(server.url)
-    stop = threading.Event()
-
-    def attack() -> None:
-        while not stop.wait(0.25):
-            _big_header(_addr(server))
-    t = threading.Thread(target=attack)
-    t.start()
-    try:
-        loud = _streamed_itl(server.url)
-    finally:
-        stop.set()
-        t.join()
-    quiet.sort()
-    loud.sort()
+    quiet = streamed_itl(server.url)
+    loud = under_headers(server.url, _addr(server))
     # the median gap moves by a few ms at most (on a loaded machine the attacker's own CPU shows too)
     assert loud[len(loud) // 2] < quiet[len(quiet) // 2] * 1.5 + 0.01, (quiet, loud)
     assert loud[-1] < quiet[-1] + 0.5, (quiet, loud)
