@@ -55,9 +55,9 @@ class Client:
         text = c["text"] if route == "completions" else c["message"]["content"]
         return Out(text, c.get("token_ids", []), c["finish_reason"], raw)
 
-    def stream(self, route: str, **extra: Any) -> list[Any]:
+    def stream(self, route: str, budget: int = 6, **extra: Any) -> list[Any]:
         events = []
-        with self.http.stream("POST", PATHS[route], json=self.body(route, stream=True, **extra)) as r:
+        with self.http.stream("POST", PATHS[route], json=self.body(route, budget, stream=True, **extra)) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":

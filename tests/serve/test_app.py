@@ -155,6 +155,24 @@ def test_text_stream_window_decode_equals_the_whole_decode():
 def test_plain_chat_template():
     ids = chat_prompt(ByteTokenizer(), [{"role": "user", "content": "hi"}])
     assert ids[0] == ByteTokenizer.bos_token_id and bytes(ids[1:]).decode() == "<|user|>\nhi\n<|assistant|>\n"
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x ="}]
+    assert bytes(chat_prompt(ByteTokenizer(), msgs, False, True)[1:]).decode() == "<|user|>\nhi\n<|assistant|>\nx ="
+
+
+def test_a_hugging_face_template_gets_the_chat_switches_and_kwargs():
+    """add_generation_prompt, continue_final_message and chat_template_kwargs reach transformers' template."""
+    pytest.importorskip("transformers")
+    from transformers import PreTrainedTokenizerFast
+
+    from dcpctl.launch.default_model import default_model
+    from dcpctl.runtime.tokenizer import HFTokenizer
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(default_model().path / "tokenizer.json"))
+    hf.chat_template = ("{% if shout %}!{% endif %}{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+                        "{% if add_generation_prompt %}>{% endif %}")
+    tok, msgs = HFTokenizer(hf), [{"role": "user", "content": "hi"}]
+    text = lambda ids: bytes(i for i in ids if i < 256).decode()   # noqa: E731
+    assert text(chat_prompt(tok, msgs)) == "[hi]>"
+    assert text(chat_prompt(tok, msgs, add_generation_prompt=False, template_kwargs={"shout": True})) == "![hi]"
 
 
 def test_kda_ceiling_in_metrics():

@@ -90,3 +90,13 @@ def test_a_bad_grammar_is_a_400_naming_its_field(client):
 
 
 E_SCHEMA = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"], "additionalProperties": False}
+
+
+def test_structured_output_streams_as_it_answers(client):
+    for route, extra in [("completions", {"regex": r"[0-9]{3}-(ab|cd)"}),
+                         ("chat", {"response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "e", "schema": E_SCHEMA}}})]:
+        events = client.stream(route, budget=30, **extra)
+        key = "text" if route == "completions" else "content"
+        text = "".join(e["choices"][0].get("delta", e["choices"][0]).get(key) or "" for e in events if e["choices"])
+        assert text == client.out(route, 30, **extra).text and events[-1]["choices"][0]["finish_reason"] == "stop"

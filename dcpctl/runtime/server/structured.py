@@ -55,6 +55,8 @@ def _compile(make: Callable[[], Any], param: str) -> Any:
         return make()
     except g.GrammarError as e:
         raise ApiError(400, f"{param} {e}", param) from None
+    except (ValueError, TypeError, AttributeError) as e:   # llguidance on a value of the wrong shape
+        raise ApiError(400, f"{param} is not a valid constraint ({type(e).__name__}: {e})", param) from None
 
 
 def _response_format(rf: dict[str, Any], param: str, opts: dict[str, Any]) -> str | None:
@@ -107,6 +109,8 @@ async def check(state: Any, found: tuple[str, str] | None) -> str | None:
         err = await asyncio.to_thread(lambda: state.grammar_tokenizer().check(grammar))
     except g.GrammarError as e:
         raise ApiError(400, f"{param}: {e}", param) from None
+    except (ValueError, TypeError) as e:
+        err = f"{type(e).__name__}: {e}"
     if err:
         raise ApiError(400, f"{param} does not compile: {err.splitlines()[0]}", param)
     return grammar
