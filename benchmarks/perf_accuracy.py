@@ -84,9 +84,9 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
                                sum(w.layers for w in ws), float(len(ws))]))
     prior = [1.0, 1 / gemm, 3 * byte_s, 6 * AIC_OP_S, 4 * AIC_OP_S]   # dequantizing reads 1 byte and writes 2
     x = solve_relative([(f, c.measured) for c, fit, f in feats if fit], prior)
-    fitted = sorted({c.source for c, fit, _ in feats if fit})
+    fitted = sorted({c.source.split(":")[0] for c, fit, _ in feats if fit})
     r = PrefillRates(attn / x[0], gemm / x[0], 1 / x[1] if x[1] else gemm, x[2], x[3], x[4], 0.0, "calibrated",
-                     f"{sum(1 for _, fit, _ in feats if fit)} TTFT cells of {'; '.join(fitted)}; rates from "
+                     f"{sum(1 for _, fit, _ in feats if fit)} TTFT cells of {', '.join(fitted)}; rates from "
                      f"prefill_ttft.py's floor")
     return r, [_row(c, fit, sum(a * b for a, b in zip(x, f))) for c, fit, f in feats]
 
@@ -190,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _save(a: argparse.Namespace, hw: Any, terms: Terms, drows: list[dict[str, Any]], rates: PrefillRates | None,
           gap: float, out: dict[str, Any]) -> None:
-    fitted = sorted({r["source"] for r in drows if r["fit"]})
+    fitted = sorted({r["source"].split(":")[0] for r in drows if r["fit"]})
     data: dict[str, Any] = {"decode": {**terms.to_table(), "fitted_on": f"{sum(r['fit'] for r in drows)} cells of "
-                                                                       f"{'; '.join(fitted)}",
+                                                                       f"{', '.join(fitted)}",
                                        "judged_mae": _r(mae(drows))},
                             "host_gap_us": round(gap * 1e6, 1),
                             "host_gap_from": "served ITL p50 minus the CUDA-graph step at concurrency 1 and 8"}

@@ -49,8 +49,8 @@ def render_performance(perf: dict[str, Any] | None) -> None:
             if f:
                 sources.setdefault(f"{f['label']}: {f['source']}", None)
     w = perf["workload"]
-    title = (f"Performance ({perf['predicts']}; prompts of {w['input_len']:,}, {w['output_len']:,} output tokens; "
-             f"bands: communication low-high)")
+    title = (f"Performance ({perf['predicts']}; {w['input_len']:,}-token prompts, {w['output_len']:,} output tokens; "
+             f"bands: the collectives' low-high)")
     console.out.print(console.table(title, ["", *[c["choice"] for c in cols], "label"], rows))
     for c in cols:
         if "unavailable" in c:

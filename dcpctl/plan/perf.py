@@ -74,6 +74,11 @@ class Model:
     terms: Terms
     rates: PrefillRates
     measured: Measured | None
+    measured_choice: Any = None      # the cost.Choice the measured file ran (recommend: perf_recommend)
+
+    def measures(self, choice: Any) -> bool:
+        """Whether the measured file's cells are this choice's."""
+        return self.measured is not None and choice == self.measured_choice
 
     @staticmethod
     def for_request(req: PlanRequest, decisions: dict[str, Any], measured: Measured | None = None,

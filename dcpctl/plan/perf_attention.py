@@ -7,8 +7,9 @@ The measured table (dcpctl/tuning/attention, the same one `local_attention_backe
 the roofline of plan/cost.py (max(KV + q/o bytes / HBM, FLOPs / bf16 rate)), interpolated in log2 of heads, batch
 and context and held at the table's edges, times the cell's own roofline: exact on measured cells, smooth between,
 and scaling with bytes and FLOPs past the edges. FP8 KV (the table has bf16 cells only) takes the bf16 ratio on the
-FP8 roofline (derived). A GPU without a table, or a backend the table did not time, is the roofline over the
-calibrated efficiency (cost.py).
+FP8 roofline (derived); a page size the table did not time takes its cells at another (the kernels read rows
+alike). A GPU without a table, or a backend the table did not time, is the roofline over the calibrated efficiency
+(cost.py), else over aiconfigurator's 0.8 plus 3 us (assumed).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dcpctl.plan import attention_table
 from dcpctl.plan.cost import ACT_BYTES, Constants
 from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import DTYPE_BYTES
+from dcpctl.plan.perf_terms import AIC_BANDWIDTH, AIC_OP_S, AIC_SOURCE
 from dcpctl.plan.perf_work import Attention
 
 Grid = dict[tuple[int, int, int], float]   # (heads, batch, ctx) -> measured / roofline
@@ -35,14 +37,17 @@ def roofline_s(a: Attention, R: int, Lr: int, kv_bytes: int, hbm: float, flops: 
 def _grid(device: str, sm: int, override: str | None, backend: str, page: int, R: int, Lr: int, hbm: float,
           flops: float) -> tuple[Grid, str]:
     table = attention_table.table_for(device, sm, override)
+    mine = [c for c in table["cells"] if c["kv_dtype"] == "bf16" and c["us"].get(backend) is not None]
+    pages = {c["page_size"] for c in mine}
+    at = page if page in pages else max(pages, default=page)   # another page size: the kernel reads rows alike
     grid: Grid = {}
-    for c in table["cells"]:
-        us = c["us"].get(backend)
-        if c["kv_dtype"] != "bf16" or c["page_size"] != page or us is None:
+    for c in mine:
+        us = c["us"][backend]
+        if c["page_size"] != at:
             continue
         a = Attention(c["heads"], c["batch"], c["ctx"], 1)
         grid[(c["heads"], c["batch"], c["ctx"])] = us * 1e-6 / roofline_s(a, R, Lr, 2, hbm, flops)
-    return grid, table["source"]
+    return grid, table["source"] + ("" if at == page else f", its page-{at} cells")
 
 
 def _axis(values: list[int], x: float) -> list[tuple[int, float]]:
@@ -88,5 +93,7 @@ def attention_s(a: Attention, R: int, Lr: int, kv_dtype: str, backend: str, page
             exact = (a.heads, a.batch, a.local_context) in grid
             return ratio * roof, "measured" if exact else "derived", \
                 f"{source}, {backend}" + ("" if exact else ", interpolated between its cells")
-    eff = k.efficiency(a.heads)
-    return k.attn_fixed_s + roof / eff, "derived", f"roofline / efficiency {eff:.2f} ({k.source})"
+    if k.efficiency_by_heads or k.attn_efficiency != 1.0:
+        eff = k.efficiency(a.heads)
+        return k.attn_fixed_s + roof / eff, "derived", f"roofline / efficiency {eff:.2f} ({k.source})"
+    return AIC_OP_S + roof / AIC_BANDWIDTH, "assumed", f"roofline ({k.source}); {AIC_SOURCE}"
