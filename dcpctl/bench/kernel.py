@@ -245,11 +245,12 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
     """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
     import torch
-    from dcpctl.plan.attention_table import BACKENDS, Key, decide, table_for
+    from dcpctl.plan.attention_names import MEASURED, PORTABLE
+    from dcpctl.plan.attention_table import Key, decide, table_for
     from dcpctl.runtime.tuned import gpu
     name, sm = gpu(torch.device("cuda", torch.cuda.current_device()))
     key = Key(heads, kv, PAGE, name)
-    avail = {b: None if b == "triton" or b in timed else "not timed" for b in BACKENDS}
+    avail = {b: None if b == PORTABLE or b in timed else "not timed" for b in MEASURED}
     return decide(key, "auto", avail, table_for(name, sm))
 
 
