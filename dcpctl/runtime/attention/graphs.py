@@ -7,9 +7,9 @@ lm_head with its vocab gather, then each row's argmax and its log-probability; a
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
 block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's
-(`PagedLayout.graph`: the capture's eager warm-up run, then the recording; attention/backends/base.py).
-Buffers, shared by every graph and never reallocated after capture (a graph of batch B uses their first B rows):
+tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's, and
+whether the graph records it (`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by
+every graph and never reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
@@ -89,12 +89,15 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
             return sorted(out)
 
 
+KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA", "torch": "the torch reference"}
+
+
 def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
     """Which local attention kernel decodes at which context: per context bucket (its largest context in tokens:
     local rows x the DCP size c), the kernel of each captured batch size; neighbouring buckets alike are one."""
     by_bucket: dict[int, list[tuple[int, str]]] = {}
     for (b, rows), name in sorted(kernels.items()):
-        by_bucket.setdefault(rows, []).append((b, backends.label(backends.ABSORBED, name)))
+        by_bucket.setdefault(rows, []).append((b, KERNEL_NAMES.get(name, name)))
     parts: list[tuple[int, str]] = []
     for rows, picks in sorted(by_bucket.items()):
         names = sorted({n for _, n in picks})
@@ -159,7 +162,8 @@ class DecodeGraphs:
         from dcpctl.runtime.models.deepseek import Replicas
         return Replicas([b] * self.dp, b * self.dp_index, b)
 
-    def _context(self, b: int, rows: int, recording: bool = False) -> DCPContext:
+    def _context(self, b: int, rows: int) -> DCPContext:
+        recording = self.cuda and torch.cuda.is_current_stream_capturing()   # else eager: a warm-up run, or CPU
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
                           self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
                           rows_are_chunks=True, graph=GraphPass(self.graph_state, recording))
@@ -171,13 +175,13 @@ class DecodeGraphs:
         (q_pos gets row b too, which no kernel of batch b reads)."""
         self.int32[:, :b + 1].copy_(self.meta[1:3, :b + 1])
 
-    def _run(self, b: int, rows: int, recording: bool = False) -> Tensor:
+    def _run(self, b: int, rows: int) -> Tensor:
         self.int32_columns(b)
         ids = self.ids[:b]
         if self.logits:   # a pending row's input is the previous replay's argmax, still on the device
             src = self.src[:b]
             ids = torch.where(src >= 0, self.sampled_ids[src.clamp(min=0)], ids)
-        ctx = self._context(b, rows, recording)
+        ctx = self._context(b, rows)
         out = decode_step(self.model, ids, self.positions[:b], ctx, self._replicas(b), self.logits)
         kernel = ctx.layout.selected     # the selector's pick for this graph's shape
         if kernel is not None:
@@ -189,9 +193,7 @@ class DecodeGraphs:
         return out
 
     def _capture(self, b: int, rows: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        # capture() runs it twice: the eager warm-up (it writes only the trash slot), then the recording
-        passes = iter((False, True))
-        return capture(lambda: self._run(b, rows, next(passes)), self._mempool)
+        return capture(lambda: self._run(b, rows), self._mempool)   # the warm-up writes only the trash slot
 
     def graph_size(self, n: int) -> int:
         fits = [b for b in self.sizes if b >= n]

@@ -136,12 +136,6 @@ def reference(kind: str) -> Any:
     return next(b for b in of_kind(kind) if b.reference)
 
 
-def label(kind: str, name: str) -> str:
-    """How a sentence names a registered backend (its name where none is registered under it)."""
-    b = REGISTRY.get((kind, name))
-    return b.says() if b is not None else name
-
-
 def run(b: Absorbed, call: Call) -> MLAOut:
     """One layer through an absorbed backend: the batch's state (prepare, or capture for a decode graph's batch,
     on the batch's first layer; every later layer reads it), then its kernel."""
