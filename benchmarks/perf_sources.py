@@ -142,6 +142,15 @@ def _served(source: str, req: PlanRequest, runs: dict[str, Any], steps: str) -> 
                     "ttft_s": r["ttft_ms"]["mean"] * 1e-3, "steps": steps})
 
 
+def _profile(name: str | None, device: str) -> str:
+    """The file's hardware profile, or the built-in one of the GPU it ran on (a run on `--hardware auto`)."""
+    from dcpctl import tuning
+    profiles = presets.hardware_profiles()
+    if name in profiles:
+        return str(name)
+    return next((n for n, p in sorted(profiles.items()) if tuning.same_gpu(p["gpu_name"], device)), "auto")
+
+
 def rank_cells(path: Path) -> Iterator[Cell]:
     """A `dcpctl bench rank` file's uniform cells, as the plan it names (compute_us_full)."""
     from dcpctl.plan.perf_measured import read_measured
@@ -149,7 +158,7 @@ def rank_cells(path: Path) -> Iterator[Cell]:
     p = ms.plan
     model = p["model"]
     key = "model" if model in presets.names("models") else "model_path"
-    opts = {key: model, "hardware": p.get("hardware", "auto"), "tp_size": p["tp_size"], "dcp_size": p["dcp_size"],
+    opts = {key: model, "hardware": _profile(p.get("hardware"), ms.doc["device"].get("name", "")), "tp_size": p["tp_size"], "dcp_size": p["dcp_size"],
             "ep_size": p["ep_size"], "kv_cache_dtype": p["kv_cache_dtype"], "page_size": p.get("page_size"),
             "dcp_comm_backend": p["dcp_comm_backend"] if p["dcp_size"] > 1 else None,
             "dcp_replicate_q_proj": p["dcp_replicate_q_proj"] if p["dcp_size"] > 1 else None}

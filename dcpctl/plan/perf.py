@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcpctl.plan import attention_table
+from dcpctl.plan import attention_names, attention_table
 from dcpctl.plan.cost import Constants
 from dcpctl.plan.figures import constants_for
 from dcpctl.plan.perf_attention import attention_s
@@ -116,7 +116,8 @@ class Model:
             cell = self.measured.compute_s(batch, context)
             if cell is not None:
                 compute = Part(cell, "measured", f"{self.measured.path}, cell batch {batch} x context {context:,}")
-            host = Part(self.measured.host_gap_s, "measured", f"{self.measured.path}: host_gap_us")
+            if self.measured.host_gap_s is not None:
+                host = Part(self.measured.host_gap_s, "measured", f"{self.measured.path}: host_gap_us")
         calls = step_calls(m, t, c, be, repq, batch, layer_counts(m, t.pp_size))
         lo, hi = band_s(calls, hw, t, self.k.coll_latency_s, self.k.link_bytes_per_s or 1.0)
         return Decode(compute, lo, hi, host, attn, work, calls)
@@ -136,9 +137,10 @@ def backend(req: PlanRequest, d: dict[str, Any], batch: int, local_context: int)
     """The local attention backend the runtime's rule picks for this cell (plan/attention_table.py)."""
     hw, t = req.hardware, req.topology
     if hw.device != "cuda":
-        return "torch"
-    if req.attention_backend in attention_table.BACKENDS:   # fixed by the user: the runtime runs it where it can
-        return req.attention_backend
+        return attention_names.REFERENCE
+    fixed = attention_names.from_flag(req.attention_backend)
+    if fixed in attention_names.MEASURED:   # fixed by the user: the runtime runs it where it can
+        return fixed
     page = _page(d)
     key = attention_table.Key(req.model.num_heads // t.attn_tp * t.dcp_size,
                               attention_table.KV_NAMES.get(d["kv_cache_dtype"].value, d["kv_cache_dtype"].value),

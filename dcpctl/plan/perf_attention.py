@@ -17,7 +17,7 @@ import bisect
 import functools
 import math
 
-from dcpctl.plan import attention_table
+from dcpctl.plan import attention_names, attention_table
 from dcpctl.plan.cost import ACT_BYTES, Constants
 from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import DTYPE_BYTES
@@ -83,7 +83,7 @@ def attention_s(a: Attention, R: int, Lr: int, kv_dtype: str, backend: str, page
     """(seconds of one layer's kernel call on the busiest rank, label, source)."""
     kvb = DTYPE_BYTES.get(kv_dtype, 2)
     roof = roofline_s(a, R, Lr, kvb, k.hbm_bytes_per_s, k.flops_per_s)
-    if hw.device == "cuda" and backend in attention_table.BACKENDS:
+    if hw.device == "cuda" and backend in attention_names.MEASURED:
         grid, source = _grid(hw.gpu_name, hw.sm, override, backend, page, R, Lr, k.hbm_bytes_per_s, k.flops_per_s)
         ratio = interpolate(grid, a.heads, max(a.batch, 1), max(a.local_context, 1)) if grid else None
         if ratio is not None:

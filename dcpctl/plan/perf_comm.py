@@ -3,19 +3,20 @@
     step_calls(m, t, dcp, backend, replicate_q, batch, layers)  -> [Call]: what the bundled runtime runs
     band_s(calls, hw)  -> (low, high, source)
 
-Calls (runtime/models/deepseek.py, attention.py, attention/comm.py), B rows per attention-DP replica, bf16 wire,
-`bytes` = this rank's input of one call (what `dcpctl bench rank` records):
+Calls (runtime/models/deepseek.py, attention.py, attention/comm.py), B rows per attention-DP replica, activations
+of w bytes on the wire (the model's compute dtype: 2 for bf16 and FP8 checkpoints), `bytes` = this rank's input of
+one call (what `dcpctl bench rank` records):
 
 | call                          | kind           | group   | bytes                       | per step         |
 | ----------------------------- | -------------- | ------- | --------------------------- | ---------------- |
-| embedding                     | all_reduce     | attn_tp | B * D * 2                   | 1                |
-| o_proj                        | all_reduce     | attn_tp | B * D * 2                   | MLA layers       |
-| DCP query (not replicated Q)  | all_gather     | dcp     | B * Hl * (kv_lora + rope) * 2 | MLA layers     |
-| DCP a2a / fi_a2a exchange     | all_to_all     | dcp     | c * B * Hl * (kv_lora + 2) * 2 | MLA layers    |
+| embedding                     | all_reduce     | attn_tp | B * D * w                   | 1                |
+| o_proj                        | all_reduce     | attn_tp | B * D * w                   | MLA layers       |
+| DCP query (not replicated Q)  | all_gather     | dcp     | B * Hl * (kv_lora + rope) * w | MLA layers     |
+| DCP a2a / fi_a2a exchange     | all_to_all     | dcp     | c * B * Hl * (kv_lora + 4/w) * w | MLA layers  |
 | DCP ag_rs: LSE, output        | all_gather, reduce_scatter | dcp | B * Hk * 4, B * Hk * kv_lora * 4 | MLA layers |
-| attention DP: rows to the MLP | all_gather     | tp      | B * D * 2                   | MLP layers       |
-| MLP / MoE (EP too: experts' partial sums) | all_reduce | tp | B * attn_dp * D * 2     | MLP layers       |
-| logits                        | all_gather     | attn_tp | B * ceil(V / attn_tp) * 2   | 1                |
+| attention DP: rows to the MLP | all_gather     | tp      | B * D * w                   | MLP layers       |
+| MLP / MoE (EP too: experts' partial sums) | all_reduce | tp | B * attn_dp * D * w     | MLP layers       |
+| logits                        | all_gather     | attn_tp | B * ceil(V / attn_tp) * w   | 1                |
 
 A call's time is latency + the bytes a rank moves / bandwidth (ring: an all-reduce moves 2 (n-1)/n of the tensor,
 an all-gather (n-1) inputs, a reduce-scatter and an all-to-all (n-1)/n of the input). The band's two ends:
@@ -35,8 +36,8 @@ from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.perf_work import Layers
 from dcpctl.plan.topology import Topology
+from dcpctl.plan.weights import dtype_bytes
 
-WIRE = 2  # bf16 activations
 H200_LINK_GBPS = 450.0
 NIC_GBPS = 50.0     # assumed: one 400 Gb/s NIC per GPU (HGX H100/H200 reference design)
 NCCL_SOURCE = "NCCL 2.29.2 on 8x H200 (aiconfigurator systems/data/h200_sxm/comm/nccl/2.29.2)"
@@ -79,26 +80,33 @@ class Call:
 def step_calls(m: ModelSpec, t: Topology, dcp: int, backend: str, replicate_q: bool, batch: int,
                lay: Layers) -> list[Call]:
     """The collectives of one decode step on DCP rank 0 (groups of one make no call)."""
-    D, hl, at = m.hidden_size, m.num_heads // t.attn_tp, t.attn_tp
-    row = batch * D * WIRE
+    D, hl, at, w = m.hidden_size, m.num_heads // t.attn_tp, t.attn_tp, wire_bytes(m)
+    row = batch * D * w
     mlp_layers = lay.dense + lay.moe
     calls = [Call("all_reduce", "attn_tp", at, row, 1), Call("all_reduce", "attn_tp", at, row, lay.mla)]
     if dcp > 1:
-        calls += _exchange(m, dcp, backend, replicate_q, batch, hl, lay.mla)
+        calls += _exchange(m, dcp, backend, replicate_q, batch, hl, lay.mla, w)
     if t.attn_dp > 1:
         calls.append(Call("all_gather", "tp", t.tp_size, row, mlp_layers))
     calls.append(Call("all_reduce", "tp", t.tp_size, row * t.attn_dp, mlp_layers))
-    calls.append(Call("all_gather", "attn_tp", at, batch * -(-m.vocab_size // at) * WIRE, 1))
+    calls.append(Call("all_gather", "attn_tp", at, batch * -(-m.vocab_size // at) * w, 1))
     return [c for c in calls if c.size > 1 and c.count > 0 and c.bytes > 0]
 
 
-def _exchange(m: ModelSpec, c: int, backend: str, replicate_q: bool, batch: int, hl: int, n: int) -> list[Call]:
+def wire_bytes(m: ModelSpec) -> int:
+    """Bytes of one activation element on the wire: the model's compute dtype (bf16 for FP8 checkpoints)."""
+    return dtype_bytes(m.dtype)
+
+
+def _exchange(m: ModelSpec, c: int, backend: str, replicate_q: bool, batch: int, hl: int, n: int,
+              w: int) -> list[Call]:
     R, Lr, hk = m.kv_row_elems, m.kv_lora_rank, hl * c
-    q = [] if replicate_q else [Call("all_gather", "dcp", c, batch * hl * R * WIRE, n)]
+    lse = max(w, 4)                  # the LSE travels in fp32 (fp64 on a float64 wire)
+    q = [] if replicate_q else [Call("all_gather", "dcp", c, batch * hl * R * w, n)]
     if backend == "ag_rs":
-        return q + [Call("all_gather", "dcp", c, batch * hk * 4, n),
-                    Call("reduce_scatter", "dcp", c, batch * hk * Lr * 4, n)]
-    return q + [Call("all_to_all", "dcp", c, c * batch * hl * (Lr + 2) * WIRE, n)]
+        return q + [Call("all_gather", "dcp", c, batch * hk * lse, n),
+                    Call("reduce_scatter", "dcp", c, batch * hk * Lr * lse, n)]
+    return q + [Call("all_to_all", "dcp", c, c * batch * hl * (Lr * w + lse), n)]
 
 
 def _nccl_us(kind: str, size: int, link_scale: float) -> float:

@@ -29,7 +29,8 @@ REQUIRED = ("command", "device", "plan", "weights", "host_gap_us", "cells")
 PLAN_KEYS = ("architectures", "weights_dtype", "tp_size", "dcp_size", "ep_size", "attn_dp_size", "kv_cache_dtype",
              "dcp_comm_backend", "dcp_replicate_q_proj", "num_layers")
 CELL_KEYS = ("batch", "context", "routing", "compute_us_full")
-KV = {"bfloat16": "bf16", "bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "float16": "fp16"}
+KV = {"bfloat16": "bf16", "bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "float16": "fp16", "float32": "fp32",
+      "float64": "fp64"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,10 @@ class Measured:
         return self.doc["plan"]
 
     @property
-    def host_gap_s(self) -> float:
+    def host_gap_s(self) -> float | None:
+        """The measured host gap; None where the run could not measure one (`host_gap_measured` false)."""
+        if self.doc.get("host_gap_measured") is False:
+            return None
         return float(self.doc["host_gap_us"]) * 1e-6
 
     def cells(self, routing: str) -> list[dict[str, Any]]:
@@ -88,7 +92,7 @@ def _plan_values(req: PlanRequest, decisions: dict[str, Any]) -> dict[str, Any]:
     t, m = req.topology, req.model
     c = t.dcp_size
     return {"architectures": list(m.architectures), "weights_dtype": "fp8" if weight_format(m, req.hardware)[0]
-            else "bf16", "tp_size": t.tp_size, "dcp_size": c, "ep_size": t.ep_size, "attn_dp_size": t.attn_dp,
+            else KV.get(m.dtype, m.dtype), "tp_size": t.tp_size, "dcp_size": c, "ep_size": t.ep_size, "attn_dp_size": t.attn_dp,
             "kv_cache_dtype": KV.get(decisions["kv_cache_dtype"].value, decisions["kv_cache_dtype"].value),
             "dcp_comm_backend": decisions["dcp_comm_backend"].value if c > 1 else None,
             "dcp_replicate_q_proj": bool(decisions["dcp_replicate_q_proj"].value) and c > 1,

@@ -31,7 +31,7 @@ from typing import Any
 
 from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import ModelSpec
-from dcpctl.plan.perf_comm import WIRE, Call, band_s
+from dcpctl.plan.perf_comm import Call, band_s, wire_bytes
 from dcpctl.plan.perf_terms import AIC_OP_S, AIC_SOURCE
 from dcpctl.plan.perf_work import Layers, decode_work, layer_counts, local_len
 from dcpctl.plan.topology import Topology
@@ -102,14 +102,14 @@ def chunk_work(m: ModelSpec, t: Topology, dcp: int, fp8: bool, start: int, n: in
 
 
 def chunk_calls(m: ModelSpec, t: Topology, dcp: int, n: int, lay: Layers) -> list[Call]:
-    D, hl = m.hidden_size, m.num_heads // t.attn_tp
-    row = n * D * WIRE
+    D, hl, w = m.hidden_size, m.num_heads // t.attn_tp, wire_bytes(m)
+    row = n * D * w
     calls = [Call("all_reduce", "attn_tp", t.attn_tp, row, lay.mla + 1),
              Call("all_reduce", "tp", t.tp_size, row, lay.dense + lay.moe)]
     if dcp > 1:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        calls += [Call("all_gather", "dcp", dcp, n * hl * qk * WIRE, lay.mla),
-                  Call("all_to_all", "dcp", dcp, dcp * n * hl * (m.v_head_dim + 2) * WIRE, lay.mla)]
+        calls += [Call("all_gather", "dcp", dcp, n * hl * qk * w, lay.mla),
+                  Call("all_to_all", "dcp", dcp, dcp * n * hl * (m.v_head_dim * w + max(w, 4)), lay.mla)]
     return [c for c in calls if c.size > 1 and c.count > 0]
 
 

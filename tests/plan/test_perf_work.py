@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
 from tests.plan.helpers import hw, model
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 V31 = model("deepseek-v3.1")
 TP8_DCP8 = Topology(tp_size=8, dcp_size=8, gpus_per_node=8)
 
@@ -104,3 +106,24 @@ def test_the_collectives_band():
     calls = step_calls(V31, TP8_DCP8, 8, "a2a", False, 32, layer_counts(V31))
     lo, hi = band_s(calls, h, TP8_DCP8, 15e-6, 450e9)
     assert 0 < lo <= hi and band_s([], h, TP8_DCP8, 15e-6, 450e9) == (0.0, 0.0)
+
+
+def test_the_modelled_collectives_are_those_a_bench_rank_run_recorded():
+    # tests/fixtures/rank_tiny_tp4_dcp2_cpu.json: `dcpctl bench rank --device cpu --tp-size 4 --dcp-size 2
+    # --batches 2 --contexts 64` (the rank branch at 9f54f86): the tiny model, ag_rs, a float32 wire
+    from collections import Counter
+
+    from dcpctl.plan.perf_measured import check_matches, read_measured
+    from tests.plan.helpers import plan
+
+    ms = read_measured(FIXTURES / "rank_tiny_tp4_dcp2_cpu.json")
+    p = plan("tiny", hardware="cpu", tp_size=4, dcp_size=2)
+    check_matches(ms, p.request, p.decisions)
+    m, t = p.request.model, p.request.topology
+    for cell in ms.doc["cells"]:
+        mine: Counter = Counter()
+        for c in step_calls(m, t, 2, p.decisions["dcp_comm_backend"].value, False, cell["batch"], layer_counts(m)):
+            mine[(c.kind, c.group, c.size, c.bytes)] += c.count
+        theirs = Counter({(c["kind"], c["group"], c["group_size"], c["bytes"]): c["count"]
+                          for c in cell["collectives"]})
+        assert mine == theirs
