@@ -71,10 +71,11 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
     FLOP and per weight byte, the per-layer and per-chunk times fitted on the fit cells."""
     floors = [(c, chunk_work(c.req.model, c.req.topology, 1, False, 0, c.context)) for c, _ in ttft
               if "floor_attention_ms_per_layer" in c.extra.get("floor", {}) and not layer_counts(c.req.model).moe]
-    attn = statistics.median(w.attn_flops / w.layers / (c.extra["floor"]["floor_attention_ms_per_layer"] * 1e-3)
-                             for c, w in floors)
-    gemm = statistics.median(w.gemm_flops / w.layers / (c.extra["floor"]["floor_gemms_ms_per_layer"] * 1e-3)
-                             for c, w in floors)
+    peak = ttft[0][0].req.hardware.bf16_tflops * 1e12        # no dense floor among the files: the profile's rate
+    attn = statistics.median([w.attn_flops / w.layers / (c.extra["floor"]["floor_attention_ms_per_layer"] * 1e-3)
+                              for c, w in floors] or [peak])
+    gemm = statistics.median([w.gemm_flops / w.layers / (c.extra["floor"]["floor_gemms_ms_per_layer"] * 1e-3)
+                              for c, w in floors] or [peak])
     feats = []
     for c, fit in ttft:
         ws = [chunk_work(c.req.model, c.req.topology, 1, c.req.model.weight_block is not None, s, n)
@@ -167,25 +168,30 @@ def main(argv: list[str] | None = None) -> int:
     terms, drows = fit_decode(split(dec, fit_b), assumed(hw))
     report("Decode compute", drows, "ms", 1e3)
     out: dict[str, Any] = {"decode": drows, "terms": terms.to_table()}
-    ttft = [] if a.no_data else split(list(ttft_cells(a.data)), fit_b)
-    served = [] if a.no_data else list(served_cells(a.data))
-    rates = None
-    if ttft:
-        rates, trows = prefill_rates(ttft, terms.byte_s)
-        report("TTFT", trows, "ms", 1e3)
-        out["ttft"] = trows
-    gap = host_gap(served, drows)
-    if served and rates:
-        rates = replace(rates, request_s=request_time(served, terms, rates))
-        srows = judge_served(served, terms, rates, gap)
-        report("Served output throughput", srows, "tok/s", 1.0)
-        out["served"] = srows
+    rates, gap = (None, 0.0) if a.no_data else _serving(a.data, fit_b, terms, drows, out)
     print(f"\nhost gap {gap * 1e6:.1f} us; terms: {terms.to_table()}")
     if a.save_table:
         _save(a, hw, terms, drows, rates, gap, out)
     if a.json:
         a.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def _serving(data: Path, fit_b: set[int] | None, terms: Terms, drows: list[dict[str, Any]],
+             out: dict[str, Any]) -> tuple[PrefillRates | None, float]:
+    """TTFT and served throughput from the files in `data` (rows added to `out`): (prefill rates, host gap)."""
+    ttft = split(list(ttft_cells(data)), fit_b)
+    served = list(served_cells(data))
+    if not ttft:
+        return None, host_gap(served, drows)
+    rates, out["ttft"] = prefill_rates(ttft, terms.byte_s)
+    report("TTFT", out["ttft"], "ms", 1e3)
+    gap = host_gap(served, drows)
+    if served:
+        rates = replace(rates, request_s=request_time(served, terms, rates))
+        out["served"] = judge_served(served, terms, rates, gap)
+        report("Served output throughput", out["served"], "tok/s", 1.0)
+    return rates, gap
 
 
 def _save(a: argparse.Namespace, hw: Any, terms: Terms, drows: list[dict[str, Any]], rates: PrefillRates | None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dcpctl.plan import presets
+from dcpctl.plan.attention_names import MEASURED
 from dcpctl.plan.hardware import hardware_from_dict
 from dcpctl.plan.model import ModelSpec, spec_from_config
 from dcpctl.plan.planner import make_plan
@@ -164,6 +165,8 @@ def rank_cells(path: Path) -> Iterator[Cell]:
             "dcp_replicate_q_proj": p["dcp_replicate_q_proj"] if p["dcp_size"] > 1 else None}
     if p["attn_dp_size"] > 1:
         opts.update(dp_size=p["attn_dp_size"], enable_dp_attention=True)
+    if p.get("attention_backend") in MEASURED:      # the kernel the run ran (FlashMLA where it was built)
+        opts["attention_backend"] = p["attention_backend"]
     req = make_plan(request_from_options({k: v for k, v in opts.items() if v is not None})).request
     for c in ms.cells("uniform"):
         yield Cell(f"{path.name}", req, c["batch"], c["context"], c["compute_us_full"] * 1e-6)

@@ -109,9 +109,7 @@ class Model:
         c, be, repq = choice_of(req, d)
         work, attn = self.work(req, d, batch, context)
         compute = Part(max(predict(self.terms, features(work, attn)), 0.0), self.terms.label, self.terms.source)
-        host = Part(self.table.host_gap_s or 0.0, "calibrated" if self.table.host_gap_s is not None else "assumed",
-                    self.table.host_source if self.table.host_gap_s is not None
-                    else f"0: {self.table.host_source}")
+        host = self._host()
         if self.measured is not None and measured_ok:
             cell = self.measured.compute_s(batch, context)
             if cell is not None:
@@ -119,14 +117,20 @@ class Model:
             if self.measured.host_gap_s is not None:
                 host = Part(self.measured.host_gap_s, "measured", f"{self.measured.path}: host_gap_us")
         calls = step_calls(m, t, c, be, repq, batch, layer_counts(m, t.pp_size))
-        lo, hi = band_s(calls, hw, t, self.k.coll_latency_s, self.k.link_bytes_per_s or 1.0)
+        lo, hi = band_s(calls, hw, t, self.k.coll_latency_s, self.k.link_bytes_per_s)
         return Decode(compute, lo, hi, host, attn, work, calls)
+
+    def _host(self) -> Part:
+        gap = self.table.host_gap_s
+        if gap is None:
+            return Part(0.0, "assumed", f"0: {self.table.host_source}")
+        return Part(gap, "calibrated", self.table.host_source)
 
     def prefill(self, req: PlanRequest, input_len: int, prompts: int = 1) -> Ttft:
         """`prompts` prompts of `input_len` tokens back to back (1: one prompt's time to first token)."""
         m, t, hw = req.model, req.topology, req.hardware
         return prefill(m, t, t.dcp_size, weight_format(m, hw)[0], input_len, chunked_prefill(req), self.rates,
-                       self.terms.byte_s, hw, self.k.coll_latency_s, self.k.link_bytes_per_s or 1.0, prompts)
+                       self.terms.byte_s, hw, self.k.coll_latency_s, self.k.link_bytes_per_s, prompts)
 
 
 def _page(d: dict[str, Any]) -> int:
@@ -151,11 +155,10 @@ def backend(req: PlanRequest, d: dict[str, Any], batch: int, local_context: int)
 
 
 def chunked_prefill(req: PlanRequest) -> int:
-    """`--chunked-prefill-size` as passed through to the engine, else the runtime's default."""
+    """`--chunked-prefill-size` as passed through to the engine (`N` or `=N`), else the runtime's default."""
     for group in req.engine_args:
-        if group and group[0] in ("--chunked-prefill-size",) and len(group) > 1:
-            try:
-                return int(group[1])
-            except ValueError:
-                break
+        flag, _, inline = group[0].partition("=") if group else ("", "", "")
+        value = inline or (group[1] if len(group) > 1 else "")
+        if flag == "--chunked-prefill-size" and value.lstrip("-").isdigit():
+            return int(value)
     return DEFAULT_CHUNKED_PREFILL

@@ -25,7 +25,8 @@ an all-gather (n-1) inputs, a reduce-scatter and an all-to-all (n-1)/n of the in
   `systems/data/h200_sxm/comm/nccl/2.29.2/nccl_perf.parquet`), interpolated in log size, on groups of up to 8
   (their latency bounds a smaller group's from above), bandwidth scaled by the profile's `link_gbps` / 450.
 A group that leaves its node without a multi-node NVLink fabric moves its bytes over an assumed 400 Gb/s NIC per GPU
-(50 GB/s) at twice the latency. Low is the smaller of the two, high the larger.
+(50 GB/s) at twice the latency. Low is the smaller of the two, high the larger; hardware without a link figure
+has the table's alone.
 """
 from __future__ import annotations
 
@@ -138,6 +139,8 @@ def call_band_s(c: Call, hw: Hardware, latency_s: float, link_bytes_per_s: float
     if crosses_nodes:
         link_bytes_per_s, latency_s = NIC_GBPS * 1e9, 2 * latency_s
         table = max(2 * table, latency_s + c.moved() / link_bytes_per_s)
+    if link_bytes_per_s <= 0:       # the hardware gives no link figure (a node without NVLink): the table alone
+        return table, table
     profile = latency_s + c.moved() / link_bytes_per_s
     return min(profile, table), max(profile, table)
 

@@ -86,12 +86,15 @@ def performance(p: Plan, w: Workload, measured: Measured | None = None,
 
 
 def _deployments(r: PlanRequest, w: Workload) -> list[tuple[PlanRequest, dict[str, Any], dict[str, Any], bool]]:
-    """(request, decisions, memory, is the plan) for DCP off and, when the plan has DCP, the plan."""
+    """(request, decisions, memory, is the plan) for DCP off and, when the plan has DCP, the plan; an invalid one
+    (a request of the workload's length past the model's positions, say) has empty decisions and memory holding
+    its first violation."""
     out = []
     off = replace(r, topology=replace(r.topology, dcp_size=1), dcp_comm_backend=None, dcp_replicate_q_proj=None)
     for req, mine in ((off, r.topology.dcp_size == 1), (r, True)) if r.topology.dcp_size > 1 else ((r, True),):
         p = make_plan(replace(req, context_len=w.max_context))
-        out.append((p.request, p.decisions if p.valid else {}, p.memory if p.valid else {}, mine))
+        why = {"invalid": f"{p.violations[0].code}: {p.violations[0].message}"} if p.violations else {}
+        out.append((p.request, p.decisions if p.valid else {}, p.memory if p.valid else why, mine))
     return out
 
 
@@ -100,7 +103,7 @@ def _column(model: Model, req: PlanRequest, d: dict[str, Any], mem: dict[str, An
     t = req.topology
     col: dict[str, Any] = {"choice": _label(t.dcp_size, d), "dcp_size": t.dcp_size}
     if not d:
-        return {**col, "unavailable": "this deployment is not valid"}
+        return {**col, "unavailable": f"not valid with requests of {w.max_context:,} tokens ({mem['invalid']})"}
     fit = int(mem.get("max_concurrency", 0))
     col["max_concurrency"] = fig(fit, "derived", f"the plan's memory model at {w.max_context:,} tokens a request")
     n = min(w.concurrency, fit)

@@ -137,3 +137,30 @@ def test_a_measured_dcp1_file_matches_a_dcp1_plan(tmp_path):
     d = performance(replace(plan("deepseek-v3.1", tp_size=8)), Workload(8192 - 512, 1024, 8),
                     read_measured(write(tmp_path, doc)))
     assert d["columns"][0]["decode_compute_ms"]["label"] == "measured"
+
+
+def test_prefill_chunks_their_flops_and_the_dcp_exchange():
+    from dcpctl.plan.perf_prefill import chunk_calls, chunk_work, chunks
+    from dcpctl.plan.perf_work import layer_counts
+    assert chunks(20_000, 8192) == [(0, 8192), (8192, 8192), (16384, 3616)] and chunks(5, -1) == [(0, 5)]
+    p8, p1 = v31(), plan("deepseek-v3.1", tp_size=8)
+    m, t8, t1 = p8.request.model, p8.request.topology, p1.request.topology
+    a, b = chunk_work(m, t1, 1, True, 8192, 8192), chunk_work(m, t8, 8, True, 8192, 8192)
+    # 8192 queries x (8192 cached + 4096.5 causal) keys x 16 heads x (128 + 64 + 128) x 2, per MLA layer
+    assert a.attn_flops == pytest.approx(2 * 8192 * (8192 + 4096.5) * 16 * 320 * 61)
+    assert b.attn_flops == pytest.approx(a.attn_flops)      # DCP: 8x the heads over 1/8 of the keys
+    assert b.gemm_flops == pytest.approx(a.gemm_flops)      # each rank up-projects its stripe for 8x the heads
+    assert a.fp8_bytes > 0 and a.fp8_flops > 0
+    dcp = {c.kind for c in chunk_calls(m, t8, 8, 8192, layer_counts(m)) if c.group == "dcp"}
+    assert dcp == {"all_gather", "all_to_all"} and not [c for c in chunk_calls(m, t1, 1, 8192, layer_counts(m))
+                                                        if c.group == "dcp"]
+    d = performance(p8, Workload(16_384, 64, 1))
+    off, mine = (c["ttft_ms"] for c in d["columns"])
+    assert off["value"] < mine["value"] and "2 chunk(s)" in mine["source"]
+
+
+def test_the_chunked_prefill_size_passed_through():
+    from dcpctl.plan.perf import chunked_prefill
+    for args, size in (((("--chunked-prefill-size", "4096"),), 4096), ((("--chunked-prefill-size=2048",),), 2048),
+                       ((("--chunked-prefill-size", "-1"),), -1), ((), 8192)):
+        assert chunked_prefill(replace(v31().request, engine_args=args)) == size
