@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmarks.perf_sources import Cell, decode_cells, rank_cells, served_cells, ttft_cells
 from dcpctl import tuning
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf import Model, chunked_prefill, features
 from dcpctl.plan.perf_prefill import PrefillRates, chunk_work, chunks
 from dcpctl.plan.perf_report import served_rate
@@ -217,4 +218,8 @@ def _r(x: float | None) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except UserError as e:          # a file or figure the model cannot use: one sentence, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
