@@ -1,6 +1,6 @@
 """The planner's cost model against measured `dcpctl bench decode` tables (CUDA-graph step times).
 
-    python benchmarks/cost_model_vs_measured.py [--calibration CAL.yaml] [--one-gpu D1.json]
+    python -m benchmarks.cost_model_vs_measured [--calibration CAL.yaml] [--one-gpu D1.json]
         [--two-gpu D2.json] [--repeat D2b.json] [-o CAL.yaml]
 
 The calibration (benchmarks/fit_calibration.py: ceilings, per-head kernel efficiency, per-call

@@ -1,6 +1,6 @@
 """`bench decode`'s cell (dcpctl.bench.decode_cell.run_cell) on a checkpoint directory, one device, DCP 1.
 
-    python3 benchmarks/decode_step.py DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
+    python3 -m benchmarks.decode_step DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
         [--profile B]   (CUDA: one eager step at batch B and the first context under torch.profiler: GPU time per kernel)
 
 For checkpoints `bench decode` cannot write (it makes every layer dense): the 16-layer MoE checkpoint of
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-o", "--output")
     ap.add_argument("--profile", type=int, metavar="B", help="profile one eager step at batch B (CUDA)")
     args = ap.parse_args(argv)
-    from hf_peer import save  # benchmarks/ (this script's folder) is on sys.path
-
+    from benchmarks.hf_peer import save
     from dcpctl.bench.decode_cell import run_cell
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -62,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
 def profile_step(fn, top: int = 30) -> dict:
     """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name (ms,
     calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name apart."""
-    from prefill_ttft import kernel_totals   # benchmarks/ (this script's folder) is on sys.path
     from torch.profiler import ProfilerActivity, profile
+    from benchmarks.prefill_ttft import kernel_totals
     fn()                                   # the cell's first call: allocation and any compile, outside the profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -1,6 +1,6 @@
 """FlashInfer's MLA paged decode timed next to ours on the same pages, in one GPU run.
 
-    python3 benchmarks/flashinfer_mla.py --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
+    python3 -m benchmarks.flashinfer_mla --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
 
 FlashInfer comes from the sdist that `tools/gpu_env.sh prepare` puts in .vendor/ (no network on
 the device, no pip install), made importable by dcpctl/runtime/attention/flashinfer_setup.py (the
@@ -21,15 +21,14 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from dcpctl.runtime.attention.flashinfer_setup import activate, prepare_source
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from dcpctl.runtime.attention.flashinfer_setup import activate, prepare_source  # noqa: E402
 
 VENDOR = ROOT / ".vendor"
 TARBALL = VENDOR / "flashinfer_python-0.2.14.tar.gz"

@@ -1,6 +1,6 @@
 """Block-FP8 judged as users judge a quantized checkpoint: the built-in trained model against its FP8 form.
 
-    python benchmarks/fp8_accuracy.py [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
+    python -m benchmarks.fp8_accuracy [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
                                       [--prefill-mode w8a16|w8a8]
 
 The built-in trained model (tiny DeepSeek-V3-shaped, trained on Python stdlib sources; what `dcpctl generate`
@@ -58,18 +58,16 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-from fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recorded_routes,  # noqa: E402
-                             routing_differs, write_trained)
+from benchmarks.fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recorded_routes,
+                                        routing_differs, write_trained)
+from dcpctl.launch.default_model import default_model
+from dcpctl.runtime import settings
+from dcpctl.runtime.kernels import fp8_gemm, fp8_parts
+from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS
+from dcpctl.runtime.tokenizer import ByteTokenizer
+from tests.runtime.ref_context import RefContext, greedy_run
 
-from dcpctl.launch.default_model import default_model  # noqa: E402
-from dcpctl.runtime import settings  # noqa: E402
-from dcpctl.runtime.kernels import fp8_gemm, fp8_parts  # noqa: E402
-from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS  # noqa: E402
-from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
-from tests.runtime.ref_context import RefContext, greedy_run  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 PROMPTS = 32
 PROMPT_BYTES = 32
@@ -245,7 +243,7 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     target = f"{ta}_vs_{tb}"
     lens = [len(p) for p in greedy_prompts()]
     out: dict = {
-        "command": " ".join(["python", "benchmarks/fp8_accuracy.py", *sys.argv[1:]]), "commit": commit(),
+        "command": " ".join(["python", "-m", "benchmarks.fp8_accuracy", *sys.argv[1:]]), "commit": commit(),
         "device": dev, "torch": torch.__version__, "mode": args.mode, "prefill_mode": args.prefill_mode,
         "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(

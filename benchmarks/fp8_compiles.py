@@ -1,6 +1,6 @@
 """How many Triton kernels a block-FP8 server compiles at start: counted on the CPU with Triton's own keys.
 
-    python benchmarks/fp8_compiles.py [--max-bs 64] [--chunk 8192] [--json OUT] [--compile serial,processes:2,...]
+    python -m benchmarks.fp8_compiles [--max-bs 64] [--chunk 8192] [--json OUT] [--compile serial,processes:2,...]
 
 A first start of `dcpctl launch` on a block-FP8 checkpoint compiles one Triton kernel per distinct
 specialization its FP8 GEMMs launch (fp8_gemm.py's MMA kernel, fp8_gemv.py's few-rows kernel, fp8_dequant.py):
@@ -39,12 +39,11 @@ import torch
 import triton
 from triton.runtime import driver
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
-from dcpctl.runtime.engine.warm_up import warm_up_lengths  # noqa: E402
-from dcpctl.runtime.models import fp8_precompile  # noqa: E402
-from dcpctl.runtime.kernels import fp8_gemm, fp8_tiles  # noqa: E402
-from tests.runtime.fp8_compile_check import Sm90Driver  # noqa: E402
+from dcpctl.launch.cuda_graphs import sglang_decode_sizes
+from dcpctl.runtime.engine.warm_up import warm_up_lengths
+from dcpctl.runtime.kernels import fp8_gemm, fp8_tiles
+from dcpctl.runtime.models import fp8_precompile
+from tests.runtime.fp8_compile_check import Sm90Driver
 
 H200_SMS = 132
 TOP_K, EXPERTS = 8, 16
@@ -149,7 +148,7 @@ def main() -> int:
     rows = row_counts(args.max_bs, args.chunk)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                           text=True, check=False).stdout.strip()
-    doc = {"command": " ".join(["python", "benchmarks/fp8_compiles.py", *sys.argv[1:]]), "commit": head,
+    doc = {"command": " ".join(["python", "-m", "benchmarks.fp8_compiles", *sys.argv[1:]]), "commit": head,
            "triton": triton.__version__, "max_bs": args.max_bs,
            "chunk": args.chunk, "token_counts": rows["dense"], **count(rows)}
     if args.compile:

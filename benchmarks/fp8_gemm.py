@@ -1,6 +1,6 @@
 """Block-FP8 GEMM vs the bf16 GEMM of the same shape at decode batch sizes, against the weight-read roofline.
 
-    python benchmarks/fp8_gemm.py [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
+    python -m benchmarks.fp8_gemm [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
                                    [--grouped [--experts 256] [--grouped-rows 2 4 ...]] [--merge-table FILE]
 
 Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices; a routed expert's down projection has o_proj/tp8's
@@ -585,7 +585,7 @@ def main() -> int:
     if args.save_table:
         from dcpctl import tuning
         major, minor = torch.cuda.get_device_capability()
-        data, command = table(rows), "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:])
+        data, command = table(rows), "python -m benchmarks.fp8_gemm " + " ".join(sys.argv[1:])
         if args.merge_table:
             data, command = merge(data, command, args.merge_table, {f"{r['N']},{r['K']}" for r in rows})
         tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor, command,

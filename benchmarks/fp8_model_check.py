@@ -1,7 +1,7 @@
 """A DeepSeek-V3-shaped block-FP8 checkpoint on a GPU: FP8 kept vs dequantized to bf16, and the planned bytes.
 
-    python benchmarks/fp8_model_check.py DIR [--json OUT] [--layers 3] [--experts 16] [--mode w8a16|w8a8]
-    python benchmarks/fp8_model_check.py --trained [DIR] [--device cpu] [--json OUT] [--mode w8a16|w8a8]
+    python -m benchmarks.fp8_model_check DIR [--json OUT] [--layers 3] [--experts 16] [--mode w8a16|w8a8]
+    python -m benchmarks.fp8_model_check --trained [DIR] [--device cpu] [--json OUT] [--mode w8a16|w8a8]
 
 Writes (once) a random checkpoint with DeepSeek-V3's attention and MLP dimensions (hidden 7168, 128 heads,
 q_lora 1536, kv_lora 512, dense intermediate 18432, expert intermediate 2048, YaRN rope), `--layers`
@@ -46,7 +46,6 @@ import argparse
 import contextlib
 import functools
 import json
-import os
 import sys
 import tempfile
 import time
@@ -60,9 +59,9 @@ from dcpctl.launch.default_model import default_model
 from dcpctl.plan.model import spec_from_path
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
-from dcpctl.runtime.models import load_model
 from dcpctl.runtime.kernels import fp8_gemm, fp8_parts
 from dcpctl.runtime.kernels.fp8_gemm import quantize_rows
+from dcpctl.runtime.models import load_model
 from dcpctl.runtime.models.config import parse_config
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import init_tensor, tensor_shapes, tiny_config, write_random_checkpoint
@@ -174,7 +173,6 @@ def _load(d: Path, keep: bool, dtype: torch.dtype, dev: str):
 def _run(m, prompts, dev: str, forced=None, timed=True):
     # -> (logits per prompt [STEPS + 1, V] float64: the prefill's last position, then each step; ids; s/step;
     # the routed experts of every MoE call, recorded_routes)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.runtime.ref_context import greedy_run
     if timed:
         greedy_run(m, prompts, STEPS, forced=forced)   # first run compiles the kernels for every row count

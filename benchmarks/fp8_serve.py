@@ -1,6 +1,6 @@
 """A block-FP8 checkpoint and its bf16 twin served side by side on one GPU: decode speed, start to ready, memory.
 
-    python3 benchmarks/fp8_serve.py --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
+    python3 -m benchmarks.fp8_serve --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
                                     [--budget-s 470]
 
 Writes the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.write_checkpoint (V3's attention and MLP
@@ -39,12 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from serve_peers import bench_serve  # noqa: E402
-from serve_procs import Run, Server, dcpctl  # noqa: E402
-
-from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
+from benchmarks.serve_peers import bench_serve
+from benchmarks.serve_procs import Run, Server, bench, dcpctl
+from dcpctl.launch.cuda_graphs import sglang_decode_sizes
 
 PROMPT, OUTPUT = 1000, 64
 ITL_RATIO, READY_RATIO = 1.0, 1.5     # FP8 / bf16: ITL p50 at most 1x, start to ready at most 1.5x
@@ -133,8 +130,8 @@ def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int], c
     """benchmarks/decode_step.py on ckpt (Triton cache: the start's, already compiled): the decode step's time at
     each batch size, one CUDA-graph replay's GPU time on cuda (eager on the CPU)."""
     path = run.out / f"step-{tag}.json"
-    argv = [sys.executable, str(HERE / "decode_step.py"), str(ckpt), "--device", run.device, "--batches",
-            ",".join(map(str, batches)), "--contexts", str(context), "--steps", "10", "--warmup", "3", "-o", str(path)]
+    argv = bench("decode_step", str(ckpt), "--device", run.device, "--batches", ",".join(map(str, batches)),
+                 "--contexts", str(context), "--steps", "10", "--warmup", "3", "-o", str(path))
     argv += ["--dtype", "float32"] if run.smoke else ["--cuda-graphs"]
     os.environ["TRITON_CACHE_DIR"] = str(cache)
     try:

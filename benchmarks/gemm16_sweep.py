@@ -8,7 +8,7 @@ of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 repla
 (`dcpctl.bench.ceilings.graph_ms`).  The Triton kernel
 is checked against F.linear in fp32 before it is timed.
 
-usage: PYTHONPATH=. python3 benchmarks/gemm16_sweep.py [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
+usage: python3 -m benchmarks.gemm16_sweep [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
        [--grid first|wide] [-o out.json] [--save-table FILE]
   --grid first: the grid the shipped H200 table came from; wide: narrower tiles, deeper K steps, 8 warps
 """
@@ -98,7 +98,7 @@ def main() -> None:
     if a.save_table:
         major, minor = torch.cuda.get_device_capability(dev)
         tuning.write(a.save_table, "gemm16", torch.cuda.get_device_name(dev), major * 10 + minor,
-                     "python benchmarks/gemm16_sweep.py --save-table FILE", tuning.source_commit(),
+                     "python -m benchmarks.gemm16_sweep --save-table FILE", tuning.source_commit(),
                      {k: sorted(v) for k, v in table.items()})
 
 

@@ -33,8 +33,8 @@ part() {   # part NAME SECONDS COMMAND...: one timed part, its log, its exit sta
 }
 
 v3_checkpoint() {   # the 4-layer DeepSeek-V3-attention bf16 checkpoint the step and serve figures use
-  python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
-from fusion_ab import write_checkpoint; print(write_checkpoint(Path('$1')))"
+  python3 -c "from pathlib import Path; from benchmarks.fusion_ab import write_checkpoint
+print(write_checkpoint(Path('$1')))"
 }
 
 for SUITE in "$@"; do
@@ -52,34 +52,34 @@ for SUITE in "$@"; do
       part bench_capacity 60 $DCPCTL bench capacity --format json ;;
     step)
       M=$(v3_checkpoint /tmp/dcpctl-v3-step)
-      part fusion_ab 500 python3 benchmarks/fusion_ab.py --model "$M" --batches 1,8,32 -o "$O/fusion_ab.json" ;;
+      part fusion_ab 500 python3 -m benchmarks.fusion_ab --model "$M" --batches 1,8,32 -o "$O/fusion_ab.json" ;;
     serve)
       args=(--out "$O" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES-compiled,eager}"
             --budget-s "${BUDGET_S:-360}")
       [ -n "${CELLS:-}" ] && args+=(--cells "$CELLS")
-      part serve_peers 580 python3 benchmarks/serve_peers.py "${args[@]}" ;;
-    prefill) part prefill_ttft 300 python3 benchmarks/prefill_ttft.py "$O/prefill_ttft.json" ;;
+      part serve_peers 580 python3 -m benchmarks.serve_peers "${args[@]}" ;;
+    prefill) part prefill_ttft 300 python3 -m benchmarks.prefill_ttft "$O/prefill_ttft.json" ;;
     mixed)
-      part serve_mixed 580 python3 benchmarks/serve_mixed.py --out "$O" --budget-s "${BUDGET_S:-480}" \
+      part serve_mixed 580 python3 -m benchmarks.serve_mixed --out "$O" --budget-s "${BUDGET_S:-480}" \
         --cells "${CELLS:-stall,moe,early,dense1k}" --stall-repeats "${STALL_REPEATS:-3}" \
         --stall-warmup "${STALL_WARMUP:-1}" ;;
     fp8serve)   # checkpoints (7.5 GB) and Triton caches go under /tmp, not into the results
-      part fp8_serve 580 python3 benchmarks/fp8_serve.py --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
+      part fp8_serve 580 python3 -m benchmarks.fp8_serve --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
       rm -rf /tmp/dcpctl-fp8-work ;;
     fp8)
       part tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime/kernels/test_fp8_gemm.py \
         tests/runtime/models/test_model_fp8.py tests/runtime/models/test_weight_bytes.py
-      part sweep 240 python3 benchmarks/fp8_gemm.py --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
+      part sweep 240 python3 -m benchmarks.fp8_gemm --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
         --json "$O/sweep.json"
-      part model_check 100 python3 benchmarks/fp8_model_check.py --trained --json "$O/model_check.json" ;;
+      part model_check 100 python3 -m benchmarks.fp8_model_check --trained --json "$O/model_check.json" ;;
     fp8grouped)   # the shipped table of this GPU (its name, spaces as _) keeps its other sections
       T=dcpctl/tuning/fp8_gemm/device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | tr ' ' _).json
       merge=(); [ -e "$T" ] && merge=(--merge-table "$T")
-      part sweep 540 python3 benchmarks/fp8_gemm.py --modes w8a16 --grouped --experts 16 \
+      part sweep 540 python3 -m benchmarks.fp8_gemm --modes w8a16 --grouped --experts 16 \
         --grouped-rows 2 4 8 16 24 32 48 64 --sweep --budget-s 400 --shapes ${merge[@]+"${merge[@]}"} \
         --save-table "$O/fp8_gemm.json" --json "$O/sweep.json" ;;
-    gemm16) part sweep 500 python3 benchmarks/gemm16_sweep.py -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
-    head_bmm) part sweep 300 python3 benchmarks/head_bmm_sweep.py -o "$O/sweep.json" ;;
+    gemm16) part sweep 500 python3 -m benchmarks.gemm16_sweep -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
+    head_bmm) part sweep 300 python3 -m benchmarks.head_bmm_sweep -o "$O/sweep.json" ;;
     x2)
       part bench_decode 400 $DCPCTL bench decode --device cuda --tp-size 2 --dcp-sizes 1,2 --shape v3 \
         --dtype bfloat16 --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs \

@@ -6,22 +6,19 @@ is timed as 30 calls captured in one CUDA graph over weight copies larger than L
 shipped default, torch.bmm and the copy roofline (16.8 MB per product at --copy-tbps). Prints the best per shape
 and M; JSON to -o.
 
-usage: PYTHONPATH=. python3 benchmarks/head_bmm_sweep.py [--batches 1,8,32] [-o out.json]
+usage: python3 -m benchmarks.head_bmm_sweep [--batches 1,8,32] [-o out.json]
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from step_gemms import _time  # noqa: E402
-
-from dcpctl.runtime.kernels.head_bmm_triton import default_config, head_bmm  # noqa: E402
+from benchmarks.step_gemms import _time
+from dcpctl.runtime.kernels.head_bmm_triton import default_config, head_bmm
 
 H, NOPE, L, V, QW = 128, 128, 512, 128, 576
 ROTATE = 8   # 8 x 16.8 MB > the H200's 50 MB L2

@@ -1,6 +1,6 @@
 """The peer for `dcpctl bench serve`: Hugging Face transformers `generate` on the same checkpoint.
 
-    python3 benchmarks/hf_peer.py DIR [--device cuda] [--modes eager,compiled] [--cell 1000:1,8,32]
+    python3 -m benchmarks.hf_peer DIR [--device cuda] [--modes eager,compiled] [--cell 1000:1,8,32]
                                   [--cell 32768:1,8:1] [--output-len 64] [-o out.json]
 
 DIR is a DeepseekV3 checkpoint (such as `dcpctl.runtime.tiny.write_tiny_model`'s), loaded with

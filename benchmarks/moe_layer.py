@@ -1,6 +1,6 @@
 """One MoE layer on one GPU: dcpctl's against transformers' DeepseekV3MoE on the same weights, and its GEMMs alone.
 
-    PYTHONPATH=. python3 benchmarks/moe_layer.py [OUT.json] [--tokens 32,1024,2048,8192] [--profile 8192]
+    python3 -m benchmarks.moe_layer [OUT.json] [--tokens 32,1024,2048,8192] [--profile 8192]
                  [--model DIR] [--reps 10]
 
 The checkpoint is serve_peers.py's moe one (DeepSeek-V3 attention shapes, 16 layers: layer 0 dense, 15 MoE of 32
@@ -28,8 +28,6 @@ from typing import Any, Callable
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 LAYER = 1
 
 
@@ -50,10 +48,8 @@ def gemms_alone(moe: Any, x: torch.Tensor) -> Callable[[], Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from prefill_ttft import profiled
-
+    from benchmarks.prefill_ttft import profiled
     from dcpctl.bench.ceilings import events_ms
-
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
@@ -72,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.model:
         path = Path(a.model)
     else:
-        import serve_peers
+        from benchmarks import serve_peers
         path = serve_peers.write_checkpoint("moe", Path(tmp.name) / "moe", "cuda")
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -100,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             x = torch.randn(T, D, device=dev, dtype=torch.bfloat16)
             profiles[T] = profiled(lambda: ours(x), top=15)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    doc = {"command": " ".join(["python3", "benchmarks/moe_layer.py", *(argv or sys.argv[1:])]), "commit": commit,
+    doc = {"command": " ".join(["python3", "-m", "benchmarks.moe_layer", *(argv or sys.argv[1:])]), "commit": commit,
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "layer": LAYER,
            "experts": len(ours.experts), "top_k": ours.router.cfg.top_k, "hidden": D, "rows": rows,
            "profiles": profiles}

@@ -1,6 +1,6 @@
 """Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
 
-    PYTHONPATH=. python3 benchmarks/prefill_ttft.py OUT.json [--lengths 4096,16384,32768,65536]
+    python3 -m benchmarks.prefill_ttft OUT.json [--lengths 4096,16384,32768,65536]
                  [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...] [--trace DIR]
 
 The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
@@ -34,15 +34,12 @@ from typing import Any, Callable
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 MAX_POSITIONS = 163840
 LAYERS = 4
 
 
 def checkpoint(d: Path) -> Path:
-    from serve_peers import write_bf16   # benchmarks/ is not a package
-
+    from benchmarks.serve_peers import write_bf16
     from dcpctl.bench.decode import SHAPES
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=LAYERS, first_k_dense_replace=LAYERS,
                               max_position_embeddings=MAX_POSITIONS), "cuda")
@@ -101,7 +98,7 @@ def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: in
         out.setdefault(n, {})["dcpctl_profile"] = profiled(lambda: eng.generate([{"prompt_ids": ids,
                                                                                     "max_new_tokens": 1}]),
                                                            trace=trace)
-    del eng
+    eng = None    # frees the engine's GPU memory (the timed lambdas close over the name)
     torch.cuda.empty_cache()
     return out
 
@@ -176,7 +173,7 @@ def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, 
         except torch.OutOfMemoryError as e:
             out[n] = {"hf_error": str(e).splitlines()[0]}
         torch.cuda.empty_cache()
-    del model
+    model = None  # frees the GPU memory (the timed lambdas close over the name)
     torch.cuda.empty_cache()
     return out
 
@@ -212,7 +209,7 @@ def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
     vv = torch.randn(1, H, n, v, **bf)
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.inference_mode():
         _, attn = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, vv, is_causal=True), reps)
-    del q, k, vv
+    q = k = vv = None
     gemm = 0.0
     for count, rows, kin, kout, groups in floor_gemms(cfg, n):
         a = torch.randn(rows, kin, **bf)
@@ -224,7 +221,7 @@ def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
             ends = torch.linspace(rows / groups, rows, groups, device="cuda").round().to(torch.int32)
             ms = timed(lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=ends), reps)[1]
         gemm += count * ms
-        del a, w
+        a = w = None
     torch.cuda.empty_cache()
     return {"floor_ms": round(layers * attn + gemm, 2), "floor_attention_ms_per_layer": round(attn, 3),
             "floor_gemms_ms_per_layer": round(gemm / layers, 3)}
@@ -246,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     lengths = [int(x) for x in args.lengths.split(",") if x]
     hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
     rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
-    doc = {"command": " ".join(["python3", "benchmarks/prefill_ttft.py", *(argv or sys.argv[1:])]),
+    doc = {"command": " ".join(["python3", "-m", "benchmarks.prefill_ttft", *(argv or sys.argv[1:])]),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk,
            "lengths": {str(n): r for n, r in rows.items()}, "errors": {}}

@@ -1,6 +1,6 @@
 """One call, one machine: the scheduler under real traffic, as `dcpctl launch` + `bench serve`.
 
-    python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
+    python3 -m benchmarks.serve_mixed --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
         [--stall-repeats 1] [--stall-warmup 0] [--stall-variants mixed,unmixed,mixed-quarter]
 
 Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
@@ -29,17 +29,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import serve_peers  # benchmarks/ is not a package: these sit next to this file
-import serve_report
-from serve_procs import Run, Server, dcpctl
+from benchmarks import serve_peers, serve_report
+from benchmarks.serve_procs import Run, Server, dcpctl
 
 BUDGET = 8192           # the default --chunked-prefill-size: the prefill tokens of one step
 STOPS = ["e", "t", "a", "o"]

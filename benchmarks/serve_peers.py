@@ -1,7 +1,7 @@
 """One call, one machine: `dcpctl launch` + `bench serve`, the `bench decode` graph step and Hugging Face
 `generate` on the same checkpoints, then the served-step ratios (serve_report.py writes them).
 
-    python3 benchmarks/serve_peers.py --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
+    python3 -m benchmarks.serve_peers --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
                                       [--hf-modes eager,compiled] [--budget-s 540]
 
 Cells (CELLS below): a checkpoint, a prompt length and the concurrencies (= batches) to run at.
@@ -29,15 +29,12 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import serve_report  # benchmarks/ is not a package: these two sit next to this file
-from serve_procs import PY, Run, Server, dcpctl
+from benchmarks import serve_report
+from benchmarks.serve_procs import Run, Server, bench, dcpctl
 
 LONG = 8192   # prompts above it: HF runs them last (long prefills, another compile)
 MAX_POSITIONS = 40960   # every checkpoint's max_position_embeddings: room for 32K prompts + 64 tokens
@@ -169,7 +166,7 @@ def decode_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str]) -> dict 
         argv = dcpctl("bench", "decode", "--tp-size", "1", "--dcp-sizes", "1", "--shape", shape, "--layers",
                       str(layers), *common)
     else:
-        argv = [PY, str(HERE / "decode_step.py"), str(ckpt), *common]
+        argv = bench("decode_step", str(ckpt), *common)
     rc, _ = run.cmd(f"decode-{ckpt_name}", argv)
     return json.loads(path.read_text()) if rc == 0 and path.exists() else None
 
@@ -178,7 +175,7 @@ def hf_part(run: Run, tag: str, ckpt: Path, cells: list[str], modes: list[str]) 
     if not cells or not modes:
         return None
     path = run.out / f"hf-{tag}.json"
-    a = [PY, str(HERE / "hf_peer.py"), str(ckpt), "--device", run.device, "--modes", ",".join(modes),
+    a = [*bench("hf_peer", str(ckpt)), "--device", run.device, "--modes", ",".join(modes),
          "--output-len", str(output_len(run)), "-o", str(path), "--dtype", "float32" if run.smoke else "bfloat16"]
     for name in cells:
         _, length, conc, reps = CELLS[name]

@@ -1,4 +1,5 @@
-"""Child processes of serve_peers.py: each part in its own session with its log, a budget, `dcpctl launch`."""
+"""Child processes of the serving benchmarks (serve_peers, serve_mixed, fp8_serve): each part in its own session
+with its log, a budget, `dcpctl launch`."""
 from __future__ import annotations
 
 import os
@@ -54,6 +55,11 @@ class Run:
 
 def dcpctl(*args: str) -> list[str]:
     return [PY, "-m", "dcpctl.cli.main", *args]
+
+
+def bench(name: str, *args: str) -> list[str]:
+    """The argv of benchmarks/<name>.py as a module (the child runs from the repository root, as this one)."""
+    return [PY, "-m", f"benchmarks.{name}", *args]
 
 
 class Server:

@@ -1,6 +1,6 @@
 """The ratios of a serve_peers.py run, as rows and as a markdown table.
 
-    python3 benchmarks/serve_report.py DIR/serve.json      # prints the markdown again
+    python3 -m benchmarks.serve_report DIR/serve.json      # prints the markdown again
 
 Per cell and concurrency c (= batch c): served ITL p50 of each server variant (`bench serve`), the
 `bench decode` graph and eager step at batch c and context prompt + output/2, the roofline prediction,
@@ -100,6 +100,6 @@ def markdown(doc: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python3 benchmarks/serve_report.py DIR/serve.json")
+        raise SystemExit("usage: python3 -m benchmarks.serve_report DIR/serve.json")
     with open(sys.argv[1]) as f:
         print(markdown(json.load(f)), end="")

@@ -6,7 +6,7 @@ the measured copy bandwidth, in the forms the step uses and in candidate forms (
 graph step spends in GEMMs beyond the roofline is visible per GEMM.  Weights rotate over copies larger than L2,
 so no call reads a weight from cache.
 
-usage: PYTHONPATH=. python3 benchmarks/step_gemms.py [--batches 1,8,32] [-o out.json]
+usage: python3 -m benchmarks.step_gemms [--batches 1,8,32] [-o out.json]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Burst vs sustained: how a compute-bound kernel's time changes as the GPU stays busy.
 
-    python benchmarks/sustained_rate.py [--seconds 1.5] [--json OUT]
+    python -m benchmarks.sustained_rate [--seconds 1.5] [--json OUT]
 
 `dcpctl bench kernel`'s compute ceiling is a burst figure (bench/ceilings.bf16_matmul_rate: ten 8192^3 products,
 each timed alone, about 20 ms of work), while a cell is timed over CUDA-graph replays that keep the GPU busy for

@@ -1,6 +1,6 @@
 """Train the built-in default model: a tiny DeepSeek-V3-shaped byte-level LM on Python stdlib sources.
 
-    nice python scripts/train_tiny.py [-o dcpctl/data/tiny-deepseek-stdlib] [--steps N] [--seed 0]
+    nice python -m scripts.train_tiny [-o dcpctl/data/tiny-deepseek-stdlib] [--steps N] [--seed 0]
 
 Corpus: the CORPUS files below (a fixed list; each exists in CPython 3.10, 3.11 and 3.12), read
 from the running interpreter's standard library (`sysconfig.get_paths()["stdlib"]`), so the bytes
@@ -30,10 +30,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dcpctl.runtime.tiny import tiny_config  # noqa: E402
-from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
+from dcpctl.runtime.tiny import tiny_config
+from dcpctl.runtime.tokenizer import ByteTokenizer
 
 CORPUS = sorted("""
 abc.py argparse.py ast.py base64.py bdb.py bisect.py calendar.py cmd.py code.py codecs.py colorsys.py configparser.py
@@ -202,7 +200,7 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": ByteTokenizer.bos_token_id, "eos_token_id": ByteTokenizer.eos_token_id}, indent=2))
     (out / "heldout.txt").write_bytes(b"".join(slice_windows))
-    from transformers import AutoModelForCausalLM   # the saved directory, read back as the test reads it
+    from transformers import AutoModelForCausalLM  # the saved directory, read back as the test reads it
     try:
         model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64, experts_implementation="eager")
     except TypeError:  # transformers without experts_implementation
@@ -212,7 +210,7 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     record = {
         "description": f"tiny DeepSeek-V3-shaped model trained on Python stdlib sources, "
                        f"{heldout_bpb:.2f} bits/byte held out",
-        "script": "scripts/train_tiny.py", "command": " ".join(["python", "scripts/train_tiny.py", *sys.argv[1:]]),
+        "script": "scripts/train_tiny.py", "command": " ".join(["python", "-m", "scripts.train_tiny", *sys.argv[1:]]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_bytes": SEQ, "peak_lr": args.lr,
         "warmup": args.warmup, "threads": THREADS, "train_seconds": round(r["train_s"], 1),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,

@@ -7,20 +7,16 @@ staggered prompt lengths (so requests cross page boundaries on different steps, 
 until all decode, then times STEPS steps: each phase's median host microseconds a call, the model's own time
 (`DecodeGraphs._run`) left out.  Compare runs on one machine only.
 
-usage: PYTHONPATH=. python3 tools/decode_host.py [--rows 32] [--steps 200] [--page-size 64]
+usage: python3 -m tools.decode_host [--rows 32] [--steps 200] [--page-size 64]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PHASES = [  # (module, class or None, attribute): the per-row host work of one graph decode step
     ("dcpctl.runtime.engine.engine", "Engine", "step"),
@@ -40,7 +36,7 @@ PHASES = [  # (module, class or None, attribute): the per-row host work of one g
 
 def build_engine(rows: int, page: int, work: Path):
     from dcpctl.runtime.tiny import write_tiny_model
-    from engine_overhead import build
+    from tools.engine_overhead import build
     path = str(write_tiny_model(work / "m", num_hidden_layers=1, first_k_dense_replace=1))
     return build(path, rows * 2048, True, rows, "cpu", page,
                  cuda_graph={"batch_sizes": sorted({1, 8, rows}), "reason": "tools/decode_host.py"})

@@ -7,7 +7,7 @@ and, per decode step, records the wall time of engine.step() and the GPU time of
 around the replay): host overhead = wall - GPU; and the host time of engine.step's phases (the metadata, the
 cudaGraphLaunch call, the sampling launches, the previous step's resolve: a phase that waits shows it).  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/engine_overhead.py --model DIR [--batches 1,8,32] [--prompt 1000]
+usage: python3 -m tools.engine_overhead --model DIR [--batches 1,8,32] [--prompt 1000]
        [--steps 64] [--capacity 140000] [--disable-cuda-graph] [--page-size 64] [-o out.json]
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ wall µs of one call timed alone with CUDA events after a sync (what `dcpctl ben
 its eager column).  With two GPUs (--a2a) the NCCL all_to_all_single and the in-place exchange are
 added, through torch.multiprocessing with one rank per GPU.
 
-usage: PYTHONPATH=. python3 tools/host_overhead.py [--a2a] [--profile] [-o out.json]
+usage: python3 -m tools.host_overhead [--a2a] [--profile] [-o out.json]
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ against it: ITL p50 against the fake step is what the HTTP side adds, and the fr
 streamed token is what one token costs there.  Prints one JSON line per (workers, concurrency) and writes
 them all to --out.
 
-usage: PYTHONPATH=. python3 tools/http_overhead.py [--concurrency 8,32] [--workers 1,2,4] [--step-us 1100]
+usage: python3 -m tools.http_overhead [--concurrency 8,32] [--workers 1,2,4] [--step-us 1100]
 """
 from __future__ import annotations
 

@@ -7,21 +7,16 @@ it) runs alone between two synchronizations under the profiler, so a step's wall
 kernels are its own.  Run it with and without --disable-mixed-chunk to compare mixed steps with prefill first
 (docs/benchmarks.md, the streams + 16K arrivals cell).  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/mixed_profile.py --model DIR [--streams 8] [--prompt 16384] [--chunk 8192]
+usage: python3 -m tools.mixed_profile --model DIR [--streams 8] [--prompt 16384] [--chunk 8192]
        [--stream-prompt 1000] [--stream-tokens 256] [--disable-mixed-chunk] [--top 8] [--device cuda] [-o out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-
-from engine_overhead import build, prompt  # noqa: E402
+from tools.engine_overhead import build, prompt
 
 LONG = 10**6     # the arriving prompt's request id
 
@@ -29,7 +24,7 @@ LONG = 10**6     # the arriving prompt's request id
 def profiled_step(engine, top: int) -> dict:
     """One engine step alone: its kind, chunks, prompt tokens, wall ms and (on CUDA) its kernels by name."""
     import torch
-    from prefill_ttft import kernel_totals
+    from benchmarks.prefill_ttft import kernel_totals
     cuda = engine.device.type == "cuda"
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     if cuda:

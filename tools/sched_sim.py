@@ -1,6 +1,6 @@
 """What a prefill budget does to the MoE cell's ITL, from a step-cost model: a probe, not a measurement.
 
-    python3 tools/sched_sim.py [--budgets 8192,2048,1024,512] [--decode-ms 7.5] [--token-us 35]
+    python3 -m tools.sched_sim [--budgets 8192,2048,1024,512] [--decode-ms 7.5] [--token-us 35]
                                [--prefill-ms 10] [--split-ms 0,100] [--seeds 2]
 
 The workload is serve_mixed.py's moe cell (160 requests, 1000 +- 50% prompt tokens, 64 +- 50% out, Poisson 40/s,

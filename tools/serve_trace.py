@@ -11,7 +11,7 @@ sampling and copies between them): a loop period above the GPU time with a large
 eager steps and the mixed steps whose decodes replayed their graph beside the prompt chunks (graph+prefill,
 engine/mixed.py): count, tokens and host time in engine.step.  JSON to OUT/serve_trace.json.
 
-usage: python3 tools/serve_trace.py --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
+usage: python3 -m tools.serve_trace --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
        [--output-len 64] -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
    (--requests: per stream; a bench at concurrency c sends c * requests)
 """
@@ -22,13 +22,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import serve_launch  # noqa: E402
+from benchmarks import serve_launch
 
 DECODE_GRAPH = ("graph", "graph+pipelined")     # the step kinds of decode-only graph steps (engine.last_step)
 

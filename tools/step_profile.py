@@ -5,7 +5,7 @@ decode steps (after warm-up).  Prints the kernels by total CUDA time (per step) 
 step's CUDA-graph replay time (DecodeGraphs, the same buffers), so the gap between kernel time and the
 roofline is visible per kernel kind: GEMMs, attention, norms, rope, copies, elementwise.  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/step_profile.py --model DIR [--batch 1] [--context 1000] [--blas cublaslt] [-o out.json]
+usage: python3 -m tools.step_profile --model DIR [--batch 1] [--context 1000] [--blas cublaslt] [-o out.json]
 """
 from __future__ import annotations
 

@@ -12,19 +12,18 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks import flashinfer_mla as bench
 from dcpctl.runtime.attention import flashinfer_setup as fs
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flashinfer_mla.py"
 
 
 def load(name: str, path: Path) -> ModuleType:
+    """A module of the unpacked sdist, by file (its package is not importable as installed)."""
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-bench = load("flashinfer_mla_bench", SCRIPT)
 pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
 
 

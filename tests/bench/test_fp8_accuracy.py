@@ -1,14 +1,9 @@
 """benchmarks/fp8_accuracy.py's arithmetic: bits per byte, the same-experts filters, the greedy comparison."""
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_accuracy.py"
-spec = importlib.util.spec_from_file_location("fp8_accuracy", SCRIPT)
-acc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(acc)
+from benchmarks import fp8_accuracy as acc
 
 
 def test_bits_per_byte_counts_every_predicted_byte_once():

@@ -1,11 +1,6 @@
 """benchmarks/fp8_compiles.py: Triton's own cache keys of the FP8 GEMMs, counted on the CPU (no GPU, no compile)."""
-import importlib.util
-from pathlib import Path
+from benchmarks import fp8_compiles as fc
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_compiles.py"
-spec = importlib.util.spec_from_file_location("fp8_compiles", SCRIPT)
-fc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fc)
 O_PROJ = {"o_proj": fc.DENSE["o_proj"]}
 
 

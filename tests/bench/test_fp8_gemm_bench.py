@@ -1,11 +1,5 @@
 """benchmarks/fp8_gemm.py's CPU half: the fp8_gemm tuning table its sweep's timings make."""
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_gemm.py"
-spec = importlib.util.spec_from_file_location("fp8_gemm_bench", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from benchmarks import fp8_gemm as bench
 
 
 def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
@@ -104,9 +98,9 @@ def test_merge_keeps_the_sections_this_run_did_not_write(tmp_path):
            "gemv": {"24576,1536": None}, "grouped_w8a16": {"4096,7168": [[8, {"swap": True}]]}}
     path = tuning.write(tmp_path / "h200.json", "fp8_gemm", "NVIDIA H200", 90, "python x --sweep", "abc1234", old)
     new = {"dense": {}, "gemv": {}, "grouped_w8a16": {"4096,7168": [[32, {"fold": True}]]}}
-    data, command = bench.merge(new, "python benchmarks/fp8_gemm.py --grouped", str(path))
+    data, command = bench.merge(new, "python -m benchmarks.fp8_gemm --grouped", str(path))
     assert data == {**old, "grouped_w8a16": new["grouped_w8a16"]}
-    assert command == (f"python benchmarks/fp8_gemm.py --grouped; sections dense, dense_w8a16, gemv kept from {path} "
+    assert command == (f"python -m benchmarks.fp8_gemm --grouped; sections dense, dense_w8a16, gemv kept from {path} "
                        f"(commit abc1234: python x --sweep)")
     assert bench.merge(old, "c", str(path)) == (old, "c")     # every section written: nothing kept
     # a sweep of one new shape: the other shapes of the sections it writes are kept, a swept shape is replaced

@@ -1,15 +1,12 @@
 """benchmarks/fp8_model_check.py's CPU half: the per-step metrics and the float64 emulation of the FP8 GEMM."""
-import importlib.util
 from pathlib import Path
 
 import torch
 
+from benchmarks import fp8_model_check as check
 from tests.runtime.models.test_model_fp8 import quantize
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_model_check.py"
-spec = importlib.util.spec_from_file_location("fp8_model_check", SCRIPT)
-check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(check)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_metrics_name_norm_relative_error_and_decided_prompts():
@@ -63,13 +60,12 @@ def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
     # equal where margins decide.
     # A subprocess: the check replaces fp8_gemm.fp8_matmul by its emulation for the rest of its process
     import json
-    import os
     import subprocess
     import sys
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "ckpt"), "--trained", "--device", "cpu",
-                        "--json", str(out)], capture_output=True, text=True, timeout=300, check=False,
-                       env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])})
+    r = subprocess.run([sys.executable, "-m", "benchmarks.fp8_model_check", str(tmp_path / "ckpt"), "--trained",
+                        "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                       check=False, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     c = doc["compare"]

@@ -1,14 +1,15 @@
 """benchmarks/hf_peer.py, serve_peers.py and serve_report.py on CPU: HF's DeepseekV3 loads the checkpoints
 the serve benchmark writes and computes our runtime's logits; the peer's timing rows; the ratio table."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
+from benchmarks import decode_step as step
+from benchmarks import hf_peer
+from benchmarks import serve_peers as peers
+from benchmarks import serve_report as report
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
@@ -16,20 +17,8 @@ from tests.runtime.hf_oracle import hf_decode, load_hf
 from tests.runtime.ref_context import greedy_run
 
 transformers = pytest.importorskip("transformers")
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
 TINY_MOE = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "n_routed_experts": 8, "num_experts_per_tok": 2}
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-hf_peer, peers, report, step = load("hf_peer"), load("serve_peers"), load("serve_report"), load("decode_step")
 
 
 @pytest.fixture(scope="module", params=["dense_fp32", "moe_bf16"])
