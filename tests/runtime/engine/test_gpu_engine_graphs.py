@@ -2,25 +2,17 @@
 composition and padding, the grouped MoE path inside the graph, the eager fallback above the largest
 size, and the same greedy tokens as eager steps (bf16, the trained default model: its top-2 margins are
 far above bf16 noise).  Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set."""
-import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
 from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.parallel import ParallelState
+from tests.gpu_report import report as _report
 from tests.runtime.configs import config
 from tests.runtime.engine.test_engine import launch_cfg
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
 
 
 def _prompts():
