@@ -16,7 +16,8 @@
 #             top-8 as fp8serve serves, w8a16) against torch._grouped_mm; writes $OUT/fp8grouped/fp8_gemm.json: this
 #             GPU's shipped fp8_gemm table with a grouped_w8a16 section (docs/fp8.md)
 #   gemm16    the 16-bit split-K GEMM sweep against cuBLAS (writes $OUT/gemm16/gemm16.json)
-#   head_bmm  the per-head bmm sweep against torch.bmm
+#   head_bmm  the per-head bmm sweep against torch.bmm (writes $OUT/head_bmm/head_bmm.json)
+#   tiles     `dcpctl bench tiles`: ours' tile sweep per kernel-head count (writes $OUT/tiles/mla_tiles.json)
 #   x2        two GPUs: DCP 2 against DCP 1 at TP 2 and the packed a2a exchange against a raw all_to_all
 # The machine's environment (carried wheels and sources, NVLink multicast off) is tools/gpu_env.sh's `setup`; FlashMLA
 # builds on first use. Every part logs to $OUT/<suite>/<part>.log and prints its exit status.
@@ -79,12 +80,13 @@ for SUITE in "$@"; do
         --grouped-rows 2 4 8 16 24 32 48 64 --sweep --budget-s 400 --shapes ${merge[@]+"${merge[@]}"} \
         --save-table "$O/fp8_gemm.json" --json "$O/sweep.json" ;;
     gemm16) part sweep 500 python3 -m benchmarks.gemm16_sweep -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
-    head_bmm) part sweep 300 python3 -m benchmarks.head_bmm_sweep -o "$O/sweep.json" ;;
+    head_bmm) part sweep 300 python3 -m benchmarks.head_bmm_sweep -o "$O/sweep.json" --save-table "$O/head_bmm.json" ;;
+    tiles) part bench_tiles 400 $DCPCTL bench tiles --save-table "$O/mla_tiles.json" ;;
     x2)
       part bench_decode 400 $DCPCTL bench decode --device cuda --tp-size 2 --dcp-sizes 1,2 --shape v3 \
         --dtype bfloat16 --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs \
         -o "$O/decode.json"
       part bench_exchange 150 $DCPCTL bench exchange --dcp-size 2 --batches 1,8,32,64 --format json ;;
-    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 fp8grouped gemm16 head_bmm x2"; exit 2 ;;
+    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 fp8grouped gemm16 head_bmm tiles x2"; exit 2 ;;
   esac
 done

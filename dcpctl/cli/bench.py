@@ -13,6 +13,7 @@ BENCHES = {
     "decode": "dcpctl.bench.decode",
     "exchange": "dcpctl.bench.exchange",
     "serve": "dcpctl.bench.serve",
+    "tiles": "dcpctl.bench.tiles",
 }
 
 
@@ -30,7 +31,8 @@ class BenchGroup(click.Group):
 def bench() -> None:
     """Benchmarks: `kernel` (local MLA decode kernel and exchanges; GPU), `decode` (striped decode step
     end to end for DCP sizes), `capacity` (context a fixed KV budget admits per DCP size), `serve`
-    (an OpenAI-compatible server under load).
+    (an OpenAI-compatible server under load), `tiles` (our MLA decode kernel's tile sweep: the
+    mla_tiles tuning table; GPU).
 
     \b
     Examples:
