@@ -19,7 +19,7 @@ asks torch for an accelerator before any platform override is consulted; Kimi K3
 that signature is put on PYTHONPATH for Kimi K3 cases (it raises if called).
 
 Usage (from the repo root, in the dcpctl venv):
-    python benchmarks/sglang/check_exports.py [--sglang-python /tmp/sglvenv-clean/bin/python] [--jobs 8]
+    python -m benchmarks.sglang.check_exports [--sglang-python /tmp/sglvenv-clean/bin/python] [--jobs 8]
 Exit status 0 when SGLang accepts every exported command (field differences are reported, not fatal),
 1 otherwise.
 """

@@ -13,7 +13,7 @@ A field may differ only where the export writes the plan's own value of a settin
 with the same error, e.g. InfiniBand absent on the checking machine, is reported as same_rejection). A line whose plan is invalid is
 reported with its violations and not exported.
 
-    python benchmarks/sglang/check_pasted.py [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
+    python -m benchmarks.sglang.check_pasted [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import check_exports as ce  # noqa: E402
+from benchmarks.sglang import check_exports as ce
 
 REPO = ce.REPO
 FIXTURE = REPO / "tests/fixtures/sglang_serve_lines.yaml"

@@ -16,7 +16,7 @@ argv since they do not depend on dcpctl). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv):
-    python benchmarks/sglang/grid.py --sglang-python /work/sglvenv/bin/python [--json out.json]
+    python -m benchmarks.sglang.grid --sglang-python /work/sglvenv/bin/python [--json out.json]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -34,12 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import engine_verdicts  # noqa: E402
-import grid_cases  # noqa: E402
-from dcpctl.plan import sglang as sglang_rules  # noqa: E402
-from dcpctl.plan.sglang import SGLANG_VERSION  # noqa: E402
+from benchmarks import engine_verdicts
+from benchmarks.sglang import grid_cases
+from dcpctl.plan import sglang as sglang_rules
+from dcpctl.plan.sglang import SGLANG_VERSION
 
 HERE = Path(__file__).resolve().parent
 COMPARED = ("dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend", "page_size", "kv_cache_dtype")

@@ -15,7 +15,7 @@ profile; results cached by argv). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv; the vLLM venv from benchmarks/vllm/setup_venv.sh):
-    python benchmarks/vllm/vllm_grid.py --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
+    python -m benchmarks.vllm.vllm_grid --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -33,11 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import engine_verdicts  # noqa: E402
-import vllm_grid_cases  # noqa: E402
-from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTRA_CHECKS, VLLM_VERSION  # noqa: E402
+from benchmarks import engine_verdicts
+from benchmarks.vllm import vllm_grid_cases
+from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTRA_CHECKS, VLLM_VERSION
 
 HERE = Path(__file__).resolve().parent
 COMPARED = ("tp", "dp", "dcp", "ep", "dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend",

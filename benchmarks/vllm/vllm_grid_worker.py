@@ -23,10 +23,8 @@ import sys
 import time
 import traceback
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_cpu  # noqa: E402
+import vllm_cpu  # beside this file: run by path in the vLLM venv, its folder is first on sys.path
 
 
 def resolve(argv: list[str], platform: type) -> dict:
