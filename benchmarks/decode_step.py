@@ -38,14 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.cuda_graphs and device.type != "cuda":
         ap.error("--cuda-graphs needs --device cuda")
     ps = ParallelState.single()
-    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
+    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False,
+                 "lse_base": "e"}
     model = load_model(args.model, ps, False, getattr(torch, args.dtype), device)
     page = args.page_size or (64 if device.type == "cuda" else 1)
     rows = []
     for b in (int(x) for x in args.batches.split(",")):
         for L in (int(x) for x in args.contexts.split(",")):
             try:
-                cell = run_cell(model, ps, decisions, b, L, args.steps, args.warmup, page, device, args.cuda_graphs)
+                cell = run_cell(model, ps, decisions, b, L, args.steps, args.warmup, page, device,
+                                args.cuda_graphs)
             except Exception as e:  # noqa: BLE001 - one cell's failure (often OOM) is a result too
                 cell = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             rows.append({"dcp": 1, "batch": b, "context": L, **cell})
@@ -59,8 +61,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def profile_step(fn, top: int = 30) -> dict:
-    """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name (ms,
-    calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name apart."""
+    """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name
+    (ms, calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name
+    apart."""
     from torch.profiler import ProfilerActivity, profile
     from benchmarks.prefill_ttft import kernel_totals
     fn()                                   # the cell's first call: allocation and any compile, outside the profile

@@ -1,13 +1,14 @@
-"""Sweep the head_bmm kernel's settings (BLOCK_N, BLOCK_K, warps, stages) for decode's two absorbed-MLA products.
+"""Sweep the head_bmm kernel's settings (BLOCK_N, BLOCK_K, warps, stages) for decode's two absorbed-MLA
+products.
 
-The V3 shapes (128 heads): q_nope [M, 128, 128] @ w_kc [128, 128, 512] into the [M, 128, 576] query buffer, and
-o [M, 128, 512] @ w_vc [128, 512, 128] into the o_proj input, in the strided views the model passes. Each setting
-is timed as 30 calls captured in one CUDA graph over weight copies larger than L2 (as step_gemms.py), next to the
-shipped default, torch.bmm and the copy roofline (16.8 MB per product at --copy-tbps). Prints the best per shape
-and M; JSON to -o. --save-table FILE writes the head_bmm tuning table the sweep makes (`table`): per product, the
-(BLOCK_K, warps, stages) whose best BLOCK_N per row class sums to the least time over the swept batches, with that
-BLOCK_N for one row (and rows past 32) and for 2-32 rows; the product with the smaller K answers K up to it, the
-other every K.
+The V3 shapes (128 heads): q_nope [M, 128, 128] @ w_kc [128, 128, 512] into the [M, 128, 576] query buffer,
+and o [M, 128, 512] @ w_vc [128, 512, 128] into the o_proj input, in the strided views the model passes. Each
+setting is timed as 30 calls captured in one CUDA graph over weight copies larger than L2 (as step_gemms.py),
+next to the shipped default, torch.bmm and the copy roofline (16.8 MB per product at --copy-tbps). Prints the
+best per shape and M; JSON to -o. --save-table FILE writes the head_bmm tuning table the sweep makes
+(`table`): per product, the (BLOCK_K, warps, stages) whose best BLOCK_N per row class sums to the least time
+over the swept batches, with that BLOCK_N for one row (and rows past 32) and for 2-32 rows; the product with
+the smaller K answers K up to it, the other every K.
 
 usage: python3 -m benchmarks.head_bmm_sweep [--batches 1,8,32] [-o out.json] [--save-table FILE]
 """
@@ -46,7 +47,8 @@ def _row_class(m: int) -> str:
     return "bn_2_32_rows" if 1 < m <= 32 else "bn"     # as head_bmm_triton.default_config reads the table
 
 
-def _picks(by_class: dict[str, dict[int, dict[int, float]]], ms: set[int]) -> tuple[float, dict[str, int]] | None:
+def _picks(by_class: dict[str, dict[int, dict[int, float]]], ms: set[int]) -> tuple[float,
+                                                                                    dict[str, int]] | None:
     """(summed us, BLOCK_N per row class) of one (BLOCK_K, warps, stages), None when it missed a swept M."""
     total, picks = 0.0, {}
     for cls in {_row_class(m) for m in ms}:
@@ -93,7 +95,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--copy-tbps", type=float, default=4.2)
     ap.add_argument("-o", "--out")
-    ap.add_argument("--save-table", help="write the head_bmm tuning table the sweep makes (dcpctl/tuning/head_bmm)")
+    ap.add_argument("--save-table",
+                    help="write the head_bmm tuning table the sweep makes (dcpctl/tuning/head_bmm)")
     a = ap.parse_args()
     grid = list(itertools.product((64, 128, 256), (32, 64, 128), (4, 8), (2, 3, 4)))
     rows = []

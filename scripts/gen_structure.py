@@ -1,10 +1,11 @@
-"""Regenerate docs/structure.md's module lines from the modules' docstrings: `python -m scripts.gen_structure`.
+"""Regenerate docs/structure.md's module lines from the modules' docstrings: `python -m
+scripts.gen_structure`.
 
-Each `## dcpctl/<folder>/` section lists its modules, one line each: the first paragraph of the module's docstring
-on one line, "(package marker)" for a module without one. The prose before the first section and after the last
-(one rule per fact, adding a decision or a kernel, the lifecycles) and each section heading's description are
-the doc's own, kept as written. `--check` changes nothing and exits 1 when the doc differs from its modules
-(tests/test_structure_doc.py runs the same comparison).
+Each `## dcpctl/<folder>/` section lists its modules, one line each: the first paragraph of the module's
+docstring on one line, "(package marker)" for a module without one. The prose before the first section and
+after the last (one rule per fact, adding a decision or a kernel, the lifecycles) and each section heading's
+description are the doc's own, kept as written. `--check` changes nothing and exits 1 when the doc differs
+from its modules (tests/test_structure_doc.py runs the same comparison).
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def module_line(path: Path) -> str:
 
 
 def modules(root: Path) -> dict[str, list[tuple[str, str]]]:
-    """Folder (relative to the repository) -> its modules' (file name, line), folders and files in path order."""
+    """Folder (relative to the repository) -> its modules' (file name, line), folders and files in path
+    order."""
     out: dict[str, list[tuple[str, str]]] = {}
     for f in sorted((root / "dcpctl").rglob("*.py")):
         out.setdefault(str(f.parent.relative_to(root)), []).append((f.name, module_line(f)))

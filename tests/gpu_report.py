@@ -1,5 +1,5 @@
-"""Where the GPU tests put the figures they measure: $DCPCTL_GPU_REPORT/<name>.json, the folder made when missing
-(`benchmarks/gpu.sh tests` sets it); nothing is written when it is unset."""
+"""Where the GPU tests put the figures they measure: $DCPCTL_GPU_REPORT/<name>.json, the folder made when
+missing (`benchmarks/gpu.sh tests` sets it); nothing is written when it is unset."""
 import json
 from pathlib import Path
 from typing import Any

@@ -16,7 +16,8 @@ def test_every_module_has_a_line():
 
 
 def test_module_lines_are_the_docstrings():
-    """Each module's line is its docstring's first paragraph: `python -m scripts.gen_structure` rewrites them."""
+    """Each module's line is its docstring's first paragraph: `python -m scripts.gen_structure` rewrites
+    them."""
     from scripts import gen_structure
     doc = (ROOT / "docs" / "structure.md").read_text()
     assert gen_structure.render(doc) == doc, "docs/structure.md: run `python -m scripts.gen_structure --check`"

@@ -1,5 +1,6 @@
-"""dcpctl/tuning: one loader, one device rule (exact GPU, else the nearest same-architecture table, else built-in
-defaults, said), and the shipped H200 tables load the values the kernels ran before they became data."""
+"""dcpctl/tuning: one loader, one device rule (exact GPU, else the nearest same-architecture table, else
+built-in defaults, said), and the shipped H200 tables load the values the kernels ran before they became
+data."""
 from __future__ import annotations
 
 import json
@@ -44,7 +45,8 @@ def test_write_and_read_round_trip_and_bad_files(tmp_path):
         tuning.load("x", "NVIDIA H200", 90)
 
 
-# Every kind's writer: the command whose `--save-table FILE` writes the kind's table (benchmarks/README.md lists them)
+# Every kind's writer: the command whose `--save-table FILE` writes the kind's table (benchmarks/README.md
+# lists them)
 WRITERS = {
     "attention": ("dcpctl", ["bench", "kernel"]),
     "mla_tiles": ("dcpctl", ["bench", "tiles"]),
@@ -74,7 +76,8 @@ def test_every_kind_has_a_save_table_writer_the_readme_names(kind, monkeypatch, 
     how, what = WRITERS[kind]
     assert "--save-table" in _help(how, what, monkeypatch, capsys)
     readme = (Path(__file__).resolve().parents[1] / "benchmarks" / "README.md").read_text()
-    assert (f"dcpctl {' '.join(what)} " if how == "dcpctl" else f"python -m {what} ") + "--save-table" in readme
+    writer = f"dcpctl {' '.join(what)}" if how == "dcpctl" else f"python -m {what}"
+    assert f"{writer} --save-table" in readme
 
 
 def test_bench_tiles_writes_the_shipped_mla_tiles_layout():
@@ -93,8 +96,10 @@ def test_head_bmm_sweep_table_takes_the_least_summed_time_per_product():
     rows = [{"K": k, "M": m, "timed": [{"config": list(c), "us": fast.get((k, c, m), 9.0)} for c in settings]}
             for k in (128, 512) for m in (1, 8, 32)]
     assert table(rows) == tuning.load("head_bmm", "NVIDIA H200", 90).data
-    rows[0]["timed"] = [t for t in rows[0]["timed"] if t["config"] != [128, 32, 4, 3]]   # that setting failed at M=1
-    assert table(rows)["by_max_k"][0][1] != {"bn": 128, "bn_2_32_rows": 256, "bk": 32, "warps": 4, "stages": 3}
+    # that setting failed at M=1: another wins
+    rows[0]["timed"] = [t for t in rows[0]["timed"] if t["config"] != [128, 32, 4, 3]]
+    assert table(rows)["by_max_k"][0][1] != {"bn": 128, "bn_2_32_rows": 256, "bk": 32, "warps": 4,
+                                             "stages": 3}
 
 
 def test_bench_tiles_refuses_bad_heads_and_a_machine_without_a_gpu():

@@ -1,9 +1,9 @@
 """The HTTP side's share of the first request's TTFT: the real frontend processes, a fake engine loop.
 
-Starts `Frontend` (--tokenizer-worker-num WORKERS HTTP processes, primed as `dcpctl launch` primes them) with a
-fake engine that answers every request with one token a millisecond, then runs `dcpctl bench serve` (a fresh
-client process each time) with 1, 5, 1, 5 requests of PROMPT token ids and 2 output tokens: the first line is the
-first request after start, the others are steady.  Prints one JSON line per run.
+Starts `Frontend` (--tokenizer-worker-num WORKERS HTTP processes, primed as `dcpctl launch` primes them) with
+a fake engine that answers every request with one token a millisecond, then runs `dcpctl bench serve` (a fresh
+client process each time) with 1, 5, 1, 5 requests of PROMPT token ids and 2 output tokens: the first line is
+the first request after start, the others are steady.  Prints one JSON line per run.
 
 usage: python3 -m tools.http_first_ttft [--workers 4] [--prompt 1000]
 """

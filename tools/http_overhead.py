@@ -62,7 +62,8 @@ def fake_frontend(workers: int):
                                  4096, False, int(time.time()), workers=workers))
 
 
-def run(workers: int, concurrencies: list[int], step_s: float, output_len: int, client_procs: int) -> list[dict]:
+def run(workers: int, concurrencies: list[int], step_s: float, output_len: int,
+        client_procs: int) -> list[dict]:
     front = fake_frontend(workers)
     stop, steps, rows = threading.Event(), [], []
     threading.Thread(target=fake_loop, args=(front, stop, step_s, steps), daemon=True).start()
@@ -102,7 +103,8 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     for w in [int(x) for x in a.workers.split(",")]:
-        rows += run(w, [int(x) for x in a.concurrency.split(",")], a.step_us * 1e-6, a.output_len, a.client_processes)
+        rows += run(w, [int(x) for x in a.concurrency.split(",")], a.step_us * 1e-6, a.output_len,
+                    a.client_processes)
     if a.out:
         Path(a.out).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
 

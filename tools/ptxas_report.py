@@ -51,7 +51,8 @@ def compile_kernel(kind: str, args: list[int], pdl: bool = False) -> tuple[str, 
         bn, stages, tma = args
         fn, src_cls = gluon_mla._mla_gluon_kernel, GluonASTSource
         types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32"]
-        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma), PDL=pdl)
+        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma),
+                     PDL=pdl)
         opts = dict(num_warps=8)
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(const)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in ALIGNED}

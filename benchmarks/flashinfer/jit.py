@@ -13,7 +13,8 @@ def main() -> None:
     fi, why = load()
     print("load:", why)
     t0 = time.time()
-    fi.mla.get_batch_mla_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64, False)
+    fi.mla.get_batch_mla_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64,
+                                False)
     print(f"JIT fa3 MLA module: {time.time() - t0:.1f}s")
 
 

@@ -1,10 +1,10 @@
-"""`dcpctl bench tiles`: the tile sweep of ours (the Triton and Gluon MLA decode kernels) per kernel-head count,
-written as the GPU's mla_tiles tuning table with `--save-table`.
+"""`dcpctl bench tiles`: the tile sweep of ours (the Triton and Gluon MLA decode kernels) per kernel-head
+count, written as the GPU's mla_tiles tuning table with `--save-table`.
 
-Each head count is swept as `bench kernel --sweep` does (`kernel.sweep`: every candidate tile setting that compiles
-and matches the torch reference, timed at 32 requests of 32K cached tokens); the fastest answers the head counts it
-divides, the largest first, and the smallest swept count's answers every other count (the table's multiple 1), as
-runtime/attention/kernel_config.py reads the table.
+Each head count is swept as `bench kernel --sweep` does (`kernel.sweep`: every candidate tile setting that
+compiles and matches the torch reference, timed at 32 requests of 32K cached tokens); the fastest answers the
+head counts it divides, the largest first, and the smallest swept count's answers every other count (the
+table's multiple 1), as runtime/attention/kernel_config.py reads the table.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ BATCH, CONTEXT = 32, 32768
 
 
 def tiles_table(best: dict[int, Any]) -> dict[str, Any]:
-    """{heads: KernelConfig} -> an mla_tiles table: the largest head count first, the smallest as multiple 1."""
+    """{heads: KernelConfig} -> an mla_tiles table: the largest head count first, the smallest as multiple
+    1."""
     heads = sorted(best, reverse=True)
     rules = [[h if h != heads[-1] else 1, list(best[h])] for h in heads]
     return {"by_heads_multiple": rules, "fields": list(type(best[heads[0]])._fields)}
@@ -41,7 +42,8 @@ def sweep_heads(heads: list[int]) -> tuple[dict[int, Any], list[dict[str, Any]]]
 @click.option("--heads", default="64,32,16", show_default=True,
               help="Kernel-head counts to sweep (each rule of the table is one of them).")
 @click.option("--save-table", type=click.Path(dir_okay=False), default=None,
-              help="Write the picks as this GPU's mla_tiles table (dcpctl/tuning/mla_tiles/device_name=<GPU>.json).")
+              help="Write the picks as this GPU's mla_tiles table "
+                   "(dcpctl/tuning/mla_tiles/device_name=<GPU>.json).")
 def command(heads: str, save_table: str | None) -> None:
     """Sweep the tile settings of ours per kernel-head count at 32 requests x 32K and print the picks as JSON.
 

@@ -24,7 +24,8 @@ def load(name: str, path: Path) -> ModuleType:
     return mod
 
 
-pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
+pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(),
+                                reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,8 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return fs.prepare_source(bench.TARBALL, work), work
 
 
-def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     src, work = sdist
     for k, v in fs.jit_environ(work).items():
         monkeypatch.setenv(k, v)

@@ -1,5 +1,6 @@
-"""benchmarks/prefill_ttft.py's floor on CPU: the GEMMs it times are the model's, layer by layer (dense layers' MLP,
-MoE layers' shared expert and routed experts as grouped GEMMs), for the checkpoints the benchmarks write."""
+"""benchmarks/prefill_ttft.py's floor on CPU: the GEMMs it times are the model's, layer by layer (dense
+layers' MLP, MoE layers' shared expert and routed experts as grouped GEMMs), for the checkpoints the
+benchmarks write."""
 from benchmarks.prefill_ttft import floor_gemms
 
 
@@ -9,7 +10,8 @@ def test_dense_checkpoint_floor_is_four_layers_of_projections_and_mlp():
                n_routed_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048)
     got = floor_gemms(cfg, 1000)
     assert all(count == 4 and rows == 1000 and groups == 1 for count, rows, _, _, groups in got)
-    assert [(kin, kout) for _, _, kin, kout, _ in got][-2:] == [(cfg["hidden_size"], 4096), (2048, cfg["hidden_size"])]
+    assert [(kin, kout) for _, _, kin, kout, _ in got][-2:] == [(cfg["hidden_size"], 4096),
+                                                                (2048, cfg["hidden_size"])]
     assert len(got) == 6
 
 
