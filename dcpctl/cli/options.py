@@ -1,4 +1,5 @@
-"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, each engine target's own, DESIGN section 8)."""
+"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, each engine target's own, docs/design.md
+section 8)."""
 from __future__ import annotations
 
 from pathlib import Path

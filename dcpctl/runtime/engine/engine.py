@@ -21,6 +21,7 @@ from torch import Tensor
 
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
+from dcpctl.runtime.collectives import broadcast, gather_sizes
 from dcpctl.runtime.attention.layout import host_ints, to_device
 from dcpctl.runtime.boot import DTYPES
 from dcpctl.runtime.engine import mixed
@@ -36,7 +37,6 @@ from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.engine.warm_up import ladder, warm_up_prompts
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
-from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 
@@ -373,8 +373,7 @@ class Engine:
         if self.ps.attn_tp.size == 1:
             return toks
         t = torch.tensor(toks, dtype=torch.int64, device=self.device)
-        dist.broadcast(t, src=self.ps.attn_tp.ranks[0], group=self.ps.attn_tp.group)
-        return t.tolist()
+        return broadcast(t, self.ps.attn_tp.ranks[0], self.ps.attn_tp.group).tolist()
 
     def _finish(self, seq: Sequence) -> None:
         c, r = self.ps.dcp.size, self.ps.dcp.rank

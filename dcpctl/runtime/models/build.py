@@ -34,6 +34,7 @@ class ModelLoad:
     fuse: Fusions
     kda_max_requests: int | None
     keep_fp8: bool | None
+    synthetic: int | None = None
 
 
 def builder(hc: HfConfig) -> Callable[[ModelLoad], Any]:

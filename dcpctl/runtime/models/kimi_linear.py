@@ -29,6 +29,7 @@ from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.kda import KdaAttention, kda_heads, kda_wants
 from dcpctl.runtime.models.kda_state import KdaStatePool, batch_chunks
+from dcpctl.runtime.errors import ModelLoadError
 from dcpctl.runtime.models.build import ModelLoad
 from dcpctl.runtime.models.kimi_config import HybridConfig, hybrid_config
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
@@ -142,6 +143,8 @@ def _flat_a_log(hc: HybridConfig, ckpt: Checkpoint, prefix: str) -> bool:
 
 def build(m: ModelLoad) -> KimiLinearModel:
     """The Kimi Linear family's builder (plan/model_registry.py)."""
+    if m.synthetic is not None:
+        raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) model")
     hc = hybrid_config(m.parsed)
     s = plan_shards(hc.mla, m.ps, m.replicate_q)
     return load_kimi_linear(hc, Checkpoint(m.path), m.ps, s, m.dtype, m.device, m.upcast, m.progress,

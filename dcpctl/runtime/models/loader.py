@@ -37,19 +37,23 @@ from dcpctl.runtime.models.quant import fp8_compute, read_quantization
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards
+from dcpctl.runtime.models.synthetic import SyntheticWeights
 from dcpctl.runtime.parallel import ParallelState
 
 def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: torch.dtype,
                device: torch.device | str = "cpu",
                progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False,
-               kda_max_requests: int | None = None, keep_fp8: bool | None = None) -> DeepseekModel:
+               kda_max_requests: int | None = None, keep_fp8: bool | None = None,
+               synthetic: int | None = None) -> DeepseekModel:
     """Read config.json and this rank's shards of every weight; see the module docstring.
 
     hf_numerics: keep norms, rope angles, the router (and KDA's gates, recurrence and gated norm) in
     fp32 even for float64 (bit-compatible with Hugging Face; only the oracle tests want it).
     kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
     replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models.
-    keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes."""
+    keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes.
+    synthetic: a seed: `path` needs only config.json, and every tensor is generated on the device in the form the
+    checkpoint would load (models/synthetic.py; `dcpctl bench rank`)."""
     if not isinstance(replicate_q, bool):
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
@@ -61,17 +65,18 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     upcast = upcast_dtype(dtype, hf_numerics)
     build = builder(parsed)  # the model registry's builder of this family (plan/model_registry.py)
     return build(ModelLoad(parsed, path, ps, replicate_q, dtype, device, upcast, progress, fuse, kda_max_requests,
-                           keep_fp8))
+                           keep_fp8, synthetic))
 
 
 def load_deepseek(m: ModelLoad) -> DeepseekModel:
     """The DeepSeek-V2/V3 and Kimi K2 families' builder (plan/model_registry.py)."""
     parsed, path, ps, replicate_q, dtype, device = m.parsed, m.path, m.ps, m.replicate_q, m.dtype, m.device
-    upcast, progress, fuse, keep_fp8 = m.upcast, m.progress, m.fuse, m.keep_fp8
+    upcast, progress, fuse, keep_fp8, synthetic = m.upcast, m.progress, m.fuse, m.keep_fp8, m.synthetic
     cfg = mla_config(parsed)
     # quant.py parses the quantization_config mapping the one config.json parse kept as written
     quant = read_quantization({"quantization_config": parsed.quantization}, Path(parsed.source))
-    ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
+    keep = quant is not None and _keep_fp8(device, keep_fp8, quant.block)
+    ckpt = Checkpoint(path, quant, keep_fp8=keep) if synthetic is None else SyntheticWeights(quant, keep, synthetic)
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
