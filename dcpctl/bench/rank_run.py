@@ -1,0 +1,136 @@
+"""`bench rank`'s measurements on a loaded emulated rank: the served phase, then every batch x context cell.
+
+    measure(run, model, grid, progress) -> {"served": ..., "cells": [...], "skipped": [...]}
+
+Cells run batch by batch; one captured graph per (batch, context) serves every routing (bench/rank_routing.py
+writes each routing's expert choice into buffers the graph reads).  Under --layers a step's compute is scaled
+to the model's depth as base + (compute - base) * num_layers / layers_run, where base is the same step with no
+decoder layer (embedding, final norm, lm_head, sampling), measured per batch: the layers run are the model's
+dense and MoE layers in its proportion, and nothing else in a step grows with depth.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from dcpctl.bench import rank_routing
+from dcpctl.bench.rank_cell import Cell, aggregate, without_layers
+
+ROOM_MARGIN = 2 << 30     # bytes a cell keeps free beyond its KV pool (graph activations, logits)
+SERVED_MAX_BATCH = 256    # the served phase's batch at most (its KV pool is the plan's whole capacity anyway)
+
+
+@dataclass(frozen=True)
+class Grid:
+    batches: list[int]
+    contexts: list[int]
+    routings: list[str]
+    reps: int
+
+
+def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None]) -> dict[str, Any]:
+    dp = run.launch.topology.attn_dp_size
+    served_batch = _served_batch(run, grid)
+    routers = rank_routing.install(model, dp * max(grid.batches + [served_batch[0]]))
+    _precompile(model, grid.batches + [served_batch[0]], dp)
+    out: dict[str, Any] = {"served": None, "cells": [], "skipped": [], "base_us": {}}
+    if model.device.type == "cuda":
+        progress(f"served phase: the engine at {served_batch[0]} requests x {served_batch[1]} positions")
+        out["served"] = _served(run, model, *served_batch)
+    for b in grid.batches:
+        base = _base_us(run, model, b) if run.scaled else 0.0
+        out["base_us"][b] = base
+        for L in grid.contexts:
+            progress(f"batch {b} x context {L}")
+            why = _no_room(model, b, L)
+            cell = None if why else _cell(run, model, b, L)
+            if cell is None or isinstance(cell, str):
+                out["skipped"].append({"batch": b, "context": L, "reason": why or cell})
+                continue
+            out["cells"] += [_timed(run, model, cell, routers, grid, r, base) for r in grid.routings]
+            cell.close()
+            _release()
+    return out
+
+
+def _served_batch(run: Any, grid: Grid) -> tuple[int, int]:
+    mem = run.plan.memory
+    n = mem.get("max_concurrency") or 0
+    if n > 0:
+        return min(n, SERVED_MAX_BATCH), mem["context_len"]
+    return min(grid.batches), min(grid.contexts)
+
+
+def _served(run: Any, model: Any, batch: int, ctx: int) -> dict[str, Any]:
+    from dcpctl.bench.rank_served import run_served
+    try:
+        return run_served(model, run.launch, batch, ctx)
+    except torch.cuda.OutOfMemoryError as e:
+        return {"batch": batch, "context": ctx, "error": f"out of GPU memory: {str(e).splitlines()[0][:200]}"}
+    finally:
+        _release()
+
+
+def _cell(run: Any, model: Any, batch: int, ctx: int) -> Cell | str:
+    try:
+        return Cell(model, run.launch.decisions, batch, ctx, run.launch.kv.page_size, run.launch.kv.capacity_tokens)
+    except torch.cuda.OutOfMemoryError:
+        _release()
+        return "out of GPU memory while capturing its graph"
+
+
+def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing: str, base: float) -> dict[str, Any]:
+    ps, cfg = model.ps, model.cfg
+    batch, ctx = len(cell.chunks), cell.chunks[0].start
+    routed = rank_routing.choose(routers, cfg, routing, batch * run.launch.topology.attn_dp_size, ps.ep.size,
+                                 ps.ep.rank) if routers else {}
+    times = cell.times_us(grid.reps)
+    step = statistics.median(times)
+    standin = cell.standin_us()
+    compute = step - standin
+    full = base + (compute - base) * run.num_layers / run.layers_run if run.scaled else compute
+    return {"batch": batch, "context": ctx, "routing": routing, "step_us": round(step, 2),
+            "standin_us": round(standin, 2), "compute_us": round(compute, 2), "compute_us_full": round(full, 2),
+            "reps": len(times), "spread": round((max(times) - min(times)) / step, 4),
+            "collectives": aggregate(cell.calls), "bucket_rows": cell.bucket_rows, "attention_backend": cell.kernel,
+            **routed}
+
+
+def _base_us(run: Any, model: Any, batch: int) -> float:
+    # the step without decoder layers, its own stand-in copies subtracted
+    page = run.launch.kv.page_size
+    with without_layers(model):
+        cell = Cell(model, run.launch.decisions, batch, page * model.ps.dcp.size, page, page)
+        try:
+            return statistics.median(cell.times_us(5)) - cell.standin_us()
+        finally:
+            cell.close()
+
+
+def _no_room(model: Any, batch: int, ctx: int) -> str | None:
+    if model.device.type != "cuda":
+        return None
+    c, cfg = model.ps.dcp.size, model.cfg
+    rows = batch * -(-(ctx + 1) // c) + 64
+    need = cfg.num_layers * rows * cfg.latent_dim * model.norm.element_size()
+    free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    if need + ROOM_MARGIN <= free:
+        return None
+    return f"its KV pool ({need / 2**30:.1f} GiB) and {ROOM_MARGIN >> 30} GiB of headroom exceed the free {free / 2**30:.1f} GiB"
+
+
+def _precompile(model: Any, batches: list[int], dp: int) -> None:
+    if model.device.type != "cuda":
+        return
+    from dcpctl.runtime.models.fp8_precompile import precompile
+    precompile(model, {b for b in batches}, dp)
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
