@@ -11,7 +11,8 @@
 | model   | the model's router on the step's own activations (no override; what a served step routes)    |
 
 The model's router always runs (its GEMM and top-k are part of the step); `uniform` and `busiest` replace only its
-choice, from a buffer per layer written before a replay, so one captured graph serves both.
+choice, from a buffer per layer written before a replay, so one captured graph serves both.  Whether the choice
+is replaced is fixed when a graph is captured (`choose` before the capture).
 """
 from __future__ import annotations
 

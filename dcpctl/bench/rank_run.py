@@ -2,8 +2,9 @@
 
     measure(run, model, grid, progress) -> {"served": ..., "cells": [...], "skipped": [...]}
 
-Cells run batch by batch; one captured graph per (batch, context) serves every routing (bench/rank_routing.py
-writes each routing's expert choice into buffers the graph reads).  Under --layers a step's compute is scaled
+Cells run batch by batch; one captured graph per (batch, context) serves both fixed routings (uniform and
+busiest: bench/rank_routing.py writes each one's expert choice into buffers the graph reads), and `model` (the
+router's own choice) is a graph of its own.  Under --layers a step's compute is scaled
 to the model's depth as base + (compute - base) * num_layers / layers_run, where base is the same step with no
 decoder layer (embedding, final norm, lm_head, sampling), measured per batch: the layers run are the model's
 dense and MoE layers in its proportion, and nothing else in a step grows with depth.
@@ -40,6 +41,7 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None]) -
     out: dict[str, Any] = {"served": None, "cells": [], "skipped": [], "base_us": {}}
     if model.device.type == "cuda":
         progress(f"served phase: the engine at {served_batch[0]} requests x {served_batch[1]} positions")
+        _route(run, model, routers, "model", served_batch[0])      # a server routes by its router
         out["served"] = _served(run, model, *served_batch)
     for b in grid.batches:
         base = _base_us(run, model, b) if run.scaled else 0.0
@@ -47,14 +49,31 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None]) -
         for L in grid.contexts:
             progress(f"batch {b} x context {L}")
             why = _no_room(model, b, L)
-            cell = None if why else _cell(run, model, b, L)
-            if cell is None or isinstance(cell, str):
-                out["skipped"].append({"batch": b, "context": L, "reason": why or cell})
+            if why:
+                out["skipped"].append({"batch": b, "context": L, "reason": why})
                 continue
-            out["cells"] += [_timed(run, model, cell, routers, grid, r, base) for r in grid.routings]
-            cell.close()
-            _release()
+            for group in _graph_groups(grid.routings):
+                _route(run, model, routers, group[0], b)       # before the capture: which choice the graph reads
+                cell = _cell(run, model, b, L)
+                if isinstance(cell, str):
+                    out["skipped"].append({"batch": b, "context": L, "routing": ",".join(group), "reason": cell})
+                    continue
+                out["cells"] += [_timed(run, model, cell, routers, grid, r, base) for r in group]
+                cell.close()
+                _release()
     return out
+
+
+def _graph_groups(routings: list[str]) -> list[list[str]]:
+    """The routings one captured graph serves together: the fixed ones, then `model` alone."""
+    fixed = [r for r in routings if r != "model"]
+    return [g for g in (fixed, [r for r in routings if r == "model"]) if g]
+
+
+def _route(run: Any, model: Any, routers: list, routing: str, batch: int) -> dict[str, float]:
+    ps = model.ps
+    tokens = batch * run.launch.topology.attn_dp_size
+    return rank_routing.choose(routers, model.cfg, routing, tokens, ps.ep.size, ps.ep.rank) if routers else {}
 
 
 def _served_batch(run: Any, grid: Grid) -> tuple[int, int]:
@@ -84,10 +103,8 @@ def _cell(run: Any, model: Any, batch: int, ctx: int) -> Cell | str:
 
 
 def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing: str, base: float) -> dict[str, Any]:
-    ps, cfg = model.ps, model.cfg
     batch, ctx = len(cell.chunks), cell.chunks[0].start
-    routed = rank_routing.choose(routers, cfg, routing, batch * run.launch.topology.attn_dp_size, ps.ep.size,
-                                 ps.ep.rank) if routers else {}
+    routed = _route(run, model, routers, routing, batch)
     times = cell.times_us(grid.reps)
     step = statistics.median(times)
     standin = cell.standin_us()

@@ -33,14 +33,21 @@ def served_config(launch: Any, batch: int) -> Any:
     return replace(launch.for_serving(max(batch, launch.kv.max_running_requests or 1)), cuda_graph=graphs)
 
 
-def run_served(model: Any, launch: Any, batch: int, ctx: int) -> dict[str, Any]:
-    """Peak memory, served step and host gap of `batch` requests at context `ctx` (CUDA only)."""
+def served_engine(model: Any, launch: Any, batch: int, ctx: int) -> Any:
+    """The serving engine of `model` with its decode graphs captured and `batch` requests of `ctx` positions
+    running (off CUDA its graphs replay eagerly)."""
     from dcpctl.runtime.engine.engine import Engine
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     engine = Engine(model, model.ps, served_config(launch, batch))
     engine.warm_up()
     _adopt(engine, model, batch, ctx)
+    return engine
+
+
+def run_served(model: Any, launch: Any, batch: int, ctx: int) -> dict[str, Any]:
+    """Peak memory, served step and host gap of `batch` requests at context `ctx` (CUDA only)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    engine = served_engine(model, launch, batch, ctx)
     trace = engine.graphs.graphs
     trace.replay_events = []
     walls = []
@@ -68,7 +75,9 @@ def _adopt(engine: Any, model: Any, batch: int, ctx: int) -> None:
     prompt_len = max(1, ctx - new)
     ps, pool = model.ps, engine.pool.kv
     n = local_len(prompt_len, 0, ps.dcp.size)
-    rows = torch.randn(pool.shape[0], n, pool.shape[2], dtype=pool.dtype, device=pool.device)
+    # one random row per layer for every position (the step's time does not depend on the values; a whole
+    # random prompt would add its size to the peak being measured)
+    rows = torch.randn(pool.shape[0], 1, pool.shape[2], dtype=pool.dtype, device=pool.device).expand(-1, n, -1)
     ids = rank_ids(batch, model, pool.device).tolist()
     params = SamplingParams(max_new_tokens=new, ignore_eos=True)
     for rid in range(batch):

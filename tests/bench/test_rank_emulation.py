@@ -127,3 +127,17 @@ def test_an_emulated_rank_steps_as_the_real_rank(tiny, tmp_path, topology, me):
     assert emulated["ops"] == real["ops"]
     planned = run.plan_bytes(run.spec_run())
     assert abs(loaded - planned) <= 0.01 * planned
+
+
+def test_the_served_phase_decodes_adopted_requests_on_stand_in_groups(tiny, tmp_path):
+    from dcpctl.bench.rank_served import STEPS, WARM, served_engine
+    plan, launch = _plan(tiny, tp_size=4, dcp_size=2, dp_size=2, enable_dp_attention=True)
+    model = load(resolve(plan, launch, 3, None, "cpu"), tmp_path / "config", torch.float32)
+    engine = served_engine(model, launch, BATCH, 40)
+    assert engine.graphs is not None and len(engine.sched.running) == BATCH
+    events, kinds = [], set()
+    for _ in range(WARM + STEPS + 2):
+        events += engine.step()
+        kinds.add(engine.last_step[0])
+    assert sorted(e.rid for e in events if e.finish) == list(range(BATCH))     # every request ran to its length
+    assert kinds - {"idle", "resolve"} == {"graph"}                            # every decode step replayed a graph
