@@ -193,7 +193,7 @@ class LaunchConfig:
     limits: ModelLimits | None = None
 
     def __post_init__(self) -> None:
-        """The sections the bundled runtime cannot run together (DESIGN section 5)."""
+        """The sections the bundled runtime cannot run together (docs/design.md section 5)."""
         if self.hicache is not None and self.speculative is not None:
             raise LaunchConfigError("the bundled runtime does not run the HiCache host tier together with "
                                     "speculative decoding (at any --dcp-size): the launch config has both "

@@ -16,9 +16,9 @@ no host sync).  The decode graphs keep the metadata outside the graph (`GraphRow
 block count ceil(len / 64) only (get_mla_metadata.cu splits rows by blocks; a split's end length reaches the
 kernel only through ceil_div(end, 64), splitkv_mla.cu lines 1036-1039 without the causal mask, which decode does
 not use), so the host recomputes it before a replay only when a row's block count changed: once in 64 steps.
-Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf afterwards (DESIGN
-section 1): FlashMLA itself writes lse = +inf for a zero-length row (splitkv_mla.cu `cur_L == 0 ? INFINITY`),
-which the merge would take as a winner.  Its lse is base e (it writes logf(L) + m / log2(e)); returned tagged "e".
+Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf afterwards
+(docs/design.md section 1): FlashMLA itself writes lse = +inf for a zero-length row (splitkv_mla.cu
+`cur_L == 0 ? INFINITY`), which the merge would take as a winner.  Its lse is base e (it writes logf(L) + m / log2(e)); returned tagged "e".
 Chunks of more than one token (prefill, extend, verification) are causal by global position over a striped shard,
 which FlashMLA's causal mask is not: ours runs those.
 """

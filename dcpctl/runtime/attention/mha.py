@@ -17,7 +17,7 @@ most `block` rows, each up-projected once (the transient is one block, never the
 
 So every call is either unmasked or a square causal triangle, which every kernel aligns the same way,
 and no rank attends a key another rank owns: the chunk's own causal part is split by key ownership
-(DESIGN section 4). Partials merge online in the accumulation dtype with the exact LSE identity.
+(docs/design.md section 4). Partials merge online in the accumulation dtype with the exact LSE identity.
 """
 from __future__ import annotations
 

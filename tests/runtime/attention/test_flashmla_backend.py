@@ -27,7 +27,7 @@ ALL = {"triton": None, "flashinfer": None, "flashmla": None}
 
 def test_availability_from_plan_facts(monkeypatch):
     monkeypatch.delenv("DCPCTL_FLASHMLA_SDIST", raising=False)
-    assert flashmla_missing(64).startswith("FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then "
+    assert flashmla_missing(64).startswith("FlashMLA is not built here (tools/gpu_env.sh prepare, then "
                                            "$DCPCTL_FLASHMLA_SDIST")
     monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", "/x/flashmla.tar.gz")
     assert flashmla_missing(64) is None and flashmla_missing() is None
@@ -83,7 +83,7 @@ def _tar(path, top, files):
 
 
 def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
-    # a FlashMLA tarball without CUTLASS of its own (the older fetch.sh): CUTLASS from FlashInfer's sdist
+    # a FlashMLA tarball without CUTLASS of its own (an older vendored tarball): CUTLASS from FlashInfer's sdist
     mla = _tar(tmp_path / "flashmla-abc.tar.gz", "flashmla-abc", {s: "" for s in flashmla_setup.SOURCES})
     fi = _tar(tmp_path / "fi.tar.gz", "flashinfer_python-0.2.14", {
         "3rdparty/cutlass/include/cutlass/cutlass.h": "", "flashinfer/__init__.py": "", "csrc/big.cu": ""})
@@ -93,7 +93,7 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
     assert incs == [str(tmp_path / "work/flashmla-abc/csrc"),
                     str(tmp_path / "work/flashinfer_python-0.2.14/3rdparty/cutlass/include")]
     assert not (tmp_path / "work/flashinfer_python-0.2.14/csrc").exists()       # only CUTLASS's headers
-    with pytest.raises(FileNotFoundError, match="rerun benchmarks/flashmla/fetch.sh"):
+    with pytest.raises(FileNotFoundError, match="rerun tools/gpu_env.sh prepare"):
         flashmla_setup.sources(mla, None, tmp_path / "work2")
     assert "-gencode=arch=compute_90a,code=sm_90a" in flashmla_setup.NVCC_FLAGS
     (tmp_path / "cuda/include/cccl").mkdir(parents=True)      # CUDA 13: CCCL's headers, for g++ on flash_api.cpp
@@ -105,13 +105,14 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
     try:
         mod, why = flashmla_setup.load()
         assert mod is None and why == (f"flashmla-abc.tar.gz has no CUTLASS of its own and $DCPCTL_FLASHINFER_SDIST="
-                                       f"{tmp_path / 'none.tar.gz'} does not exist (rerun benchmarks/flashmla/fetch.sh)")
+                                       f"{tmp_path / 'none.tar.gz'} does not exist (rerun tools/gpu_env.sh prepare)")
     finally:
         flashmla_setup.load.cache_clear()
 
 
 def test_build_takes_flashmla_s_own_pinned_cutlass(tmp_path):
-    # fetch.sh's tarball: the tree with its submodule's headers at csrc/cutlass/include; FlashInfer's is not needed
+    # tools/gpu_env.sh prepare's tarball: the tree with its submodule's headers at csrc/cutlass/include;
+    # FlashInfer's is not needed
     files = {s: "" for s in flashmla_setup.SOURCES} | {"csrc/cutlass/include/cutlass/cutlass.h": ""}
     mla = _tar(tmp_path / "flashmla-abc-cutlass-def.tar.gz", "flashmla-abc-cutlass-def", files)
     assert flashmla_setup.own_cutlass(mla)
