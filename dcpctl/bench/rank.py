@@ -8,6 +8,7 @@ rank_cell.py, served phase: rank_served.py); the measured file and tables: rank_
 """
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -17,9 +18,9 @@ from dcpctl import console
 
 
 def run_bench(run: Any, batches: list[int], contexts: list[int], routing: str, reps: int, seed: int,
-              checkpoint: Path | None, command: str) -> dict[str, Any]:
+              checkpoint: Path | None, command: str, out: Path | None) -> dict[str, Any]:
     """The measured file of `run` (bench/rank_setup.RankRun) over batches x contexts (routing: uniform, busiest,
-    both or model)."""
+    both or model), also written to `out` as it grows (`partial: true` until the end)."""
     import torch
 
     from dcpctl.bench.rank_report import document, weights_section
@@ -41,9 +42,17 @@ def run_bench(run: Any, batches: list[int], contexts: list[int], routing: str, r
         if not model.cfg.n_routed_experts:
             routings = ["model"]
         grid = Grid(batches, contexts, routings, reps)
-        measured = measure(run, model, grid, lambda what: console.info(f"[{time.strftime('%H:%M:%S')}] {what}"))
-    kernels = sorted({c.get("attention_backend", "") for c in measured["cells"]} - {""})
-    return document(run, measured, weights, _device(run.device), command, ",".join(kernels) or "unknown")
+
+        def doc(measured: dict[str, Any]) -> dict[str, Any]:
+            kernels = sorted({c.get("attention_backend", "") for c in measured["cells"]} - {""})
+            return document(run, measured, weights, _device(run.device), command, ",".join(kernels) or "unknown")
+
+        def save(measured: dict[str, Any]) -> None:
+            if out is not None:
+                out.write_text(json.dumps({**doc(measured), "partial": True}, indent=1))
+
+        measured = measure(run, model, grid, lambda what: console.info(f"[{time.strftime('%H:%M:%S')}] {what}"), save)
+    return doc(measured)
 
 
 def _gib(n: int) -> str:

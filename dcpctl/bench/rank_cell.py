@@ -39,11 +39,12 @@ def rank_ids(batch: int, model: Any, device: torch.device) -> Tensor:
 
 def bucket_pages(ctx: int, top_rows: int, page: int, c: int, rank: int) -> int:
     """Block-table pages of the graph a server whose widest bucket is `top_rows` local rows replays for a step at
-    position ctx (graphs.context_buckets: the smallest bucket holding the request's local rows)."""
+    position ctx (graphs.context_buckets: the smallest bucket holding the request's local rows), and at least the
+    request's own pages."""
     from dcpctl.runtime.attention.graphs import context_buckets
     need = local_len(ctx + 1, rank, c)
     fits = [b for b in context_buckets(max(top_rows, need), page) if b >= need]
-    return -(-fits[0] // page)
+    return max(-(-fits[0] // page), -(-(ctx + 1) // (page * c)))
 
 
 class Cell:

@@ -16,6 +16,7 @@ from typing import Any
 from dcpctl import console
 
 KIND, VERSION = "dcpctl.bench.rank", 1
+SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
 def document(run: Any, measured: dict[str, Any], weights: dict[str, Any], device: dict[str, Any],
@@ -34,7 +35,8 @@ def plan_section(run: Any, attention_backend: str) -> dict[str, Any]:
     req, launch = run.plan.request, run.launch
     t, d, m = launch.topology, launch.decisions, req.model
     fp8 = run.plan.memory.get("weight_format", "").startswith("FP8")
-    return {"model": m.name, "architectures": list(m.architectures), "weights_dtype": "fp8" if fp8 else m.dtype,
+    return {"model": m.name, "architectures": list(m.architectures),
+            "weights_dtype": "fp8" if fp8 else SHORT.get(m.dtype, m.dtype),
             "tp_size": t.tp_size, "dcp_size": t.dcp_size, "ep_size": t.ep_size, "attn_dp_size": t.attn_dp_size,
             "attn_tp_size": t.attn_tp_size, "kv_cache_dtype": run.plan.memory.get("kv_cache_dtype"),
             "kv_cache_dtype_run": launch.model.dtype, "dcp_comm_backend": d.dcp_comm_backend,
@@ -46,18 +48,22 @@ def plan_section(run: Any, attention_backend: str) -> dict[str, Any]:
 
 def memory_section(run: Any, served: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
     """Peak bytes at the plan's max_concurrency and context against the plan's budget (mem_fraction_static of the
-    rank's memory); under --layers the weights and the KV pool are scaled to the model's depth."""
+    rank's memory).  The served phase's KV pool holds its requests; where --layers ran fewer layers, or the phase
+    ran fewer requests than max_concurrency (SERVED_MAX_BATCH), weights and KV are scaled to the plan's."""
     mem, req = run.plan.memory, run.plan.request
     per_rank = int(mem.get("memory_per_rank_bytes", 0))
     budget = int(per_rank * req.mem_fraction_static)
-    scale = run.num_layers / run.layers_run
-    kv_full = int(served["kv_pool_bytes"] * scale) if "kv_pool_bytes" in served else int(mem.get("kv_budget_bytes_per_rank", 0))
+    n = mem.get("max_concurrency", 0)
+    if "kv_pool_bytes" in served:
+        kv_full = int(served["kv_pool_bytes"] * run.num_layers / run.layers_run * max(n, 1) / served["batch"])
+    else:
+        kv_full = int(mem.get("kv_bytes_per_token_per_rank", 0) * n * mem.get("context_len", 0))
     weights_full = weights["loaded_bytes_full"] or weights["plan_bytes_full"]
     static = weights_full + kv_full
     measured = "peak_bytes" in served
     peak = served["peak_bytes"] - weights["loaded_bytes"] - served["kv_pool_bytes"] + static if measured else static
     fits = peak <= per_rank if measured else static <= budget
-    return {"max_concurrency": mem.get("max_concurrency", 0), "context": mem.get("context_len", 0),
+    return {"max_concurrency": n, "context": mem.get("context_len", 0),
             "peak_bytes": int(peak), "plan_budget_bytes": budget, "fits": bool(fits),
             "peak_measured": measured, "static_bytes": static, "memory_per_rank_bytes": per_rank,
             "served_batch": served.get("batch"), "error": served.get("error")}
@@ -65,16 +71,15 @@ def memory_section(run: Any, served: dict[str, Any], weights: dict[str, Any]) ->
 
 def weights_section(run: Any, model: Any) -> dict[str, Any]:
     """Bytes loaded (every storage the model holds) against the plan's, for the layers run and the whole model."""
+    from dcpctl.bench.rank_setup import dense_layers
     from dcpctl.runtime.models.footprint import weight_bytes
     loaded = weight_bytes(model)
-    per_kind: dict[bool, int] = {}
-    for i, layer in enumerate(model.layers):
-        per_kind.setdefault(model.cfg.is_moe_layer(i), weight_bytes(layer))
-    outside = loaded - sum(weight_bytes(layer) for layer in model.layers)
-    dense_full = run.plan.request.model.first_k_dense_replace if run.plan.request.model.n_routed_experts else run.num_layers
-    counts = {False: min(dense_full, run.num_layers), True: run.num_layers - min(dense_full, run.num_layers)}
+    sizes = [(model.cfg.is_moe_layer(i), weight_bytes(layer)) for i, layer in enumerate(model.layers)]
+    per_kind = dict(reversed(sizes))                      # moe? -> one layer's bytes
+    dense = dense_layers(run.plan.request.model, run.num_layers)
+    counts = {False: dense, True: run.num_layers - dense}
     full = None if any(n and kind not in per_kind for kind, n in counts.items()) else \
-        outside + sum(per_kind.get(kind, 0) * n for kind, n in counts.items())
+        loaded - sum(n for _, n in sizes) + sum(per_kind.get(kind, 0) * n for kind, n in counts.items())
     return {"loaded_bytes": loaded, "plan_bytes": run.plan_bytes(run.spec_run()),
             "loaded_bytes_full": full, "plan_bytes_full": run.plan_bytes(run.plan.request.model)}
 
@@ -97,8 +102,10 @@ def print_tables(doc: dict[str, Any]) -> None:
                  f"the plan's static budget {mem['plan_budget_bytes'] / 2**30:.1f} GiB")
     if doc["host_gap_measured"]:
         s = doc["served"]
+        twin = (f"; this bench's step there {s['bench_step_us'] / 1e3:.3f} ms (served / bench "
+                f"{s['served_step_us'] / s['bench_step_us']:.3f})" if s.get("bench_step_us") else "")
         console.info(f"served step at {s['batch']} x {s['context']}: {s['served_step_us'] / 1e3:.3f} ms on the GPU, "
-                     f"host gap {doc['host_gap_us']:.1f} us between replays")
+                     f"host gap {doc['host_gap_us']:.1f} us between replays{twin}")
     cols = ["batch", "context", "routing", "step ms", "stand-in us", "compute ms"]
     cols += [f"x{p['num_layers']}/{p['layers_run']} ms"] if scaled else []
     cols += ["spread", "expert rows"]

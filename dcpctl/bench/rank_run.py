@@ -1,6 +1,8 @@
-"""`bench rank`'s measurements on a loaded emulated rank: the served phase, then every batch x context cell.
+"""`bench rank`'s measurements on a loaded emulated rank: every batch x context cell, then the served phase.
 
-    measure(run, model, grid, progress) -> {"served": ..., "cells": [...], "skipped": [...]}
+    measure(run, model, grid, progress, save) -> {"served": ..., "cells": [...], "skipped": [...], "base_us": ...}
+
+`save(partial)` is called after every cell and at the end, so a run stopped midway keeps what it measured.
 
 Cells run batch by batch; one captured graph per (batch, context) serves both fixed routings (uniform and
 busiest: bench/rank_routing.py writes each one's expert choice into buffers the graph reads), and `model` (the
@@ -22,7 +24,6 @@ from dcpctl.bench import rank_routing
 from dcpctl.bench.rank_cell import Cell, aggregate, without_layers
 
 ROOM_MARGIN = 2 << 30     # bytes a cell keeps free beyond its KV pool (graph activations, logits)
-SERVED_MAX_BATCH = 256    # the served phase's batch at most (its KV pool is the plan's whole capacity anyway)
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,25 @@ class Grid:
     reps: int
 
 
-def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None]) -> dict[str, Any]:
-    dp = run.launch.topology.attn_dp_size
-    served_batch = _served_batch(run, grid)
-    routers = rank_routing.install(model, dp * max(grid.batches + [served_batch[0]]))
-    _precompile(model, grid.batches + [served_batch[0]], dp)
+def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None],
+            save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    dp, served = run.launch.topology.attn_dp_size, run.served
+    routers = rank_routing.install(model, dp * max(grid.batches + [served[0]]))
+    _precompile(model, grid.batches + [served[0]], dp)
     out: dict[str, Any] = {"served": None, "cells": [], "skipped": [], "base_us": {}}
+    _cells(run, model, grid, routers, out, progress, save)
     if model.device.type == "cuda":
-        progress(f"served phase: the engine at {served_batch[0]} requests x {served_batch[1]} positions")
-        _route(run, model, routers, "model", served_batch[0])      # a server routes by its router
-        out["served"] = _served(run, model, *served_batch)
+        progress(f"served phase: the engine at {served[0]} requests x {served[1]} positions")
+        _route(run, model, routers, "model", served[0])      # a server routes by its router
+        out["served"] = _served(run, model, *served)
+        if "served_step_us" in out["served"]:
+            out["served"].update(_bench_step(run, model, *served, grid.reps))
+    save(out)
+    return out
+
+
+def _cells(run: Any, model: Any, grid: Grid, routers: list, out: dict[str, Any], progress: Callable[[str], None],
+           save: Callable[[dict[str, Any]], None]) -> None:
     for b in grid.batches:
         base = _base_us(run, model, b) if run.scaled else 0.0
         out["base_us"][b] = base
@@ -61,7 +71,7 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None]) -
                 out["cells"] += [_timed(run, model, cell, routers, grid, r, base) for r in group]
                 cell.close()
                 _release()
-    return out
+                save(out)
 
 
 def _graph_groups(routings: list[str]) -> list[list[str]]:
@@ -76,14 +86,6 @@ def _route(run: Any, model: Any, routers: list, routing: str, batch: int) -> dic
     return rank_routing.choose(routers, model.cfg, routing, tokens, ps.ep.size, ps.ep.rank) if routers else {}
 
 
-def _served_batch(run: Any, grid: Grid) -> tuple[int, int]:
-    mem = run.plan.memory
-    n = mem.get("max_concurrency") or 0
-    if n > 0:
-        return min(n, SERVED_MAX_BATCH), mem["context_len"]
-    return min(grid.batches), min(grid.contexts)
-
-
 def _served(run: Any, model: Any, batch: int, ctx: int) -> dict[str, Any]:
     from dcpctl.bench.rank_served import run_served
     try:
@@ -91,6 +93,18 @@ def _served(run: Any, model: Any, batch: int, ctx: int) -> dict[str, Any]:
     except torch.cuda.OutOfMemoryError as e:
         return {"batch": batch, "context": ctx, "error": f"out of GPU memory: {str(e).splitlines()[0][:200]}"}
     finally:
+        _release()
+
+
+def _bench_step(run: Any, model: Any, batch: int, ctx: int, reps: int) -> dict[str, Any]:
+    # this bench's own graph step at the served batch and context, the router's own choice: the served step's twin
+    cell = _cell(run, model, batch, ctx)
+    if isinstance(cell, str):
+        return {"bench_error": cell}
+    try:
+        return {"bench_step_us": round(statistics.median(cell.times_us(reps)), 2)}
+    finally:
+        cell.close()
         _release()
 
 

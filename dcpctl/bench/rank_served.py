@@ -71,7 +71,7 @@ def run_served(model: Any, launch: Any, batch: int, ctx: int) -> dict[str, Any]:
 def _adopt(engine: Any, model: Any, batch: int, ctx: int) -> None:
     # batch requests of ctx positions in all: prompts of ctx - (WARM + STEPS + 1) ids, their rows already cached
     from dcpctl.runtime.engine.request import SamplingParams, Sequence
-    new = WARM + STEPS + 1
+    new = WARM + STEPS + 4     # a few tokens past the steps run: no request ends among them
     prompt_len = max(1, ctx - new)
     ps, pool = model.ps, engine.pool.kv
     n = local_len(prompt_len, 0, ps.dcp.size)

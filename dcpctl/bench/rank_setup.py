@@ -22,6 +22,7 @@ from dcpctl.plan.errors import UserError
 from dcpctl.plan.model import ModelSpec, spec_from_config
 from dcpctl.plan.weights import weight_bytes, weight_format
 
+SERVED_MAX_BATCH = 256    # the served phase's batch at most (a graph at a larger one costs more than it tells)
 BUSIEST = ("rank 0: DCP rank 0 holds the stripe remainder and attention-TP rank 0 a whole vocabulary slice; under "
            "EP --routing busiest gives it the busiest EP rank's rows")
 
@@ -39,6 +40,7 @@ class RankRun:
     dense_run: int
     config: dict[str, Any]     # the config.json the rank loads (layers_run layers)
     device: str
+    served: tuple[int, int]    # the served phase's requests and context (served_point)
 
     @property
     def moe_run(self) -> int:
@@ -58,7 +60,25 @@ class RankRun:
         return weight_bytes(spec, req.topology, rep, weight_format(req.model, req.hardware)[0])
 
 
-def resolve(plan: Any, launch: Any, rank: int | None, layers: int | None, device: str) -> RankRun:
+def served_point(plan: Any, batches: list[int], contexts: list[int]) -> tuple[int, int]:
+    """The served phase's (requests, context): the plan's max_concurrency (at most SERVED_MAX_BATCH) at its
+    context, or, where not even one request fits, the smallest cell."""
+    n = plan.memory.get("max_concurrency") or 0
+    if n > 0:
+        return min(n, SERVED_MAX_BATCH), plan.memory["context_len"]
+    return min(batches), min(contexts)
+
+
+def served_tokens(plan: Any, point: tuple[int, int], page: int) -> int:
+    """Virtual KV tokens of the served engine: `point`'s requests, each in whole widened pages (prompt and new
+    tokens), as a server sized for exactly them (--max-total-tokens) holds them."""
+    batch, ctx = point
+    widened = page * plan.request.topology.dcp_size
+    return batch * -(-(ctx + 1) // widened) * widened
+
+
+def resolve(plan: Any, launch: Any, rank: int | None, layers: int | None, device: str,
+            served: tuple[int, int] = (1, 1)) -> RankRun:
     """The run of `rank` (None: the busiest) over the first `layers` layers (None: all), checked."""
     m = plan.request.model
     if m.kda is not None:
@@ -73,15 +93,14 @@ def resolve(plan: Any, launch: Any, rank: int | None, layers: int | None, device
     if layers is not None and not 1 <= layers <= n:
         raise UserError(f"--layers {layers} must be between 1 and the model's {n} layers")
     run_layers = layers or n
-    dense = _dense_layers(m, run_layers)
+    dense = dense_layers(m, run_layers)
     config = {**m.extra["config"], "num_hidden_layers": run_layers, "first_k_dense_replace": dense}
     return RankRun(plan, launch, 0 if rank is None else rank, BUSIEST if rank is None else "--rank", n, run_layers,
-                   dense, config, device)
+                   dense, config, device, served)
 
 
-def _dense_layers(m: ModelSpec, layers: int) -> int:
-    """Dense layers among the first `layers` run: the model's share of dense layers, rounded (all of them at full
-    depth)."""
+def dense_layers(m: ModelSpec, layers: int) -> int:
+    """Dense layers among `layers` run: the model's share of its dense layers, rounded (all of them at full depth)."""
     dense = min(m.first_k_dense_replace, m.num_layers) if m.n_routed_experts else m.num_layers
     return dense if layers == m.num_layers else round(layers * dense / m.num_layers)
 

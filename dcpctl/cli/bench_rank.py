@@ -37,9 +37,11 @@ ROUTING_CHOICES = ("uniform", "busiest", "both", "model")
 @click.option("--reps", type=click.IntRange(min=3), default=7, show_default=True, help="Timed reps per cell.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic weights.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the measured file (JSON) here.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: print the measured file instead of the tables.")
 @click.pass_context
 def command(ctx: click.Context, device: str, rank_opt: int | None, batches: str, contexts: str, layers: int | None,
-            routing: str, weights_from: str, dtype: str | None, reps: int, seed: int, out: str | None,
+            routing: str, weights_from: str, dtype: str | None, reps: int, seed: int, out: str | None, fmt: str,
             **params: Any) -> None:
     """Measure one rank of a plan at the real model's size on this GPU.
 
@@ -53,7 +55,7 @@ def command(ctx: click.Context, device: str, rank_opt: int | None, batches: str,
     \b
     Examples:
       dcpctl bench rank --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 --hardware h200-8 --out v31.json
-      dcpctl bench rank --model-preset kimi-k2 --tp-size 16 --dcp-size 8 --hardware h200-8 --layers 8
+      dcpctl bench rank --model-preset kimi-k2 --tp-size 16 --dcp-size 8 --nnodes 2 --hardware h200-8 --layers 8
       dcpctl bench rank --device cpu --tp-size 4 --dcp-size 2 --batches 2 --contexts 64
     """
     if out:
@@ -61,17 +63,21 @@ def command(ctx: click.Context, device: str, rank_opt: int | None, batches: str,
     grid_b, grid_l = positive_ints(batches, "batches"), positive_ints(contexts, "contexts")
     if weights_from == "checkpoint" and (not params.get("model_path") or layers):
         raise UserError("--weights checkpoint reads --model-path DIR's safetensors, all its layers (no --layers)")
-    plan, launch, dev = _plan(ctx, params, device, dtype, max(grid_l))
+    plan, launch, dev, served = _plan(ctx, params, device, dtype, grid_b, grid_l)
     from dcpctl.bench.rank import gpu_name, run_bench
     from dcpctl.bench.rank_setup import check_gpu, resolve
-    run = resolve(plan, launch, rank_opt, layers, dev)
+    run = resolve(plan, launch, rank_opt, layers, dev, served)
     check_gpu(plan.request.hardware, dev, layers, gpu_name(dev))
     console.info(f"rank {run.rank} ({run.rank_reason}); {run.layers_run} of {run.num_layers} layers "
                  f"({run.dense_run} dense, {run.moe_run} MoE){_scaled(run)}")
     doc = run_bench(run, grid_b, grid_l, routing, reps, seed,
-                    Path(params["model_path"]) if weights_from == "checkpoint" else None, _command_line(ctx))
+                    Path(params["model_path"]) if weights_from == "checkpoint" else None, _command_line(ctx),
+                    Path(out) if out else None)
     from dcpctl.bench.rank_report import print_tables
-    print_tables(doc)
+    if fmt == "json":
+        console.write_text(json.dumps(doc, indent=1))
+    else:
+        print_tables(doc)
     if out:
         Path(out).write_text(json.dumps(doc, indent=1))
         console.info(f"wrote {out}")
@@ -80,10 +86,13 @@ def command(ctx: click.Context, device: str, rank_opt: int | None, batches: str,
                      "FILE`'s: pass --out FILE")
 
 
-def _plan(ctx: click.Context, params: dict[str, Any], device: str, dtype: str | None, context: int) -> tuple:
-    """(plan, launch config as `dcpctl launch` renders it, device): refusals as launch's."""
+def _plan(ctx: click.Context, params: dict[str, Any], device: str, dtype: str | None, batches: list[int],
+          contexts: list[int]) -> tuple:
+    """(plan, launch config as `dcpctl launch` renders it, device, the served phase's requests and context):
+    refusals as launch's; the engine's KV holds the served phase's requests (a server sized for them)."""
+    from dcpctl.bench.rank_setup import served_point, served_tokens
     from dcpctl.cli.generate import show_plan_warnings
-    from dcpctl.launch.config import render_launch_config
+    from dcpctl.launch.config import render_launch_config, served_page
     from dcpctl.launch.device import resolve_device
     from dcpctl.plan.planner import make_plan
     from dcpctl.plan.resolve import request_from_options
@@ -91,15 +100,16 @@ def _plan(ctx: click.Context, params: dict[str, Any], device: str, dtype: str | 
     dev = resolve_device(device, ranks_here=1)
     if ctx.get_parameter_source("hardware") != click.core.ParameterSource.COMMANDLINE and not opts.get("hardware"):
         opts["hardware"] = "cpu" if dev == "cpu" else "auto"
-    opts["context_len"] = opts.get("context_len") or context
+    opts["context_len"] = opts.get("context_len") or max(contexts)
     plan = make_plan(request_from_options(opts))
     show_plan_warnings(plan)
     if plan.request.disaggregation_mode != "null":
         raise UserError("`bench rank` runs a plain decode instance: drop --disaggregation-mode")
     dtype = dtype or ("bfloat16" if dev == "cuda" else "float32")
-    capacity = max(1, int(plan.memory.get("kv_virtual_tokens") or 1))
+    point = served_point(plan, batches, contexts)
+    capacity = served_tokens(plan, point, served_page(plan, dev))
     launch = render_launch_config(plan, opts.get("model_path") or ".", dtype, dev, capacity, 8192).for_serving()
-    return plan, launch, dev
+    return plan, launch, dev, point
 
 
 def _scaled(run: Any) -> str:

@@ -80,6 +80,16 @@ def test_layers_scale_the_compute_and_the_bytes(tmp_path):
     assert "scaled to 4 layers" in r.output
 
 
+def test_layers_of_both_kinds_scale_the_loaded_bytes_to_the_plans(tmp_path):
+    out = tmp_path / "r.json"
+    r = run(*TINY, "--layers", "3", "--routing", "uniform", "--out", out)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert (doc["plan"]["dense_layers_run"], doc["plan"]["moe_layers_run"]) == (1, 2) and "partial" not in doc
+    w = doc["weights"]
+    assert abs(w["loaded_bytes_full"] - w["plan_bytes_full"]) <= 0.01 * w["plan_bytes_full"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--tp-size", "4", "--dcp-size", "3"], "the plan is invalid: "),
     (["--tp-size", "2", "--rank", "2"], "--rank 2 is not a rank of this plan"),
