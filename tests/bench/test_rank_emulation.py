@@ -136,7 +136,7 @@ def test_the_served_phase_decodes_adopted_requests_on_stand_in_groups(tiny, tmp_
     engine = served_engine(model, launch, BATCH, 40)
     assert engine.graphs is not None and len(engine.sched.running) == BATCH
     events, kinds = [], set()
-    for _ in range(WARM + STEPS + 2):
+    for _ in range(WARM + STEPS + 8):
         events += engine.step()
         kinds.add(engine.last_step[0])
     assert sorted(e.rid for e in events if e.finish) == list(range(BATCH))     # every request ran to its length
