@@ -23,7 +23,7 @@ import torch
 from dcpctl.bench import rank_routing
 from dcpctl.bench.rank_cell import Cell, aggregate, without_layers
 
-ROOM_MARGIN = 2 << 30     # bytes a cell keeps free beyond its KV pool (graph activations, logits)
+ROOM_MARGIN = 3 << 30     # bytes a cell keeps free beyond its KV pool (graph activations, logits)
 
 
 @dataclass(frozen=True)
