@@ -7,8 +7,9 @@ lm_head with its vocab gather, then each row's argmax and its log-probability; a
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
 block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never
-reallocated after capture (a graph of batch B uses their first B rows):
+tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's, and
+whether the graph records it (`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by
+every graph and never reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
@@ -46,7 +47,7 @@ from dcpctl.runtime.attention.block_table import DeviceBlockTable
 from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import DCPContext
 from dcpctl.runtime.attention.layout import SeqChunk, host_ints
-from dcpctl.runtime.attention.paged import PagedLayout
+from dcpctl.runtime.attention.paged import GraphPass, PagedLayout
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.sampling import greedy_rows
@@ -147,7 +148,7 @@ class DecodeGraphs:
         self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
         self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
         self.replay_events: list | None = None   # set by the step trace: (start, end) CUDA events per replay
-        self.graph_state: dict = {}      # what a backend keeps across captures and replays (PagedLayout.graph_state)
+        self.graph_state: dict = {}      # what a backend keeps across captures and replays (GraphPass.kept)
         self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
         keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]
         for i, key in enumerate(keys):    # largest first: later graphs reuse its memory pool
@@ -162,9 +163,10 @@ class DecodeGraphs:
         return Replicas([b] * self.dp, b * self.dp_index, b)
 
     def _context(self, b: int, rows: int) -> DCPContext:
+        recording = self.cuda and torch.cuda.is_current_stream_capturing()   # else eager: a warm-up run, or CPU
         lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
                           self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
-                          rows_are_chunks=True, graph_state=self.graph_state)
+                          rows_are_chunks=True, graph=GraphPass(self.graph_state, recording))
         return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim,
                           attention_backend=self.requested)
 
@@ -181,7 +183,7 @@ class DecodeGraphs:
             ids = torch.where(src >= 0, self.sampled_ids[src.clamp(min=0)], ids)
         ctx = self._context(b, rows)
         out = decode_step(self.model, ids, self.positions[:b], ctx, self._replicas(b), self.logits)
-        kernel = ctx.layout.backend_state.get("backend")     # backend_choice's pick for this graph's shape
+        kernel = ctx.layout.selected     # the selector's pick for this graph's shape
         if kernel is not None:
             self.kernels[(b, rows)] = kernel
         if self.logits:
@@ -235,10 +237,8 @@ class DecodeGraphs:
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
         key = (b, self.bucket(max(lens)))
         kernel = self.kernels.get(key)
-        if kernel in self.graph_state:     # its backend kept state outside the graph: remade before the replay
-            backend = backends.get(backends.ABSORBED, kernel)
-            if backend.refresh is not None:
-                backend.refresh(self.graph_state[kernel], lens[:b], self.meta[2, :b])
+        if kernel is not None:     # what its backend keeps outside the graphs: remade before the replay if needed
+            backends.get(backends.ABSORBED, kernel).refresh(self.graph_state, lens[:b], self.meta[2, :b])
         return key
 
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
