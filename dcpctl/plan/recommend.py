@@ -10,7 +10,7 @@ from typing import Any
 
 from dcpctl.plan.compose import past_positions
 from dcpctl.plan.cost import Choice, Constants, StepCost, layer_cost, to_dict
-from dcpctl.plan.errors import divisors
+from dcpctl.plan.engines import target
 from dcpctl.plan.figures import UnknownFigures, constants_for
 from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.request import PlanRequest
@@ -20,17 +20,8 @@ PAST_POSITIONS = "past_positions"  # a crossover cell whose context is past the 
 
 
 def candidates(req: PlanRequest) -> list[Choice]:
-    if req.engine == "vllm":  # vLLM's exchanges (plan/vllm_plan.py)
-        from dcpctl.plan.vllm_plan import candidates as vllm_candidates
-        return vllm_candidates(req)
-    t, hw = req.topology, req.hardware
-    out = [Choice(1, "none", False)]
-    for c in divisors(t.attn_tp)[1:]:
-        # SGLang 0.5.23 replicates Q for any weights (block-FP8 too) and runs fi_a2a with or without it
-        out += [Choice(c, "ag_rs", False), Choice(c, "a2a", False), Choice(c, "a2a", True)]
-        if hw.is_sm100 and (hw.mnnvl or t.ranks_per_node % c == 0):
-            out += [Choice(c, "fi_a2a", False), Choice(c, "fi_a2a", True)]
-    return out
+    """The DCP sizes, exchanges and Q replication the plan's engine offers (plan/engines.py)."""
+    return target(req.engine).candidates(req)
 
 
 def _request(req: PlanRequest, ch: Choice, context: int) -> PlanRequest:
