@@ -1,21 +1,24 @@
-"""The performance model (dcpctl/plan/perf*.py) against measurements: fitted on some cells, judged on the others.
+"""The performance model (dcpctl/plan/perf*.py) against measurements: fitted on some cells, judged on the
+others.
 
     python -m benchmarks.perf_accuracy [--rank FILE ...] [--data DIR] [--save-table FILE] [--json FILE]
 
 1. Decode compute: every measured decode cell (benchmarks/perf_sources.py: `dcpctl bench rank` files and the
-   single-GPU decode files of --data) against the model's compute. The terms (perf_terms) are fitted on the fit
-   cells, by default the 1st, 3rd, 5th ... cell of each source in (batch, context) order (--fit-batches B,...: the
-   cells of those batches instead), and judged on the rest. Target: mean absolute error on judged cells <= 10%.
-2. TTFT: the prefill rates: the MHA-form attention and 16-bit GEMM rates measured by prefill_ttft.py's floor (its
-   FLOPs over its time), and the FP8 GEMM rate, per-layer and per-chunk times fitted on the fit cells of the
-   TTFT files (same rule), judged on the rest. Target 15%.
-3. Host gap: served ITL p50 minus the CUDA-graph step of the same checkpoint at concurrency 1 and 8; the server's
-   time per request: served TTFT minus the model's prefill at concurrency 1.
-4. Served output throughput (perf_report.served_rate): the concurrency-1 cells gave the time per request (fitted),
-   the others are judged. Target 15%.
+   single-GPU decode files of --data) against the model's compute. The terms (perf_terms) are fitted on the
+   fit cells, by default the 1st, 3rd, 5th ... cell of each source in (batch, context) order
+   (--fit-batches B,...: the cells of those batches instead), and judged on the rest. Target: mean absolute
+   error on the judged cells <= 10%.
+2. TTFT: the prefill rates: the MHA-form attention and 16-bit GEMM rates measured by prefill_ttft.py's floor
+   (its FLOPs over its time), and the FP8 GEMM rate, per-layer and per-chunk times fitted on the fit cells of
+   the TTFT files (same rule), judged on the rest. Target 15%.
+3. Host gap: served ITL p50 minus the CUDA-graph step of the same checkpoint at concurrency 1 and 8; the
+   server's time per request: served TTFT minus the model's prefill at concurrency 1.
+4. Served output throughput (perf_report.served_rate): the concurrency-1 cells gave the time per request
+   (fitted), the others are judged. Target 15%.
 
---save-table FILE writes the perf tuning table (dcpctl/tuning/perf/device_name=GPU.json) that `dcpctl plan` reads.
+--save-table FILE writes the perf tuning table (dcpctl/tuning/perf/device_name=GPU.json) `dcpctl plan` reads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +43,8 @@ TARGETS = {"decode": 0.10, "ttft": 0.15, "served": 0.15}
 
 
 def split(cells: list[Cell], fit_batches: set[int] | None) -> list[tuple[Cell, bool]]:
-    """(cell, fitted on it): the listed batches, else every other cell of each source in (batch, context) order."""
+    """(cell, fitted on it): the listed batches, else every other cell of each source in (batch, context)
+    order."""
     out = []
     for src in dict.fromkeys(c.source for c in cells):
         mine = sorted((c for c in cells if c.source == src), key=lambda c: (c.batch, c.context))
@@ -57,47 +61,92 @@ def decode_features(c: Cell) -> list[float]:
 def fit_decode(rows: list[tuple[Cell, bool]], prior: Terms) -> tuple[Terms, list[dict[str, Any]]]:
     feats = [(c, fit, decode_features(c)) for c, fit in rows]
     fitted = [(x, c.measured) for c, fit, x in feats if fit]
-    terms = prior.with_values(solve_relative(fitted, prior.values()), "calibrated",
-                              f"{len(fitted)} cells of {', '.join(sorted({c.source.split(':')[0] for c, f, _ in feats if f}))}")
+    terms = prior.with_values(
+        solve_relative(fitted, prior.values()),
+        "calibrated",
+        f"{len(fitted)} cells of {', '.join(sorted({c.source.split(':')[0] for c, f, _ in feats if f}))}",
+    )
     return terms, [_row(c, fit, predict(terms, x)) for c, fit, x in feats]
 
 
 def _row(c: Cell, fit: bool, predicted: float) -> dict[str, Any]:
-    return {"source": c.source, "batch": c.batch, "context": c.context, "measured": c.measured,
-            "predicted": predicted, "error": predicted / c.measured - 1, "fit": fit}
+    return {
+        "source": c.source,
+        "batch": c.batch,
+        "context": c.context,
+        "measured": c.measured,
+        "predicted": predicted,
+        "error": predicted / c.measured - 1,
+        "fit": fit,
+    }
 
 
 def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[PrefillRates, list[dict[str, Any]]]:
-    """Attention and GEMM rates from the dense floor (its FLOPs over its times); a scale on them, the FP8 rate per
-    FLOP and per weight byte, the per-layer and per-chunk times fitted on the fit cells."""
-    floors = [(c, chunk_work(c.req.model, c.req.topology, 1, False, 0, c.context)) for c, _ in ttft
-              if "floor_attention_ms_per_layer" in c.extra.get("floor", {}) and not layer_counts(c.req.model).moe]
-    peak = ttft[0][0].req.hardware.bf16_tflops * 1e12        # no dense floor among the files: the profile's rate
-    attn = statistics.median([w.attn_flops / w.layers / (c.extra["floor"]["floor_attention_ms_per_layer"] * 1e-3)
-                              for c, w in floors] or [peak])
-    gemm = statistics.median([w.gemm_flops / w.layers / (c.extra["floor"]["floor_gemms_ms_per_layer"] * 1e-3)
-                              for c, w in floors] or [peak])
+    """Attention and GEMM rates from the dense floor (its FLOPs over its times); a scale on them, the FP8
+    rate per FLOP and per weight byte, the per-layer and per-chunk times fitted on the fit cells."""
+    floors = [
+        (c, chunk_work(c.req.model, c.req.topology, 1, False, 0, c.context))
+        for c, _ in ttft
+        if "floor_attention_ms_per_layer" in c.extra.get("floor", {}) and not layer_counts(c.req.model).moe
+    ]
+    peak = ttft[0][0].req.hardware.bf16_tflops * 1e12  # no dense floor among the files: the profile's rate
+    attn = statistics.median(
+        [
+            w.attn_flops / w.layers / (c.extra["floor"]["floor_attention_ms_per_layer"] * 1e-3)
+            for c, w in floors
+        ]
+        or [peak]
+    )
+    gemm = statistics.median(
+        [w.gemm_flops / w.layers / (c.extra["floor"]["floor_gemms_ms_per_layer"] * 1e-3) for c, w in floors]
+        or [peak]
+    )
     feats = []
     for c, fit in ttft:
-        ws = [chunk_work(c.req.model, c.req.topology, 1, c.req.model.weight_block is not None, s, n)
-              for s, n in chunks(c.context, chunked_prefill(c.req))]
+        ws = [
+            chunk_work(c.req.model, c.req.topology, 1, c.req.model.weight_block is not None, s, n)
+            for s, n in chunks(c.context, chunked_prefill(c.req))
+        ]
         known = sum(w.gemm_flops / gemm + w.attn_flops / attn + w.weight_bytes * byte_s for w in ws)
-        feats.append((c, fit, [known, sum(w.fp8_flops for w in ws), sum(w.fp8_bytes for w in ws),
-                               sum(w.layers for w in ws), float(len(ws))]))
-    prior = [1.0, 1 / gemm, 3 * byte_s, 6 * AIC_OP_S, 4 * AIC_OP_S]   # dequantizing reads 1 byte and writes 2
+        feats.append(
+            (
+                c,
+                fit,
+                [
+                    known,
+                    sum(w.fp8_flops for w in ws),
+                    sum(w.fp8_bytes for w in ws),
+                    sum(w.layers for w in ws),
+                    float(len(ws)),
+                ],
+            )
+        )
+    prior = [1.0, 1 / gemm, 3 * byte_s, 6 * AIC_OP_S, 4 * AIC_OP_S]  # dequantizing reads 1 byte and writes 2
     x = solve_relative([(f, c.measured) for c, fit, f in feats if fit], prior)
     fitted = sorted({c.source.split(":")[0] for c, fit, _ in feats if fit})
-    r = PrefillRates(attn / x[0], gemm / x[0], 1 / x[1] if x[1] else gemm, x[2], x[3], x[4], 0.0, "calibrated",
-                     f"{sum(1 for _, fit, _ in feats if fit)} TTFT cells of {', '.join(fitted)}; rates from "
-                     f"prefill_ttft.py's floor")
+    r = PrefillRates(
+        attn / x[0],
+        gemm / x[0],
+        1 / x[1] if x[1] else gemm,
+        x[2],
+        x[3],
+        x[4],
+        0.0,
+        "calibrated",
+        f"{sum(1 for _, fit, _ in feats if fit)} TTFT cells of {', '.join(fitted)}; rates from "
+        f"prefill_ttft.py's floor",
+    )
     return r, [_row(c, fit, sum(a * b for a, b in zip(x, f))) for c, fit, f in feats]
 
 
 def host_gap(served: list[Cell], decode: list[dict[str, Any]]) -> float:
     """Median of served ITL p50 minus the measured graph step of the same checkpoint and batch (1 and 8)."""
     steps = {(r["source"].split(":")[0], r["batch"]): r["measured"] for r in decode}
-    gaps = [c.extra["itl_p50_s"] - steps[(c.extra["steps"], c.batch)] for c in served
-            if c.batch in (1, 8) and (c.extra.get("steps"), c.batch) in steps]
+    gaps = [
+        c.extra["itl_p50_s"] - steps[(c.extra["steps"], c.batch)]
+        for c in served
+        if c.batch in (1, 8) and (c.extra.get("steps"), c.batch) in steps
+    ]
     return statistics.median(gaps) if gaps else 0.0
 
 
@@ -139,11 +188,17 @@ def report(name: str, rows: list[dict[str, Any]], unit: str, scale: float) -> No
     print(f"\n{name} ({unit}; * = fitted on)")
     print(f"{'source':<44} {'batch':>5} {'context':>8} {'measured':>10} {'predicted':>10} {'error':>7}")
     for r in rows:
-        print(f"{r['source'][:44]:<44} {r['batch']:>5} {r['context']:>8} {r['measured'] * scale:>10.4g} "
-              f"{r['predicted'] * scale:>10.4g} {r['error']:>+7.1%}{' *' if r['fit'] else ''}")
+        print(
+            f"{r['source'][:44]:<44} {r['batch']:>5} {r['context']:>8} {r['measured'] * scale:>10.4g} "
+            f"{r['predicted'] * scale:>10.4g} {r['error']:>+7.1%}{' *' if r['fit'] else ''}"
+        )
     judged, fitted = mae(rows), mae(rows, True)
     kind = name.split()[0].lower()
-    verdict = "" if judged is None else f" (target {TARGETS[kind]:.0%}: {'met' if judged <= TARGETS[kind] else 'not met'})"
+    verdict = (
+        ""
+        if judged is None
+        else f" (target {TARGETS[kind]:.0%}: {'met' if judged <= TARGETS[kind] else 'not met'})"
+    )
     print(f"mean absolute error: judged {_pct(judged)}{verdict}; fitted {_pct(fitted)}")
 
 
@@ -153,10 +208,14 @@ def _pct(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rank", type=Path, action="append", default=[], help="a `dcpctl bench rank --format json` file")
+    ap.add_argument(
+        "--rank", type=Path, action="append", default=[], help="a `dcpctl bench rank --format json` file"
+    )
     ap.add_argument("--data", type=Path, default=Path("benchmarks/data"), help="the single-GPU files' folder")
     ap.add_argument("--no-data", action="store_true", help="judge the --rank files alone")
-    ap.add_argument("--fit-batches", help="fit on the cells of these batches (comma-separated); judge the rest")
+    ap.add_argument(
+        "--fit-batches", help="fit on the cells of these batches (comma-separated); judge the rest"
+    )
     ap.add_argument("--save-table", type=Path, help="write the perf tuning table here")
     ap.add_argument("--json", type=Path, help="write every cell's measured and predicted figures here")
     a = ap.parse_args(argv)
@@ -178,9 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _serving(data: Path, fit_b: set[int] | None, terms: Terms, drows: list[dict[str, Any]],
-             out: dict[str, Any]) -> tuple[PrefillRates | None, float]:
-    """TTFT and served throughput from the files in `data` (rows added to `out`): (prefill rates, host gap)."""
+def _serving(
+    data: Path, fit_b: set[int] | None, terms: Terms, drows: list[dict[str, Any]], out: dict[str, Any]
+) -> tuple[PrefillRates | None, float]:
+    """TTFT and served throughput from the files in `data` (rows added to `out`): (prefill rates, host
+    gap)."""
     ttft = split(list(ttft_cells(data)), fit_b)
     served = list(served_cells(data))
     if not ttft:
@@ -195,17 +256,32 @@ def _serving(data: Path, fit_b: set[int] | None, terms: Terms, drows: list[dict[
     return rates, gap
 
 
-def _save(a: argparse.Namespace, hw: Any, terms: Terms, drows: list[dict[str, Any]], rates: PrefillRates | None,
-          gap: float, out: dict[str, Any]) -> None:
+def _save(
+    a: argparse.Namespace,
+    hw: Any,
+    terms: Terms,
+    drows: list[dict[str, Any]],
+    rates: PrefillRates | None,
+    gap: float,
+    out: dict[str, Any],
+) -> None:
     fitted = sorted({r["source"].split(":")[0] for r in drows if r["fit"]})
-    data: dict[str, Any] = {"decode": {**terms.to_table(), "fitted_on": f"{sum(r['fit'] for r in drows)} cells of "
-                                                                       f"{', '.join(fitted)}",
-                                       "judged_mae": _r(mae(drows))},
-                            "host_gap_us": round(gap * 1e6, 1),
-                            "host_gap_from": "served ITL p50 minus the CUDA-graph step at concurrency 1 and 8"}
+    data: dict[str, Any] = {
+        "decode": {
+            **terms.to_table(),
+            "fitted_on": f"{sum(r['fit'] for r in drows)} cells of {', '.join(fitted)}",
+            "judged_mae": _r(mae(drows)),
+        },
+        "host_gap_us": round(gap * 1e6, 1),
+        "host_gap_from": "served ITL p50 minus the CUDA-graph step at concurrency 1 and 8",
+    }
     if rates:
-        data["prefill"] = {**rates.to_table(), "fitted_on": rates.source, "judged_mae": _r(mae(out["ttft"])),
-                           "request_from": "served TTFT minus the model's prefill at concurrency 1"}
+        data["prefill"] = {
+            **rates.to_table(),
+            "fitted_on": rates.source,
+            "judged_mae": _r(mae(out["ttft"])),
+            "request_from": "served TTFT minus the model's prefill at concurrency 1",
+        }
     if "served" in out:
         data["served_judged_mae"] = _r(mae(out["served"]))
     cmd = "python -m benchmarks.perf_accuracy " + " ".join(sys.argv[1:])
@@ -220,6 +296,6 @@ def _r(x: float | None) -> float | None:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except UserError as e:          # a file or figure the model cannot use: one sentence, exit 2
+    except UserError as e:  # a file or figure the model cannot use: one sentence, exit 2
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

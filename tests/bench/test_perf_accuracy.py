@@ -1,5 +1,6 @@
 """benchmarks/perf_accuracy.py on CPU: the H200 files of benchmarks/data and a bench rank file, fitted on some
 cells and judged on the others, the perf table it writes read back by the planner."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ def test_the_h200_files_fit_and_judge_and_the_table_reads_back(tmp_path, capsys)
     table, out = tmp_path / "perf.json", tmp_path / "cells.json"
     assert perf_accuracy.main(["--data", str(DATA), "--save-table", str(table), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert text.count("mean absolute error: judged") == 3          # decode compute, TTFT, served throughput
+    assert text.count("mean absolute error: judged") == 3  # decode compute, TTFT, served throughput
     cells = json.loads(out.read_text())
     for kind in ("decode", "ttft", "served"):
         rows = cells[kind]
@@ -32,8 +33,12 @@ def test_the_h200_files_fit_and_judge_and_the_table_reads_back(tmp_path, capsys)
 
 def test_split_fits_every_other_cell_or_the_batches_named():
     cells = [perf_accuracy.Cell("a", None, b, 8192, 1.0) for b in (8, 1, 32, 64)]
-    assert [(c.batch, f) for c, f in perf_accuracy.split(cells, None)] == [(1, True), (8, False), (32, True),
-                                                                            (64, False)]
+    assert [(c.batch, f) for c, f in perf_accuracy.split(cells, None)] == [
+        (1, True),
+        (8, False),
+        (32, True),
+        (64, False),
+    ]
     assert [f for _, f in perf_accuracy.split(cells, {64})] == [False, False, False, True]
 
 
