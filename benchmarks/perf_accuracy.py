@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write every cell's measured and predicted figures here")
     a = ap.parse_args(argv)
     fit_b = {int(b) for b in a.fit_batches.split(",")} if a.fit_batches else None
-    dec = [c for f in a.rank for c in rank_cells(f)] + ([] if a.no_data else list(decode_cells(a.data)))
+    dec = [c for f in a.rank for c in _rank(f)] + ([] if a.no_data else list(decode_cells(a.data)))
     if not dec:
         print("no decode cells: pass --rank FILE or a --data folder with the decode files", file=sys.stderr)
         return 2
@@ -235,6 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         a.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def _rank(path: Path) -> list[Cell]:
+    """A rank file's cells; a file whose model this machine cannot read (a checkpoint path of the GPU
+    machine's) is skipped, said once."""
+    try:
+        return list(rank_cells(path))
+    except UserError as e:
+        print(f"skipped {path}: {e}", file=sys.stderr)
+        return []
 
 
 def _serving(
