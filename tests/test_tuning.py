@@ -53,6 +53,7 @@ WRITERS = {
     "gemm16": ("module", "benchmarks.gemm16_sweep"),
     "fp8_gemm": ("module", "benchmarks.fp8_gemm"),
     "head_bmm": ("module", "benchmarks.head_bmm_sweep"),
+    "perf": ("module", "benchmarks.perf_accuracy"),
 }
 
 
