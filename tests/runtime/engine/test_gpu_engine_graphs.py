@@ -50,9 +50,9 @@ def _engine(path, sizes, chunk=64):
 def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10)):
     engine = _engine(path, sizes)
     replays = []
-    if engine.graphs is not None:
-        run = engine.graphs.run
-        engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
+    if engine.runner.graphs is not None:
+        run = engine.runner.graphs.replay
+        engine.runner.graphs.replay = lambda *a: replays.append(len(a[1])) or run(*a)
     reqs = [{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)]
     out = engine.generate(reqs)["outputs"]
     return [o["output_ids"] for o in out], replays, engine
@@ -66,8 +66,8 @@ def test_graph_decode_equals_eager_greedy():
     same = sum(a == b for a, b in zip(eager, graph))
     _report("graph_decode_equals_eager", {"prompts": len(prompts), "equal": same, "replays": len(replays),
                                           "replayed_batch_sizes": sorted(set(replays)),
-                                          "graphs": len(engine.graphs.graphs.graphs),
-                                          "capture_s": engine.graphs.capture_s})
+                                          "graphs": len(engine.runner.graphs.graphs),
+                                          "capture_s": engine.runner.graphs.capture_s})
     assert same == len(prompts), [(a, b) for a, b in zip(eager, graph) if a != b]
 
 
