@@ -2,7 +2,7 @@
 
     python3 benchmarks/flashinfer_mla.py --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
 
-FlashInfer comes from the sdist that benchmarks/flashinfer/fetch.sh puts in .vendor/ (no network on
+FlashInfer comes from the sdist that `tools/gpu_env.sh prepare` puts in .vendor/ (no network on
 the device, no pip install), made importable by dcpctl/runtime/attention/flashinfer_setup.py (the
 runtime's own route to it: unpacked under --work, its data folders linked, the tree first on sys.path).
 

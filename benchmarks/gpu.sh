@@ -18,21 +18,11 @@
 #   gemm16    the 16-bit split-K GEMM sweep against cuBLAS (writes $OUT/gemm16/gemm16.json)
 #   head_bmm  the per-head bmm sweep against torch.bmm
 #   x2        two GPUs: DCP 2 against DCP 1 at TP 2 and the packed a2a exchange against a raw all_to_all
-# FlashInfer and FlashMLA come from .vendor/ when carried there (benchmarks/flashinfer/fetch.sh,
-# benchmarks/flashmla/fetch.sh). Every part logs to $OUT/<suite>/<part>.log and prints its exit status.
+# The machine's environment (carried wheels and sources, NVLink multicast off) is tools/gpu_env.sh's `setup`; FlashMLA
+# builds on first use. Every part logs to $OUT/<suite>/<part>.log and prints its exit status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -e dcpctl/presets ] || ln -s ../presets dcpctl/presets          # a source tree run: the package's presets
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DCPCTL_CACHE=/tmp/dcpctl-cache
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ls .whl/*.whl > /dev/null 2>&1; then     # wheels the device lacks (fastapi, uvicorn, ...), carried in .whl/
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:$PWD
-fi
-FI=$(ls .vendor/flashinfer_python-*.tar.gz 2>/dev/null | head -1)
-MLA=$(ls .vendor/flashmla-*-cutlass-*.tar.gz 2>/dev/null | head -1)
-[ -n "$FI" ] && export DCPCTL_FLASHINFER_SDIST=$PWD/$FI
-[ -n "$MLA" ] && export DCPCTL_FLASHMLA_SDIST=$PWD/$MLA
+. tools/gpu_env.sh setup --no-build || exit 1
 OUT=${OUT:-/tmp/dcpctl-gpu}
 DCPCTL="python3 -m dcpctl.cli.main"
 

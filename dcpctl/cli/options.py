@@ -1,4 +1,4 @@
-"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, DESIGN section 8)."""
+"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, docs/design.md section 8)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Compositions with DCP checked at plan time (DESIGN section 5): spec decoding, PD, HiCache."""
+"""Compositions with DCP checked at plan time (docs/design.md section 5): spec decoding, PD, HiCache."""
 from __future__ import annotations
 
 from typing import Any

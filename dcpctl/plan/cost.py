@@ -1,4 +1,4 @@
-"""Roofline cost model of one decode step's MLA attention block, per rank (DESIGN sections 1, 3).
+"""Roofline cost model of one decode step's MLA attention block, per rank (docs/design.md sections 1, 3).
 
 Per MLA layer, B = requests on this attention-DP replica, ctx = local_len(L) on this rank,
 Hk = kernel heads = local_heads * dcp, R = kv_lora + rope, Lr = kv_lora, b = KV dtype bytes:
@@ -9,7 +9,7 @@ Hk = kernel heads = local_heads * dcp, R = kv_lora + rope, Lr = kv_lora, b = KV 
     attention   = attn_fixed + max(kv_read + q_o, attn_flops) / efficiency(Hk)
     gemms       = max(weight bytes / hbm_bw, flops / bf16_rate) of q_a, q_b, kv_a, w_kc, w_vc, o_proj
                   (q_b and w_kc over Hk heads under replicated Q)
-    exchange    = the DCP collectives (DESIGN section 3 table), each latency + bytes / bandwidth;
+    exchange    = the DCP collectives (docs/design.md section 3 table), each latency + bytes / bandwidth;
                   the gathered query is also re-laid out by heads (one copy)
     tp_reduce   = the o_proj all-reduce over attention TP: latency + 2 (t-1)/t * B * hidden * 2 / link
 
@@ -225,7 +225,7 @@ def dense_mlp_s(hidden: int, inter: int, tp: int, batch: int, k: Constants) -> f
 
 
 def _exchange_s(ch: Choice, batch: int, hk: int, R: int, Lr: int, k: Constants) -> float:
-    """Collectives per layer (DESIGN section 3): counts and bytes per rank, 16-bit activations."""
+    """Collectives per layer (docs/design.md section 3): counts and bytes per rank, 16-bit activations."""
     if ch.dcp == 1:
         return 0.0
     share = (ch.dcp - 1) / ch.dcp

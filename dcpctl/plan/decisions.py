@@ -1,4 +1,4 @@
-"""Every automatic choice, made once here, each with its reason (DESIGN section 3).
+"""Every automatic choice, made once here, each with its reason (docs/design.md section 3).
 
 Defaults follow SGLang 0.5.23's resolution (dcpctl.plan.sglang): comm backend from
 `arg_groups/overrides.py` _dcp_comm_backend_default (dcp 1 -> ag_rs; fi_a2a where

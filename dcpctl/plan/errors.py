@@ -1,4 +1,4 @@
-"""Typed user errors and plan violations (STYLE 3: errors show the equation)."""
+"""Typed user errors and plan violations (each shows the equation: docs/design.md section 2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

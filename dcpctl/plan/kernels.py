@@ -1,4 +1,4 @@
-"""Decode attention kernel, KV dtype and page size, as SGLang 0.5.23 resolves them (DESIGN section 3).
+"""Decode attention kernel, KV dtype and page size, as SGLang 0.5.23 resolves them (docs/design.md section 3).
 
 Sources (sglang/srt/...): the default kernel is `arg_groups/model_override_base.py`
 get_default_attn_backend (fa3 on Hopper, flashinfer on SM100 for MLA) with the DeepSeek family on

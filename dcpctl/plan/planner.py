@@ -32,7 +32,7 @@ class Plan:
         return not self.violations
 
     def to_dict(self, rank_map: bool = True) -> dict[str, Any]:
-        """The JSON/YAML contract (DESIGN section 8)."""
+        """The JSON/YAML contract (docs/design.md section 8)."""
         r, t = self.request, self.request.topology
         d: dict[str, Any] = {
             "valid": self.valid,
@@ -104,7 +104,7 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
 SKIPPED_WITHOUT_MODEL = (
     "heads: num_attention_heads % attn_tp == 0 and the kernel heads per DCP rank",
     "pp_layers: pp_size <= num_hidden_layers",
-    "memory: weights + KV per rank, longest context and concurrency (DESIGN section 6 model facts)",
+    "memory: weights + KV per rank, longest context and concurrency (docs/design.md section 6 model facts)",
     "model overrides keyed on architectures (Kimi K3: backend, replicated Q, decode kernel, page size)",
     "replicated Q needs unquantized bf16/fp16 weights (decided here as if they were)",
     "kv_cache_dtype auto takes the model's dtype (decided here as bfloat16)",

@@ -1,7 +1,7 @@
 """FlashInfer's sdist set up for an uninstalled import (runtime/attention/flashinfer_setup.py, which
 benchmarks/flashinfer_mla.py also uses); the CPU half of it.
 
-Skipped without .vendor/flashinfer_python-0.2.14.tar.gz (benchmarks/flashinfer/fetch.sh puts it there).
+Skipped without .vendor/flashinfer_python-0.2.14.tar.gz (tools/gpu_env.sh prepare puts it there).
 """
 import importlib.util
 import os
@@ -25,7 +25,7 @@ def load(name: str, path: Path) -> ModuleType:
 
 
 bench = load("flashinfer_mla_bench", SCRIPT)
-pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run fetch.sh)")
+pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
 
 
 @pytest.fixture(scope="module")

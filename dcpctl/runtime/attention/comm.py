@@ -8,26 +8,11 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from dcpctl.runtime.attention.merge import merge_stacked, merge_weights, to_natural, weighted_sum
+from dcpctl.runtime.collectives import all_gather_into, all_to_all_into, reduce_scatter_into
 from dcpctl.runtime.parallel import Axis
-
-
-def _flat_collective(name: str, older: str, out: Tensor, inp: Tensor, group) -> None:
-    # flat views keep gloo's shape checks happy; `older` is the same collective's name in older torch
-    getattr(dist, name if hasattr(dist, name) else older)(out.view(-1), inp.contiguous().view(-1), group=group)
-
-
-def _all_gather(out: Tensor, inp: Tensor, group) -> None:
-    # out: [c, *inp.shape] contiguous
-    _flat_collective("all_gather_single", "all_gather_into_tensor", out, inp, group)
-
-
-def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
-    # inp: [c, *out.shape] contiguous (block j goes to rank j), summed over ranks
-    _flat_collective("reduce_scatter_single", "reduce_scatter_tensor", out, inp, group)
 
 
 def by_owner(x: Tensor, c: int) -> Tensor:
@@ -40,7 +25,7 @@ def gather_heads(q: Tensor, axis: Axis) -> Tensor:
     # q: [T, Hl, R] -> [T, Hl*c, R], heads in dcp-rank order
     c = axis.size
     out = torch.empty((c, *q.shape), dtype=q.dtype, device=q.device)
-    _all_gather(out, q.contiguous(), axis.group)
+    all_gather_into(out, q.contiguous(), axis.group)
     return out.transpose(0, 1).reshape(q.shape[0], c * q.shape[1], q.shape[2])
 
 
@@ -49,14 +34,14 @@ def exchange_ag_rs(o: Tensor, lse: Tensor, base: str, axis: Axis, rescale: Calla
     # rescale: fused_merge.rescale_partial (the fused correction on CUDA); None: the torch path
     c = axis.size
     lse_all = torch.empty((c, *lse.shape), dtype=lse.dtype, device=lse.device)
-    _all_gather(lse_all, lse.contiguous(), axis.group)
+    all_gather_into(lse_all, lse.contiguous(), axis.group)
     w, merged = merge_weights(to_natural(lse_all, base))         # [c, T, Hk], [T, Hk]
     if rescale is not None:
         scaled = rescale(o, lse, merged, base)                   # exp(lse_r - lse) * o_r, masked, fp32
     else:
         scaled = weighted_sum(o.unsqueeze(0), w[axis.rank].unsqueeze(0))
     out = torch.empty((o.shape[0], o.shape[1] // c, o.shape[2]), dtype=scaled.dtype, device=o.device)
-    _reduce_scatter(out, by_owner(scaled, c), axis.group)
+    reduce_scatter_into(out, by_owner(scaled, c), axis.group)
     return out
 
 
@@ -125,7 +110,7 @@ def exchange_packed(send: Tensor, base: str, axis: Axis, dtype: torch.dtype, v_d
     # send: [c, T, Hl, L + k] (pack_by_owner, or written in place through send_buffer) -> [T, Hl, L] merged
     # merge: fused_merge.merge_a2a (one Triton kernel reading the lanes in place); None: the torch merge
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1), group=axis.group)
+    all_to_all_into(recv.view(torch.uint8).view(-1), send.view(torch.uint8).view(-1), axis.group)
     o_parts, lse_parts = unpack(recv, v_dim, dtype)               # [c, T, Hl, L], [c, T, Hl]
     if merge is not None:
         return merge(o_parts, lse_parts, base, out_dtype)[0]

@@ -7,7 +7,7 @@ prefetch_offset), so a layer view over 2^32 elements would wrap: `blocker` says 
 
 Per forward batch, one plan (host ints only, no device sync): query row i is the decode token of chunk i,
 its rank-local pages (`PagedLayout.host_tables`) and local length (`host_lens`); pads and empty shards
-(local length 0) get one row of page 0 and their lse is set to -inf afterwards (DESIGN section 1: an empty
+(local length 0) get one row of page 0 and their lse is set to -inf afterwards (docs/design.md section 1: an empty
 shard contributes lse = -inf only).  Chunks of more than one token (prefill, extend, verification) are
 causal by global position over a striped shard, which FlashInfer's mask cannot say: ours runs those.
 FlashInfer's lse is base 2 (mla_hopper.cuh writes log2(d) + m); it is returned tagged "2" and the merge
@@ -123,7 +123,7 @@ def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
 
 def flashinfer_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
                       out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    """prepare once per batch (kept in lay.backend_state, as the registry's `prepared` keeps it), then decode."""
+    """prepare once per batch, kept in lay.backend_state as backends.run keeps it, then decode."""
     state = lay.backend_state             # type: ignore[attr-defined]
     if "flashinfer" not in state:
         state["flashinfer"] = prepare(q, pool, lay)

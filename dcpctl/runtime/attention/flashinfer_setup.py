@@ -1,6 +1,6 @@
 """Make `import flashinfer` work: an installed package (`pip install 'dcpctl[flashinfer]'`), or its sdist.
 
-The device has no network, so there FlashInfer comes from its source release (benchmarks/flashinfer/fetch.sh
+The device has no network, so there FlashInfer comes from its source release (tools/gpu_env.sh prepare
 puts flashinfer_python-0.2.14.tar.gz in .vendor/): $DCPCTL_FLASHINFER_SDIST names the tarball (or its
 unpacked folder).  It is unpacked under $DCPCTL_FLASHINFER_WORK (default /tmp/dcpctl-flashinfer), its
 top-level csrc/ include/ 3rdparty/ are linked where an installed wheel keeps them (flashinfer/data/), and

@@ -3,7 +3,7 @@
 FlashMLA (github.com/deepseek-ai/FlashMLA) ships no wheel and its setup.py fetches CUTLASS as a git
 submodule, so on a machine without network it is built here as a torch extension: $DCPCTL_FLASHMLA_SDIST
 names its source tarball, unpacked under $DCPCTL_FLASHMLA_WORK (default /tmp/dcpctl-flashmla).
-benchmarks/flashmla/fetch.sh writes .vendor/flashmla-<commit>-cutlass-<commit>.tar.gz: the tree with its pinned
+`tools/gpu_env.sh prepare` writes .vendor/flashmla-<commit>-cutlass-<commit>.tar.gz: the tree with its pinned
 CUTLASS's headers at csrc/cutlass/include, which the build uses.  A tarball without them (the older
 .vendor/flashmla-<commit>.tar.gz) takes CUTLASS from FlashInfer's sdist ($DCPCTL_FLASHINFER_SDIST, its
 3rdparty/cutlass, CUTLASS 4.0), and says so: with 4.0, nvcc 13.0 compiles splitkv_mla.cu to 255 registers and
@@ -35,7 +35,7 @@ WORK_ENV = "DCPCTL_FLASHMLA_WORK"
 SOURCES = ("csrc/flash_api.cpp", "csrc/kernels/get_mla_metadata.cu", "csrc/kernels/mla_combine.cu",
            "csrc/kernels/splitkv_mla.cu")
 CUTLASS = "3rdparty/cutlass/include"       # inside FlashInfer's sdist (the fallback)
-OWN_CUTLASS = "csrc/cutlass/include"       # FlashMLA's submodule, as fetch.sh bundles it
+OWN_CUTLASS = "csrc/cutlass/include"       # FlashMLA's submodule, as tools/gpu_env.sh prepare bundles it
 NVCC_FLAGS = ["-O3", "-std=c++17", "-DNDEBUG", "-D_USE_MATH_DEFINES", "-Wno-deprecated-declarations",
               "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
               "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr", "--expt-extended-lambda",
@@ -64,7 +64,7 @@ def flashmla_missing(page_size: int | None = None) -> str | None:
     """Why FlashMLA cannot run here, from facts known without a GPU (its build source, the page size), or None."""
     blocker = flashmla_page_blocker(page_size)
     if blocker is None and not knobs.is_set(FLASHMLA_SDIST_ENV):
-        return f"FlashMLA is not built here (benchmarks/flashmla/fetch.sh, then ${FLASHMLA_SDIST_ENV})"
+        return f"FlashMLA is not built here (tools/gpu_env.sh prepare, then ${FLASHMLA_SDIST_ENV})"
     return blocker
 
 
@@ -76,7 +76,7 @@ def sources(sdist: Path, cutlass_sdist: Path | None, work: Path) -> tuple[list[s
         return [str(src / s) for s in SOURCES], [str(src / "csrc"), str(src / OWN_CUTLASS)]
     if cutlass_sdist is None or not cutlass_sdist.exists():
         raise FileNotFoundError(f"{sdist.name} has no {OWN_CUTLASS} and ${SDIST_ENV}={cutlass_sdist} does not "
-                                f"exist (rerun benchmarks/flashmla/fetch.sh)")
+                                f"exist (rerun tools/gpu_env.sh prepare)")
     fi = unpack(cutlass_sdist, work, f"{CUTLASS}/cutlass/cutlass.h", only=CUTLASS)
     return [str(src / s) for s in SOURCES], [str(src / "csrc"), str(fi / CUTLASS)]
 
@@ -130,13 +130,14 @@ def load() -> tuple[ModuleType | None, str]:
     own = own_cutlass(sdist)
     if not own and (fi is None or not fi.exists()):
         return None, (f"{sdist.name} has no CUTLASS of its own and ${SDIST_ENV}={fi} does not exist (rerun "
-                      f"benchmarks/flashmla/fetch.sh)")
+                      f"tools/gpu_env.sh prepare)")
     t0 = time.perf_counter()
     try:
         mod = build(sdist, fi, work)
     except Exception as e:       # a compile failure costs the backend, never the run
         return None, f"building FlashMLA from {sdist.name} failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    cut = "its pinned CUTLASS" if own else "FlashInfer's CUTLASS 4.0 (its decode kernel spills: rerun fetch.sh)"
+    cut = ("its pinned CUTLASS" if own
+           else "FlashInfer's CUTLASS 4.0 (its decode kernel spills: rerun tools/gpu_env.sh prepare)")
     return mod, f"FlashMLA {sdist.name.removesuffix('.tar.gz')} with {cut}, built in {time.perf_counter() - t0:.0f} s"
 
 

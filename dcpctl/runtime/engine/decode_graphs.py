@@ -6,9 +6,10 @@ gathers of fixed replica sizes), the final norm and, with `logits=True` (the ser
 lm_head with its vocab gather, then each row's argmax and its log-probability; and (serving) the input
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
-block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never
-reallocated after capture (a graph of batch B uses their first B rows):
+block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`GraphPass.kept`: FlashMLA's
+tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's, and
+whether the graph records it (`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by
+every graph and never reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
@@ -52,7 +53,7 @@ from dcpctl.runtime.attention import backends
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
 from dcpctl.runtime.attention.dcp import DCPContext
 from dcpctl.runtime.attention.layout import SeqChunk, host_ints
-from dcpctl.runtime.attention.paged import PagedLayout
+from dcpctl.runtime.attention.paged import GraphPass, PagedLayout
 from dcpctl.runtime.engine.phases import PREPARE, StepClock, timed
 from dcpctl.runtime.graph_capture import Progress, capture_set
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
@@ -85,32 +86,32 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
 
 class _AttentionSeam:
     """Every call the decode graphs make into the attention layer's backends, in one place: the context a graph's
-    step attends through (its backend chosen by attention/backend_choice inside, at capture), which backend that
-    was, and the backend's refresh of what it keeps outside the graphs before a replay."""
+    step attends through (the selector picks its backend inside, told the batch is a graph's and whether the graph
+    records it), which backend that was, and the backend's refresh of what it keeps outside the graphs before a
+    replay."""
 
     def __init__(self, pool: KVPool, dcp: Any, decisions: Decisions, v_dim: int) -> None:
         self.pool, self.dcp, self.decisions, self.v_dim = pool, dcp, decisions, v_dim
-        self.state: dict = {}      # what a backend keeps across captures and replays (PagedLayout.graph_state)
+        self.kept: dict = {}      # what a backend keeps across captures and replays (GraphPass.kept)
 
     def context(self, lay: dict[str, Any]) -> DCPContext:
         """The DCP context of one graph's step over the static buffers `lay` (PagedLayout's fields)."""
         d = self.decisions
-        layout = PagedLayout(**lay, chunks=[], rows_are_chunks=True, graph_state=self.state)
+        recording = self.pool.kv.is_cuda and torch.cuda.is_current_stream_capturing()   # else eager: a warm-up
+        layout = PagedLayout(**lay, chunks=[], rows_are_chunks=True, graph=GraphPass(self.kept, recording))
         return DCPContext(layout, self.pool, self.dcp, d.dcp_comm_backend, d.lse_base, self.v_dim,
                           attention_backend=d.attention_backend)   # --attention-backend, as eager steps ask
 
     @staticmethod
     def picked(ctx: DCPContext) -> str | None:
-        """The backend backend_choice picked for the step `ctx` ran (None: no paged attention ran)."""
-        return ctx.layout.backend_state.get("backend")
+        """The backend the selector picked for the step `ctx` ran (None: no paged attention ran)."""
+        return ctx.layout.selected
 
     def refresh(self, kernel: str | None, host_lens: list[int], lens: Tensor) -> None:
-        """Before a replay of a graph that runs `kernel`: its backend remakes the state it keeps outside the graph,
+        """Before a replay of a graph that runs `kernel`: its backend remakes what it keeps outside the graph,
         when it must (FlashMLA: its tile metadata, when a row's block count changed)."""
-        if kernel in self.state:
-            backend = backends.get(backends.ABSORBED, kernel)
-            if backend.refresh is not None:
-                backend.refresh(self.state[kernel], host_lens, lens)
+        if kernel is not None:
+            backends.get(backends.ABSORBED, kernel).refresh(self.kept, host_lens, lens)
 
 
 class DecodeGraphs:

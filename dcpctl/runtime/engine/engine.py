@@ -27,6 +27,7 @@ from torch import Tensor
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.boot import DTYPES
+from dcpctl.runtime.collectives import gather_sizes
 from dcpctl.runtime.engine.batch import IDLE, RESOLVE, Batch, make_batch
 from dcpctl.runtime.engine.events import Event, ReplicaStats
 from dcpctl.runtime.engine.hicache import HiCache
@@ -41,7 +42,6 @@ from dcpctl.runtime.engine.warm_up import Room, ladder, warm_up_prompts
 from dcpctl.runtime.graph_capture import Progress
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
-from dcpctl.runtime.models.ops import gather_sizes
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 

@@ -51,20 +51,19 @@ def gather_to_rank0(events: list[Event], stats: ReplicaStats, group: Any,
     """Every rank calls this; rank 0 gets every replica's events once and every rank's stats."""
     import torch
     import torch.distributed as dist
+
+    from dcpctl.runtime.collectives import all_gather_rows
+    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is one rank)
     # head: [n_events, waiting, running, free_pages, num_pages, retractions]; only a replica's first rank sends events
     head = torch.tensor([len(events), stats.waiting, stats.running, stats.free_pages, stats.num_pages,
                          stats.retractions], dtype=torch.int64)
-    heads = [torch.zeros_like(head) for _ in range(world)]
-    dist.all_gather(heads, head, group=group)
+    heads = all_gather_rows(head, group, world)
     n = max(int(h[0]) for h in heads)
     all_stats = [ReplicaStats(*(int(x) for x in h[1:])) for h in heads]
     if n == 0:
         return [], all_stats
     ints, lps = _pack(events, n)
-    all_ints = [torch.zeros_like(ints) for _ in range(world)]
-    all_lps = [torch.zeros_like(lps) for _ in range(world)]
-    dist.all_gather(all_ints, ints, group=group)
-    dist.all_gather(all_lps, lps, group=group)
+    all_ints, all_lps = all_gather_rows(ints, group, world), all_gather_rows(lps, group, world)
     out = []
     for h, ri, rl in zip(heads, all_ints, all_lps):
         out += [Event(int(ri[i, 0]), int(ri[i, 1]), float(rl[i]), FINISH[int(ri[i, 2])]) for i in range(int(h[0]))]

@@ -12,7 +12,7 @@ another; each rank moves only its own rows, see kv/host_tier.py):
   last prompt token is always computed, so its logits exist.
 
 Launch config: `hicache: {host_pages: N}` (N >= 0 pages of P local rows per rank).  The launch
-config refuses it with `speculative` and on a PD decode instance (DESIGN section 5); here it is
+config refuses it with `speculative` and on a PD decode instance (docs/design.md section 5); here it is
 refused with request-indexed state (hybrid KDA models), whose prefill cannot be skipped.
 """
 from __future__ import annotations

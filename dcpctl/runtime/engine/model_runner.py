@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
 from dcpctl.runtime.attention.layout import host_ints, to_device
+from dcpctl.runtime.collectives import broadcast
 from dcpctl.runtime.engine import mixed
 from dcpctl.runtime.engine.batch import EAGER, GRAPH, PIPELINED, SPEC, SPLIT, Batch, token_ids
 from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
@@ -180,5 +180,4 @@ class ModelRunner:
         if self.ps.attn_tp.size == 1:
             return toks
         t = torch.tensor(toks, dtype=torch.int64, device=self.device)
-        dist.broadcast(t, src=self.ps.attn_tp.ranks[0], group=self.ps.attn_tp.group)
-        return t.tolist()
+        return broadcast(t, self.ps.attn_tp.ranks[0], self.ps.attn_tp.group).tolist()

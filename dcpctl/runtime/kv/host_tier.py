@@ -1,4 +1,4 @@
-"""HiCache L2: a per-rank host-memory copy of whole widened pages (DESIGN section 5).
+"""HiCache L2: a per-rank host-memory copy of whole widened pages (docs/design.md section 5).
 
 The controller (engine/hicache.py) thinks in widened pages of `P*c` virtual slots, identical on
 every rank.  Each rank's device pool and host buffer store only its `P` local rows of a page, so a

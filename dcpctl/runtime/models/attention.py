@@ -29,7 +29,8 @@ from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.kernels.fusions import Fusions
 from dcpctl.runtime.kernels.gemm_warm import bmm_into
 from dcpctl.runtime.kernels.norm_triton import fused_norm_ok
-from dcpctl.runtime.models.ops import all_reduce, rms_norm
+from dcpctl.runtime.collectives import all_reduce
+from dcpctl.runtime.models.ops import rms_norm
 from dcpctl.runtime.models.quant import Weight, concat_rows, linear, rows
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.kernels.rope_triton import kv_rows_into, rope_kernel_ok, rope_q_into

@@ -20,7 +20,8 @@ from dcpctl.runtime.models.attention import MlaAttention
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.kernels.embed_triton import embed_kernel_ok, embed_rows
 from dcpctl.runtime.kernels.fusions import Fusions
-from dcpctl.runtime.models.ops import add_rms_norm, all_gather_rows, all_reduce, gather_sizes, rms_norm
+from dcpctl.runtime.collectives import all_gather_rows, all_reduce, gather_sizes
+from dcpctl.runtime.models.ops import add_rms_norm, rms_norm
 from dcpctl.runtime.models.rope import Rotary
 from dcpctl.runtime.models.shards import Shards
 from dcpctl.runtime.kernels.side_stream import SideStream

@@ -27,7 +27,7 @@ from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.kda_ops import chunked_kda, recurrent_kda
 from dcpctl.runtime.models.kda_state import KdaBatch, KdaStatePool
 from dcpctl.runtime.models.kimi_config import HybridConfig
-from dcpctl.runtime.models.ops import all_reduce
+from dcpctl.runtime.collectives import all_reduce
 from dcpctl.runtime.models.shards import split
 
 L2_EPS = 1e-6  # FLA's l2norm: x / sqrt(sum(x^2) + eps)

@@ -8,7 +8,7 @@ Per KDA layer and slot: the last conv_kernel - 1 inputs of the q/k/v short convo
 (conv: [layers, slots, K-1, 3 * heads * head_dim], model dtype) and the recurrent state
 (rec: [layers, slots, heads, head_dim, head_dim], fp32 or the float64 model's float64). `heads`
 is this rank's attention-TP share. Every rank of a DCP group holds the same slots: DCP grows MLA
-KV capacity but not this pool (DESIGN section 5).
+KV capacity but not this pool (docs/design.md section 5).
 
 A chunk with start == 0 starts a fresh state (the slot's old contents are ignored); a later chunk
 of the same request must start exactly where the state stopped, which `batch` checks.

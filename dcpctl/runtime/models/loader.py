@@ -26,6 +26,7 @@ from dcpctl.plan.hf_defaults import KIMI_LINEAR
 from dcpctl.runtime.kernels import gemm16, pdl
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
 from dcpctl.runtime.kernels.blas import choose_blas
+from dcpctl.runtime.errors import ModelLoadError
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
@@ -38,19 +39,23 @@ from dcpctl.runtime.models.quant import fp8_compute, read_quantization
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.models.rope import Rotary, softmax_scale
 from dcpctl.runtime.models.shards import Shards, plan_shards
+from dcpctl.runtime.models.synthetic import SyntheticWeights
 from dcpctl.runtime.parallel import ParallelState
 
 def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: torch.dtype,
                device: torch.device | str = "cpu",
                progress: Callable[[int, int], None] | None = None, hf_numerics: bool = False,
-               kda_max_requests: int | None = None, keep_fp8: bool | None = None) -> DeepseekModel:
+               kda_max_requests: int | None = None, keep_fp8: bool | None = None,
+               synthetic: int | None = None) -> DeepseekModel:
     """Read config.json and this rank's shards of every weight; see the module docstring.
 
     hf_numerics: keep norms, rope angles, the router (and KDA's gates, recurrence and gated norm) in
     fp32 even for float64 (bit-compatible with Hugging Face; only the oracle tests want it).
     kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
     replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models.
-    keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes."""
+    keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes.
+    synthetic: a seed: `path` needs only config.json, and every tensor is generated on the device in the form the
+    checkpoint would load (models/synthetic.py; `dcpctl bench rank`)."""
     if not isinstance(replicate_q, bool):
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
@@ -61,6 +66,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     if parsed.family == KIMI_LINEAR:
+        if synthetic is not None:
+            raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) model")
         hc = hybrid_config(parsed)
         ckpt = Checkpoint(path)
         s = plan_shards(hc.mla, ps, replicate_q)
@@ -69,7 +76,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     cfg = mla_config(parsed)
     # quant.py parses the quantization_config mapping the one config.json parse kept as written
     quant = read_quantization({"quantization_config": parsed.quantization}, Path(parsed.source))
-    ckpt = Checkpoint(path, quant, keep_fp8=quant is not None and _keep_fp8(device, keep_fp8, quant.block))
+    keep = quant is not None and _keep_fp8(device, keep_fp8, quant.block)
+    ckpt = Checkpoint(path, quant, keep_fp8=keep) if synthetic is None else SyntheticWeights(quant, keep, synthetic)
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)

@@ -1,10 +1,7 @@
-"""Small tensor ops shared by the model: HF-exact RMSNorm and the collectives (no-ops without a group)."""
+"""Small tensor ops shared by the model: HF-exact RMSNorm (the collectives are runtime/collectives.py)."""
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from dcpctl.runtime.kernels.norm_triton import add_rms_norm_fused, fused_norm_ok, rms_norm_fused
@@ -36,27 +33,3 @@ def rms_norm_torch(x: Tensor, weight: Tensor, eps: float, upcast: torch.dtype = 
     xf = x.to(upcast)
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
-
-
-def all_reduce(x: Tensor, group: Any) -> Tensor:
-    # x: [...] summed in place over `group`; every rank of a group passes the same shape
-    if group is not None and x.numel() > 0:
-        dist.all_reduce(x, group=group)
-    return x
-
-
-def all_gather_rows(x: Tensor, group: Any, size: int) -> list[Tensor]:
-    # x: [N, ...] same shape on every rank -> `size` tensors [N, ...] in group-rank order
-    if group is None:
-        return [x]
-    out = [torch.empty_like(x) for _ in range(size)]
-    dist.all_gather(out, x.contiguous(), group=group)
-    return out
-
-
-def gather_sizes(n: int, group: Any, size: int, device: torch.device | str = "cpu") -> list[int]:
-    """Every group rank's integer n, in group-rank order."""
-    if group is None:
-        return [n]
-    parts = all_gather_rows(torch.tensor([n], dtype=torch.int64, device=device), group, size)
-    return [int(p.item()) for p in parts]

@@ -1,6 +1,6 @@
 """The PD transfer plan (plain ints, no torch): which prefill rank sends which rows to which decode rank.
 
-Built from the decode rank's DCP metadata (DESIGN section 5), for a prompt of exactly L tokens:
+Built from the decode rank's DCP metadata (docs/design.md section 5), for a prompt of exactly L tokens:
 
 | prefill dcp | decode dcp | path            | decode rank r (of c) receives                        |
 | ----------- | ---------- | --------------- | ---------------------------------------------------- |

@@ -75,20 +75,23 @@ def broadcast_control(msg: Control | None, group: Any = None, src: int = 0) -> C
     """Rank `src` passes its message, every other rank None; all return the same Control."""
     import torch
     import torch.distributed as dist
+
+    from dcpctl.runtime.collectives import broadcast
     if not dist.is_initialized() or dist.get_world_size() == 1:
         assert msg is not None
         return msg
+    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is one rank)
     mine = encode(msg) if msg is not None else None
     header = mine[0] if mine else torch.zeros(4, dtype=torch.int64)
-    dist.broadcast(header, src=src, group=group)
+    broadcast(header, src, group)
     _, n_new, n_cancel, n_tok = (int(x) for x in header.tolist())
     if n_new == 0 and n_cancel == 0:
         return Control(shutdown=bool(header[0]))
     ints = mine[1] if mine else torch.zeros(n_new * PER_NEW + n_cancel + n_tok, dtype=torch.int64)
     floats = mine[2] if mine else torch.zeros(n_new * len(FLOAT_FIELDS), dtype=torch.float64)
-    dist.broadcast(ints, src=src, group=group)
+    broadcast(ints, src, group)
     if n_new:
-        dist.broadcast(floats, src=src, group=group)
+        broadcast(floats, src, group)
     return decode(header, ints, floats)
 
 

@@ -73,7 +73,7 @@ def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
 
 
 def test_graphs_ask_for_the_requested_backend(path):
-    """--attention-backend reaches the graphs' batches as it reaches eager ones (backend_choice picks for both)."""
+    """--attention-backend reaches the graphs' batches as it reaches eager ones (the selector picks for both)."""
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     model = load_model(path, ps, False, torch.float64, "cpu")
