@@ -14,7 +14,7 @@ DCP collectives.  `clock` (engine/phases.py, None unless the step trace asks) ti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -76,7 +76,7 @@ class ModelRunner:
 
     # ---- before ready ------------------------------------------------------------------------------
 
-    def capture(self, progress: Progress | None = None, prompt_lengths: list[int] = ()) -> None:
+    def capture(self, progress: Progress | None = None, prompt_lengths: Iterable[int] = ()) -> None:
         """Capture the decode graphs and each layer's MLP pieces (what the launch config asks and this engine can);
         on CUDA first compile the block-FP8 kernels they and the warm-up's prompts of `prompt_lengths` launch."""
         if self.device.type == "cuda":
@@ -88,7 +88,7 @@ class ModelRunner:
         if self.prefill is not None:
             self.model.mlp_graphs = capture_mlp(self.model, *self.prefill)
 
-    def _precompile_fp8(self, prompt_lengths: list[int]) -> None:
+    def _precompile_fp8(self, prompt_lengths: Iterable[int]) -> None:
         # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the
         # ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
         from dcpctl.runtime.models.fp8_precompile import precompile

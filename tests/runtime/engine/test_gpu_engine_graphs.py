@@ -71,6 +71,36 @@ def test_graph_decode_equals_eager_greedy():
     assert same == len(prompts), [(a, b) for a, b in zip(eager, graph) if a != b]
 
 
+def test_the_step_clock_times_each_graph_launch_and_its_gpu_time():
+    """The step trace's clock (engine/phases.py), handed to the model runner: every step that replays a graph has
+    its metadata and launch host times, one pair of CUDA events around its launch with a positive GPU time between
+    them, and the runner runs without a clock after undo (nothing of torch is patched)."""
+    from dcpctl.runtime.engine import SamplingParams
+    from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    path, prompts = _prompts()
+    engine = _engine(path, [1, 2, 4])
+    replay = torch.cuda.CUDAGraph.replay
+    timers = PhaseTimers(engine.runner, replays=True)
+    assert timers.on and torch.cuda.CUDAGraph.replay is replay
+    for i, p in enumerate(prompts[:4]):
+        engine.submit(i, p, SamplingParams(max_new_tokens=12, ignore_eos=True))
+    while engine.busy or engine.sched.has_work():
+        timers.start()
+        engine.step()
+    timers.undo()
+    torch.cuda.synchronize()
+    rows = [dict(zip(PHASES, r)) for r in timers.rows]
+    graph_rows = [r for r in rows if r["prepare"] > 0]
+    gpu_ms = [s.elapsed_time(e) for s, e in timers.replays]
+    launch_us = sorted(r["graph_launch"] * 1e6 for r in graph_rows)
+    _report("step_clock", {"steps": len(rows), "graph_steps": len(graph_rows), "replays": len(gpu_ms),
+                           "launch_us_median": launch_us[len(launch_us) // 2] if launch_us else None,
+                           "gpu_ms_median": sorted(gpu_ms)[len(gpu_ms) // 2] if gpu_ms else None})
+    assert len(graph_rows) >= 8 and all(r["graph_launch"] > 0 for r in graph_rows)
+    assert len(gpu_ms) == len(graph_rows) and all(ms > 0 for ms in gpu_ms)
+    assert engine.runner.clock is None
+
+
 def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
     """A pool of 160 tokens for 8 running requests: the scheduler retracts (reading the pipelined step in flight
     first), the retracted recompute their tokens on return, and every greedy token equals a roomy eager run."""
