@@ -2,10 +2,10 @@
 step spends outside the GPU and that grows with the batch (no GPU needed).
 
 Builds the serving engine on the built-in tiny model's shape (1 layer) with decode graphs on, which off CUDA
-replay the captured step eagerly on the same buffers through the same host code (graphs.py), submits N
-requests of staggered prompt lengths (so requests cross page boundaries on different steps, as served traffic
-does), steps until all decode, then times STEPS steps: each phase's median host microseconds a call, the
-model's own time (`DecodeGraphs._run`) left out.  Compare runs on one machine only.
+replay the captured step eagerly on the same buffers through the same host code (engine/decode_graphs.py), submits
+N requests of staggered prompt lengths (so requests cross page boundaries on different steps, as served traffic
+does), steps until all decode, then times STEPS steps: each phase's median host microseconds a call, the model's
+own time (`DecodeGraphs._run`) left out.  Compare runs on one machine only.
 
 usage: python3 -m tools.decode_host [--rows 32] [--steps 200] [--page-size 64]
 """
@@ -22,15 +22,15 @@ PHASES = [  # (module, class or None, attribute): the per-row host work of one g
     ("dcpctl.runtime.engine.engine", "Engine", "step"),
     ("dcpctl.runtime.engine.scheduler", "Scheduler", "next_batch"),
     ("dcpctl.runtime.engine.scheduler", "Scheduler", "_make_room"),
-    ("dcpctl.runtime.attention.graphs", "DecodeGraphs", "prepare"),
+    ("dcpctl.runtime.engine.decode_graphs", "DecodeGraphs", "prepare"),
     ("dcpctl.runtime.attention.block_table", "DeviceBlockTable", "update"),
-    ("dcpctl.runtime.engine.engine", None, "launch_sampling"),
-    ("dcpctl.runtime.engine.engine", "Engine", "_resolve"),
-    ("dcpctl.runtime.engine.engine", "Engine", "_sources"),
-    ("dcpctl.runtime.engine.engine", "Engine", "input_ids"),
-    ("dcpctl.runtime.engine.scheduler", "Scheduler", "samples"),
+    ("dcpctl.runtime.engine.pipeline", None, "launch_sampling"),
+    ("dcpctl.runtime.engine.pipeline", None, "resolve"),
+    ("dcpctl.runtime.engine.pipeline", "Pipeline", "sources"),
+    ("dcpctl.runtime.engine.model_runner", None, "token_ids"),
+    ("dcpctl.runtime.engine.batch", None, "sample_rows"),
     ("dcpctl.runtime.engine.scheduler", "Scheduler", "advance"),
-    ("dcpctl.runtime.engine.engine", None, "kv_rows"),
+    ("dcpctl.runtime.engine.model_runner", None, "kv_rows"),
 ]
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         while not eng.last_step[0].startswith("graph"):
             eng.step()
         store: dict[str, list[float]] = defaultdict(list)
-        for mod, cls, attr in PHASES + [("dcpctl.runtime.attention.graphs", "DecodeGraphs", "_run")]:
+        for mod, cls, attr in PHASES + [("dcpctl.runtime.engine.decode_graphs", "DecodeGraphs", "_run")]:
             owner = getattr(importlib.import_module(mod), cls) if cls else importlib.import_module(mod)
             setattr(owner, attr, timed(store, attr if attr != "_run" else "model", getattr(owner, attr)))
         for _ in range(args.steps):

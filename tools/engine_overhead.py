@@ -84,9 +84,9 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
     for i in range(batch):
         engine.submit(1000 + i, prompt(n, i), SamplingParams(max_new_tokens=steps, ignore_eos=True))
     gpu, wall = [], []
-    g = engine.graphs
+    g = engine.runner.graphs
     if g is not None:
-        run = g.run
+        run = g.replay
 
         def timed(*a):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -95,9 +95,9 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
             e.record()
             gpu.append((s, e))
             return out
-        g.run = timed
+        g.replay = timed
     from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
-    timers = PhaseTimers(engine)
+    timers = PhaseTimers(engine.runner)
     while engine.sched.has_work():
         decoding = not any(s.prefilling for s in engine.sched.running) and not engine.sched.waiting
         if decoding:
@@ -110,7 +110,7 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
         torch.cuda.synchronize()
     timers.undo()
     if g is not None:
-        g.run = run
+        del g.replay
     gpu_ms = [s.elapsed_time(e) for s, e in gpu[-len(wall):]] if gpu else []
     out = {"batch": batch, "steps": len(wall), "step_wall_ms_p50": statistics.median(wall) * 1e3}
     if timers.rows:

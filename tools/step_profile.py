@@ -32,7 +32,7 @@ def main() -> None:
     if a.blas:
         settings.use(RuntimeSection(blas=a.blas))
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -72,7 +72,7 @@ def main() -> None:
     g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [a.batch], alloc.pages_for(total),
                      alloc.num_pages * page, logits=True)
     key = g.prepare(ids, chunks)
-    graph = g.graphs[key][0]
+    graph = g.graphs[key].graph
     for _ in range(3):
         graph.replay()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -89,7 +89,7 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
 
 def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: Any, batch: int, start: int,
                  steps: int, warmup: int, device: torch.device) -> dict[str, Any]:
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     page = alloc.page_tokens // alloc.dcp
     t0 = time.perf_counter()
     g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [batch],
@@ -101,7 +101,7 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: A
         chunks = [SeqChunk(r, start + s, 1) for r in range(batch)]
         _sync(device)
         t0 = time.perf_counter()
-        graph = g.graphs[g.prepare(ids, chunks)][0]
+        graph = g.graphs[g.prepare(ids, chunks)].graph
         graph.replay()
         torch.cuda.synchronize(device)
         wall_ms = (time.perf_counter() - t0) * 1e3

@@ -48,7 +48,7 @@ def _steps(path, device, dtype, lens, decode_steps, graphs=False):
     out = [model.logits(hidden[ends.to(device)]).double().cpu()]
     runner = None
     if graphs:
-        from dcpctl.runtime.attention.graphs import DecodeGraphs
+        from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
         runner = DecodeGraphs(model, alloc, pool, typed({}), model.cfg.kv_lora_rank, [len(lens)],
                               alloc.pages_for(max(lens) + decode_steps), alloc.num_pages * PAGE)
     ids = torch.full((len(lens),), 7, dtype=torch.int64, device=device)

@@ -66,7 +66,7 @@ class PagedLayout:
     backend_state: dict = field(default_factory=dict)   # per batch: each backend's prepared state, by name
     rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad rows
                                     # past the empty one): a backend may slice the table instead of gathering it
-    graph: GraphPass | None = None  # a decode graph's batch (attention/graphs.py), else None: an eager batch
+    graph: GraphPass | None = None  # a decode graph's batch (engine/decode_graphs.py), else None: an eager batch
     selected: str | None = None     # the absorbed backend the selector picked for this batch (on its first layer)
 
 

@@ -77,7 +77,7 @@ def test_replays_in_a_cuda_graph(mod):
 
 
 def test_metadata_and_decode_capture_together(mod):
-    """What the decode graphs would need (graphs.py): the per-batch rows and metadata made inside the capture from
+    """What the decode graphs would need (engine/decode_graphs.py): the per-batch rows and metadata made inside the capture from
     device buffers, so a replay after the buffers change equals an eager call on the new lengths."""
     import types
     q, pool, table, lens = _case(128, [5, 300, 64, 0])
@@ -156,7 +156,7 @@ def test_decode_graphs_with_flashmla_equal_eager_across_blocks(tmp_path):
     """Decode graphs on FlashMLA (its metadata remade outside the graph) give the logits of eager FlashMLA steps
     while the rows cross 64-row blocks, at DCP 1."""
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState

@@ -42,9 +42,9 @@ def _engine(path, sizes, chunk=64):
 def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10)):
     engine = _engine(path, sizes)
     replays = []
-    if engine.graphs is not None:
-        run = engine.graphs.run
-        engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
+    if engine.runner.graphs is not None:
+        run = engine.runner.graphs.replay
+        engine.runner.graphs.replay = lambda *a: replays.append(len(a[1])) or run(*a)
     reqs = [{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)]
     out = engine.generate(reqs)["outputs"]
     return [o["output_ids"] for o in out], replays, engine
@@ -58,9 +58,39 @@ def test_graph_decode_equals_eager_greedy():
     same = sum(a == b for a, b in zip(eager, graph))
     _report("graph_decode_equals_eager", {"prompts": len(prompts), "equal": same, "replays": len(replays),
                                           "replayed_batch_sizes": sorted(set(replays)),
-                                          "graphs": len(engine.graphs.graphs.graphs),
-                                          "capture_s": engine.graphs.capture_s})
+                                          "graphs": len(engine.runner.graphs.graphs),
+                                          "capture_s": engine.runner.graphs.capture_s})
     assert same == len(prompts), [(a, b) for a, b in zip(eager, graph) if a != b]
+
+
+def test_the_step_clock_times_each_graph_launch_and_its_gpu_time():
+    """The step trace's clock (engine/phases.py), handed to the model runner: every step that replays a graph has
+    its metadata and launch host times, one pair of CUDA events around its launch with a positive GPU time between
+    them, and the runner runs without a clock after undo (nothing of torch is patched)."""
+    from dcpctl.runtime.engine import SamplingParams
+    from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    path, prompts = _prompts()
+    engine = _engine(path, [1, 2, 4])
+    replay = torch.cuda.CUDAGraph.replay
+    timers = PhaseTimers(engine.runner, replays=True)
+    assert timers.on and torch.cuda.CUDAGraph.replay is replay
+    for i, p in enumerate(prompts[:4]):
+        engine.submit(i, p, SamplingParams(max_new_tokens=12, ignore_eos=True))
+    while engine.busy or engine.sched.has_work():
+        timers.start()
+        engine.step()
+    timers.undo()
+    torch.cuda.synchronize()
+    rows = [dict(zip(PHASES, r)) for r in timers.rows]
+    graph_rows = [r for r in rows if r["prepare"] > 0]
+    gpu_ms = [s.elapsed_time(e) for s, e in timers.replays]
+    launch_us = sorted(r["graph_launch"] * 1e6 for r in graph_rows)
+    _report("step_clock", {"steps": len(rows), "graph_steps": len(graph_rows), "replays": len(gpu_ms),
+                           "launch_us_median": launch_us[len(launch_us) // 2] if launch_us else None,
+                           "gpu_ms_median": sorted(gpu_ms)[len(gpu_ms) // 2] if gpu_ms else None})
+    assert len(graph_rows) >= 8 and all(r["graph_launch"] > 0 for r in graph_rows)
+    assert len(gpu_ms) == len(graph_rows) and all(ms > 0 for ms in gpu_ms)
+    assert engine.runner.clock is None
 
 
 def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
