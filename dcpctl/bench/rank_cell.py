@@ -2,7 +2,7 @@
 positions, captured as the serving engine captures it, replayed and timed.
 
 The KV pool is filled with random rows and the lengths are set directly (bench/decode_cell.py's setup_pool): no
-prefill.  The graph is the serving engine's (attention/graphs.py DecodeGraphs with logits; the only place this
+prefill.  The graph is the serving engine's (engine/decode_graphs.py DecodeGraphs with logits; the only place this
 bench builds one) over the context bucket a server with the plan's KV capacity would replay for L
 (`bucket_pages`).  Each rep times `INNER` back-to-back replays with CUDA events (the GPU's step, as the graph
 runs it; the host's part is the served loop's `host gap`, bench/rank_served.py); the stand-in collectives'
@@ -39,9 +39,9 @@ def rank_ids(batch: int, model: Any, device: torch.device) -> Tensor:
 
 def bucket_pages(ctx: int, top_rows: int, page: int, c: int, rank: int) -> int:
     """Block-table pages of the graph a server whose widest bucket is `top_rows` local rows replays for a step at
-    position ctx (graphs.context_buckets: the smallest bucket holding the request's local rows), and at least the
+    position ctx (decode_graphs.context_buckets: the smallest bucket holding the request's local rows), and at least the
     request's own pages."""
-    from dcpctl.runtime.attention.graphs import context_buckets
+    from dcpctl.runtime.engine.decode_graphs import context_buckets
     need = local_len(ctx + 1, rank, c)
     fits = [b for b in context_buckets(max(top_rows, need), page) if b >= need]
     return max(-(-fits[0] // page), -(-(ctx + 1) // (page * c)))
@@ -52,7 +52,7 @@ class Cell:
 
     def __init__(self, model: Any, decisions: Any, batch: int, ctx: int, page: int, top_rows: int,
                  ids: Tensor | None = None) -> None:
-        from dcpctl.runtime.attention.graphs import DecodeGraphs
+        from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
         ps, self.device = model.ps, model.device
         c = ps.dcp.size
         self.alloc, self.pool = setup_pool(model, c, batch, ctx + 1, page, self.device, True)
@@ -73,7 +73,7 @@ class Cell:
         """Per rep, the step's time in us: GPU time of INNER back-to-back replays (CUDA), else one eager step's wall."""
         g = self.graphs
         key = g.prepare(self.ids, self.chunks)
-        graph = g.graphs[key][0]
+        graph = g.graphs[key].graph
         if graph is None:
             out = []
             for _ in range(reps + 1):

@@ -134,7 +134,7 @@ def test_the_served_phase_decodes_adopted_requests_on_stand_in_groups(tiny, tmp_
     plan, launch = _plan(tiny, tp_size=4, dcp_size=2, dp_size=2, enable_dp_attention=True)
     model = load(resolve(plan, launch, 3, None, "cpu"), tmp_path / "config", torch.float32)
     engine = served_engine(model, launch, BATCH, 40)
-    assert engine.graphs is not None and len(engine.sched.running) == BATCH
+    assert engine.runner.graphs is not None and len(engine.sched.running) == BATCH
     events, kinds = [], set()
     for _ in range(WARM + STEPS + 8):
         events += engine.step()
