@@ -6,6 +6,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from dcpctl.runtime.engine.events import Event, ReplicaStats
+from dcpctl.launch.default_model import default_model
 from dcpctl.runtime.server.app import build_app
 from dcpctl.runtime.server.bridge import Bridge
 from dcpctl.runtime.server.gen import ServerState
@@ -50,11 +51,12 @@ def make():
     made = []
 
     def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None, context=64, capacity=48,
-              health_timeout_s=20.0):
+              health_timeout_s=20.0, kv_extra=0):
         metrics = Metrics(1)
         bridge = Bridge(max_outstanding, on_finish=lambda reason: metrics.finished.labels(reason).inc())
         state = ServerState(bridge, ByteTokenizer(), "fake", 260, context, capacity, metrics, api_key, 4096,
-                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s)
+                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s, kv_extra=kv_extra,
+                            model_path=str(default_model().path))
         engine = FakeEngine(bridge, metrics, hold)
         engine.start()
         made.append(bridge)
@@ -303,3 +305,12 @@ def test_no_parameter_is_both_applied_and_refused():
     from dcpctl.runtime.server.protocol import ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
     declared = set().union(*(m.model_fields for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
     assert not set(NEUTRAL) & declared, sorted(set(NEUTRAL) & declared)
+
+
+def test_logit_rules_are_refused_under_speculative_decoding(make):
+    client, _, _ = make(kv_extra=2)          # a speculative server: verification writes 2 rows past decode
+    for extra, param in [({"regex": "[0-9]+"}, "regex"), ({"min_tokens": 2}, "min_tokens"),
+                         ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"allowed_token_ids": [5]}, "allowed_token_ids")]:
+        r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2} | extra)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stop_token_ids": [5]}).status_code == 200

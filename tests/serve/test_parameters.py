@@ -9,7 +9,8 @@ import pytest
 from dcpctl.runtime.server.params import NEUTRAL
 from dcpctl.runtime.server.protocol import ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
 from tests.serve import engine_params as E
-from tests.serve.param_probes import PROBES, Client
+from tests.serve.param_client import Client
+from tests.serve.param_probes import PROBES
 from tests.serve.server import Server
 
 ROUTES = {  # route -> (its body, the parameters the engines document for it)

@@ -36,7 +36,7 @@ from dcpctl.runtime.engine.model_runner import ModelRunner, StepOut
 from dcpctl.runtime.engine.pipeline import Pipeline
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler, greedy_all
-from dcpctl.runtime.engine.scheduler import Scheduler
+from dcpctl.runtime.engine.scheduler import Scheduler, SchedulerError
 from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.engine.warm_up import Room, ladder, warm_up_prompts
 from dcpctl.runtime.graph_capture import Progress
@@ -102,6 +102,8 @@ class Engine:
     def submit(self, rid: int, prompt: list[int], params: SamplingParams) -> None:
         """Queue a request (only on its replica); raises SchedulerError for an impossible one."""
         if self.owns(rid):
+            if self.spec and params.has_rules:   # a verified draft never passes the host-side logit rules
+                raise SchedulerError(f"request {rid}: logit rules and grammars are not run with speculative decoding")
             extra = self.spec.kv_extra if self.spec else 0  # verification writes K rows past plain decode
             self.sched.add(Sequence(rid, list(prompt), params, kv_extra=extra))
 
