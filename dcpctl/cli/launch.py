@@ -18,7 +18,7 @@ from dcpctl.cli.generate import (GRAPH_FLAGS, SCHEDULE_FLAGS, check_chunk, check
                                  fill_default_model, resolve_run_options, runtime_options, schedule_options,
                                  settle_device, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
-from dcpctl.cli.serve_flags import SERVE_FLAGS, check_access, serve_flags, serve_options
+from dcpctl.cli.serve_flags import SERVE_FLAGS, check_access, json_whitespace, serve_flags, serve_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
@@ -69,6 +69,7 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
     from dcpctl.launch.http_workers import http_workers
     workers, why = http_workers(flags["tokenizer_worker_num"], cfg["device"], int(cfg["kv"]["max_running_requests"]))
+    json_whitespace(flags, cfg["model"]["path"])
     serve_opts = serve_options(flags, Path(cfg["model"]["path"]).name, workers, context)
     if dry_run:
         _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml", serve=json.dumps(serve_opts)),

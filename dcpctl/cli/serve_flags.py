@@ -83,6 +83,26 @@ def serve_options(flags: dict[str, Any], model_name: str, workers: int, context:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items() if v != getattr(D, k)}
 
 
+BUILT_IN_JSON_WHITESPACE = 2
+
+
+def json_whitespace(flags: dict[str, Any], model_path: str) -> None:
+    """Structured output's JSON whitespace: any, as SGLang and vLLM allow, unless a --constrained-json-* flag says
+    otherwise; for the built-in model at most BUILT_IN_JSON_WHITESPACE in a row, decided here and said once (it
+    learned Python's indentation: unbounded, it fills max_tokens with spaces before the JSON ends)."""
+    from pathlib import Path
+
+    from dcpctl.launch.default_model import TRAINED_DIR
+    given = (flags["constrained_json_disable_any_whitespace"] or flags["constrained_json_whitespace_pattern"]
+             is not None or flags["constrained_json_max_whitespace_cnt"] is not None)
+    if given or Path(model_path).resolve() != TRAINED_DIR.resolve():
+        return
+    flags["constrained_json_max_whitespace_cnt"] = BUILT_IN_JSON_WHITESPACE
+    console.info(f"structured output: JSON whitespace at most {BUILT_IN_JSON_WHITESPACE} characters in a row (auto: the "
+                 "built-in model fills max_tokens with whitespace otherwise; --constrained-json-max-whitespace-cnt "
+                 "to set)")
+
+
 def check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -> None:
     """Who may talk to the API: a key is required off loopback, an empty key is never one."""
     from dcpctl.runtime.server.http import is_loopback

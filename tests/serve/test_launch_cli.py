@@ -85,3 +85,12 @@ def test_the_dry_run_command_serves_as_printed(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+def test_the_built_in_model_bounds_json_whitespace_and_says_why():
+    r = _run("--dry-run")
+    assert "structured output: JSON whitespace at most 2 characters in a row (auto:" in r.stderr
+    assert '"constrained_json_max_whitespace_cnt": 2' in r.stdout
+    r = _run("--dry-run", "--constrained-json-disable-any-whitespace")
+    assert "structured output:" not in r.stderr and '"constrained_json_max_whitespace_cnt"' not in r.stdout
+    assert '"constrained_json_disable_any_whitespace": true' in r.stdout
