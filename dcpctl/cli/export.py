@@ -59,7 +59,7 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
         from dcpctl.launch.default_model import default_model  # the trained checkpoint `dcpctl launch` serves
         model = default_model().path
     engine = target(plan.request.engine)
-    port, image = port or engine.port, image or engine.image
+    port, image = engine.port if port is None else port, image or engine.image   # --port 0: a free port there
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)

@@ -59,6 +59,7 @@ def test_runtime_limits_are_user_errors(tmp_path):
 @pytest.mark.slow
 def test_exported_script_serves_the_tiny_model(tmp_path):
     out = export(tmp_path, "--preset", "tiny-cpu", "--port", "0")
+    assert json.loads((out / "serve.json").read_text())["port"] == 0     # a free port, not the default
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "torchrun").write_text(f'#!/bin/sh\nexec {sys.executable} -m torch.distributed.run "$@"\n')
