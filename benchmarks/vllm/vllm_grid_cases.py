@@ -28,8 +28,8 @@ KV = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def model_configs() -> dict[str, dict[str, Any]]:
-    """Every model preset under its own name (block-FP8 ones with the `activation_scheme` real checkpoints carry,
-    which vLLM's fp8 config requires), plus an unquantized bf16 DeepSeek-V3.1."""
+    """Every model preset under its own name (block-FP8 ones with the `activation_scheme` real checkpoints
+    carry, which vLLM's fp8 config requires), plus an unquantized bf16 DeepSeek-V3.1."""
     out = {}
     for p in sorted((REPO / "presets/models").glob("*.yaml")):
         cfg = yaml.safe_load(p.read_text())["config"]
@@ -77,7 +77,8 @@ def _exchange() -> Iterator[dict[str, Any]]:
     for hw, model, be, rq, dcp in itertools.product(("h200-8", "b200-8", "b300-8"), ("deepseek-v3.1", "dsv31-bf16",
                                                                                      "kimi-k2"),
                                                     (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False), (1, 8)):
-        yield {"model": model, "hardware": hw, "tp": 8, "dcp": dcp, "dcp_comm_backend": be, "dcp_q_replicate": rq}
+        yield {"model": model, "hardware": hw, "tp": 8, "dcp": dcp, "dcp_comm_backend": be,
+               "dcp_q_replicate": rq}
 
 
 def _kernels() -> Iterator[dict[str, Any]]:
@@ -90,7 +91,8 @@ def _kernels() -> Iterator[dict[str, Any]]:
 def _interleave() -> Iterator[dict[str, Any]]:
     for hw, il, block, dcp in itertools.product(("h200-8", "b200-8"), (1, 2, 16, 64, 128), (None, 16, 64, 128),
                                                 (1, 4, 8)):
-        yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "interleave": il, "block_size": block}
+        yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "interleave": il,
+               "block_size": block}
 
 
 def _models() -> Iterator[dict[str, Any]]:

@@ -10,10 +10,10 @@ from dcpctl import console
 from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.options import collect, plan_options
 from dcpctl.launch.exports import EXPORTERS, FORMATS, ExportOptions
+from dcpctl.plan.engines import target
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
-from dcpctl.plan.vllm import VLLM_VERSION
 
 
 @click.command(cls=EngineCommand)
@@ -58,14 +58,13 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
         from dcpctl.runtime.tiny import ensure_tiny_model  # the bundled runtime serves the built-in checkpoint
         model = ensure_tiny_model()
-    vllm = plan.request.engine == "vllm"
-    port = port or (8000 if vllm else 30000)
-    image = image or (f"vllm/vllm-openai:v{VLLM_VERSION}" if vllm else "lmsysorg/sglang:latest")
+    engine = target(plan.request.engine)
+    port, image = port or engine.port, image or engine.image
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
     for w in plan.warnings:
         console.warn(w)
     if fmt == "torchrun" and plan.request.engine_args:
-        console.warn("the bundled runtime does not read these `sglang serve` flags; not carried: "
+        console.warn(f"the bundled runtime does not read these `{' '.join(engine.command)}` flags; not carried: "
                      + " ".join(" ".join(g) for g in plan.request.engine_args))
     if output_dir:
         out = Path(output_dir)

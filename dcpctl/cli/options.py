@@ -1,4 +1,5 @@
-"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, docs/design.md section 8)."""
+"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, each engine target's own, docs/design.md
+section 8)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,13 +8,13 @@ from typing import Any, Callable
 import click
 
 from dcpctl import console
-from dcpctl.cli import vllm_options
 from dcpctl.cli.engine_flags import merge_engine_args, typed_engine_args
 from dcpctl.cli.runtime_options import RUNTIME_KEYS, RUNTIME_OPTIONS
 from dcpctl.plan import request as R
-from dcpctl.plan import vllm_backends
+from dcpctl.plan.engines import TARGETS, all_backend_names, all_option_keys, target
 from dcpctl.plan.errors import UserError, positive_ints  # noqa: F401 (the commands' flag lists)
 from dcpctl.plan.resolve import hub_preset, merge_options, options_from_saved_plan
+from dcpctl.refs import load_ref
 
 F = Callable[..., Any]
 
@@ -42,7 +43,7 @@ _OPTIONS: list[Callable[[F], F]] = [
     click.option("--pp-size", "--pipeline-parallel-size", "pp_size", type=int, help="Pipeline parallel size."),
     click.option("--nnodes", type=int, help="Number of nodes."),
     click.option("--gpus-per-node", type=int, help="GPUs per node (default: from the hardware profile)."),
-    click.option("--attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS + vllm_backends.NAMES),
+    click.option("--attention-backend", type=click.Choice(all_backend_names()),
                  help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, flashinfer, "
                       "triton (ours) or torch_native when named, else the fastest in its measured table per batch."),
     click.option("--decode-attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS),
@@ -72,7 +73,10 @@ _OPTIONS: list[Callable[[F], F]] = [
                  default=None, help="HiCache L2 host tier."),
     click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
     click.option("--enable-prefill-cp", is_flag=True, default=None, help="Prefill context parallelism (not with DCP)."),
-    *vllm_options.OPTIONS,  # --engine vllm: vLLM's names and aliases
+    click.option("--engine", type=click.Choice(tuple(TARGETS)),
+                 help="Whose rules and defaults the plan applies: " + ", ".join(
+                     f"{t.release}{' (default)' if i == 0 else ''}" for i, t in enumerate(TARGETS.values())) + "."),
+    *[o for t in TARGETS.values() if t.cli_options for o in load_ref(t.cli_options)],  # each engine's own names
     *RUNTIME_OPTIONS,
 ]
 
@@ -84,7 +88,7 @@ PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", 
              "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
              "disaggregation_transfer_backend", "disaggregation_peer_page_size",
              "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend",
-             *vllm_options.KEYS, *RUNTIME_KEYS)
+             "engine", *all_option_keys(), *RUNTIME_KEYS)
 
 
 def plan_options(f: F) -> F:
@@ -104,7 +108,8 @@ def collect(ctx: click.Context, params: dict[str, Any], saved_plan: str | None =
         check_option_types(ctx.command, opts, f"{saved_plan}: request")
         opts.update({k: flags[k] for k in explicit})
         if typed or opts.get("engine_args"):
-            opts["engine_args"] = merge_engine_args(opts.get("engine_args") or [], typed)
+            engine = target(opts.get("engine"))
+            opts["engine_args"] = merge_engine_args(opts.get("engine_args") or [], typed, engine)
     else:
         opts = merge_options(flags, explicit, params.get("preset"))
         if typed:

@@ -4,19 +4,24 @@ from __future__ import annotations
 from typing import Any
 
 from dcpctl import console
+from dcpctl.plan.engines import TARGETS
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.vllm_args import parse_serve
 
 
 def split_args(args: tuple[str, ...]) -> tuple[dict[str, Any] | None, str | None]:
-    """(options of a pasted `vllm serve ...` line, or None; the saved plan path, or None)."""
+    """(options of a pasted engine line an engine target reads, or None; the saved plan path, or None)."""
     if not args:
         return None, None
-    if tuple(args[:2]) == ("vllm", "serve"):
-        opts, rest = parse_serve(list(args[2:]))
-        if rest:
-            console.info(f"passed through (not modelled by the plan): {' '.join(rest)}")
-        return {**opts, "engine": "vllm"}, None
+    for t in TARGETS.values():
+        n = len(t.command)
+        if t.reads_pasted and tuple(args[:n]) == t.command:
+            opts, rest = t.parse_pasted(list(args[n:]))
+            if rest:
+                console.info("passed through (not modelled by the plan): "
+                             + " ".join(tok for p in rest for tok in p.tokens))
+            typed = {"engine_args": [list(p.tokens) for p in rest]} if rest else {}
+            return {**opts, **typed, "engine": t.name}, None
     if len(args) == 1:
         return None, args[0]
-    raise UserError(f"expected a saved plan or a pasted `vllm serve ...` line after `--`, got {' '.join(args[:3])!r}")
+    lines = " or ".join(f"`{' '.join(t.command)} ...`" for t in TARGETS.values() if t.reads_pasted)
+    raise UserError(f"expected a saved plan or a pasted {lines} line after `--`, got {' '.join(args[:3])!r}")

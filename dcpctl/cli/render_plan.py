@@ -8,8 +8,7 @@ from dcpctl import console
 from dcpctl.cli.render_hardware import render_hardware
 from dcpctl.plan.groups import collapse, rank_info
 from dcpctl.plan.planner import Plan
-from dcpctl.plan.sglang import SGLANG_VERSION
-from dcpctl.plan.vllm import VLLM_VERSION
+from dcpctl.plan.engines import target
 
 GIB = 2**30
 MAX_GROUPS_SHOWN = 8
@@ -29,10 +28,9 @@ def _header(p: Plan) -> None:
                       f"tp {t.tp_size}, dp {t.dp_size}{' (attention DP)' if t.enable_dp_attention else ''}, "
                       f"dcp {t.dcp_size}, ep {t.ep_size}, pp {t.pp_size}, {t.total_gpus} GPU(s) on "
                       f"{t.nnodes} node(s); attn_tp {t.attn_tp}; {_rules(p)} rules", soft_wrap=True)
-    if r.engine == "vllm":  # the same deployment in vLLM's spelling (docs/vllm.md: topology)
-        dp = t.attn_dp if t.enable_dp_attention else t.dp_size
-        console.out.print(f"  vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}"
-                          f"{' -ep' if t.ep_size > 1 else ''}", soft_wrap=True)
+    spelled = target(r.engine).spelling(r)  # the same deployment in the engine's own flags (docs/vllm.md: topology)
+    if spelled:
+        console.out.print(f"  {spelled}", soft_wrap=True)
     for v in p.violations:
         console.out.print(f"  [red]x[/] [bold]{v.code}[/]: {v.message}", soft_wrap=True)
     for w in p.warnings:
@@ -144,4 +142,4 @@ def _skipped(p: Plan) -> None:
 
 
 def _rules(p: Plan) -> str:
-    return f"vLLM {VLLM_VERSION}" if p.request.engine == "vllm" else f"SGLang {SGLANG_VERSION}"
+    return target(p.request.engine).release

@@ -6,14 +6,12 @@ from typing import Any, Callable
 import click
 
 from dcpctl.plan import vllm
-from dcpctl.plan.vllm_args import ALIASES, OPTION_KEYS as KEYS  # noqa: F401 - KEYS: the plan keys these set
+from dcpctl.plan.vllm_args import ALIASES
 
 F = Callable[..., Any]
 
 
 OPTIONS: list[Callable[[F], F]] = [
-    click.option("--engine", type=click.Choice(("sglang", "vllm")),
-                 help=f"Whose rules and defaults the plan applies: SGLang (default) or vLLM {vllm.VLLM_VERSION}."),
     click.option("--enable-expert-parallel/--disable-expert-parallel", "-ep", "enable_expert_parallel", default=None,
                  help="vLLM: experts over all tp * dp ranks (with --dp-size > 1: attention DP)."),
     click.option("--prefill-context-parallel-size", "-pcp", "prefill_context_parallel_size", type=int,

@@ -8,6 +8,7 @@ from dcpctl.contract.fields import parse_value
 from dcpctl.contract.launch_config import (CommBackend, Decisions, Dtype, GroupsSection, HiCacheSection, KVSection,
                                            LaunchConfig, ModelSection, RuntimeSection, SpecAlgorithm,
                                            SpeculativeSection, TopologySection)
+from dcpctl.plan.engines import target
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
 
@@ -54,9 +55,10 @@ def runtime_section(plan: Plan) -> RuntimeSection:
 
 def _check_runtime_supports(plan: Plan, dtype: str) -> None:
     """UserError unless the plan is valid and the bundled runtime can run it."""
-    if plan.request.engine == "vllm":
-        raise UserError("the bundled runtime runs plans under SGLang's rules; a --engine vllm plan is for "
-                        "`dcpctl export vllm` (vLLM serves it)")
+    engine = target(plan.request.engine)
+    if not engine.bundled_runtime:
+        raise UserError(f"the bundled runtime runs plans under SGLang's rules; a --engine {engine.name} plan is for "
+                        f"`dcpctl export {engine.name}` ({engine.label} serves it)")
     if not plan.valid:
         raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
     t, backend = plan.request.topology, plan.decisions["dcp_comm_backend"].value

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dcpctl.launch.export_common import env_prefix, hardware_env
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.model_registry import remote_code
 from dcpctl.plan.vllm import VLLM_VERSION
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def vllm_args(plan: "Plan", opts: "ExportOptions", node_rank: int | None = 0) ->
     a += ["--gpu-memory-utilization", str(r.mem_fraction_static)]
     a += _if(bool(r.context_len), "--max-model-len", r.context_len)
     a += _if(bool(r.max_running_requests), "--max-num-seqs", r.max_running_requests)
-    if any("Kimi" in x for x in r.model.architectures) or r.model.model_type.startswith("kimi"):
+    if remote_code(r.model.model_type, r.model.architectures):  # the model registry's families
         a.append("--trust-remote-code")
     if t.nnodes > 1:
         host, _, port = opts.dist_init_addr.rpartition(":")

@@ -16,13 +16,16 @@ from typing import Any, Callable
 import yaml
 
 from dcpctl.launch.export_common import ExportOptions, env_prefix, hardware_env
-from dcpctl.launch.targets import carried, check_sglang_target, typed_dests
+from dcpctl.launch.targets import carried, typed_dests
+from dcpctl.plan.engines import TARGETS, target
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.model_registry import remote_code
+from dcpctl.refs import load_ref
 from dcpctl.plan.planner import Plan
 from dcpctl.plan.sglang import RUNTIME_ONLY_KV_DTYPES
 from dcpctl.plan.sglang_args import sglang_table
 
-FORMATS = ("sglang", "vllm", "torchrun", "slurm", "k8s")
+FORMATS = (*TARGETS, "torchrun", "slurm", "k8s")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # SGLang's is_eagle() or is_standalone()
 
 
@@ -48,7 +51,7 @@ def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> l
     a += _if(bool(r.context_len), "--context-length", r.context_len)
     a += _if(bool(r.max_running_requests), "--max-running-requests", r.max_running_requests)
     a += _spec_args(plan) + _cache_args(plan)
-    if any("Kimi" in x for x in r.model.architectures) or r.model.model_type.startswith("kimi"):
+    if remote_code(r.model.model_type, r.model.architectures):  # the model registry's families
         a.append("--trust-remote-code")
     table = sglang_table()
     a += ([] if "host" in typed_dests(table, r.engine_args) else ["--host", "0.0.0.0"]) + ["--port", str(opts.port)]
@@ -93,7 +96,7 @@ def _cache_args(plan: Plan) -> list[str]:
 
 def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     """One script per node; with PD disaggregation, the peer side's nodes and the router too."""
-    check_sglang_target(plan, "sglang")
+    target(plan.request.engine).check_export(plan.request, "sglang")
     files = _sglang_nodes(plan, opts, plan.request.disaggregation_mode)
     if plan.request.disaggregation_mode != "null":
         files.update(_pd_peer(plan, opts))
@@ -167,7 +170,7 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-    check_sglang_target(plan, "slurm")
+    target(plan.request.engine).check_export(plan.request, "slurm")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
     args = serve_args(plan, replace(opts, dist_init_addr=f"HEAD_ADDR:{port}"), node_rank=None)
@@ -192,7 +195,7 @@ def export_slurm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-    check_sglang_target(plan, "k8s")
+    target(plan.request.engine).check_export(plan.request, "k8s")
     t = plan.request.topology
     port = opts.dist_init_addr.rpartition(":")[2] or "5000"
 
@@ -219,26 +222,28 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def serve_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> list[str]:
-    """The engine's serve argv for one node: `vllm serve` under --engine vllm, else `sglang serve`."""
-    from dcpctl.launch.export_vllm import vllm_args
-    return (vllm_args if plan.request.engine == "vllm" else sglang_args)(plan, opts, node_rank)
+    """The plan's engine's serve argv for one node (its target's `serve_args`: `sglang serve`, `vllm serve`)."""
+    return load_ref(target(plan.request.engine).serve_args)(plan, opts, node_rank)
 
 
 def _engine_check(fmt: str, exporter: Callable[[Plan, ExportOptions], dict[str, str]]):
-    """sglang/torchrun export SGLang-ruled plans; vllm exports vLLM-ruled ones; slurm/k8s wrap either engine."""
+    """An engine's own format exports plans made under its rules; torchrun those the bundled runtime runs;
+    slurm/k8s wrap any engine's serve command."""
     def run(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-        if plan.request.engine == "vllm" and fmt in ("sglang", "torchrun"):
-            raise UserError(f"`export {fmt}` needs a plan under SGLang's rules; this plan is --engine vllm: use "
-                            "`dcpctl export vllm` (or slurm/k8s, which wrap `vllm serve`)")
+        engine = target(plan.request.engine)
+        if (fmt in TARGETS and fmt != engine.name) or (fmt == "torchrun" and not engine.bundled_runtime):
+            own = TARGETS.get(fmt, target(None))
+            raise UserError(f"`export {fmt}` needs a plan under {own.label}'s rules (--engine {own.name}); this plan "
+                            f"is --engine {engine.name}: use `dcpctl export {engine.name}` (or slurm/k8s, which "
+                            f"wrap `{' '.join(engine.command)}`)")
         return exporter(plan, opts)
     return run
 
 
-def _export_vllm(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-    from dcpctl.launch.export_vllm import export_vllm
-    return export_vllm(plan, opts)
+def _engine_export(name: str) -> Callable[[Plan, ExportOptions], dict[str, str]]:
+    return lambda plan, opts: load_ref(TARGETS[name].exporter)(plan, opts)
 
 
 EXPORTERS: dict[str, Callable[[Plan, ExportOptions], dict[str, str]]] = {
-    f: _engine_check(f, e) for f, e in {"sglang": export_sglang, "vllm": _export_vllm, "torchrun": export_torchrun,
-                                        "slurm": export_slurm, "k8s": export_k8s}.items()}
+    f: _engine_check(f, e) for f, e in {**{name: _engine_export(name) for name in TARGETS},
+                                        "torchrun": export_torchrun, "slurm": export_slurm, "k8s": export_k8s}.items()}

@@ -3,9 +3,9 @@
     read_hf_config(path) -> HfConfig        opens config.json (and generation_config.json for EOS)
     parse_hf_config(cfg, source) -> HfConfig   a dict already in memory (a preset, a test)
 
-Reads DeepseekV2/V3, Kimi K2 (`kimi_k2`), KimiLinear (`kimi_linear`: `layer_types` or
-`linear_attn_config.full_attn_layers` (+ `kda_layers`), 1-indexed) and wrappers nesting the language
-model under `text_config`. A key absent from the file takes transformers' default for the model's
+Reads the families of plan/model_registry.py: DeepseekV2/V3, Kimi K2 (`kimi_k2`), KimiLinear
+(`kimi_linear`: `layer_types` or `linear_attn_config.full_attn_layers` (+ `kda_layers`), 1-indexed) and
+wrappers nesting the language model under `text_config`. A key absent from the file takes transformers' default for the model's
 family, aliases included (plan/hf_defaults.py); only the four keys that say which model this is
 (hidden_size, num_hidden_layers, num_attention_heads, kv_lora_rank) must be present. A null value
 counts as absent, except q_lora_rank (null: no query LoRA). In these configs `head_dim` is the rope
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl.plan.errors import ConfigError
-from dcpctl.plan.hf_defaults import DEFAULTS, KIMI_LINEAR, V2, family_of, first, value
+from dcpctl.plan.hf_defaults import DEFAULTS, KIMI_LINEAR, V2, first, value
 from dcpctl.plan.hf_layers import KDA, MLA, KdaShape, layer_kinds, moe_layers
 from dcpctl.plan.hf_rope import RopeSpec, read_rope
+from dcpctl.plan.model_registry import MODEL_TYPES, family_of
 
-SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_linear", "kimi_k3")
 MAX_LAYERS = 4096  # guards against a typo building a million-entry layer list
 MAX_DIM = 2**31 - 1  # any model size or count past int32 is a typo, and would overflow the memory math
 
@@ -142,11 +142,12 @@ def parse_hf_config(cfg: dict[str, Any], source: str = "config.json") -> HfConfi
     if not isinstance(archs, (list, tuple)) or not all(isinstance(a, str) for a in archs):
         raise ConfigError(f"{source}: architectures must be a list of class names, got {archs!r}")
     archs, mtype = tuple(archs), str(lm.get("model_type") or outer.get("model_type") or "")
-    if mtype not in SUPPORTED_TYPES and not any("Kimi" in a or "Deepseek" in a for a in archs):
+    family = family_of(mtype, archs)  # the model registry (plan/model_registry.py)
+    if family is None:
         raise ConfigError(f"{source}: model_type {mtype!r} (architectures {list(archs)}) is not an MLA model "
-                          f"dcpctl supports; supported model types: {', '.join(SUPPORTED_TYPES)}")
+                          f"dcpctl supports; supported model types: {', '.join(MODEL_TYPES)}")
     try:
-        hc = _build(lm, outer, archs, mtype, source)
+        hc = _build(lm, outer, archs, mtype, source, family.hf_defaults)
     except KeyError as e:
         raise ConfigError(f"{source}: required key {e.args[0]!r} is missing (model_type {mtype!r})") from None
     except (TypeError, ValueError, AttributeError, OverflowError) as e:
@@ -155,8 +156,8 @@ def parse_hf_config(cfg: dict[str, Any], source: str = "config.json") -> HfConfi
     return hc
 
 
-def _build(lm: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ...], mtype: str, source: str) -> HfConfig:
-    fam = family_of(mtype, archs)
+def _build(lm: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ...], mtype: str, source: str,
+           fam: str) -> HfConfig:
     get = lambda name: value(lm, name, fam)  # noqa: E731
     layers = int(_need(lm, "num_hidden_layers"))
     if not 1 <= layers <= MAX_LAYERS:

@@ -60,12 +60,3 @@ def value(cfg: dict[str, Any], field: str, family: str) -> Any:
     """`field` as transformers reads it from `cfg`: its key or an alias, else the family's default."""
     got = first(cfg, *keys(field, family))
     return DEFAULTS[field][family] if got is None else got
-
-
-def family_of(model_type: str, architectures: tuple[str, ...]) -> str:
-    """The transformers config class whose defaults a model takes (see the module docstring)."""
-    if model_type == KIMI_LINEAR or "KimiLinearForCausalLM" in architectures:
-        return KIMI_LINEAR
-    if model_type == V2 or "DeepseekV2ForCausalLM" in architectures:
-        return V2
-    return V3

@@ -97,7 +97,9 @@ def kda_state_bytes_per_rank(req: PlanRequest) -> int:
     return m.kda.state_bytes_per_layer() * layers // req.topology.attn_tp
 
 
-def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[dict[str, Any], list[Violation]]:
+def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool, memory_option: str = "mem_fraction_static"
+                  ) -> tuple[dict[str, Any], list[Violation]]:
+    """memory_option: the engine's name of req.mem_fraction_static, for the weights_fit message."""
     m, t, hw = req.model, req.topology, req.hardware
     per_rank_mem = hw.memory_gib * GIB / (t.ranks_per_node if hw.device == "cpu" else 1)
     weights, rep_q = weights_and_replicated_q(req, replicate_q)
@@ -106,7 +108,7 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool) -> tuple[d
     viol: list[Violation] = []
     if budget <= 0:
         viol.append(Violation("weights_fit", f"weights per rank ({(weights + rep_q) / GIB:.1f} GiB) exceed "
-                              f"{'gpu_memory_utilization' if req.engine == 'vllm' else 'mem_fraction_static'} ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
+                              f"{memory_option} ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
                               f"= {static / GIB:.1f} GiB; raise tp/ep or use a larger GPU"))
     cap = capacity(req, kv_dtype, budget, t.dcp_size)
     base = capacity(req, kv_dtype, int(static - weights), 1)

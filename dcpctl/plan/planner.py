@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dcpctl.plan import compose, decisions, groups, memory, speculative, vllm_plan
+from dcpctl.plan import compose, decisions, groups, memory, speculative
+from dcpctl.plan.engines import target
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.sglang import SGLANG_VERSION
-from dcpctl.plan.vllm import VLLM_VERSION
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Plan:
         d: dict[str, Any] = {
             "valid": self.valid,
             "sglang_version": SGLANG_VERSION,
-            "engine": {"name": r.engine, "version": VLLM_VERSION if r.engine == "vllm" else SGLANG_VERSION},
+            "engine": {"name": r.engine, "version": target(r.engine).version},
             "violations": [v.to_dict() for v in self.violations],
             "warnings": list(self.warnings),
             "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
@@ -71,15 +71,11 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
     if req.topology.gpus_per_node is None and req.hardware.device == "cuda":
         # a GPU profile fixes the node size; on CPU, ranks of a node share the host
         req = replace(req, topology=replace(req.topology, gpus_per_node=req.hardware.gpus_per_node))
-    t, m = req.topology, req.model
+    t = req.topology
     plan = Plan(req, skipped_checks=list(SKIPPED_WITHOUT_MODEL) if topology_only else [])
-    if req.engine == "vllm":  # vLLM's rules and defaults, each with its source (plan/vllm_plan.py)
-        plan.violations += vllm_plan.topology_violations(req, with_model=not topology_only)
-        dec = vllm_plan.decide(req)
-    else:
-        plan.violations += t.violations(num_heads=None if topology_only else m.num_heads,
-                                        num_layers=None if topology_only else m.num_layers)
-        dec = decisions.decide(req)
+    engine = target(req.engine)  # the engine's rules and defaults, each with its source (plan/engines.py)
+    plan.violations += engine.violations(req, with_model=not topology_only)
+    dec = engine.decide(req)
     spec_k = dec.items.get("speculative_num_draft_tokens")  # decided once, used everywhere
     req = plan.request = replace(req, page_size=dec.value("page_size"), speculative_num_draft_tokens=spec_k.value
                                  if spec_k else req.speculative_num_draft_tokens, **speculative.auto_steps_topk(req))
@@ -96,7 +92,7 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
         _node_warnings(plan)
     if topology_only:
         return plan
-    plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"))
+    plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"), engine.memory_option)
     plan.violations += mviol
     return plan
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dcpctl.plan import presets, vllm_args
+from dcpctl.plan import presets
+from dcpctl.plan.engines import all_option_keys, engine_options, target
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.figures import calibrated
 from dcpctl.plan.hardware import Hardware, resolve_hardware
@@ -17,7 +18,7 @@ TOPOLOGY_KEYS = ("tp_size", "dp_size", "enable_dp_attention", "dcp_size", "ep_si
 REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("topology", "model", "hardware",
                                                                               "draft_model"))
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
-              "attn_dp_size", "calibration", "decode_attention_backend", *vllm_args.OPTION_KEYS)
+              "attn_dp_size", "calibration", "decode_attention_backend", "engine", *all_option_keys())
 DEFAULT_MODEL = "tiny"
 MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is topology-only
 # topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape, unquantized bf16, no
@@ -113,7 +114,7 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
         hardware = calibrated(hardware, Path(opts["calibration"]))
-    opts = _engine_args(_attn_dp(vllm_args.engine_options(opts)))  # --engine vllm: vLLM's vocabulary -> plan options
+    opts = _engine_args(_attn_dp(engine_options(opts)))  # the engine's vocabulary -> plan options (plan/engines.py)
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
     draft = None
@@ -128,18 +129,15 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
 
 def _engine_args(opts: dict[str, Any]) -> dict[str, Any]:
     """SGLang's --decode-attention-backend is the plan's decode kernel; the passed-through flags are checked again
-    (a saved plan's may have been edited) and frozen."""
-    from dcpctl.plan.engine_args import split
-    from dcpctl.plan.sglang_args import sglang_table
+    by the engine (a saved plan's may have been edited) and frozen."""
     out = dict(opts)
     if opts.get("decode_attention_backend"):
         out["attention_backend"] = opts["decode_attention_backend"]
     groups = opts.get("engine_args") or ()
     if not isinstance(groups, (list, tuple)) or not all(isinstance(g, (list, tuple)) and g for g in groups):
         raise UserError(f"engine_args must be a list of flag token lists, got {groups!r}")
-    for g in groups:
-        split(sglang_table(), [str(x) for x in g], {})
     out["engine_args"] = tuple(tuple(str(x) for x in g) for g in groups)
+    target(opts.get("engine")).check_passed(out["engine_args"])
     return out
 
 

@@ -38,7 +38,26 @@ class EngineSyntax:
                     return before + rest, True
         return args, False
 
+    def rename(self, args: list[str], caller: dict[str, bool]) -> list[str]:
+        """Engine spellings of dcpctl's flags (`--tp`, `--dp`, `--tensor-parallel-size`) -> dcpctl's own."""
+        out = []
+        after_dashes = False
+        for tok in args:
+            after_dashes = after_dashes or tok == "--"
+            name, eq, val = tok.partition("=")
+            if after_dashes or not name.startswith("--") or name in caller:
+                out.append(tok)
+                continue
+            arg = self.table.lookup(name)
+            mine = [f for f in (arg.flags if arg else ())
+                    if f in caller and f.startswith("--no-") == name.startswith("--no-")]
+            out.append(f"{mine[0]}{eq}{val}" if mine else tok)
+        return out
 
+
+# dcpctl models these SGLang flags and also carries them as typed: SGLang's --attention-backend sets the prefill
+# kernel too, which the plan (decode only) does not write.
+CARRY_AS_TYPED = frozenset({"--attention-backend"})
 PYTHON = r"python(3(\.\d+)?)?"
 SGLANG = EngineSyntax(
     table_file=f"sglang-{SGLANG_VERSION}.json",

@@ -8,11 +8,13 @@ vLLM's parallel vocabulary into dcpctl's topology (dcpctl.plan.vllm_plan says ho
 """
 from __future__ import annotations
 
+import difflib
 import json
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from dcpctl.plan.engine_args import PassThrough
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, SGLANG_ONLY, VLLM_VERSION
 
@@ -36,21 +38,21 @@ RENAMED = {"dcp_q_replicate": "dcp_replicate_q_proj", "block_size": "page_size",
 # vLLM's single-dash aliases of flags dcpctl already has: hidden options of their own, folded into the long form
 ALIASES = {"tp_alias": ("-tp", "tp_size"), "dp_alias": ("-dp", "dp_size"), "pp_alias": ("-pp", "pp_size"),
            "dcp_alias": ("-dcp", "dcp_size"), "nnodes_alias": ("-n", "nnodes")}
-OPTION_KEYS = ("engine", "enable_expert_parallel", "prefill_context_parallel_size", "cp_kv_cache_interleave_size",
+OPTION_KEYS = ("enable_expert_parallel", "prefill_context_parallel_size", "cp_kv_cache_interleave_size",
                *RENAMED, *ALIASES)
 PER_NODE = ("node_rank", "master_addr", "master_port", "headless", "data_parallel_address", "data_parallel_rpc_port",
             "data_parallel_size_local", "data_parallel_start_rank", "host", "port")
 
 
 @lru_cache(maxsize=1)
-def flag_table() -> dict[str, tuple[str, bool]]:
-    """Every `vllm serve` option string -> (dest, takes a value)."""
+def flag_table() -> dict[str, tuple[str, bool, str]]:
+    """Every `vllm serve` option string -> (dest, takes a value, the option's first spelling)."""
     doc = json.loads(resources.files("dcpctl").joinpath("data/engines/vllm_serve_flags.json").read_text())
     assert doc["version"] == VLLM_VERSION, doc["version"]
-    return {f: (row["dest"], row["takes_value"]) for row in doc["flags"] for f in row["flags"]}
+    return {f: (row["dest"], row["takes_value"], row["flags"][0]) for row in doc["flags"] for f in row["flags"]}
 
 
-def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
     """A pasted `vllm serve MODEL ...` argv (after `vllm serve`) -> (plan options, passed-through flags)."""
     table, opts, rest, i = flag_table(), {}, [], 0
     while i < len(argv):
@@ -63,16 +65,49 @@ def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             continue
         if name not in table:
             raise UserError(f"{name} is not a `vllm serve` option of vLLM {VLLM_VERSION}")
-        dest, takes = table[name]
+        dest, takes, flag = table[name]
         if takes and not eq and i + 1 >= len(argv):
             raise UserError(f"{name} needs a value")
         value: Any = (inline if eq else argv[i + 1]) if takes else not name.startswith(("--no-", "--disable-"))
-        i += 2 if takes and not eq else 1
+        n = 2 if takes and not eq else 1
         if dest in MODELLED:
             opts[MODELLED[dest]] = _typed(MODELLED[dest], value, name)
         elif dest not in PER_NODE:
-            rest += [tok] if not takes or eq else [tok, str(value)]
+            rest.append(PassThrough(dest, flag, tuple(argv[i:i + n]), (str(value),) if takes else ()))
+        i += n
     return opts, rest
+
+
+def split_flags(args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough]]:
+    """(the tokens dcpctl parses, the other `vllm serve` flags as typed); a flag vLLM lacks: one sentence, exit 2."""
+    table, mine, rest, i = flag_table(), [], [], 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, inline = tok.partition("=")
+        if tok == "--":
+            return mine + args[i:], rest
+        if not tok.startswith("-") or name in caller:
+            mine.append(tok)
+            i += 1
+            continue
+        if name not in table:
+            near = difflib.get_close_matches(name, [*table, *caller], n=1)
+            raise UserError(f"{name} is not an option of dcpctl or of `vllm serve` (vLLM {VLLM_VERSION})"
+                            + (f"; the nearest is {near[0]}" if near else ""))
+        dest, takes, flag = table[name]
+        n = 1 if takes and not eq else 0
+        values = (inline,) if eq else tuple(args[i + 1:i + 1 + n])
+        rest.append(PassThrough(dest, flag, tuple(args[i:i + 1 + n]), values))
+        i += 1 + n
+    return mine, rest
+
+
+def check_passed(groups: tuple[tuple[str, ...], ...]) -> None:
+    """UserError unless every group starts with a `vllm serve` option (a saved plan's may have been edited)."""
+    for g in groups:
+        name = g[0].partition("=")[0]
+        if name not in flag_table():
+            raise UserError(f"{name} is not a `vllm serve` option of vLLM {VLLM_VERSION}")
 
 
 def _typed(key: str, value: Any, flag: str) -> Any:
@@ -89,17 +124,22 @@ def _typed(key: str, value: Any, flag: str) -> Any:
     return value
 
 
-def engine_options(opts: dict[str, Any]) -> dict[str, Any]:
-    """Merged plan options -> the options the request is built from, under the engine they name."""
-    engine = opts.get("engine") or "sglang"
+def refuse_vllm_names(opts: dict[str, Any], engine: str, backends: tuple[str, ...]) -> None:
+    """vLLM's spellings, backends and options typed for another engine: one sentence naming what to use."""
     named = [k for k in (*RENAMED, *ALIASES) if opts.get(k) is not None]
-    if engine == "sglang" and named:
+    if named:
         flag = ALIASES[named[0]][0] if named[0] in ALIASES else "--" + named[0].replace("_", "-")
         target = RENAMED.get(named[0]) or ALIASES[named[0]][1]
         raise UserError(f"{flag} is vLLM's spelling; add --engine vllm, or use --{target.replace('_', '-')}")
-    out = fold(opts)
-    check_engine_names(out, engine)
-    return to_plan_options(out) if engine == "vllm" else out
+    from dcpctl.plan import vllm_backends
+    be, kv = opts.get("attention_backend"), opts.get("kv_cache_dtype")
+    if be in vllm_backends.NAMES:
+        raise UserError(f"--attention-backend {be} is a vLLM backend; add --engine vllm, or use one of {engine}'s: "
+                        f"{', '.join(backends)}")
+    vllm_only = [k for k in ("prefill_context_parallel_size", "cp_kv_cache_interleave_size", "enable_expert_parallel")
+                 if opts.get(k) not in (None, False)] + (["kv_cache_dtype fp8"] if kv == "fp8" else [])
+    if vllm_only:
+        raise UserError(f"--{vllm_only[0].replace('_', '-')} is a vLLM option; add --engine vllm")
 
 
 def fold(opts: dict[str, Any]) -> dict[str, Any]:
@@ -145,26 +185,16 @@ def _dpa_spelling(opts: dict[str, Any]) -> bool:
     return bool(opts.get("enable_dp_attention")) and opts.get("ep_size") == tp and not opts.get("enable_expert_parallel")
 
 
-def check_engine_names(opts: dict[str, Any], engine: str) -> None:
-    """A backend or KV dtype name of the other engine: one sentence naming the valid ones."""
-    from dcpctl.plan import request as R
+def check_engine_names(opts: dict[str, Any]) -> None:
+    """A backend, KV dtype or exchange name of another engine: one sentence naming vLLM's."""
     from dcpctl.plan import vllm, vllm_backends
     be, kv = opts.get("attention_backend"), opts.get("kv_cache_dtype")
-    if engine == "vllm":
-        if be not in (None, "auto") and be not in vllm_backends.NAMES:
-            raise UserError(f"--attention-backend {be} is an SGLang name; vLLM {VLLM_VERSION}'s MLA backends: "
-                            f"{', '.join(vllm_backends.NAMES)}")
-        if kv is not None and kv not in vllm.KV_DTYPES:
-            raise UserError(f"--kv-cache-dtype {kv} is not a vLLM {VLLM_VERSION} choice dcpctl plans: "
-                            f"{', '.join(vllm.KV_DTYPES)}")
-        if opts.get("dcp_comm_backend") not in (None, *vllm.COMM_BACKENDS):
-            raise UserError(f"--dcp-comm-backend {opts['dcp_comm_backend']} is SGLang's; vLLM's: "
-                            f"{', '.join(vllm.COMM_BACKENDS)}")
-        return
-    if be in vllm_backends.NAMES:
-        raise UserError(f"--attention-backend {be} is a vLLM backend; add --engine vllm, or use one of SGLang's: "
-                        f"{', '.join(R.DECODE_ATTENTION_BACKENDS)}")
-    vllm_only = [k for k in ("prefill_context_parallel_size", "cp_kv_cache_interleave_size", "enable_expert_parallel")
-                 if opts.get(k) not in (None, False)] + (["kv_cache_dtype fp8"] if kv == "fp8" else [])
-    if vllm_only:
-        raise UserError(f"--{vllm_only[0].replace('_', '-')} is a vLLM option; add --engine vllm")
+    if be not in (None, "auto") and be not in vllm_backends.NAMES:
+        raise UserError(f"--attention-backend {be} is an SGLang name; vLLM {VLLM_VERSION}'s MLA backends: "
+                        f"{', '.join(vllm_backends.NAMES)}")
+    if kv is not None and kv not in vllm.KV_DTYPES:
+        raise UserError(f"--kv-cache-dtype {kv} is not a vLLM {VLLM_VERSION} choice dcpctl plans: "
+                        f"{', '.join(vllm.KV_DTYPES)}")
+    if opts.get("dcp_comm_backend") not in (None, *vllm.COMM_BACKENDS):
+        raise UserError(f"--dcp-comm-backend {opts['dcp_comm_backend']} is SGLang's; vLLM's: "
+                        f"{', '.join(vllm.COMM_BACKENDS)}")

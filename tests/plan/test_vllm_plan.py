@@ -84,7 +84,7 @@ def test_pasted_vllm_serve_line():
                               "--no-dcp-q-replicate", "--served-model-name", "x", "--port", "9000"])
     assert opts == {"model_path": "deepseek-ai/DeepSeek-V3.1", "tp_size": 8, "dcp_size": 8,
                     "enable_expert_parallel": True, "dcp_replicate_q_proj": False}
-    assert rest == ["--served-model-name", "x"]
+    assert [list(p.tokens) for p in rest] == [["--served-model-name", "x"]]
     with pytest.raises(UserError, match="not a `vllm serve` option"):
         parse_serve(["m", "--tp-size", "8"])
 

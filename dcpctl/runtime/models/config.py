@@ -4,9 +4,9 @@
     mla_config(hc) -> MlaConfig                     ModelLoadError for anything the runtime cannot run
     parse_config(cfg: dict, file) -> MlaConfig      the same from a dict in memory (tiny.py, tests)
 
-Supported: DeepSeek-V2 (`deepseek_v2`), DeepSeek-V3 (`deepseek_v3`), Kimi K2 (`kimi_k2`), Kimi Linear
-(`kimi_linear`, hybrid: kimi_config.py; loader.read_config returns its MLA part), and wrappers that
-nest one of them under `text_config`. Block-FP8 weights are parsed by quant.py, from
+Supported: the families of plan/model_registry.py that name a runtime builder (DeepSeek-V2, DeepSeek-V3,
+Kimi K2; Kimi Linear, hybrid: kimi_config.py, whose MLA part loader.read_config returns), and wrappers
+that nest one of them under `text_config`. Block-FP8 weights are parsed by quant.py, from
 `HfConfig.quantization`.
 """
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.hf_config import HfConfig, MlaShape, RopeSpec, parse_hf_config, read_hf_config
-from dcpctl.plan.hf_defaults import KIMI_LINEAR, V2
+from dcpctl.plan.hf_defaults import V2
+from dcpctl.plan.model_registry import RUNTIME_MODEL_TYPES, Family, family_of
 from dcpctl.runtime.errors import ModelLoadError
 
-SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-SUPPORTED_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
-HYBRID_TYPES = ("kimi_linear",)
 ROPE_TYPES = ("default", "yarn")
 __all__ = ["MlaConfig", "ModelLoadError", "RopeSpec", "mla_config", "parse_config", "read_model_config"]
 
@@ -80,13 +78,20 @@ def parse_config(cfg: dict[str, Any], file: Path = Path("config.json")) -> MlaCo
     return mla_config(parsed(cfg, file))
 
 
-def check_runnable(hc: HfConfig) -> None:
-    """ModelLoadError unless the bundled runtime runs this architecture (any family: the flags it refuses)."""
-    deepseek = hc.model_type in SUPPORTED_TYPES or any(a in SUPPORTED_ARCHS for a in hc.architectures)
-    if hc.family != KIMI_LINEAR and not (deepseek and hc.kda_layers == ()):
+def runtime_family(hc: HfConfig) -> Family:
+    """The model registry's family of `hc` (plan/model_registry.py); ModelLoadError unless the bundled runtime
+    builds it (a family with a builder, whose layers may be KDA only where the family says so)."""
+    fam = family_of(hc.model_type, hc.architectures)
+    if fam is None or fam.build is None or fam.mla_config is None or (hc.kda_layers and not fam.kda):
         raise ModelLoadError(f"{hc.source}: model_type {hc.model_type!r} (architectures {list(hc.architectures)}) "
                              f"is not supported by the bundled runtime; supported model types: "
-                             f"{', '.join(SUPPORTED_TYPES + HYBRID_TYPES)}")
+                             f"{', '.join(RUNTIME_MODEL_TYPES)}")
+    return fam
+
+
+def check_runnable(hc: HfConfig) -> None:
+    """ModelLoadError unless the bundled runtime runs this architecture (any family: the flags it refuses)."""
+    runtime_family(hc)
     for flag in ("attention_bias", "mlp_bias"):
         if getattr(hc, flag):
             raise ModelLoadError(f"{hc.source}: {flag}=true is not supported by the bundled runtime")

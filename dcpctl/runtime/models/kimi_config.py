@@ -61,6 +61,11 @@ def hybrid_config(hc: HfConfig) -> HybridConfig:
     return HybridConfig(mla, hc.kda, hc.layer_kinds, frozenset(hc.moe_layers))
 
 
+def mla_part(hc: HfConfig) -> MlaConfig:
+    """The MLA layers' description of a Kimi Linear model (the model registry's MLA part of this family)."""
+    return hybrid_config(hc).mla
+
+
 def _reject_unsupported(hc: HfConfig) -> None:
     check_runnable(hc)
     if hc.quantization:

@@ -29,11 +29,13 @@ from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.models.kda import KdaAttention, kda_heads, kda_wants
 from dcpctl.runtime.models.kda_state import KdaStatePool, batch_chunks
-from dcpctl.runtime.models.kimi_config import HybridConfig
+from dcpctl.runtime.errors import ModelLoadError
+from dcpctl.runtime.models.build import ModelLoad
+from dcpctl.runtime.models.kimi_config import HybridConfig, hybrid_config
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import rms_norm
 from dcpctl.runtime.models.rope import softmax_scale
-from dcpctl.runtime.models.shards import Shards
+from dcpctl.runtime.models.shards import Shards, plan_shards
 from dcpctl.runtime.parallel import ParallelState
 
 DEFAULT_KDA_REQUESTS = 16
@@ -139,10 +141,20 @@ def _flat_a_log(hc: HybridConfig, ckpt: Checkpoint, prefix: str) -> bool:
         return len(f.get_slice(name).get_shape()) == 1
 
 
+def build(m: ModelLoad) -> KimiLinearModel:
+    """The Kimi Linear family's builder (plan/model_registry.py)."""
+    if m.synthetic is not None:
+        raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) model")
+    hc = hybrid_config(m.parsed)
+    s = plan_shards(hc.mla, m.ps, m.replicate_q)
+    return load_kimi_linear(hc, Checkpoint(m.path), m.ps, s, m.dtype, m.device, m.upcast, m.progress,
+                            m.kda_max_requests or DEFAULT_KDA_REQUESTS)
+
+
 def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: Shards, dtype: torch.dtype,
                      device: torch.device | str, upcast: torch.dtype,
                      progress: Callable[[int, int], None] | None, max_requests: int) -> KimiLinearModel:
-    """This rank's KimiLinearModel (called by loader.load_model after dispatch)."""
+    """This rank's KimiLinearModel."""
     prefix, head = ckpt.language_model_names(hc.mla.tie_word_embeddings)
     with_mlp = {k.split(".mlp.", 1)[0] for k in ckpt.where if ".mlp." in k}
     wants, names = checkpoint_wants(hc, ps, s, prefix, head, upcast, with_mlp, _flat_a_log(hc, ckpt, prefix))

@@ -3,8 +3,9 @@
     load_model(path, ps: ParallelState, replicate_q: bool, dtype: torch.dtype, device,
                progress: Callable[[int, int], None] | None = None) -> DeepseekModel
 
-Dispatches on model_type / architectures: DeepSeek-V2/V3 and Kimi K2 build a DeepseekModel,
-Kimi Linear (`kimi_linear`) a KimiLinearModel whose KDA state pool holds `kda_max_requests` slots.
+The model registry (plan/model_registry.py) names the builder per family: DeepSeek-V2/V3 and Kimi K2 build a
+DeepseekModel here (load_deepseek), Kimi Linear (`kimi_linear`) a KimiLinearModel whose KDA state pool holds
+`kda_max_requests` slots (kimi_linear.build).
 Block-wise fp8 checkpoints (DeepSeek-V3 / Kimi K2 releases) keep their linear layers in FP8 on GPUs
 with e4m3 tensor cores (quant.fp8_compute decides, once, with a note) and are dequantized to `dtype`
 per shard at load elsewhere; kv_b_proj is always dequantized (absorbed MLA splits it).
@@ -22,17 +23,14 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dcpctl.plan.hf_defaults import KIMI_LINEAR
 from dcpctl.runtime.kernels import gemm16, pdl
 from dcpctl.runtime.models.attention import MlaAttention, attention_wants
+from dcpctl.runtime.models.build import ModelLoad, builder, mla_part
 from dcpctl.runtime.kernels.blas import choose_blas
-from dcpctl.runtime.errors import ModelLoadError
 from dcpctl.runtime.models.checkpoint import EMBED, Checkpoint, Want
 from dcpctl.runtime.models.config import MlaConfig, mla_config, read_model_config
 from dcpctl.runtime.models.deepseek import DeepseekModel, Layer
 from dcpctl.runtime.kernels.fusions import Fusions
-from dcpctl.runtime.models.kimi_config import hybrid_config
-from dcpctl.runtime.models.kimi_linear import DEFAULT_KDA_REQUESTS, load_kimi_linear
 from dcpctl.runtime.models.mlp import DenseMLP, MoE, mlp_wants, moe_wants
 from dcpctl.runtime.models.ops import upcast_dtype
 from dcpctl.runtime.models.quant import fp8_compute, read_quantization
@@ -65,14 +63,15 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     _configure_pdl(fuse.pdl, device)
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
-    if parsed.family == KIMI_LINEAR:
-        if synthetic is not None:
-            raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) model")
-        hc = hybrid_config(parsed)
-        ckpt = Checkpoint(path)
-        s = plan_shards(hc.mla, ps, replicate_q)
-        return load_kimi_linear(hc, ckpt, ps, s, dtype, device, upcast, progress,
-                                kda_max_requests or DEFAULT_KDA_REQUESTS)
+    build = builder(parsed)  # the model registry's builder of this family (plan/model_registry.py)
+    return build(ModelLoad(parsed, path, ps, replicate_q, dtype, device, upcast, progress, fuse, kda_max_requests,
+                           keep_fp8, synthetic))
+
+
+def load_deepseek(m: ModelLoad) -> DeepseekModel:
+    """The DeepSeek-V2/V3 and Kimi K2 families' builder (plan/model_registry.py)."""
+    parsed, path, ps, replicate_q, dtype, device = m.parsed, m.path, m.ps, m.replicate_q, m.dtype, m.device
+    upcast, progress, fuse, keep_fp8, synthetic = m.upcast, m.progress, m.fuse, m.keep_fp8, m.synthetic
     cfg = mla_config(parsed)
     # quant.py parses the quantization_config mapping the one config.json parse kept as written
     quant = read_quantization({"quantization_config": parsed.quantization}, Path(parsed.source))
@@ -88,8 +87,7 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
 
 def read_config(path: Path) -> MlaConfig:
     """Parse `path/config.json` (or a config.json path) into an MlaConfig (a hybrid's MLA part)."""
-    hc = read_model_config(path)
-    return hybrid_config(hc).mla if hc.family == KIMI_LINEAR else mla_config(hc)
+    return mla_part(read_model_config(path))
 
 
 def _configure_pdl(on: bool, device: torch.device | str) -> None:

@@ -5,13 +5,10 @@ the rows it owns (owner(p) = p mod c) through the allocator's pages; each rank's
 (o, lse, base), and the merge (merge.merge_stacked) combines them.  Sequences shorter than c leave
 empty shards; lengths off page multiples leave partial last pages; pad rows follow the requests.
 Then the greedy ids of a tiny 512 + 64 latent model through the worker, per backend.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (`benchmarks/gpu.sh tests`).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py; `benchmarks/gpu.sh tests`).
 """
-import json
 import math
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +17,7 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.merge import merge_stacked
 from dcpctl.runtime.attention.paged import build_paged, paged_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from tests.gpu_report import report as _report
 from tests.runtime.attention.needs import need_backend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -28,12 +26,6 @@ R, V, PAGE = 576, 512, 64
 SCALE = 1 / math.sqrt(192)
 LENS = [1, 3, 64, 130, 1000, 4097]      # < c (empty shards), page multiples and partial last pages
 BACKENDS = ["triton", "flashinfer", "flashmla"]
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
 
 
 def _unsplit(q, kv, lens):

@@ -2,25 +2,17 @@
 composition and padding, the grouped MoE path inside the graph, the eager fallback above the largest
 size, and the same greedy tokens as eager steps (bf16, the trained default model: its top-2 margins are
 far above bf16 noise).  Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set."""
-import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
 from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.parallel import ParallelState
+from tests.gpu_report import report as _report
 from tests.runtime.configs import config
 from tests.runtime.engine.test_engine import launch_cfg
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
 
 
 def _prompts():
@@ -193,10 +185,8 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512 tokens
     (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token equals the run
     without pieces."""
-    import sys
+    from benchmarks.fp8_model_check import write_trained
     from dcpctl.launch.cuda_graphs import prefill_section
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-    from fp8_model_check import write_trained
     _, prompts = _prompts()
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
@@ -217,12 +207,10 @@ def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
     """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays them in
     passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass
     runs at its bucket's rows, where the tile setting may differ)."""
-    import sys
+    from benchmarks.fp8_model_check import write_trained
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE
     from dcpctl.runtime.models.mlp_graphs import MlpGraphs, token_cap
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-    from fp8_model_check import write_trained
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
     cap = token_cap(model)

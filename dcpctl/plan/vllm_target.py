@@ -1,0 +1,66 @@
+"""vLLM 0.34.0 as an engine target (`--engine vllm`): its vocabulary (plan/vllm_args.py, cli/vllm_options.py), its
+rules and defaults (plan/vllm_plan.py, plan/vllm_backends.py) and its export `vllm serve` (launch/export_vllm.py)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dcpctl.plan import vllm_args, vllm_backends, vllm_plan
+from dcpctl.plan.engine_args import PassThrough
+from dcpctl.plan.engine_target import EngineTarget
+from dcpctl.plan.vllm import VLLM_VERSION
+
+if TYPE_CHECKING:
+    from dcpctl.plan.cost import Choice
+    from dcpctl.plan.decisions import Decisions
+    from dcpctl.plan.errors import Violation
+    from dcpctl.plan.request import PlanRequest
+
+
+class VllmTarget(EngineTarget):
+    name, label, version = "vllm", "vLLM", VLLM_VERSION
+    command = ("vllm", "serve")
+    memory_option = "gpu_memory_utilization"
+    port, image = 8000, f"vllm/vllm-openai:v{VLLM_VERSION}"
+    bundled_runtime = False
+    attention_backends = vllm_backends.NAMES
+    cli_options, option_keys = "dcpctl.cli.vllm_options:OPTIONS", vllm_args.OPTION_KEYS
+    serve_args = "dcpctl.launch.export_vllm:vllm_args"
+    exporter = "dcpctl.launch.export_vllm:export_vllm"
+
+    def options(self, opts: dict[str, Any]) -> dict[str, Any]:
+        out = vllm_args.fold(opts)
+        vllm_args.check_engine_names(out)
+        return vllm_args.to_plan_options(out)
+
+    def refuse_names(self, opts: dict[str, Any], chosen: EngineTarget) -> None:
+        vllm_args.refuse_vllm_names(opts, chosen.label, chosen.attention_backends)
+
+    def violations(self, req: "PlanRequest", with_model: bool) -> list["Violation"]:
+        return vllm_plan.topology_violations(req, with_model)
+
+    def decide(self, req: "PlanRequest") -> "Decisions":
+        return vllm_plan.decide(req)
+
+    def candidates(self, req: "PlanRequest") -> list["Choice"]:
+        return vllm_plan.candidates(req)
+
+    def spelling(self, req: "PlanRequest") -> str | None:
+        t = req.topology
+        dp = t.attn_dp if t.enable_dp_attention else t.dp_size
+        return f"vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}{' -ep' if t.ep_size > 1 else ''}"
+
+    def split_flags(self, args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
+        mine, rest = vllm_args.split_flags(args, caller)
+        return mine, rest, False
+
+    def dest(self, token: str) -> str:
+        name = token.partition("=")[0]
+        return vllm_args.flag_table().get(name, (name,))[0]
+
+    def check_passed(self, groups: tuple[tuple[str, ...], ...]) -> None:
+        vllm_args.check_passed(groups)
+
+    reads_pasted = True
+
+    def parse_pasted(self, argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
+        return vllm_args.parse_serve(argv)
