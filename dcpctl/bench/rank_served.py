@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from dcpctl.bench.rank_cell import rank_ids
-from dcpctl.runtime.engine.phases import PhaseTimers
 from dcpctl.runtime.kv.allocator import local_len
 
 STEPS, WARM = 24, 4
@@ -48,16 +47,17 @@ def run_served(model: Any, launch: Any, batch: int, ctx: int) -> dict[str, Any]:
     """Peak memory, served step and host gap of `batch` requests at context `ctx` (CUDA only)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    from dcpctl.runtime.engine.phases import PhaseTimers
     engine = served_engine(model, launch, batch, ctx)
-    trace = PhaseTimers(engine.runner, replays=True)     # CUDA events right around each graph replay
+    clock = PhaseTimers(engine.runner, replays=True)     # CUDA events around each graph launch
     walls = []
     for _ in range(WARM + STEPS):
         t0 = time.perf_counter()
         engine.step()
         walls.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
-    trace.undo()
-    events = trace.replays[WARM:]
+    clock.undo()
+    events = (clock.replays or [])[WARM:]
     steps = [a.elapsed_time(b) * 1e3 for a, b in events]
     gaps = [b0.elapsed_time(a1) * 1e3 for (_, b0), (a1, _) in zip(events, events[1:])]
     out = {"batch": batch, "context": ctx, "peak_bytes": torch.cuda.max_memory_allocated(),

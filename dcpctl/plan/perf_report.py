@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dcpctl.plan import engines
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf import COMM_SOURCE, Decode, Model, chunked_prefill
 from dcpctl.plan.perf_measured import Measured, check_matches
@@ -69,9 +70,10 @@ def performance(p: Plan, w: Workload, measured: Measured | None = None,
                          "decode_context": w.context, "max_context": w.max_context,
                          "chunked_prefill_size": chunked_prefill(r)},
             "predicts": "the bundled runtime (dcpctl launch) serving this plan"}
-    if r.engine == "vllm":
+    engine = engines.target(r.engine)
+    if not engine.bundled_runtime:
         return {**head, "unavailable": "the performance model predicts the bundled runtime's step; plans under "
-                                       "--engine vllm have none"}
+                                       f"--engine {engine.name} have none"}
     if measured is not None:
         check_matches(measured, r, p.decisions)
     try:
