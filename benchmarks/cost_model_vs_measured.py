@@ -1,6 +1,6 @@
 """The planner's cost model against measured `dcpctl bench decode` tables (CUDA-graph step times).
 
-    python benchmarks/cost_model_vs_measured.py [--calibration CAL.yaml] [--one-gpu D1.json]
+    python -m benchmarks.cost_model_vs_measured [--calibration CAL.yaml] [--one-gpu D1.json]
         [--two-gpu D2.json] [--repeat D2b.json] [-o CAL.yaml]
 
 The calibration (benchmarks/fit_calibration.py: ceilings, per-head kernel efficiency, per-call
@@ -46,7 +46,8 @@ class Table:
     def predict_ms(self, r: dict, k: Constants) -> float:
         ch = Choice(r["dcp"], self.backend if r["dcp"] > 1 else "none", self.repq and r["dcp"] > 1)
         lc = layer_cost(self.m, self.tp, ch, r["batch"], r["context"], "bfloat16", k)
-        return (lc.layer_s + dense_mlp_s(self.m.hidden_size, self.inter, self.tp, r["batch"], k)) * self.layers * 1e3
+        return (lc.layer_s + dense_mlp_s(self.m.hidden_size, self.inter, self.tp, r["batch"],
+                                         k)) * self.layers * 1e3
 
     def cells(self) -> dict[tuple[int, int, int], dict]:
         return {(r["dcp"], r["batch"], r["context"]): r for r in self.rows}
@@ -105,7 +106,8 @@ def main() -> None:
     ap.add_argument("--one-gpu", type=Path, default=DATA / "decode_dcp1_h200.json")
     ap.add_argument("--two-gpu", type=Path, default=DATA / "decode_dcp1_vs_dcp2_h200x2.json")
     ap.add_argument("--repeat", type=Path, help="another recording of the two-GPU grid (noise floor)")
-    ap.add_argument("-o", "--output", type=Path, help="merge the fitted layer_overhead_us into this calibration")
+    ap.add_argument("-o", "--output", type=Path,
+                    help="merge the fitted layer_overhead_us into this calibration")
     args = ap.parse_args()
     base = Constants(1e12, 1e12, 1e11, 0.0, "unused: the calibration sets every term")
     k = replace(load_calibration(args.calibration, base), layer_overhead_s=0.0)

@@ -1,6 +1,6 @@
 """`bench decode`'s cell (dcpctl.bench.decode_cell.run_cell) on a checkpoint directory, one device, DCP 1.
 
-    python3 benchmarks/decode_step.py DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
+    python3 -m benchmarks.decode_step DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
         [--profile B]   (CUDA: one eager step at batch B and the first context under torch.profiler: GPU time per kernel)
 
 For checkpoints `bench decode` cannot write (it makes every layer dense): the 16-layer MoE checkpoint of
@@ -30,8 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-o", "--output")
     ap.add_argument("--profile", type=int, metavar="B", help="profile one eager step at batch B (CUDA)")
     args = ap.parse_args(argv)
-    from hf_peer import save  # benchmarks/ (this script's folder) is on sys.path
-
+    from benchmarks.hf_peer import save
     from dcpctl.bench.decode_cell import run_cell
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -39,14 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.cuda_graphs and device.type != "cuda":
         ap.error("--cuda-graphs needs --device cuda")
     ps = ParallelState.single()
-    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
+    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False,
+                 "lse_base": "e"}
     model = load_model(args.model, ps, False, getattr(torch, args.dtype), device)
     page = args.page_size or (64 if device.type == "cuda" else 1)
     rows = []
     for b in (int(x) for x in args.batches.split(",")):
         for L in (int(x) for x in args.contexts.split(",")):
             try:
-                cell = run_cell(model, ps, decisions, b, L, args.steps, args.warmup, page, device, args.cuda_graphs)
+                cell = run_cell(model, ps, decisions, b, L, args.steps, args.warmup, page, device,
+                                args.cuda_graphs)
             except Exception as e:  # noqa: BLE001 - one cell's failure (often OOM) is a result too
                 cell = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             rows.append({"dcp": 1, "batch": b, "context": L, **cell})
@@ -60,10 +61,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def profile_step(fn, top: int = 30) -> dict:
-    """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name (ms,
-    calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name apart."""
-    from prefill_ttft import kernel_totals   # benchmarks/ (this script's folder) is on sys.path
+    """One call of fn (run_cell's layout and one eager step) under torch.profiler: GPU time per kernel name
+    (ms, calls), largest first, and every kernel in launch order (name, us) to tell the GEMMs of one name
+    apart."""
     from torch.profiler import ProfilerActivity, profile
+    from benchmarks.prefill_ttft import kernel_totals
     fn()                                   # the cell's first call: allocation and any compile, outside the profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

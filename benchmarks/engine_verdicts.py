@@ -34,7 +34,8 @@ def classify(d: dict[str, Any], e: dict[str, Any], engine: str, extra_checks: An
 
 
 def print_classes(cases: list[dict[str, Any]], counts: Any, failures: tuple[str, ...], show: int) -> None:
-    """The classes per case group, the totals, and up to `show` examples of each failure (with its command)."""
+    """The classes per case group, the totals, and up to `show` examples of each failure (with its
+    command)."""
     by_group: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for c in cases:
         by_group[c["group"]][c["class"]] += 1

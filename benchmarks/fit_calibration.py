@@ -1,6 +1,6 @@
 """Fit the cost model's calibration from recorded `dcpctl bench kernel` / `bench exchange` JSON.
 
-    python benchmarks/fit_calibration.py --kernel K.json [--exchange E.json] -o calibration.yaml
+    python -m benchmarks.fit_calibration --kernel K.json [--exchange E.json] -o calibration.yaml
 
 Writes (merging into -o, other keys kept) copy_tbps, bf16_tflops, attn_efficiency {heads: fraction}
 and attn_fixed_us from the kernel grid; a2a_latency_us and a2a_gbps (the exchange the decode step

@@ -1,6 +1,6 @@
 """FlashInfer's MLA paged decode timed next to ours on the same pages, in one GPU run.
 
-    python3 benchmarks/flashinfer_mla.py --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
+    python3 -m benchmarks.flashinfer_mla --out DIR [--quick] [--work /tmp/dcpctl-flashinfer]
 
 FlashInfer comes from the sdist that `tools/gpu_env.sh prepare` puts in .vendor/ (no network on
 the device, no pip install), made importable by dcpctl/runtime/attention/flashinfer_setup.py (the
@@ -21,15 +21,14 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from dcpctl.runtime.attention.flashinfer_setup import activate, prepare_source
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from dcpctl.runtime.attention.flashinfer_setup import activate, prepare_source  # noqa: E402
 
 VENDOR = ROOT / ".vendor"
 TARBALL = VENDOR / "flashinfer_python-0.2.14.tar.gz"
@@ -109,7 +108,8 @@ def peer_cache(pool: Any, layout: str) -> tuple[Any, Any, str]:
     if layout == "auto":
         layout = "views" if pool.kv.numel() <= MAX_KV_ELEMENTS else "separate"
     if layout == "views":
-        return pool.kv[..., :V], pool.kv[..., V:], "strided views of our fused [pages, 64, 576] pool (zero copy)"
+        return pool.kv[..., :V], pool.kv[...,
+                                         V:], "strided views of our fused [pages, 64, 576] pool (zero copy)"
     over = pool.kv.numel() > MAX_KV_ELEMENTS
     why = " (the fused pool is over 2^32 elements: FlashInfer's uint32 page offset would wrap)" if over else ""
     ckv, kpe = pool.kv[..., :V].contiguous(), pool.kv[..., V:].contiguous()
@@ -118,7 +118,8 @@ def peer_cache(pool: Any, layout: str) -> tuple[Any, Any, str]:
     return ckv, kpe, "separate contiguous ckv/kpe copies of the same pages" + why
 
 
-def fi_decode_fn(peer: Peer, backend: str, ws: Any, q: Any, cache: tuple[Any, Any], bt: Any, ctx: int) -> Callable:
+def fi_decode_fn(peer: Peer, backend: str, ws: Any, q: Any, cache: tuple[Any, Any], bt: Any,
+                 ctx: int) -> Callable:
     # q: [B, H, R]  cache: ckv [pages, P, V], kpe [pages, P, R-V]  bt: [B, ctx/P]
     # -> planned callable () -> (o [B, H, V], lse [B, H] base 2)
     import torch
@@ -138,7 +139,8 @@ def rel(a: Any, b: Any) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-def check(peer: Peer, backend: str, ws: Any, pool: Any, cache: tuple[Any, Any], heads: int) -> dict[str, float]:
+def check(peer: Peer, backend: str, ws: Any, pool: Any, cache: tuple[Any, Any], heads: int) -> dict[str,
+                                                                                                    float]:
     # B=3, ctx=3000 (as kernel.check_config): FlashInfer against ours; both against the naive fp32 decode
     import torch
     from dcpctl.bench.kernel import R, _decode_fn, naive_decode
@@ -149,12 +151,14 @@ def check(peer: Peer, backend: str, ws: Any, pool: Any, cache: tuple[Any, Any], 
     o, lse2 = fi_decode_fn(peer, backend, ws, q, cache, bt, 3000)()
     lse = lse2 * math.log(2)   # mla_hopper.cuh / mla.cuh write lse = log2(d) + m in base-2 units
     pages = pool.kv[bt.reshape(-1).long()].float()      # only this cell's pages in fp32, renumbered 0..n-1
-    want_o, want_lse = naive_decode(q.float(), pages, torch.arange(bt.numel(), device=bt.device).view_as(bt), 3000)
+    want_o, want_lse = naive_decode(q.float(), pages, torch.arange(bt.numel(), device=bt.device).view_as(bt),
+                                    3000)
     return {"o_vs_ours": rel(o, ours.o), "lse_vs_ours": rel(lse, ours.lse), "ours_o_vs_naive": rel(ours.o, want_o),
             "flashinfer_o_vs_naive": rel(o, want_o), "flashinfer_lse_vs_naive": rel(lse, want_lse)}
 
 
-def pick_backend(peer: Peer, backends: list[str], ws: Any, pool: Any, cache: tuple[Any, Any], heads: int) -> str | None:
+def pick_backend(peer: Peer, backends: list[str], ws: Any, pool: Any, cache: tuple[Any, Any],
+                 heads: int) -> str | None:
     """The first backend that JIT-compiles and agrees with ours within TOL at this head count."""
     for be in filter(lambda be: jit(peer, be), backends):
         try:
@@ -178,7 +182,8 @@ def eager_ms(fns: list[Callable[[], object]]) -> float:
 
 
 def time_peer(peer: Peer, ws: Any, pool: Any, cache: tuple[Any, Any], row: dict[str, Any], cfg: Any) -> None:
-    # FlashInfer over the same rotation of block tables as row's `time_cell`; fills flashinfer_us (+ eager pair)
+    # FlashInfer over the same rotation of block tables as row's `time_cell`; fills flashinfer_us (+ eager
+    # pair)
     import torch
     from dcpctl.bench.ceilings import graph_ms
     from dcpctl.bench.kernel import R, _decode_fn
@@ -201,7 +206,8 @@ def time_peer(peer: Peer, ws: Any, pool: Any, cache: tuple[Any, Any], row: dict[
     row["ours_eager_us"] = eager_ms([_decode_fn(q, pool, bt, ctx, cfg) for bt in tables] * reps) * 1e3
 
 
-def ours_phase(pool: Any, ceil: Any, grid: tuple[list[int], ...], cfgs: dict[int, Any]) -> list[dict[str, Any]]:
+def ours_phase(pool: Any, ceil: Any, grid: tuple[list[int], ...],
+               cfgs: dict[int, Any]) -> list[dict[str, Any]]:
     """Our kernel over the whole grid first, so a FlashInfer crash cannot cost our numbers."""
     from dcpctl.bench.kernel import time_cell
     cells = []
@@ -273,7 +279,8 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for flashinfer_mla.json and the error log")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="folder for flashinfer_mla.json and the error log")
     ap.add_argument("--quick", action="store_true", help="heads 16,128 x ctx 8K,64K x batch 1,32")
     ap.add_argument("--tarball", type=Path, default=TARBALL)
     ap.add_argument("--work", type=Path, default=Path("/tmp/dcpctl-flashinfer"), help="unpack + JIT cache")

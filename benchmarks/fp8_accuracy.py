@@ -1,15 +1,15 @@
 """Block-FP8 judged as users judge a quantized checkpoint: the built-in trained model against its FP8 form.
 
-    python benchmarks/fp8_accuracy.py [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
+    python -m benchmarks.fp8_accuracy [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
                                       [--prefill-mode w8a16|w8a8]
 
 The built-in trained model (tiny DeepSeek-V3-shaped, trained on Python stdlib sources; what `dcpctl generate`
-serves without --model-path) is quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale =
-amax / 448; fp8_model_check.write_trained) and compared with its bf16 form, on its shipped held-out text
-(heldout.txt: 8 windows of 255 bytes of Python files it never saw). The model as trained is stored float32; its
-bf16 form (fp8_model_check.write_trained(fp8=False): every tensor rounded to bf16) is the checkpoint a bf16 release
-would hold, and the FP8 form keeps its tensors that are not FP8 (embeddings, lm_head, router, norms) in bf16 too.
-Five paths:
+serves without --model-path) is quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale = amax
+/ 448; fp8_model_check.write_trained) and compared with its bf16 form, on its shipped held-out text
+(heldout.txt: 8 windows of 255 bytes of Python files it never saw). The model as trained is stored float32;
+its bf16 form (fp8_model_check.write_trained(fp8=False): every tensor rounded to bf16) is the checkpoint a
+bf16 release would hold, and the FP8 form keeps its tensors that are not FP8 (embeddings, lm_head, router,
+norms) in bf16 too. Five paths:
 
 | path     | weights                              | arithmetic                                                        |
 | -------- | ------------------------------------ | ----------------------------------------------------------------- |
@@ -19,18 +19,18 @@ Five paths:
 | f64_bf16 | the bf16 form                        | float64: the bf16 checkpoint, exactly                             |
 | f64_fp8  | the FP8 form, kept                   | float64: the --mode method on the FP8 checkpoint, exactly (w8a16: the dequantized weights; w8a8: rows quantized 1x128 e4m3 first) |
 
-Which pair the targets judge (the report's `target_comparison`): on cuda the served paths, fp8 vs bf16 (the FP8
-kernels against the bf16 ones); on cpu, where no FP8 kernel runs, the two checkpoints in float64, f64_fp8 vs
-f64_bf16: the quantization alone (under w8a8 the activations' too), without bf16 arithmetic's rounding, which
-flips greedy continuations by itself (f64 vs bf16). The other pairs are reported beside it.
+Which pair the targets judge (the report's `target_comparison`): on cuda the served paths, fp8 vs bf16 (the
+FP8 kernels against the bf16 ones); on cpu, where no FP8 kernel runs, the two checkpoints in float64, f64_fp8
+vs f64_bf16: the quantization alone (under w8a8 the activations' too), without bf16 arithmetic's rounding,
+which flips greedy continuations by itself (f64 vs bf16). The other pairs are reported beside it.
 
---prefill-mode (CPU): the method of the GEMMs of more than fp8_tiles.M_TILE_ROWS rows (the prefill's; decode steps of
-up to that many requests keep --mode), as a server that quantizes the activations only where the rows make the GEMM
-compute-bound would run; both FP8 paths (fp8, f64_fp8) follow it.
+--prefill-mode (CPU): the method of the GEMMs of more than fp8_tiles.M_TILE_ROWS rows (the prefill's; decode
+steps of up to that many requests keep --mode), as a server that quantizes the activations only where the rows
+make the GEMM compute-bound would run; both FP8 paths (fp8, f64_fp8) follow it.
 
---fp32-logits: the 16-bit paths' lm_head product is taken in fp32 (inputs as they are, fp32 output, as SGLang's
---enable-fp32-lm-head does; dcpctl's runtime rounds logits to the model dtype), so that logits a rounding step apart
-no longer tie or swap in the greedy comparison.
+--fp32-logits: the 16-bit paths' lm_head product is taken in fp32 (inputs as they are, fp32 output, as
+SGLang's --enable-fp32-lm-head does; dcpctl's runtime rounds logits to the model dtype), so that logits a
+rounding step apart no longer tie or swap in the greedy comparison.
 
 Reported:
 - bits per byte of every path over all 8 x 255 held-out bytes (BOS in front of each window); the target pair's
@@ -58,18 +58,16 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-from fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recorded_routes,  # noqa: E402
-                             routing_differs, write_trained)
+from benchmarks.fp8_model_check import (_load, _stats, emulated_fp8_matmul, norm_rel, recorded_routes,
+                                        routing_differs, write_trained)
+from dcpctl.launch.default_model import default_model
+from dcpctl.runtime import settings
+from dcpctl.runtime.kernels import fp8_gemm, fp8_parts
+from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS
+from dcpctl.runtime.tokenizer import ByteTokenizer
+from tests.runtime.ref_context import RefContext, greedy_run
 
-from dcpctl.launch.default_model import default_model  # noqa: E402
-from dcpctl.runtime import settings  # noqa: E402
-from dcpctl.runtime.kernels import fp8_gemm, fp8_parts  # noqa: E402
-from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS  # noqa: E402
-from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
-from tests.runtime.ref_context import RefContext, greedy_run  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 PROMPTS = 32
 PROMPT_BYTES = 32
@@ -77,7 +75,8 @@ NEW_TOKENS = 16
 BPB_TARGET = 0.02      # fp8's bits per byte within 2% of bf16's
 GREEDY_TARGET = 28     # of PROMPTS equal
 TARGET_PAIR = {"cuda": ("fp8", "bf16"), "cpu": ("f64_fp8", "f64_bf16")}   # (path, reference) the targets judge
-GREEDY_PAIRS = (("fp8", "bf16"), ("f64_fp8", "f64_bf16"), ("f64", "bf16"), ("f64_bf16", "f64"), ("f64_fp8", "f64"))
+GREEDY_PAIRS = (("fp8", "bf16"), ("f64_fp8", "f64_bf16"), ("f64", "bf16"), ("f64_bf16", "f64"),
+                ("f64_fp8", "f64"))
 STEP_PAIRS = (("fp8", "bf16"), ("f64_fp8", "f64_bf16"), ("f64", "bf16"), ("f64_fp8", "bf16"))
 PATHS = {
     "bf16": "the trained model in bf16 arithmetic (weights rounded to bf16 at load)",
@@ -92,8 +91,8 @@ PATHS = {
 def bits_per_byte(logits: list[torch.Tensor], ids: list[list[int]]) -> float:
     """Mean next-token loss in bits over every position after the first of each sequence (logits[i]: [len, V],
     row t predicting ids[i][t + 1]); one byte a token, so bits per token is bits per byte."""
-    nats = [torch.nn.functional.cross_entropy(l[:-1].double(), torch.tensor(s[1:]), reduction="sum")
-            for l, s in zip(logits, ids)]
+    nats = [torch.nn.functional.cross_entropy(lg[:-1].double(), torch.tensor(s[1:]), reduction="sum")
+            for lg, s in zip(logits, ids)]
     return float(sum(nats)) / sum(len(s) - 1 for s in ids) / math.log(2)
 
 
@@ -121,7 +120,8 @@ def on_same_experts(values: list[list[float]], rerouted: list[list[bool]]) -> li
     return [v for vs, rs in zip(values, rerouted) for v, r in zip(vs, rs) if not r]
 
 
-def token_routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int], steps: int) -> list[list[bool]]:
+def token_routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int],
+                          steps: int) -> list[list[bool]]:
     """[prompt][step]: whether any MoE layer chose other experts for this step's own token (the prefill's last
     one at step 0); the calls as in fp8_model_check.routing_differs, which also counts the earlier tokens."""
     per = len(a) // (steps + 1)
@@ -131,7 +131,8 @@ def token_routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: li
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y),
+                None if len(a) == len(b) else min(len(a), len(b)))
 
 
 def greedy_report(ids: list[list[int]], ref_ids: list[list[int]], ref_logits: list[torch.Tensor]) -> dict:
@@ -142,7 +143,8 @@ def greedy_report(ids: list[list[int]], ref_ids: list[list[int]], ref_logits: li
         step = first_divergence(a, b)
         if step is not None:
             top2 = ref_logits[p][step].topk(2).values
-            differ.append({"prompt": p, "first_step": step, "top2_margin": round(float(top2[0] - top2[1]), 4)})
+            differ.append({"prompt": p, "first_step": step,
+                           "top2_margin": round(float(top2[0] - top2[1]), 4)})
     return {"equal": f"{len(ref_ids) - len(differ)}/{len(ref_ids)}", "differ": differ}
 
 
@@ -152,7 +154,8 @@ def _steps(pre: list[torch.Tensor], dec: list[torch.Tensor]) -> list[torch.Tenso
 
 
 def run_path(m, name: str, windows, prompts, forced) -> dict:
-    """One path's held-out logits, free greedy ids, and (fed `forced` ids) per-step logits with their routes."""
+    """One path's held-out logits, free greedy ids, and (fed `forced` ids) per-step logits with their
+    routes."""
     ctx = RefContext(m.cfg.kv_lora_rank)
     ctx.set_batch([s for s, w in enumerate(windows) for _ in w], [i for w in windows for i in range(len(w))])
     flat = torch.tensor([t for w in windows for t in w])
@@ -160,7 +163,7 @@ def run_path(m, name: str, windows, prompts, forced) -> dict:
     bounds = torch.tensor([0] + [len(w) for w in windows]).cumsum(0).tolist()
     out = {"bpb": bits_per_byte([logits[a:b] for a, b in zip(bounds, bounds[1:])], windows)}
     pre, dec, out["ids"] = greedy_run(m, prompts, NEW_TOKENS)
-    out["free_logits"] = [l[:NEW_TOKENS] for l in _steps(pre, dec)]
+    out["free_logits"] = [lg[:NEW_TOKENS] for lg in _steps(pre, dec)]
     with recorded_routes() as routes:
         pre, dec, _ = greedy_run(m, prompts, NEW_TOKENS, forced=forced)
     out["forced"], out["routes"] = _steps(pre, dec), routes
@@ -168,8 +171,8 @@ def run_path(m, name: str, windows, prompts, forced) -> dict:
 
 
 def split_method(x, w8, scale, block, ends=None, decode="w8a16", prefill="w8a16", **_):
-    """emulated_fp8_matmul under `prefill` where the GEMM has more than M_TILE_ROWS rows (an expert's, grouped), else
-    under `decode`."""
+    """emulated_fp8_matmul under `prefill` where the GEMM has more than M_TILE_ROWS rows (an expert's,
+    grouped), else under `decode`."""
     rows = x.shape[0] if ends is None else max(1, x.shape[0] // w8.shape[0])
     return emulated_fp8_matmul(x, w8, scale, block, ends, mode=prefill if rows > M_TILE_ROWS else decode)
 
@@ -186,7 +189,8 @@ def fp32_logits(m) -> None:
 
 
 def commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=False)
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                       check=False)
     return r.stdout.strip() or "unknown"
 
 
@@ -198,7 +202,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=fp8_parts.MODES, default="w8a16", help="the fp8 path's method")
     ap.add_argument("--prefill-mode", choices=fp8_parts.MODES,
                     help="CPU: the method of GEMMs of more than M_TILE_ROWS rows (default: --mode; see above)")
-    ap.add_argument("--fp32-logits", action="store_true", help="the 16-bit paths' lm_head product in fp32 (see above)")
+    ap.add_argument("--fp32-logits", action="store_true",
+                    help="the 16-bit paths' lm_head product in fp32 (see above)")
     ap.add_argument("--dir", help="where the FP8 checkpoint is written, its bf16 form in DIR-bf16 "
                                   "(default: a temporary directory)")
     args = ap.parse_args()
@@ -228,7 +233,8 @@ def main() -> int:
             fp8_gemm.fp8_matmul = functools.partial(split_method, decode=args.mode, prefill=args.prefill_mode)
         paths[name] = run_path(m, name, windows, prompts, forced)
         forced = forced or paths["bf16"]["ids"]
-        print(f"{name}: {paths[name]['bpb']:.4f} bits/byte, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"{name}: {paths[name]['bpb']:.4f} bits/byte, {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
         del m
     print(json.dumps(report := build_report(paths, args, dev), indent=1))
     if args.json:
@@ -245,7 +251,7 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     target = f"{ta}_vs_{tb}"
     lens = [len(p) for p in greedy_prompts()]
     out: dict = {
-        "command": " ".join(["python", "benchmarks/fp8_accuracy.py", *sys.argv[1:]]), "commit": commit(),
+        "command": " ".join(["python", "-m", "benchmarks.fp8_accuracy", *sys.argv[1:]]), "commit": commit(),
         "device": dev, "torch": torch.__version__, "mode": args.mode, "prefill_mode": args.prefill_mode,
         "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(
@@ -258,7 +264,8 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
                    "no FP8 kernel runs on the CPU: the FP8 checkpoint under the method against the bf16 checkpoint, "
                    "both in float64 (the quantization alone, without bf16 arithmetic's rounding)"},
     }
-    rels = {f"{a}_vs_{b}_rel": round(rel_bpb(paths, a, b), 5) for a, b in (("fp8", "bf16"), ("f64_fp8", "f64_bf16"))}
+    rels = {f"{a}_vs_{b}_rel": round(rel_bpb(paths, a, b), 5) for a,
+            b in (("fp8", "bf16"), ("f64_fp8", "f64_bf16"))}
     out["bits_per_byte"] = {"heldout_bytes": sum(len(w) - 1 for w in heldout_windows()),
                             **{k: round(v["bpb"], 5) for k, v in paths.items()}, **rels,
                             "target": f"|{target}_rel| <= {BPB_TARGET}",
@@ -268,7 +275,8 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     equal = int(greedy[target]["equal"].split("/")[0])
     out["greedy"] = {"target": f"{target} equal on >= {GREEDY_TARGET}/{PROMPTS}", "met": equal >= GREEDY_TARGET,
                      **greedy}
-    for scope, differs in (("this step's token", token_routing_differs), ("the whole context", routing_differs)):
+    for scope, differs in (("this step's token", token_routing_differs),
+                           ("the whole context", routing_differs)):
         per_step = {}
         for a, b in STEP_PAIRS:
             moved = differs(paths[a]["routes"], paths[b]["routes"], lens, NEW_TOKENS)

@@ -1,18 +1,19 @@
 """How many Triton kernels a block-FP8 server compiles at start: counted on the CPU with Triton's own keys.
 
-    python benchmarks/fp8_compiles.py [--max-bs 64] [--chunk 8192] [--json OUT] [--compile serial,processes:2,...]
+    python -m benchmarks.fp8_compiles [--max-bs 64] [--chunk 8192] [--json OUT] [--compile serial,processes:2,...]
 
 A first start of `dcpctl launch` on a block-FP8 checkpoint compiles one Triton kernel per distinct
 specialization its FP8 GEMMs launch (fp8_gemm.py's MMA kernel, fp8_gemv.py's few-rows kernel, fp8_dequant.py):
-the constexprs of the tile setting choose_tiles picks, num_warps/num_stages, and per integer argument whether it
-is 1 or a multiple of 16 (pointers: 16-byte aligned or not). The decode step is captured at every CUDA-graph
-batch size (SGLang's buckets up to --max-bs) and the warm-up prefills a ladder of prompt lengths
+the constexprs of the tile setting choose_tiles picks, num_warps/num_stages, and per integer argument whether
+it is 1 or a multiple of 16 (pointers: 16-byte aligned or not). The decode step is captured at every
+CUDA-graph batch size (SGLang's buckets up to --max-bs) and the warm-up prefills a ladder of prompt lengths
 (engine/warm_up.py, up to --chunk), so each GEMM of DeepSeek-V3's shapes (TP 1, the 16 routed experts of
 fp8_model_check.write_checkpoint, top-8) meets those row counts. Here every such call runs through
 fp8_gemm.fp8_matmul on the CPU under a stand-in CUDA driver (sm_90, 132 SMs): Triton binds the arguments and
-computes its cache key exactly as on the GPU, and the compile is skipped (recorded instead), so the count is the
-number of kernels a first start compiles and a later start finds in Triton's on-disk cache (~/.triton/cache,
-or $TRITON_CACHE_DIR). The bf16 path's own Triton kernels (norms, rope, gemm16, attention) are not counted.
+computes its cache key exactly as on the GPU, and the compile is skipped (recorded instead), so the count is
+the number of kernels a first start compiles and a later start finds in Triton's on-disk cache
+(~/.triton/cache, or $TRITON_CACHE_DIR). The bf16 path's own Triton kernels (norms, rope, gemm16, attention)
+are not counted.
 
 --compile: then compile them for sm_90 on this CPU (Triton's own ptxas; no GPU), each way listed into a fresh
 Triton cache of its own, timed from the first compile to the last kernel in memory: `serial` (one after the
@@ -39,12 +40,11 @@ import torch
 import triton
 from triton.runtime import driver
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
-from dcpctl.runtime.engine.warm_up import warm_up_lengths  # noqa: E402
-from dcpctl.runtime.models import fp8_precompile  # noqa: E402
-from dcpctl.runtime.kernels import fp8_gemm, fp8_tiles  # noqa: E402
-from tests.runtime.fp8_compile_check import Sm90Driver  # noqa: E402
+from dcpctl.launch.cuda_graphs import sglang_decode_sizes
+from dcpctl.runtime.engine.warm_up import warm_up_lengths
+from dcpctl.runtime.kernels import fp8_gemm, fp8_tiles
+from dcpctl.runtime.models import fp8_precompile
+from tests.runtime.fp8_compile_check import Sm90Driver
 
 H200_SMS = 132
 TOP_K, EXPERTS = 8, 16
@@ -57,9 +57,9 @@ GROUPED = {"experts gate+up": (4096, 7168), "experts down": (7168, 2048)}
 
 
 def collect(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None = None) -> dict[str, list]:
-    """Per GEMM, the specializations (fp8_precompile.Spec) the calls at the given row counts launch: Triton binds
-    each call's arguments and computes its cache key for an sm_90 driver stand-in, then compiles and launches
-    nothing (fp8_precompile.skipped)."""
+    """Per GEMM, the specializations (fp8_precompile.Spec) the calls at the given row counts launch: Triton
+    binds each call's arguments and computes its cache key for an sm_90 driver stand-in, then compiles and
+    launches nothing (fp8_precompile.skipped)."""
     out: dict[str, list] = {}
     plain_linear, active, plain_tables = fp8_gemm.F.linear, driver._active, fp8_tiles.current
     h200 = fp8_tiles.tables_for("NVIDIA H200", 90)   # the tiles an H200 serves with (CPU tensors get the defaults)
@@ -84,8 +84,8 @@ def collect(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None
 
 
 def count(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None = None) -> dict[str, dict]:
-    """The distinct kernels (one compile each; GEMMs of one tile setting share a kernel, the shape being runtime
-    arguments) the calls at the given row counts launch: in all and per GEMM."""
+    """The distinct kernels (one compile each; GEMMs of one tile setting share a kernel, the shape being
+    runtime arguments) the calls at the given row counts launch: in all and per GEMM."""
     per = collect(rows, gemms)
     union = set().union(*map(set, per.values()))
     return {"distinct": len(union), "by_kernel": dict(collections.Counter(s[1] for s in union)),
@@ -102,8 +102,8 @@ def _compile_share(specs: list) -> int:
 
 
 def compile_all(specs: list, how: str) -> dict:
-    """Compile specs for sm_90 into a fresh Triton cache `how` (serial, threads:N, processes:N); the wall time from
-    the first compile to every kernel in memory."""
+    """Compile specs for sm_90 into a fresh Triton cache `how` (serial, threads:N, processes:N); the wall time
+    from the first compile to every kernel in memory."""
     kind, _, n = how.partition(":")
     workers = int(n or 1)
     if kind not in ("serial", "threads", "processes"):
@@ -149,7 +149,7 @@ def main() -> int:
     rows = row_counts(args.max_bs, args.chunk)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                           text=True, check=False).stdout.strip()
-    doc = {"command": " ".join(["python", "benchmarks/fp8_compiles.py", *sys.argv[1:]]), "commit": head,
+    doc = {"command": " ".join(["python", "-m", "benchmarks.fp8_compiles", *sys.argv[1:]]), "commit": head,
            "triton": triton.__version__, "max_bs": args.max_bs,
            "chunk": args.chunk, "token_counts": rows["dense"], **count(rows)}
     if args.compile:

@@ -1,41 +1,39 @@
 """Block-FP8 GEMM vs the bf16 GEMM of the same shape at decode batch sizes, against the weight-read roofline.
 
-    python benchmarks/fp8_gemm.py [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
+    python -m benchmarks.fp8_gemm [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
                                    [--grouped [--experts 256] [--grouped-rows 2 4 ...]] [--merge-table FILE]
 
 Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices; a routed expert's down projection has o_proj/tp8's
-shape), q_a_proj and kv_a_proj joined (they share their input: 2112 x 7168, its last scale block 64 rows),
-and the gate and up projections of the TP-8 dense MLP and of one routed expert concatenated (how the
-runtime holds them). --grouped adds the MoE as a decode step runs it: 256 experts, M tokens routed top-8
-(distinct random experts per token, a new routing every call), the gate+up and down grouped GEMMs over the
-M x 8 rows sorted by expert, against torch._grouped_mm on bf16 experts; its roofline reads the weights of
-the experts that have rows; --grouped-rows times it at those rows per expert (M = rows x experts / 8 tokens)
-instead of --batches, and with --sweep also every GROUPED_DECODE setting there (up to fp8_gemm.M_TILE_ROWS rows per
-expert): the table's "grouped_w8a16" section (first --modes method w8a16) or "grouped" (w8a8) keeps, per shape
-and rows per expert, the best MMA setting where it beats DEFAULT_TILES by GROUPED_MARGIN (5%), else DEFAULT_TILES
-(fp8_tiles.py reads it; the bf16 torch._grouped_mm of the same rows is the reference each row reports).
-Each timing is a CUDA graph of 20 back-to-back calls that rotate over enough weight copies (> 2x the 50 MB
-L2) that every call reads its weight from HBM; the graph is replayed 20 times and the median per call is
-reported, so launch latency is amortized the way a captured decode step sees it (kernel after kernel, no host
-in between).
-Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth.
-Every cell times, in the same process and under the first --modes method (default w8a16):
-`before` (fp8_gemm.BEFORE_TILES: the MMA kernel as first shipped; under w8a8 with a quantization launch), `gemv`
-(up to 16 rows: the few-rows kernel of fp8_gemv.py at the tuning table's setting, else DEFAULT_GEMV), `after` (the
-shipped choice, fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
-(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`). --read-floor adds
-a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an empty kernel's. --sweep also times every
-GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the --sweep-m batch sizes and reports the
-best (--a16-candidates: the A16_CANDIDATES settings instead); `--table` prints the tuning table (--save-table FILE writes it)
-those bests make; --merge-table FILE keeps the sections of that fp8_gemm table which this run did not write.
---torch-peer also times torch's own blockwise scaled_mm (cuBLAS 1x128 x 128x128 scales, the activation
-quantization launch included) where this build takes it: the scale layouts are tried in turn until one's output
-matches ours (norm-relative < 1e-2), which is then timed and kept for the later cells; each refusal is recorded
-(`torch_peer` in the JSON).
-Errors (M = 8, one cell per shape): each kernel (MMA and few-rows) under w8a8 against float64 math on the same
-quantized operands, the 1x128 e4m3 activation quantization itself (float64, quantized vs not), each kernel under
-w8a16 against the exact float64 product and against bf16 F.linear, and bf16 F.linear on the dequantized weight
-against float64.
+shape), q_a_proj and kv_a_proj joined (they share their input: 2112 x 7168, its last scale block 64 rows), and
+the gate and up projections of the TP-8 dense MLP and of one routed expert concatenated (how the runtime holds
+them). --grouped adds the MoE as a decode step runs it: 256 experts, M tokens routed top-8 (distinct random
+experts per token, a new routing every call), the gate+up and down grouped GEMMs over the M x 8 rows sorted by
+expert, against torch._grouped_mm on bf16 experts; its roofline reads the weights of the experts that have
+rows; --grouped-rows times it at those rows per expert (M = rows x experts / 8 tokens) instead of --batches,
+and with --sweep also every GROUPED_DECODE setting there (up to fp8_gemm.M_TILE_ROWS rows per expert): the
+table's "grouped_w8a16" section (first --modes method w8a16) or "grouped" (w8a8) keeps, per shape and rows per
+expert, the best MMA setting where it beats DEFAULT_TILES by GROUPED_MARGIN (5%), else DEFAULT_TILES
+(fp8_tiles.py reads it; the bf16 torch._grouped_mm of the same rows is the reference each row reports). Each
+timing is a CUDA graph of 20 back-to-back calls that rotate over enough weight copies (> 2x the 50 MB L2) that
+every call reads its weight from HBM; the graph is replayed 20 times and the median per call is reported, so
+launch latency is amortized the way a captured decode step sees it (kernel after kernel, no host in between).
+Roofline: (weight bytes + scale bytes + activation and output bytes) / HBM bandwidth. Every cell times, in the
+same process and under the first --modes method (default w8a16): `before` (fp8_gemm.BEFORE_TILES: the MMA
+kernel as first shipped; under w8a8 with a quantization launch), `gemv` (up to 16 rows: the few-rows kernel of
+fp8_gemv.py at the tuning table's setting, else DEFAULT_GEMV), `after` (the shipped choice,
+fp8_gemm.choose_tiles) and cuBLAS bf16; further --modes methods time `after` under them too
+(`after_<mode>_us`; w8a16f / w8a16b: w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows, `a16_mma`).
+--read-floor adds a read-only kernel's time over the same FP8 and bf16 weight bytes (read_floor.py) and an
+empty kernel's. --sweep also times every GEMV_CANDIDATES setting (M <= 16) and CANDIDATES one (M > 1) at the
+--sweep-m batch sizes and reports the best (--a16-candidates: the A16_CANDIDATES settings instead); `--table`
+prints the tuning table (--save-table FILE writes it) those bests make; --merge-table FILE keeps the sections
+of that fp8_gemm table which this run did not write. --torch-peer also times torch's own blockwise scaled_mm
+(cuBLAS 1x128 x 128x128 scales, the activation quantization launch included) where this build takes it: the
+scale layouts are tried in turn until one's output matches ours (norm-relative < 1e-2), which is then timed
+and kept for the later cells; each refusal is recorded (`torch_peer` in the JSON). Errors (M = 8, one cell per
+shape): each kernel (MMA and few-rows) under w8a8 against float64 math on the same quantized operands, the
+1x128 e4m3 activation quantization itself (float64, quantized vs not), each kernel under w8a16 against the
+exact float64 product and against bf16 F.linear, and bf16 F.linear on the dequantized weight against float64.
 """
 from __future__ import annotations
 
@@ -59,7 +57,8 @@ from dcpctl.runtime.kernels.fp8_parts import MODES, activation_mode, quantize_ro
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*: V3's
     # dense MLP at TP 1 (fp8_serve.py's checkpoint, layer 0)
-    "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576, 1536),
+    "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576,
+                                                                                                    1536),
     "o_proj": (7168, 16384), "o_proj/tp8": (7168, 2048), "dense_gate_up/tp8": (4608, 7168),
     "expert_gate_up": (4096, 7168), "dense_gate_up": (36864, 7168), "dense_down": (7168, 18432),
 }
@@ -87,18 +86,19 @@ CANDIDATES = ([Tiles(32, 4, 4, ps) for ps in (1, 2, 4)]
               # capped K splits (the tile's last program sums splits x M x BN fp32 partials alone)
               + [Tiles(bn, 4, 3, 4, max_split=ms) for bn in (32, 64, 128) for ms in (2, 4, 8)]
               + [Tiles(64, 4, 3, 4, swap=True, max_split=ms) for ms in (4, 8)])
-# --a16-candidates (w8a16's MMA kernel at 8-64 rows, where it loses to cuBLAS bf16 from 32 rows): the weight factor
-# folded into the converted tile (Tiles.fold: one MMA chain over the K blocks, no wait and scaled add per block)
-# with the settings that won this session's first w8a16 sweep at 32-64 rows unfolded (two warpgroups, which that
-# sweep also tried, won no cell), and those unfolded settings again
+# --a16-candidates (w8a16's MMA kernel at 8-64 rows, where it loses to cuBLAS bf16 from 32 rows): the weight
+# factor folded into the converted tile (Tiles.fold: one MMA chain over the K blocks, no wait and scaled add
+# per block) with the settings that won this session's first w8a16 sweep at 32-64 rows unfolded (two
+# warpgroups, which that sweep also tried, won no cell), and those unfolded settings again
 A16_WON = [Tiles(64, 4, 3, 4, swap=True, max_split=4), Tiles(64, 4, 4, 1, swap=True), Tiles(swap=True),
            BEFORE_TILES, Tiles(bn=32, stages=4, per_sm=1), Tiles(128, 8, 3, 4, swap=True, max_split=4)]
-# ... and for the widest weights (V3's dense MLP at TP 1, 36864 x 7168 and 7168 x 18432: the first sweep's best at
-# 32-64 rows were 128-column tiles, capped K splits, one or two warpgroups) more of those
+# ... and for the widest weights (V3's dense MLP at TP 1, 36864 x 7168 and 7168 x 18432: the first sweep's
+# best at 32-64 rows were 128-column tiles, capped K splits, one or two warpgroups) more of those
 A16_WIDE = [Tiles(128, 8, 4, 4, swap=True, max_split=4, fold=True), Tiles(128, 8, 3, 2, swap=True, fold=True),
             Tiles(128, 8, 3, 4, swap=True, max_split=2, fold=True),
             Tiles(128, 8, 3, 4, swap=True, max_split=8, fold=True),
-            Tiles(128, 4, 3, 4, swap=True, max_split=2, fold=True), Tiles(bn=128, per_sm=4, max_split=2, fold=True),
+            Tiles(128, 4, 3, 4, swap=True, max_split=2, fold=True), Tiles(bn=128, per_sm=4, max_split=2,
+                                                                          fold=True),
             Tiles(bn=128, per_sm=2, fold=True), Tiles(bn=128, warps=8, per_sm=4, max_split=4, fold=True)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                   + [Tiles(64, 4, 4, 2, swap=True, fold=True), Tiles(128, 4, 3, 1, swap=True, fold=True),
@@ -106,10 +106,10 @@ A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                                                                                   fold=True),
                      Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
                   + A16_WON + A16_WIDE)
-# --a16-candidates above fp8_gemm.M_TILE_ROWS (prefill: the rows tiled over programs): folded N tiles of 64 and 128,
-# one and two warpgroups, swapped or not
-# (fold has no effect under w8a8, so with --modes w8a8 first the same list sweeps w8a8's prefill settings); 128-row
-# MMA tiles (bm) halve the weight conversions per product
+# --a16-candidates above fp8_gemm.M_TILE_ROWS (prefill: the rows tiled over programs): folded N tiles of 64
+# and 128, one and two warpgroups, swapped or not (fold has no effect under w8a8, so with --modes w8a8 first
+# the same list sweeps w8a8's prefill settings); 128-row MMA tiles (bm) halve the weight conversions per
+# product
 PREFILL_A16 = [Tiles(fold=True), Tiles(bn=128, fold=True), Tiles(bn=128, warps=8, fold=True),
                Tiles(bn=128, swap=True, fold=True), Tiles(bn=128, warps=8, stages=4, fold=True),
                Tiles(bm=128, fold=True), Tiles(bm=128, bn=128, warps=8, fold=True),
@@ -119,9 +119,9 @@ PREFILL_A16 = [Tiles(fold=True), Tiles(bn=128, fold=True), Tiles(bn=128, warps=8
 PREFILL_A16_DEQUANT = [DEQUANT]
 # --a16-candidates with --grouped: the grouped MMA kernel (DEFAULT_TILES) folded, next to it unfolded
 GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
-# --sweep with --grouped-rows (decode's rows per expert, up to fp8_gemm.M_TILE_ROWS): the grouped MMA kernel over the
-# dense decode sweep's settings, per method (w8a16: A16_CANDIDATES and GROUPED_A16; w8a8: CANDIDATES), DEFAULT_TILES
-# first (the table's reference)
+# --sweep with --grouped-rows (decode's rows per expert, up to fp8_gemm.M_TILE_ROWS): the grouped MMA kernel
+# over the dense decode sweep's settings, per method (w8a16: A16_CANDIDATES and GROUPED_A16; w8a8:
+# CANDIDATES), DEFAULT_TILES first (the table's reference)
 GROUPED_DECODE = {"w8a16": list(dict.fromkeys([DEFAULT_TILES, *A16_CANDIDATES, *GROUPED_A16])),
                   "w8a8": list(dict.fromkeys([DEFAULT_TILES, *CANDIDATES]))}
 GROUPED_MARGIN = 0.05   # a grouped table entry is kept only where it is this much faster than DEFAULT_TILES (a
@@ -170,11 +170,13 @@ def _graph_time(fn, copies: int) -> float:
 def errors(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor) -> dict:
     """Max-abs and norm errors relative to the float64 product of x and the dequantized weight, for the MMA
     kernel (DEFAULT_TILES) and the few-rows one (DEFAULT_GEMV)."""
-    w = (w8.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:w8.shape[0], :w8.shape[1]])
+    w = (w8.double() * s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:w8.shape[0],
+                                                                                      :w8.shape[1]])
     x8, xs = quantize_rows(x, 128)
     xq = x8.double() * xs.double().repeat_interleave(128, 1)[:, :x.shape[1]]
     exact, quant = x.double() @ w.T, xq @ w.T
-    mma, gemv = (fp8_matmul(x, w8, s, (128, 128), tiles=t, mode="w8a8").double() for t in (DEFAULT_TILES, DEFAULT_GEMV))
+    mma, gemv = (fp8_matmul(x, w8, s, (128, 128), tiles=t, mode="w8a8").double() for t in (DEFAULT_TILES,
+                                                                                           DEFAULT_GEMV))
     mma16, gemv16 = (fp8_matmul(x, w8, s, (128, 128), tiles=t, mode="w8a16").double()
                      for t in (DEFAULT_TILES, DEFAULT_GEMV))
     bf16 = F.linear(x, w.to(torch.bfloat16)).double()
@@ -221,7 +223,8 @@ PEER: dict = {"layout": None, "refused": []}   # --torch-peer: the scale layout 
 
 
 def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
-    """A call of torch's blockwise scaled_mm on (x, w8, s) that matches fp8_matmul, or None (PEER says why)."""
+    """A call of torch's blockwise scaled_mm on (x, w8, s) that matches fp8_matmul, or None (PEER says
+    why)."""
     try:
         from torch.nn.functional import ScalingType, scaled_mm
     except ImportError as e:
@@ -229,8 +232,8 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
         return None
     x8, xs = quantize_rows_gpu(x, 128)
     ref = fp8_matmul(x, w8, s, (128, 128), mode="w8a8").float()   # torch quantizes the rows too
-    # outer-major by construction: strides (1, M) also for M = 1 (.t().contiguous().t() keeps (K/128, 1) there,
-    # which torch 2.11's check refuses: "scale_a must have strides (1, 1)")
+    # outer-major by construction: strides (1, M) also for M = 1 (.t().contiguous().t() keeps (K/128, 1)
+    # there, which torch 2.11's check refuses: "scale_a must have strides (1, 1)")
     a_layouts = {"a[M,K/128] outer-major": lambda v: torch.empty_strided(v.shape, (1, v.shape[0]), dtype=v.dtype,
                                                                          device=v.device).copy_(v),
                  "a[M,K/128] row-major": lambda v: v}
@@ -260,7 +263,8 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
     return None
 
 
-def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool = False, floor: bool = False) -> dict:
+def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool = False,
+         floor: bool = False) -> dict:
     w_bytes = N * K
     copies = max(2, -(-2 * L2_BYTES // w_bytes))
     w8 = [torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn) for _ in range(copies)]
@@ -271,13 +275,15 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
                                       copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
-    gemv = (current_tables(torch.device("cuda", 0)).gemv.get((N, K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    gemv = (current_tables(torch.device("cuda", 0)).gemv.get((N,
+                                                              K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
     shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16", device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, shipped,
                errors(x, w8[0], s[0]) if M == 8 else None)
     row["mode"] = MODE[0]
     for m in MODE[1:]:   # --modes: the shipped setting under the other methods too, same weights
-        us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), **method(m)), copies) * 1e6, 2)
+        us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), **method(m)), copies) * 1e6,
+                   2)
         row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
     if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no rows
         from read_floor import read_floor_us
@@ -292,7 +298,8 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     return row
 
 
-def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_tiles, after_tiles, errs) -> dict:
+def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_tiles, after_tiles,
+         errs) -> dict:
     before = fp8(BEFORE_TILES)
     gemv = fp8(gemv_tiles) if gemv_tiles is not None else None
     after = fp8(after_tiles)
@@ -323,7 +330,8 @@ def _experts(N: int, K: int, experts: int) -> tuple:
         torch.float8_e4m3fn)
     del bits
     s = torch.rand(experts, -(-N // 128), -(-K // 128), device="cuda", generator=g) * 1e-3 + 1e-4
-    wb = torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g) if hasattr(torch, "_grouped_mm") else None
+    wb = torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g) if hasattr(torch,
+                                                                                                 "_grouped_mm") else None
     return w8, s, wb
 
 
@@ -365,8 +373,8 @@ def fields(t: GemvTiles | Tiles) -> dict:
 
 
 def grouped_choice(r: dict, margin: float = GROUPED_MARGIN) -> tuple[Tiles, float, float]:
-    """A swept grouped row's (setting for the table, its us, DEFAULT_TILES' us): the fastest MMA setting where it
-    beats DEFAULT_TILES by `margin` (a fraction of DEFAULT_TILES' time), else DEFAULT_TILES."""
+    """A swept grouped row's (setting for the table, its us, DEFAULT_TILES' us): the fastest MMA setting where
+    it beats DEFAULT_TILES by `margin` (a fraction of DEFAULT_TILES' time), else DEFAULT_TILES."""
     timed = [(tiles_of(e["tiles"]), e["us"]) for e in r["timed"]]
     default = next(us for t, us in timed if t == DEFAULT_TILES)
     best, us = min(((t, us) for t, us in timed if isinstance(t, Tiles)), key=lambda p: p[1])
@@ -375,23 +383,25 @@ def grouped_choice(r: dict, margin: float = GROUPED_MARGIN) -> tuple[Tiles, floa
 
 
 def grouped_tables(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
-    """The grouped sections the sweep's grouped rows make, per method: per shape, [[most rows per expert, fields]]
-    ascending, a bound per swept row count (merged where the next one keeps the same setting; none past the last
-    that beats DEFAULT_TILES: the rules' DEFAULT_TILES there anyway)."""
+    """The grouped sections the sweep's grouped rows make, per method: per shape, [[most rows per expert,
+    fields]] ascending, a bound per swept row count (merged where the next one keeps the same setting; none
+    past the last that beats DEFAULT_TILES: the rules' DEFAULT_TILES there anyway)."""
     by: dict = {}
     for r in rows:
         section = GROUPED_SECTIONS.get(r.get("mode"))
         if "timed" in r and "experts" in r and section and r["rows_per_expert"] <= M_TILE_ROWS:
             key = f"{r['N']},{r['K']}"
-            by.setdefault(section, {}).setdefault(key, {})[r["rows_per_expert"]] = grouped_choice(r, margin)[0]
+            by.setdefault(section, {}).setdefault(key, {})[r["rows_per_expert"]] = grouped_choice(r,
+                                                                                                  margin)[0]
     return _sections(by)
 
 
 def _sections(by: dict, trim: bool = True) -> dict:
-    """{section: {"N,K": {rows: setting}}} as the table holds it: per shape [[most rows, fields]] ascending, merged
-    where the next bound keeps the same setting; `trim`: none past the last that differs from DEFAULT_TILES (the
-    rules' setting there anyway; the dense sections keep them: under w8a16 a shape without its own entry would take
-    w8a8's, and a merge would keep the table's older entry of a shape this sweep found best at the default)."""
+    """{section: {"N,K": {rows: setting}}} as the table holds it: per shape [[most rows, fields]] ascending,
+    merged where the next bound keeps the same setting; `trim`: none past the last that differs from
+    DEFAULT_TILES (the rules' setting there anyway; the dense sections keep them: under w8a16 a shape without
+    its own entry would take w8a8's, and a merge would keep the table's older entry of a shape this sweep
+    found best at the default)."""
     out: dict = {}
     for section, shapes in sorted(by.items()):
         for key, picks in sorted(shapes.items()):
@@ -408,12 +418,12 @@ def _sections(by: dict, trim: bool = True) -> dict:
 
 
 def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
-    """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/kernels/fp8_tiles.py): per shape, the
-    MMA setting that was fastest per swept M the table serves (more than fp8_tiles.GEMV_ROWS; under w8a16 up to
-    M_TILE_ROWS, past it the rules' prefill settings run) in the method's section (DENSE_SECTIONS: "dense_w8a16" for
-    w8a16, "dense" for w8a8 or a row without a mode),
-    the few-rows setting with the least total time over the swept M it runs (up to GEMV_ROWS) where it beat every
-    MMA setting timed at some such M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
+    """The fp8_gemm tuning table's data the sweep's bests make (dcpctl/runtime/kernels/fp8_tiles.py): per
+    shape, the MMA setting that was fastest per swept M the table serves (more than fp8_tiles.GEMV_ROWS; under
+    w8a16 up to M_TILE_ROWS, past it the rules' prefill settings run) in the method's section (DENSE_SECTIONS:
+    "dense_w8a16" for w8a16, "dense" for w8a8 or a row without a mode), the few-rows setting with the least
+    total time over the swept M it runs (up to GEMV_ROWS) where it beat every MMA setting timed at some such
+    M, else null ("gemv"), and the grouped rows' sections (grouped_tables)."""
     mma: dict = {}
     gemv: dict = {}
     for r in rows:
@@ -439,9 +449,10 @@ def table(rows: list[dict], margin: float = GROUPED_MARGIN) -> dict:
 
 
 def merge(data: dict, command: str, path: str, swept: set[str] = frozenset()) -> tuple[dict, str]:
-    """data with what the fp8_gemm table file at path has beside it, and the command saying where that comes from (a
-    table records one command: this run's, then theirs): the sections data leaves empty, and in a section both have,
-    the entries of shapes ("N,K") this run did not time (`swept`: a sweep of a few shapes keeps the others')."""
+    """data with what the fp8_gemm table file at path has beside it, and the command saying where that comes
+    from (a table records one command: this run's, then theirs): the sections data leaves empty, and in a
+    section both have, the entries of shapes ("N,K") this run did not time (`swept`: a sweep of a few shapes
+    keeps the others')."""
     from dcpctl import tuning
     old = tuning.read(path)
     if old["kind"] != "fp8_gemm":
@@ -487,7 +498,8 @@ def _save(path: str | None, rows: list[dict]) -> None:
 
 
 def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
-    """One cell's row, printed; a cell that fails is recorded and the run goes on (one device call, every cell)."""
+    """One cell's row, printed; a cell that fails is recorded and the run goes on (one device call, every
+    cell)."""
     try:
         rows.append(fn(name, N, K, M, *rest))
     except Exception as e:  # noqa: BLE001
@@ -498,7 +510,8 @@ def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None
 
 
 def grouped_batches(args: argparse.Namespace) -> list[int]:
-    """The grouped cells' token counts M: --batches, or --grouped-rows' rows per expert x experts / 8 (top-8)."""
+    """The grouped cells' token counts M: --batches, or --grouped-rows' rows per expert x experts / 8
+    (top-8)."""
     if not args.grouped_rows:
         return list(args.batches)
     return [max(1, -(-r * args.experts // 8)) for r in args.grouped_rows]
@@ -506,7 +519,8 @@ def grouped_batches(args: argparse.Namespace) -> list[int]:
 
 def grouped_candidates(args: argparse.Namespace, M: int, sweep: bool) -> list:
     """The settings a grouped cell times besides the shipped ones: --a16-candidates' (prefill's too above
-    M_TILE_ROWS rows per expert), or with --sweep and --grouped-rows GROUPED_DECODE's at decode's rows per expert."""
+    M_TILE_ROWS rows per expert), or with --sweep and --grouped-rows GROUPED_DECODE's at decode's rows per
+    expert."""
     rows = M * 8 // args.experts
     if args.a16_candidates:
         return GROUPED_A16 + (GROUPED_PREFILL_A16 if rows > M_TILE_ROWS else [])
@@ -517,17 +531,22 @@ def grouped_candidates(args: argparse.Namespace, M: int, sweep: bool) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows here")
-    ap.add_argument("--hbm-tbps", type=float, default=4.2, help="HBM bandwidth for the roofline (measured copy)")
+    ap.add_argument("--hbm-tbps", type=float, default=4.2,
+                    help="HBM bandwidth for the roofline (measured copy)")
     ap.add_argument("--sweep", action="store_true",
                     help="also time every GEMV_CANDIDATES (M <= 16) and CANDIDATES (M > 1) setting per cell")
     ap.add_argument("--sweep-m", type=int, nargs="+", default=list(BATCHES), help="sweep only at these M")
-    ap.add_argument("--budget-s", type=float, default=150.0, help="stop sweeping (before/after only) past this")
-    ap.add_argument("--table", action="store_true", help="print the tuning table's data the sweep's bests make")
-    ap.add_argument("--save-table", help="write it as this GPU's fp8_gemm tuning table (dcpctl/tuning/fp8_gemm)")
+    ap.add_argument("--budget-s", type=float, default=150.0,
+                    help="stop sweeping (before/after only) past this")
+    ap.add_argument("--table", action="store_true",
+                    help="print the tuning table's data the sweep's bests make")
+    ap.add_argument("--save-table",
+                    help="write it as this GPU's fp8_gemm tuning table (dcpctl/tuning/fp8_gemm)")
     ap.add_argument("--a16-candidates", action="store_true",
                     help="sweep A16_CANDIDATES instead (w8a16 at 8-64 rows: the weight factor folded in)")
     ap.add_argument("--grouped", action="store_true", help="also the grouped MoE GEMMs (256 experts, top-8)")
-    ap.add_argument("--experts", type=int, default=256, help="the grouped GEMMs' expert count (top-8 of them)")
+    ap.add_argument("--experts", type=int, default=256,
+                    help="the grouped GEMMs' expert count (top-8 of them)")
     ap.add_argument("--grouped-rows", type=int, nargs="+",
                     help="time the grouped GEMMs at these rows per expert instead of --batches (with --sweep: the "
                          "GROUPED_DECODE settings too, up to M_TILE_ROWS rows, for the table's grouped section)")
@@ -572,7 +591,8 @@ def main() -> int:
     for M in grouped_batches(args) if args.grouped else ():   # M outside, as above (_experts keeps one shape's)
         for name, (N, K) in GROUPED.items():
             sweep = args.sweep and time.perf_counter() - t0 < args.budget_s
-            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, grouped_candidates(args, M, sweep), args.experts)
+            _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, grouped_candidates(args, M, sweep),
+                 args.experts)
             _save(args.json, rows)
     _experts.cache_clear()   # 256 experts: 22 GB
     torch.cuda.empty_cache()
@@ -585,7 +605,7 @@ def main() -> int:
     if args.save_table:
         from dcpctl import tuning
         major, minor = torch.cuda.get_device_capability()
-        data, command = table(rows), "python benchmarks/fp8_gemm.py " + " ".join(sys.argv[1:])
+        data, command = table(rows), "python -m benchmarks.fp8_gemm " + " ".join(sys.argv[1:])
         if args.merge_table:
             data, command = merge(data, command, args.merge_table, {f"{r['N']},{r['K']}" for r in rows})
         tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(), major * 10 + minor, command,

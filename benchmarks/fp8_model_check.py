@@ -1,7 +1,7 @@
 """A DeepSeek-V3-shaped block-FP8 checkpoint on a GPU: FP8 kept vs dequantized to bf16, and the planned bytes.
 
-    python benchmarks/fp8_model_check.py DIR [--json OUT] [--layers 3] [--experts 16] [--mode w8a16|w8a8]
-    python benchmarks/fp8_model_check.py --trained [DIR] [--device cpu] [--json OUT] [--mode w8a16|w8a8]
+    python -m benchmarks.fp8_model_check DIR [--json OUT] [--layers 3] [--experts 16] [--mode w8a16|w8a8]
+    python -m benchmarks.fp8_model_check --trained [DIR] [--device cpu] [--json OUT] [--mode w8a16|w8a8]
 
 Writes (once) a random checkpoint with DeepSeek-V3's attention and MLP dimensions (hidden 7168, 128 heads,
 q_lora 1536, kv_lora 512, dense intermediate 18432, expert intermediate 2048, YaRN rope), `--layers`
@@ -20,16 +20,16 @@ Then loads it on cuda:0 (TP 1) four ways and runs 8 prompts x 8 greedy tokens:
 activations bf16 (the GEMM converts each e4m3 weight tile), w8a8 quantizes them as DeepSeek and SGLang do.
 f64_fp8 is the w8a8 method's floor either way.
 
-bf16 decodes greedily; the other three are fed bf16's tokens (teacher forcing), so every step's logits
-come from the same context. Per step (the prefill's last position and each decode step, 9 per prompt)
-it reports the norm-relative logit difference ||a - b|| / ||b|| (the target: 2e-2 relative per step)
-and the max-abs one over max |b| for fp8 vs bf16; for each path its error against f64; f64_fp8 vs f64 is
-the error 1x128 e4m3 activation quantization itself makes (no w8a8 kernel can do better), fp8 vs f64_fp8
-(under w8a8) what the kernel and bf16 activations add. Greedy: fp8 decodes freely too; its ids are compared with
-bf16's on every prompt, and on the prompts whose bf16 top-2 margin exceeds the sum of both paths' max
-logit errors (vs f64) at every step. Also torch.cuda.memory_allocated after the fp8 and bf16 loads
-against the planner's weight_bytes_per_rank (h200-8 profile), and the eager step time of both (the
-second of two runs, so compiles are not counted).
+bf16 decodes greedily; the other three are fed bf16's tokens (teacher forcing), so every step's logits come
+from the same context. Per step (the prefill's last position and each decode step, 9 per prompt) it reports
+the norm-relative logit difference ||a - b|| / ||b|| (the target: 2e-2 relative per step) and the max-abs one
+over max |b| for fp8 vs bf16; for each path its error against f64; f64_fp8 vs f64 is the error 1x128 e4m3
+activation quantization itself makes (no w8a8 kernel can do better), fp8 vs f64_fp8 (under w8a8) what the
+kernel and bf16 activations add. Greedy: fp8 decodes freely too; its ids are compared with bf16's on every
+prompt, and on the prompts whose bf16 top-2 margin exceeds the sum of both paths' max logit errors (vs f64) at
+every step. Also torch.cuda.memory_allocated after the fp8 and bf16 loads against the planner's
+weight_bytes_per_rank (h200-8 profile), and the eager step time of both (the second of two runs, so compiles
+are not counted).
 
 --trained: instead of random weights, the built-in trained model (`dcpctl generate` without --model-path:
 tiny DeepSeek-V3-shaped, trained on Python sources) quantized the same way; its dimensions of 64 and 80
@@ -46,7 +46,6 @@ import argparse
 import contextlib
 import functools
 import json
-import os
 import sys
 import tempfile
 import time
@@ -60,9 +59,9 @@ from dcpctl.launch.default_model import default_model
 from dcpctl.plan.model import spec_from_path
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import weight_bytes
-from dcpctl.runtime.models import load_model
 from dcpctl.runtime.kernels import fp8_gemm, fp8_parts
 from dcpctl.runtime.kernels.fp8_gemm import quantize_rows
+from dcpctl.runtime.models import load_model
 from dcpctl.runtime.models.config import parse_config
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import init_tensor, tensor_shapes, tiny_config, write_random_checkpoint
@@ -96,7 +95,8 @@ def _quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _quantized(name: str, shape: tuple[int, ...]) -> bool:
-    """Which tensors DeepSeek's releases store in FP8: the 2-D linear weights but embeddings, lm_head, router."""
+    """Which tensors DeepSeek's releases store in FP8: the 2-D linear weights but embeddings, lm_head,
+    router."""
     return len(shape) == 2 and "embed_tokens" not in name and "lm_head" not in name and not name.endswith("mlp.gate.weight")
 
 
@@ -112,7 +112,8 @@ def _save(d: Path, weights: dict[str, torch.Tensor], dev: str) -> None:
 
 def write_checkpoint(d: Path, layers: int, experts: int) -> Path:
     """The random V3-shaped block-FP8 checkpoint in d (kept: a second call returns it), drawn on the GPU (2.5B
-    numbers: minutes on the CPU) and written to d's sibling first, then renamed: a write cut short leaves no d."""
+    numbers: minutes on the CPU) and written to d's sibling first, then renamed: a write cut short leaves no
+    d."""
     if (d / "model.safetensors").exists():
         return d
     part = d.with_name(d.name + ".partial")
@@ -128,9 +129,9 @@ def write_checkpoint(d: Path, layers: int, experts: int) -> Path:
 
 
 def write_trained(d: Path, dev: str, fp8: bool = True) -> Path:
-    """The built-in trained checkpoint (stored float32) with its linear weights block-FP8 (128x128, partial blocks
-    at the edges) and every other tensor bf16, as DeepSeek's FP8 releases; fp8=False: its bf16 form, every tensor
-    the trained one rounded to bf16 (what a bf16 release of the same training would hold)."""
+    """The built-in trained checkpoint (stored float32) with its linear weights block-FP8 (128x128, partial
+    blocks at the edges) and every other tensor bf16, as DeepSeek's FP8 releases; fp8=False: its bf16 form,
+    every tensor the trained one rounded to bf16 (what a bf16 release of the same training would hold)."""
     src = default_model().path
     d.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
@@ -174,7 +175,6 @@ def _load(d: Path, keep: bool, dtype: torch.dtype, dev: str):
 def _run(m, prompts, dev: str, forced=None, timed=True):
     # -> (logits per prompt [STEPS + 1, V] float64: the prefill's last position, then each step; ids; s/step;
     # the routed experts of every MoE call, recorded_routes)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.runtime.ref_context import greedy_run
     if timed:
         greedy_run(m, prompts, STEPS, forced=forced)   # first run compiles the kernels for every row count
@@ -207,14 +207,15 @@ def recorded_routes():
 
 def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int],
                     steps: int = STEPS) -> list[list[bool]]:
-    """[prompt][step]: whether any MoE layer chose other experts for this step's token or an earlier one of its
-    prompt. Calls: forward f (0: the prefill of all prompts, f >= 1: decode step f of `steps`, one row a prompt)
-    makes one call per MoE layer; step s's logits come from forward s."""
+    """[prompt][step]: whether any MoE layer chose other experts for this step's token or an earlier one of
+    its prompt. Calls: forward f (0: the prefill of all prompts, f >= 1: decode step f of `steps`, one row a
+    prompt) makes one call per MoE layer; step s's logits come from forward s."""
     per = len(a) // (steps + 1)
     starts = [sum(lens[:p]) for p in range(len(lens))]
     out = []
     for p, n in enumerate(lens):
-        seen = any(not torch.equal(a[j][starts[p]:starts[p] + n], b[j][starts[p]:starts[p] + n]) for j in range(per))
+        seen = any(not torch.equal(a[j][starts[p]:starts[p] + n],
+                                   b[j][starts[p]:starts[p] + n]) for j in range(per))
         row = [seen]
         for f in range(1, steps + 1):
             seen = seen or any(not torch.equal(a[f * per + j][p], b[f * per + j][p]) for j in range(per))
@@ -224,8 +225,8 @@ def routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: list[int
 
 
 def emulated_fp8_matmul(x, w8, scale, block, ends=None, mode="w8a8", **_):
-    """The FP8 GEMM's arithmetic in float64, exact products with the e4m3 weights times their factors: w8a8 rows
-    quantized 1x128 e4m3 (quantize_rows), w8a16 rows as they are."""
+    """The FP8 GEMM's arithmetic in float64, exact products with the e4m3 weights times their factors: w8a8
+    rows quantized 1x128 e4m3 (quantize_rows), w8a16 rows as they are."""
     (b0, b1), K = block, x.shape[1]
     if mode == "w8a16":
         xq = x.double()
@@ -341,7 +342,8 @@ def main() -> int:
                               ("fp8", True, torch.bfloat16), ("f64_fp8", True, torch.float64)):
         m, allocated = _load(d, keep, dtype, dev)
         if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks it up at every call
-            fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul, mode="w8a8" if name == "f64_fp8" else mode)
+            fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul,
+                                                    mode="w8a8" if name == "f64_fp8" else mode)
         logits[name], ids[name], step, routes[name] = _run(m, prompts, dev, None if name == "bf16" else ids["bf16"],
                                                            dtype == torch.bfloat16 and dev == "cuda")
         if name == "fp8":
@@ -356,7 +358,8 @@ def main() -> int:
                 report[name].update(allocated_bytes=allocated, planned_bytes=planned,
                                     planned_over_allocated=round(planned / allocated, 4))
         del m
-    rerouted = routing_differs(routes["fp8"], routes["bf16"], [len(p) for p in prompts]) if routes["bf16"] else None
+    rerouted = routing_differs(routes["fp8"], routes["bf16"],
+                               [len(p) for p in prompts]) if routes["bf16"] else None
     report["compare"] = compare(logits, ids["fp8_free"], ids["bf16"], rerouted)
     print(json.dumps(report, indent=1))
     if args.json:

@@ -1,19 +1,19 @@
 """A prefill's linear layers in block FP8 against the same checkpoint dequantized to bf16, on one GPU.
 
-    python benchmarks/fp8_prefill.py DIR [--tokens 256 1024 4096] [--mode w8a16|w8a8] [--repeats 5] [--json OUT]
+    python -m benchmarks.fp8_prefill DIR [--tokens 256 1024 4096] [--mode w8a16|w8a8] [--repeats 5] [--json OUT]
 
 DIR: the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.py (written there when absent: 3 layers,
-16 routed experts, real dimensions). Each path loads it (FP8 kept, then dequantized to bf16) and runs the forward
-of one prompt of T tokens (T = each --tokens value), timed with CUDA events, median of --repeats after one
-untimed run. The attention is left out: a context that returns zeros stands in for it, so both paths time the
-same work, all of it the model's own: the projections, the MoE (router, dispatch, grouped expert GEMMs), norms,
-rope and the lm_head. What differs between the two is the GEMMs: fp8_gemm's kernels against cuBLAS bf16.
+16 routed experts, real dimensions). Each path loads it (FP8 kept, then dequantized to bf16) and runs the
+forward of one prompt of T tokens (T = each --tokens value), timed with CUDA events, median of --repeats after
+one untimed run. The attention is left out: a context that returns zeros stands in for it, so both paths time
+the same work, all of it the model's own: the projections, the MoE (router, dispatch, grouped expert GEMMs),
+norms, rope and the lm_head. What differs between the two is the GEMMs: fp8_gemm's kernels against cuBLAS
+bf16.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from dataclasses import replace
@@ -21,11 +21,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dcpctl.runtime.kernels import fp8_parts  # noqa: E402
-from fp8_model_check import _load, write_checkpoint  # noqa: E402
+from benchmarks.fp8_model_check import _load, write_checkpoint
+from dcpctl.runtime.kernels import fp8_parts
 
 
 class NoAttention:

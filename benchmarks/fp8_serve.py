@@ -1,11 +1,12 @@
-"""A block-FP8 checkpoint and its bf16 twin served side by side on one GPU: decode speed, start to ready, memory.
+"""A block-FP8 checkpoint and its bf16 twin served side by side on one GPU: decode speed, start to ready,
+memory.
 
-    python3 benchmarks/fp8_serve.py --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
+    python3 -m benchmarks.fp8_serve --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
                                     [--budget-s 470]
 
 Writes the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.write_checkpoint (V3's attention and MLP
-dimensions, 3 layers: one dense, two MoE with 16 routed experts, top-8; 128x128 e4m3 blocks) and its bf16 twin (the
-same weights dequantized, as the loader dequantizes them: quant.dequantize, rounded to bf16; no
+dimensions, 3 layers: one dense, two MoE with 16 routed experts, top-8; 128x128 e4m3 blocks) and its bf16 twin
+(the same weights dequantized, as the loader dequantizes them: quant.dequantize, rounded to bf16; no
 quantization_config). Then, one server at a time (`dcpctl launch --device cuda`, TP 1, CUDA graphs up to the
 largest concurrency), each with a Triton cache directory of its own (checkpoints and caches under --work):
 
@@ -16,16 +17,17 @@ largest concurrency), each with a Triton cache directory of its own (checkpoints
 | fp8_again   | FP8        | the fp8 start's: a start after the first one   |
 
 fp8 and bf16 each run `dcpctl bench serve` at every concurrency (--requests each, PROMPT-token random prompts,
-OUTPUT tokens out); fp8_again only gets ready. Then, budget left, benchmarks/decode_step.py on both checkpoints: the
-decode step at every captured batch size (one CUDA-graph replay's GPU time, context PROMPT + OUTPUT / 2). Per start: seconds from process start to the ready line, the
-Triton kernels its start compiled into its cache (cubin files), and the GPU memory in use while it serves
-(nvidia-smi, less what was in use before). DIR/fp8_serve.json holds everything, DIR/fp8_serve.md the table
-with the targets (FP8 ITL p50 and output throughput at least bf16's at every concurrency, start to
-ready within 1.5x), DIR/logs/ every part's log. A part that would start past --budget-s is skipped and says so.
+OUTPUT tokens out); fp8_again only gets ready. Then, budget left, benchmarks/decode_step.py on both
+checkpoints: the decode step at every captured batch size (one CUDA-graph replay's GPU time, context PROMPT +
+OUTPUT / 2). Per start: seconds from process start to the ready line, the Triton kernels its start compiled
+into its cache (cubin files), and the GPU memory in use while it serves (nvidia-smi, less what was in use
+before). DIR/fp8_serve.json holds everything, DIR/fp8_serve.md the table with the targets (FP8 ITL p50 and
+output throughput at least bf16's at every concurrency, start to ready within 1.5x), DIR/logs/ every part's
+log. A part that would start past --budget-s is skipped and says so.
 
 --smoke: the built-in trained model quantized block-FP8 (fp8_model_check.write_trained) and its twin, served
-on the CPU (float32, both dequantized there), 32-token prompts, 8 tokens out, concurrency 1 and 2: a check of the
-script itself, no figures.
+on the CPU (float32, both dequantized there), 32-token prompts, 8 tokens out, concurrency 1 and 2: a check of
+the script itself, no figures.
 """
 from __future__ import annotations
 
@@ -39,12 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from serve_peers import bench_serve  # noqa: E402
-from serve_procs import Run, Server, dcpctl  # noqa: E402
-
-from dcpctl.launch.cuda_graphs import sglang_decode_sizes  # noqa: E402
+from benchmarks.serve_peers import bench_serve
+from benchmarks.serve_procs import Run, Server, bench, dcpctl
+from dcpctl.launch.cuda_graphs import sglang_decode_sizes
 
 PROMPT, OUTPUT = 1000, 64
 ITL_RATIO, READY_RATIO = 1.0, 1.5     # FP8 / bf16: ITL p50 at most 1x, start to ready at most 1.5x
@@ -120,7 +119,8 @@ def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests
     res: dict[str, Any] = {"checkpoint": str(ckpt), "ready_s": srv.ready_s, "triton_cache": str(cache),
                            "cubins_before": before, "cubins_compiled": cubins(cache) - before, "bench": {}}
     for c in conc if srv.url else []:
-        res["bench"][str(c)] = bench_serve(run, f"{tag}-c{c}", srv.url, c, max(requests, c), prompt, output, c)
+        res["bench"][str(c)] = bench_serve(run, f"{tag}-c{c}", srv.url, c, max(requests, c), prompt, output,
+                                           c)
     used = gpu_used_mib() if srv.url else None
     res["gpu_mib_in_use"] = used - base_mib if used is not None and base_mib is not None else None
     rc = srv.stop()
@@ -129,12 +129,13 @@ def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests
     return res
 
 
-def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int], context: int) -> dict[str, Any] | None:
-    """benchmarks/decode_step.py on ckpt (Triton cache: the start's, already compiled): the decode step's time at
-    each batch size, one CUDA-graph replay's GPU time on cuda (eager on the CPU)."""
+def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int], context: int) -> dict[str,
+                                                                                                     Any] | None:
+    """benchmarks/decode_step.py on ckpt (Triton cache: the start's, already compiled): the decode step's time
+    at each batch size, one CUDA-graph replay's GPU time on cuda (eager on the CPU)."""
     path = run.out / f"step-{tag}.json"
-    argv = [sys.executable, str(HERE / "decode_step.py"), str(ckpt), "--device", run.device, "--batches",
-            ",".join(map(str, batches)), "--contexts", str(context), "--steps", "10", "--warmup", "3", "-o", str(path)]
+    argv = bench("decode_step", str(ckpt), "--device", run.device, "--batches", ",".join(map(str, batches)),
+                 "--contexts", str(context), "--steps", "10", "--warmup", "3", "-o", str(path))
     argv += ["--dtype", "float32"] if run.smoke else ["--cuda-graphs"]
     os.environ["TRITON_CACHE_DIR"] = str(cache)
     try:
@@ -153,7 +154,8 @@ def _thr(r: dict | None) -> float | None:
 
 
 def summarize(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows of the table: (what, fp8, bf16, fp8 / bf16, target, met); a row with a missing side has met None."""
+    """Rows of the table: (what, fp8, bf16, fp8 / bf16, target, met); a row with a missing side has met
+    None."""
     s = doc["starts"]
     f, b = s.get("fp8", {}), s.get("bf16", {})
     rows = []

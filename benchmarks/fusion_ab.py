@@ -1,11 +1,11 @@
 """The CUDA-graph decode step with each of the step's fusions off, in one process on one GPU.
 
 For every variant (a DCPCTL_UNFUSED value: kernels/fusions.py) the checkpoint is loaded again and each batch's
-cell runs as `bench decode --cuda-graphs` runs it (bench/decode_cell.run_cell: eager steps, then the graph's GPU
-time over back-to-back replays); the roofline prediction is bench decode's (ceilings measured once in this run).
-Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
+cell runs as `bench decode --cuda-graphs` runs it (bench/decode_cell.run_cell: eager steps, then the graph's
+GPU time over back-to-back replays); the roofline prediction is bench decode's (ceilings measured once in this
+run). Prints graph ms, predicted ms and their ratio per variant and batch; JSON to -o.
 
-usage: PYTHONPATH=. python3 benchmarks/fusion_ab.py [--model DIR] [--batches 1,8,32] [--context 1032]
+usage: python3 -m benchmarks.fusion_ab [--model DIR] [--batches 1,8,32] [--context 1032]
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
   --env-variant: a variant with settings of its own (DCPCTL_UNFUSED unset unless named), each KEY=VALUE either
   DCPCTL_UNFUSED or a field of the launch config's runtime section (fp8_gemm, blas, mla_configs, gemm16_table), e.g.
@@ -18,19 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 FUSED = "fused"   # the variant with every fusion on (DCPCTL_UNFUSED unset)
 
 
 def write_checkpoint(d: Path) -> Path:
-    sys.path.insert(0, str(HERE))
-    from serve_peers import write_bf16
-
+    from benchmarks.serve_peers import write_bf16
     from dcpctl.bench.decode import SHAPES
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4), "cuda")
 
@@ -48,18 +44,20 @@ def variant_env(v: str) -> tuple[str, dict[str, str]]:
     return name, env
 
 
-def measure(path: str, variants: list[str], batches: list[int], context: int, steps: int, warmup: int) -> list[dict]:
+def measure(path: str, variants: list[str], batches: list[int], context: int, steps: int,
+            warmup: int) -> list[dict]:
     import torch
 
     from dcpctl.bench.decode import _ceilings
     from dcpctl.bench.decode_cell import predict_ms, run_cell
-    from dcpctl.runtime.models import load_model
     from dcpctl.contract.launch_config import RuntimeSection
     from dcpctl.runtime import settings
+    from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     dev, ps = torch.device("cuda"), ParallelState.single()
     consts = _ceilings(dev)
-    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False, "lse_base": "e"}
+    decisions = {"dcp_comm_backend": "ag_rs", "attention_path": "auto", "dcp_replicate_q_proj": False,
+                 "lse_base": "e"}
     rows = []
     for spec in variants:
         v, env = variant_env(spec)
@@ -96,8 +94,10 @@ def main() -> None:
     ap.add_argument("--model")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--context", type=int, default=1032)
-    ap.add_argument("--variants", default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed,head_bmm,overlap")
-    ap.add_argument("--env-variant", action="append", default=[], help="NAME=VAR=VALUE;VAR=VALUE (repeatable)")
+    ap.add_argument("--variants",
+                    default=f"{FUSED},all,qkv_a,q_rope,kv_write,add_norm,v_out,swiglu,embed,head_bmm,overlap")
+    ap.add_argument("--env-variant", action="append", default=[],
+                    help="NAME=VAR=VALUE;VAR=VALUE (repeatable)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("-o", "--out")

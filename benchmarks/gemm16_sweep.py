@@ -1,14 +1,14 @@
-"""The decode step's 16-bit GEMMs (y = x @ W^T, few rows): cuBLAS (torch's F.linear) against dcpctl's split-K Triton
-kernel (runtime/kernels/gemm16.py) over a grid of tile settings, and the shipped choice (this GPU's gemm16 tuning
-table), one process, one GPU.  --save-table FILE writes the gemm16 tuning table the sweep makes: per shape and row
-count the best setting where it beat cuBLAS by WIN or more (dcpctl/tuning/gemm16/device_name=<GPU>.json).
+"""The decode step's 16-bit GEMMs (y = x @ W^T, few rows): cuBLAS (torch's F.linear) against dcpctl's split-K
+Triton kernel (runtime/kernels/gemm16.py) over a grid of tile settings, and the shipped choice (this GPU's
+gemm16 tuning table), one process, one GPU.  --save-table FILE writes the gemm16 tuning table the sweep makes:
+per shape and row count the best setting where it beat cuBLAS by WIN or more
+(dcpctl/tuning/gemm16/device_name=<GPU>.json).
 
-Each setting is timed as `dcpctl bench kernel` times: a CUDA graph of CALLS calls that rotate over weight copies
-of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 replays, per call
-(`dcpctl.bench.ceilings.graph_ms`).  The Triton kernel
-is checked against F.linear in fp32 before it is timed.
+Each setting is timed as `dcpctl bench kernel` times: a CUDA graph of CALLS calls that rotate over weight
+copies of >= 256 MiB in all (so no call finds its weight in L2), the median of 10 replays, per call
+(`dcpctl.bench.ceilings.graph_ms`).  The Triton kernel is checked against F.linear in fp32 before it is timed.
 
-usage: PYTHONPATH=. python3 benchmarks/gemm16_sweep.py [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
+usage: python3 -m benchmarks.gemm16_sweep [--rows 8,32] [--shapes qkv_a,q_b,o_proj,gate_up,down]
        [--grid first|wide] [-o out.json] [--save-table FILE]
   --grid first: the grid the shipped H200 table came from; wide: narrower tiles, deeper K steps, 8 warps
 """
@@ -98,7 +98,7 @@ def main() -> None:
     if a.save_table:
         major, minor = torch.cuda.get_device_capability(dev)
         tuning.write(a.save_table, "gemm16", torch.cuda.get_device_name(dev), major * 10 + minor,
-                     "python benchmarks/gemm16_sweep.py --save-table FILE", tuning.source_commit(),
+                     "python -m benchmarks.gemm16_sweep --save-table FILE", tuning.source_commit(),
                      {k: sorted(v) for k, v in table.items()})
 
 

@@ -16,8 +16,15 @@
 #             top-8 as fp8serve serves, w8a16) against torch._grouped_mm; writes $OUT/fp8grouped/fp8_gemm.json: this
 #             GPU's shipped fp8_gemm table with a grouped_w8a16 section (docs/fp8.md)
 #   gemm16    the 16-bit split-K GEMM sweep against cuBLAS (writes $OUT/gemm16/gemm16.json)
-#   head_bmm  the per-head bmm sweep against torch.bmm
+#   head_bmm  the per-head bmm sweep against torch.bmm (writes $OUT/head_bmm/head_bmm.json)
+#   tiles     `dcpctl bench tiles`: ours' tile sweep per kernel-head count (writes $OUT/tiles/mla_tiles.json)
 #   x2        two GPUs: DCP 2 against DCP 1 at TP 2 and the packed a2a exchange against a raw all_to_all
+#   rank      `dcpctl bench rank` (docs/bench-rank.md): tp1, TP 1 on a 4-layer V3-attention MoE checkpoint, its step
+#             against the served engine's; v31, rank 0 of DeepSeek-V3.1 TP 8 + DCP 8 (FP8); k2, rank 0 of Kimi K2
+#             TP 16 + DCP 8; each at batches 1/8/32/64 x contexts 8K/32K/128K, both routings; then
+#             benchmarks.rank_check's verdicts.  Trim with RANK_PARTS=flashmla,tp1,v31 (the default; a second call
+#             RANK_PARTS=k2: Kimi K2 at 32 kernel heads runs page 1, without FlashMLA); on an H100 RANK_LAYERS=N
+#             runs the first N layers (--layers)
 # The machine's environment (carried wheels and sources, NVLink multicast off) is tools/gpu_env.sh's `setup`; FlashMLA
 # builds on first use. Every part logs to $OUT/<suite>/<part>.log and prints its exit status.
 set -uo pipefail
@@ -33,8 +40,22 @@ part() {   # part NAME SECONDS COMMAND...: one timed part, its log, its exit sta
 }
 
 v3_checkpoint() {   # the 4-layer DeepSeek-V3-attention bf16 checkpoint the step and serve figures use
-  python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path
-from fusion_ab import write_checkpoint; print(write_checkpoint(Path('$1')))"
+  python3 -c "from pathlib import Path; from benchmarks.fusion_ab import write_checkpoint
+print(write_checkpoint(Path('$1')))"
+}
+
+rank_checkpoint() {   # 4 layers of V3 attention, 1 dense + 3 MoE (serve_peers' MOE experts): bench rank's TP 1 check
+  python3 -c "from pathlib import Path
+from benchmarks.serve_peers import MOE, write_bf16
+from dcpctl.bench.decode import SHAPES
+print(write_bf16(Path('$1'), dict(SHAPES['v3'], num_hidden_layers=4, max_position_embeddings=40960, **MOE), 'cuda'))"
+}
+
+rank_part() {   # rank_part NAME SECONDS FLAGS...: one `bench rank` run when RANK_PARTS names it
+  local name=$1 secs=$2; shift 2
+  [[ ",${RANK_PARTS:-flashmla,tp1,v31}," == *",$name,"* ]] || return 0
+  local layers=(); [ -n "${RANK_LAYERS:-}" ] && [ "$name" != tp1 ] && layers=(--layers "$RANK_LAYERS")
+  part "$name" "$secs" $DCPCTL bench rank --device cuda "$@" ${layers[@]+"${layers[@]}"} --out "$O/$name.json"
 }
 
 for SUITE in "$@"; do
@@ -52,39 +73,51 @@ for SUITE in "$@"; do
       part bench_capacity 60 $DCPCTL bench capacity --format json ;;
     step)
       M=$(v3_checkpoint /tmp/dcpctl-v3-step)
-      part fusion_ab 500 python3 benchmarks/fusion_ab.py --model "$M" --batches 1,8,32 -o "$O/fusion_ab.json" ;;
+      part fusion_ab 500 python3 -m benchmarks.fusion_ab --model "$M" --batches 1,8,32 -o "$O/fusion_ab.json" ;;
     serve)
       args=(--out "$O" --variants "${VARIANTS:-graph,eager}" --hf-modes "${HF_MODES-compiled,eager}"
             --budget-s "${BUDGET_S:-360}")
       [ -n "${CELLS:-}" ] && args+=(--cells "$CELLS")
-      part serve_peers 580 python3 benchmarks/serve_peers.py "${args[@]}" ;;
-    prefill) part prefill_ttft 300 python3 benchmarks/prefill_ttft.py "$O/prefill_ttft.json" ;;
+      part serve_peers 580 python3 -m benchmarks.serve_peers "${args[@]}" ;;
+    prefill) part prefill_ttft 300 python3 -m benchmarks.prefill_ttft "$O/prefill_ttft.json" ;;
     mixed)
-      part serve_mixed 580 python3 benchmarks/serve_mixed.py --out "$O" --budget-s "${BUDGET_S:-480}" \
+      part serve_mixed 580 python3 -m benchmarks.serve_mixed --out "$O" --budget-s "${BUDGET_S:-480}" \
         --cells "${CELLS:-stall,moe,early,dense1k}" --stall-repeats "${STALL_REPEATS:-3}" \
         --stall-warmup "${STALL_WARMUP:-1}" ;;
     fp8serve)   # checkpoints (7.5 GB) and Triton caches go under /tmp, not into the results
-      part fp8_serve 580 python3 benchmarks/fp8_serve.py --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
+      part fp8_serve 580 python3 -m benchmarks.fp8_serve --out "$O" --work /tmp/dcpctl-fp8-work --budget-s "${BUDGET_S:-470}"
       rm -rf /tmp/dcpctl-fp8-work ;;
     fp8)
       part tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/runtime/kernels/test_fp8_gemm.py \
         tests/runtime/models/test_model_fp8.py tests/runtime/models/test_weight_bytes.py
-      part sweep 240 python3 benchmarks/fp8_gemm.py --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
+      part sweep 240 python3 -m benchmarks.fp8_gemm --sweep --modes w8a8 w8a16 --save-table "$O/fp8_gemm.json" \
         --json "$O/sweep.json"
-      part model_check 100 python3 benchmarks/fp8_model_check.py --trained --json "$O/model_check.json" ;;
+      part model_check 100 python3 -m benchmarks.fp8_model_check --trained --json "$O/model_check.json" ;;
     fp8grouped)   # the shipped table of this GPU (its name, spaces as _) keeps its other sections
       T=dcpctl/tuning/fp8_gemm/device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | tr ' ' _).json
       merge=(); [ -e "$T" ] && merge=(--merge-table "$T")
-      part sweep 540 python3 benchmarks/fp8_gemm.py --modes w8a16 --grouped --experts 16 \
+      part sweep 540 python3 -m benchmarks.fp8_gemm --modes w8a16 --grouped --experts 16 \
         --grouped-rows 2 4 8 16 24 32 48 64 --sweep --budget-s 400 --shapes ${merge[@]+"${merge[@]}"} \
         --save-table "$O/fp8_gemm.json" --json "$O/sweep.json" ;;
-    gemm16) part sweep 500 python3 benchmarks/gemm16_sweep.py -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
-    head_bmm) part sweep 300 python3 benchmarks/head_bmm_sweep.py -o "$O/sweep.json" ;;
+    gemm16) part sweep 500 python3 -m benchmarks.gemm16_sweep -o "$O/sweep.json" --save-table "$O/gemm16.json" ;;
+    head_bmm) part sweep 300 python3 -m benchmarks.head_bmm_sweep -o "$O/sweep.json" --save-table "$O/head_bmm.json" ;;
+    tiles) part bench_tiles 400 $DCPCTL bench tiles --save-table "$O/mla_tiles.json" ;;
     x2)
       part bench_decode 400 $DCPCTL bench decode --device cuda --tp-size 2 --dcp-sizes 1,2 --shape v3 \
         --dtype bfloat16 --batches 1,8,32,64 --contexts 8192,32768,131072 --page-size 64 --cuda-graphs \
         -o "$O/decode.json"
       part bench_exchange 150 $DCPCTL bench exchange --dcp-size 2 --batches 1,8,32,64 --format json ;;
-    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 fp8grouped gemm16 head_bmm x2"; exit 2 ;;
+    rank)
+      GRID=(--batches 1,8,32,64 --contexts 8192,32768,131072 --hardware h200-8)
+      [[ ",${RANK_PARTS:-flashmla,tp1,v31}," == *",flashmla,"* ]] && part flashmla 180 python3 -c \
+        "from dcpctl.runtime.attention.flashmla_setup import main; raise SystemExit(main())"
+      [[ ",${RANK_PARTS:-flashmla,tp1,v31}," == *",tp1,"* ]] && M=$(rank_checkpoint /tmp/dcpctl-rank-moe)
+      rank_part tp1 100 --model-path "${M:-}" --weights checkpoint --tp-size 1 --routing model --batches 8,32 \
+        --contexts 4096,16384 --max-running-requests 32
+      rank_part v31 270 --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 "${GRID[@]}"
+      rank_part k2 270 --model-preset kimi-k2 --tp-size 16 --dcp-size 8 --nnodes 2 "${GRID[@]}"
+      python3 -m benchmarks.rank_check "$O"/tp1.json "$O"/v31.json "$O"/k2.json
+      echo "rank/check rc=$?" ;;
+    *) echo "unknown suite $SUITE; suites: tests kernel decode step serve prefill mixed fp8serve fp8 fp8grouped gemm16 head_bmm tiles x2 rank"; exit 2 ;;
   esac
 done

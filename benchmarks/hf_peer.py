@@ -1,6 +1,6 @@
 """The peer for `dcpctl bench serve`: Hugging Face transformers `generate` on the same checkpoint.
 
-    python3 benchmarks/hf_peer.py DIR [--device cuda] [--modes eager,compiled] [--cell 1000:1,8,32]
+    python3 -m benchmarks.hf_peer DIR [--device cuda] [--modes eager,compiled] [--cell 1000:1,8,32]
                                   [--cell 32768:1,8:1] [--output-len 64] [-o out.json]
 
 DIR is a DeepseekV3 checkpoint (such as `dcpctl.runtime.tiny.write_tiny_model`'s), loaded with
@@ -67,7 +67,9 @@ def load(path: str, dtype: torch.dtype, device: str) -> Any:
 
 def _pct(xs: list[float]) -> dict[str, float]:
     s = sorted(xs)
-    at = lambda q: s[min(len(s) - 1, int(q * len(s)))]
+
+    def at(q: float) -> float:
+        return s[min(len(s) - 1, int(q * len(s)))]
     return {"mean": statistics.fmean(s), "p50": at(0.5), "p90": at(0.9)}
 
 
@@ -98,7 +100,8 @@ def time_cell(model: Any, mode: str, batch: int, input_len: int, output_len: int
               seed: int, device: str) -> dict[str, Any]:
     """One (mode, batch, input_len) cell: warm-up generate, then `reps` timed ones."""
     rng = random.Random(seed)
-    ids = torch.tensor([[rng.randrange(1, vocab) for _ in range(input_len)] for _ in range(batch)], device=device)
+    ids = torch.tensor([[rng.randrange(1, vocab) for _ in range(input_len)] for _ in range(batch)],
+                       device=device)
     _sync(device)
     t0 = time.perf_counter()
     _generate(model, ids, output_len, mode)
@@ -113,7 +116,9 @@ def time_cell(model: Any, mode: str, batch: int, input_len: int, output_len: int
         prefill.append(t[1] - t[0])
         per_token.append((t[-1] - t[1]) / max(1, output_len - 1))
         gaps += [b - a for a, b in zip(t[1:], t[2:])]
-    ms = lambda xs: [x * 1e3 for x in xs]
+
+    def ms(xs: list[float]) -> list[float]:
+        return [x * 1e3 for x in xs]
     row = {"mode": mode, "batch": batch, "input_len": input_len, "output_len": output_len, "reps": reps,
            "warmup_s": round(warmup_s, 2), "prefill_ms": statistics.median(ms(prefill)),
            "decode_ms_per_token": statistics.median(ms(per_token)), "itl_ms": _pct(ms(gaps))}
@@ -162,7 +167,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     row = time_cell(model, mode, b, length, args.output_len, reps or args.reps, args.vocab,
                                     args.seed, args.device)
                 except Exception as e:  # noqa: BLE001 - one cell's failure (often OOM) is a result too
-                    row = {"mode": mode, "batch": b, "input_len": length, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    row = {"mode": mode, "batch": b, "input_len": length,
+                           "error": f"{type(e).__name__}: {str(e)[:300]}"}
                     if args.device.startswith("cuda"):
                         torch.cuda.empty_cache()
                 doc["rows"].append(row)

@@ -1,11 +1,12 @@
-"""One MoE layer on one GPU: dcpctl's against transformers' DeepseekV3MoE on the same weights, and its GEMMs alone.
+"""One MoE layer on one GPU: dcpctl's against transformers' DeepseekV3MoE on the same weights, and its GEMMs
+alone.
 
-    PYTHONPATH=. python3 benchmarks/moe_layer.py [OUT.json] [--tokens 32,1024,2048,8192] [--profile 8192]
+    python3 -m benchmarks.moe_layer [OUT.json] [--tokens 32,1024,2048,8192] [--profile 8192]
                  [--model DIR] [--reps 10]
 
-The checkpoint is serve_peers.py's moe one (DeepSeek-V3 attention shapes, 16 layers: layer 0 dense, 15 MoE of 32
-routed experts of width 256, top-8 of 8 groups, one shared expert), unless --model names one; layer 1's MLP is
-timed, bf16, on random hidden states of T tokens:
+The checkpoint is serve_peers.py's moe one (DeepSeek-V3 attention shapes, 16 layers: layer 0 dense, 15 MoE of
+32 routed experts of width 256, top-8 of 8 groups, one shared expert), unless --model names one; layer 1's MLP
+is timed, bf16, on random hidden states of T tokens:
 
   dcpctl   MoE.__call__: router, the (token, slot) rows sorted by expert, grouped GEMMs (torch._grouped_mm) or one
            chain per expert, the weighted combine, the shared expert
@@ -28,8 +29,6 @@ from typing import Any, Callable
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 LAYER = 1
 
 
@@ -50,10 +49,8 @@ def gemms_alone(moe: Any, x: torch.Tensor) -> Callable[[], Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from prefill_ttft import profiled
-
+    from benchmarks.prefill_ttft import profiled
     from dcpctl.bench.ceilings import events_ms
-
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
@@ -61,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--tokens", default="32,1024,2048,8192")
     ap.add_argument("--profile", default="", help="token counts to profile once (comma list)")
-    ap.add_argument("--model", help="a checkpoint directory (default: serve_peers.py's moe one, written here)")
+    ap.add_argument("--model",
+                    help="a checkpoint directory (default: serve_peers.py's moe one, written here)")
     ap.add_argument("--reps", type=int, default=10)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -72,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.model:
         path = Path(a.model)
     else:
-        import serve_peers
+        from benchmarks import serve_peers
         path = serve_peers.write_checkpoint("moe", Path(tmp.name) / "moe", "cuda")
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -94,13 +92,15 @@ def main(argv: list[str] | None = None) -> None:
                 row["dcpctl_vs_gemms"] = row["dcpctl_ms"] / row["gemms_ms"]
             row["hf_vs_dcpctl"] = row["hf_ms"] / row["dcpctl_ms"]
             rows.append(row)
-            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
+                  flush=True)
         profiles = {}
         for T in profile:
             x = torch.randn(T, D, device=dev, dtype=torch.bfloat16)
             profiles[T] = profiled(lambda: ours(x), top=15)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    doc = {"command": " ".join(["python3", "benchmarks/moe_layer.py", *(argv or sys.argv[1:])]), "commit": commit,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    doc = {"command": " ".join(["python3", "-m", "benchmarks.moe_layer", *(argv or sys.argv[1:])]), "commit": commit,
            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "layer": LAYER,
            "experts": len(ours.experts), "top_k": ours.router.cfg.top_k, "hidden": D, "rows": rows,
            "profiles": profiles}

@@ -1,6 +1,6 @@
 """Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
 
-    PYTHONPATH=. python3 benchmarks/prefill_ttft.py OUT.json [--lengths 4096,16384,32768,65536]
+    python3 -m benchmarks.prefill_ttft OUT.json [--lengths 4096,16384,32768,65536]
                  [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...] [--trace DIR]
 
 The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
@@ -15,8 +15,8 @@ max_position_embeddings 163840, unless --model names one.  In one process:
            plus the layer's projection and MLP GEMMs at N rows: an MoE layer's routed experts as grouped GEMMs of
            N x top_k rows split evenly, its shared expert dense; floor_gemms), each timed alone
 
---profile N,...: after the timed runs, one more dcpctl prefill of N tokens under torch.profiler: its wall time,
-the GPU's busy time and the top kernels by total GPU time (where the time over the floor goes).
+--profile N,...: after the timed runs, one more dcpctl prefill of N tokens under torch.profiler: its wall
+time, the GPU's busy time and the top kernels by total GPU time (where the time over the floor goes).
 
 Median of --reps timed runs after one warm-up.  JSON: per length {dcpctl_ms, hf_ms, floor_ms, floor parts,
 dcpctl/floor, dcpctl/hf}, plus the device, torch, cuDNN and the command line.
@@ -34,15 +34,12 @@ from typing import Any, Callable
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 MAX_POSITIONS = 163840
 LAYERS = 4
 
 
 def checkpoint(d: Path) -> Path:
-    from serve_peers import write_bf16   # benchmarks/ is not a package
-
+    from benchmarks.serve_peers import write_bf16
     from dcpctl.bench.decode import SHAPES
     return write_bf16(d, dict(SHAPES["v3"], num_hidden_layers=LAYERS, first_k_dense_replace=LAYERS,
                               max_position_embeddings=MAX_POSITIONS), "cuda")
@@ -74,10 +71,12 @@ def engine(path: str, capacity: int, chunk: int):
     ps = ParallelState.single()
     cfg = {"version": 1, "model": {"path": path, "dtype": "bfloat16"}, "device": "cuda", "world_size": 1,
            "dist_backend": "nccl",
-           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
+           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1,
+                        "pp_size": 1},
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
-           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": chunk, "max_running_requests": 4},
+           "kv": {"page_size": 64, "capacity_tokens": capacity, "chunked_prefill_size": chunk,
+                  "max_running_requests": 4},
            "cuda_graph": {**cuda_graph_section("cuda", True, None, None, 4),
                           **prefill_section("cuda", False, None, None, None, chunk)}}
     model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
@@ -101,14 +100,14 @@ def dcpctl_cells(path: str, lengths: list[int], chunk: int, reps: int, vocab: in
         out.setdefault(n, {})["dcpctl_profile"] = profiled(lambda: eng.generate([{"prompt_ids": ids,
                                                                                     "max_new_tokens": 1}]),
                                                            trace=trace)
-    del eng
+    eng = None    # frees the engine's GPU memory (the timed lambdas close over the name)
     torch.cuda.empty_cache()
     return out
 
 
 def profiled(fn: Callable[[], Any], top: int = 25, trace: Path | None = None) -> dict[str, Any]:
-    """One call of fn under torch.profiler: wall ms, summed GPU kernel ms, and the top kernels by GPU time; with
-    `trace`, the profiler's Chrome trace written there (a .gz path is compressed)."""
+    """One call of fn under torch.profiler: wall ms, summed GPU kernel ms, and the top kernels by GPU time;
+    with `trace`, the profiler's Chrome trace written there (a .gz path is compressed)."""
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -126,8 +125,8 @@ def profiled(fn: Callable[[], Any], top: int = 25, trace: Path | None = None) ->
 
 
 def kernel_totals(events: Any, width: int) -> list[tuple[str, float, int]]:
-    """The CUDA kernels of profiler events by name (its first `width` characters): (name, total ms, calls), the
-    largest total first."""
+    """The CUDA kernels of profiler events by name (its first `width` characters): (name, total ms, calls),
+    the largest total first."""
     kernels: dict[str, list] = {}
     for ev in events:
         if ev.device_type == torch.autograd.DeviceType.CUDA:
@@ -138,13 +137,14 @@ def kernel_totals(events: Any, width: int) -> list[tuple[str, float, int]]:
 
 
 def sync_points(fn: Callable[[], Any]) -> dict[str, int]:
-    """Where one call of fn makes the host wait for the GPU (torch's sync debug mode): the innermost dcpctl frame
-    of each wait ('module path:line'), with its count."""
+    """Where one call of fn makes the host wait for the GPU (torch's sync debug mode): the innermost dcpctl
+    frame of each wait ('module path:line'), with its count."""
     import traceback
     import warnings
     seen: dict[str, int] = {}
 
-    def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
         frames = [f for f in traceback.extract_stack() if "/dcpctl/" in f.filename]
         key = f"{frames[-1].filename.rsplit('/dcpctl/', 1)[-1]}:{frames[-1].lineno}" if frames else f"{filename}:{lineno}"
         seen[key] = seen.get(key, 0) + 1
@@ -176,15 +176,16 @@ def hf_cells(path: str, lengths: list[int], reps: int, vocab: int) -> dict[int, 
         except torch.OutOfMemoryError as e:
             out[n] = {"hf_error": str(e).splitlines()[0]}
         torch.cuda.empty_cache()
-    del model
+    model = None  # frees the GPU memory (the timed lambdas close over the name)
     torch.cuda.empty_cache()
     return out
 
 
 def floor_gemms(cfg: dict, n: int) -> list[tuple[int, int, int, int, int]]:
-    """The projection and MLP GEMMs of one forward of n tokens through the checkpoint's layers, as (layers that run
-    it, rows, in, out, groups): every layer's attention projections; a dense layer's MLP; an MoE layer's shared
-    expert and its routed experts as grouped GEMMs of n x top_k rows split evenly over the experts."""
+    """The projection and MLP GEMMs of one forward of n tokens through the checkpoint's layers, as (layers
+    that run it, rows, in, out, groups): every layer's attention projections; a dense layer's MLP; an MoE
+    layer's shared expert and its routed experts as grouped GEMMs of n x top_k rows split evenly over the
+    experts."""
     H, D, Q, L = cfg["num_attention_heads"], cfg["hidden_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"]
     nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     layers = cfg["num_hidden_layers"]
@@ -211,8 +212,9 @@ def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
     k = torch.randn(1, H, n, nope + rope, **bf)
     vv = torch.randn(1, H, n, v, **bf)
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.inference_mode():
-        _, attn = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, vv, is_causal=True), reps)
-    del q, k, vv
+        _, attn = timed(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, vv, is_causal=True),
+                        reps)
+    q = k = vv = None
     gemm = 0.0
     for count, rows, kin, kout, groups in floor_gemms(cfg, n):
         a = torch.randn(rows, kin, **bf)
@@ -224,7 +226,7 @@ def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
             ends = torch.linspace(rows / groups, rows, groups, device="cuda").round().to(torch.int32)
             ms = timed(lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=ends), reps)[1]
         gemm += count * ms
-        del a, w
+        a = w = None
     torch.cuda.empty_cache()
     return {"floor_ms": round(layers * attn + gemm, 2), "floor_attention_ms_per_layer": round(attn, 3),
             "floor_gemms_ms_per_layer": round(gemm / layers, 3)}
@@ -240,13 +242,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="", help="lengths to profile once (comma list; see above)")
     ap.add_argument("--trace", type=Path, help="with --profile: write each profiled call's Chrome trace to "
                     "TRACE/prefill_N.json.gz (GPU idle gaps, host time per op)")
-    ap.add_argument("--model", help="a checkpoint directory (default: write the dense one to a temporary folder)")
+    ap.add_argument("--model",
+                    help="a checkpoint directory (default: write the dense one to a temporary folder)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)     # as a server's ranks run (launch/torchrun.py SAFE_ENV: OMP_NUM_THREADS=1)
     lengths = [int(x) for x in args.lengths.split(",") if x]
     hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
-    rows: dict[int, dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
-    doc = {"command": " ".join(["python3", "benchmarks/prefill_ttft.py", *(argv or sys.argv[1:])]),
+    rows: dict[int,
+               dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
+    doc = {"command": " ".join(["python3", "-m", "benchmarks.prefill_ttft", *(argv or sys.argv[1:])]),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk,
            "lengths": {str(n): r for n, r in rows.items()}, "errors": {}}

@@ -1,13 +1,14 @@
-"""What reading a weight once costs a graph-launched kernel that does nothing else: the floor under any GEMM of it.
+"""What reading a weight once costs a graph-launched kernel that does nothing else: the floor under any GEMM
+of it.
 
     read_floor_us(copies, graph_time) -> (us, setting)   the fastest of a few read-only kernel settings
     empty_us(graph_time) -> us                            an empty kernel, timed the same way
 
-A read-only Triton kernel streams the weight's bytes (16-byte loads, grid-stride over programs, an xor of what it
-read stored per program so no load is dropped), timed by the caller's `graph_time(fn, copies)` (fp8_gemm.py's:
-20 calls in one CUDA graph rotating over copies larger than twice the L2, median of 20 replays).  A GEMM of the
-same weight reads the same bytes and does more, so where this floor is already above k x the weight-read roofline
-no GEMM of that shape can be within k x of it, one launch at a time.
+A read-only Triton kernel streams the weight's bytes (16-byte loads, grid-stride over programs, an xor of what
+it read stored per program so no load is dropped), timed by the caller's `graph_time(fn, copies)`
+(fp8_gemm.py's: 20 calls in one CUDA graph rotating over copies larger than twice the L2, median of 20
+replays).  A GEMM of the same weight reads the same bytes and does more, so where this floor is already above
+k x the weight-read roofline no GEMM of that shape can be within k x of it, one launch at a time.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _empty_kernel(out):
 
 
 def read_floor_us(copies: list[torch.Tensor], graph_time) -> tuple[float, tuple[int, int, int]]:
-    """Microseconds to read one of `copies` (contiguous, any dtype; their bytes as int32) and the best setting."""
+    """Microseconds to read one of `copies` (contiguous, any dtype; their bytes as int32) and the best
+    setting."""
     sms = gpu_facts(copies[0].device).sms
     ints = [c.view(-1).view(torch.int32) for c in copies]
     out = torch.empty(8 * sms, dtype=torch.int32, device="cuda")

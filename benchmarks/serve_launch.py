@@ -1,5 +1,5 @@
-"""`dcpctl launch` as a child of a benchmark script: started in its own process group, waited for until its ready
-line, its stdout kept drained, stopped whatever happens (serve_spy.py, serve_trace.py).
+"""`dcpctl launch` as a child of a benchmark script: started in its own process group, waited for until its
+ready line, its stdout kept drained, stopped whatever happens (serve_spy.py, serve_trace.py).
 
     srv, url = start(flags, log_path, env=None)     SystemExit when it does not get ready in READY_S
     stop(srv)                                        SIGINT to its group, SIGKILL after 60 s

@@ -1,6 +1,6 @@
 """One call, one machine: the scheduler under real traffic, as `dcpctl launch` + `bench serve`.
 
-    python3 benchmarks/serve_mixed.py --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
+    python3 -m benchmarks.serve_mixed --out DIR [--smoke] [--cells stall,moe,early,dense1k] [--budget-s 540]
         [--stall-repeats 1] [--stall-warmup 0] [--stall-variants mixed,unmixed,mixed-quarter]
 
 Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
@@ -29,17 +29,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import serve_peers  # benchmarks/ is not a package: these sit next to this file
-import serve_report
-from serve_procs import Run, Server, dcpctl
+from benchmarks import serve_peers, serve_report
+from benchmarks.serve_procs import Run, Server, dcpctl
 
 BUDGET = 8192           # the default --chunked-prefill-size: the prefill tokens of one step
 STOPS = ["e", "t", "a", "o"]
@@ -48,10 +44,12 @@ STOPS = ["e", "t", "a", "o"]
 def sizes(smoke: bool) -> dict[str, Any]:
     if smoke:
         return {"bg": (2, 16, 48), "long": (2, 300), "moe": (12, 40, 8, 8, 20.0), "early": (8, 40, 200, 4)}
-    return {"bg": (8, 32, 6000), "long": (4, 16384), "moe": (160, 1000, 64, 32, 40.0), "early": (96, 1000, 2000, 32)}
+    return {"bg": (8, 32, 6000), "long": (4, 16384), "moe": (160, 1000, 64, 32, 40.0),
+            "early": (96, 1000, 2000, 32)}
 
 
-def launch(run: Run, ckpt: Path, tag: str, max_running: int, tokens: int, *extra: str, env: dict | None = None) -> Server:
+def launch(run: Run, ckpt: Path, tag: str, max_running: int, tokens: int, *extra: str,
+           env: dict | None = None) -> Server:
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
          "--port", "0", "--page-size", "64" if not run.smoke else "16", "--max-running-requests", str(max_running),
          "--max-total-tokens", str(tokens), "--dtype", "float32" if run.smoke else "bfloat16", *extra]
@@ -93,11 +91,12 @@ STALL_VARIANTS = ("mixed", "unmixed", "mixed-quarter")
 def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
           variants: tuple[str, ...] = STALL_VARIANTS) -> dict[str, Any]:
     """The variants' servers up side by side; the same arrivals run against each in turn, `warmup` unrecorded
-    rounds (a fresh server's first requests pay one-time costs) and then `repeats` recorded ones, so every variant
-    meets the same machine state and a round-to-round drift cannot favour one."""
+    rounds (a fresh server's first requests pay one-time costs) and then `repeats` recorded ones, so every
+    variant meets the same machine state and a round-to-round drift cannot favour one."""
     (n_bg, bg_in, bg_out), (n_long, long_len) = sizes(run.smoke)["bg"], sizes(run.smoke)["long"]
     chunk = 64 if run.smoke else BUDGET
-    flags_of = {"mixed": (chunk, []), "unmixed": (chunk, ["--disable-mixed-chunk"]), "mixed-quarter": (chunk // 4, [])}
+    flags_of = {"mixed": (chunk, []), "unmixed": (chunk, ["--disable-mixed-chunk"]),
+                "mixed-quarter": (chunk // 4, [])}
     servers: dict[str, tuple[Server, int, Path]] = {}
     if run.left() < 90:          # all the servers or none: the cell compares them
         for variant in variants:
@@ -140,7 +139,8 @@ def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
 
 
 def budget_steps(trace: Path, chunk: int) -> dict[str, Any] | None:
-    """Wall time of the steps that carried at least `chunk` tokens (a full prefill budget), from the step trace."""
+    """Wall time of the steps that carried at least `chunk` tokens (a full prefill budget), from the step
+    trace."""
     if not trace.exists():
         return None
     doc = json.loads(trace.read_text())
@@ -173,8 +173,8 @@ def moe(run: Run, ckpt: Path) -> dict[str, Any]:
 
 
 def step_profile(trace: Path) -> dict[str, Any] | None:
-    """Where a served run's steps went, from the step trace: per kind and per band of tokens carried, the count
-    and the median / max step time (ms), and the loop's time outside steps (take, deliver, idle)."""
+    """Where a served run's steps went, from the step trace: per kind and per band of tokens carried, the
+    count and the median / max step time (ms), and the loop's time outside steps (take, deliver, idle)."""
     if not trace.exists():
         return None
     doc = json.loads(trace.read_text())
@@ -194,8 +194,9 @@ def step_profile(trace: Path) -> dict[str, Any] | None:
 
 
 def early(run: Run, ckpt: Path, rounds: int = 2) -> dict[str, Any]:
-    """An unrecorded early-stopping run first (a fresh server's first requests pay one-time costs, and the fitted
-    run would never meet them), then `rounds` recorded pairs: early, then fitted to what that run produced."""
+    """An unrecorded early-stopping run first (a fresh server's first requests pay one-time costs, and the
+    fitted run would never meet them), then `rounds` recorded pairs: early, then fitted to what that run
+    produced."""
     n, length, max_tokens, c = sizes(run.smoke)["early"]
     srv = launch(run, ckpt, "early", c, c * (length + length // 2))
     common = ["--requests", str(n), "--input-len", str(length), "--concurrency", str(c), "--seed", "3"]
@@ -233,14 +234,16 @@ def dense1k(run: Run, ckpt: Path) -> dict[str, Any]:
     return {"serve": serve, "decode": dec, "summary": serve_report.summarize(doc)["cells"]}
 
 
-PARTS = {"stall": ("dense", stall), "moe": ("moe", moe), "early": ("dense", early), "dense1k": ("dense", dense1k)}
+PARTS = {"stall": ("dense", stall), "moe": ("moe", moe), "early": ("dense", early),
+         "dense1k": ("dense", dense1k)}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--smoke", action="store_true", help="CPU, tiny checkpoints: a check of the script itself")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, tiny checkpoints: a check of the script itself")
     ap.add_argument("--cells", default="stall,moe,early,dense1k", help=f"comma list from {sorted(PARTS)}")
     ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
     ap.add_argument("--stall-repeats", type=int, default=1,
@@ -282,7 +285,8 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         out[f"stall_{v}"] = {"background_p99_itl_ms": bg.get("p99_itl_ms"),
                              "background_median_itl_ms": bg.get("median_itl_ms"),
                              "total_token_throughput": g(c, "stall", v, "bench", "total_token_throughput"),
-                             "total_token_throughput_median": g(c, "stall", v, "total_token_throughput_median"),
+                             "total_token_throughput_median": g(c, "stall", v,
+                                                                "total_token_throughput_median"),
                              "rounds": len(g(c, "stall", v, "rounds") or []),
                              "budget_step_ms": g(c, "stall", v, "budget_steps_ms")}
     out["moe"] = {k: g(c, "moe", "bench", k) for k in ("median_itl_ms", "p99_itl_ms", "output_throughput")}
@@ -290,8 +294,10 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     for v in ("chunk2048", "chunk1024"):
         out[f"moe_{v}"] = {k: g(c, "moe", "variants", v, "bench", k)
                            for k in ("median_itl_ms", "p99_itl_ms", "output_throughput", "median_ttft_ms")}
-    out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"), "retracted": g(c, "early", "retracted_total")}
-    out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k", "summary") or []]
+    out["early"] = {"fitted_vs_early": g(c, "early", "fitted_vs_early"),
+                    "retracted": g(c, "early", "retracted_total")}
+    out["dense1k_served_vs_graph"] = [(r["concurrency"], r["served_vs_graph"]) for r in g(c, "dense1k",
+                                                                                          "summary") or []]
     return out
 
 

@@ -1,7 +1,7 @@
 """One call, one machine: `dcpctl launch` + `bench serve`, the `bench decode` graph step and Hugging Face
 `generate` on the same checkpoints, then the served-step ratios (serve_report.py writes them).
 
-    python3 benchmarks/serve_peers.py --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
+    python3 -m benchmarks.serve_peers --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
                                       [--hf-modes eager,compiled] [--budget-s 540]
 
 Cells (CELLS below): a checkpoint, a prompt length and the concurrencies (= batches) to run at.
@@ -13,15 +13,15 @@ Cells (CELLS below): a checkpoint, a prompt length and the concurrencies (= batc
   tiny, tiny-moe, tiny-long (--smoke)  the built-in tiny shape, 32-token (tiny-long: 8292) prompts, 8 output
             tokens, on CPU
 
-Per checkpoint: for each server variant (graph, eager = --disable-cuda-graph; only `default` when
-`dcpctl launch --help` has no CUDA-graph flags) start `dcpctl launch`, record seconds from process start to
-the ready line, the first request's TTFT and the steady TTFT (5 more requests, one at a time, fresh random
-prompts of the first cell's length), run `bench serve` per cell and concurrency, stop the server; then
-`bench decode` (graph + eager step, roofline prediction) at context prompt + output/2 (the mean decode
-context; MoE checkpoints: decode_step.py, the same cell without a prediction); then benchmarks/hf_peer.py at
-prompts up to LONG tokens. After every checkpoint's first round: the other server variants, then HF at the
-longer prompts (the least needed last, so a tight --budget-s cuts those). Every part records its exit status;
-a part that would start past --budget-s is skipped and says so. Writes DIR/serve.json, DIR/serve.md, DIR/logs/.
+Per checkpoint: for each server variant (graph, eager = --disable-cuda-graph; only `default` when `dcpctl
+launch --help` has no CUDA-graph flags) start `dcpctl launch`, record seconds from process start to the ready
+line, the first request's TTFT and the steady TTFT (5 more requests, one at a time, fresh random prompts of
+the first cell's length), run `bench serve` per cell and concurrency, stop the server; then `bench decode`
+(graph + eager step, roofline prediction) at context prompt + output/2 (the mean decode context; MoE
+checkpoints: decode_step.py, the same cell without a prediction); then benchmarks/hf_peer.py at prompts up to
+LONG tokens. After every checkpoint's first round: the other server variants, then HF at the longer prompts
+(the least needed last, so a tight --budget-s cuts those). Every part records its exit status; a part that
+would start past --budget-s is skipped and says so. Writes DIR/serve.json, DIR/serve.md, DIR/logs/.
 """
 from __future__ import annotations
 
@@ -29,21 +29,19 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import serve_report  # benchmarks/ is not a package: these two sit next to this file
-from serve_procs import PY, Run, Server, dcpctl
+from benchmarks import serve_report
+from benchmarks.serve_procs import Run, Server, bench, dcpctl
 
 LONG = 8192   # prompts above it: HF runs them last (long prefills, another compile)
 MAX_POSITIONS = 40960   # every checkpoint's max_position_embeddings: room for 32K prompts + 64 tokens
 MOE = {"n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "moe_intermediate_size": 256,
        "n_shared_experts": 1, "first_k_dense_replace": 1}
-# checkpoint -> (bench decode --shape, layers, extra config overrides or None for a plain dense write_tiny_model)
+# checkpoint -> (bench decode --shape, layers, extra config overrides or None for a plain dense
+# write_tiny_model)
 CHECKPOINTS: dict[str, tuple[str, int, dict[str, Any] | None]] = {
     "dense": ("v3", 4, None), "moe": ("v3", 16, MOE), "tiny": ("tiny", 2, None), "tiny-moe": ("tiny", 2, {})}
 # cell -> (checkpoint, prompt length, [(concurrency, requests)], hf reps)
@@ -61,7 +59,8 @@ def write_checkpoint(name: str, d: Path, device: str) -> Path:
     from dcpctl.bench.decode import SHAPES
     from dcpctl.runtime.tiny import write_tiny_model
     shape, layers, extra = CHECKPOINTS[name]
-    # max_position_embeddings: the server refuses prompts past it (the tiny default is 2048); weights unchanged
+    # max_position_embeddings: the server refuses prompts past it (the tiny default is 2048); weights
+    # unchanged
     overrides = dict(SHAPES[shape], num_hidden_layers=layers, first_k_dense_replace=layers,
                      max_position_embeddings=MAX_POSITIONS)
     if extra is None:          # the weights `bench decode --shape SHAPE --layers N` writes, byte for byte
@@ -70,8 +69,8 @@ def write_checkpoint(name: str, d: Path, device: str) -> Path:
 
 
 def write_bf16(d: Path, overrides: dict[str, Any], device: str) -> Path:
-    """write_tiny_model's config and init rules (init_tensor), drawn on `device` and stored in bf16: a 16-layer
-    V3-attention checkpoint in seconds, not minutes of CPU random numbers."""
+    """write_tiny_model's config and init rules (init_tensor), drawn on `device` and stored in bf16: a
+    16-layer V3-attention checkpoint in seconds, not minutes of CPU random numbers."""
     import torch
     from safetensors.torch import save_file
 
@@ -124,7 +123,8 @@ def output_len(run: Run) -> int:
     return 8 if run.smoke else 64
 
 
-def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_len: int, seed: int) -> dict | None:
+def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_len: int,
+                seed: int) -> dict | None:
     _, out = run.cmd(name, dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
                                    "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
                                    "--format", "json"), timeout=600)
@@ -134,7 +134,8 @@ def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_
         return None
 
 
-def serve_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str], variant: str, flags: dict[str, bool]) -> dict:
+def serve_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str], variant: str,
+               flags: dict[str, bool]) -> dict:
     tag = f"launch-{ckpt_name}-{variant}"
     if run.left() < 30:
         run.record(tag, None, 0, "skipped: budget spent")
@@ -164,12 +165,13 @@ def decode_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str]) -> dict 
     path = run.out / f"decode-{ckpt_name}.json"
     common = ["--device", run.device, "--batches", batches, "--contexts", contexts, "--steps", "5", "--warmup", "2",
               "-o", str(path)]
-    common += ["--dtype", "float32"] if run.smoke else ["--dtype", "bfloat16", "--page-size", "64", "--cuda-graphs"]
+    common += ["--dtype", "float32"] if run.smoke else ["--dtype", "bfloat16", "--page-size", "64",
+                                                        "--cuda-graphs"]
     if extra is None:
         argv = dcpctl("bench", "decode", "--tp-size", "1", "--dcp-sizes", "1", "--shape", shape, "--layers",
                       str(layers), *common)
     else:
-        argv = [PY, str(HERE / "decode_step.py"), str(ckpt), *common]
+        argv = bench("decode_step", str(ckpt), *common)
     rc, _ = run.cmd(f"decode-{ckpt_name}", argv)
     return json.loads(path.read_text()) if rc == 0 and path.exists() else None
 
@@ -178,7 +180,7 @@ def hf_part(run: Run, tag: str, ckpt: Path, cells: list[str], modes: list[str]) 
     if not cells or not modes:
         return None
     path = run.out / f"hf-{tag}.json"
-    a = [PY, str(HERE / "hf_peer.py"), str(ckpt), "--device", run.device, "--modes", ",".join(modes),
+    a = [*bench("hf_peer", str(ckpt)), "--device", run.device, "--modes", ",".join(modes),
          "--output-len", str(output_len(run)), "-o", str(path), "--dtype", "float32" if run.smoke else "bfloat16"]
     for name in cells:
         _, length, conc, reps = CELLS[name]
@@ -191,9 +193,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--smoke", action="store_true", help="CPU, tiny checkpoints: a check of the script itself")
-    ap.add_argument("--cells", help=f"comma list from {sorted(CELLS)} (default: dense,dense32k,moe; smoke: tiny)")
-    ap.add_argument("--variants", default="graph,eager", help="server variants when launch has CUDA-graph flags")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, tiny checkpoints: a check of the script itself")
+    ap.add_argument("--cells",
+                    help=f"comma list from {sorted(CELLS)} (default: dense,dense32k,moe; smoke: tiny)")
+    ap.add_argument("--variants", default="graph,eager",
+                    help="server variants when launch has CUDA-graph flags")
     ap.add_argument("--hf-modes", default="compiled,eager", help="'' skips Hugging Face")
     ap.add_argument("--budget-s", type=float, default=360.0, help="parts that would start later are skipped")
     ap.add_argument("--ckpt-dir", type=Path, default=Path("/tmp/dcpctl-serve-ckpt"),

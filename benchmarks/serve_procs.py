@@ -1,4 +1,5 @@
-"""Child processes of serve_peers.py: each part in its own session with its log, a budget, `dcpctl launch`."""
+"""Child processes of the serving benchmarks (serve_peers, serve_mixed, fp8_serve): each part in its own
+session with its log, a budget, `dcpctl launch`."""
 from __future__ import annotations
 
 import os
@@ -29,7 +30,8 @@ class Run:
         return self.budget_s - (time.monotonic() - self.t0)
 
     def record(self, name: str, rc: int | None, seconds: float, note: str = "") -> None:
-        self.parts.append({"part": name, "rc": rc, "seconds": round(seconds, 1), **({"note": note} if note else {})})
+        self.parts.append({"part": name, "rc": rc, "seconds": round(seconds, 1),
+                           **({"note": note} if note else {})})
         print(f"[serve_peers {time.monotonic() - self.t0:6.0f}s] {name}: rc={rc} ({seconds:.1f} s) {note}",
               file=sys.stderr, flush=True)
 
@@ -54,6 +56,11 @@ class Run:
 
 def dcpctl(*args: str) -> list[str]:
     return [PY, "-m", "dcpctl.cli.main", *args]
+
+
+def bench(name: str, *args: str) -> list[str]:
+    """The argv of benchmarks/<name>.py as a module (the child runs from the repository root, as this one)."""
+    return [PY, "-m", f"benchmarks.{name}", *args]
 
 
 class Server:

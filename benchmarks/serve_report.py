@@ -1,6 +1,6 @@
 """The ratios of a serve_peers.py run, as rows and as a markdown table.
 
-    python3 benchmarks/serve_report.py DIR/serve.json      # prints the markdown again
+    python3 -m benchmarks.serve_report DIR/serve.json      # prints the markdown again
 
 Per cell and concurrency c (= batch c): served ITL p50 of each server variant (`bench serve`), the
 `bench decode` graph and eager step at batch c and context prompt + output/2, the roofline prediction,
@@ -51,7 +51,8 @@ def summarize(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for cell, (ckpt, length, conc, _) in doc["cells"].items():
         entry = doc["checkpoints"].get(ckpt, {})
         for c, _n in conc:
-            served = {v: _served(s, "cells", cell, str(c), "itl_ms") for v, s in entry.get("serve", {}).items()}
+            served = {v: _served(s, "cells", cell, str(c), "itl_ms") for v,
+                      s in entry.get("serve", {}).items()}
             best = served.get("graph", served.get("default"))
             dec = _decode_row(entry, c, length + doc["output_len"] // 2)
             hf_c, hf_e = _hf(entry, "compiled", c, length), _hf(entry, "eager", c, length)
@@ -59,7 +60,8 @@ def summarize(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                          "graph_step_ms": dec.get("graph_ms"), "eager_step_ms": dec.get("step_ms"),
                          "predicted_ms": dec.get("predicted_ms"), "hf_compiled_itl_p50_ms": hf_c,
                          "hf_eager_itl_p50_ms": hf_e, "served_vs_graph": _ratio(best, dec.get("graph_ms")),
-                         "hf_compiled_vs_served": _ratio(hf_c, best), "hf_eager_vs_served": _ratio(hf_e, best),
+                         "hf_compiled_vs_served": _ratio(hf_c, best), "hf_eager_vs_served": _ratio(hf_e,
+                                                                                                   best),
                          "graph_vs_predicted": _ratio(dec.get("graph_ms"), dec.get("predicted_ms"))})
     startup = []
     for ckpt, entry in doc["checkpoints"].items():
@@ -100,6 +102,6 @@ def markdown(doc: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python3 benchmarks/serve_report.py DIR/serve.json")
+        raise SystemExit("usage: python3 -m benchmarks.serve_report DIR/serve.json")
     with open(sys.argv[1]) as f:
         print(markdown(json.load(f)), end="")

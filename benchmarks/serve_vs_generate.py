@@ -5,7 +5,7 @@ flags, sends the same prompts as token ids (temperature 0) all at once, so the s
 own way (prefill chunks, decode batches of changing size, padded graph replays, the pipelined decode),
 and compares the ids.  Prints one JSON line; exit 1 when any differ.
 
-usage: PYTHONPATH=. python3 benchmarks/serve_vs_generate.py [--device cuda] [--prompts 12] [--max-new 24]
+usage: python3 -m benchmarks.serve_vs_generate [--device cuda] [--prompts 12] [--max-new 24]
        [-- extra dcpctl flags, e.g. --tp-size 1 --dcp-size 1]
 """
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The decode step's GEMMs one by one on one GPU, against their weight-bytes roofline.
 
-Every linear layer and the two absorbed-MLA bmms of a DeepSeek-V3 layer (bf16, TP 1) at each batch: microseconds
-per call (calls captured in a CUDA graph, as the step runs them), the weight bandwidth it reaches and the time at
-the measured copy bandwidth, in the forms the step uses and in candidate forms (cuBLAS or cuBLASLt; the bmms as einsum, strided `out=`, or transposed), so what the
-graph step spends in GEMMs beyond the roofline is visible per GEMM.  Weights rotate over copies larger than L2,
-so no call reads a weight from cache.
+Every linear layer and the two absorbed-MLA bmms of a DeepSeek-V3 layer (bf16, TP 1) at each batch:
+microseconds per call (calls captured in a CUDA graph, as the step runs them), the weight bandwidth it reaches
+and the time at the measured copy bandwidth, in the forms the step uses and in candidate forms (cuBLAS or
+cuBLASLt; the bmms as einsum, strided `out=`, or transposed), so what the graph step spends in GEMMs beyond
+the roofline is visible per GEMM.  Weights rotate over copies larger than L2, so no call reads a weight from
+cache.
 
-usage: PYTHONPATH=. python3 benchmarks/step_gemms.py [--batches 1,8,32] [-o out.json]
+usage: python3 -m benchmarks.step_gemms [--batches 1,8,32] [-o out.json]
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ ROTATE_BYTES = 256 << 20   # > the H200's 50 MB L2
 
 
 def _time(fn: Callable[[int], object], n: int, reps: int = 30) -> float:
-    # fn(i) runs call i (on weight copy i % n) -> microseconds per call, timed as `reps` calls captured in one CUDA
-    # graph (as the step runs them: eager launches from this host cost more than the small GEMMs themselves)
+    # fn(i) runs call i (on weight copy i % n) -> microseconds per call, timed as `reps` calls captured in one
+    # CUDA graph (as the step runs them: eager launches from this host cost more than the small GEMMs
+    # themselves)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -78,7 +80,8 @@ def bmms(b: int) -> list[dict]:
                                                            out=qbuf[:, :, :L].transpose(0, 1)),
         ("w_kc", "bmm transposed"): lambda i: torch.bmm(kc[i % len(kc)].transpose(1, 2), q.permute(1, 2, 0)),
         ("w_vc", "einsum"): lambda i: torch.einsum("thl,hlv->thv", o, vc[i % len(vc)]),
-        ("w_vc", "bmm out= strided"): lambda i: torch.bmm(o.transpose(0, 1), vc[i % len(vc)], out=vbuf.transpose(0, 1)),
+        ("w_vc", "bmm out= strided"): lambda i: torch.bmm(o.transpose(0, 1), vc[i % len(vc)],
+                                                          out=vbuf.transpose(0, 1)),
         ("w_vc", "bmm transposed"): lambda i: torch.bmm(vc[i % len(vc)].transpose(1, 2), o.permute(1, 2, 0)),
     }
     for (name, form), fn in forms.items():

@@ -1,12 +1,13 @@
 """Burst vs sustained: how a compute-bound kernel's time changes as the GPU stays busy.
 
-    python benchmarks/sustained_rate.py [--seconds 1.5] [--json OUT]
+    python -m benchmarks.sustained_rate [--seconds 1.5] [--json OUT]
 
-`dcpctl bench kernel`'s compute ceiling is a burst figure (bench/ceilings.bf16_matmul_rate: ten 8192^3 products,
-each timed alone, about 20 ms of work), while a cell is timed over CUDA-graph replays that keep the GPU busy for
-a few hundred ms.  This times, each after 3 s idle, back-to-back for --seconds: (1) the 8192^3 bf16 product,
-(2) FlashMLA on bench kernel's 128-head 128K x 32 cell (random pages of a 9.6 GB pool, as bench kernel) where
-it is built, and reads the SM clock and power (nvidia-smi, a thread, every 50 ms).  Prints per-replay time, rate, clock.
+`dcpctl bench kernel`'s compute ceiling is a burst figure (bench/ceilings.bf16_matmul_rate: ten 8192^3
+products, each timed alone, about 20 ms of work), while a cell is timed over CUDA-graph replays that keep the
+GPU busy for a few hundred ms.  This times, each after 3 s idle, back-to-back for --seconds: (1) the 8192^3
+bf16 product, (2) FlashMLA on bench kernel's 128-head 128K x 32 cell (random pages of a 9.6 GB pool, as bench
+kernel) where it is built, and reads the SM clock and power (nvidia-smi, a thread, every 50 ms).  Prints
+per-replay time, rate, clock.
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def curve(name: str, fn, per_graph: int, flops_per_call: float, seconds: float) 
 
 
 def matmul_curve(dev: torch.device, seconds: float, n: int = 8192) -> list[dict]:
-    x, w = torch.randn(n, n, device=dev, dtype=torch.bfloat16), torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    x, w = torch.randn(n, n, device=dev, dtype=torch.bfloat16), torch.randn(n, n, device=dev,
+                                                                            dtype=torch.bfloat16)
     y = torch.empty_like(x)
     return curve(f"matmul {n}^3", lambda: torch.matmul(x, w, out=y), 20, 2 * n ** 3, seconds)
 

@@ -1,16 +1,16 @@
 """Train the built-in default model: a tiny DeepSeek-V3-shaped byte-level LM on Python stdlib sources.
 
-    nice python scripts/train_tiny.py [-o dcpctl/data/tiny-deepseek-stdlib] [--steps N] [--seed 0]
+    nice python -m scripts.train_tiny [-o dcpctl/data/tiny-deepseek-stdlib] [--steps N] [--seed 0]
 
-Corpus: the CORPUS files below (a fixed list; each exists in CPython 3.10, 3.11 and 3.12), read
-from the running interpreter's standard library (`sysconfig.get_paths()["stdlib"]`), so the bytes
-depend on the Python version only (the record names it and each file's sha256).  Every HOLDOUT_EVERY-th
-file of the sorted list is held out; the rest, joined by blank lines, is the training stream.
-Training samples are windows of SEQ bytes that start at a line start, with BOS in front (as `dcpctl
-generate` encodes a prompt), drawn from a torch.Generator seeded with --seed; the model is Hugging Face's DeepseekV3ForCausalLM
-(MLA with q LoRA, YaRN rope, one dense layer then MoE layers with routed + shared experts, routed by
-noaux_tc whose correction bias is updated by DeepSeek-V3's aux-loss-free balancing rule).
-Deterministic for one seed, torch version, thread count and Python version.
+Corpus: the CORPUS files below (a fixed list; each exists in CPython 3.10, 3.11 and 3.12), read from the
+running interpreter's standard library (`sysconfig.get_paths()["stdlib"]`), so the bytes depend on the Python
+version only (the record names it and each file's sha256).  Every HOLDOUT_EVERY-th file of the sorted list is
+held out; the rest, joined by blank lines, is the training stream. Training samples are windows of SEQ bytes
+that start at a line start, with BOS in front (as `dcpctl generate` encodes a prompt), drawn from a
+torch.Generator seeded with --seed; the model is Hugging Face's DeepseekV3ForCausalLM (MLA with q LoRA, YaRN
+rope, one dense layer then MoE layers with routed + shared experts, routed by noaux_tc whose correction bias
+is updated by DeepSeek-V3's aux-loss-free balancing rule). Deterministic for one seed, torch version, thread
+count and Python version.
 
 Writes the output directory as `save_pretrained` does (config.json, model.safetensors) plus the byte
 tokenizer, heldout.txt (the first EVAL_SLICE windows of the held-out files, the slice the test
@@ -30,10 +30,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dcpctl.runtime.tiny import tiny_config  # noqa: E402
-from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
+from dcpctl.runtime.tiny import tiny_config
+from dcpctl.runtime.tokenizer import ByteTokenizer
 
 CORPUS = sorted("""
 abc.py argparse.py ast.py base64.py bdb.py bisect.py calendar.py cmd.py code.py codecs.py colorsys.py configparser.py
@@ -184,7 +182,8 @@ def train(args: argparse.Namespace) -> dict:
         bpb = loss.item() / math.log(2)
         loss_avg = bpb if loss_avg is None else 0.98 * loss_avg + 0.02 * bpb
         if step % 50 == 0 or step in (10, args.steps - 1):
-            log.append({"step": step, "train_bpb": round(bpb, 4), "max_over_mean_expert_load": round(imbalance, 3)})
+            log.append({"step": step, "train_bpb": round(bpb, 4),
+                        "max_over_mean_expert_load": round(imbalance, 3)})
             print(f"step {step:5d}  train {bpb:.3f} bpb (avg {loss_avg:.3f})  expert load max/mean {imbalance:.2f}  "
                   f"{time.monotonic() - start:.0f}s", flush=True)
     train_s = time.monotonic() - start
@@ -202,9 +201,10 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": ByteTokenizer.bos_token_id, "eos_token_id": ByteTokenizer.eos_token_id}, indent=2))
     (out / "heldout.txt").write_bytes(b"".join(slice_windows))
-    from transformers import AutoModelForCausalLM   # the saved directory, read back as the test reads it
+    from transformers import AutoModelForCausalLM  # the saved directory, read back as the test reads it
     try:
-        model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64, experts_implementation="eager")
+        model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64,
+                                                       experts_implementation="eager")
     except TypeError:  # transformers without experts_implementation
         model64 = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float64)
     with torch.no_grad():
@@ -212,7 +212,8 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
     record = {
         "description": f"tiny DeepSeek-V3-shaped model trained on Python stdlib sources, "
                        f"{heldout_bpb:.2f} bits/byte held out",
-        "script": "scripts/train_tiny.py", "command": " ".join(["python", "scripts/train_tiny.py", *sys.argv[1:]]),
+        "script": "scripts/train_tiny.py", "command": " ".join(["python", "-m", "scripts.train_tiny",
+                                                                *sys.argv[1:]]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_bytes": SEQ, "peak_lr": args.lr,
         "warmup": args.warmup, "threads": THREADS, "train_seconds": round(r["train_s"], 1),
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
@@ -255,7 +256,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     record = save(args.output, args, train(args))
-    print(json.dumps({k: record[k] for k in ("description", "final_train_bpb", "heldout_bpb", "train_seconds")}))
+    print(json.dumps({k: record[k] for k in ("description", "final_train_bpb", "heldout_bpb",
+                                             "train_seconds")}))
 
 
 if __name__ == "__main__":

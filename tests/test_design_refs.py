@@ -32,8 +32,9 @@ def test_nothing_cites_a_document_outside_the_repository():
 
 
 def test_docs_links_to_repository_files_resolve():
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").rglob("*.md")),
-            ROOT / "tools/README.md"]
-    broken = [f"{d.relative_to(ROOT)}: {target}" for d in docs for target in LINK.findall(CODE.sub("", d.read_text()))
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "benchmarks").rglob("*.md")), ROOT / "tools/README.md"]
+    broken = [f"{d.relative_to(ROOT)}: {target}" for d in docs
+              for target in LINK.findall(CODE.sub("", d.read_text()))
               if "://" not in target and not (d.parent / target).exists()]
     assert broken == []

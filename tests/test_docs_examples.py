@@ -1,4 +1,5 @@
-"""Every `dcpctl` command in README.md, docs/*.md (```bash blocks) and the commands' --help examples runs as written.
+"""Every `dcpctl` command in README.md, docs/*.md (```bash blocks) and the commands' --help examples runs as
+written.
 
 How each command is checked:
   run       CPU commands, in-process (CliRunner), in one temp directory per document so a block's
@@ -67,7 +68,8 @@ def help_commands() -> list[tuple[str, list[str], str]]:
         cmd = cli.get_command(click.Context(cli), name)
         for line in (cmd.help or "").splitlines():
             if line.strip().startswith("dcpctl "):
-                found += [(f"dcpctl {name} --help", argv, comment) for argv, comment in _commands(line.strip())]
+                found += [(f"dcpctl {name} --help", argv, comment) for argv,
+                          comment in _commands(line.strip())]
     return found
 
 

@@ -1,5 +1,6 @@
-"""dcpctl/knobs.py declares every environment variable: docs/knobs.md lists exactly those, no other module reads
-os.environ, every DCPCTL_* name the repo mentions is declared, and `dcpctl plan` is the same whatever they hold."""
+"""dcpctl/knobs.py declares every environment variable: docs/knobs.md lists exactly those, no other module
+reads os.environ, every DCPCTL_* name the repo mentions is declared, and `dcpctl plan` is the same whatever
+they hold."""
 from __future__ import annotations
 
 import re

@@ -15,6 +15,28 @@ def test_every_module_has_a_line():
     assert missing == []
 
 
+def test_module_lines_are_the_docstrings():
+    """Each module's line is its docstring's first paragraph: `python -m scripts.gen_structure` rewrites
+    them."""
+    from scripts import gen_structure
+    doc = (ROOT / "docs" / "structure.md").read_text()
+    assert gen_structure.render(doc) == doc, "docs/structure.md: run `python -m scripts.gen_structure --check`"
+
+
+def test_render_keeps_the_prose_and_rebuilds_the_sections(tmp_path):
+    from scripts import gen_structure
+    (tmp_path / "dcpctl" / "sub").mkdir(parents=True)
+    (tmp_path / "dcpctl" / "__init__.py").write_text('"""The root.\n\nMore."""\n')
+    (tmp_path / "dcpctl" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "dcpctl" / "sub" / "a.py").write_text('"""A module,\nwrapped."""\n')
+    doc = ("# Structure\n\nIntro.\n\n## dcpctl/ — the root\n\n- `old.py`: gone\n\n"
+           "## dcpctl/sub/ — a folder\n\n## Afterwards\n\nProse.\n")
+    assert gen_structure.render(doc, tmp_path) == (
+        "# Structure\n\nIntro.\n\n## dcpctl/ — the root\n\n- `__init__.py`: The root.\n\n"
+        "## dcpctl/sub/ — a folder\n\n- `__init__.py`: (package marker)\n- `a.py`: A module, wrapped.\n\n"
+        "## Afterwards\n\nProse.\n")
+
+
 # The house's floors, lowest first: a module imports its own floor or lower, never higher (the CLI and its
 # commands on top; plan/ and the root modules, knobs, console and tuning tables, at the bottom).
 FLOORS = {"(root)": 0, "tuning": 0, "plan": 1, "contract": 2, "runtime": 3, "launch": 4, "plot": 4, "bench": 5,

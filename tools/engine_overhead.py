@@ -1,13 +1,15 @@
-"""Where a served decode step spends its time outside the GPU, and what the first request after warm-up compiles.
+"""Where a served decode step spends its time outside the GPU, and what the first request after warm-up
+compiles.
 
 In one process on one GPU (no HTTP): builds the Engine the server builds (graphs on, warm-up with prompts),
 then (1) times the first B=1 request (prompt PROMPT tokens, 1 output token) under cProfile and a second one
-plainly, printing the top functions of the first; then one request each of four lengths no request had yet (n - 1, n + 1, n - 63, n + 250); (2) runs B requests of PROMPT tokens x STEPS output tokens
-and, per decode step, records the wall time of engine.step() and the GPU time of its graph replay (CUDA events
-around the replay): host overhead = wall - GPU; and the host time of engine.step's phases (the metadata, the
-cudaGraphLaunch call, the sampling launches, the previous step's resolve: a phase that waits shows it).  JSON to -o.
+plainly, printing the top functions of the first; then one request each of four lengths no request had yet (n
+- 1, n + 1, n - 63, n + 250); (2) runs B requests of PROMPT tokens x STEPS output tokens and, per decode step,
+records the wall time of engine.step() and the GPU time of its graph replay (CUDA events around the replay):
+host overhead = wall - GPU; and the host time of engine.step's phases (the metadata, the cudaGraphLaunch call,
+the sampling launches, the previous step's resolve: a phase that waits shows it).  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/engine_overhead.py --model DIR [--batches 1,8,32] [--prompt 1000]
+usage: python3 -m tools.engine_overhead --model DIR [--batches 1,8,32] [--prompt 1000]
        [--steps 64] [--capacity 140000] [--disable-cuda-graph] [--page-size 64] [-o out.json]
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ import time
 def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64,
           chunk: int = 8192, schedule: dict | None = None, cuda_graph: dict | None = None):
     """The serving engine on one device, warmed up (schedule / cuda_graph: the launch config's sections, else
-    defaults; off CUDA a cuda_graph section with batch sizes replays the step eagerly through the graph path)."""
+    defaults; off CUDA a cuda_graph section with batch sizes replays the step eagerly through the graph
+    path)."""
     import torch
     from dcpctl.contract.launch_config import LaunchConfig
     from dcpctl.launch.cuda_graphs import cuda_graph_section
@@ -35,7 +38,8 @@ def build(model_path: str, capacity: int, graphs: bool, max_running: int, device
     dtype = "bfloat16" if device == "cuda" else "float32"
     cfg = {"version": 1, "model": {"path": model_path, "dtype": dtype}, "device": device, "world_size": 1,
            "dist_backend": "nccl" if device == "cuda" else "gloo",
-           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1, "pp_size": 1},
+           "topology": {"tp_size": 1, "attn_tp_size": 1, "attn_dp_size": 1, "dcp_size": 1, "ep_size": 1,
+                        "pp_size": 1},
            "groups": {k: [[0]] for k in ("tp", "attn_tp", "attn_dp", "dcp", "ep")},
            "decisions": {"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False, "lse_base": "e"},
            "kv": {"page_size": page, "capacity_tokens": capacity, "chunked_prefill_size": chunk,
@@ -70,7 +74,8 @@ def first_requests(engine, n: int) -> dict:
         others[m] = (time.perf_counter() - t0) * 1e3
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "new_lengths_ms": others, "profile": s.getvalue()}
+    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "new_lengths_ms": others,
+            "profile": s.getvalue()}
 
 
 def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
@@ -79,9 +84,9 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
     for i in range(batch):
         engine.submit(1000 + i, prompt(n, i), SamplingParams(max_new_tokens=steps, ignore_eos=True))
     gpu, wall = [], []
-    g = engine.graphs
+    g = engine.runner.graphs
     if g is not None:
-        run = g.run
+        run = g.replay
 
         def timed(*a):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -90,9 +95,9 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
             e.record()
             gpu.append((s, e))
             return out
-        g.run = timed
+        g.replay = timed
     from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
-    timers = PhaseTimers(engine)
+    timers = PhaseTimers(engine.runner)
     while engine.sched.has_work():
         decoding = not any(s.prefilling for s in engine.sched.running) and not engine.sched.waiting
         if decoding:
@@ -105,7 +110,7 @@ def decode_steps(engine, batch: int, n: int, steps: int) -> dict:
         torch.cuda.synchronize()
     timers.undo()
     if g is not None:
-        g.run = run
+        del g.replay
     gpu_ms = [s.elapsed_time(e) for s, e in gpu[-len(wall):]] if gpu else []
     out = {"batch": batch, "steps": len(wall), "step_wall_ms_p50": statistics.median(wall) * 1e3}
     if timers.rows:

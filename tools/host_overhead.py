@@ -1,12 +1,12 @@
 """Host time per call of the per-layer decode ops, eagerly, on one GPU: where an uncaptured step spends
 its launch time (the CUDA-graph path does not pay it).
 
-For each op: host µs per call (the least mean over 5 runs of 100 back-to-back calls, no sync inside) and the eager
-wall µs of one call timed alone with CUDA events after a sync (what `dcpctl bench exchange` reports as
-its eager column).  With two GPUs (--a2a) the NCCL all_to_all_single and the in-place exchange are
-added, through torch.multiprocessing with one rank per GPU.
+For each op: host µs per call (the least mean over 5 runs of 100 back-to-back calls, no sync inside) and the
+eager wall µs of one call timed alone with CUDA events after a sync (what `dcpctl bench exchange` reports as
+its eager column).  With two GPUs (--a2a) the NCCL all_to_all_single and the in-place exchange are added,
+through torch.multiprocessing with one rank per GPU.
 
-usage: PYTHONPATH=. python3 tools/host_overhead.py [--a2a] [--profile] [-o out.json]
+usage: python3 -m tools.host_overhead [--a2a] [--profile] [-o out.json]
 """
 from __future__ import annotations
 
@@ -112,7 +112,8 @@ def _a2a_rank(rank: int, world: int, init: str, b: int, out, profile: bool) -> N
         raw_in = send.view(torch.uint8).view(-1)
         raw_out = torch.empty_like(raw_in)
         ops = {
-            "all_to_all_single (raw bytes)": lambda: dist.all_to_all_single(raw_out, raw_in, group=axis.group),
+            "all_to_all_single (raw bytes)": lambda: dist.all_to_all_single(raw_out, raw_in,
+                                                                            group=axis.group),
             "exchange_packed in place (a2a + merge)":
                 lambda: exchange_packed(send, "e", axis, torch.bfloat16, v, merge_a2a, torch.bfloat16),
             "exchange_packed, torch merge": lambda: exchange_packed(send, "e", axis, torch.bfloat16, v, None,

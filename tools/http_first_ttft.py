@@ -1,11 +1,11 @@
 """The HTTP side's share of the first request's TTFT: the real frontend processes, a fake engine loop.
 
-Starts `Frontend` (--tokenizer-worker-num WORKERS HTTP processes, primed as `dcpctl launch` primes them) with a
-fake engine that answers every request with one token a millisecond, then runs `dcpctl bench serve` (a fresh
-client process each time) with 1, 5, 1, 5 requests of PROMPT token ids and 2 output tokens: the first line is the
-first request after start, the others are steady.  Prints one JSON line per run.
+Starts `Frontend` (--tokenizer-worker-num WORKERS HTTP processes, primed as `dcpctl launch` primes them) with
+a fake engine that answers every request with one token a millisecond, then runs `dcpctl bench serve` (a fresh
+client process each time) with 1, 5, 1, 5 requests of PROMPT token ids and 2 output tokens: the first line is
+the first request after start, the others are steady.  Prints one JSON line per run.
 
-usage: PYTHONPATH=. python3 tools/http_first_ttft.py [--workers 4] [--prompt 1000]
+usage: python3 -m tools.http_first_ttft [--workers 4] [--prompt 1000]
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 
 def main() -> None:
@@ -22,8 +21,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--prompt", type=int, default=1000)
     a = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))
-    from http_overhead import fake_frontend, fake_loop
+    from tools.http_overhead import fake_frontend, fake_loop
     front, stop = fake_frontend(a.workers), threading.Event()
     threading.Thread(target=fake_loop, args=(front, stop, 0.001, []), daemon=True).start()
     try:

@@ -7,7 +7,7 @@ against it: ITL p50 against the fake step is what the HTTP side adds, and the fr
 streamed token is what one token costs there.  Prints one JSON line per (workers, concurrency) and writes
 them all to --out.
 
-usage: PYTHONPATH=. python3 tools/http_overhead.py [--concurrency 8,32] [--workers 1,2,4] [--step-us 1100]
+usage: python3 -m tools.http_overhead [--concurrency 8,32] [--workers 1,2,4] [--step-us 1100]
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def fake_frontend(workers: int):
                                  4096, False, int(time.time()), workers=workers))
 
 
-def run(workers: int, concurrencies: list[int], step_s: float, output_len: int, client_procs: int) -> list[dict]:
+def run(workers: int, concurrencies: list[int], step_s: float, output_len: int,
+        client_procs: int) -> list[dict]:
     front = fake_frontend(workers)
     stop, steps, rows = threading.Event(), [], []
     threading.Thread(target=fake_loop, args=(front, stop, step_s, steps), daemon=True).start()
@@ -102,7 +103,8 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     for w in [int(x) for x in a.workers.split(",")]:
-        rows += run(w, [int(x) for x in a.concurrency.split(",")], a.step_us * 1e-6, a.output_len, a.client_processes)
+        rows += run(w, [int(x) for x in a.concurrency.split(",")], a.step_us * 1e-6, a.output_len,
+                    a.client_processes)
     if a.out:
         Path(a.out).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
 

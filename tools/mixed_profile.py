@@ -1,27 +1,23 @@
-"""Where a long prompt's steps spend the GPU while streams decode: each step from the prompt's arrival until its
-first token, alone under torch.profiler, with its kind, the prompt tokens it carried, its wall time and its kernels.
+"""Where a long prompt's steps spend the GPU while streams decode: each step from the prompt's arrival until
+its first token, alone under torch.profiler, with its kind, the prompt tokens it carried, its wall time and
+its kernels.
 
-In one process on one GPU (no HTTP), the engine the server builds (tools/engine_overhead.build): STREAMS requests
-decode, then one prompt of PROMPT tokens arrives; every step until the prompt's first token (and the decode step after
-it) runs alone between two synchronizations under the profiler, so a step's wall time is its whole cost and its
-kernels are its own.  Run it with and without --disable-mixed-chunk to compare mixed steps with prefill first
-(docs/benchmarks.md, the streams + 16K arrivals cell).  JSON to -o.
+In one process on one GPU (no HTTP), the engine the server builds (tools/engine_overhead.build): STREAMS
+requests decode, then one prompt of PROMPT tokens arrives; every step until the prompt's first token (and the
+decode step after it) runs alone between two synchronizations under the profiler, so a step's wall time is its
+whole cost and its kernels are its own.  Run it with and without --disable-mixed-chunk to compare mixed steps
+with prefill first (docs/benchmarks.md, the streams + 16K arrivals cell).  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/mixed_profile.py --model DIR [--streams 8] [--prompt 16384] [--chunk 8192]
+usage: python3 -m tools.mixed_profile --model DIR [--streams 8] [--prompt 16384] [--chunk 8192]
        [--stream-prompt 1000] [--stream-tokens 256] [--disable-mixed-chunk] [--top 8] [--device cuda] [-o out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-
-from engine_overhead import build, prompt  # noqa: E402
+from tools.engine_overhead import build, prompt
 
 LONG = 10**6     # the arriving prompt's request id
 
@@ -29,7 +25,7 @@ LONG = 10**6     # the arriving prompt's request id
 def profiled_step(engine, top: int) -> dict:
     """One engine step alone: its kind, chunks, prompt tokens, wall ms and (on CUDA) its kernels by name."""
     import torch
-    from prefill_ttft import kernel_totals
+    from benchmarks.prefill_ttft import kernel_totals
     cuda = engine.device.type == "cuda"
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     if cuda:
@@ -52,7 +48,8 @@ def run(a: argparse.Namespace) -> dict:
     schedule = {"mixed_chunk": False} if a.disable_mixed_chunk else None
     engine = build(a.model, a.capacity, True, max(8, a.streams + 1), a.device, a.page_size, a.chunk, schedule)
     for i in range(a.streams):
-        engine.submit(i, prompt(a.stream_prompt, i), SamplingParams(max_new_tokens=a.stream_tokens, ignore_eos=True))
+        engine.submit(i, prompt(a.stream_prompt, i),
+                      SamplingParams(max_new_tokens=a.stream_tokens, ignore_eos=True))
     while any(s.prefilling for s in engine.sched.running) or engine.sched.waiting:
         engine.step()
     for _ in range(8):
@@ -76,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--streams", type=int, default=8, help="requests decoding when the prompt arrives")
     ap.add_argument("--stream-prompt", type=int, default=1000, help="their prompt tokens")
-    ap.add_argument("--stream-tokens", type=int, default=256, help="their max_tokens (they must outlast the prompt)")
+    ap.add_argument("--stream-tokens", type=int, default=256,
+                    help="their max_tokens (they must outlast the prompt)")
     ap.add_argument("--prompt", type=int, default=16384, help="the arriving prompt's tokens")
     ap.add_argument("--chunk", type=int, default=8192, help="--chunked-prefill-size")
     ap.add_argument("--disable-mixed-chunk", action="store_true", help="prefill first (the server flag)")

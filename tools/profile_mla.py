@@ -2,7 +2,7 @@
 
     ncu --kernel-name regex:_mla --launch-skip 3 --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        python3 tools/profile_mla.py --heads 128 --ctx 32768 --batch 64 --config 64,64,8,2,1,0,0,0,1
+        python3 -m tools.profile_mla --heads 128 --ctx 32768 --batch 64 --config 64,64,8,2,1,0,0,0,1
 
 Runs the kernel 5 times on random bf16 pages (the bench's pool and block tables, no CUDA graph so
 that each launch is a kernel ncu can see) and prints the time per launch without the profiler.
@@ -10,16 +10,12 @@ that each launch is a kernel ncu can see) and prints the time per launch without
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dcpctl.bench.kernel import R, Pool, _decode_fn  # noqa: E402
-from dcpctl.runtime.attention.triton_mla import KernelConfig  # noqa: E402
+from dcpctl.bench.kernel import Pool, R, _decode_fn
+from dcpctl.runtime.attention.triton_mla import KernelConfig
 
 
 def main() -> None:

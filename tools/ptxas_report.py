@@ -1,7 +1,7 @@
 """Registers, spills and shared memory of the local MLA decode kernels for sm_90, compiled on any machine.
 
-    python tools/ptxas_report.py triton BLOCK_H BLOCK_N WARPS STAGES TMA
-    python tools/ptxas_report.py gluon BLOCK_N STAGES TMA
+    python -m tools.ptxas_report triton BLOCK_H BLOCK_N WARPS STAGES TMA
+    python -m tools.ptxas_report gluon BLOCK_N STAGES TMA
 
 Needs Triton 3.6 (the device's version; the Gluon kernel compiles only with it), e.g. a side venv:
 `pip install torch==2.13.0 numpy && pip install --no-deps triton==3.6.0`.  No GPU: triton.compile takes
@@ -17,13 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
-from dcpctl.runtime.attention import gluon_mla, triton_mla  # noqa: E402
+from dcpctl.runtime.attention import gluon_mla, triton_mla
 
 LAYOUT = "NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)"
 ALIGNED = {"Q", "KV", "BT", "LENS", "ROWREQ", "QPOS", "O", "LSE",
@@ -53,7 +51,8 @@ def compile_kernel(kind: str, args: list[int], pdl: bool = False) -> tuple[str, 
         bn, stages, tma = args
         fn, src_cls = gluon_mla._mla_gluon_kernel, GluonASTSource
         types = ["*bf16", "*bf16", *_descs(bn, bool(tma), True), *tail, "fp32"]
-        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma), PDL=pdl)
+        const = dict(PAGE=64, D_V=512, D_PE=64, BLOCK_H=64, BLOCK_N=bn, STAGES=stages, USE_TMA=bool(tma),
+                     PDL=pdl)
         opts = dict(num_warps=8)
     sig = dict(zip(fn.arg_names, types + ["constexpr"] * len(const)))
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in ALIGNED}

@@ -1,19 +1,19 @@
 """What a prefill budget does to the MoE cell's ITL, from a step-cost model: a probe, not a measurement.
 
-    python3 tools/sched_sim.py [--budgets 8192,2048,1024,512] [--decode-ms 7.5] [--token-us 35]
+    python3 -m tools.sched_sim [--budgets 8192,2048,1024,512] [--decode-ms 7.5] [--token-us 35]
                                [--prefill-ms 10] [--split-ms 0,100] [--seeds 2]
 
-The workload is serve_mixed.py's moe cell (160 requests, 1000 +- 50% prompt tokens, 64 +- 50% out, Poisson 40/s,
-at most 32 in flight); the scheduler is the engine's mixed steps (engine/scheduler.py: every running decode plus
-prompt chunks, first come first served, up to the budget less the decodes).  A step costs, in ms:
+The workload is serve_mixed.py's moe cell (160 requests, 1000 +- 50% prompt tokens, 64 +- 50% out, Poisson
+40/s, at most 32 in flight); the scheduler is the engine's mixed steps (engine/scheduler.py: every running
+decode plus prompt chunks, first come first served, up to the budget less the decodes).  A step costs, in ms:
 
     decode-ms (when it decodes) + token-us x prompt tokens / 1000 + prefill-ms (when it carries any)
     + split-ms (when it carries the later chunk of a split prompt)
 
-The defaults are near the H200 step trace of the default-budget run (benchmarks/data/serve_mixed_h200.json, the moe
-cell's steps by band: decode steps 7.6 ms, steps carrying up to 2,048 prompt tokens 41 ms); split-ms stands for whatever a split prompt's later chunk costs
-beyond its tokens (a cuDNN plan build is the suspect).  Prints ITL p50 / p90 / p99, their ratio, requests/s and the
-median TTFT per budget and split cost.
+The defaults are near the H200 step trace of the default-budget run (benchmarks/data/serve_mixed_h200.json,
+the moe cell's steps by band: decode steps 7.6 ms, steps carrying up to 2,048 prompt tokens 41 ms); split-ms
+stands for whatever a split prompt's later chunk costs beyond its tokens (a cuDNN plan build is the suspect).
+Prints ITL p50 / p90 / p99, their ratio, requests/s and the median TTFT per budget and split cost.
 """
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     print("budget split_ms  ITL p50 / p90 / p99 ms   p99/p50  req/s  TTFT median ms")
     for split in (float(x) for x in a.split_ms.split(",")):
         for b in (int(x) for x in a.budgets.split(",")):
-            rows = [simulate(b, a.decode_ms, a.token_us, a.prefill_ms, split, int(s)) for s in a.seeds.split(",")]
+            rows = [simulate(b, a.decode_ms, a.token_us, a.prefill_ms, split,
+                             int(s)) for s in a.seeds.split(",")]
             m = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
             print(f"{b:6d} {split:8.0f}  {m['itl_p50_ms']:6.1f} / {m['itl_p90_ms']:6.1f} / {m['itl_p99_ms']:6.1f}"
                   f"   {m['p99_over_p50']:7.1f}  {m['requests_per_s']:5.1f}  {m['ttft_median_ms']:8.0f}")

@@ -3,11 +3,12 @@
 
 Starts `dcpctl launch` with the given flags (after --), waits for its ready line, runs one warm-up bench, then
 for each of rank 0 and the first HTTP worker starts a bench of --concurrency streams and records py-spy for
---seconds while it runs. Stops the server (SIGINT to its process group) whatever happens. Writes OUT/serve_spy.json:
-the benches' ITL, and per process the frames with the most samples (own time and inclusive). Needs py-spy on
-PATH or --py-spy (a manylinux wheel carries the binary) and the right to ptrace the server's processes.
+--seconds while it runs. Stops the server (SIGINT to its process group) whatever happens. Writes
+OUT/serve_spy.json: the benches' ITL, and per process the frames with the most samples (own time and
+inclusive). Needs py-spy on PATH or --py-spy (a manylinux wheel carries the binary) and the right to ptrace
+the server's processes.
 
-usage: python3 tools/serve_spy.py --out DIR [--concurrency 32] [--requests 64] [--input-len 1000]
+usage: python3 -m tools.serve_spy --out DIR [--concurrency 32] [--requests 64] [--input-len 1000]
        [--output-len 64] [--seconds 1] [--py-spy PATH] -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
 """
 from __future__ import annotations
@@ -16,13 +17,11 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import serve_launch  # noqa: E402
+from benchmarks import serve_launch
 
 
 def children(pid: int) -> list[int]:

@@ -1,17 +1,18 @@
-"""Where a served decode step's time goes, step by step: rank 0's loop trace ($DCPCTL_STEP_TRACE, server/loop.py)
-under `dcpctl bench serve` at each concurrency.
+"""Where a served decode step's time goes, step by step: rank 0's loop trace ($DCPCTL_STEP_TRACE,
+server/loop.py) under `dcpctl bench serve` at each concurrency.
 
-Starts `dcpctl launch` with the given flags (after --) and the trace on, runs one warm-up bench, then one bench per
---concurrency, noting each one's window (perf_counter is CLOCK_MONOTONIC, shared with the server's processes).
-Stops the server (SIGINT to its process group; the trace is written at shutdown) and, per window, reports the
-steps by kind, the decode batch sizes, and for the decode-only graph steps of the most common batch the loop period
-(take to next take), the host time inside engine.step, the time from step end to the step's events sent, and (CUDA)
-the replay's GPU time and the GPU time between one graph step's end and the next one's start (idle, plus the
-sampling and copies between them): a loop period above the GPU time with a large gap is a host-bound loop; then the
-eager steps and the mixed steps whose decodes replayed their graph beside the prompt chunks (graph+prefill,
-engine/mixed.py): count, tokens and host time in engine.step.  JSON to OUT/serve_trace.json.
+Starts `dcpctl launch` with the given flags (after --) and the trace on, runs one warm-up bench, then one
+bench per --concurrency, noting each one's window (perf_counter is CLOCK_MONOTONIC, shared with the server's
+processes). Stops the server (SIGINT to its process group; the trace is written at shutdown) and, per window,
+reports the steps by kind, the decode batch sizes, and for the decode-only graph steps of the most common
+batch the loop period (take to next take), the host time inside engine.step, the time from step end to the
+step's events sent, and (CUDA) the replay's GPU time and the GPU time between one graph step's end and the
+next one's start (idle, plus the sampling and copies between them): a loop period above the GPU time with a
+large gap is a host-bound loop; then the eager steps and the mixed steps whose decodes replayed their graph
+beside the prompt chunks (graph+prefill, engine/mixed.py): count, tokens and host time in engine.step.  JSON
+to OUT/serve_trace.json.
 
-usage: python3 tools/serve_trace.py --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
+usage: python3 -m tools.serve_trace --out DIR [--concurrency 1,8,32] [--requests 4] [--input-len 1000]
        [--output-len 64] -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
    (--requests: per stream; a bench at concurrency c sends c * requests)
 """
@@ -22,13 +23,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import serve_launch  # noqa: E402
+from benchmarks import serve_launch
 
 DECODE_GRAPH = ("graph", "graph+pipelined")     # the step kinds of decode-only graph steps (engine.last_step)
 
@@ -90,7 +89,8 @@ def main() -> None:
     trace.unlink(missing_ok=True)
     dcpctl = serve_launch.DCPCTL
     windows, benches = {}, {}
-    srv, url = serve_launch.start(flags, a.out / "launch.log", {**os.environ, "DCPCTL_STEP_TRACE": str(trace)})
+    srv, url = serve_launch.start(flags, a.out / "launch.log",
+                                  {**os.environ, "DCPCTL_STEP_TRACE": str(trace)})
     try:
         def bench(c: int) -> dict:
             r = subprocess.run(dcpctl + ["bench", "serve", "--url", url, "--concurrency", str(c), "--requests",

@@ -5,7 +5,7 @@ decode steps (after warm-up).  Prints the kernels by total CUDA time (per step) 
 step's CUDA-graph replay time (DecodeGraphs, the same buffers), so the gap between kernel time and the
 roofline is visible per kernel kind: GEMMs, attention, norms, rope, copies, elementwise.  JSON to -o.
 
-usage: PYTHONPATH=. python3 tools/step_profile.py --model DIR [--batch 1] [--context 1000] [--blas cublaslt] [-o out.json]
+usage: python3 -m tools.step_profile --model DIR [--batch 1] [--context 1000] [--blas cublaslt] [-o out.json]
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=40)
-    ap.add_argument("--blas", choices=("cublas", "cublaslt"), help="torch's BLAS library (dcpctl's --blas; default cublaslt)")
+    ap.add_argument("--blas", choices=("cublas", "cublaslt"),
+                    help="torch's BLAS library (dcpctl's --blas; default cublaslt)")
     ap.add_argument("-o", "--out")
     a = ap.parse_args()
     import torch
@@ -31,7 +32,7 @@ def main() -> None:
     if a.blas:
         settings.use(RuntimeSection(blas=a.blas))
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -42,7 +43,8 @@ def main() -> None:
     alloc = VirtualAllocator(a.batch * (-(-total // page) + 1) * page, page, 1)
     for rid in range(a.batch):
         alloc.allocate(rid, total)
-    pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * page, model.cfg.latent_dim, torch.bfloat16, dev)
+    pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * page, model.cfg.latent_dim, torch.bfloat16,
+                  dev)
     pool.kv.normal_()
     ids = torch.zeros(a.batch, dtype=torch.int64, device=dev)
     chunks = [SeqChunk(r, a.context, 1) for r in range(a.batch)]
@@ -63,13 +65,14 @@ def main() -> None:
     for ev in prof.key_averages():
         t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
         if t > 0 and ev.key and not ev.key.startswith("cuda"):
-            rows.append({"kernel": ev.key[:110], "us_per_step": t / a.repeat, "calls_per_step": ev.count / a.repeat})
+            rows.append({"kernel": ev.key[:110], "us_per_step": t / a.repeat,
+                         "calls_per_step": ev.count / a.repeat})
     rows.sort(key=lambda r: -r["us_per_step"])
     kernel_us = sum(r["us_per_step"] for r in rows)
     g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [a.batch], alloc.pages_for(total),
                      alloc.num_pages * page, logits=True)
     key = g.prepare(ids, chunks)
-    graph = g.graphs[key][0]
+    graph = g.graphs[key].graph
     for _ in range(3):
         graph.replay()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

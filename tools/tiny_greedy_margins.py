@@ -1,6 +1,6 @@
 """Greedy ids of a tiny model under bf16 against float64, and why they flip: the top-2 logit gaps.
 
-    python tools/tiny_greedy_margins.py [--model trained|random] [--device cuda] [-o margins.json]
+    python -m tools.tiny_greedy_margins [--model trained|random] [--device cuda] [-o margins.json]
 
 --model trained (the default): the built-in model of `dcpctl launch/generate` (trained on Python
 stdlib sources, dcpctl/data/tiny-deepseek-stdlib); its 32 prompts are BOS + 2..40 bytes of its
@@ -21,17 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dcpctl.launch.default_model import default_model  # noqa: E402
-from dcpctl.runtime.tiny import ensure_tiny_model  # noqa: E402
-from dcpctl.runtime.tokenizer import ByteTokenizer  # noqa: E402
-from dcpctl.runtime.worker import run_worker  # noqa: E402
+from dcpctl.launch.default_model import default_model
+from dcpctl.runtime.tiny import ensure_tiny_model
+from dcpctl.runtime.tokenizer import ByteTokenizer
+from dcpctl.runtime.worker import run_worker
 
 
 def prompts(model: str, path: Path) -> list[list[int]]:

@@ -1,14 +1,14 @@
 """One `bench kernel` cell of FlashMLA, timed several ways in one process (why 128 heads at long context
 and batch fall short of 0.84 of roofline while shorter cells reach it).
 
-    python benchmarks/flashmla/cell_probe.py [--heads 128] [--ctx 131072] [--batch 32] [--json OUT] [--once KIND]
+    python -m benchmarks.flashmla.cell_probe [--heads 128] [--ctx 131072] [--batch 32] [--json OUT] [--once KIND]
 
-Kinds, each timed three times interleaved (CUDA-graph replays of one table: unlike bench kernel, no rotation over
-page sets, so a cell much smaller than L2 is timed from L2): `random` (pages drawn from
-a pool as big as bench kernel's largest cell, as bench kernel does), `random_tight` (a random order of just the
-cell's pages), `sequential` (the cell's pages in order), and `halves` (two launches of half the heads over the
-random table: what reading the KV once per 64-head block costs).  Roofline as bench kernel: max(bytes / copy
-bandwidth, flops / bf16 matmul rate), both measured here.  --once KIND runs one call of that kind (for ncu).
+Kinds, each timed three times interleaved (CUDA-graph replays of one table: unlike bench kernel, no rotation
+over page sets, so a cell much smaller than L2 is timed from L2): `random` (pages drawn from a pool as big as
+bench kernel's largest cell, as bench kernel does), `random_tight` (a random order of just the cell's pages),
+`sequential` (the cell's pages in order), and `halves` (two launches of half the heads over the random table:
+what reading the KV once per 64-head block costs).  Roofline as bench kernel: max(bytes / copy bandwidth,
+flops / bf16 matmul rate), both measured here.  --once KIND runs one call of that kind (for ncu).
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def main() -> int:
     def fn(kind):
         if kind == "halves":
             t = tables["random"]
-            return lambda: (flashmla.run(qa, kv, t, rows_half, scale, V), flashmla.run(qb, kv, t, rows_half, scale, V))
+            return lambda: (flashmla.run(qa, kv, t, rows_half, scale, V),
+                            flashmla.run(qb, kv, t, rows_half, scale, V))
         t = tables[kind]
         return lambda: flashmla.run(q, kv, t, rows, scale, V)
     if a.once:

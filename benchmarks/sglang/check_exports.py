@@ -11,15 +11,15 @@ For every case of a matrix of dcpctl plans this script
       (SM90 for h100/h200, SM100 for b200/gb200) through `sglang.srt.runtime_context.override_platform`,
   (d) compares SGLang's resolved values with dcpctl's plan decisions and prints one row per case.
 
-No GPU is needed: resolution is config-time only. Limits of the emulation: MNNVL (GB200 NVL72's multi-node NVLink)
-cannot be emulated - SGLang's argument resolution does not read it, so the NCCL_MNNVL_* environment dcpctl exports
-for MNNVL fabrics is recorded but not exercised; `--device cuda` is added because SGLang's device auto-detection
-asks torch for an accelerator before any platform override is consulted; Kimi K3 DCP needs FlashInfer's
-`trtllm_batch_decode_with_kv_cache_mla(..., enable_dcp=...)` to exist, so an import-only flashinfer stub with
-that signature is put on PYTHONPATH for Kimi K3 cases (it raises if called).
+No GPU is needed: resolution is config-time only. Limits of the emulation: MNNVL (GB200 NVL72's multi-node
+NVLink) cannot be emulated - SGLang's argument resolution does not read it, so the NCCL_MNNVL_* environment
+dcpctl exports for MNNVL fabrics is recorded but not exercised; `--device cuda` is added because SGLang's
+device auto-detection asks torch for an accelerator before any platform override is consulted; Kimi K3 DCP
+needs FlashInfer's `trtllm_batch_decode_with_kv_cache_mla(..., enable_dcp=...)` to exist, so an import-only
+flashinfer stub with that signature is put on PYTHONPATH for Kimi K3 cases (it raises if called).
 
 Usage (from the repo root, in the dcpctl venv):
-    python benchmarks/sglang/check_exports.py [--sglang-python /tmp/sglvenv-clean/bin/python] [--jobs 8]
+    python -m benchmarks.sglang.check_exports [--sglang-python /tmp/sglvenv-clean/bin/python] [--jobs 8]
 Exit status 0 when SGLang accepts every exported command (field differences are reported, not fatal),
 1 otherwise.
 """
@@ -78,7 +78,8 @@ CASES: list[tuple[str, list[str]]] = [
       for algo in ("EAGLE", "NEXTN")],
     *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
                                                        "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
-    # `sglang serve` flags dcpctl passes through or reads under SGLang's spelling (--tp, --context-length, ...)
+    # `sglang serve` flags dcpctl passes through or reads under SGLang's spelling (--tp, --context-length,
+    # ...)
     ("dsv31 h200-8 sglang flags", DS + ["--hardware", "h200-8", "--tp", "8", "--dcp-size", "8", "--trust-remote-code",
                                         "--context-length", "65536", "--chunked-prefill-size", "8192",
                                         "--attention-backend", "flashmla", "--enable-metrics"]),
@@ -90,7 +91,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),
 ]
 
-FIELDS = ["tp", "dp", "attn_dp", "dcp", "dcp_backend", "rep_q", "ep", "pp", "nnodes", "page", "kv_dtype", "decode_attn"]
+FIELDS = ["tp", "dp", "attn_dp", "dcp", "dcp_backend", "rep_q", "ep", "pp", "nnodes", "page", "kv_dtype",
+          "decode_attn"]
 
 FLASHINFER_STUB = '''"""Import-only FlashInfer stub (check_exports.py): the signature SGLang's Kimi K3 DCP check reads."""
 '''
@@ -99,10 +101,12 @@ FLASHINFER_DECODE_STUB = '''def trtllm_batch_decode_with_kv_cache_mla(query=None
 '''
 
 
-# ----------------------------------------------------------------------------------------- SGLang side (worker)
+# ----------------------------------------------------------------------------------------- SGLang side
+# (worker)
 
 def install_platform(sm: int) -> None:
-    """Inside the SGLang venv: SGLang's platform facts for an SM90 (Hopper) or SM100 (Blackwell) GPU; 0: none."""
+    """Inside the SGLang venv: SGLang's platform facts for an SM90 (Hopper) or SM100 (Blackwell) GPU; 0:
+    none."""
     if not sm:
         return
     from sglang.srt.runtime_context import override_platform
@@ -245,7 +249,8 @@ def run_case(name: str, flags: list[str], root: Path, sgl_py: str) -> dict:
     wenv = dict(os.environ)
     notes = []
     if any("KimiK3" in a for a in plan["model"]["architectures"]):
-        wenv["PYTHONPATH"] = os.pathsep.join(filter(None, [str(flashinfer_stub(root)), wenv.get("PYTHONPATH")]))
+        wenv["PYTHONPATH"] = os.pathsep.join(filter(None,
+                                                    [str(flashinfer_stub(root)), wenv.get("PYTHONPATH")]))
         notes.append("flashinfer stub")
     if hw.get("mnnvl"):
         notes.append("MNNVL not emulated (env " + ",".join(sorted(env)) + " not exercised)")
@@ -283,8 +288,8 @@ def resolve_in_sglang(sgl_py: str, sm: int, argv: list[str], env: dict, root: Pa
 
 
 def as_written(flags: list[str], argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """The DCP flags dcpctl changed ((user flag, exported flag) pairs) and the exported argv with the user's own
-    DCP flags put back and the DCP flags the user did not write dropped (left to SGLang to decide)."""
+    """The DCP flags dcpctl changed ((user flag, exported flag) pairs) and the exported argv with the user's
+    own DCP flags put back and the DCP flags the user did not write dropped (left to SGLang to decide)."""
     changed: list[tuple[str, str]] = []
     raw = list(argv)
     i = raw.index("--dcp-comm-backend") if "--dcp-comm-backend" in raw else -1
@@ -309,7 +314,8 @@ def as_written(flags: list[str], argv: list[str]) -> tuple[list[tuple[str, str]]
 
 
 def fmt(v) -> str:
-    return {True: "on", False: "off", None: "-"}.get(v, str(v)) if isinstance(v, (bool, type(None))) else str(v)
+    return {True: "on", False: "off", None: "-"}.get(v, str(v)) if isinstance(v,
+                                                                              (bool, type(None))) else str(v)
 
 
 def main() -> int:
@@ -352,7 +358,8 @@ def main() -> int:
     for r in rows:
         if r.get("accepted"):
             got = r["actual"]
-            extra = [f"{k}={fmt(got[k])}" for k in ("dcp_backend", "rep_q", "page", "kv_dtype", "decode_attn")]
+            extra = [f"{k}={fmt(got[k])}" for k in ("dcp_backend", "rep_q", "page", "kv_dtype",
+                                                    "decode_attn")]
             rp = r["resolved"].get("prefill_attention_backend")
             print(f"  {r['case']:<{w}}  " + " ".join(extra) + f" prefill_attn={rp}"
                   + (f"  [{'; '.join(r['notes'])}]" if r["notes"] else "")

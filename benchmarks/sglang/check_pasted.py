@@ -13,7 +13,7 @@ A field may differ only where the export writes the plan's own value of a settin
 with the same error, e.g. InfiniBand absent on the checking machine, is reported as same_rejection). A line whose plan is invalid is
 reported with its violations and not exported.
 
-    python benchmarks/sglang/check_pasted.py [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
+    python -m benchmarks.sglang.check_pasted [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import check_exports as ce  # noqa: E402
+from benchmarks.sglang import check_exports as ce
 
 REPO = ce.REPO
 FIXTURE = REPO / "tests/fixtures/sglang_serve_lines.yaml"
@@ -37,8 +36,8 @@ SM = {"h200-8": 90, "b200-8": 100}
 # settings the export writes from the plan when the line leaves them to SGLang: (flag, why)
 EXPORT_WRITES = {"mem_fraction_static": "the plan's memory budget (--mem-fraction-static) is written out",
                  "host": "exports serve on 0.0.0.0 unless the line names --host"}
-# model_path, tokenizer_path, served_model_name: both point at the same temp config dir; random_seed: SGLang draws a
-# new one at every start when the line sets none
+# model_path, tokenizer_path, served_model_name: both point at the same temp config dir; random_seed: SGLang
+# draws a new one at every start when the line sets none
 IGNORED = {"model_path", "tokenizer_path", "served_model_name", "random_seed"}
 
 
@@ -93,7 +92,8 @@ def compare(row: dict, a: dict, b: dict) -> dict:
     row = {k: v for k, v in row.items() if k not in ("argvs", "sm")}
     row.update(pasted_accepted=a["accepted"], exported_accepted=b["accepted"])
     if not (a["accepted"] and b["accepted"]):
-        # both refused for the same reason (e.g. no InfiniBand on the checking machine): same verdict, no settings
+        # both refused for the same reason (e.g. no InfiniBand on the checking machine): same verdict, no
+        # settings
         same = not a["accepted"] and not b["accepted"] and a.get("error") == b.get("error")
         return {**row, "status": "same_rejection" if same else "rejected", "pasted_error": a.get("error"),
                 "exported_error": b.get("error")}

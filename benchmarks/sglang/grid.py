@@ -16,7 +16,7 @@ argv since they do not depend on dcpctl). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv):
-    python benchmarks/sglang/grid.py --sglang-python /work/sglvenv/bin/python [--json out.json]
+    python -m benchmarks.sglang.grid --sglang-python /work/sglvenv/bin/python [--json out.json]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -34,15 +34,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import engine_verdicts  # noqa: E402
-import grid_cases  # noqa: E402
-from dcpctl.plan import sglang as sglang_rules  # noqa: E402
-from dcpctl.plan.sglang import SGLANG_VERSION  # noqa: E402
+from benchmarks import engine_verdicts
+from benchmarks.sglang import grid_cases
+from dcpctl.plan import sglang as sglang_rules
+from dcpctl.plan.sglang import SGLANG_VERSION
 
 HERE = Path(__file__).resolve().parent
-COMPARED = ("dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend", "page_size", "kv_cache_dtype")
+COMPARED = ("dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend", "page_size",
+            "kv_cache_dtype")
 SPEC_K = "speculative_num_draft_tokens"  # compared too where dcpctl resolves it
 FAILURES = ("crash", "sglang_rejects_dcpctl_accepts", "dcpctl_rejects_unexplained", "differs")
 # dcpctl's own rejections of what SGLang's argument resolution cannot see, each with its reason
@@ -110,7 +109,8 @@ def sglang_verdict(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
     return {"accepted": True, "values": {
         "dcp_comm_backend": r.get("dcp_comm_backend"), "dcp_replicate_q_proj": bool(r.get("dcp_replicate_q_proj")),
         "decode_attention_backend": r.get("decode_attention_backend") or r.get("attention_backend"),
-        "page_size": r.get("page_size"), "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv, kv),
+        "page_size": r.get("page_size"), "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv,
+                                                                                                         kv),
         SPEC_K: r.get(SPEC_K)}}
 
 
@@ -126,7 +126,8 @@ def main() -> int:
     ap.add_argument("--cache", default="/tmp/dcpctl-sglang-grid-cache.json", help="SGLang results by argv")
     ap.add_argument("--fresh", action="store_true", help="ignore the cache (resolve every argv again)")
     ap.add_argument("--json", help="write every case (flags, argv, both results, class) here")
-    ap.add_argument("--record", help="write SGLang's verdict per case here, gzipped JSON (the CI replay file)")
+    ap.add_argument("--record",
+                    help="write SGLang's verdict per case here, gzipped JSON (the CI replay file)")
     ap.add_argument("--group", help="only this case group (" + ", ".join(grid_cases.GROUPS) + ")")
     ap.add_argument("--show", type=int, default=3, help="examples printed per failure class and reason")
     a = ap.parse_args()
@@ -162,7 +163,8 @@ def main() -> int:
     return 1 if any(counts[f] for f in FAILURES) else 0
 
 
-def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_sgl: float, t_dcp: float) -> None:
+def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_sgl: float,
+           t_dcp: float) -> None:
     versions = {c["dcpctl"].get("sglang_version") for c in cases if "crash" not in c["dcpctl"]}
     print(f"{len(cases)} cases; SGLang modelled by dcpctl: {sorted(map(str, versions))}; "
           f"SGLang {t_sgl:.0f}s, dcpctl {t_dcp:.0f}s")

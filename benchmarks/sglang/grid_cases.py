@@ -55,7 +55,8 @@ def _nodes(tp: int, pp: int, hw: str) -> int:
 def _topology() -> Iterator[dict[str, Any]]:
     for hw, tp, dcp, adp in itertools.product(("h200-8", "b200-8", "gb200-nvl72"), (1, 2, 4, 8, 16, 32),
                                               (1, 2, 4, 8, 16), (0, 2, 4)):
-        c = {"model": "deepseek-v3.1", "hardware": hw, "tp_size": tp, "dcp_size": dcp, "nnodes": _nodes(tp, 1, hw)}
+        c = {"model": "deepseek-v3.1", "hardware": hw, "tp_size": tp, "dcp_size": dcp,
+             "nnodes": _nodes(tp, 1, hw)}
         if adp:
             c.update(dp_size=adp, enable_dp_attention=True)
         yield c
@@ -116,7 +117,8 @@ def _spec_params() -> Iterator[dict[str, Any]]:
     """EAGLE-family parameters: none (SGLang chooses), steps alone, steps + topk, draft tokens alone."""
     for hw, algo, (steps, topk, k), dcp in itertools.product(
             ("h200-8", "b200-8"), ("EAGLE", "NEXTN", "EAGLE3", "NGRAM"),
-            ((None, None, None), (3, None, None), (3, 1, None), (3, 1, 4), (2, 1, 8), (4, 2, 8), (None, 1, None)),
+            ((None, None, None), (3, None, None), (3, 1, None), (3, 1, 4), (2, 1, 8), (4, 2, 8),
+             (None, 1, None)),
             (1, 8)):
         yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp, "speculative_algorithm": algo,
                "speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": k}

@@ -5,7 +5,7 @@
 # path needs, plus an import-only torchvision stub generated below.
 #
 #   bash benchmarks/sglang/setup_venv.sh [VENV_DIR]        # default /tmp/sglvenv-clean
-#   SGLANG_PYTHON=VENV_DIR/bin/python python benchmarks/sglang/check_exports.py
+#   SGLANG_PYTHON=VENV_DIR/bin/python python -m benchmarks.sglang.check_exports
 #
 # Environment: PYTHON (default python3.11; SGLang 0.5.23 was checked on CPython 3.11),
 # TORCH_INDEX_URL (optional, e.g. https://download.pytorch.org/whl/cpu for the lean CPU build 2.13.0+cpu

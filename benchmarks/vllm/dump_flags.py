@@ -15,8 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_cpu  # noqa: E402
+import vllm_cpu  # beside this file: run by path in the vLLM venv, its folder is first on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 

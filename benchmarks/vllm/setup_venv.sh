@@ -5,7 +5,7 @@
 # needs; its CUDA extensions are replaced by import-only stand-ins at run time (benchmarks/vllm/vllm_cpu.py).
 #
 #   bash benchmarks/vllm/setup_venv.sh [VENV_DIR]        # default /tmp/vllmvenv
-#   VLLM_PYTHON=VENV_DIR/bin/python python benchmarks/vllm/vllm_grid.py
+#   VLLM_PYTHON=VENV_DIR/bin/python python -m benchmarks.vllm.vllm_grid
 #
 # Environment: PYTHON (default python3.11). vLLM 0.34.0 pins torch 2.14.0; torch 2.13.0 (CPU) is used here,
 # which its config code runs on (no compiled vLLM op is called).

@@ -1,4 +1,5 @@
-"""Run vLLM 0.34.0's config code on a CPU: import-only stand-ins for its CUDA extensions and a faked CUDA platform.
+"""Run vLLM 0.34.0's config code on a CPU: import-only stand-ins for its CUDA extensions and a faked CUDA
+platform.
 
 Used only inside the vLLM venv (benchmarks/vllm/setup_venv.sh) by vllm_grid_worker.py, dump_flags.py and
 tests/export/test_export_vllm_accepted.py. Nothing here runs a kernel: the stand-ins raise if called.
@@ -22,7 +23,8 @@ HW = {"h100-8": (90, 8, "NVIDIA H100 80GB HBM3", 80, 132), "h200-8": (90, 8, "NV
 
 
 class _Stub(types.ModuleType):
-    """Import-only stand-in for a compiled extension: every attribute is a callable that raises when called."""
+    """Import-only stand-in for a compiled extension: every attribute is a callable that raises when
+    called."""
 
     __path__: list[str] = []
 
@@ -64,14 +66,15 @@ _FINDER = _StubFinder()
 
 def allow_flashinfer() -> None:
     """From here on `import flashinfer` finds a stand-in: for the attention selector, which imports the
-    FlashInfer MLA backend. Not during config construction, where FlashInfer's presence turns on compile passes
-    that need CUDA ops (config/compilation.py flashinfer_max_size); no DCP default depends on them."""
+    FlashInfer MLA backend. Not during config construction, where FlashInfer's presence turns on compile
+    passes that need CUDA ops (config/compilation.py flashinfer_max_size); no DCP default depends on them."""
     if "flashinfer" not in _FINDER.prefixes:
         _FINDER.prefixes.append("flashinfer")
 
 
 def install(hardware: str) -> type:
-    """Stand-ins first, then a CUDA platform with the hardware's compute capability, name, memory and GPU count."""
+    """Stand-ins first, then a CUDA platform with the hardware's compute capability, name, memory and GPU
+    count."""
     sm, gpus, name, mem_gib, sms = HW[hardware]
     sys.meta_path.insert(0, _FINDER)
     import torch
@@ -117,7 +120,8 @@ def install(hardware: str) -> type:
 
 @contextlib.contextmanager
 def cuda_tensors_on_meta():
-    """Backend modules allocate CUDA workspaces at import (cutlass_mla.py SM100Workspace): put them on `meta`."""
+    """Backend modules allocate CUDA workspaces at import (cutlass_mla.py SM100Workspace): put them on
+    `meta`."""
     import torch
     saved = {f: getattr(torch, f) for f in ("empty", "zeros")}
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Does `dcpctl plan --engine vllm` say what vLLM 0.34.0 would do? A grid of >= 1,000 cases, each run both ways.
+"""Does `dcpctl plan --engine vllm` say what vLLM 0.34.0 would do? A grid of >= 1,000 cases, each run both
+ways.
 
-Per case (benchmarks/vllm/vllm_grid_cases.py): `dcpctl plan --engine vllm ... --format json` in-process (click's
-runner, so a crash is seen as a user would see it), and vLLM's own config construction, attention selection
-and block-size check on an emulated GPU (benchmarks/vllm/vllm_grid_worker.py, one vLLM process per hardware
-profile; results cached by argv). Every case lands in one class:
+Per case (benchmarks/vllm/vllm_grid_cases.py): `dcpctl plan --engine vllm ... --format json` in-process
+(click's runner, so a crash is seen as a user would see it), and vLLM's own config construction, attention
+selection and block-size check on an emulated GPU (benchmarks/vllm/vllm_grid_worker.py, one vLLM process per
+hardware profile; results cached by argv). Every case lands in one class:
 
   agree_accept / agree_reject      both accept with the same resolved values / both reject
   crash                            dcpctl exits with neither 0 nor 2
@@ -15,7 +16,7 @@ profile; results cached by argv). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv; the vLLM venv from benchmarks/vllm/setup_venv.sh):
-    python benchmarks/vllm/vllm_grid.py --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
+    python -m benchmarks.vllm.vllm_grid --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -33,11 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import engine_verdicts  # noqa: E402
-import vllm_grid_cases  # noqa: E402
-from dcpctl.plan.vllm import EXTRA_CHECKS, VLLM_VERSION  # noqa: E402
+from benchmarks import engine_verdicts
+from benchmarks.vllm import vllm_grid_cases
+from dcpctl.plan.vllm import EXTRA_CHECKS, VLLM_VERSION
 
 HERE = Path(__file__).resolve().parent
 COMPARED = ("tp", "dp", "dcp", "ep", "dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend",
@@ -106,7 +105,8 @@ def run_vllm(jobs: list[tuple[str, list[str]]], vllm_py: str, cache: dict[str, A
 
 
 def vllm_verdict(res: dict[str, Any]) -> dict[str, Any]:
-    """vLLM's answer in dcpctl's vocabulary (kv auto is the model's dtype; unset memory use is its default)."""
+    """vLLM's answer in dcpctl's vocabulary (kv auto is the model's dtype; unset memory use is its
+    default)."""
     if not res["accepted"]:
         return {"accepted": False, "error": res["error"], "at": res.get("at")}
     r = res["resolved"]
@@ -168,7 +168,8 @@ def _portable(argv: list[str]) -> list[str]:
     return ["--model", Path(argv[1]).name, *argv[2:]]
 
 
-def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_vllm: float, t_dcp: float) -> None:
+def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_vllm: float,
+           t_dcp: float) -> None:
     print(f"{len(cases)} cases; vLLM {VLLM_VERSION}; vLLM {t_vllm:.0f}s, dcpctl {t_dcp:.0f}s")
     engine_verdicts.print_classes(cases, counts, FAILURES, show)
     explained = collections.Counter(code for c in cases if c["class"] == "dcpctl_rejects_explained"

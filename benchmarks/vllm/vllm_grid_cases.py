@@ -28,8 +28,8 @@ KV = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def model_configs() -> dict[str, dict[str, Any]]:
-    """Every model preset under its own name (block-FP8 ones with the `activation_scheme` real checkpoints carry,
-    which vLLM's fp8 config requires), plus an unquantized bf16 DeepSeek-V3.1."""
+    """Every model preset under its own name (block-FP8 ones with the `activation_scheme` real checkpoints
+    carry, which vLLM's fp8 config requires), plus an unquantized bf16 DeepSeek-V3.1."""
     out = {}
     for p in sorted((REPO / "presets/models").glob("*.yaml")):
         cfg = yaml.safe_load(p.read_text())["config"]
@@ -42,7 +42,16 @@ def model_configs() -> dict[str, dict[str, Any]]:
     return out
 
 
+# `vllm serve --config FILE` files (written beside the models; a case names one as `@FILE`)
+SERVE_CONFIGS = {"dcp4-eager.yaml": "tensor-parallel-size: 8\ndecode_context_parallel_size: 4\nenforce-eager: true\n",
+                 "mtp-flashmla.yaml": "speculative-config:\n  method: mtp\n  num_speculative_tokens: 1\n"
+                                      "attention-backend: flashmla\n"}
+
+
 def write_models(root: Path) -> dict[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in SERVE_CONFIGS.items():
+        (root / name).write_text(text)
     dirs = {}
     for name, cfg in model_configs().items():
         d = root / name
@@ -77,7 +86,8 @@ def _exchange() -> Iterator[dict[str, Any]]:
     for hw, model, be, rq, dcp in itertools.product(("h200-8", "b200-8", "b300-8"), ("deepseek-v3.1", "dsv31-bf16",
                                                                                      "kimi-k2"),
                                                     (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False), (1, 8)):
-        yield {"model": model, "hardware": hw, "tp": 8, "dcp": dcp, "dcp_comm_backend": be, "dcp_q_replicate": rq}
+        yield {"model": model, "hardware": hw, "tp": 8, "dcp": dcp, "dcp_comm_backend": be,
+               "dcp_q_replicate": rq}
 
 
 def _kernels() -> Iterator[dict[str, Any]]:
@@ -90,7 +100,8 @@ def _kernels() -> Iterator[dict[str, Any]]:
 def _interleave() -> Iterator[dict[str, Any]]:
     for hw, il, block, dcp in itertools.product(("h200-8", "b200-8"), (1, 2, 16, 64, 128), (None, 16, 64, 128),
                                                 (1, 4, 8)):
-        yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "interleave": il, "block_size": block}
+        yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "interleave": il,
+               "block_size": block}
 
 
 def _models() -> Iterator[dict[str, Any]]:
@@ -129,6 +140,8 @@ SPELLINGS: tuple[tuple[str, ...], ...] = (
     ("-tp", "8", "-dcp", "8", "--no-dcp-q-replicate"), ("-tp", "8", "-dcp", "8", "--gpu_memory_utilization=0.8"),
     ("-tp", "8", "-dcp", "8", "--cp_kv_cache_interleave_size", "8", "--block-size", "64"),
     ("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"), ("-tp", "8", "-dcp", "8", "--max-num-seqs", "64"),
+    ("--config", "@dcp4-eager.yaml"), ("--config", "@dcp4-eager.yaml", "-dcp", "8"),
+    ("-tp", "8", "-dcp", "8", "--config", "@mtp-flashmla.yaml"),
 )
 # passed-through options that change vLLM's verdict or what it resolves, each with and without DCP
 PASSED: tuple[tuple[str, ...], ...] = (
@@ -204,13 +217,19 @@ def _common(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _args(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
+    """The case's raw `vllm serve` tokens, `@FILE` as the path of a SERVE_CONFIGS file."""
+    root = model_dirs[c["model"]].parent
+    return [str(root / a[1:]) if a.startswith("@") else a for a in c.get("args", ())]
+
+
 def dcpctl_flags(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
     return ["--engine", "vllm", "--model-path", str(model_dirs[c["model"]]), "--hardware", c["hardware"],
-            *_common(c), *c.get("args", ())]
+            *_common(c), *_args(c, model_dirs)]
 
 
 def vllm_argv(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
-    argv = ["--model", str(model_dirs[c["model"]]), *_common(c), *c.get("args", ())]
+    argv = ["--model", str(model_dirs[c["model"]]), *_common(c), *_args(c, model_dirs)]
     if c.get("nnodes", 1) > 1:
         argv += ["--node-rank", "0", "--master-addr", "127.0.0.1"]
     return argv

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""vLLM side of benchmarks/vllm/vllm_grid.py: resolve many `vllm serve` argv lists in one process per hardware profile.
+"""vLLM side of benchmarks/vllm/vllm_grid.py: resolve many `vllm serve` argv lists in one process per hardware
+profile.
 
 Runs in the vLLM 0.34.0 venv (benchmarks/vllm/setup_venv.sh), never in dcpctl's.
 `vllm_grid_worker.py HARDWARE` reads one JSON argv list per stdin line, writes one JSON result per line.
@@ -26,10 +27,8 @@ import sys
 import time
 import traceback
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_cpu  # noqa: E402
+import vllm_cpu  # beside this file: run by path in the vLLM venv, its folder is first on sys.path
 
 
 def resolve(argv: list[str], platform: type) -> dict:
@@ -66,11 +65,11 @@ def resolve(argv: list[str], platform: type) -> dict:
             "dcp_q_replicate": pc.dcp_q_replicate, "cp_kv_cache_interleave_size": pc.cp_kv_cache_interleave_size,
             "kv_cache_dtype": cc.cache_dtype, "model_dtype": str(mc.dtype).removeprefix("torch."),
             "block_size": cc.block_size, "attention_backend": backend.get_name(),
-            "gpu_memory_utilization": cc.resolved_gpu_memory_utilization, "max_model_len": mc.max_model_len,
-            "model_dtype_resolved": str(mc.dtype).removeprefix("torch.")}}
+            "gpu_memory_utilization": cc.resolved_gpu_memory_utilization, "max_model_len": mc.max_model_len}}
     except SystemExit as e:  # argparse prints its error to stderr, then exits 2
         lines = [x for x in err.getvalue().splitlines() if "error:" in x]
-        return {"accepted": False, "error": f"argparse exit {e.code}: " + (lines[-1] if lines else ""), "at": at}
+        return {"accepted": False, "error": f"argparse exit {e.code}: " + (lines[-1] if lines else ""),
+                "at": at}
     except BaseException as e:  # noqa: BLE001 - every rejection is a result
         return {"accepted": False, "error": f"{type(e).__name__}: {str(e)[:600]}", "at": f"{at}: {_where(e)}"}
 

@@ -31,8 +31,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _setup(model: Any, c: int, batch: int, total: int, page: int, device: torch.device,
-           spare: bool) -> tuple[VirtualAllocator, KVPool]:
+def setup_pool(model: Any, c: int, batch: int, total: int, page: int, device: torch.device,
+               spare: bool) -> tuple[VirtualAllocator, KVPool]:
+    """B requests of `total` positions allocated (every rank's allocator alike) and this rank's pool of their
+    rows, filled with random rows (only timing matters); `spare`: one more page, where graphs write the rows
+    this rank does not own."""
     per_rank = -(-batch * (-(-total // (page * c)) * page * c) // c)
     alloc = VirtualAllocator(per_rank, page, c)
     for rid in range(batch):
@@ -55,7 +58,7 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
     """Eager (and optionally graph) step times of one (B, L) cell on this rank."""
     c, cfg = ps.dcp.size, model.cfg
     total = ctx_len + 2 * (warmup + steps) + 1
-    alloc, pool = _setup(model, c, batch, total, page, device, graphs)
+    alloc, pool = setup_pool(model, c, batch, total, page, device, graphs)
     ids = decode_ids(batch, model.cfg.vocab_size, device)
     fwd, lay, read = [], [], []
     typed = parse_section(Decisions, decisions, "decisions")   # the typed form build_context and DecodeGraphs take
@@ -86,7 +89,7 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
 
 def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: Any, batch: int, start: int,
                  steps: int, warmup: int, device: torch.device) -> dict[str, Any]:
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     page = alloc.page_tokens // alloc.dcp
     t0 = time.perf_counter()
     g = DecodeGraphs(model, alloc, pool, decisions, model.cfg.kv_lora_rank, [batch],
@@ -98,7 +101,7 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: A
         chunks = [SeqChunk(r, start + s, 1) for r in range(batch)]
         _sync(device)
         t0 = time.perf_counter()
-        graph = g.graphs[g.prepare(ids, chunks)][0]
+        graph = g.graphs[g.prepare(ids, chunks)].graph
         graph.replay()
         torch.cuda.synchronize(device)
         wall_ms = (time.perf_counter() - t0) * 1e3

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import click
 
+from dcpctl.plan.attention_names import MEASURED, PORTABLE
 from dcpctl.plan.errors import UserError
 
 R, V, PAGE = 576, 512, 64
@@ -31,7 +32,7 @@ SCALE = 1 / math.sqrt(192)
 L2_ROTATE_BYTES = 512 << 20
 FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,64"}
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
-PEERS = ("flashinfer", "flashmla")       # the field kernels timed next to ours (bench/kernel_<name>.py)
+PEERS = tuple(n for n in MEASURED if n != PORTABLE)   # the field kernels beside ours (bench/kernel_<name>.py)
 # (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Not swept: 16 warps (64-head blocks
 # slower, 128-head blocks do not compile), lazy rescaling (slower with 64-head blocks), the warp-specialized TMA
 # loop (no measurable change).
@@ -214,7 +215,7 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                 roof = ceil.roofline_s(row["bytes"], row["flops"]) * 1e6
                 compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
                 row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
-                row["backends"] = {"triton": {"time_us": row["time_us"], "fraction": row["fraction"]}}
+                row["backends"] = {PORTABLE: {"time_us": row["time_us"], "fraction": row["fraction"]}}
                 for name, peer in list(live.items()):
                     try:
                         row["backends"][name] = peer.time(h, ctx, b, SCALE, roof, preheat_s)
@@ -238,18 +239,18 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
             "preheat_s": preheat_s,
             "configs": {h: list(c) for h, c in cfgs.items()}, "sweep": log, "cells": cells,
             "fraction_min": fr[0], "fraction_median": statistics.median(fr),
-            "page_size": PAGE, "backends": ["triton", *peers], **notes,
+            "page_size": PAGE, "backends": [PORTABLE, *peers], **notes,
             "exchange": "not timed by this command: dcpctl bench exchange (two or more GPUs)"}
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
     """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
     import torch
-    from dcpctl.plan.attention_table import BACKENDS, Key, decide, table_for
+    from dcpctl.plan.attention_table import Key, decide, table_for
     from dcpctl.runtime.tuned import gpu
     name, sm = gpu(torch.device("cuda", torch.cuda.current_device()))
     key = Key(heads, kv, PAGE, name)
-    avail = {b: None if b == "triton" or b in timed else "not timed" for b in BACKENDS}
+    avail = {b: None if b == PORTABLE or b in timed else "not timed" for b in MEASURED}
     return decide(key, "auto", avail, table_for(name, sm))
 
 
@@ -374,9 +375,9 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
     bound, each one's fraction of roofline and the fastest, plus a naive torch decode for comparison.
     `--save-table FILE` writes the backend table the runtime's automatic choice reads.  Needs a CUDA GPU.
     """
-    bad = {b.strip() for b in backends.split(",")} - {"auto", "triton", *PEERS}
+    bad = {b.strip() for b in backends.split(",")} - {"auto", *MEASURED}
     if bad:
-        raise UserError(f"--backends {backends}: unknown {sorted(bad)}; valid: auto, triton, {', '.join(PEERS)}")
+        raise UserError(f"--backends {backends}: unknown {sorted(bad)}; valid: auto, {', '.join(MEASURED)}")
     import torch
     if not torch.cuda.is_available():
         raise UserError("dcpctl bench kernel needs a CUDA GPU (torch.cuda.is_available() is False).")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpctl import tuning
-from dcpctl.plan.attention_table import BACKENDS
+from dcpctl.plan.attention_names import MEASURED
 
 PAGE = 64
 
@@ -25,7 +25,7 @@ def table_from_bench(res: dict[str, Any], command: str) -> dict[str, Any]:
 
 
 def write(table: dict[str, Any], path: Path) -> None:
-    unknown = {b for c in table["data"]["cells"] for b in c["us"]} - set(BACKENDS)
+    unknown = {b for c in table["data"]["cells"] for b in c["us"]} - set(MEASURED)
     if unknown:
-        raise ValueError(f"unknown backends {sorted(unknown)}; valid: {list(BACKENDS)}")
+        raise ValueError(f"unknown backends {sorted(unknown)}; valid: {list(MEASURED)}")
     tuning.write(path, **table)

@@ -1,4 +1,4 @@
-"""`dcpctl bench`: measured, not asserted (kernel, decode, serve)."""
+"""`dcpctl bench`: measured, not asserted (kernel, decode, serve, rank)."""
 from __future__ import annotations
 
 import importlib
@@ -13,6 +13,8 @@ BENCHES = {
     "decode": "dcpctl.bench.decode",
     "exchange": "dcpctl.bench.exchange",
     "serve": "dcpctl.bench.serve",
+    "tiles": "dcpctl.bench.tiles",
+    "rank": "dcpctl.cli.bench_rank",
 }
 
 
@@ -30,7 +32,8 @@ class BenchGroup(click.Group):
 def bench() -> None:
     """Benchmarks: `kernel` (local MLA decode kernel and exchanges; GPU), `decode` (striped decode step
     end to end for DCP sizes), `capacity` (context a fixed KV budget admits per DCP size), `serve`
-    (an OpenAI-compatible server under load).
+    (an OpenAI-compatible server under load), `tiles` (our MLA decode kernel's tile sweep: the
+    mla_tiles tuning table; GPU), `rank` (one rank of a plan at the real model's size; GPU).
 
     \b
     Examples:

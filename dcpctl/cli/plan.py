@@ -13,8 +13,11 @@ from dcpctl.cli.engine_flags import EngineCommand
 from dcpctl.cli.generate import DEFAULT_PRESET  # what `dcpctl launch` runs without flags
 from dcpctl.cli.options import PLAN_KEYS, collect, plan_options
 from dcpctl.cli.pasted import split_args
+from dcpctl.cli.perf_options import perf_options, read, workload
+from dcpctl.cli.render_perf import render_performance
 from dcpctl.cli.render_plan import render_table
 from dcpctl.plan.errors import UserError
+from dcpctl.plan.perf_report import performance
 from dcpctl.plan.planner import Plan, make_plan
 from dcpctl.plan.recommend import estimate
 from dcpctl.plan.resolve import NO_MODEL, has_model, request_from_options
@@ -59,14 +62,18 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 @click.option("--concurrency", type=click.IntRange(min=1), help="With --context-len: add a step-time estimate.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
               help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the profile's.")
+@perf_options
 @picture_option("the rank map (nodes, DCP groups, attention-DP replicas)")
 @click.pass_context
 def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None, show_ranks: bool,
-         concurrency: int | None, calibration: str | None, picture: str | None, **params: Any) -> None:
+         concurrency: int | None, calibration: str | None, input_len: int | None, output_len: int | None,
+         measured: str | None, picture: str | None, **params: Any) -> None:
     """Validate and explain a DCP topology before any GPU is touched.
 
     Prints the verdict, the rank map (TP, attention-TP, attention-DP, DCP and EP groups, nodes), every
-    automatic decision with its reason, and the memory per rank. Exit status 0 when the plan is
+    automatic decision with its reason, the memory per rank, and the predicted TPOT, TTFT and output tok/s
+    per GPU with DCP off and as planned, each figure labelled measured, calibrated, derived, assumed or
+    modelled (--input-len, --output-len, --concurrency; --measured FILE). Exit status 0 when the plan is
     valid, 2 when it is not (each violation is an equation with the valid choices). Verdicts and
     defaults are SGLang 0.5.23's own (docs/plan.md), plus the checks SGLang's arguments cannot see.
 
@@ -105,6 +112,9 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
     doc = plan_document(p, opts)
     if concurrency and p.valid and opts.get("context_len"):
         doc["estimate"] = p.estimate = estimate(p, concurrency, opts.get("calibration"))
+    perf = performance(p, workload(input_len, output_len, concurrency), read(measured), opts.get("calibration"))
+    if perf is not None:
+        doc["performance"] = perf
     if output:
         _save(doc, Path(output))
     if picture:
@@ -112,6 +122,7 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
         save_rank_map(doc, picture)
     if fmt == "table":
         render_table(p, show_ranks)
+        render_performance(perf)
     else:
         console.write_text(dump(doc, fmt))
     if not p.valid:

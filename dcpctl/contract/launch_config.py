@@ -70,7 +70,7 @@ class Decisions:
     dcp_comm_backend: CommBackend
     dcp_replicate_q_proj: bool
     lse_base: LseBase           # base of the LSE the layout path's local attention returns (plan: e)
-    # auto: paged when the KV pool is on CUDA, else layout (resolved once, attention/paged.resolve_path)
+    # auto: paged when the KV pool is on CUDA, else layout (resolved once, attention/selector.resolve_path)
     attention_path: AttentionPath = "auto"
     # the paged path's local attention kernel (--attention-backend; auto: plan/attention_table.py's measured rule)
     attention_backend: str = "auto"

@@ -2,20 +2,15 @@
 
 The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one): the GPU's attention
 tuning table (dcpctl/tuning/attention, by dcpctl.tuning's device rule), or the file of --attention-table; per
-measured cell (batch, local context) the
-backend that was fastest there, among those available.  A step runs the winner of the nearest measured cell
-(log distance in batch and context), so the choice is per cell, not one backend for every shape.
-`--attention-backend flashmla|flashinfer|triton|torch_native` fixes it; `auto` (and SGLang kernels the bundled
-runtime does not have) read the table.  Pure and torch-free: the plan shows the rule and the runtime runs it, one function.
+measured cell (batch, local context) the backend that was fastest there, among those available.  A step runs the
+winner of the nearest measured cell (log distance in batch and context), so the choice is per cell, not one
+backend for every shape.  `--attention-backend` fixes one where its value names a backend (the names and the one
+mapping from SGLang's flag values: plan/attention_names.py); `auto` and SGLang kernels the bundled runtime does
+not have read the table.  Pure and torch-free: the plan shows the rule and the runtime's selector
+(runtime/attention/selector.py) runs it, one function.
 
-| backend      | what runs                                                                  |
-| ------------ | -------------------------------------------------------------------------- |
-| `triton`     | ours: the Gluon (Hopper) or Triton split-KV kernel (runtime.kernel_choice)  |
-| `flashinfer` | FlashInfer's BatchMLAPagedAttentionWrapper over the same pool and pages     |
-| `flashmla`   | FlashMLA's dense decode (sm_90a, bf16, page 64) over the same pool and pages |
-
-The runtime's registry (runtime/attention/backends) hands `decide` every kernel it has; a name beyond these three
-is weighed by the same rule, after them, so a kernel added as one file is chosen by the table that names it.
+The runtime's registry (runtime/attention/backends) hands `decide` every kernel it has; a name beyond the measured
+ones is weighed by the same rule, after them, so a kernel added as one file is chosen by the table that names it.
 """
 from __future__ import annotations
 
@@ -28,11 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dcpctl import tuning
+from dcpctl.plan.attention_names import MEASURED, PORTABLE, REFERENCE, from_flag
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.request import PlanRequest
 
-BACKENDS = ("triton", "flashinfer", "flashmla")
-FALLBACK = "triton"                       # the portable one: every CUDA GPU Triton runs on
 FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel reads
 KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
 
@@ -73,8 +67,8 @@ class Rule:
 
 
 def known(more: Iterable[str] = ()) -> tuple[str, ...]:
-    """BACKENDS, then any other name the runtime registered (a kernel added as one file), in the order given."""
-    return tuple(dict.fromkeys((*BACKENDS, *more)))
+    """The measured names, then any other name the runtime registered (a kernel added as one file), in order."""
+    return tuple(dict.fromkeys((*MEASURED, *more)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,21 +114,28 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def decide(key: Key, requested: str, available: dict[str, str | None], table: dict[str, Any]) -> Rule:
-    """The rule for key.  available: backend -> None when it can run here, else why not (a clause); a name beyond
-    BACKENDS (a kernel the runtime registered) is weighed like them, after them."""
+    """The rule for key.  requested: --attention-backend (plan/attention_names.py maps it to a backend);
+    available: backend -> None when it can run here, else why not (a clause); a name beyond the measured ones (a
+    kernel the runtime registered) is weighed like them, after them."""
     names = known(available)
     usable = [b for b in names if available.get(b, "not known to this runtime") is None]
+    asked = from_flag(requested)
     if not usable:
-        return Rule(key, (), "torch", "no kernel backend runs here: "
+        return Rule(key, (), REFERENCE, "no kernel backend runs here: "
                     + "; ".join(f"{b}: {available.get(b)}" for b in names))
-    if requested == "torch_native":
-        return Rule(key, (), "torch", "set by --attention-backend torch_native: the torch reference")
-    if requested in names:
-        if requested in usable:
-            return Rule(key, (), requested, f"set by --attention-backend {requested}")
-        why = available.get(requested, "not known to this runtime")
+    if asked == REFERENCE:
+        return Rule(key, (), REFERENCE, f"set by --attention-backend {requested}: the torch reference")
+    if asked in names:
+        if asked in usable:
+            return Rule(key, (), asked, f"set by --attention-backend {requested}")
+        why = available.get(asked, "not known to this runtime")
         return Rule(key, (), usable[0], f"--attention-backend {requested} asked for, but {why}")
     ask = "" if requested == "auto" else f"--attention-backend {requested} is not a bundled-runtime kernel; "
+    return _measured(key, names, usable, available, table, ask)
+
+
+def _measured(key: Key, names: tuple[str, ...], usable: list[str], available: dict[str, str | None],
+              table: dict[str, Any], ask: str) -> Rule:
     mine = [c for c in table["cells"] if c["heads"] == key.heads and c["kv_dtype"] == key.kv_dtype
             and c["page_size"] == key.page_size]
     timed = [(c["batch"], c["ctx"], {b: c["us"][b] for b in usable if c["us"].get(b) is not None}) for c in mine]
@@ -142,7 +143,7 @@ def decide(key: Key, requested: str, available: dict[str, str | None], table: di
     src = table.get("source", "the measured table")
     if not timed:
         why = f"no measured cell for {key.text()} in {src}"
-        return Rule(key, (), FALLBACK if FALLBACK in usable else usable[0], ask + why)
+        return Rule(key, (), PORTABLE if PORTABLE in usable else usable[0], ask + why)
     cells = tuple((b, ctx, min(us, key=us.get)) for b, ctx, us in timed)
     missing = [f"{b}: {available.get(b, 'not known to this runtime')}" for b in names if b not in usable]
     why = (f"{ask}measured ({src}): the fastest per cell of {len(cells)}, the nearest cell per step"
@@ -169,7 +170,7 @@ def plan_available(page_size: int) -> dict[str, str | None]:
     from source at run time); the runtime weighs what it finds and says its own rule once."""
     fi = None if flashinfer_installed() else ("FlashInfer is not installed as a package (pip install "
                                               "'dcpctl[flashinfer]'; a source build is found at run time)")
-    return {"triton": None, "flashinfer": fi,
+    return {PORTABLE: None, "flashinfer": fi,
             "flashmla": flashmla_page_blocker(page_size) or "FlashMLA is built from source at run time "
                                                            "(docs/generate.md), outside the plan's rule"}
 
@@ -178,7 +179,7 @@ def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str,
     """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's facts."""
     hw, t = req.hardware, req.topology
     if hw.device != "cuda":
-        return "torch", f"{hw.device}: the bundled runtime's torch reference attention"
+        return REFERENCE, f"{hw.device}: the bundled runtime's torch reference attention"
     key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
     table = table_for(hw.gpu_name, hw.sm, req.attention_table)
     rule = decide(key, req.attention_backend, plan_available(page_size), table)

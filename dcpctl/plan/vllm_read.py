@@ -73,6 +73,34 @@ def backend_name(value: str) -> str:
     return "auto" if value.lower() == "auto" else value.upper()
 
 
+def config_file(tokens: list[str]) -> list[str]:
+    """`--config FILE.yaml` -> its options in front of the others (FlexibleArgumentParser._pull_args_from_config
+    and load_config_file: a later flag on the line wins; true -> `--key`, false -> `--no-key` where it exists,
+    a list -> `--key v1 v2`, a mapping -> JSON)."""
+    if "--config" not in tokens:
+        return tokens
+    i = tokens.index("--config")
+    if tokens.count("--config") > 1 or i + 1 >= len(tokens):
+        raise UserError("vllm serve takes one --config FILE (a .yaml or .yml file)")
+    path = tokens[i + 1]
+    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+        raise UserError(f"--config {path}: vLLM {VLLM_VERSION} reads a .yaml or .yml config file")
+    from dcpctl.plan.yamlio import read_yaml
+    from pathlib import Path
+    out: list[str] = []
+    for key, value in read_yaml(Path(path)).items():
+        flag = f"--{key}"
+        if isinstance(value, bool):
+            out += [flag] if value else [f"--no-{key}"] if table().lookup(f"--no-{key}") else []
+        elif isinstance(value, list):
+            out += [flag, *map(str, value)] if value else []
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out + tokens[:i] + tokens[i + 2:]
+
+
 def _dotted(tokens: list[str]) -> tuple[list[str], list[PassThrough]]:
     """(the tokens without dotted sub-options, one PassThrough per dotted sub-option, as typed)."""
     rest: list[str] = []
@@ -101,27 +129,44 @@ def split_line(tokens: list[str], caller: dict[str, bool]) -> tuple[list[str], l
     """(the tokens dcpctl parses, in dcpctl's spelling, the other `vllm serve` flags as typed) of a command line
     under --engine vllm; a flag or value vLLM refuses is one sentence, exit 2."""
     head = tokens[:tokens.index("--")] if "--" in tokens else tokens
-    plain, dotted = _dotted(head)
+    plain, dotted = _dotted(config_file(head))
     plain = optimization_level([normalize(t) for t in plain])
     mine, rest = split(table(), plain, caller)
     for p in rest:
         _check(table().by_dest[p.dest], p.flag, p.values)
-    return _own_values(mine, caller) + tokens[len(head):], rest + dotted
+    return _own_values(_last_wins(mine, caller), caller) + tokens[len(head):], rest + dotted
+
+
+def _groups(mine: list[str], caller: dict[str, bool]) -> list[tuple[EngineArg | None, list[str]]]:
+    """The tokens dcpctl parses, one group per option with its value (its vLLM option, or None: not vLLM's)."""
+    out: list[tuple[EngineArg | None, list[str]]] = []
+    i = 0
+    while i < len(mine):
+        name, eq, _ = mine[i].partition("=")
+        takes = name.startswith("-") and caller.get(name) and not eq and i + 1 < len(mine)
+        arg = table().lookup(name) if name.startswith("-") else None
+        out.append((arg, mine[i:i + 2] if takes else [mine[i]]))
+        i += 2 if takes else 1
+    return out
+
+
+def _last_wins(mine: list[str], caller: dict[str, bool]) -> list[str]:
+    """An option vLLM reads twice (`--config` then the line, `--decode-context-parallel-size` then `-dcp`): the
+    last one, as argparse keeps it."""
+    groups = _groups(mine, caller)
+    last = {id(a): i for i, (a, _) in enumerate(groups) if a is not None}
+    return [t for i, (a, g) in enumerate(groups) if a is None or last[id(a)] == i for t in g]
 
 
 def _own_values(mine: list[str], caller: dict[str, bool]) -> list[str]:
     """vLLM's value forms of the options dcpctl parses itself: human-readable lengths, any-case backends."""
     out: list[str] = []
-    i = 0
-    while i < len(mine):
-        name, eq, inline = mine[i].partition("=")
-        arg = table().lookup(name) if name.startswith("-") and caller.get(name) else None
-        if arg is None or arg.dest not in ("max_model_len", "attention_backend") or (not eq and i + 1 >= len(mine)):
-            out.append(mine[i])
-            i += 1
-            continue
-        value, i = (inline, i + 1) if eq else (mine[i + 1], i + 2)
-        if arg.dest == "attention_backend":
+    for arg, g in _groups(mine, caller):
+        name, eq, inline = g[0].partition("=")
+        value = inline if eq else g[1] if len(g) > 1 else None
+        if arg is None or value is None or arg.dest not in ("max_model_len", "attention_backend"):
+            out += g
+        elif arg.dest == "attention_backend":
             out += [name, backend_name(value)]
         elif (length := human_int(value, name, auto=True)) != AUTO:  # auto: the model's length, as unset
             out += [name, str(length)]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-KINDS = ("attention", "mla_tiles", "gemm16", "fp8_gemm", "head_bmm")
+KINDS = ("attention", "mla_tiles", "gemm16", "fp8_gemm", "head_bmm", "perf")
 HEADER = ("kind", "device", "sm", "command", "commit", "data")
 
 

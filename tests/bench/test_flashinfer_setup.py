@@ -12,20 +12,20 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks import flashinfer_mla as bench
 from dcpctl.runtime.attention import flashinfer_setup as fs
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flashinfer_mla.py"
 
 
 def load(name: str, path: Path) -> ModuleType:
+    """A module of the unpacked sdist, by file (its package is not importable as installed)."""
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-bench = load("flashinfer_mla_bench", SCRIPT)
-pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(), reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
+pytestmark = pytest.mark.skipif(not bench.TARBALL.is_file(),
+                                reason=f"{bench.TARBALL} absent (run tools/gpu_env.sh prepare)")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,8 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return fs.prepare_source(bench.TARBALL, work), work
 
 
-def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     src, work = sdist
     for k, v in fs.jit_environ(work).items():
         monkeypatch.setenv(k, v)

@@ -1,19 +1,15 @@
 """benchmarks/fp8_accuracy.py's arithmetic: bits per byte, the same-experts filters, the greedy comparison."""
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_accuracy.py"
-spec = importlib.util.spec_from_file_location("fp8_accuracy", SCRIPT)
-acc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(acc)
+from benchmarks import fp8_accuracy as acc
 
 
 def test_bits_per_byte_counts_every_predicted_byte_once():
-    # two sequences of 3 and 2 tokens: 2 + 1 predictions. Uniform logits over 8 ids cost 3 bits each; a row whose
-    # right id has logit ln(7) above 7 zeros costs -log2(7/14) = 1 bit; the last row of each sequence predicts nothing
+    # two sequences of 3 and 2 tokens: 2 + 1 predictions. Uniform logits over 8 ids cost 3 bits each; a row
+    # whose right id has logit ln(7) above 7 zeros costs -log2(7/14) = 1 bit; the last row of each sequence
+    # predicts nothing
     V = 8
     a = torch.zeros(3, V)
     a[1, 5] = math.log(7)            # predicts ids[0][2] = 5: 1 bit
@@ -27,7 +23,7 @@ def test_bits_per_byte_of_the_record_slice_matches_its_cross_entropy():
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(0, 20, (9,), generator=g).tolist() for _ in range(2)]
     logits = [torch.randn(9, 20, generator=g, dtype=torch.float64) for _ in range(2)]
-    want = torch.nn.functional.cross_entropy(torch.cat([l[:-1] for l in logits]),
+    want = torch.nn.functional.cross_entropy(torch.cat([lg[:-1] for lg in logits]),
                                              torch.tensor([t for s in ids for t in s[1:]])).item() / math.log(2)
     assert abs(acc.bits_per_byte(logits, ids) - want) < 1e-12
 
@@ -82,13 +78,15 @@ def test_the_bf16_form_is_every_trained_tensor_rounded_to_bf16(tmp_path):
     trained = load_file(str(acc.default_model().path / "model.safetensors"))
     got = load_file(str(d / "model.safetensors"))
     assert got.keys() == trained.keys()
-    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], trained[k].to(torch.bfloat16)) for k in got)
+    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k],
+                                                              trained[k].to(torch.bfloat16)) for k in got)
     assert "quantization_config" not in (d / "config.json").read_text()
 
 
 def test_split_method_quantizes_the_activations_only_of_gemms_past_m_tile_rows():
-    # --prefill-mode w8a8 with --mode w8a16: a GEMM of more than M_TILE_ROWS rows equals w8a8's emulation (its rows
-    # quantized 1x128 e4m3), one of at most M_TILE_ROWS w8a16's (rows as they are); the two differ on these rows
+    # --prefill-mode w8a8 with --mode w8a16: a GEMM of more than M_TILE_ROWS rows equals w8a8's emulation (its
+    # rows quantized 1x128 e4m3), one of at most M_TILE_ROWS w8a16's (rows as they are); the two differ on
+    # these rows
     from dcpctl.runtime.kernels.fp8_tiles import M_TILE_ROWS
     from tests.runtime.models.test_model_fp8 import quantize
     g = torch.Generator().manual_seed(1)

@@ -1,17 +1,14 @@
-"""benchmarks/fp8_compiles.py: Triton's own cache keys of the FP8 GEMMs, counted on the CPU (no GPU, no compile)."""
-import importlib.util
-from pathlib import Path
+"""benchmarks/fp8_compiles.py: Triton's own cache keys of the FP8 GEMMs, counted on the CPU (no GPU, no
+compile)."""
+from benchmarks import fp8_compiles as fc
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_compiles.py"
-spec = importlib.util.spec_from_file_location("fp8_compiles", SCRIPT)
-fc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fc)
 O_PROJ = {"o_proj": fc.DENSE["o_proj"]}
 
 
 def test_batch_sizes_of_one_tile_setting_share_one_kernel():
-    # o_proj at 12 and 16 rows: the same tiles (BEFORE_TILES, 16-row MMA tiles); the row count is not specialized
-    # on (16 divides one and not the other), so the decode graphs of both batch sizes use one compiled kernel
+    # o_proj at 12 and 16 rows: the same tiles (BEFORE_TILES, 16-row MMA tiles); the row count is not
+    # specialized on (16 divides one and not the other), so the decode graphs of both batch sizes use one
+    # compiled kernel
     assert fc.count({"dense": [12, 16], "grouped": []}, O_PROJ)["distinct"] == 1
 
 

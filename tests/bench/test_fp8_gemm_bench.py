@@ -1,11 +1,5 @@
 """benchmarks/fp8_gemm.py's CPU half: the fp8_gemm tuning table its sweep's timings make."""
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_gemm.py"
-spec = importlib.util.spec_from_file_location("fp8_gemm_bench", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from benchmarks import fp8_gemm as bench
 
 
 def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
@@ -22,13 +16,15 @@ def test_table_keeps_the_mma_best_per_m_and_the_few_rows_setting_at_one_row():
             row(1, [(BEFORE_TILES, 5.0), (a, 6.0)], BEFORE_TILES, N=576),      # the MMA kernel faster: None
             row(8, [(BEFORE_TILES, 5.0), (a, 16.0)], BEFORE_TILES, N=4096)]    # not timed at 1 row: no gemv entry
     data = bench.table(rows)
-    # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS), the default kept where it won
+    # the MMA kernel's fastest setting at every swept M it runs (past GEMV_ROWS), the default kept where it
+    # won
     assert data["dense"] == {"4096,2048": [[8, {}]], "7168,2048": [[16, {}], [256, {"bn": 128}]]}
     assert data["gemv"] == {"576,2048": None, "7168,2048": {"bn": 32}}    # b beats every MMA setting at M = 1
     from dcpctl.runtime.kernels.fp8_tiles import choose_tiles, parse
     tab = parse(data, "t")
     assert tab.dense[(7168, 2048)] == ((16, BEFORE_TILES), (256, wide)) and tab.gemv[(7168, 2048)] == b
-    assert [choose_tiles(7168, 2048, m, tables=tab) for m in (1, 16, 17, 256)] == [b, BEFORE_TILES, wide, wide]
+    assert [choose_tiles(7168, 2048, m, tables=tab) for m in (1, 16, 17, 256)] == [b, BEFORE_TILES, wide,
+                                                                                   wide]
     assert bench.tiles_of(bench.tiles_dict(b)) == b and bench.tiles_of(bench.tiles_dict(wide)) == wide
 
 
@@ -36,7 +32,8 @@ def test_a_w8a16_sweep_writes_its_own_dense_section_and_merges_into_the_table(tm
     from dcpctl import tuning
     from dcpctl.runtime.kernels.fp8_gemm import BEFORE_TILES, Tiles
     from dcpctl.runtime.kernels.fp8_tiles import choose_tiles, parse
-    wide, swapped = Tiles(bn=128, per_sm=4, max_split=4, fold=True), Tiles(bn=128, warps=8, swap=True, fold=True)
+    wide, swapped = Tiles(bn=128, per_sm=4, max_split=4, fold=True), Tiles(bn=128, warps=8, swap=True,
+                                                                           fold=True)
 
     def row(M, timed, N=36864, K=7168):
         return {"N": N, "K": K, "M": M, "mode": "w8a16",
@@ -102,11 +99,12 @@ def test_merge_keeps_the_sections_this_run_did_not_write(tmp_path):
     from dcpctl import tuning
     old = {"dense": {"576,7168": [[16, {}]]}, "dense_w8a16": {"576,7168": [[64, {"fold": True}]]},
            "gemv": {"24576,1536": None}, "grouped_w8a16": {"4096,7168": [[8, {"swap": True}]]}}
-    path = tuning.write(tmp_path / "h200.json", "fp8_gemm", "NVIDIA H200", 90, "python x --sweep", "abc1234", old)
+    path = tuning.write(tmp_path / "h200.json", "fp8_gemm", "NVIDIA H200", 90, "python x --sweep", "abc1234",
+                        old)
     new = {"dense": {}, "gemv": {}, "grouped_w8a16": {"4096,7168": [[32, {"fold": True}]]}}
-    data, command = bench.merge(new, "python benchmarks/fp8_gemm.py --grouped", str(path))
+    data, command = bench.merge(new, "python -m benchmarks.fp8_gemm --grouped", str(path))
     assert data == {**old, "grouped_w8a16": new["grouped_w8a16"]}
-    assert command == (f"python benchmarks/fp8_gemm.py --grouped; sections dense, dense_w8a16, gemv kept from {path} "
+    assert command == (f"python -m benchmarks.fp8_gemm --grouped; sections dense, dense_w8a16, gemv kept from {path} "
                        f"(commit abc1234: python x --sweep)")
     assert bench.merge(old, "c", str(path)) == (old, "c")     # every section written: nothing kept
     # a sweep of one new shape: the other shapes of the sections it writes are kept, a swept shape is replaced

@@ -1,28 +1,28 @@
-"""benchmarks/fp8_model_check.py's CPU half: the per-step metrics and the float64 emulation of the FP8 GEMM."""
-import importlib.util
+"""benchmarks/fp8_model_check.py's CPU half: the per-step metrics and the float64 emulation of the FP8
+GEMM."""
 from pathlib import Path
 
 import torch
 
+from benchmarks import fp8_model_check as check
 from tests.runtime.models.test_model_fp8 import quantize
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fp8_model_check.py"
-spec = importlib.util.spec_from_file_location("fp8_model_check", SCRIPT)
-check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(check)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_metrics_name_norm_relative_error_and_decided_prompts():
     g = torch.Generator().manual_seed(0)
     f64 = [torch.randn(3, 50, generator=g, dtype=torch.float64) for _ in range(2)]
     f64[0][:, 7] += 10.0                     # prompt 0: a clear winner at every step; prompt 1: flat logits
-    bf16 = [l + 1e-3 * torch.randn(l.shape, generator=g, dtype=torch.float64) for l in f64]
-    fp8 = [l + 0.05 * torch.randn(l.shape, generator=g, dtype=torch.float64) for l in f64]
-    out = check.compare({"fp8": fp8, "bf16": bf16, "f64": f64, "f64_fp8": fp8}, [[7, 7], [1, 2]], [[7, 7], [1, 3]])
+    bf16 = [x + 1e-3 * torch.randn(x.shape, generator=g, dtype=torch.float64) for x in f64]
+    fp8 = [x + 0.05 * torch.randn(x.shape, generator=g, dtype=torch.float64) for x in f64]
+    out = check.compare({"fp8": fp8, "bf16": bf16, "f64": f64, "f64_fp8": fp8}, [[7, 7], [1, 2]],
+                        [[7, 7], [1, 3]])
     want = sorted(((fp8[p][s] - bf16[p][s]).norm() / bf16[p][s].norm()).item() for p in range(2) for s in range(3))
     assert out["fp8_vs_bf16_norm_rel"] == {"median": round(want[3], 5), "max": round(want[-1], 5)}
     assert out["steps with fp8_vs_bf16_norm_rel <= 0.02"] == f"{sum(w <= 0.02 for w in want)}/6"
-    assert out["fp8_vs_f64_fp8_norm_rel (the fp8 path vs the w8a8 method in float64)"] == {"median": 0.0, "max": 0.0}
+    assert out["fp8_vs_f64_fp8_norm_rel (the fp8 path vs the w8a8 method in float64)"] == {"median": 0.0,
+                                                                                           "max": 0.0}
     assert out["greedy_prompts_equal"] == "1/2"
     assert out["prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)"] == "1/2"
     assert out["greedy_equal_on_decided"] == "1/1"
@@ -63,13 +63,12 @@ def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
     # equal where margins decide.
     # A subprocess: the check replaces fp8_gemm.fp8_matmul by its emulation for the rest of its process
     import json
-    import os
     import subprocess
     import sys
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "ckpt"), "--trained", "--device", "cpu",
-                        "--json", str(out)], capture_output=True, text=True, timeout=300, check=False,
-                       env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])})
+    r = subprocess.run([sys.executable, "-m", "benchmarks.fp8_model_check", str(tmp_path / "ckpt"), "--trained",
+                        "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                       check=False, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     c = doc["compare"]

@@ -1,5 +1,5 @@
-"""bench kernel's report on made-up results (no GPU): the sustained-ceiling fraction is printed for the fastest
-backend."""
+"""bench kernel's report on made-up results (no GPU): the sustained-ceiling fraction is printed for the
+fastest backend."""
 from dcpctl.bench import kernel
 
 
@@ -13,7 +13,8 @@ def _cell(heads, ctx, batch, us):   # us: {backend: time}; roofline 100 us (burs
 def _res(cells):
     return {"device": "NVIDIA H200", "kv_dtype": "bf16", "torch": "t", "calibration": {"copy_tbps": 4.2,
             "bf16_tflops": 790.0}, "bf16_sustained_tflops": 670.0, "cells": cells, "fraction_min": 0.11,
-            "fraction_median": 0.22, "backends": ["triton", "flashmla"], "flashinfer": "-", "flashmla": "built",
+            "fraction_median": 0.22, "backends": ["triton",
+                                                  "flashmla"], "flashinfer": "-", "flashmla": "built",
             "exchange": "-"}
 
 

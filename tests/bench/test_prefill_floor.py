@@ -1,27 +1,17 @@
-"""benchmarks/prefill_ttft.py's floor on CPU: the GEMMs it times are the model's, layer by layer (dense layers' MLP,
-MoE layers' shared expert and routed experts as grouped GEMMs), for the checkpoints the benchmarks write."""
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _floor_gemms():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("prefill_ttft", BENCH / "prefill_ttft.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.floor_gemms
+"""benchmarks/prefill_ttft.py's floor on CPU: the GEMMs it times are the model's, layer by layer (dense
+layers' MLP, MoE layers' shared expert and routed experts as grouped GEMMs), for the checkpoints the
+benchmarks write."""
+from benchmarks.prefill_ttft import floor_gemms
 
 
 def test_dense_checkpoint_floor_is_four_layers_of_projections_and_mlp():
     from dcpctl.bench.decode import SHAPES
     cfg = dict(SHAPES["v3"], num_hidden_layers=4, first_k_dense_replace=4, intermediate_size=2048,
                n_routed_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048)
-    got = _floor_gemms()(cfg, 1000)
+    got = floor_gemms(cfg, 1000)
     assert all(count == 4 and rows == 1000 and groups == 1 for count, rows, _, _, groups in got)
-    assert [(kin, kout) for _, _, kin, kout, _ in got][-2:] == [(cfg["hidden_size"], 4096), (2048, cfg["hidden_size"])]
+    assert [(kin, kout) for _, _, kin, kout, _ in got][-2:] == [(cfg["hidden_size"], 4096),
+                                                                (2048, cfg["hidden_size"])]
     assert len(got) == 6
 
 
@@ -31,7 +21,7 @@ def test_moe_checkpoint_floor_has_grouped_experts_and_the_shared_one():
            "first_k_dense_replace": 1}
     cfg = dict(SHAPES["v3"], num_hidden_layers=16, **moe)
     D = cfg["hidden_size"]
-    got = _floor_gemms()(cfg, 100)
+    got = floor_gemms(cfg, 100)
     assert (15, 800, D, 512, 32) in got and (15, 800, 256, D, 32) in got      # routed: 100 x top-8 rows
     assert (15, 100, D, 512, 1) in got and (15, 100, 256, D, 1) in got        # the shared expert
     assert (1, 100, D, 2 * cfg["intermediate_size"], 1) in got                # layer 0's dense MLP

@@ -33,7 +33,8 @@ def test_percentile_is_numpys_linear_rule():
 
 
 def test_metrics_use_vllms_names_and_definitions():
-    items = [Item("arrival", [1] * 10, 4, 0.0), Item("arrival", [1] * 20, 4, 0.0), Item("arrival", [1], 4, 0.0)]
+    items = [Item("arrival", [1] * 10, 4, 0.0), Item("arrival", [1] * 20, 4, 0.0),
+             Item("arrival", [1], 4, 0.0)]
     samples = [Sample(True, 0.1, [0.01, 0.02, 0.03], 0.16, 4), Sample(True, 0.2, [0.05] * 3, 0.35, 4),
                Sample(False, error="HTTP 503")]
     m = metrics(items, samples, 2.0)

@@ -1,14 +1,15 @@
 """benchmarks/hf_peer.py, serve_peers.py and serve_report.py on CPU: HF's DeepseekV3 loads the checkpoints
 the serve benchmark writes and computes our runtime's logits; the peer's timing rows; the ratio table."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
+from benchmarks import decode_step as step
+from benchmarks import hf_peer
+from benchmarks import serve_peers as peers
+from benchmarks import serve_report as report
 from dcpctl.runtime.models import load_model
 from dcpctl.runtime.parallel import ParallelState
 from dcpctl.runtime.tiny import write_tiny_model
@@ -16,20 +17,9 @@ from tests.runtime.hf_oracle import hf_decode, load_hf
 from tests.runtime.ref_context import greedy_run
 
 transformers = pytest.importorskip("transformers")
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 PROMPT = [5, 17, 200, 3, 99, 42, 7]
-TINY_MOE = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "n_routed_experts": 8, "num_experts_per_tok": 2}
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-hf_peer, peers, report, step = load("hf_peer"), load("serve_peers"), load("serve_report"), load("decode_step")
+TINY_MOE = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "n_routed_experts": 8,
+            "num_experts_per_tok": 2}
 
 
 @pytest.fixture(scope="module", params=["dense_fp32", "moe_bf16"])
@@ -45,7 +35,8 @@ def test_hf_logits_equal_ours_on_the_benchmark_checkpoints(ckpt):
     ours = load_model(ckpt, ParallelState.single(), False, torch.float64, "cpu", hf_numerics=True)
     pre, dec, outs = greedy_run(ours, [PROMPT], 4)
     ref_pre, ref_dec = hf_decode(load_hf(ckpt), PROMPT, outs[0][:-1])
-    torch.testing.assert_close(torch.cat([pre[0], dec[0][:-1]]), torch.cat([ref_pre, ref_dec]), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.cat([pre[0], dec[0][:-1]]), torch.cat([ref_pre, ref_dec]), rtol=1e-12,
+                               atol=1e-12)
 
 
 def test_peer_load_and_timing_rows(ckpt):
@@ -105,7 +96,9 @@ def test_launch_argv_per_variant(tmp_path):
 
 
 def _doc() -> dict:
-    ok = lambda key, p50: {"completed": 1, key: {"p50": p50}}
+    def ok(key: str, p50: float) -> dict:
+        return {"completed": 1, key: {"p50": p50}}
+
     serve = {"ready_s": 12.0, "first": ok("ttft_ms", 30.0), "steady": ok("ttft_ms", 10.0),
              "cells": {"dense": {"1": ok("itl_ms", 2.0), "8": {"completed": 0, "itl_ms": {"p50": 0.0}}}}}
     decode = {"rows": [{"batch": 1, "context": 1032, "graph_ms": 1.6, "step_ms": 6.0, "predicted_ms": 0.8},

@@ -38,9 +38,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks/vllm"))
-    import vllm_grid_cases
+    from benchmarks.vllm import vllm_grid_cases
     return vllm_grid_cases.write_models(tmp_path_factory.mktemp("vllm-export-models"))
 
 

@@ -5,15 +5,13 @@ A rule change that makes dcpctl disagree with SGLang (or crash) fails here, nami
 """
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.sglang import grid, grid_cases
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks/sglang"))
-import grid  # noqa: E402
-import grid_cases  # noqa: E402
 
 RECORD = json.loads(gzip.decompress((ROOT / "benchmarks/data/sglang_grid.json.gz").read_bytes()))
 STRIDE = 3  # every third case keeps the replay to seconds (all of them: about 15 s here)

@@ -5,15 +5,14 @@ A rule change that makes dcpctl disagree with vLLM (or crash) fails here, naming
 """
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.vllm import vllm_grid as vgrid
+from benchmarks.vllm import vllm_grid_cases as vcases
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks/vllm"))
-import vllm_grid as vgrid  # noqa: E402
-import vllm_grid_cases as vcases  # noqa: E402
 
 RECORD = json.loads(gzip.decompress((ROOT / "benchmarks/data/vllm_grid.json.gz").read_bytes()))
 STRIDE = 2  # every other case: about 5 s here (all of them: about 10 s)

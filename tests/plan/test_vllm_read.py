@@ -98,3 +98,15 @@ def test_known_defect_is_a_warning_with_its_thread():
     assert not plan("--attention-backend", "FLASHMLA", *mtp, "--enforce-eager").defects
     assert not plan(*mtp).defects  # FLASH_ATTN_MLA at interleave 1 has DCP varlen decode
     assert not vllm_settings.speculates({})
+
+
+def test_a_config_file_and_a_later_flag_as_vllm_reads_them(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("tensor-parallel-size: 8\ndecode_context_parallel_size: 4\nenforce-eager: true\n"
+                   "speculative-config:\n  method: mtp\n  num_speculative_tokens: 1\n")
+    opts, rest = parse_serve(["m", "--config", str(cfg), "-dcp", "8"])  # the line's -dcp wins over the file's
+    assert opts == {"model_path": "m", "tp_size": 8, "dcp_size": 8}
+    assert [p.tokens for p in rest] == [("--enforce-eager",),
+                                        ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')]
+    with pytest.raises(UserError, match="reads a .yaml or .yml config file"):
+        parse_serve(["m", "--config", str(tmp_path / "serve.json")])

@@ -3,12 +3,9 @@
 - bf16 logits through the paged path (Triton MLA kernel) within 2e-2 relative of CPU fp64;
 - CUDA-graph replay of decode steps equals eager paged steps;
 - the tiny model's greedy ids through Engine.generate (bf16 on GPU) equal CPU float64 for >= 28/32.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (`benchmarks/gpu.sh tests`).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py; `benchmarks/gpu.sh tests`).
 """
-import json
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +13,7 @@ import torch
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
 from dcpctl.runtime.parallel import ParallelState
+from tests.gpu_report import report as _report
 from tests.runtime.configs import config, typed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -24,12 +22,6 @@ SMALL = {"hidden_size": 512, "num_attention_heads": 16, "num_key_value_heads": 1
          "kv_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
          "intermediate_size": 512, "num_hidden_layers": 2, "first_k_dense_replace": 2}
 PAGE = 16
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +48,7 @@ def _steps(path, device, dtype, lens, decode_steps, graphs=False):
     out = [model.logits(hidden[ends.to(device)]).double().cpu()]
     runner = None
     if graphs:
-        from dcpctl.runtime.attention.graphs import DecodeGraphs
+        from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
         runner = DecodeGraphs(model, alloc, pool, typed({}), model.cfg.kv_lora_rank, [len(lens)],
                               alloc.pages_for(max(lens) + decode_steps), alloc.num_pages * PAGE)
     ids = torch.full((len(lens),), 7, dtype=torch.int64, device=device)

@@ -7,10 +7,10 @@ Per MLA layer (`attend`):
      rows, causal by global position.  Two paths with identical results (attention_path decision):
      `layout` gathers the shard rows by slot (O(context) host indices; one masked matmul for small
      batches, per chunk otherwise), `paged` hands the pool as [pages, P, R] plus a block table to
-     `triton_mla.mla_decode` (O(batch + pages) host work; the default when the pool is on CUDA);
+     the backend the selector picks (O(batch + pages) host work; the default when the pool is on CUDA);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
 `attend_mha` is the same four steps in the MHA form (attention/mha.py, for long prefills and extends: the
-model asks once per batch, attention/form.py): the query is qk wide, the shard's latent rows are up-projected
+model asks once per batch, attention/selector.py): the query is qk wide, the shard's latent rows are up-projected
 per head block by block, and the partials merged over the group are v wide.  A mixed batch (`split`: some chunks
 in each form) gives the layer an absorbed and an MHA sub-context over their chunks, run in that order everywhere.
 
@@ -29,15 +29,15 @@ from torch import Tensor
 from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.comm import (exchange_a2a, exchange_ag_rs, exchange_packed, gather_heads,
                                            lanes_in_place, pack_by_owner, send_buffer)
-from dcpctl.runtime.attention.form import part_of, pick_form
+from dcpctl.runtime.attention import selector
+from dcpctl.runtime.attention.form import part_of
 from dcpctl.runtime.attention.fused_merge import merge_a2a, rescale_partial, store_owner_major
 from dcpctl.runtime.attention.layout import SeqChunk, ShardLayout, build_layout, host_ints, to_device
 from dcpctl.runtime.attention.local import DENSE_LIMIT, attention_mask, local_attention, segmented_attention
 from dcpctl.runtime.attention.mha import BLOCK_BYTES, ShardChunk, shard_attention
-from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention, resolve_path
+from dcpctl.runtime.attention.paged import PagedLayout, build_paged, paged_attention
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, local_len_sum
 from dcpctl.runtime.kv.pool import KVPool
-from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import Axis
 from dcpctl.plan.hf_config import MlaShape
 
@@ -60,7 +60,7 @@ class DCPContext:
     sync_timing: bool = False      # CUDA: synchronize around collectives so exchange_seconds is exact
     dense_limit: int = DENSE_LIMIT  # T * S above which local attention runs per chunk
     kv_bytes_hint: int = 0          # paged path: KV bytes per layer from host ints (no device sync)
-    attention_backend: str = "auto"  # decisions["attention_backend"]: --attention-backend (backend_choice)
+    attention_backend: str = "auto"  # decisions["attention_backend"]: --attention-backend (selector.absorbed)
     attention_form: str = "auto"     # absorbed / MHA per chunk (attention/form.py); tests pin one
     mha_block_bytes: int = BLOCK_BYTES  # the MHA form's up-projected key block, at most (tests shrink it)
     _mask: Tensor | None = field(default=None, repr=False)
@@ -107,10 +107,9 @@ class DCPContext:
         return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
 
     def _pick(self, shape: MlaShape) -> list[bool]:
-        # per chunk: MHA form?  Decided once per batch, said once per reason
+        # per chunk: MHA form?  Decided once per batch (the selector), said once per reason
         if self._forms is None:
-            self._forms, why = pick_form(self.attention_form, self.layout.chunks, shape)
-            note_once(why)
+            self._forms = selector.forms(self.attention_form, self.layout.chunks, shape)
         return self._forms
 
     def use_mha(self, shape: MlaShape) -> bool:
@@ -259,7 +258,7 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
     decisions.attention_backend: the paged path's --attention-backend (auto: the measured table);
     form: absorbed or MHA (auto: attention/form.py's rule per batch)."""
     backend, base = decisions.dcp_comm_backend, decisions.lse_base
-    if resolve_path(decisions.attention_path, pool.kv.device) == "layout":
+    if selector.resolve_path(decisions.attention_path, pool.kv.device) == "layout":
         return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim,
                           attention_form=form, alloc=alloc)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)

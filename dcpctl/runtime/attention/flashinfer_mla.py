@@ -123,7 +123,7 @@ def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
 
 def flashinfer_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
                       out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    """prepare once per batch (kept in lay.backend_state, as the registry's `prepared` keeps it), then decode."""
+    """prepare once per batch, kept in lay.backend_state as backends.run keeps it, then decode."""
     state = lay.backend_state             # type: ignore[attr-defined]
     if "flashinfer" not in state:
         state["flashinfer"] = prepare(q, pool, lay)

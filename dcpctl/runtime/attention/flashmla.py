@@ -33,6 +33,8 @@ from dcpctl.runtime.attention.fused_merge import store_owner_major
 from dcpctl.runtime.attention.triton_mla import MLAOut
 
 ROWS = (512, 64)                 # HEAD_DIM_V, HEAD_DIM_K - HEAD_DIM_V: the only latent row its kernel is built for
+Rows = tuple[Tensor, Tensor | None, Tensor, Tensor]   # decode_rows: (seqlens >= 1, seen, tile metadata, splits)
+Batch = tuple[Tensor, Rows]                           # prepare: (each query row's block-table row, its Rows)
 
 
 def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
@@ -53,7 +55,7 @@ def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
     return why if mod is None else None
 
 
-def decode_rows(lens: Tensor, heads: int, mask: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+def decode_rows(lens: Tensor, heads: int, mask: bool = True) -> Rows:
     """(seqlens >= 1, seen (None unless mask), tile metadata, num_splits) for query rows of local lengths lens [T]
     int32 (device)."""
     lens, seen = _clamped(lens, mask)
@@ -66,8 +68,7 @@ def _clamped(lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None]:
     return lens.clamp_min(1).contiguous(), (lens > 0 if mask else None)
 
 
-def run(q: Tensor, pool: Tensor, table: Tensor, rows: tuple[Tensor, Tensor | None, Tensor, Tensor], scale: float,
-        v_dim: int) -> tuple[Tensor, Tensor]:
+def run(q: Tensor, pool: Tensor, table: Tensor, rows: Rows, scale: float, v_dim: int) -> tuple[Tensor, Tensor]:
     # q: [T, Hk, R]  pool: [pages, 64, R]  table: [T, pages] int32 -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
     # (seen None: the lse of an empty row is left as it comes, for a caller that reads o only)
     lens, seen, meta, splits = rows
@@ -100,12 +101,12 @@ class GraphRows:
         else:
             self.bufs[t] = tuple(made)     # type: ignore[assignment]
 
-    def decode_rows(self, lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
-        """decode_rows for a graph of lens.shape[0] rows: an eager call (a capture's warm-up run) makes the
-        metadata; a capturing one reads the buffers, which `refresh` fills before each replay."""
+    def decode_rows(self, lens: Tensor, mask: bool, recording: bool) -> Rows:
+        """decode_rows for a graph of lens.shape[0] rows: the capture's eager warm-up run (recording False) makes
+        the metadata; the recording reads the buffers, which `refresh` fills before each replay."""
         t = lens.shape[0]
         lens, seen = _clamped(lens, mask)
-        if not torch.cuda.is_current_stream_capturing():
+        if not recording:
             self._make(t, lens)
             self.made_for.pop(t, None)         # made from the device's lengths: the next replay remakes it
         elif t not in self.bufs:
@@ -121,11 +122,12 @@ class GraphRows:
             self.made_for[t] = counts
 
 
-def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]]:
+def prepare(q: Tensor, lay: object, mask: bool = True, graph: GraphRows | None = None,
+            recording: bool = False) -> Batch:
     """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows.  A decode
     layout (rows_are_chunks) gives its first T rows as they are; others gather a row per query.  mask: the caller
-    reads the lse (DCP above 1), so an empty row's is set to -inf.  A decode graph's layout (graph_state set)
-    keeps the metadata in its GraphRows."""
+    reads the lse (DCP above 1), so an empty row's is set to -inf.  graph: a decode graph's batch keeps the
+    metadata in the graphs' GraphRows (recording: the graph records; else the capture's eager warm-up run)."""
     t = q.shape[0]
     if lay.rows_are_chunks:           # type: ignore[attr-defined]
         table, lens = lay.block_table[:t], lay.local_lens[:t]   # type: ignore[attr-defined]
@@ -133,15 +135,13 @@ def prepare(q: Tensor, lay: object, mask: bool = True) -> tuple[Tensor, tuple[Te
         rr = lay.row_req              # type: ignore[attr-defined]
         table = lay.block_table.index_select(0, rr).contiguous()     # type: ignore[attr-defined]
         lens = lay.local_lens.index_select(0, rr)    # type: ignore[attr-defined]
-    graph = getattr(lay, "graph_state", None)
     if graph is None:
         return table, decode_rows(lens, q.shape[1], mask)
-    rows = graph.setdefault("flashmla", GraphRows(q.shape[1]))
-    return table, rows.decode_rows(lens, mask)
+    return table, graph.decode_rows(lens, mask, recording)
 
 
-def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor | None, Tensor, Tensor]], scale: float,
-           v_dim: int, out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
+def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
+           out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
     # q: [T, Hk, R]  pool: [pages, 64, R]  batch: prepare's -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
     # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode
     q = q.contiguous()
@@ -154,7 +154,7 @@ def decode(q: Tensor, pool: Tensor, batch: tuple[Tensor, tuple[Tensor, Tensor | 
 
 def flashmla_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
                     out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    """prepare once per batch (kept in lay.backend_state, as the registry's `prepared` keeps it), then decode."""
+    """prepare (eager, masked) once per batch, kept in lay.backend_state as backends.run keeps it, then decode."""
     state = lay.backend_state             # type: ignore[attr-defined]
     if "flashmla" not in state:
         state["flashmla"] = prepare(q, lay)

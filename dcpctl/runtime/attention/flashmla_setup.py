@@ -142,7 +142,7 @@ def load() -> tuple[ModuleType | None, str]:
 
 
 def main() -> int:
-    """benchmarks/flashmla/build.py: build (or load the cached build) verbosely, timed; 2 when not configured."""
+    """`. tools/gpu_env.sh setup`: build (or load the cached build) verbosely, timed; 2 when not configured."""
     missing = flashmla_missing()
     if missing is not None:
         print(f"dcpctl: {missing}")

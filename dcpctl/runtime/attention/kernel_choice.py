@@ -1,10 +1,12 @@
-"""Which local MLA decode kernel runs, and why: made once per shape and printed once by the runtime.
+"""Which build of ours (the `triton` backend) runs, Gluon or Triton, and why: made once per shape and said once.
 
     local attention: ...      (one `dcpctl-note` line per distinct choice; the launcher shows each once)
 
-The Gluon (Hopper) kernel runs when the tile config asks for it and nothing below blocks it; otherwise the
-Triton kernel runs with the same tiles.  `gluon_blocker` is pure (the GPU is a `GpuFacts` value), so tests
-can ask it about hardware they do not have; `use_gluon` is the per-layer question, memoized.
+The selector (selector.py) decides which backend runs a batch; this is the `triton` backend's own variant, as
+FlashInfer's wrapper picks its own kernel.  The Gluon (Hopper) build runs when the tile config asks for it and
+nothing below blocks it; otherwise the Triton build runs with the same tiles.  `gluon_blocker` is pure (the GPU
+is a `GpuFacts` value), so tests can ask it about hardware they do not have; `use_gluon` is the per-layer
+question, memoized.
 """
 from __future__ import annotations
 

@@ -27,20 +27,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention import backends, fused_merge, mha_keys
-from dcpctl.runtime.attention.backends import MHA, Kernel
+from dcpctl.runtime.attention import fused_merge, mha_keys, selector
+from dcpctl.runtime.attention.backends import Kernel
 from dcpctl.runtime.attention.backends.mha_cudnn import KEY_QUANTUM
 from dcpctl.runtime.attention.merge import acc_dtype
-from dcpctl.runtime.notes import note_once
 
 from dcpctl.plan.memory import MHA_BLOCK_BYTES as BLOCK_BYTES   # one key block's up-projected K/V, at most
-
-
-def pick_kernel(q: Tensor, kv_layer: Tensor, latent: int) -> tuple[Kernel, str]:
-    """(kernel, its name): the first registered mha-kind kernel with no blocker (cuDNN through torch's SDPA op on
-    CUDA for 16-bit inputs), else the exact torch reference (attention/backends)."""
-    b = backends.runnable(MHA, q, kv_layer, latent)
-    return b.run, b.label or b.name
 
 
 def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, budget: int = BLOCK_BYTES,
@@ -121,8 +113,7 @@ def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv:
     # base e (-inf where a row sees no key)
     hk, nv = w_kv.shape[:2]
     nope = q.shape[-1] - (kv_layer.shape[-1] - latent)
-    kernel, name = pick_kernel(q, kv_layer, latent)
-    note_once(f"MHA-form attention kernel: {name}")
+    kernel = selector.mha(q, kv_layer, latent).run
     block = block_rows(hk, q.shape[-1], nope, nv - nope, q.element_size(), budget)
     one = chunks[0] if len(chunks) == 1 else None
     if c == 1 and one is not None and one.n_prefix == 0 and one.n_rows <= block and q.shape[0] == one.num_tokens:

@@ -22,24 +22,29 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | host_tables  | n lists (host)      | chunk i's pages, as the block table (FlashInfer's plan) |
 | host_lens    | n ints (host)       | local_lens without the pad row (None: not known on host)|
 
-Which absorbed backend reads the pool (attention/backends: ours, FlashInfer, FlashMLA, the torch reference) is
-`backend_choice.choose`'s; `paged_attention` runs it through the registry (its per-batch `prepare`, then `run`).
+Which absorbed backend reads the pool (attention/backends: ours, FlashInfer, FlashMLA, the torch reference) is the
+selector's (`selector.absorbed`); `paged_attention` runs it through the registry (`backends.run`: its per-batch
+`prepare`, or `capture` for a decode graph's batch, then its kernel).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention import backends
-from dcpctl.runtime.attention.backend_choice import choose
+from dcpctl.runtime.attention import backends, selector
 from dcpctl.runtime.attention.layout import SeqChunk, to_device_many
 from dcpctl.runtime.attention.triton_mla import MLAOut
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_page_rows_tensor
-from dcpctl.runtime.notes import note_once
 
-PATHS = ("auto", "paged", "layout")
+
+class GraphPass(NamedTuple):
+    """A decode graph's batch, as its backends are told it (backends/base.py `capture`)."""
+
+    kept: dict          # what backends keep across the graphs' captures and replays, by name (`refresh`)
+    recording: bool     # the graph records this pass; False: the capture's eager warm-up run
 
 
 @dataclass
@@ -58,11 +63,11 @@ class PagedLayout:
     chunks: list[SeqChunk]
     host_tables: list[list[int]] | None = None
     host_lens: list[int] | None = None
-    backend_state: dict = field(default_factory=dict)   # per batch: the choice and its backend's prepared state
+    backend_state: dict = field(default_factory=dict)   # per batch: each backend's prepared state, by name
     rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad rows
                                     # past the empty one): a backend may slice the table instead of gathering it
-    graph_state: dict | None = None   # decode graphs: what a backend keeps across their captures and replays
-                                      # (by name; its `refresh` runs before a replay), else None
+    graph: GraphPass | None = None  # a decode graph's batch (engine/decode_graphs.py), else None: an eager batch
+    selected: str | None = None     # the absorbed backend the selector picked for this batch (on its first layer)
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -115,7 +120,7 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
                     descriptors: dict | None = None, requested: str = "auto",
                     out_dtype: torch.dtype | None = None) -> MLAOut:
     # q: [T, Hk, R]  kv_layer: [C, R] one layer of the pool -> MLAOut(o [T, Hk, v_dim], lse [T, Hk], its base)
-    # requested: --attention-backend (auto: the measured table, backend_choice)
+    # requested: --attention-backend (auto: the measured table; selector.absorbed decides)
     # out_dtype: o's dtype from our kernels (default fp32; the field kernels return q's dtype)
     # out: write into a destination instead ([c, T, Hk/c, v_dim], [c, T, Hk/c]; see triton_mla.mla_decode)
     if q.shape[0] == 0 and out is not None:
@@ -125,15 +130,5 @@ def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float,
         return MLAOut(q.new_zeros(0, q.shape[1], v_dim, dtype=dt), q.new_zeros(0, q.shape[1], dtype=dt), "e")
     pool = kv_layer.view(-1, lay.page_size, kv_layer.shape[-1])
     call = backends.Call(q, pool, lay, scale, v_dim, dcp_rank, dcp_size, out, out_dtype, descriptors)
-    return backends.run(backends.get(backends.ABSORBED, choose(requested, q, pool, lay, v_dim, dcp_size)), call)
+    return backends.run(selector.absorbed(requested, call), call)
 
-
-def resolve_path(requested: str, device: torch.device) -> str:
-    """'auto' -> 'paged' when the pool is on CUDA (the Triton kernel), else 'layout' (the exact reference)."""
-    if requested not in PATHS:
-        raise ValueError(f"attention_path {requested!r} is not supported; valid: {list(PATHS)}")
-    path = requested if requested != "auto" else "paged" if device.type == "cuda" else "layout"
-    if path == "layout":
-        why = "asked for" if requested == "layout" else "auto: the KV pool is on the CPU"
-        note_once(f"local attention: the torch reference over gathered shard rows (attention_path layout, {why})")
-    return path

@@ -3,13 +3,18 @@
 Incremental API (what the server drives): submit(rid, prompt, params) and cancel(rid) between
 steps, step() -> this replica's events.  generate() is built on the same three calls.
 
-Each step: the scheduler picks one decode token per running request plus prefill chunks (or retracts
-requests when the pool runs out; engine/scheduler.py), the engine builds the DCP attention context from
-allocator state, runs the model (decode-only steps replay a CUDA graph, engine/graph_runner.py; a mixed
-step's decodes replay theirs beside an eager forward of its prompt chunks, engine/mixed.py), samples the
-sequences whose chunk reached their end, and frees finished requests.  Request `rid` goes to replica
-`rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0 while any
-replica has work (`busy` says whether the last step ran).
+Each step reads as schedule, run, accept:
+
+  1. schedule: the scheduler picks one decode token per running request plus prefill chunks (or retracts requests
+     when the pool runs out; engine/scheduler.py); the replicas agree on a graph size; the engine makes the step's
+     `Batch` (engine/batch.py: the chunks and the mode that runs them: eager, graph, pipelined, split, spec);
+  2. run: the model runner runs it (engine/model_runner.py): one forward, a decode graph replay, a mixed step's
+     split or a speculative step's forwards;
+  3. accept: the chunks advance, the sequences whose chunk reached their end get a token (sampled here, or read
+     one step later when the step was pipelined: engine/pipeline.py), and finished requests free their pages.
+
+Request `rid` goes to replica `rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0
+while any replica has work (`busy` says whether the last step ran).
 """
 from __future__ import annotations
 
@@ -20,21 +25,21 @@ import torch.distributed as dist
 from torch import Tensor
 
 from dcpctl.contract.launch_config import LaunchConfig
-from dcpctl.runtime.attention.dcp import SeqChunk, build_context, kv_rows
-from dcpctl.runtime.collectives import broadcast, gather_sizes
-from dcpctl.runtime.attention.layout import host_ints, to_device
+from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.boot import DTYPES
-from dcpctl.runtime.engine import mixed
+from dcpctl.runtime.collectives import gather_sizes
+from dcpctl.runtime.engine.batch import IDLE, RESOLVE, Batch, make_batch
 from dcpctl.runtime.engine.events import Event, ReplicaStats
-from dcpctl.runtime.engine.graph_runner import GraphDecode, Progress, prefill_graphs_plan, why_not
 from dcpctl.runtime.engine.hicache import HiCache
 from dcpctl.runtime.engine.model import ServedModel, latent_dims, state_pool
-from dcpctl.runtime.engine.pipeline import PENDING, InFlight, launch_sampling, resolve
+from dcpctl.runtime.engine.model_runner import ModelRunner, StepOut
+from dcpctl.runtime.engine.pipeline import Pipeline
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler, greedy_all
 from dcpctl.runtime.engine.scheduler import Scheduler
 from dcpctl.runtime.engine.spec import make_speculative, summarize
-from dcpctl.runtime.engine.warm_up import ladder, warm_up_prompts
+from dcpctl.runtime.engine.warm_up import Room, ladder, warm_up_prompts
+from dcpctl.runtime.graph_capture import Progress
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owned_rows
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.notes import note_once
@@ -49,7 +54,6 @@ class Engine:
     def __init__(self, model: ServedModel, ps: ParallelState, cfg: LaunchConfig) -> None:
         kv = cfg.kv
         self.model, self.ps = model, ps
-        self.decisions = cfg.decisions
         self.dp_size = cfg.topology.attn_dp_size
         self.device = torch.device(cfg.device)
         self.eos = set(cfg.eos_token_ids)
@@ -67,24 +71,30 @@ class Engine:
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler()
-        self.spec = make_speculative(cfg.speculative, self, kv.page_size)  # None without a `speculative` section
+        self.spec = make_speculative(cfg.speculative, model, capacity=self.alloc.virtual_capacity,  # None without
+                                     page_size=kv.page_size, dtype=self.pool.kv.dtype, device=self.device,  # the
+                                     lead=ps.attn_tp.rank == 0, hybrid=self.state_pool is not None)   # section
         if self.spec:
             self.sched.on_retract.append(lambda seq: self.spec.release(seq, count=False))  # rebuilt on return
-        off = why_not(model, self.spec, sizes, self.state_pool)
-        if off:
-            note_once(off)
-        self.graphs = GraphDecode(self, sizes, cfg.cuda_graph.reason) if sizes and not off else None  # warm_up()
-        self.prefill_graphs = prefill_graphs_plan(model, cfg.cuda_graph, self.device)   # (tokens, reason) or None
-        self._pipeline = self.graphs is not None and self.dp_size == 1   # engine/pipeline.py
-        self.split_off = mixed.split_off(self.graphs, self.dp_size)       # engine/mixed.py
-        self._inflight: InFlight | None = None
+        self.runner = ModelRunner(model, ps, cfg, self.alloc, self.pool, self.v_dim, self.trash_slot, self.spec,
+                                  self.state_pool)
+        self.pipe = Pipeline(self.stop_reason, self._finish)   # the pipelined step in flight (engine/pipeline.py)
         self._early: list[Event] = []             # events of a step in flight read before a retraction
         self.sched.before_retract = self._resolve_early
         self.busy = False                        # whether any replica ran the last step
-        self.last_step: tuple[str, list[SeqChunk]] = ("idle", [])  # (kind, its chunks): the step trace (loop.py)
-        self.kv_rows = self.kv_bytes_read = 0     # rows held by finished requests; bytes attended
-        self.exchange_seconds = 0.0               # time in DCP collectives (for /metrics)
+        self.last_step: tuple[str, list[SeqChunk]] = (IDLE, [])  # (mode, its chunks): the step trace (loop.py)
+        self.kv_rows = 0                         # rows held by finished requests
         self._results: dict[int, dict] | None = None  # generate() only: rid -> result
+
+    @property
+    def kv_bytes_read(self) -> int:
+        """Bytes of KV this rank's forwards attended (since warm_up)."""
+        return self.runner.kv_bytes_read
+
+    @property
+    def exchange_seconds(self) -> float:
+        """Seconds this rank spent in DCP collectives (since warm_up; for /metrics)."""
+        return self.runner.exchange_seconds
 
     def owns(self, rid: int) -> bool:
         return rid % self.dp_size == self.ps.attn_dp_index
@@ -104,10 +114,7 @@ class Engine:
         return seq is not None
 
     def cancel_all(self) -> None:
-        if self._inflight is not None:    # its tokens are dropped with their requests
-            if self._inflight.event is not None:
-                self._inflight.event.synchronize()
-            self._inflight = None
+        self.pipe.drop()      # its tokens are dropped with their requests
         for seq in list(self.sched.waiting) + list(self.sched.running):
             self.cancel(seq.rid)
 
@@ -192,58 +199,26 @@ class Engine:
 
     def warm_up(self, progress: Progress | None = None, prompts: bool = False,
                 prefill_progress: Progress | None = None) -> None:
-        """Before serving: capture the decode graphs and (prompts=True, on CUDA) run one short request per
-        replica for each prompt length of `warm_up_lengths` (each its own first token: no prefix is reused),
-        then every GEMM those prefills used over gemm_warm's grid of token counts.  Every rank calls it
-        together; counters are reset after.  On CUDA, first, the block-FP8 kernels all of that launches are
-        compiled at once (models/fp8_precompile.py)."""
-        if self.device.type == "cuda":
-            self._precompile_fp8(prompts)
-        if self.graphs is not None:
-            self.graphs.capture(progress)
-        self.sched.decodes_apart = mixed.apart(self)      # split steps run from here on
-        if self.prefill_graphs is not None:
-            self._capture_mlp_graphs(*self.prefill_graphs)
-        if prompts and self.device.type == "cuda":
-            warm_up_prompts(self, prefill_progress)
-            self.kv_rows = self.kv_bytes_read = 0
-            self.exchange_seconds = 0.0
+        """Before serving: capture the decode graphs and the MLP pieces (engine/model_runner.py) and (prompts=True,
+        on CUDA) run one short request per replica for each prompt length of `warm_up_lengths` (each its own first
+        token: no prefix is reused), then every GEMM those prefills used over gemm_warm's grid of token counts.
+        Every rank calls it together; counters are reset after.  On CUDA, first, the block-FP8 kernels all of that
+        launches are compiled at once (models/fp8_precompile.py)."""
+        warm = prompts and self.device.type == "cuda"
+        room = Room.of(self.sched.chunk_size, self.sched.split, self.alloc.virtual_capacity, self.dp_size)
+        self.runner.capture(progress, ladder(room) if prompts else [])
+        split = self.runner.mixed
+        self.sched.decodes_apart = 0 if split.off else split.apart      # split steps run from here on
+        if warm:
+            warm_up_prompts(self.generate, room, prefill_progress)
+            self.kv_rows = self.runner.kv_bytes_read = 0
+            self.runner.exchange_seconds = 0.0
             if self.spec:
                 self.spec.counters = type(self.spec.counters)()
 
-    def _capture_mlp_graphs(self, tokens: list[int], reason: str) -> None:
-        import gc
-
-        from dcpctl.runtime.models.mlp_graphs import MlpGraphs
-        g = None
-        try:
-            g = MlpGraphs(self.model, tokens)
-        except torch.cuda.OutOfMemoryError:
-            pass
-        if g is None:         # out of the except: its traceback no longer holds the half-built pieces
-            gc.collect()
-            torch.cuda.empty_cache()
-            note_once(f"prefill cuda graphs: off (capturing the MLP at up to {max(tokens)} tokens ran out of GPU "
-                      "memory; lower --cuda-graph-max-bs-prefill)")
-            return
-        self.model.mlp_graphs = g
-        note_once(f"{reason}; {len(g.graphs)} pieces ({len(g.buckets)} token counts x {len(self.model.layers)} "
-                  f"layers) captured in {g.capture_s:.1f} s, {g.pool_bytes / 2**30:.2f} GiB")
-
-    def _precompile_fp8(self, prompts: bool) -> None:
-        # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the
-        # ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
-        from dcpctl.runtime.models.fp8_precompile import precompile
-        tokens = {1, *(self.graphs.sizes if self.graphs is not None else ()), *(ladder(self) if prompts else ()),
-                  *(t // self.dp_size for t in (self.prefill_graphs[0] if self.prefill_graphs is not None else ())
-                    if t % self.dp_size == 0)}   # a piece holds every replica's tokens; precompile scales by dp
-        note = precompile(self.model, tokens, self.dp_size)
-        if note:
-            note_once(note)
-
     def _agree(self, chunks: list[SeqChunk]) -> tuple[bool, int | None]:
         """(any replica busy, the graph batch size every replica replays or None for an eager step)."""
-        vote = self.graphs.eligible(chunks) if self.graphs is not None else (-1 if chunks else 0)
+        vote = self.runner.vote(chunks)
         if self.dp_size == 1 or self.ps.tp.group is None:  # one replica: no device round trip per step
             return bool(chunks), vote if vote > 0 else None
         every = gather_sizes(vote, self.ps.tp.group, self.ps.tp.size, self.device)
@@ -251,106 +226,53 @@ class Engine:
         return busy, (max(every) if busy and min(every) >= 0 else None)
 
     def step(self) -> list[Event]:
-        """One batch in lockstep with every rank; this replica's new tokens (and finishes)."""
+        """Schedule, run and accept one batch in lockstep with every rank: this replica's new tokens (and finishes)."""
+        batch, done = self._schedule()
+        self.last_step = (batch.mode, batch.chunks)
+        if not batch.runs:
+            return done
+        return done + self._accept(batch, self.runner.run(batch))
+
+    def _schedule(self) -> tuple[Batch, list[Event]]:
+        """This step's batch (engine/batch.py), and the events read before it: a retraction's, and the step in
+        flight's when this one needs the real ids on the host (it is not pipelined)."""
         chunks = self.sched.next_batch() if self.sched.has_work() else []
         done, self._early = self._early, []
         self.busy, size = self._agree(chunks)
-        self.last_step = ("idle", [])
-        seqs = self.sched.seqs_of(chunks)     # once a step: the per-row paths below take them
-        pipelined = size is not None and self._pipeline and greedy_all(seqs)
-        if self._inflight is not None and not pipelined:   # this step needs the real ids on the host first
-            done += self._resolve()
+        seqs = self.sched.seqs_of(chunks)     # once a step: the per-row paths take them
+        pipelined = size is not None and self.runner.pipelines and greedy_all(seqs)
+        if self.pipe.step is not None and not pipelined:
+            done += self.pipe.read(self.runner.clock)
             live = {s.rid for s in self.sched.running}
-            chunks = [ch for ch in chunks if ch.rid in live]   # EOS just ended some of them
-            seqs = [s for s in seqs if s.rid in live]
+            kept = [i for i, ch in enumerate(chunks) if ch.rid in live]    # EOS just ended some of them
+            chunks, seqs = [chunks[i] for i in kept], [seqs[i] for i in kept]
             if not chunks:
                 self.busy = True
-                self.last_step = ("resolve", [])
-                return done
+                return Batch(RESOLVE), done
         if not self.busy:
-            return done
-        if self.spec and chunks:
-            decode, prefill = [], []
-            for ch in chunks:
-                (prefill if self.sched.seq(ch.rid).prefilling else decode).append(ch)
-            if decode:    # propose K, verify K + 1 rows per decoding request; prefill chunks ride the same forward
-                self.last_step = ("spec", chunks)
-                return done + self.spec.step(self, decode, prefill)
-        split = mixed.parts(self, chunks) if size is None else None
-        if split is not None:   # decodes replay their graph beside the prompt chunks' eager forward
-            self.last_step = (mixed.KIND, chunks)
-            return done + mixed.run(self, *split)
-        picks = self.sched.samples(chunks, seqs)
-        picked = seqs if len(picks) == len(chunks) else [self.sched.seq(rid) for _, rid in picks]   # in chunk order
-        self.last_step = ("graph+pipelined" if pipelined else "graph" if size is not None else "eager", chunks)
-        if size is not None:    # a captured graph: every chunk is one token, so row i is chunk i
-            logits = self.graphs.run(self.input_ids(chunks, seqs), chunks, size, self._sources(chunks, seqs))
-            self.kv_bytes_read += kv_rows(self.alloc, chunks, self.ps.dcp.rank) * self.pool.nbytes_per_row()
-            rows = [r for r, _ in picks]
-            both = self.graphs.greedy(len(chunks))   # [n, 2]: the graph's argmax and logprob per row
-            if len(picks) != len(chunks):
-                pick = torch.tensor(rows, device=self.device)
-                logits, both = logits.index_select(0, pick), both.index_select(0, pick)
-            if pipelined:       # queue the sampling copy, then read the previous step while the GPU runs this one
-                self.sched.advance(chunks, seqs)
-                new = launch_sampling(both, picked, rows)
-                done += self._resolve() if self._inflight is not None else []
-                self._inflight = new
-                return done
-        else:
-            hidden = self.forward(chunks, self.input_ids(chunks, seqs))
-            logits = self.pick_logits(hidden, picks)
-        self.sched.advance(chunks, seqs)
-        return done + self._accept(logits, picked)
+            return Batch(IDLE), done
+        src = self.pipe.sources(chunks, seqs) if size is not None else None
+        return make_batch(chunks, seqs, size, src, pipelined, self.spec is not None, self.runner.mixed), done
 
-    def pick_logits(self, hidden: Tensor, picks: list[tuple[int, int]], base: int = 0) -> Tensor:
-        """Logits [N, V] of the rows `picks` (scheduler.samples) name, offset by `base` rows of hidden [T, D]."""
-        rows = to_device(torch.tensor([base + r for r, _ in picks], dtype=torch.int64), self.device)
-        return self.model.logits(hidden.index_select(0, rows))
-
-    def _sources(self, chunks: list[SeqChunk], seqs: list[Sequence]) -> list[int] | None:
-        """Per chunk (of sequence seqs[i]), the graph row of the in-flight step whose argmax is its input id (-1: its
-        id is on the host)."""
-        if self._inflight is None:
-            return None
-        rows = self._inflight.row_of()
-        src = []
-        for ch, seq in zip(chunks, seqs):
-            pending = seq.token(ch.start) == PENDING
-            if pending and ch.rid not in rows:
-                raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
-            src.append(rows[ch.rid] if pending else -1)
-        return src
+    def _accept(self, batch: Batch, out: StepOut) -> list[Event]:
+        """The run's tokens: chunks advanced, tokens sampled (or a verification accepted, or the pipelined step's
+        argmax rows kept for the next step while the one before is read); finished requests freed."""
+        self.sched.advance(*batch.advancing())
+        events = self._sample(out.logits, batch.sampled) if out.logits is not None else []
+        if out.verify is not None:
+            events += self.spec.accept(out.verify, self.sampler, self.runner.broadcast, self.record)
+        if out.device is not None:    # queue the sampling copy, then read the step before while the GPU runs
+            events += self.pipe.push(out.device, batch.sampled, batch.rows, self.runner.clock)
+        return events
 
     def _resolve_early(self) -> None:
-        """Before the scheduler retracts: a retracted request recomputes from real ids, so read the step in flight."""
-        if self._inflight is not None:
-            self._early += self._resolve()
+        """Before the scheduler retracts: a retracted request recomputes from real ids: read the step in flight."""
+        self._early += self.pipe.read(self.runner.clock)
 
-    def _resolve(self) -> list[Event]:
-        inf, self._inflight = self._inflight, None
-        return resolve(inf, self.stop_reason, self._finish)
-
-    def forward(self, chunks: list[SeqChunk], ids: list[int]) -> Tensor:
-        """One target forward over allocated `chunks` fed `ids`; counts KV bytes read and exchange time."""
-        # ids: T host ints -> hidden [T, D]
-        ctx = build_context(self.alloc, self.pool, self.ps.dcp, self.decisions, chunks, self.v_dim)
-        hidden = self.model.forward(to_device(host_ints(ids), self.device), ctx.positions, ctx)
-        self.kv_bytes_read += ctx.kv_bytes_read
-        self.exchange_seconds += ctx.exchange_seconds
-        return hidden
-
-    def input_ids(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[int]:
-        """The chunks' token ids (seqs: each chunk's sequence, when the caller has them)."""
-        ids: list[int] = []
-        for ch, seq in zip(chunks, seqs or self.sched.seqs_of(chunks)):
-            ids += seq.token_slice(ch.start, ch.start + ch.num_tokens)
-        return ids
-
-    def _accept(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:
+    def _sample(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:
         # logits: [N, V] for the N sequences that produce a token this step
         toks, lps = self.sampler(logits, seqs)
-        toks = self.broadcast(toks)
+        toks = self.runner.broadcast(toks)
         return [self.record(seq, tok, lp) for seq, tok, lp in zip(seqs, toks, lps)]
 
     def record(self, seq: Sequence, tok: int, lp: float) -> Event:
@@ -367,13 +289,6 @@ class Engine:
         if seq.output[k] in self.eos and not seq.params.ignore_eos:
             return "stop"
         return "length" if (k if k >= 0 else len(seq.output) + k) + 1 >= seq.params.max_new_tokens else ""
-
-    def broadcast(self, toks: list[int]) -> list[int]:
-        """Token ids as the replica's first rank has them (ranks must feed equal ids; this guards against drift)."""
-        if self.ps.attn_tp.size == 1:
-            return toks
-        t = torch.tensor(toks, dtype=torch.int64, device=self.device)
-        return broadcast(t, self.ps.attn_tp.ranks[0], self.ps.attn_tp.group).tolist()
 
     def _finish(self, seq: Sequence) -> None:
         c, r = self.ps.dcp.size, self.ps.dcp.rank

@@ -1,56 +1,82 @@
 """Host time of a graph decode step's phases, for the step trace (server/loop.py) and tools/engine_overhead.py.
 
-    timers = PhaseTimers(engine)     # wraps the phases in place (CUDA-graph engines only; else timers.on is False)
+    timers = PhaseTimers(engine.runner)   # hooks a clock into the model runner (CUDA-graph engines only; else
+                                          # timers.on is False and nothing is timed)
     timers.start()                   # before engine.step(): a new row of zeros
     engine.step()
     timers.rows[-1]                  # seconds in each of PHASES during that step
-    timers.undo()
+    timers.undo()                    # the runner runs without a clock again
 
 The phases: the step's metadata (DecodeGraphs.prepare), the cudaGraphLaunch call (CUDAGraph.replay), the sampling
-launches (pipeline.launch_sampling) and the previous step's resolve (its event wait and bookkeeping).  A phase that
-waits for the GPU (resolve, in a GPU-bound loop) shows the wait; the rest is the host's own work.  A debugging aid.
+launches (pipeline.launch_sampling) and the previous step's resolve (its event wait and bookkeeping).  A phase
+that waits for the GPU (resolve, in a GPU-bound loop) shows the wait; the rest is the host's own work.  With
+replays=True (on CUDA) the clock also records CUDA events right around each graph launch, in launch order: the
+replay's own GPU time.  The code that runs a phase calls the clock it is handed (`timed`); nothing is patched.
+A debugging aid.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 PHASES = ("prepare", "graph_launch", "sampling", "resolve")
+PREPARE, LAUNCH, SAMPLING, RESOLVE = range(len(PHASES))
+T = TypeVar("T")
 
 
-class PhaseTimers:
-    def __init__(self, engine: Any) -> None:
-        import torch
+class StepClock:
+    """Seconds per phase, one row per step (start() opens one), and the launches' CUDA events (replays=True)."""
 
-        from dcpctl.runtime.engine import engine as engine_mod
+    def __init__(self, replays: bool = False) -> None:
         self.rows: list[list[float]] = []
-        g = engine.graphs.graphs if engine.graphs is not None else None
-        self.on = g is not None
-        if not self.on:
-            self.undo = lambda: None
-            return
-        prepare, sampling, resolve = g.prepare, engine_mod.launch_sampling, engine._resolve
-        replay = torch.cuda.CUDAGraph.replay
-        g.prepare = self._wrap(0, prepare)
-        engine_mod.launch_sampling = self._wrap(2, sampling)
-        engine._resolve = self._wrap(3, resolve)
-        torch.cuda.CUDAGraph.replay = self._wrap(1, replay)
-
-        def undo() -> None:
-            del g.prepare, engine._resolve
-            engine_mod.launch_sampling = sampling
-            torch.cuda.CUDAGraph.replay = replay
-        self.undo = undo
+        self.replays: list[tuple[Any, Any]] | None = [] if replays else None
 
     def start(self) -> None:
         self.rows.append([0.0] * len(PHASES))
 
-    def _wrap(self, i: int, fn: Callable) -> Callable:
-        def timed(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                if self.rows:
-                    self.rows[-1][i] += time.perf_counter() - t
-        return timed
+    def timed(self, phase: int, fn: Callable[..., T], *a: Any) -> T:
+        t = time.perf_counter()
+        try:
+            return fn(*a)
+        finally:
+            if self.rows:
+                self.rows[-1][phase] += time.perf_counter() - t
+
+    def launch(self, graph: Any) -> None:
+        """graph.replay(), its host time under LAUNCH (and, replays=True, between two CUDA events)."""
+        if self.replays is None:
+            self.timed(LAUNCH, graph.replay)
+            return
+        import torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.timed(LAUNCH, graph.replay)
+        end.record()
+        self.replays.append((start, end))
+
+
+def timed(clock: StepClock | None, phase: int, fn: Callable[..., T], *a: Any) -> T:
+    """fn(*a), its host time added to `phase` when a clock is given."""
+    return fn(*a) if clock is None else clock.timed(phase, fn, *a)
+
+
+class Clocked(Protocol):
+    """What a clock hooks into (the model runner): its decode graphs (None: none captured) and its clock."""
+
+    graphs: Any
+    clock: StepClock | None
+
+
+class PhaseTimers(StepClock):
+    """A clock hooked into a model runner until undo() (module docstring)."""
+
+    def __init__(self, runner: Clocked, replays: bool = False) -> None:
+        super().__init__(replays)
+        self.on = runner.graphs is not None
+        if self.on:
+            runner.clock = self
+        self._runner = runner
+
+    def undo(self) -> None:
+        if self._runner.clock is self:
+            self._runner.clock = None

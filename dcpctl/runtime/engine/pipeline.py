@@ -6,11 +6,14 @@ requests are all greedy, one attention-DP replica, no speculative decoding), ste
 
   1. schedules as usual: a request whose token of step n - 1 is still on the device feeds a placeholder
      (PENDING) there, and the graph reads the real id from step n - 1's argmax row (graphs.prepare's src);
-  2. replays the graph, which also takes each row's argmax and its log-probability (attention/graphs.py),
-     starts their copy to a pinned host buffer and records an event; appends a placeholder per sampled
-     request (a request whose placeholders reach max_new_tokens stops being scheduled: `draining`);
+  2. replays the graph (the model runner's `graph+pipelined` mode), which also takes each row's argmax and its
+     log-probability (engine/decode_graphs.py); the engine's accept starts their copy to a pinned host buffer and
+     records an event, and appends a placeholder per sampled request (a request whose placeholders reach
+     max_new_tokens stops being scheduled: `draining`);
   3. then resolves step n - 1 (the GPU is busy with step n by now): real ids replace its placeholders, EOS
      and max_new_tokens finish requests as usual, its events are returned.
+
+`Pipeline` holds the one step in flight: `sources` (the next step's src rows), `push` (steps 2 and 3), `read`.
 
 A request that ends with EOS at step n - 1 was already scheduled in step n: that row's token is dropped
 (its KV write lands in the request's own pages, freed after step n is queued, so the stream orders any
@@ -20,12 +23,14 @@ an eager prefill step).  Any other step first resolves what is in flight, then r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.engine.events import Event
+from dcpctl.runtime.engine.phases import RESOLVE, SAMPLING, StepClock, timed
 from dcpctl.runtime.engine.request import Sequence
 
 PENDING = -1   # a placeholder token id: the real one is still on the device
@@ -66,7 +71,8 @@ def launch_sampling(both: Tensor, seqs: list[Sequence], rows: list[int]) -> InFl
     return InFlight(seqs, slots, rows, host, event)
 
 
-def resolve(inf: InFlight, stop_reason: Any, finish: Any) -> list[Event]:
+def resolve(inf: InFlight, stop_reason: Callable[[Sequence, int], str],
+            finish: Callable[[Sequence], None]) -> list[Event]:
     """Read a step's ids, fill its placeholders, finish what ended (EOS drops later placeholders)."""
     if inf.event is not None:
         inf.event.synchronize()
@@ -86,3 +92,45 @@ def resolve(inf: InFlight, stop_reason: Any, finish: Any) -> list[Event]:
             finish(seq)
         events.append(Event(seq.rid, tok, lp, reason))
     return events
+
+
+class Pipeline:
+    """The engine's step in flight, if any (module docstring); stop_reason and finish are the engine's rules."""
+
+    def __init__(self, stop_reason: Callable[[Sequence, int], str], finish: Callable[[Sequence], None]) -> None:
+        self.stop_reason, self.finish = stop_reason, finish
+        self.step: InFlight | None = None
+
+    def sources(self, chunks: list[SeqChunk], seqs: list[Sequence]) -> list[int] | None:
+        """Per chunk (of sequence seqs[i]), the graph row of the step in flight whose argmax is its input id (-1:
+        its id is on the host); None when no step is in flight."""
+        if self.step is None:
+            return None
+        rows = self.step.row_of()
+        src = []
+        for ch, seq in zip(chunks, seqs):
+            pending = seq.token(ch.start) == PENDING
+            if pending and ch.rid not in rows:
+                raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
+            src.append(rows[ch.rid] if pending else -1)
+        return src
+
+    def push(self, both: Tensor, seqs: list[Sequence], rows: list[int], clock: StepClock | None) -> list[Event]:
+        """Put a replayed step in flight (launch_sampling), then read the one before it: that one's events."""
+        new = timed(clock, SAMPLING, launch_sampling, both, seqs, rows)
+        events = self.read(clock)
+        self.step = new
+        return events
+
+    def read(self, clock: StepClock | None = None) -> list[Event]:
+        """Resolve the step in flight (waiting for its copy): its events; [] when none is in flight."""
+        if self.step is None:
+            return []
+        inf, self.step = self.step, None
+        return timed(clock, RESOLVE, resolve, inf, self.stop_reason, self.finish)
+
+    def drop(self) -> None:
+        """Forget the step in flight once its copy is done (its tokens go with their cancelled requests)."""
+        if self.step is not None and self.step.event is not None:
+            self.step.event.synchronize()
+        self.step = None

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from dcpctl.contract.launch_config import ScheduleSection
 from dcpctl.runtime.attention.dcp import SeqChunk
+from dcpctl.runtime.engine.batch import sample_rows
 from dcpctl.runtime.engine.request import Sequence
 from dcpctl.runtime.fits import misfit
 from dcpctl.runtime.kv.allocator import VirtualAllocator
@@ -99,17 +100,22 @@ class Scheduler:
         return [s for s in self.running if not s.draining]
 
     # -- admission and retraction -----------------------------------------------------------------
-    def _admit(self) -> None:
+    def admits(self, seq: Sequence) -> bool:
+        """The admission rule: whether `seq`, the head of the queue, starts now (module docstring: admission on
+        held KV; a HiCache may reclaim pages to make it fit)."""
+        if len(self.running) >= self.max_running:
+            return False
+        if self.state_pool is not None and not self.state_pool.can_admit():
+            return False
         headroom = self.schedule.decode_headroom
-        while (self.waiting and len(self.running) < self.max_running
-               and (self.state_pool is None or self.state_pool.can_admit())):
-            seq = self.waiting[0]
-            # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it
-            # does not retract it again at once
-            mine = self._growth([seq], UNBOUNDED if seq.retracted else headroom)
-            if not self._fits(self._live(), headroom, mine) and (self.running or not self._fits([seq], 1)):
-                break
-            self.waiting.popleft()
+        # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it does
+        # not retract it again at once
+        mine = self._growth([seq], UNBOUNDED if seq.retracted else headroom)
+        return self._fits(self._live(), headroom, mine) or (not self.running and self._fits([seq], 1))
+
+    def _admit(self) -> None:
+        while self.waiting and self.admits(self.waiting[0]):
+            seq = self.waiting.popleft()
             self.alloc.allocate(seq.rid, seq.kv_next())
             if self.cache is not None:
                 self.cache.admit(seq)  # a cached prefix is restored, not prefilled
@@ -205,15 +211,10 @@ class Scheduler:
         """Each chunk's running sequence, in order."""
         return [self.seq(ch.rid) for ch in chunks]
 
-    def samples(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> list[tuple[int, int]]:
-        """(row of the chunk's last token, rid) for chunks that reach their sequence's end (seqs: each chunk's
-        sequence, when the caller has them)."""
-        out, row = [], 0
-        for ch, seq in zip(chunks, seqs or self.seqs_of(chunks)):
-            row += ch.num_tokens
-            if ch.start + ch.num_tokens == seq.num_tokens:
-                out.append((row - 1, ch.rid))
-        return out
+    def samples(self, chunks: list[SeqChunk]) -> list[tuple[int, int]]:
+        """(row of the chunk's last token, rid) for chunks that reach their sequence's end (batch.sample_rows)."""
+        rows, seqs = sample_rows(chunks, self.seqs_of(chunks))
+        return [(r, s.rid) for r, s in zip(rows, seqs)]
 
     def advance(self, chunks: list[SeqChunk], seqs: list[Sequence] | None = None) -> None:
         for ch, seq in zip(chunks, seqs or self.seqs_of(chunks)):

@@ -18,12 +18,13 @@ request's length, tokens[L-1] its last sampled token, whose target KV is not wri
 Greedy output equals plain greedy output; sampled output too, since every emitted token is drawn
 from the target's distribution given the accepted prefix, one generator draw per emitted token.
 A request reserves K more KV positions than plain decode (Sequence.kv_extra): verification
-writes up to K rows past the last position plain decode would write.
+writes up to K rows past the last position plain decode would write.  The model runner runs steps 1 and 2
+(engine/model_runner.py, the `spec` mode of engine/batch.py); the engine hands step 3's verification to `accept`.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -34,6 +35,7 @@ from dcpctl.runtime.attention.layout import host_ints, to_device
 from dcpctl.runtime.engine.events import Event
 from dcpctl.runtime.engine.model import latent_dims
 from dcpctl.runtime.engine.request import Sequence
+from dcpctl.runtime.engine.sample import Sampler
 from dcpctl.runtime.kv.allocator import VirtualAllocator
 from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.parallel import Axis, ParallelState
@@ -59,19 +61,29 @@ class SpecCounters:
     draft_rows: int = 0      # draft KV rows held by finished requests on this rank (never striped)
 
 
-def make_speculative(section: SpeculativeSection | None, engine: Any, page_size: int) -> "SpecDecoder | None":
-    """The engine's speculative decoder for the launch config's `speculative` section, or None without one."""
+@dataclass
+class Verification:
+    """One verification forward's result: each request's drafts and the target's logits over its K + 1 rows."""
+
+    seqs: list[Sequence]
+    drafts: list[list[int]]
+    logits: Tensor               # [B * (K + 1), V], request i's rows i * (K + 1) .. (i + 1) * (K + 1) - 1
+
+
+def make_speculative(section: SpeculativeSection | None, target: Any, *, capacity: int, page_size: int,
+                     dtype: torch.dtype, device: torch.device, lead: bool, hybrid: bool) -> "SpecDecoder | None":
+    """The speculative decoder for the launch config's `speculative` section, or None without one: a draft beside
+    `target` with KV for `capacity` virtual positions (the target's) in pages of `page_size`; `lead`: this rank
+    keeps its replica's proposal counts; `hybrid`: the target keeps request-indexed state (refused)."""
     if section is None:
         return None
-    if engine.state_pool is not None:
+    if hybrid:
         raise SpecConfigError("speculative decoding needs a pure-MLA target: KDA state cannot roll back "
                               "rejected candidates")
     from dcpctl.runtime.models import load_model  # heavy; import late
-    draft = load_model(section.draft_model_path, ParallelState.single(), False, engine.pool.kv.dtype,
-                       engine.device)
-    _check_vocab(engine.model, draft)
-    return SpecDecoder(draft, section.num_draft_tokens, engine.alloc.virtual_capacity, page_size,
-                       engine.pool.kv.dtype, engine.device, lead=engine.ps.attn_tp.rank == 0)
+    draft = load_model(section.draft_model_path, ParallelState.single(), False, dtype, device)
+    _check_vocab(target, draft)
+    return SpecDecoder(draft, section.num_draft_tokens, capacity, page_size, dtype, device, lead=lead)
 
 
 def _check_vocab(target: Any, draft: Any) -> None:
@@ -109,31 +121,7 @@ class SpecDecoder:
         self.alloc.free(seq.rid)
         self.alloc.check_counts()
 
-    # ---- the speculative step --------------------------------------------------------------
-
-    def step(self, engine: Any, chunks: list[SeqChunk], prefill: list[SeqChunk] | None = None) -> list[Event]:
-        """Propose, verify in one target forward (which also carries the step's `prefill` chunks), accept, roll
-        back; this replica's events."""
-        seqs = engine.sched.seqs_of(chunks)
-        k = self.k
-        flat = engine.broadcast([t for d in self.propose(seqs) for t in d])  # ranks must feed equal ids
-        drafts = [flat[i * k:(i + 1) * k] for i in range(len(seqs))]
-        hidden = self._verify_forward(engine, seqs, drafts, prefill or [])
-        logits = engine.model.logits(hidden[:len(seqs) * (k + 1)])   # [B * (K + 1), V]
-        events = self._prefilled(engine, hidden, len(seqs) * (k + 1), prefill or [])
-        picks = [self._choose(engine.sampler, logits[i * (k + 1):(i + 1) * (k + 1)], s, d)
-                 for i, (s, d) in enumerate(zip(seqs, drafts))]
-        toks = engine.broadcast([t for p in picks for t in p[0] + [-1] * (k + 1 - len(p[0]))])
-        c = self.counters
-        c.target_steps += int(self.lead)
-        for i, (s, (_, lps)) in enumerate(zip(seqs, picks)):
-            mine = [t for t in toks[i * (k + 1):(i + 1) * (k + 1)] if t >= 0]
-            accepted = len(mine) - 1
-            self.lens[s.rid] = min(self.lens[s.rid], s.num_tokens + accepted)
-            if self.lead:
-                c.proposed, c.accepted, c.verifications = c.proposed + k, c.accepted + accepted, c.verifications + 1
-            events += self._emit(engine, s, mine, lps)
-        return events
+    # ---- the speculative step: the runner proposes and verifies, the engine accepts ----------------
 
     def propose(self, seqs: list[Sequence]) -> list[list[int]]:
         """K greedy draft tokens per request; the draft's KV then covers positions < L + K - 1."""
@@ -163,23 +151,33 @@ class SpecDecoder:
         last = torch.tensor(ctx.layout.q_bounds[1:], dtype=torch.int64, device=hidden.device) - 1
         return greedy(self.draft.logits(hidden.index_select(0, last))).tolist()
 
-    def _verify_forward(self, engine: Any, seqs: list[Sequence], drafts: list[list[int]],
-                        prefill: list[SeqChunk]) -> Tensor:
-        # K + 1 rows per request at positions L-1 .. L+K-1, then the prefill chunks' rows -> target hidden [T, D]
-        chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs] + prefill
-        ids = [t for s, d in zip(seqs, drafts) for t in [s.token(s.computed), *d]] + engine.input_ids(prefill)
-        return engine.forward(chunks, ids)
+    def verify_input(self, seqs: list[Sequence], drafts: list[list[int]]) -> tuple[list[SeqChunk], list[int]]:
+        """The verification forward's chunks and ids: K + 1 rows per request at positions L-1 .. L+K-1."""
+        chunks = [SeqChunk(s.rid, s.computed, self.k + 1) for s in seqs]
+        return chunks, [t for s, d in zip(seqs, drafts) for t in [s.token(s.computed), *d]]
 
-    @staticmethod
-    def _prefilled(engine: Any, hidden: Tensor, base: int, prefill: list[SeqChunk]) -> list[Event]:
-        """The prefill chunks of a speculative step: advanced, and a first token where a prompt ends."""
-        picks = engine.sched.samples(prefill)
-        engine.sched.advance(prefill)
-        if not picks:
-            return []
-        return engine._accept(engine.pick_logits(hidden, picks, base), [engine.sched.seq(rid) for _, rid in picks])
+    def accept(self, v: Verification, sampler: Sampler, broadcast: Callable[[list[int]], list[int]],
+               record: Callable[[Sequence, int, float], Event]) -> list[Event]:
+        """Accept, emit and roll back (module docstring, steps 3 and 4): each request's events."""
+        k = self.k
+        picks = [self._choose(sampler, v.logits[i * (k + 1):(i + 1) * (k + 1)], s, d)
+                 for i, (s, d) in enumerate(zip(v.seqs, v.drafts))]
+        toks = broadcast([t for p in picks for t in p[0] + [-1] * (k + 1 - len(p[0]))])
+        c = self.counters
+        c.target_steps += int(self.lead)
+        events = []
+        for i, (s, (_, lps)) in enumerate(zip(v.seqs, picks)):
+            mine = [t for t in toks[i * (k + 1):(i + 1) * (k + 1)] if t >= 0]
+            accepted = len(mine) - 1
+            self.lens[s.rid] = min(self.lens[s.rid], s.num_tokens + accepted)
+            if self.lead:
+                c.proposed, c.accepted = c.proposed + k, c.accepted + accepted
+                c.verifications += 1
+            events += self._emit(record, s, mine, lps)
+        return events
 
-    def _choose(self, sampler: Any, logits: Tensor, seq: Sequence, draft: list[int]) -> tuple[list[int], list[float]]:
+    def _choose(self, sampler: Sampler, logits: Tensor, seq: Sequence,
+                draft: list[int]) -> tuple[list[int], list[float]]:
         # logits: [K + 1, V]; row j decides the token after position L-1+j, as plain decode would
         toks: list[int] = []
         lps: list[float] = []
@@ -191,13 +189,14 @@ class SpecDecoder:
                 break
         return toks, lps
 
-    def _emit(self, engine: Any, seq: Sequence, toks: list[int], lps: list[float]) -> list[Event]:
+    def _emit(self, record: Callable[[Sequence, int, float], Event], seq: Sequence, toks: list[int],
+              lps: list[float]) -> list[Event]:
         events = []
         for tok, lp in zip(toks, lps):
             seq.computed += 1                    # the previous token's target KV is now kept
             if self.lead:
                 self.counters.emitted += 1
-            events.append(engine.record(seq, tok, lp))  # finishes the request at EOS / max_new_tokens
+            events.append(record(seq, tok, lp))  # finishes the request at EOS / max_new_tokens
             if seq.finish_reason:
                 break
         return events

@@ -4,13 +4,16 @@ two sampled requests (temperature; top-k and top-p),
 then every GEMM they used over a grid of token counts (kernels/gemm_warm.py), so the first requests compile and
 load nothing.
 
-    warm_up_lengths(top) -> the ladder        warm_up_prompts(engine, progress)   every rank together, CUDA only
-    ladder(engine) -> the lengths warm_up_prompts prefills
+    room = Room.of(chunk_size, split, capacity, replicas)   what the prompts fit (the engine's scheduler, pool)
+    warm_up_lengths(top) -> the ladder
+    ladder(room) -> the lengths warm_up_prompts prefills
+    warm_up_prompts(generate, room, progress)               every rank together, CUDA only
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 from dcpctl.runtime.kernels import gemm_warm
 from dcpctl.runtime.notes import note_once
@@ -35,15 +38,25 @@ def warm_up_lengths(top: int) -> list[int]:
     return sorted({m for base in bases for m in (base, base - 1, base - 8) if 1 <= m <= top})
 
 
-def _chunk_and_cap(engine: Any) -> tuple[int, int]:
-    # (the prefill chunk, the longest prompt the pool holds)
-    cap = min(engine.alloc.virtual_capacity, 1 << 20) - 2
-    return (engine.sched.chunk_size if engine.sched.split else 2048), cap
+@dataclass(frozen=True)
+class Room:
+    """What the warm-up's prompts fit: the prefill chunk, the longest prompt the pool holds, whether prompts are
+    split into chunks, and the attention-DP replicas (one request each per length)."""
+
+    chunk: int
+    cap: int
+    split: bool
+    replicas: int
+
+    @staticmethod
+    def of(chunk_size: int, split: bool, capacity: int, replicas: int) -> "Room":
+        """From the scheduler's chunk (and whether it splits prompts) and the pool's virtual capacity."""
+        return Room(chunk_size if split else 2048, min(capacity, 1 << 20) - 2, split, replicas)
 
 
-def ladder(engine: Any) -> list[int]:
+def ladder(room: Room) -> list[int]:
     """The prompt lengths warm_up_prompts prefills: warm_up_lengths up to the chunk (or what the pool holds)."""
-    return warm_up_lengths(min(*_chunk_and_cap(engine)))
+    return warm_up_lengths(min(room.chunk, room.cap))
 
 
 def warm_up_extends(chunk: int, cap: int) -> list[int]:
@@ -69,26 +82,27 @@ def warm_up_pair(chunk: int, cap: int) -> list[int] | None:
     return [PAIR_HEAD, second] if chunk > 2 * PAIR_HEAD and second + PAIR_HEAD <= cap else None
 
 
-def warm_up_prompts(engine: Any, progress: Callable[[int, int], None] | None = None) -> None:
-    """One request per replica for each length of the ladder and of warm_up_extends (each its own first token: no
-    prefix is reused), recording the GEMMs, then the SAMPLED requests; then those GEMMs over gemm_warm's grid.
-    Says once what it did."""
-    chunk, cap = _chunk_and_cap(engine)
-    extends = warm_up_extends(chunk, cap) if engine.sched.split else []
-    pair = warm_up_pair(chunk, cap) if engine.sched.split else None
-    lengths = ladder(engine) + extends
+def warm_up_prompts(generate: Callable[[list[dict]], dict], room: Room,
+                    progress: Callable[[int, int], None] | None = None) -> None:
+    """Through `generate` (Engine.generate): one request per replica for each length of the ladder and of
+    warm_up_extends (each its own first token: no prefix is reused), recording the GEMMs, then the SAMPLED
+    requests; then those GEMMs over gemm_warm's grid.  Says once what it did."""
+    chunk, cap, dp = room.chunk, room.cap, room.replicas
+    extends = warm_up_extends(chunk, cap) if room.split else []
+    pair = warm_up_pair(chunk, cap) if room.split else None
+    lengths = ladder(room) + extends
     runs = [[n] for n in lengths] + ([pair] if pair else [])
     with gemm_warm.recording() as log:
         for k, run in enumerate(runs):
-            engine.generate([{"prompt_ids": [(7 * (k + i * len(runs)) + 3 * p + j) % 250 + 1 for j in range(n)],
-                              "max_new_tokens": 2} for i in range(engine.dp_size) for p, n in enumerate(run)])
+            generate([{"prompt_ids": [(7 * (k + i * len(runs)) + 3 * p + j) % 250 + 1 for j in range(n)],
+                       "max_new_tokens": 2} for i in range(dp) for p, n in enumerate(run)])
             if progress is not None:
                 progress(k + 1, len(runs) + 1)
         for i, params in enumerate(SAMPLED):   # the sampled path's own kernels (the ladder decodes greedily)
-            engine.generate([{"prompt_ids": [(11 * (i + r) + j) % 250 + 1 for j in range(16)], "max_new_tokens": 3,
-                              **params} for r in range(engine.dp_size)])
+            generate([{"prompt_ids": [(11 * (i + r) + j) % 250 + 1 for j in range(16)], "max_new_tokens": 3,
+                       **params} for r in range(dp)])
     t0 = time.perf_counter()
-    ms = gemm_warm.warm_ms(min(chunk, cap) * engine.dp_size)   # attention DP: the MLP runs every replica's rows
+    ms = gemm_warm.warm_ms(min(chunk, cap) * dp)   # attention DP: the MLP runs every replica's rows
     calls = log.warm(ms)
     if progress is not None:
         progress(len(runs) + 1, len(runs) + 1)

@@ -18,21 +18,20 @@ longer one eagerly (its own kernels at its own size).  Padded rows
 hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
 them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
 pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
-buffers, so CPU tests check the padding and the mask the GPU replays.
+buffers, so CPU tests check the padding and the mask the GPU replays (runtime/graph_capture.py captures them, as it
+captures the decode graphs).
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.graphs import capture
+from dcpctl.runtime.graph_capture import Progress, capture_set
 from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
-Progress = Callable[[int, int], None]
 # A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  The pass-limited
 # block-FP8 MoE (512-token pieces) on the H200 (benchmarks/data/fp8_prefill_passes_h200.json, one prompt of N tokens,
 # ms): in passes 15.5 / 28.8 / 56.1 / 115.0 at N = 1,000 / 2,000 / 4,096 / 8,192, eager 19.7 / 22.6 / 32.0 / 70.3 (past
@@ -71,30 +70,20 @@ class MlpGraphs:
         self.out = torch.zeros(top, dim, dtype=model.dtype, device=model.device)
         self.valid = torch.zeros((), dtype=torch.int64, device=model.device)
         self.index = {id(layer.mlp): i for i, layer in enumerate(model.layers)}
-        self.graphs: dict[tuple[int, int], Any] = {}
         self.replays = 0
-        self._pool = torch.cuda.graph_pool_handle() if self.cuda else None
-        t0 = time.perf_counter()
-        if self.cuda:       # a capture empties the allocator's cache first: measure from an empty cache too
-            torch.cuda.empty_cache()
-        before = torch.cuda.memory_reserved(model.device) if self.cuda else 0
-        keys = [(i, b) for b in reversed(self.buckets) for i in range(len(model.layers))]
-        for n, key in enumerate(keys):        # largest first: the smaller pieces reuse its pool
-            self.graphs[key] = self._capture(*key) if self.cuda else None
-            if progress is not None:
-                progress(n + 1, len(keys))
-        self.capture_s = time.perf_counter() - t0
-        self.pool_bytes = (torch.cuda.memory_reserved(model.device) - before) if self.cuda else 0
+        keys = [(i, b) for b in reversed(self.buckets) for i in range(len(model.layers))]   # largest first
+        done = capture_set(keys, self._to_capture, model.device, progress, measure=True)
+        self.graphs, self.capture_s, self.pool_bytes = done.pieces, done.capture_s, done.pool_bytes
+
+    def _to_capture(self, key: tuple[int, int]) -> Callable[[], None]:
+        self.valid.fill_(key[1])     # every row real while it is captured (outside the graph: a replay sets it)
+        return lambda: self._piece(*key)
 
     def _piece(self, layer: int, b: int) -> None:
         mlp = self.model.layers[layer].mlp
         x = self.inp[:b]
         y = mlp(x, self.valid) if isinstance(mlp, MoE) else mlp(x)
         self.out[:b].copy_(y)
-
-    def _capture(self, layer: int, b: int) -> Any:
-        self.valid.fill_(b)
-        return capture(lambda: self._piece(layer, b), self._pool)[0]
 
     def bucket(self, t: int) -> int | None:
         """The smallest bucket >= t, or None (t is past the largest)."""
@@ -122,10 +111,6 @@ class MlpGraphs:
         b = self.bucket(t)
         self.inp[:t].copy_(x)
         self.valid.fill_(t)
-        graph = self.graphs[(layer, b)]
-        if graph is None:
-            self._piece(layer, b)
-        else:
-            graph.replay()
+        self.graphs[(layer, b)].replay()
         self.replays += 1
         return self.out[:t]

@@ -61,8 +61,8 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     steps = 0
     trace_to = knobs.get(TRACE_ENV) if bridge is not None else None
     trace: list[tuple] = []
-    gpu = _time_replays(engine) if trace_to else []
-    phases = PhaseTimers(engine) if trace_to else None
+    phases = PhaseTimers(engine.runner, replays=True) if trace_to else None   # CUDA events around each replay
+    gpu = phases.replays if phases is not None else []
     profile_to = knobs.get(PROFILE_ENV) if bridge is not None else None
     prof = None
     if profile_to:
@@ -107,15 +107,6 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
     engine.cancel_all()
     engine.check_drained()
     return steps
-
-
-def _time_replays(engine: Engine) -> list[tuple[Any, Any]]:
-    """Trace only: CUDA events right around each graph replay (after its inputs are queued), in replay order."""
-    events: list[tuple[Any, Any]] = []
-    graphs = engine.graphs
-    if graphs is not None and engine.device.type == "cuda" and graphs.graphs is not None:
-        graphs.graphs.replay_events = events      # DecodeGraphs.replay records into it
-    return events
 
 
 def _write_trace(path: str, trace: list, gpu: list[tuple[Any, Any]]) -> None:

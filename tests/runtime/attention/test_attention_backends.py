@@ -184,7 +184,7 @@ def test_cpu_paged_path_stays_on_the_reference():
     pool = KVPool(1, 68, 40, torch.float32)
     lay = build_paged(alloc, [SeqChunk(0, 4, 1)], 0, 4)
     paged_attention(torch.randn(1, 2, 40), pool.kv[0], lay, 0.1, 32, 0, 1, requested="flashinfer")
-    assert lay.backend_state["backend"] == "torch"
+    assert lay.selected == "torch"
 
 
 def test_bench_kernel_backends_option_and_table(capsys):

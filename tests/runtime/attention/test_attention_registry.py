@@ -1,17 +1,18 @@
 """The attention-backend registry on CPU: every kernel is listed with its blocker's sentence, and a kernel added
-as one registration is chosen by an explicit request or by a measured table that names it, and run through its
-prepare and run by paged_attention (attention/backends)."""
+as one registration is chosen by the selector on an explicit request or by a measured table that names it, and
+run through its hooks by paged_attention (attention/backends): prepare for an eager batch, capture (told whether
+the graph records) for a decode graph's batch."""
 import json
 
 import pytest
 import torch
 
 from dcpctl.runtime import settings
-from dcpctl.runtime.attention import backend_choice, backends
-from dcpctl.runtime.attention.backends import ABSORBED, MHA, Backend
+from dcpctl.runtime.attention import backends, selector
+from dcpctl.runtime.attention.backends import ABSORBED, MHA, Absorbed, Backend
 from dcpctl.runtime.attention.backends.absorbed_flashinfer import GRAPH_LAYOUT
 from dcpctl.runtime.attention.layout import SeqChunk
-from dcpctl.runtime.attention.paged import build_paged, paged_attention
+from dcpctl.runtime.attention.paged import GraphPass, build_paged, paged_attention
 from dcpctl.runtime.attention.triton_mla import MLAOut
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
 
@@ -25,30 +26,55 @@ def test_every_backend_is_listed_with_its_cpu_blocker():
                     (ABSORBED, "torch"): None,
                     (MHA, "cudnn"): "the queries are not on a GPU",
                     (MHA, "torch"): None}
-    assert [(b.name, b.graph, b.one_token, b.fallback) for b in backends.of_kind(ABSORBED)] == [
+    assert [(b.name, b.graph, b.one_token, b.reference) for b in backends.of_kind(ABSORBED)] == [
         ("triton", None, False, False), ("flashinfer", GRAPH_LAYOUT, True, False), ("flashmla", None, True, False),
         ("torch", None, False, True)]
-    assert backends.runnable(MHA, q, pool, 512).label == "torch reference"
+    assert selector.mha(q, pool, 512).label == "torch reference"
     with pytest.raises(ValueError, match=r"absorbed attention backend 'fa3' is not registered; valid: \['triton', "
                                          r"'flashinfer', 'flashmla', 'torch'\]"):
         backends.get(ABSORBED, "fa3")
     with pytest.raises(ValueError, match="is already registered"):
         backends.register(backends.get(ABSORBED, "triton"))
+    sparse = type("Sparse", (Backend,), {"name": "x", "kind": "sparse"})
     with pytest.raises(ValueError, match=r"kind 'sparse' is not supported; valid: \['absorbed', 'mha'\]"):
-        backends.register(Backend("x", "sparse", lambda q, pool, v: None, lambda *a: None))
+        backends.register(sparse())
 
 
-class _Fake:
-    """A new kernel: one registration; counts its prepares and runs and answers zeros."""
+def test_one_set_of_names():
+    """The registry, the shipped tuning tables and --attention-backend's choices use plan/attention_names.py's
+    names, and torch_native (SGLang's name) is the one flag value that differs from its backend's."""
+    from pathlib import Path
+    from dcpctl.plan import attention_names as names
+    from dcpctl.plan.request import DECODE_ATTENTION_BACKENDS
+    assert [b.name for b in backends.of_kind(ABSORBED) if not b.reference] == list(names.MEASURED)
+    assert backends.reference(ABSORBED).name == backends.reference(MHA).name == names.REFERENCE
+    fixed = {f: names.from_flag(f) for f in DECODE_ATTENTION_BACKENDS
+             if (ABSORBED, names.from_flag(f)) in backends.REGISTRY}
+    assert fixed == {"flashmla": "flashmla", "flashinfer": "flashinfer", "triton": "triton",
+                     "torch_native": "torch"}
+    assert names.from_flag("fa3") == "fa3" and names.PORTABLE in names.MEASURED
+    tables = Path(names.__file__).parents[1] / "tuning" / "attention"
+    cells = [c for f in tables.glob("*.json") for c in json.loads(f.read_text())["data"]["cells"]]
+    columns = {b for c in cells for b in c["us"]}
+    assert columns and columns <= set(names.MEASURED)
 
-    def __init__(self, one_token=False):
-        self.prepares, self.runs = 0, 0
-        self.backend = Backend("fake", ABSORBED, lambda q, pool, v_dim: None, self.run, prepare=self.prepare,
-                               one_token=one_token)
+
+class _Fake(Absorbed):
+    """A new kernel: one registration; counts its prepares, captures and runs and answers zeros."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.prepares, self.runs, self.captures = 0, 0, []
 
     def prepare(self, call):
         self.prepares += 1
         return ("planned", call.lay.max_local_len)
+
+    def capture(self, call, kept, recording):
+        self.captures.append(recording)
+        kept.setdefault(self.name, []).append(recording)
+        return self.prepare(call)
 
     def run(self, call, state):
         assert state == ("planned", call.lay.max_local_len)
@@ -60,13 +86,13 @@ class _Fake:
 @pytest.fixture
 def fake():
     f = _Fake()
-    backends.register(f.backend)
-    backend_choice.rule_for.cache_clear()
+    backends.register(f)
+    selector.rule_for.cache_clear()
     try:
         yield f
     finally:
         backends.unregister(ABSORBED, "fake")
-        backend_choice.rule_for.cache_clear()
+        selector.rule_for.cache_clear()
     assert "fake" not in [b.name for b in backends.of_kind(ABSORBED)]
 
 
@@ -86,11 +112,11 @@ def _two_layers(kv, lay, requested="auto"):
 def test_a_new_kernel_is_one_registration_asked_for(fake):
     kv, lay = _batch()
     res = _two_layers(kv, lay, "fake")
-    assert lay.backend_state["backend"] == "fake" and (fake.prepares, fake.runs) == (1, 2)   # prepare once a batch
+    assert lay.selected == "fake" and (fake.prepares, fake.runs) == (1, 2)   # prepare once a batch
     assert res.o.shape == (1, 2, 32) and not res.o.any()
     kv, lay = _batch()
     _two_layers(kv, lay, "triton")          # ours cannot run on CPU: the rule's first usable kernel, said why
-    assert lay.backend_state["backend"] == "fake"
+    assert lay.selected == "fake"
 
 
 def test_a_new_kernel_is_chosen_by_the_table_that_names_it(fake, tmp_path, capsys, monkeypatch):
@@ -102,13 +128,26 @@ def test_a_new_kernel_is_chosen_by_the_table_that_names_it(fake, tmp_path, capsy
     kv, lay = _batch()
     with settings.using(attention_table=str(path)):
         _two_layers(kv, lay)
-    assert lay.backend_state["backend"] == "fake" and (fake.prepares, fake.runs) == (1, 2)
+    assert lay.selected == "fake" and (fake.prepares, fake.runs) == (1, 2)
     assert ("local attention: fake for 2 kernel heads, fp32 KV, page 4 on cpu (measured (" in capsys.readouterr().err)
 
 
-def test_a_one_token_kernel_leaves_longer_chunks_to_the_fallback(fake, monkeypatch):
-    monkeypatch.setitem(backends.REGISTRY, (ABSORBED, "fake"), Backend(
-        "fake", ABSORBED, fake.backend.blocker, fake.run, prepare=fake.prepare, one_token=True))
+def test_a_one_token_kernel_leaves_longer_chunks_to_the_reference(fake, monkeypatch):
+    monkeypatch.setattr(fake, "one_token", True)
     kv, lay = _batch(tokens=4)
     _two_layers(kv, lay, "fake")            # a prefill chunk: ours is blocked on CPU, so the torch reference
-    assert lay.backend_state["backend"] == "torch" and fake.runs == 0
+    assert lay.selected == "torch" and fake.runs == 0
+
+
+def test_a_graph_batch_tells_the_backend_it_is_captured(fake):
+    """A decode graph's batch reaches the backend's capture hook (not prepare), told whether the graph records,
+    with the graphs' kept dict; an eager batch reaches prepare."""
+    kept = {}
+    for recording in (False, True):
+        kv, lay = _batch()
+        lay.graph = GraphPass(kept, recording)
+        _two_layers(kv, lay, "fake")
+    assert fake.captures == [False, True] and kept == {"fake": [False, True]} and fake.runs == 4
+    kv, lay = _batch()
+    _two_layers(kv, lay, "fake")
+    assert fake.captures == [False, True] and fake.prepares == 3

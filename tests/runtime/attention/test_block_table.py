@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
-from dcpctl.runtime.attention.graphs import DecodeGraphs
+from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.paged import build_paged
 from dcpctl.runtime.attention.triton_mla import mla_decode_reference

@@ -174,7 +174,7 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
 
 
 def test_rule_context_is_the_same_on_every_rank():
-    from dcpctl.runtime.attention.backend_choice import group_context
+    from dcpctl.runtime.attention.selector import group_context
     from dcpctl.runtime.attention.layout import SeqChunk
     from dcpctl.runtime.kv.allocator import local_len
     chunks = [SeqChunk(0, 16384, 1), SeqChunk(1, 99, 1)]       # a request of 16385 tokens and one of 100
@@ -183,10 +183,8 @@ def test_rule_context_is_the_same_on_every_rank():
 
 
 def _blocker(monkeypatch, name, why):
-    from dataclasses import replace
     from dcpctl.runtime.attention import backends
-    b = backends.get(backends.ABSORBED, name)
-    monkeypatch.setitem(backends.REGISTRY, (b.kind, name), replace(b, blocker=lambda q, pool, v: why))
+    monkeypatch.setattr(backends.get(backends.ABSORBED, name), "blocker", lambda q, pool, v: why)
 
 
 def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, monkeypatch):
@@ -194,21 +192,50 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
     # is in (its metadata is a device kernel the graph replays), and the rule picks by the graph's batch size and
     # context bucket; an eager batch of the same shape picks by its chunks
     from types import SimpleNamespace
-    from dcpctl.runtime.attention import backend_choice
+    from dcpctl.runtime.attention import selector
     from dcpctl.runtime.attention.layout import SeqChunk
+    from dcpctl.runtime.attention.paged import GraphPass
     t = _table(tmp_path)
-    monkeypatch.setattr(backend_choice, "table_for", lambda device, sm, override=None: t)
-    monkeypatch.setattr(backend_choice, "_gpu", lambda device: ("NVIDIA H200", 90))
+    monkeypatch.setattr(selector, "table_for", lambda device, sm, override=None: t)
+    monkeypatch.setattr(selector, "_gpu", lambda device: ("NVIDIA H200", 90))
     for name in ("triton", "flashmla", "flashinfer"):       # the registry's blockers (attention/backends)
         _blocker(monkeypatch, name, None)
     pool = torch.zeros(4, 64, 576, dtype=torch.bfloat16)
-    graph = lambda b, rows: SimpleNamespace(host_lens=None, max_local_len=rows, chunks=[], backend_state={})  # noqa
-    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "flashmla"
-    assert backend_choice._choose("auto", torch.zeros(1, 128, 576), pool, graph(1, 65536), 512, 1) == "triton"
-    eager = SimpleNamespace(host_lens=[65536] * 64, max_local_len=65536, backend_state={},
-                            chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
-    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashmla"
+    graph = lambda b, rows: SimpleNamespace(graph=GraphPass({}, True), max_local_len=rows, chunks=[])  # noqa
+    assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "flashmla"
+    assert selector._absorbed("auto", torch.zeros(1, 128, 576), pool, graph(1, 65536), 512, 1) == "triton"
+    eager = SimpleNamespace(graph=None, max_local_len=65536, chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
+    assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashmla"
     # FlashInfer stays out of a capture, with its reason, even where the table would pick it
     _blocker(monkeypatch, "flashmla", "not built")
-    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "triton"
-    assert backend_choice._choose("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashinfer"
+    assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "triton"
+    assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashinfer"
+
+
+def test_flashmla_is_told_it_is_captured(monkeypatch):
+    """A decode graph's batch through the registry: the capture's warm-up (recording False) makes the tile metadata
+    into the buffers the graphs keep, the recording reads them with no metadata kernel, and `refresh` remakes them
+    before a replay only when a row's block count changed; every pass equals an eager batch (no CUDA here: the
+    backend is told it is captured, it asks torch nothing)."""
+    from dcpctl.runtime.attention import backends
+    from dcpctl.runtime.attention.paged import GraphPass
+    fake = _FlashMLA()
+    monkeypatch.setattr(flashmla, "load", lambda: (fake, "stand-in"))
+    lens, scale = [5, 300, 64, 130], 0.05
+    q, kv, _, _ = unsplit(lens, 4, scale)
+    (_, view, lay), = rank_shards(kv.bfloat16(), lens, 1, 64, pad=0)
+    b, kept = backends.get(backends.ABSORBED, "flashmla"), {}
+    call = lambda lay: backends.Call(q.bfloat16(), view, lay, scale, 512, 0, 2, None, None, None)  # noqa: E731
+    eager = backends.run(b, call(dataclasses.replace(lay, backend_state={})))
+    made = []
+    for recording in (False, True):
+        res = backends.run(b, call(dataclasses.replace(lay, backend_state={}, graph=GraphPass(kept, recording))))
+        made.append(fake.meta_calls)
+        assert torch.equal(res.o, eager.o) and torch.equal(res.lse, eager.lse), recording
+    assert made == [2, 2] and isinstance(kept["flashmla"], flashmla.GraphRows)    # eager 1, warm-up 1, recording 0
+    remade = []
+    for step in ([5, 300, 64, 130], [6, 301, 64, 130], [6, 320, 65, 130]):   # blocks: as made, same, 2 rows cross
+        before = fake.meta_calls
+        b.refresh(kept, step, torch.tensor(step, dtype=torch.int32))
+        remade.append(fake.meta_calls > before)
+    assert remade == [True, False, True]       # the first refresh after a capture remakes (made from the buffers)

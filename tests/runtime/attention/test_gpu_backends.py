@@ -5,22 +5,20 @@ the rows it owns (owner(p) = p mod c) through the allocator's pages; each rank's
 (o, lse, base), and the merge (merge.merge_stacked) combines them.  Sequences shorter than c leave
 empty shards; lengths off page multiples leave partial last pages; pad rows follow the requests.
 Then the greedy ids of a tiny 512 + 64 latent model through the worker, per backend.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (`benchmarks/gpu.sh tests`).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py; `benchmarks/gpu.sh tests`).
 """
-import json
 import math
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
-from dcpctl.runtime.attention import flashinfer_setup, flashmla_setup
 from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.attention.merge import merge_stacked
 from dcpctl.runtime.attention.paged import build_paged, paged_attention
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
+from tests.gpu_report import report as _report
+from tests.runtime.attention.needs import need_backend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -28,20 +26,6 @@ R, V, PAGE = 576, 512, 64
 SCALE = 1 / math.sqrt(192)
 LENS = [1, 3, 64, 130, 1000, 4097]      # < c (empty shards), page multiples and partial last pages
 BACKENDS = ["triton", "flashinfer", "flashmla"]
-FIELD = {"flashinfer": flashinfer_setup.load, "flashmla": flashmla_setup.load}
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
-
-
-def _need(backend):
-    if backend in FIELD and FIELD[backend]()[0] is None:
-        pytest.skip(FIELD[backend]()[1])
-    if backend == "flashmla" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("FlashMLA's dense decode runs on sm_90 only")
 
 
 def _unsplit(q, kv, lens):
@@ -69,7 +53,7 @@ def _dcp_decode(q, kv, lens, c, backend):
         lay = build_paged(alloc, [SeqChunk(rid, n - 1, 1) for rid, n in enumerate(lens)], r, PAGE, "cuda", pad=2)
         qq = torch.cat([q, q[:2]]).to(torch.bfloat16)          # two pad rows after the requests
         res = paged_attention(qq, pool.kv[0], lay, SCALE, V, r, c, requested=backend)
-        ran.add(lay.backend_state["backend"])
+        ran.add(lay.selected)
         parts.append((res.o[:len(lens)].float(), res.lse[:len(lens)].float(), res.base))
     bases = {p[2] for p in parts}
     assert len(bases) == 1, bases
@@ -80,7 +64,7 @@ def _dcp_decode(q, kv, lens, c, backend):
 @pytest.mark.parametrize("heads", [16, 128])   # FlashMLA: 16 heads fill a quarter of its 64-row tile
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_through_merge_equals_unsplit(backend, heads):
-    _need(backend)
+    need_backend(backend, heads)
     g = torch.Generator(device="cuda").manual_seed(heads)
     q = torch.randn(len(LENS), heads, R, device="cuda", generator=g)
     kv = torch.randn(len(LENS), max(LENS), R, device="cuda", generator=g).bfloat16().float()
@@ -128,7 +112,7 @@ def test_greedy_ids_equal_across_backends(latent_path, other):
     """Greedy ids equal, except where the two backends' picks are a near-tie: there both chosen tokens have
     log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise).  Before the
     divergence the ids are equal and the log-probabilities agree within TIE; a wrong kernel fails both."""
-    _need(other)
+    need_backend(other)
     rng = random.Random(0)
     reqs = [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 300))], "max_new_tokens": 16,
              "temperature": 0, "ignore_eos": True, "logprobs": True} for _ in range(16)]

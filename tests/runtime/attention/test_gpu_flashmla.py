@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dcpctl.runtime.attention import flashmla, flashmla_setup
+from tests.runtime.attention.needs import need_backend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")]
@@ -19,12 +20,11 @@ R, V, PAGE = 576, 512, 64
 SCALE = 1 / math.sqrt(192)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def mod():
-    m, why = flashmla_setup.load()
-    if m is None:
-        pytest.skip(why)
-    return m
+    """Every test here needs FlashMLA: without it (not built, not sm_90) each skips with its blocker's reason."""
+    need_backend("flashmla")
+    return flashmla_setup.load()[0]
 
 
 def _case(heads, lens, pages_per_row=4):
@@ -77,7 +77,7 @@ def test_replays_in_a_cuda_graph(mod):
 
 
 def test_metadata_and_decode_capture_together(mod):
-    """What the decode graphs would need (graphs.py): the per-batch rows and metadata made inside the capture from
+    """What the decode graphs would need (engine/decode_graphs.py): the per-batch rows and metadata made inside the capture from
     device buffers, so a replay after the buffers change equals an eager call on the new lengths."""
     import types
     q, pool, table, lens = _case(128, [5, 300, 64, 0])
@@ -124,11 +124,11 @@ def test_graph_rows_remake_metadata_only_when_a_block_count_changes(mod, monkeyp
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        flashmla.run(q, pool, table, rows.decode_rows(buf, True), SCALE, V)
+        flashmla.run(q, pool, table, rows.decode_rows(buf, True, recording=False), SCALE, V)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        got = flashmla.run(q, pool, table, rows.decode_rows(buf, True), SCALE, V)
+        got = flashmla.run(q, pool, table, rows.decode_rows(buf, True, recording=True), SCALE, V)
     made = spy.made
     steps = [[6, 301, 64, 0], [7, 302, 65, 0], [8, 303, 66, 1], [9, 320, 66, 1], [64, 321, 128, 2], [65, 383, 129, 2]]
     remade = []
@@ -156,7 +156,7 @@ def test_decode_graphs_with_flashmla_equal_eager_across_blocks(tmp_path):
     """Decode graphs on FlashMLA (its metadata remade outside the graph) give the logits of eager FlashMLA steps
     while the rows cross 64-row blocks, at DCP 1."""
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-    from dcpctl.runtime.attention.graphs import DecodeGraphs
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.parallel import ParallelState
@@ -188,7 +188,7 @@ def test_decode_graphs_with_flashmla_equal_eager_across_blocks(tmp_path):
             if runner is None:
                 ctx = build_context(alloc, kv, ps.dcp, dec, chunks, model.cfg.kv_lora_rank)
                 h = model.forward(ids, ctx.positions, ctx)
-                assert ctx.layout.backend_state["backend"] == "flashmla"
+                assert ctx.layout.selected == "flashmla"
             else:
                 h = runner.replay(ids, chunks)
             logits.append(model.logits(h).float().cpu())

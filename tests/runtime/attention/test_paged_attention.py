@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-from dcpctl.runtime.attention.paged import build_paged, resolve_path
+from dcpctl.runtime.attention.paged import build_paged
+from dcpctl.runtime.attention.selector import resolve_path
 from dcpctl.runtime.attention.triton_mla import kernel_takes
 from dcpctl.runtime.kv import KVPool, VirtualAllocator, local_len
 from tests.dist import run_ranks

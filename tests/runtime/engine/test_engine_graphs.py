@@ -1,4 +1,4 @@
-"""The engine's decode-graph path (engine/graph_runner.py) on CPU, where a replay runs the captured
+"""The engine's decode-graph path (engine/model_runner.py, engine/decode_graphs.py) on CPU, where a replay runs the captured
 step eagerly on the same static buffers: generate() with a cuda_graph section equals generate()
 without, float64, token for token, at DCP 1 and 2 (both exchanges, replicated Q) and attention DP 2,
 with batches padded up to a captured size, batches larger than the largest size (eager, with a
@@ -24,7 +24,7 @@ REQUESTS = [  # five requests of different lengths: the decode batch shrinks 5 -
 
 
 def _rank(rank, world, path, cfg, requests, sizes, eos=None):
-    import dcpctl.runtime.engine.engine as eng_mod
+    import dcpctl.runtime.engine.pipeline as pipe_mod
     from dcpctl.runtime.models import load_model
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
     model = load_model(path, ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64, "cpu")
@@ -32,13 +32,13 @@ def _rank(rank, world, path, cfg, requests, sizes, eos=None):
     cfg["kv"]["max_running_requests"] = 4
     engine = Engine(model, ps, config(cfg, eos))
     engine.warm_up()
-    replays, launch = [], eng_mod.launch_sampling
-    eng_mod.launch_sampling = lambda both, seqs, rows: replays.append(-len(seqs)) or launch(both, seqs, rows)
-    if engine.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps
-        run = engine.graphs.run
-        engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
+    replays, launch = [], pipe_mod.launch_sampling
+    pipe_mod.launch_sampling = lambda both, seqs, rows: replays.append(-len(seqs)) or launch(both, seqs, rows)
+    if engine.runner.graphs is not None:   # count replays: the test must exercise the graph path, not only eager steps
+        run = engine.runner.graphs.replay
+        engine.runner.graphs.replay = lambda *a: replays.append(len(a[1])) or run(*a)
     out = engine.generate(requests)
-    eng_mod.launch_sampling = launch
+    pipe_mod.launch_sampling = launch
     return out["outputs"], replays
 
 
@@ -149,9 +149,12 @@ def test_gemm_log_notes_each_distinct_gemm_and_warms_it():
 
 def test_phase_timers_time_each_graph_step_and_undo(path):
     # engine/phases.py (the step trace's and engine_overhead's host phases): one row per decode step, the metadata,
-    # sampling and resolve phases timed (no cudaGraphLaunch off CUDA), the same tokens, and every wrapper removed
-    import dcpctl.runtime.engine.engine as eng_mod
+    # sampling and resolve phases timed (no cudaGraphLaunch off CUDA), the same tokens, nothing patched (the runner is
+    # handed a clock) and the clock gone after undo
+    import dcpctl.runtime.engine.pipeline as pipe_mod
+    from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    from dcpctl.runtime.engine.request import SamplingParams
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     model = load_model(path, ps, False, torch.float64, "cpu")
@@ -160,10 +163,12 @@ def test_phase_timers_time_each_graph_step_and_undo(path):
     want = Engine(model, ps, config(cfg)).generate([{"prompt_ids": [5, 3, 9], "max_new_tokens": 6}])["outputs"][0]
     engine = Engine(model, ps, config(cfg))
     engine.warm_up()
-    before = (engine.graphs.graphs.prepare, eng_mod.launch_sampling, engine._resolve, torch.cuda.CUDAGraph.replay)
-    timers = PhaseTimers(engine)
-    assert timers.on
-    engine.submit(0, [5, 3, 9], eng_mod.SamplingParams(max_new_tokens=6))
+    patchable = lambda: (DecodeGraphs.prepare, pipe_mod.launch_sampling, pipe_mod.Pipeline.read,  # noqa: E731
+                         torch.cuda.CUDAGraph.replay, vars(engine.runner.graphs).get("prepare"))
+    before = patchable()
+    timers = PhaseTimers(engine.runner)
+    assert timers.on and engine.runner.clock is timers and patchable() == before
+    engine.submit(0, [5, 3, 9], SamplingParams(max_new_tokens=6))
     toks = [ev.token for ev in engine.step()]      # the prefill: eager, the first token
     while engine.busy or engine.sched.has_work():
         timers.start()
@@ -173,8 +178,7 @@ def test_phase_timers_time_each_graph_step_and_undo(path):
     graph_rows = [r for r in rows if r["prepare"] > 0]
     assert len(graph_rows) == 5 and all(r["sampling"] > 0 and r["graph_launch"] == 0 for r in graph_rows)
     assert graph_rows[0]["resolve"] == 0 and all(r["resolve"] > 0 for r in graph_rows[1:])   # then one is in flight
-    assert (engine.graphs.graphs.prepare, eng_mod.launch_sampling, engine._resolve,
-            torch.cuda.CUDAGraph.replay) == before
+    assert engine.runner.clock is None and patchable() == before
     assert toks == want["output_ids"]
 
 

@@ -1,5 +1,5 @@
 """Mixed steps beside the decode graphs (engine/mixed.py) on CPU, where a graph replay runs the captured step
-eagerly on the same static buffers (attention/graphs.py), float64, the tiny DeepSeek model: requests decoding
+eagerly on the same static buffers (engine/decode_graphs.py), float64, the tiny DeepSeek model: requests decoding
 while long prompts arrive in chunks get every token they get alone, the split steps replay only their decode
 rows, each request's events stream in order, a pool too small for the running set retracts and still matches,
 and a step that cannot split runs as one eager forward with a note."""
@@ -59,8 +59,8 @@ def _serve(rank, world, path, cfg, sizes, requests):
     from dcpctl.runtime import notes
     notes._sent.difference_update([t for t in notes._sent if t.startswith("mixed steps")])   # this engine's own
     engine = _engine(world, path, cfg, sizes)
-    runs, run = [], engine.graphs.run
-    engine.graphs.run = lambda *a: runs.append([ch.num_tokens for ch in a[1]]) or run(*a)
+    runs, run = [], engine.runner.graphs.replay
+    engine.runner.graphs.replay = lambda *a: runs.append([ch.num_tokens for ch in a[1]]) or run(*a)
     events, kinds, split, step = {}, [], [], 0
     while step in JOINS or engine.busy or engine.sched.has_work():
         for rid in JOINS.get(step, []):
@@ -124,7 +124,7 @@ def test_more_decodes_than_the_largest_graph_run_one_eager_forward(path):
 def test_engines_that_cannot_split_say_why(path):
     def off(rank, world, dp, sizes):
         cfg = launch_cfg(world, 1, dp, capacity=64, chunk=8)
-        return _engine(world, path, cfg, sizes).split_off
+        return _engine(world, path, cfg, sizes).runner.split_off
     assert "no decode graphs" in run_ranks(off, 1, 1, [])[0]
     assert "attention DP 2" in run_ranks(off, 2, 2, [1, 2])[0]
     assert run_ranks(off, 1, 1, [1, 2])[0] is None

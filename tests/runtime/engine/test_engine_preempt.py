@@ -133,7 +133,7 @@ def _graphs(rank, world, path, cfg):
     pipelined steps)."""
     import torch
 
-    import dcpctl.runtime.engine.engine as eng_mod
+    import dcpctl.runtime.engine.pipeline as pipe_mod
     from dcpctl.runtime.models import load_model
     ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
     model = load_model(path, ps, False, torch.float64, "cpu")
@@ -142,12 +142,12 @@ def _graphs(rank, world, path, cfg):
     cfg["decisions"]["attention_path"] = "paged"
     engine = Engine(model, ps, config(cfg))
     engine.warm_up()
-    pipelined, launch = [], eng_mod.launch_sampling
-    eng_mod.launch_sampling = lambda both, seqs, rows: pipelined.append(len(seqs)) or launch(both, seqs, rows)
+    pipelined, launch = [], pipe_mod.launch_sampling
+    pipe_mod.launch_sampling = lambda both, seqs, rows: pipelined.append(len(seqs)) or launch(both, seqs, rows)
     try:
         out = engine.generate(GREEDY)
     finally:
-        eng_mod.launch_sampling = launch
+        pipe_mod.launch_sampling = launch
     engine.check_drained()
     return out["outputs"], engine.sched.retractions, len(pipelined)
 

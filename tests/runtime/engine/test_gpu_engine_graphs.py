@@ -2,25 +2,17 @@
 composition and padding, the grouped MoE path inside the graph, the eager fallback above the largest
 size, and the same greedy tokens as eager steps (bf16, the trained default model: its top-2 margins are
 far above bf16 noise).  Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set."""
-import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
 from dcpctl.runtime.engine import Engine
 from dcpctl.runtime.parallel import ParallelState
+from tests.gpu_report import report as _report
 from tests.runtime.configs import config
 from tests.runtime.engine.test_engine import launch_cfg
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _report(name, doc):
-    d = os.environ.get("DCPCTL_GPU_REPORT")
-    if d:
-        Path(d, f"{name}.json").write_text(json.dumps(doc, indent=2))
 
 
 def _prompts():
@@ -50,9 +42,9 @@ def _engine(path, sizes, chunk=64):
 def _generate(path, prompts, sizes, max_new=(12, 5, 9, 16, 3, 7, 11, 14, 6, 10)):
     engine = _engine(path, sizes)
     replays = []
-    if engine.graphs is not None:
-        run = engine.graphs.run
-        engine.graphs.run = lambda *a: replays.append(len(a[1])) or run(*a)
+    if engine.runner.graphs is not None:
+        run = engine.runner.graphs.replay
+        engine.runner.graphs.replay = lambda *a: replays.append(len(a[1])) or run(*a)
     reqs = [{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)]
     out = engine.generate(reqs)["outputs"]
     return [o["output_ids"] for o in out], replays, engine
@@ -66,9 +58,39 @@ def test_graph_decode_equals_eager_greedy():
     same = sum(a == b for a, b in zip(eager, graph))
     _report("graph_decode_equals_eager", {"prompts": len(prompts), "equal": same, "replays": len(replays),
                                           "replayed_batch_sizes": sorted(set(replays)),
-                                          "graphs": len(engine.graphs.graphs.graphs),
-                                          "capture_s": engine.graphs.capture_s})
+                                          "graphs": len(engine.runner.graphs.graphs),
+                                          "capture_s": engine.runner.graphs.capture_s})
     assert same == len(prompts), [(a, b) for a, b in zip(eager, graph) if a != b]
+
+
+def test_the_step_clock_times_each_graph_launch_and_its_gpu_time():
+    """The step trace's clock (engine/phases.py), handed to the model runner: every step that replays a graph has
+    its metadata and launch host times, one pair of CUDA events around its launch with a positive GPU time between
+    them, and the runner runs without a clock after undo (nothing of torch is patched)."""
+    from dcpctl.runtime.engine import SamplingParams
+    from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
+    path, prompts = _prompts()
+    engine = _engine(path, [1, 2, 4])
+    replay = torch.cuda.CUDAGraph.replay
+    timers = PhaseTimers(engine.runner, replays=True)
+    assert timers.on and torch.cuda.CUDAGraph.replay is replay
+    for i, p in enumerate(prompts[:4]):
+        engine.submit(i, p, SamplingParams(max_new_tokens=12, ignore_eos=True))
+    while engine.busy or engine.sched.has_work():
+        timers.start()
+        engine.step()
+    timers.undo()
+    torch.cuda.synchronize()
+    rows = [dict(zip(PHASES, r)) for r in timers.rows]
+    graph_rows = [r for r in rows if r["prepare"] > 0]
+    gpu_ms = [s.elapsed_time(e) for s, e in timers.replays]
+    launch_us = sorted(r["graph_launch"] * 1e6 for r in graph_rows)
+    _report("step_clock", {"steps": len(rows), "graph_steps": len(graph_rows), "replays": len(gpu_ms),
+                           "launch_us_median": launch_us[len(launch_us) // 2] if launch_us else None,
+                           "gpu_ms_median": sorted(gpu_ms)[len(gpu_ms) // 2] if gpu_ms else None})
+    assert len(graph_rows) >= 8 and all(r["graph_launch"] > 0 for r in graph_rows)
+    assert len(gpu_ms) == len(graph_rows) and all(ms > 0 for ms in gpu_ms)
+    assert engine.runner.clock is None
 
 
 def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
@@ -163,10 +185,8 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512 tokens
     (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token equals the run
     without pieces."""
-    import sys
+    from benchmarks.fp8_model_check import write_trained
     from dcpctl.launch.cuda_graphs import prefill_section
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-    from fp8_model_check import write_trained
     _, prompts = _prompts()
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
@@ -187,12 +207,10 @@ def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
     """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays them in
     passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass
     runs at its bucket's rows, where the tile setting may differ)."""
-    import sys
+    from benchmarks.fp8_model_check import write_trained
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE
     from dcpctl.runtime.models.mlp_graphs import MlpGraphs, token_cap
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-    from fp8_model_check import write_trained
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
     cap = token_cap(model)

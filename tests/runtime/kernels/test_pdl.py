@@ -79,13 +79,10 @@ def test_each_kernel_waits_before_its_first_tensor_access(i):
 
 def test_the_gluon_attention_kernel_waits_before_its_first_load():
     pytest.importorskip("triton")
-    import sys
-    from pathlib import Path
     from dcpctl.runtime.attention.gluon_mla import gluon_available
+    from tools.ptxas_report import compile_kernel
     if not gluon_available():
         pytest.skip("no Gluon of the tested Triton here")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
-    from ptxas_report import compile_kernel
     for tma in (0, 1):
         body = compile_kernel("gluon", [64, 2, tma], pdl=True)[0].split(".entry")[1]
         first = re.search(r"\b(ld|st|atom|red|cp\.async)\.(global|shared::cluster)", body)

@@ -138,7 +138,7 @@ def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm
     # host sync), so the MLP pieces stop there, and the precompile foresees their token counts
     from dcpctl.contract.launch_config import CudaGraphSection
     from dcpctl.launch.cuda_graphs import prefill_section
-    from dcpctl.runtime.engine.graph_runner import prefill_graphs_plan
+    from dcpctl.runtime.engine.graph_plan import prefill_graphs_plan
     from dcpctl.runtime.models.mlp_graphs import token_cap, why_not
     m = fp8_model(ckpt)
     assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS

@@ -1,16 +1,12 @@
 """scripts/train_tiny.py is deterministic from its seed (two one-step runs give identical weights)."""
 import argparse
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-import train_tiny  # noqa: E402
+from scripts import train_tiny
 
-sys.path.pop(0)
+pytest.importorskip("transformers")
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -78,11 +77,7 @@ def test_hf_loss_on_the_heldout_slice_is_the_recorded_one(record, slice_ids):
 
 
 def test_the_record_names_the_corpus_the_script_selects(record):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import train_tiny
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    from scripts import train_tiny
     files = record["corpus"]["files"]
     assert list(files) == train_tiny.CORPUS
     assert record["corpus"]["heldout_files"] == train_tiny.CORPUS[::train_tiny.HOLDOUT_EVERY]

@@ -6,17 +6,26 @@ graph cannot capture it: its plan() is host work every step and the graph buffer
 """
 from __future__ import annotations
 
+from torch import Tensor
+
 from dcpctl.runtime.attention import flashinfer_mla
-from dcpctl.runtime.attention.backends.base import ABSORBED, Backend, Call, register
+from dcpctl.runtime.attention.backends.base import Absorbed, Call, register
 from dcpctl.runtime.attention.triton_mla import MLAOut
 
 GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
 
 
-def run(c: Call, batch: flashinfer_mla.Batch) -> MLAOut:
-    return flashinfer_mla.decode(c.q, c.pool, batch, c.scale, c.v_dim, c.out)
+class FlashInfer(Absorbed):
+    name, label, graph, one_token = "flashinfer", "FlashInfer", GRAPH_LAYOUT, True
+
+    def blocker(self, q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+        return flashinfer_mla.blocker(pool, v_dim, q.dtype)
+
+    def prepare(self, call: Call) -> flashinfer_mla.Batch:
+        return flashinfer_mla.prepare(call.q, call.pool, call.lay)
+
+    def run(self, call: Call, state: flashinfer_mla.Batch) -> MLAOut:
+        return flashinfer_mla.decode(call.q, call.pool, state, call.scale, call.v_dim, call.out)
 
 
-BACKEND = register(Backend(
-    "flashinfer", ABSORBED, blocker=lambda q, pool, v_dim: flashinfer_mla.blocker(pool, v_dim, q.dtype), run=run,
-    prepare=lambda c: flashinfer_mla.prepare(c.q, c.pool, c.lay), graph=GRAPH_LAYOUT, one_token=True))
+BACKEND = register(FlashInfer())

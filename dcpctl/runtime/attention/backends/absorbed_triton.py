@@ -1,9 +1,9 @@
 """Ours as the absorbed `triton` backend: the Gluon (Hopper) or Triton split-KV kernel of attention/triton_mla.py.
 
 It runs every batch the paged path gives it (decode, and the prefill, extend and verification chunks the field
-kernels cannot take).  Which of its two kernels runs, with which tiles, is its own choice, made once per shape and
-said once: kernel_config.py (tiles per kernel-head count: --mla-configs, the GPU's mla_tiles table, or built-in)
-and kernel_choice.py (the Gluon kernel where nothing blocks it, else the Triton kernel with the same tiles).
+kernels cannot take).  Which of its two builds runs, with which tiles, is the backend's own variant, made once
+per shape and said once: kernel_config.py (tiles per kernel-head count: --mla-configs, the GPU's mla_tiles table,
+or built-in) and kernel_choice.py (the Gluon build where nothing blocks it, else the Triton build, same tiles).
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.backends.base import ABSORBED, Backend, Call, register
+from dcpctl.plan.attention_names import PORTABLE
+from dcpctl.runtime.attention.backends.base import Absorbed, Call, register
 from dcpctl.runtime.attention.triton_mla import MAX_PADDED, MLAOut, kernel_takes, mla_decode, triton_available
 
 
@@ -39,8 +40,14 @@ def launch(kernel: Callable[..., MLAOut], c: Call) -> MLAOut:
                   max_local_len=lay.max_local_len, descriptors=c.descriptors)
 
 
-def run(c: Call, state: None) -> MLAOut:
-    return launch(mla_decode, c)
+class Ours(Absorbed):
+    name, label = PORTABLE, "ours"
+
+    def blocker(self, q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+        return blocker(q, pool, v_dim)
+
+    def run(self, call: Call, state: None) -> MLAOut:
+        return launch(mla_decode, call)
 
 
-BACKEND = register(Backend("triton", ABSORBED, blocker, run))
+BACKEND = register(Ours())

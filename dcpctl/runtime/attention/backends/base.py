@@ -1,25 +1,35 @@
-"""The attention-backend interface and its registry: each kernel the runtime chooses between is one `Backend`.
+"""The attention-backend interface and its registry: each kernel the runtime chooses between is one object.
 
-Two kinds, by the form of MLA attention the kernel computes (attention/form.py picks the form per chunk):
+Two kinds, by the form of MLA attention the kernel computes (the selector picks the form per chunk):
 
-| kind       | reads                                               | run                                             |
-| ---------- | --------------------------------------------------- | ----------------------------------------------- |
-| `absorbed` | one layer of the paged latent pool, by PagedLayout  | run(call: Call, state) -> MLAOut (triton_mla)   |
-| `mha`      | one key block's up-projected K/V (attention/mha.py) | run(q, k, v, causal, scale) -> (o, lse base e)  |
+| kind       | class      | reads                                               | run                           |
+| ---------- | ---------- | --------------------------------------------------- | ----------------------------- |
+| `absorbed` | `Absorbed` | one layer of the paged latent pool, by PagedLayout  | run(call, state) -> MLAOut    |
+| `mha`      | `Mha`      | one key block's up-projected K/V (attention/mha.py) | run(q, k, v, causal, scale)   |
+|            |            |                                                     | -> (o, lse base e)            |
 
-Per backend: `blocker(q, pool, v_dim)` says why it cannot run here (a clause for a note) or None; `prepare(call)`
-builds its per-batch state from the paged layout once, on the batch's first layer (`run`; kept in
-`PagedLayout.backend_state[name]`); `graph` says why a CUDA graph cannot capture it (None: prepare and run are
-captured whole, and a replay repeats prepare's device work with the step, except what the backend keeps in the
-graphs' `PagedLayout.graph_state[name]` and remakes before a replay, when needed, in `refresh(state, host_lens,
-lens)`: the rows' local lengths on the host and on the device); `one_token`: it takes chunks of one
-token only (its mask is not causal by global position over a striped shard); `fallback`: the exact torch reference,
-which runs where no kernel can and is never in the measured table.  Which absorbed backend runs a batch is
-backend_choice's rule; the mha kind runs the first registered kernel with no blocker (`runnable`).
+An absorbed backend's hooks, each with one caller:
+
+| hook                           | when                                                   | caller            |
+| ------------------------------ | ------------------------------------------------------ | ----------------- |
+| prepare(call) -> state         | an eager batch, on its first layer                     | `run` below       |
+| capture(call, kept, recording) | a decode graph's batch, on its first layer: told it is | `run` below       |
+| -> state                       | captured; recording False for the capture's eager      |                   |
+|                                | warm-up run, True while the graph records              |                   |
+| refresh(kept, host_lens, lens) | before each replay of a graph that runs it (host work) | the decode graphs |
+| run(call, state) -> MLAOut     | every layer, with the batch's state; a replay repeats  | `run` below       |
+|                                | what it launched while recording                       |                   |
+
+`kept` is the decode graphs' dict that outlives their captures and replays (a backend keeps its entry under its
+name: FlashMLA its tile metadata, remade by `refresh` only when a row's block count changed); the hooks a backend
+does not need default to nothing (capture: prepare, so device work is recorded and replayed with the step).
+`blocker(q, pool, v_dim)` says why it cannot run here (a clause for a note) or None; `graph` says why a CUDA
+graph cannot capture it (None: it can); `one_token`: it takes chunks of one token only (its mask is not causal by
+global position over a striped shard); `reference`: the exact torch reference, which runs where no kernel can and
+is never in the measured table.  Which backend runs a batch is the selector's alone (attention/selector.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import torch
@@ -49,20 +59,48 @@ class Call(NamedTuple):
     descriptors: dict | None            # the pool's cache of bulk-copy descriptors (ours)
 
 
-@dataclass(frozen=True)
 class Backend:
-    """One kernel behind the interface (see the module table)."""
+    """What every kernel behind the interface says about itself (module docstring)."""
 
-    name: str                                           # the measured table's and --attention-backend's name
-    kind: str                                           # ABSORBED or MHA
-    blocker: Callable[[Tensor, Tensor, int], str | None]
-    run: Callable[..., Any]                             # the kind's contract (module table)
-    prepare: Callable[[Call], Any] | None = None        # absorbed: per-batch state from the layout (None: none)
-    graph: str | None = None                            # why a CUDA graph cannot capture it; None: it can
-    refresh: Callable[[Any, list[int], Tensor], None] | None = None   # graphs: before a replay (module docstring)
-    one_token: bool = False                             # absorbed: chunks of one token only
-    fallback: bool = False                              # the exact reference: runs where nothing else can
-    label: str = ""                                     # how a note names it (default: name)
+    name: str = ""            # the measured table's, the notes' and the plan's name (plan/attention_names.py)
+    kind: str = ""            # ABSORBED or MHA
+    label: str = ""           # how a sentence names it (default: name)
+    reference: bool = False   # the exact reference: runs where nothing else can
+
+    def blocker(self, q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+        return None
+
+    def says(self) -> str:
+        return self.label or self.name
+
+
+class Absorbed(Backend):
+    """An absorbed-form kernel over the paged pool (module tables)."""
+
+    kind = ABSORBED
+    graph: str | None = None  # why a CUDA graph cannot capture it; None: it can
+    one_token: bool = False   # chunks of one token only
+
+    def prepare(self, call: Call) -> Any:
+        return None
+
+    def capture(self, call: Call, kept: dict, recording: bool) -> Any:
+        return self.prepare(call)
+
+    def refresh(self, kept: dict, host_lens: list[int], lens: Tensor) -> None:
+        return None
+
+    def run(self, call: Call, state: Any) -> MLAOut:
+        raise NotImplementedError
+
+
+class Mha(Backend):
+    """An MHA-form kernel over one up-projected key block (module table)."""
+
+    kind = MHA
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
 
 
 REGISTRY: dict[tuple[str, str], Backend] = {}           # (kind, name) -> backend, in registration order
@@ -82,11 +120,11 @@ def unregister(kind: str, name: str) -> None:
     del REGISTRY[kind, name]
 
 
-def of_kind(kind: str) -> list[Backend]:
+def of_kind(kind: str) -> list[Any]:
     return [b for (k, _), b in REGISTRY.items() if k == kind]
 
 
-def get(kind: str, name: str) -> Backend:
+def get(kind: str, name: str) -> Any:
     b = REGISTRY.get((kind, name))
     if b is None:
         raise ValueError(f"{kind} attention backend {name!r} is not registered; valid: "
@@ -94,19 +132,16 @@ def get(kind: str, name: str) -> Backend:
     return b
 
 
-def fallback(kind: str) -> Backend:
-    return next(b for b in of_kind(kind) if b.fallback)
+def reference(kind: str) -> Any:
+    return next(b for b in of_kind(kind) if b.reference)
 
 
-def runnable(kind: str, q: Tensor, pool: Tensor, v_dim: int) -> Backend:
-    """The first registered kernel of `kind` with no blocker here, else the kind's fallback."""
-    return next((b for b in of_kind(kind) if not b.fallback and b.blocker(q, pool, v_dim) is None), fallback(kind))
-
-
-def run(b: Backend, call: Call) -> MLAOut:
-    """One layer through an absorbed backend: its per-batch state (prepare runs on the batch's first layer and
-    every later layer reads it), then its kernel."""
-    state = call.lay.backend_state
+def run(b: Absorbed, call: Call) -> MLAOut:
+    """One layer through an absorbed backend: the batch's state (prepare, or capture for a decode graph's batch,
+    on the batch's first layer; every later layer reads it), then its kernel."""
+    lay = call.lay
+    state = lay.backend_state
     if b.name not in state:
-        state[b.name] = b.prepare(call) if b.prepare is not None else None
+        g = lay.graph
+        state[b.name] = b.prepare(call) if g is None else b.capture(call, g.kept, g.recording)
     return b.run(call, state[b.name])

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.attention import fused_merge
-from dcpctl.runtime.attention.backends.base import MHA, Backend, Kernel, register
+from dcpctl.runtime.attention.backends.base import Kernel, Mha, register
 from dcpctl.runtime.attention.merge import acc_dtype
 from dcpctl.runtime.notes import note_once
 
@@ -124,5 +124,14 @@ def blocker(q: Tensor, pool: Tensor, v_dim: int) -> str | None:
     return None
 
 
-BACKEND = register(Backend("cudnn", MHA, blocker, cudnn_kernel,
-                           label="cudnn (torch _scaled_dot_product_cudnn_attention)"))
+class Cudnn(Mha):
+    name, label = "cudnn", "cudnn (torch _scaled_dot_product_cudnn_attention)"
+
+    def blocker(self, q: Tensor, pool: Tensor, v_dim: int) -> str | None:
+        return blocker(q, pool, v_dim)
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        return cudnn_kernel(q, k, v, causal, scale)
+
+
+BACKEND = register(Cudnn())

@@ -1,10 +1,11 @@
-"""The exact torch reference as the mha kind's fallback: one masked softmax per call in the accumulation dtype."""
+"""The mha kind's exact torch reference: one masked softmax per call in the accumulation dtype."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from dcpctl.runtime.attention.backends.base import MHA, Backend, register
+from dcpctl.plan.attention_names import REFERENCE
+from dcpctl.runtime.attention.backends.base import Mha, register
 from dcpctl.runtime.attention.merge import acc_dtype
 
 
@@ -19,5 +20,11 @@ def reference_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float
     return o, lse.transpose(0, 1)
 
 
-BACKEND = register(Backend("torch", MHA, lambda q, pool, v_dim: None, reference_kernel, fallback=True,
-                           label="torch reference"))
+class Reference(Mha):
+    name, label, reference = REFERENCE, "torch reference", True
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+        return reference_kernel(q, k, v, causal, scale)
+
+
+BACKEND = register(Reference())

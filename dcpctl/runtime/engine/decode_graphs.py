@@ -6,9 +6,10 @@ gathers of fixed replica sizes), the final norm and, with `logits=True` (the ser
 lm_head with its vocab gather, then each row's argmax and its log-probability; and (serving) the input
 ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
 Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
-block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`graph_state`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  Buffers, shared by every graph and never
-reallocated after capture (a graph of batch B uses their first B rows):
+block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`GraphPass.kept`: FlashMLA's
+tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's, and
+whether the graph records it (`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by
+every graph and never reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
@@ -32,7 +33,13 @@ The kernel gets max_local_len = the graph's context bucket (fixed at capture: no
 splits are sized for it, so a step picks the smallest bucket that holds its widest request: the
 buckets grow by 2x up to max_pages * P).  Under attention DP every replica replays the same batch
 size (the engine agrees on it; pads are rows with local length 0), so the MLP's replica gather has
-fixed sizes.  Off CUDA (tests) a replay runs the same function eagerly on the same buffers.
+fixed sizes.  runtime/graph_capture.py captures them (off CUDA, in tests, a replay runs the same function eagerly
+on the same buffers).  The model runner (engine/model_runner.py) drives them; every call this module makes into the
+attention backends is in `_AttentionSeam` below.
+
+    g = DecodeGraphs(model, alloc, pool, decisions, v_dim, batch_sizes, max_pages, trash_slot)   # captures
+    out = g.replay(ids, chunks)                  # one decode step: prepare the buffers, then launch the graph
+    key = g.prepare(ids, chunks); g.launch(key)  # the same in two calls (a benchmark times the launch alone)
 """
 from __future__ import annotations
 
@@ -41,34 +48,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention import backends
 from dcpctl.runtime.attention.block_table import DeviceBlockTable
-from dcpctl.contract.launch_config import Decisions
 from dcpctl.runtime.attention.dcp import DCPContext
 from dcpctl.runtime.attention.layout import SeqChunk, host_ints
-from dcpctl.runtime.attention.paged import PagedLayout
+from dcpctl.runtime.attention.paged import GraphPass, PagedLayout
+from dcpctl.runtime.engine.phases import PREPARE, StepClock, timed
+from dcpctl.runtime.graph_capture import Progress, capture_set
 from dcpctl.runtime.kv.allocator import VirtualAllocator, local_len, owner, physical, virtual_slot
 from dcpctl.runtime.kv.pool import KVPool
+from dcpctl.runtime.models.deepseek import Replicas
 from dcpctl.runtime.sampling import greedy_rows
 
 # context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (a bucket much larger than the context sizes
 # its splits for rows that are not there and leaves SMs idle)
 CONTEXT_GROWTH = 2
 MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
-
-
-def capture(run: Any, pool: Any) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """(the graph of one call of run(), what the captured call returned): run() once on a side stream first (its
-    kernels' first launch, Triton's compiles, outside the capture), then captured into `pool`."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        out = run()
-    return graph, out
 
 
 def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any, logits: bool) -> Tensor:
@@ -88,25 +84,34 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
             return sorted(out)
 
 
-KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA", "torch": "the torch reference"}
+class _AttentionSeam:
+    """Every call the decode graphs make into the attention layer's backends, in one place: the context a graph's
+    step attends through (the selector picks its backend inside, told the batch is a graph's and whether the graph
+    records it), which backend that was, and the backend's refresh of what it keeps outside the graphs before a
+    replay."""
 
+    def __init__(self, pool: KVPool, dcp: Any, decisions: Decisions, v_dim: int) -> None:
+        self.pool, self.dcp, self.decisions, self.v_dim = pool, dcp, decisions, v_dim
+        self.kept: dict = {}      # what a backend keeps across captures and replays (GraphPass.kept)
 
-def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
-    """Which local attention kernel decodes at which context: per context bucket (its largest context in tokens:
-    local rows x the DCP size c), the kernel of each captured batch size; neighbouring buckets alike are one."""
-    by_bucket: dict[int, list[tuple[int, str]]] = {}
-    for (b, rows), name in sorted(kernels.items()):
-        by_bucket.setdefault(rows, []).append((b, KERNEL_NAMES.get(name, name)))
-    parts: list[tuple[int, str]] = []
-    for rows, picks in sorted(by_bucket.items()):
-        names = sorted({n for _, n in picks})
-        text = names[0] if len(names) == 1 else ", ".join(
-            f"{n} at batch {','.join(str(b) for b, m in picks if m == n)}" for n in names)
-        if parts and parts[-1][1] == text:
-            parts[-1] = (rows * c, text)
-        else:
-            parts.append((rows * c, text))
-    return "; ".join(f"<= {hi}: {text}" for hi, text in parts)
+    def context(self, lay: dict[str, Any]) -> DCPContext:
+        """The DCP context of one graph's step over the static buffers `lay` (PagedLayout's fields)."""
+        d = self.decisions
+        recording = self.pool.kv.is_cuda and torch.cuda.is_current_stream_capturing()   # else eager: a warm-up
+        layout = PagedLayout(**lay, chunks=[], rows_are_chunks=True, graph=GraphPass(self.kept, recording))
+        return DCPContext(layout, self.pool, self.dcp, d.dcp_comm_backend, d.lse_base, self.v_dim,
+                          attention_backend=d.attention_backend)   # --attention-backend, as eager steps ask
+
+    @staticmethod
+    def picked(ctx: DCPContext) -> str | None:
+        """The backend the selector picked for the step `ctx` ran (None: no paged attention ran)."""
+        return ctx.layout.selected
+
+    def refresh(self, kernel: str | None, host_lens: list[int], lens: Tensor) -> None:
+        """Before a replay of a graph that runs `kernel`: its backend remakes what it keeps outside the graph,
+        when it must (FlashMLA: its tile metadata, when a row's block count changed)."""
+        if kernel is not None:
+            backends.get(backends.ABSORBED, kernel).refresh(self.kept, host_lens, lens)
 
 
 class DecodeGraphs:
@@ -114,13 +119,26 @@ class DecodeGraphs:
 
     def __init__(self, model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: Decisions, v_dim: int,
                  batch_sizes: list[int], max_pages: int, trash_slot: int, logits: bool = False,
-                 buckets: bool = False, progress: Any = None) -> None:
-        self.model, self.alloc, self.pool, self.logits = model, alloc, pool, logits
+                 buckets: bool = False, progress: Progress | None = None) -> None:
+        self.model, self.alloc, self.logits = model, alloc, logits
         self.c, self.rank = alloc.dcp, model.ps.dcp.rank
         self.page = alloc.page_tokens // alloc.dcp
         self.max_pages, self.trash = max_pages, trash_slot
         self.dp, self.dp_index = model.ps.attn_dp_size, getattr(model.ps, "attn_dp_index", 0)
-        dev, bmax = pool.kv.device, max(batch_sizes)
+        self.attention = _AttentionSeam(pool, model.ps.dcp, decisions, v_dim)
+        self._buffers(pool.kv, max(batch_sizes), max_pages, trash_slot)
+        top = max_pages * self.page
+        self.buckets = context_buckets(top, self.page) if buckets else [top]
+        self.sizes = sorted(batch_sizes)
+        self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
+        self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
+        keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]   # largest first
+        done = capture_set(keys, lambda key: lambda: self._run(*key), pool.kv.device, progress)
+        self.graphs, self.capture_s = done.pieces, done.capture_s   # a warm-up run writes only the trash slot
+
+    def _buffers(self, kv: Tensor, bmax: int, max_pages: int, trash_slot: int) -> None:
+        # the module table's static buffers, on the pool's device
+        dev = kv.device
         i32 = dict(dtype=torch.int32, device=dev)
         self.meta = torch.zeros(5, bmax + 1, dtype=torch.int64, device=dev)
         self.meta[3].fill_(trash_slot)
@@ -128,7 +146,7 @@ class DecodeGraphs:
         self.ids, self.positions, self.write_slots = self.meta[0, :bmax], self.meta[1, :bmax], self.meta[3, :bmax]
         self.src = self.meta[4, :bmax]
         self.sampled_ids = torch.zeros(bmax, dtype=torch.int64, device=dev)
-        acc = torch.float64 if pool.kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
+        acc = torch.float64 if kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
         self.sampled = torch.zeros(bmax, 2, dtype=acc, device=dev)   # rows: one contiguous copy to the host
         # rows: q_pos, local_lens (meta rows 1, 2 as int32), each row 16-byte aligned as the kernels' pointers like
         self.int32 = torch.zeros(2, -(-(bmax + 1) // 4) * 4, **i32)
@@ -138,35 +156,15 @@ class DecodeGraphs:
         self.table = DeviceBlockTable(self.block_table)
         self.local_lens = self.int32[1, :bmax + 1]
         self.write_rows = torch.arange(bmax, dtype=torch.int64, device=dev)
-        self.backend, self.base, self.v_dim = decisions.dcp_comm_backend, decisions.lse_base, v_dim
-        self.requested = decisions.attention_backend     # --attention-backend: the graphs ask for it as eager steps do
-        top = max_pages * self.page
-        self.buckets = context_buckets(top, self.page) if buckets else [top]
-        self.sizes = sorted(batch_sizes)
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph | None, Tensor | None]] = {}
-        self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
-        self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
-        self.replay_events: list | None = None   # set by the step trace: (start, end) CUDA events per replay
-        self.graph_state: dict = {}      # what a backend keeps across captures and replays (PagedLayout.graph_state)
-        self._mempool = torch.cuda.graph_pool_handle() if self.cuda else None
-        keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]
-        for i, key in enumerate(keys):    # largest first: later graphs reuse its memory pool
-            self.graphs[key] = self._capture(*key) if self.cuda else (None, None)
-            if progress is not None:
-                progress(i + 1, len(keys))
 
-    def _replicas(self, b: int) -> Any:
-        if self.dp == 1:
-            return None
-        from dcpctl.runtime.models.deepseek import Replicas
-        return Replicas([b] * self.dp, b * self.dp_index, b)
+    def _replicas(self, b: int) -> Replicas | None:
+        return None if self.dp == 1 else Replicas([b] * self.dp, b * self.dp_index, b)
 
     def _context(self, b: int, rows: int) -> DCPContext:
-        lay = PagedLayout(self.positions[:b], self.q_pos[:b], self.row_req[:b], self.block_table[:b + 1],
-                          self.local_lens[:b + 1], self.write_rows[:b], self.write_slots[:b], rows, self.page, [],
-                          rows_are_chunks=True, graph_state=self.graph_state)
-        return DCPContext(lay, self.pool, self.model.ps.dcp, self.backend, self.base, self.v_dim,
-                          attention_backend=self.requested)
+        return self.attention.context(dict(
+            positions=self.positions[:b], q_pos=self.q_pos[:b], row_req=self.row_req[:b],
+            block_table=self.block_table[:b + 1], local_lens=self.local_lens[:b + 1],
+            write_rows=self.write_rows[:b], write_slots=self.write_slots[:b], max_local_len=rows, page_size=self.page))
 
     def int32_columns(self, b: int) -> None:
         """q_pos and local_lens from meta, as the kernels read them: the graph's first op, one copy of both rows
@@ -174,6 +172,7 @@ class DecodeGraphs:
         self.int32[:, :b + 1].copy_(self.meta[1:3, :b + 1])
 
     def _run(self, b: int, rows: int) -> Tensor:
+        # what a graph captures: the step of batch b at context bucket `rows`, from the static buffers
         self.int32_columns(b)
         ids = self.ids[:b]
         if self.logits:   # a pending row's input is the previous replay's argmax, still on the device
@@ -181,7 +180,7 @@ class DecodeGraphs:
             ids = torch.where(src >= 0, self.sampled_ids[src.clamp(min=0)], ids)
         ctx = self._context(b, rows)
         out = decode_step(self.model, ids, self.positions[:b], ctx, self._replicas(b), self.logits)
-        kernel = ctx.layout.backend_state.get("backend")     # backend_choice's pick for this graph's shape
+        kernel = self.attention.picked(ctx)
         if kernel is not None:
             self.kernels[(b, rows)] = kernel
         if self.logits:
@@ -189,9 +188,6 @@ class DecodeGraphs:
             self.sampled_ids[:b].copy_(top)
             self.sampled[:b].copy_(both.t())
         return out
-
-    def _capture(self, b: int, rows: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        return capture(lambda: self._run(b, rows), self._mempool)   # the warm-up writes only the trash slot
 
     def graph_size(self, n: int) -> int:
         fits = [b for b in self.sizes if b >= n]
@@ -234,29 +230,26 @@ class DecodeGraphs:
             host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
         key = (b, self.bucket(max(lens)))
-        kernel = self.kernels.get(key)
-        if kernel in self.graph_state:     # its backend kept state outside the graph: remade before the replay
-            backend = backends.get(backends.ABSORBED, kernel)
-            if backend.refresh is not None:
-                backend.refresh(self.graph_state[kernel], lens[:b], self.meta[2, :b])
+        self.attention.refresh(self.kernels.get(key), lens[:b], self.meta[2, :b])
         return key
 
+    def launch(self, key: tuple[int, int], clock: StepClock | None = None) -> Tensor:
+        """Replay the graph of `key` over the buffers as prepare left them: its whole output (a view)."""
+        piece = self.graphs[key]
+        if piece.graph is None:          # off CUDA: the same step, eagerly
+            return piece.run()
+        if clock is None:
+            piece.graph.replay()
+        else:
+            clock.launch(piece.graph)
+        return piece.out
+
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
-               src: list[int] | None = None) -> Tensor:
+               src: list[int] | None = None, clock: StepClock | None = None) -> Tensor:
         """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output;
-        with logits, `sampled_ids[:n]` / `sampled[:n]` hold each row's greedy choice until the next replay)."""
+        with logits, `sampled_ids[:n]` / `sampled[:n]` hold each row's greedy choice until the next replay).
+        clock: the step trace's timing hooks (engine/phases.py), or None."""
         if any(ch.num_tokens != 1 for ch in chunks):
             raise ValueError("CUDA graphs replay decode steps only (one token per request)")
-        key = self.prepare(ids, chunks, size, src)
-        graph, out = self.graphs[key]
-        if graph is None:
-            out = self._run(*key)
-        elif self.replay_events is None:
-            graph.replay()
-        else:           # the serving loop's step trace (server/loop.py): the replay's own GPU time
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            self.replay_events.append((start, end))
-        return out[:len(chunks)]
+        key = timed(clock, PREPARE, self.prepare, ids, chunks, size, src)
+        return self.launch(key, clock)[:len(chunks)]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dcpctl.runtime.attention.dcp import SeqChunk, build_context
-from dcpctl.runtime.attention.graphs import DecodeGraphs
+from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
 from dcpctl.runtime.kv import KVPool, VirtualAllocator
 from dcpctl.runtime.parallel import ParallelState
 from tests.dist import run_ranks
@@ -63,7 +63,7 @@ def test_graph_buffers_equal_eager_steps(path, world):
 
 
 def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
-    from dcpctl.runtime.attention.graphs import kernel_summary
+    from dcpctl.runtime.engine.graph_plan import kernel_summary
     picks = {(b, rows): "triton" for b in (1, 8, 32) for rows in (2048, 4096)}
     picks.update({(1, 8192): "triton", (8, 8192): "flashmla", (32, 8192): "flashmla"})
     picks.update({(b, 16384): "flashmla" for b in (1, 8, 32)})
@@ -73,7 +73,7 @@ def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
 
 
 def test_graphs_ask_for_the_requested_backend(path):
-    """--attention-backend reaches the graphs' batches as it reaches eager ones (backend_choice picks for both)."""
+    """--attention-backend reaches the graphs' batches as it reaches eager ones (the selector picks for both)."""
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     model = load_model(path, ps, False, torch.float64, "cpu")

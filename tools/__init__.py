@@ -1,0 +1,1 @@
+"""Profilers and one-question probes: `python -m tools.NAME` from the repository root (tools/README.md)."""
