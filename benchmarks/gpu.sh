@@ -112,7 +112,7 @@ for SUITE in "$@"; do
       [[ ",${RANK_PARTS:-flashmla,tp1,v31}," == *",flashmla,"* ]] && part flashmla 180 python3 -c \
         "from dcpctl.runtime.attention.flashmla_setup import main; raise SystemExit(main())"
       [[ ",${RANK_PARTS:-flashmla,tp1,v31}," == *",tp1,"* ]] && M=$(rank_checkpoint /tmp/dcpctl-rank-moe)
-      rank_part tp1 100 --model-path "${M:-}" --weights checkpoint --tp-size 1 --routing model --batches 8,32 \
+      rank_part tp1 100 --model-path "${M:-}" --weights checkpoint --tp-size 1 --routing uniform --batches 8,32 \
         --contexts 4096,16384 --max-running-requests 32
       rank_part v31 270 --model-preset deepseek-v3.1 --tp-size 8 --dcp-size 8 "${GRID[@]}"
       rank_part k2 270 --model-preset kimi-k2 --tp-size 16 --dcp-size 8 --nnodes 2 "${GRID[@]}"

@@ -2,10 +2,10 @@
 step spends outside the GPU and that grows with the batch (no GPU needed).
 
 Builds the serving engine on the built-in tiny model's shape (1 layer) with decode graphs on, which off CUDA
-replay the captured step eagerly on the same buffers through the same host code (engine/decode_graphs.py), submits
-N requests of staggered prompt lengths (so requests cross page boundaries on different steps, as served traffic
-does), steps until all decode, then times STEPS steps: each phase's median host microseconds a call, the model's
-own time (`DecodeGraphs._run`) left out.  Compare runs on one machine only.
+replay the captured step eagerly on the same buffers through the same host code (engine/decode_graphs.py),
+submits N requests of staggered prompt lengths (so requests cross page boundaries on different steps, as
+served traffic does), steps until all decode, then times STEPS steps: each phase's median host microseconds a
+call, the model's own time (`DecodeGraphs._run`) left out.  Compare runs on one machine only.
 
 usage: python3 -m tools.decode_host [--rows 32] [--steps 200] [--page-size 64]
 """

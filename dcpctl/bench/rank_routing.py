@@ -31,6 +31,12 @@ class FixedRouting:
         self.router, self.on = router, False
         self.idx = torch.zeros(rows, router.cfg.top_k, dtype=torch.int64, device=device)
 
+    def __getattr__(self, name: str) -> Any:
+        # the wrapped router's fields (cfg, weight, ...), as code that inspects a model's routers reads them
+        if name == "router":
+            raise AttributeError(name)
+        return getattr(self.router, name)
+
     def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
         # x: [T, D] -> router weights [T, k], experts [T, k]
         w, idx = self.router(x)

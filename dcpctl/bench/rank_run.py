@@ -43,7 +43,9 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None],
     _cells(run, model, grid, routers, out, progress, save)
     if model.device.type == "cuda":
         progress(f"served phase: the engine at {served[0]} requests x {served[1]} positions")
-        _route(run, model, routers, "model", served[0])      # a server routes by its router
+        # the served engine and its twin below read the same experts: uniform where the bench fixes the routing
+        # (the router's own choice would follow each one's tokens, which differ), else the router's own
+        _route(run, model, routers, "uniform" if routers else "model", served[0])
         out["served"] = _served(run, model, *served)
         if "served_step_us" in out["served"]:
             out["served"].update(_bench_step(run, model, *served, grid.reps))
@@ -97,7 +99,7 @@ def _served(run: Any, model: Any, batch: int, ctx: int) -> dict[str, Any]:
 
 
 def _bench_step(run: Any, model: Any, batch: int, ctx: int, reps: int) -> dict[str, Any]:
-    # this bench's own graph step at the served batch and context, the router's own choice: the served step's twin
+    # this bench's own graph step at the served batch and context, the served phase's routing: its twin
     cell = _cell(run, model, batch, ctx)
     if isinstance(cell, str):
         return {"bench_error": cell}

@@ -1,14 +1,14 @@
-"""CUDA graph capture, done one way for every captured piece: the decode step (engine/decode_graphs.py) and each
-layer's MLP (models/mlp_graphs.py).
+"""CUDA graph capture, done one way for every captured piece: the decode step (engine/decode_graphs.py) and
+each layer's MLP (models/mlp_graphs.py).
 
     pieces = capture_set(keys, make_run, device)     # {key: Captured}, largest key first, one memory pool
     out = pieces.pieces[key].replay()                 # the graph (CUDA) or the same call, eagerly (elsewhere)
     built = unless_out_of_memory(lambda: ...)         # None where a capture ran out of GPU memory
 
 Each call runs once on a side stream before its capture (its kernels' first launch and Triton's compiles stay
-outside the graph), then is captured into the set's pool.  The keys are captured in the order given, largest first
-by the callers, so the smaller graphs reuse the largest one's memory.  Off CUDA nothing is captured and a replay
-runs the same call on the same static buffers, so CPU tests check what the GPU replays.
+outside the graph), then is captured into the set's pool.  The keys are captured in the order given, largest
+first by the callers, so the smaller graphs reuse the largest one's memory.  Off CUDA nothing is captured and
+a replay runs the same call on the same static buffers, so CPU tests check what the GPU replays.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ Progress = Callable[[int, int], None]
 
 
 def capture(run: Callable[[], Any], pool: Any) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """(the graph of one call of run(), what the captured call returned): run() once on a side stream first, then
-    captured into `pool`."""
+    """(the graph of one call of run(), what the captured call returned): run() once on a side stream first,
+    then captured into `pool`."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -64,8 +64,8 @@ class CapturedSet(Generic[K]):
 
 def capture_set(keys: list[K], make_run: Callable[[K], Callable[[], Any]], device: torch.device,
                 progress: Progress | None = None, measure: bool = False) -> CapturedSet[K]:
-    """Capture make_run(key) for every key, in order, into one memory pool (module docstring).  measure: empty the
-    allocator's cache first (a capture does) and report what the pool added."""
+    """Capture make_run(key) for every key, in order, into one memory pool (module docstring).  measure: empty
+    the allocator's cache first (a capture does) and report what the pool added."""
     cuda = device.type == "cuda"
     pool = torch.cuda.graph_pool_handle() if cuda else None
     t0 = time.perf_counter()

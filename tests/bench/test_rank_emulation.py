@@ -141,3 +141,15 @@ def test_the_served_phase_decodes_adopted_requests_on_stand_in_groups(tiny, tmp_
         kinds.add(engine.last_step[0])
     assert sorted(e.rid for e in events if e.finish) == list(range(BATCH))     # every request ran to its length
     assert kinds - {"idle", "resolve"} == {"graph"}                            # every decode step replayed a graph
+
+
+def test_a_wrapped_router_keeps_the_fields_code_reads_off_routers():
+    # the FP8 precompile (models/fp8_precompile.py) reads mlp.router.cfg.top_k off every MoE layer
+    from types import SimpleNamespace
+
+    from dcpctl.bench.rank_routing import FixedRouting
+    inner = SimpleNamespace(cfg=SimpleNamespace(top_k=3), weight="w")
+    wrapped = FixedRouting(inner, 4, torch.device("cpu"))
+    assert wrapped.cfg is inner.cfg and wrapped.weight == "w" and wrapped.idx.shape == (4, 3)
+    with pytest.raises(AttributeError):
+        wrapped.missing

@@ -1,22 +1,24 @@
-"""What one engine step runs, as one plain value: the scheduler's chunks, how they run (the mode) and which rows
-give a token.  Engine.step makes it (schedule), the model runner runs it (engine/model_runner.py), the engine
-accepts the tokens.  The mode names are the step trace's kinds (server/loop.py, tools/serve_trace.py):
+"""What one engine step runs, as one plain value: the scheduler's chunks, how they run (the mode) and which
+rows give a token.  Engine.step makes it (schedule), the model runner runs it (engine/model_runner.py), the
+engine accepts the tokens.
 
-| mode              | what runs                                   | `rows` (row i gives `sampled[i]` a token)  |
-| ----------------- | ------------------------------------------- | ------------------------------------------ |
-| `eager`           | one forward over every chunk                | of that forward                            |
-| `graph`           | the decode graph of `size` (every chunk one | of the graph (row i = chunk i)             |
-|                   | token)                                      |                                            |
-| `graph+pipelined` | the same; an input still on the device      | of the graph; read on the host one step    |
-|                   | comes from the step in flight (`src`)       | later (engine/pipeline.py)                 |
-| `graph+prefill`   | a mixed step split (engine/mixed.py): the   | of the prompt chunks' forward (every       |
-|                   | decodes' graph, then one forward of the     | decode row gives one too, first)           |
-|                   | prompt chunks                               |                                            |
-| `spec`            | draft proposals, then one verification      | of the prompt chunks, after the            |
-|                   | forward the prompt chunks ride along        | verification rows                          |
-|                   | (engine/spec.py)                            |                                            |
-| `idle`, `resolve` | nothing: no replica has work, or only the   |                                            |
-|                   | step in flight was read                     |                                            |
+The mode names are the step trace's kinds (server/loop.py, tools/serve_trace.py):
+
+| mode              | what runs                                  | `rows` (row i gives `sampled[i]` a token) |
+| ----------------- | ------------------------------------------ | ----------------------------------------- |
+| `eager`           | one forward over every chunk               | of that forward                           |
+| `graph`           | the decode graph of `size` (every chunk    | of the graph (row i = chunk i)            |
+|                   | one token)                                 |                                           |
+| `graph+pipelined` | the same; an input still on the device     | of the graph; read on the host one step   |
+|                   | comes from the step in flight (`src`)      | later (engine/pipeline.py)                |
+| `graph+prefill`   | a mixed step split (engine/mixed.py): the  | of the prompt chunks' forward (every      |
+|                   | decodes' graph, then one forward of the    | decode row gives one too, first)          |
+|                   | prompt chunks                              |                                           |
+| `spec`            | draft proposals, then one verification     | of the prompt chunks, after the           |
+|                   | forward the prompt chunks ride along       | verification rows                         |
+|                   | (engine/spec.py)                           |                                           |
+| `idle`, `resolve` | nothing: no replica has work, or only the  |                                           |
+|                   | step in flight was read                    |                                           |
 """
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ class Batch:
     chunks: list[SeqChunk] = field(default_factory=list)
     seqs: list[Sequence] = field(default_factory=list)
     size: int | None = None               # graph modes: the batch size every replica replays
-    src: list[int] | None = None          # graph modes: per chunk, the in-flight graph row holding its input id
-                                          # (-1: the id is on the host), or None when no step is in flight
+    src: list[int] | None = None          # graph modes: per chunk, the in-flight graph row holding its input
+                                          # id (-1: the id is on the host), or None when no step is in flight
     decode: list[SeqChunk] = field(default_factory=list)    # graph+prefill, spec: decoding requests' chunks
     prefill: list[SeqChunk] = field(default_factory=list)   # graph+prefill, spec: the prompt chunks
     rows: list[int] = field(default_factory=list)           # the rows that give a token (module table)
@@ -85,15 +87,16 @@ def token_ids(chunks: list[SeqChunk], seqs: list[Sequence]) -> list[int]:
 def make_batch(chunks: list[SeqChunk], seqs: list[Sequence], size: int | None, src: list[int] | None,
                pipelined: bool, spec: bool, split: mixed.Split) -> Batch:
     """The step's mode and sampled rows (module table): a spec step when a speculative engine has decodes, a
-    split when a mixed step without a graph size can split (mixed.py), else one forward or one replay of `size`."""
+    split when a mixed step without a graph size can split (mixed.py), else one forward or one replay of
+    `size`."""
     if spec or size is None:
         n = sum(not s.prefilling for s in seqs)
         if (n and spec) or (not spec and split.splits(n, len(chunks))):
             # the scheduler puts the decodes first: chunks[:n] are the decode rows, the rest prompt chunks
             assert all(not s.prefilling for s in seqs[:n]), "a decode chunk after a prompt chunk"
             rows, sampled = sample_rows(chunks[n:], seqs[n:])
-            return Batch(SPEC if spec else SPLIT, chunks, seqs, decode=chunks[:n], prefill=chunks[n:], rows=rows,
-                         sampled=sampled if spec else seqs[:n] + sampled)
+            return Batch(SPEC if spec else SPLIT, chunks, seqs, decode=chunks[:n], prefill=chunks[n:],
+                         rows=rows, sampled=sampled if spec else seqs[:n] + sampled)
     rows, sampled = sample_rows(chunks, seqs)
     mode = EAGER if size is None else PIPELINED if pipelined else GRAPH
     return Batch(mode, chunks, seqs, size, src, rows=rows, sampled=sampled)

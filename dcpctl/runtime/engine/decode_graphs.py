@@ -1,15 +1,15 @@
 """CUDA graphs of the decode step: one graph per (batch size, context bucket) over static buffers.
 
-Captured: the whole step from token ids (the embedding, sync-free), the layer stack (rope, MLA
-attention through the paged DCP context, the exchanges, the dense or grouped-MoE MLP, attention-DP
-gathers of fixed replica sizes), the final norm and, with `logits=True` (the serving engine), the
-lm_head with its vocab gather, then each row's argmax and its log-probability; and (serving) the input
-ids of requests whose previous token is still on the device (the engine's pipelined decode: `src`).
-Left on the host: building the step's metadata, which goes down as ONE int64 copy per step (plus the
-block-table changes), and a backend's `refresh` of what it keeps outside the graphs (`GraphPass.kept`: FlashMLA's
-tile metadata, remade only when a row's block count changed).  A backend is told its batch is a graph's, and
-whether the graph records it (`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by
-every graph and never reallocated after capture (a graph of batch B uses their first B rows):
+Captured: the whole step from token ids (the embedding, sync-free), the layer stack (rope, MLA attention
+through the paged DCP context, the exchanges, the dense or grouped-MoE MLP, attention-DP gathers of fixed
+replica sizes), the final norm and, with `logits=True` (the serving engine), the lm_head with its vocab
+gather, then each row's argmax and its log-probability; and (serving) the input ids of requests whose previous
+token is still on the device (the engine's pipelined decode: `src`). Left on the host: building the step's
+metadata, which goes down as ONE int64 copy per step (plus the block-table changes), and a backend's `refresh`
+of what it keeps outside the graphs (`GraphPass.kept`: FlashMLA's tile metadata, remade only when a row's
+block count changed).  A backend is told its batch is a graph's, and whether the graph records it
+(`PagedLayout.graph`; attention/backends/base.py `capture`).  Buffers, shared by every graph and never
+reallocated after capture (a graph of batch B uses their first B rows):
 
 | buffer       | shape                  | per step                                             |
 | ------------ | ---------------------- | ---------------------------------------------------- |
@@ -29,13 +29,13 @@ every graph and never reallocated after capture (a graph of batch B uses their f
 | write slots  | meta[3]                | owned rows' slots; rows this rank does not own (and  |
 |              |                        | pads) go to `trash_slot`, a spare pool row           |
 
-The kernel gets max_local_len = the graph's context bucket (fixed at capture: no host sync; the
-splits are sized for it, so a step picks the smallest bucket that holds its widest request: the
-buckets grow by 2x up to max_pages * P).  Under attention DP every replica replays the same batch
-size (the engine agrees on it; pads are rows with local length 0), so the MLP's replica gather has
-fixed sizes.  runtime/graph_capture.py captures them (off CUDA, in tests, a replay runs the same function eagerly
-on the same buffers).  The model runner (engine/model_runner.py) drives them; every call this module makes into the
-attention backends is in `_AttentionSeam` below.
+The kernel gets max_local_len = the graph's context bucket (fixed at capture: no host sync; the splits are
+sized for it, so a step picks the smallest bucket that holds its widest request: the buckets grow by 2x up to
+max_pages * P).  Under attention DP every replica replays the same batch size (the engine agrees on it; pads
+are rows with local length 0), so the MLP's replica gather has fixed sizes.  runtime/graph_capture.py captures
+them (off CUDA, in tests, a replay runs the same function eagerly on the same buffers).  The model runner
+(engine/model_runner.py) drives them; every call this module makes into the attention backends is in
+`_AttentionSeam` below.
 
     g = DecodeGraphs(model, alloc, pool, decisions, v_dim, batch_sizes, max_pages, trash_slot)   # captures
     out = g.replay(ids, chunks)                  # one decode step: prepare the buffers, then launch the graph
@@ -61,13 +61,14 @@ from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.models.deepseek import Replicas
 from dcpctl.runtime.sampling import greedy_rows
 
-# context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (a bucket much larger than the context sizes
-# its splits for rows that are not there and leaves SMs idle)
+# context buckets: max_pages * P, / 2, / 4, ... down to MIN_BUCKET (a bucket much larger than the context
+# sizes its splits for rows that are not there and leaves SMs idle)
 CONTEXT_GROWTH = 2
 MIN_BUCKET = 2048          # local rows: below it one split covers a request in a few blocks anyway
 
 
-def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any, logits: bool) -> Tensor:
+def decode_step(model: Any, ids: Tensor, positions: Tensor, ctx: DCPContext, reps: Any,
+                logits: bool) -> Tensor:
     """The model's forward (+ logits) with fixed replica sizes `reps`: what a graph captures."""
     # ids, positions: [B] -> hidden [B, D] (or logits [B, V])
     h = model.forward(ids, positions, ctx, replicas=reps)
@@ -85,10 +86,10 @@ def context_buckets(max_rows: int, page: int) -> list[int]:
 
 
 class _AttentionSeam:
-    """Every call the decode graphs make into the attention layer's backends, in one place: the context a graph's
-    step attends through (the selector picks its backend inside, told the batch is a graph's and whether the graph
-    records it), which backend that was, and the backend's refresh of what it keeps outside the graphs before a
-    replay."""
+    """Every call the decode graphs make into the attention layer's backends, in one place: the context a
+    graph's step attends through (the selector picks its backend inside, told the batch is a graph's and
+    whether the graph records it), which backend that was, and the backend's refresh of what it keeps outside
+    the graphs before a replay."""
 
     def __init__(self, pool: KVPool, dcp: Any, decisions: Decisions, v_dim: int) -> None:
         self.pool, self.dcp, self.decisions, self.v_dim = pool, dcp, decisions, v_dim
@@ -97,7 +98,8 @@ class _AttentionSeam:
     def context(self, lay: dict[str, Any]) -> DCPContext:
         """The DCP context of one graph's step over the static buffers `lay` (PagedLayout's fields)."""
         d = self.decisions
-        recording = self.pool.kv.is_cuda and torch.cuda.is_current_stream_capturing()   # else eager: a warm-up
+        # recording: the graph records this call; else eager (a capture's warm-up run, or off CUDA)
+        recording = self.pool.kv.is_cuda and torch.cuda.is_current_stream_capturing()
         layout = PagedLayout(**lay, chunks=[], rows_are_chunks=True, graph=GraphPass(self.kept, recording))
         return DCPContext(layout, self.pool, self.dcp, d.dcp_comm_backend, d.lse_base, self.v_dim,
                           attention_backend=d.attention_backend)   # --attention-backend, as eager steps ask
@@ -130,7 +132,7 @@ class DecodeGraphs:
         top = max_pages * self.page
         self.buckets = context_buckets(top, self.page) if buckets else [top]
         self.sizes = sorted(batch_sizes)
-        self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel it runs
+        self.kernels: dict[tuple[int, int], str] = {}   # (batch, bucket) -> the local attention kernel
         self.cuda = pool.kv.is_cuda      # off CUDA (tests): replay runs the same step eagerly on the buffers
         keys = [(b, L) for b in reversed(self.sizes) for L in reversed(self.buckets)]   # largest first
         done = capture_set(keys, lambda key: lambda: self._run(*key), pool.kv.device, progress)
@@ -143,12 +145,13 @@ class DecodeGraphs:
         self.meta = torch.zeros(5, bmax + 1, dtype=torch.int64, device=dev)
         self.meta[3].fill_(trash_slot)
         self.meta[4].fill_(-1)
-        self.ids, self.positions, self.write_slots = self.meta[0, :bmax], self.meta[1, :bmax], self.meta[3, :bmax]
+        self.ids, self.positions = self.meta[0, :bmax], self.meta[1, :bmax]
+        self.write_slots = self.meta[3, :bmax]
         self.src = self.meta[4, :bmax]
         self.sampled_ids = torch.zeros(bmax, dtype=torch.int64, device=dev)
-        acc = torch.float64 if kv.dtype == torch.float64 else torch.float32   # sampling.chosen_logprobs' dtype
+        acc = torch.float64 if kv.dtype == torch.float64 else torch.float32   # chosen_logprobs' dtype
         self.sampled = torch.zeros(bmax, 2, dtype=acc, device=dev)   # rows: one contiguous copy to the host
-        # rows: q_pos, local_lens (meta rows 1, 2 as int32), each row 16-byte aligned as the kernels' pointers like
+        # rows: q_pos, local_lens (meta rows 1, 2 as int32), each row 16-byte aligned, as the kernels like
         self.int32 = torch.zeros(2, -(-(bmax + 1) // 4) * 4, **i32)
         self.q_pos = self.int32[0, :bmax]
         self.row_req = torch.arange(bmax, **i32)
@@ -164,11 +167,12 @@ class DecodeGraphs:
         return self.attention.context(dict(
             positions=self.positions[:b], q_pos=self.q_pos[:b], row_req=self.row_req[:b],
             block_table=self.block_table[:b + 1], local_lens=self.local_lens[:b + 1],
-            write_rows=self.write_rows[:b], write_slots=self.write_slots[:b], max_local_len=rows, page_size=self.page))
+            write_rows=self.write_rows[:b], write_slots=self.write_slots[:b], max_local_len=rows,
+            page_size=self.page))
 
     def int32_columns(self, b: int) -> None:
-        """q_pos and local_lens from meta, as the kernels read them: the graph's first op, one copy of both rows
-        (q_pos gets row b too, which no kernel of batch b reads)."""
+        """q_pos and local_lens from meta, as the kernels read them: the graph's first op, one copy of both
+        rows (q_pos gets row b too, which no kernel of batch b reads)."""
         self.int32[:, :b + 1].copy_(self.meta[1:3, :b + 1])
 
     def _run(self, b: int, rows: int) -> Tensor:
@@ -198,7 +202,8 @@ class DecodeGraphs:
     def bucket(self, rows: int) -> int:
         fits = [L for L in self.buckets if L >= rows]
         if not fits:
-            raise ValueError(f"a request's local context ({rows} rows) > the graphs' widest ({self.buckets[-1]})")
+            raise ValueError(f"a request's local context ({rows} rows) > the graphs' widest "
+                             f"({self.buckets[-1]})")
         return fits[0]
 
     def prepare(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
@@ -210,7 +215,8 @@ class DecodeGraphs:
         src[i] >= 0 (a token still on the device: the engine's pipelined decode), else ids[i]."""
         # O(batch + new pages) host work: one int64 copy of the metadata; the table writes only what changed
         if src is not None and not self.logits:
-            raise ValueError("src rows read the previous replay's argmax: only graphs with logits=True make one")
+            raise ValueError("src rows read the previous replay's argmax: only graphs with logits=True "
+                             "make one")
         n = len(chunks)
         b = self.graph_size(max(n, size or 0))
         pos = [ch.start for ch in chunks] + [0] * (b - n)
@@ -226,7 +232,7 @@ class DecodeGraphs:
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         host = host_ints(ids + [0] * (b + 1 - n) + pos + [0] + lens + slots
                          + (src if src is not None else [-1] * n) + [-1] * (b + 1 - n)).view(5, b + 1)
-        if self.cuda:     # pinned: the copy is queued behind the step in flight, the host does not wait for it
+        if self.cuda:     # pinned: the copy is queued behind the step in flight; the host does not wait
             host = host.pin_memory()
         self.meta[:, :b + 1].copy_(host, non_blocking=self.cuda)
         key = (b, self.bucket(max(lens)))
@@ -246,9 +252,9 @@ class DecodeGraphs:
 
     def replay(self, ids: Tensor | list[int], chunks: list[SeqChunk], size: int | None = None,
                src: list[int] | None = None, clock: StepClock | None = None) -> Tensor:
-        """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's output;
-        with logits, `sampled_ids[:n]` / `sampled[:n]` hold each row's greedy choice until the next replay).
-        clock: the step trace's timing hooks (engine/phases.py), or None."""
+        """One decode step: [n, D] hidden after the final norm, or [n, V] logits (a view of the graph's
+        output; with logits, `sampled_ids[:n]` / `sampled[:n]` hold each row's greedy choice until the next
+        replay). clock: the step trace's timing hooks (engine/phases.py), or None."""
         if any(ch.num_tokens != 1 for ch in chunks):
             raise ValueError("CUDA graphs replay decode steps only (one token per request)")
         key = timed(clock, PREPARE, self.prepare, ids, chunks, size, src)

@@ -1,17 +1,20 @@
-"""Continuous batching over one attention-DP replica, in lockstep with the whole TP group.
+"""Continuous batching over one attention-DP replica, in lockstep with the whole TP group: each step schedules
+a batch, the model runner runs it, the engine accepts its tokens.
 
 Incremental API (what the server drives): submit(rid, prompt, params) and cancel(rid) between
 steps, step() -> this replica's events.  generate() is built on the same three calls.
 
 Each step reads as schedule, run, accept:
 
-  1. schedule: the scheduler picks one decode token per running request plus prefill chunks (or retracts requests
-     when the pool runs out; engine/scheduler.py); the replicas agree on a graph size; the engine makes the step's
-     `Batch` (engine/batch.py: the chunks and the mode that runs them: eager, graph, pipelined, split, spec);
-  2. run: the model runner runs it (engine/model_runner.py): one forward, a decode graph replay, a mixed step's
-     split or a speculative step's forwards;
-  3. accept: the chunks advance, the sequences whose chunk reached their end get a token (sampled here, or read
-     one step later when the step was pipelined: engine/pipeline.py), and finished requests free their pages.
+  1. schedule: the scheduler picks one decode token per running request plus prefill chunks (or retracts
+     requests when the pool runs out; engine/scheduler.py); the replicas agree on a graph size; the engine
+     makes the step's `Batch` (engine/batch.py: the chunks and the mode that runs them: eager, graph,
+     pipelined, split, spec);
+  2. run: the model runner runs it (engine/model_runner.py): one forward, a decode graph replay, a mixed
+     step's split or a speculative step's forwards;
+  3. accept: the chunks advance, the sequences whose chunk reached their end get a token (sampled here, or
+     read one step later when the step was pipelined: engine/pipeline.py), and finished requests free their
+     pages.
 
 Request `rid` goes to replica `rid % attn_dp_size`; a replica with nothing to do still runs forward with T = 0
 while any replica has work (`busy` says whether the last step ran).
@@ -45,7 +48,7 @@ from dcpctl.runtime.kv.pool import KVPool
 from dcpctl.runtime.notes import note_once
 from dcpctl.runtime.parallel import ParallelState
 
-RankPart = tuple[dict[int, dict], int, int, Any]   # (results, kv_rows, kv_bytes_read, spec counters) of one rank
+RankPart = tuple[dict[int, dict], int, int, Any]   # (results, kv_rows, kv_bytes_read, spec counters)
 
 
 class Engine:
@@ -60,29 +63,31 @@ class Engine:
         layers, self.v_dim, row = latent_dims(model)
         self.alloc = VirtualAllocator(kv.capacity_tokens, kv.page_size, ps.dcp.size)
         sizes = list(cfg.cuda_graph.batch_sizes) if cfg.cuda_graph is not None else []
-        self.trash_slot = self.alloc.num_pages * kv.page_size   # a spare page: decode graphs write pad rows there
+        self.trash_slot = self.alloc.num_pages * kv.page_size   # a spare page for the graphs' pad rows
         self.pool = KVPool(layers, (self.alloc.num_pages + int(bool(sizes))) * kv.page_size, row,
                            DTYPES[cfg.model.dtype], self.device)
         self.state_pool = state_pool(model, kv.max_running_requests)  # hybrids: request-indexed KDA state
         self.sched = Scheduler(self.alloc, kv.chunked_prefill_size, kv.max_running_requests, self.state_pool,
                                cfg.schedule)
         note_once(self.sched.schedule.reason)
-        self.hicache = HiCache.from_section(cfg.hicache, self.alloc, self.pool, kv.page_size, ps.dcp, self.state_pool)
+        self.hicache = HiCache.from_section(cfg.hicache, self.alloc, self.pool, kv.page_size, ps.dcp,
+                                           self.state_pool)
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
         self.sampler = Sampler(self.eos, str(cfg.model.path))   # the model's tokenizer: grammars (engine/rules.py)
-        self.spec = make_speculative(cfg.speculative, model, capacity=self.alloc.virtual_capacity,  # None without
-                                     page_size=kv.page_size, dtype=self.pool.kv.dtype, device=self.device,  # the
-                                     lead=ps.attn_tp.rank == 0, hybrid=self.state_pool is not None)   # section
+        # None without a `speculative` section
+        self.spec = make_speculative(cfg.speculative, model, capacity=self.alloc.virtual_capacity,
+                                     page_size=kv.page_size, dtype=self.pool.kv.dtype, device=self.device,
+                                     lead=ps.attn_tp.rank == 0, hybrid=self.state_pool is not None)
         if self.spec:
             self.sched.on_retract.append(lambda seq: self.spec.release(seq, count=False))  # rebuilt on return
-        self.runner = ModelRunner(model, ps, cfg, self.alloc, self.pool, self.v_dim, self.trash_slot, self.spec,
-                                  self.state_pool)
-        self.pipe = Pipeline(self.stop_reason, self._finish)   # the pipelined step in flight (engine/pipeline.py)
+        self.runner = ModelRunner(model, ps, cfg, self.alloc, self.pool, self.v_dim, self.trash_slot,
+                                  self.spec, self.state_pool)
+        self.pipe = Pipeline(self.stop_reason, self._finish)   # the pipelined step in flight
         self._early: list[Event] = []             # events of a step in flight read before a retraction
         self.sched.before_retract = self._resolve_early
         self.busy = False                        # whether any replica ran the last step
-        self.last_step: tuple[str, list[SeqChunk]] = (IDLE, [])  # (mode, its chunks): the step trace (loop.py)
+        self.last_step: tuple[str, list[SeqChunk]] = (IDLE, [])  # (mode, chunks): the step trace (loop.py)
         self.kv_rows = 0                         # rows held by finished requests
         self._results: dict[int, dict] | None = None  # generate() only: rid -> result
 
@@ -151,7 +156,8 @@ class Engine:
 
     def drain(self, after_step: Callable[[], None] | None = None,
               before_step: Callable[[], None] | None = None) -> int:
-        """Step until no replica has work; returns the steps that ran a batch (the batch runner of plain and PD)."""
+        """Step until no replica has work; returns the steps that ran a batch (the batch runner of plain and
+        PD)."""
         steps = 0
         while True:
             if before_step is not None:
@@ -164,8 +170,10 @@ class Engine:
             steps += 1
 
     def collect(self, results: dict[int, dict], n: int) -> tuple[list[dict], list[RankPart]]:
-        """Every rank: requests 0..n-1's results (each given by one rank) and every rank's counters, in rank order."""
-        mine: RankPart = (results, self.kv_rows, self.kv_bytes_read, self.spec.counters if self.spec else None)
+        """Every rank: requests 0..n-1's results (each given by one rank) and every rank's counters, in rank
+        order."""
+        spec = self.spec.counters if self.spec else None
+        mine: RankPart = (results, self.kv_rows, self.kv_bytes_read, spec)
         parts: list[Any] = [mine]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             parts = [None] * dist.get_world_size()
@@ -192,7 +200,8 @@ class Engine:
         return True
 
     def owned_prompt_rows(self, seq: Sequence) -> Tensor:
-        """[layers, n, R]: this rank's KV rows of seq's prompt positions it owns, in position order (PD prefill)."""
+        """[layers, n, R]: this rank's KV rows of seq's prompt positions it owns, in position order (PD
+        prefill)."""
         c, r = self.ps.dcp.size, self.ps.dcp.rank
         slots = self.alloc.slots(seq.rid)
         phys = torch.tensor(owned_rows(slots, 0, len(seq.prompt), r, c), dtype=torch.int64,
@@ -201,11 +210,11 @@ class Engine:
 
     def warm_up(self, progress: Progress | None = None, prompts: bool = False,
                 prefill_progress: Progress | None = None) -> None:
-        """Before serving: capture the decode graphs and the MLP pieces (engine/model_runner.py) and (prompts=True,
-        on CUDA) run one short request per replica for each prompt length of `warm_up_lengths` (each its own first
-        token: no prefix is reused), then every GEMM those prefills used over gemm_warm's grid of token counts.
-        Every rank calls it together; counters are reset after.  On CUDA, first, the block-FP8 kernels all of that
-        launches are compiled at once (models/fp8_precompile.py)."""
+        """Before serving: capture the decode graphs and the MLP pieces (engine/model_runner.py) and
+        (prompts=True, on CUDA) run one short request per replica for each prompt length of `warm_up_lengths`
+        (each its own first token: no prefix is reused), then every GEMM those prefills used over gemm_warm's
+        grid of token counts.  Every rank calls it together; counters are reset after.  On CUDA, first, the
+        block-FP8 kernels all of that launches are compiled at once (models/fp8_precompile.py)."""
         warm = prompts and self.device.type == "cuda"
         room = Room.of(self.sched.chunk_size, self.sched.split, self.alloc.virtual_capacity, self.dp_size)
         self.runner.capture(progress, ladder(room) if prompts else [])
@@ -228,7 +237,8 @@ class Engine:
         return busy, (max(every) if busy and min(every) >= 0 else None)
 
     def step(self) -> list[Event]:
-        """Schedule, run and accept one batch in lockstep with every rank: this replica's new tokens (and finishes)."""
+        """Schedule, run and accept one batch in lockstep with every rank: this replica's new tokens (and
+        finishes)."""
         batch, done = self._schedule()
         self.last_step = (batch.mode, batch.chunks)
         if not batch.runs:
@@ -257,8 +267,8 @@ class Engine:
         return make_batch(chunks, seqs, size, src, pipelined, self.spec is not None, self.runner.mixed), done
 
     def _accept(self, batch: Batch, out: StepOut) -> list[Event]:
-        """The run's tokens: chunks advanced, tokens sampled (or a verification accepted, or the pipelined step's
-        argmax rows kept for the next step while the one before is read); finished requests freed."""
+        """The run's tokens: chunks advanced, tokens sampled (or a verification accepted, or the pipelined
+        step's argmax rows kept for the next step while the one before is read); finished requests freed."""
         self.sched.advance(*batch.advancing())
         events = self._sample(out.logits, batch.sampled) if out.logits is not None else []
         if out.verify is not None:
@@ -268,7 +278,8 @@ class Engine:
         return events
 
     def _resolve_early(self) -> None:
-        """Before the scheduler retracts: a retracted request recomputes from real ids: read the step in flight."""
+        """Before the scheduler retracts: a retracted request recomputes from real ids, so read the step in
+        flight."""
         self._early += self.pipe.read(self.runner.clock)
 
     def _sample(self, logits: Tensor, seqs: list[Sequence]) -> list[Event]:

@@ -1,5 +1,5 @@
-"""Which CUDA graphs an engine captures before ready, and the notes that say so: the decode graphs and each layer's
-MLP pieces.  The model runner (engine/model_runner.py) captures them in warm_up and replays them.
+"""Which CUDA graphs an engine captures before ready, and the notes that say so: the decode graphs and each
+layer's MLP pieces.  The model runner (engine/model_runner.py) captures them in warm_up and replays them.
 
 The launch config's `cuda_graph.batch_sizes` (dcpctl/launch/cuda_graphs.py: SGLang's decode buckets up
 to --cuda-graph-max-bs-decode, or --cuda-graph-bs-decode, or [] with --disable-cuda-graph / on CPU) says what to
@@ -27,7 +27,8 @@ def why_not(model: Any, spec: Any, sizes: list[int], state_pool: Any) -> str | N
     if not sizes:
         return None
     if state_pool is not None:
-        return "cuda graphs: off (a hybrid model's KDA layers keep request-indexed state the graphs do not capture)"
+        return ("cuda graphs: off (a hybrid model's KDA layers keep request-indexed state the graphs do not "
+                "capture)")
     from dcpctl.runtime.models.deepseek import DeepseekModel
     if not isinstance(model, DeepseekModel):
         return f"cuda graphs: off ({type(model).__name__} has no capturable decode step)"
@@ -57,19 +58,22 @@ def prefill_graphs_plan(model: Any, section: Any, device: Any) -> tuple[list[int
     if cap is not None and tokens[-1] > cap:
         tokens = [t for t in tokens if t <= cap]
         if not tokens:
-            note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' limit)")
+            note_once(f"prefill cuda graphs: off (no token count up to {cap}, the grouped block-FP8 experts' "
+                      "limit)")
             return None
-        return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run grouped up "
-                        f"to {cap} tokens a pass; a prompt chunk of up to {MAX_PASSES} x {tokens[-1]} tokens "
-                        f"replays them in passes, a longer one runs its MLP eagerly)")
+        return tokens, (f"{section.prefill_reason}; up to {cap} tokens here (the block-FP8 experts run "
+                        f"grouped up to {cap} tokens a pass; a prompt chunk of up to {MAX_PASSES} x "
+                        f"{tokens[-1]} tokens replays them in passes, a longer one runs its MLP eagerly)")
     return tokens, section.prefill_reason
 
 
-def capture_decode(model: Any, alloc: Any, pool: Any, decisions: Any, v_dim: int, sizes: list[int], reason: str,
-                   trash_slot: int, progress: Progress | None = None) -> DecodeGraphs:
-    """The serving engine's decode graphs (logits and each row's argmax captured, context buckets), said once."""
-    graphs = DecodeGraphs(model, alloc, pool, decisions, v_dim, sizes, alloc.pages_for(alloc.virtual_capacity),
-                          trash_slot, logits=True, buckets=True, progress=progress)
+def capture_decode(model: Any, alloc: Any, pool: Any, decisions: Any, v_dim: int, sizes: list[int],
+                   reason: str, trash_slot: int, progress: Progress | None = None) -> DecodeGraphs:
+    """The serving engine's decode graphs (logits and each row's argmax captured, context buckets), said
+    once."""
+    graphs = DecodeGraphs(model, alloc, pool, decisions, v_dim, sizes,
+                          alloc.pages_for(alloc.virtual_capacity), trash_slot, logits=True, buckets=True,
+                          progress=progress)
     note_once(f"{reason}; {len(graphs.graphs)} graphs ({len(graphs.sizes)} batch sizes x "
               f"{len(graphs.buckets)} context buckets) captured in {graphs.capture_s:.1f} s")
     if graphs.kernels:   # filled at capture (CUDA): the kernel each graph's shape picked
@@ -79,8 +83,8 @@ def capture_decode(model: Any, alloc: Any, pool: Any, decisions: Any, v_dim: int
 
 
 def capture_mlp(model: Any, tokens: list[int], reason: str) -> Any:
-    """Each layer's MLP captured at `tokens` (models/mlp_graphs.py), said once; None, said why, where the capture
-    ran out of GPU memory."""
+    """Each layer's MLP captured at `tokens` (models/mlp_graphs.py), said once; None, said why, where the
+    capture ran out of GPU memory."""
     from dcpctl.runtime.models.mlp_graphs import MlpGraphs
     g = unless_out_of_memory(lambda: MlpGraphs(model, tokens))
     if g is None:
@@ -92,12 +96,14 @@ def capture_mlp(model: Any, tokens: list[int], reason: str) -> Any:
     return g
 
 
-KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA", "torch": "the torch reference"}
+KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA",
+                "torch": "the torch reference"}
 
 
 def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
-    """Which local attention kernel decodes at which context: per context bucket (its largest context in tokens:
-    local rows x the DCP size c), the kernel of each captured batch size; neighbouring buckets alike are one."""
+    """Which local attention kernel decodes at which context: per context bucket (its largest context in
+    tokens: local rows x the DCP size c), the kernel of each captured batch size; neighbouring buckets alike
+    are one."""
     by_bucket: dict[int, list[tuple[int, str]]] = {}
     for (b, rows), name in sorted(kernels.items()):
         by_bucket.setdefault(rows, []).append((b, KERNEL_NAMES.get(name, name)))

@@ -1,15 +1,16 @@
-"""One model runner: it runs the batch the engine scheduled and captures the graphs it replays.  Engine.step reads
-as schedule, run, accept; this is the run.
+"""One model runner: it runs the batch the engine scheduled and captures the graphs it replays.  Engine.step
+reads as schedule, run, accept; this is the run.
 
     runner.capture(progress, prompt_lengths)   # before ready: the decode graphs and each layer's MLP pieces
     out = runner.run(batch)                    # engine/batch.py's Batch -> StepOut, for the engine to accept
 
-The batch's mode picks one method from one table: an eager forward, a decode graph replay (`graph`), the same with
-the inputs of the step in flight read on the device (`graph+pipelined`: engine/pipeline.py), a mixed step's split
-(`graph+prefill`: engine/mixed.py) or a speculative step's forwards (`spec`: engine/spec.py).  It is the engine's
-one caller of the model, the decode graphs (engine/decode_graphs.py, whose `_AttentionSeam` holds every call into
-the attention backends' graph hooks) and the MLP pieces, and it counts the KV bytes they read and the time spent in
-DCP collectives.  `clock` (engine/phases.py, None unless the step trace asks) times the graph steps' host phases.
+The batch's mode picks one method from one table: an eager forward, a decode graph replay (`graph`), the same
+with the inputs of the step in flight read on the device (`graph+pipelined`: engine/pipeline.py), a mixed
+step's split (`graph+prefill`: engine/mixed.py) or a speculative step's forwards (`spec`: engine/spec.py).  It
+is the engine's one caller of the model, the decode graphs (engine/decode_graphs.py, whose `_AttentionSeam`
+holds every call into the attention backends' graph hooks) and the MLP pieces, and it counts the KV bytes they
+read and the time spent in DCP collectives.  `clock` (engine/phases.py, None unless the step trace asks) times
+the graph steps' host phases.
 """
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ from dcpctl.runtime.parallel import ParallelState
 class StepOut:
     """What one run hands the engine to accept (engine/batch.py: `rows` and `sampled`)."""
 
-    logits: Tensor | None = None          # [N, V] for batch.sampled, sampled on the host; None: nothing to sample
-    device: Tensor | None = None          # graph+pipelined: [N, 2] argmax (as a float) and its logprob per sampled
-                                          # row, on the device (a view: read it before the next replay)
+    logits: Tensor | None = None          # [N, V] for batch.sampled, sampled on the host (None: none)
+    device: Tensor | None = None          # graph+pipelined: [N, 2] argmax (as a float) and its logprob per
+                                          # sampled row, on the device (a view: read before the next replay)
     verify: Verification | None = None    # spec: the drafts and the target's logits over them
 
 
@@ -65,7 +66,7 @@ class ModelRunner:
         self.prefill = prefill_graphs_plan(model, cfg.cuda_graph, self.device)   # (tokens, reason) or None
         self.pipelines = bool(self.sizes) and self.dp == 1       # engine/pipeline.py
         self.split_off = mixed.split_off(bool(self.sizes), self.dp)
-        self.mixed = mixed.Split(self.split_off, 0)  # when a mixed step splits (capture sets how many decodes)
+        self.mixed = mixed.Split(self.split_off, 0)  # when a mixed step splits (capture sets the decodes)
         self.graphs: DecodeGraphs | None = None     # captured by capture()
         self.clock: StepClock | None = None         # the step trace's timing hooks (engine/phases.py)
         self.kv_bytes_read = 0                      # bytes of KV the forwards attended
@@ -77,31 +78,32 @@ class ModelRunner:
     # ---- before ready ------------------------------------------------------------------------------
 
     def capture(self, progress: Progress | None = None, prompt_lengths: Iterable[int] = ()) -> None:
-        """Capture the decode graphs and each layer's MLP pieces (what the launch config asks and this engine can);
-        on CUDA first compile the block-FP8 kernels they and the warm-up's prompts of `prompt_lengths` launch."""
+        """Capture the decode graphs and each layer's MLP pieces (what the launch config asks and this engine
+        can); on CUDA first compile the block-FP8 kernels they and the warm-up's prompts of `prompt_lengths`
+        launch."""
         if self.device.type == "cuda":
             self._precompile_fp8(prompt_lengths)
         if self.sizes:
-            self.graphs = capture_decode(self.model, self.alloc, self.pool, self.decisions, self.v_dim, self.sizes,
-                                         self.graph_reason, self.trash_slot, progress)
+            self.graphs = capture_decode(self.model, self.alloc, self.pool, self.decisions, self.v_dim,
+                                         self.sizes, self.graph_reason, self.trash_slot, progress)
             self.mixed = mixed.Split(self.split_off, self.sizes[-1])
         if self.prefill is not None:
             self.model.mlp_graphs = capture_mlp(self.model, *self.prefill)
 
     def _precompile_fp8(self, prompt_lengths: Iterable[int]) -> None:
-        # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size, the
-        # ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
+        # token counts per replica of the forwards the capture and the warm-up run: each graph's batch size,
+        # the ladder's prompt lengths, single-token decode steps and the MLP pieces' token counts
         from dcpctl.runtime.models.fp8_precompile import precompile
         pieces = self.prefill[0] if self.prefill is not None else ()
-        tokens = {1, *self.sizes, *prompt_lengths,
-                  *(t // self.dp for t in pieces if t % self.dp == 0)}   # a piece holds every replica's tokens
+        # a piece holds every replica's tokens
+        tokens = {1, *self.sizes, *prompt_lengths, *(t // self.dp for t in pieces if t % self.dp == 0)}
         note = precompile(self.model, tokens, self.dp)
         if note:
             note_once(note)
 
     def vote(self, chunks: list[SeqChunk]) -> int:
-        """This replica's graph vote for a step of `chunks`: its batch size when it can replay (0 when idle), else
-        -1 (an eager step)."""
+        """This replica's graph vote for a step of `chunks`: its batch size when it can replay (0 when idle),
+        else -1 (an eager step)."""
         if self.graphs is None:
             return -1 if chunks else 0
         if any(ch.num_tokens != 1 for ch in chunks):
@@ -139,7 +141,8 @@ class ModelRunner:
         return StepOut(logits=logits)
 
     def _spec(self, b: Batch) -> StepOut:
-        # propose K per decoding request, then ONE target forward of K + 1 rows each; the prompt chunks ride along
+        # propose K per decoding request, then ONE target forward of K + 1 rows each; the prompt chunks ride
+        # along
         seqs, k = b.decode_seqs, self.spec.k
         flat = self.broadcast([t for d in self.spec.propose(seqs) for t in d])   # ranks must feed equal ids
         drafts = [flat[i * k:(i + 1) * k] for i in range(len(seqs))]
@@ -176,7 +179,8 @@ class ModelRunner:
         return self.model.logits(hidden.index_select(0, idx))
 
     def broadcast(self, toks: list[int]) -> list[int]:
-        """Token ids as the replica's first rank has them (its ranks must feed equal ids: a guard against drift)."""
+        """Token ids as the replica's first rank has them (its ranks must feed equal ids: a guard against
+        drift)."""
         if self.ps.attn_tp.size == 1:
             return toks
         t = torch.tensor(toks, dtype=torch.int64, device=self.device)

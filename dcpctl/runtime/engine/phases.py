@@ -1,4 +1,5 @@
-"""Host time of a graph decode step's phases, for the step trace (server/loop.py) and tools/engine_overhead.py.
+"""Host time of a graph decode step's phases, for the step trace (server/loop.py) and
+tools/engine_overhead.py.
 
     timers = PhaseTimers(engine.runner)   # hooks a clock into the model runner (CUDA-graph engines only; else
                                           # timers.on is False and nothing is timed)
@@ -7,12 +8,12 @@
     timers.rows[-1]                  # seconds in each of PHASES during that step
     timers.undo()                    # the runner runs without a clock again
 
-The phases: the step's metadata (DecodeGraphs.prepare), the cudaGraphLaunch call (CUDAGraph.replay), the sampling
-launches (pipeline.launch_sampling) and the previous step's resolve (its event wait and bookkeeping).  A phase
-that waits for the GPU (resolve, in a GPU-bound loop) shows the wait; the rest is the host's own work.  With
-replays=True (on CUDA) the clock also records CUDA events right around each graph launch, in launch order: the
-replay's own GPU time.  The code that runs a phase calls the clock it is handed (`timed`); nothing is patched.
-A debugging aid.
+The phases: the step's metadata (DecodeGraphs.prepare), the cudaGraphLaunch call (CUDAGraph.replay), the
+sampling launches (pipeline.launch_sampling) and the previous step's resolve (its event wait and bookkeeping).
+A phase that waits for the GPU (resolve, in a GPU-bound loop) shows the wait; the rest is the host's own work.
+With replays=True (on CUDA) the clock also records CUDA events right around each graph launch, in launch
+order: the replay's own GPU time.  The code that runs a phase calls the clock it is handed (`timed`); nothing
+is patched. A debugging aid.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ T = TypeVar("T")
 
 
 class StepClock:
-    """Seconds per phase, one row per step (start() opens one), and the launches' CUDA events (replays=True)."""
+    """Seconds per phase, one row per step (start() opens one), and the launches' CUDA events
+    (replays=True)."""
 
     def __init__(self, replays: bool = False) -> None:
         self.rows: list[list[float]] = []
@@ -35,12 +37,13 @@ class StepClock:
         self.rows.append([0.0] * len(PHASES))
 
     def timed(self, phase: int, fn: Callable[..., T], *a: Any) -> T:
+        if not self.rows:     # no step opened (a clock kept for its replays' events): nothing to add to
+            return fn(*a)
         t = time.perf_counter()
         try:
             return fn(*a)
         finally:
-            if self.rows:
-                self.rows[-1][phase] += time.perf_counter() - t
+            self.rows[-1][phase] += time.perf_counter() - t
 
     def launch(self, graph: Any) -> None:
         """graph.replay(), its host time under LAUNCH (and, replays=True, between two CUDA events)."""

@@ -7,8 +7,8 @@ requests are all greedy, one attention-DP replica, no speculative decoding), ste
   1. schedules as usual: a request whose token of step n - 1 is still on the device feeds a placeholder
      (PENDING) there, and the graph reads the real id from step n - 1's argmax row (graphs.prepare's src);
   2. replays the graph (the model runner's `graph+pipelined` mode), which also takes each row's argmax and its
-     log-probability (engine/decode_graphs.py); the engine's accept starts their copy to a pinned host buffer and
-     records an event, and appends a placeholder per sampled request (a request whose placeholders reach
+     log-probability (engine/decode_graphs.py); the engine's accept starts their copy to a pinned host buffer
+     and records an event, and appends a placeholder per sampled request (a request whose placeholders reach
      max_new_tokens stops being scheduled: `draining`);
   3. then resolves step n - 1 (the GPU is busy with step n by now): real ids replace its placeholders, EOS
      and max_new_tokens finish requests as usual, its events are returned.
@@ -52,8 +52,8 @@ class InFlight:
 
 
 def launch_sampling(both: Tensor, seqs: list[Sequence], rows: list[int]) -> InFlight:
-    """both: [n, 2] (argmax id as a float, its log-probability) on the device for the graph rows `rows`, one per
-    seq: their host copy started, an event after it; placeholders appended."""
+    """both: [n, 2] (argmax id as a float, its log-probability) on the device for the graph rows `rows`, one
+    per seq: their host copy started, an event after it; placeholders appended."""
     event = None
     if both.is_cuda:
         host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
@@ -95,15 +95,17 @@ def resolve(inf: InFlight, stop_reason: Callable[[Sequence, int], str],
 
 
 class Pipeline:
-    """The engine's step in flight, if any (module docstring); stop_reason and finish are the engine's rules."""
+    """The engine's step in flight, if any (module docstring); stop_reason and finish are the engine's
+    rules."""
 
-    def __init__(self, stop_reason: Callable[[Sequence, int], str], finish: Callable[[Sequence], None]) -> None:
+    def __init__(self, stop_reason: Callable[[Sequence, int], str],
+                 finish: Callable[[Sequence], None]) -> None:
         self.stop_reason, self.finish = stop_reason, finish
         self.step: InFlight | None = None
 
     def sources(self, chunks: list[SeqChunk], seqs: list[Sequence]) -> list[int] | None:
-        """Per chunk (of sequence seqs[i]), the graph row of the step in flight whose argmax is its input id (-1:
-        its id is on the host); None when no step is in flight."""
+        """Per chunk (of sequence seqs[i]), the graph row of the step in flight whose argmax is its input id
+        (-1: its id is on the host); None when no step is in flight."""
         if self.step is None:
             return None
         rows = self.step.row_of()
@@ -111,11 +113,13 @@ class Pipeline:
         for ch, seq in zip(chunks, seqs):
             pending = seq.token(ch.start) == PENDING
             if pending and ch.rid not in rows:
-                raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in flight")
+                raise RuntimeError(f"request {ch.rid}: its input token is pending but not in the step in "
+                                   "flight")
             src.append(rows[ch.rid] if pending else -1)
         return src
 
-    def push(self, both: Tensor, seqs: list[Sequence], rows: list[int], clock: StepClock | None) -> list[Event]:
+    def push(self, both: Tensor, seqs: list[Sequence], rows: list[int],
+             clock: StepClock | None) -> list[Event]:
         """Put a replayed step in flight (launch_sampling), then read the one before it: that one's events."""
         new = timed(clock, SAMPLING, launch_sampling, both, seqs, rows)
         events = self.read(clock)

@@ -101,15 +101,15 @@ class Scheduler:
 
     # -- admission and retraction -----------------------------------------------------------------
     def admits(self, seq: Sequence) -> bool:
-        """The admission rule: whether `seq`, the head of the queue, starts now (module docstring: admission on
-        held KV; a HiCache may reclaim pages to make it fit)."""
+        """The admission rule: whether `seq`, the head of the queue, starts now (module docstring: admission
+        on held KV; a HiCache may reclaim pages to make it fit)."""
         if len(self.running) >= self.max_running:
             return False
         if self.state_pool is not None and not self.state_pool.can_admit():
             return False
         headroom = self.schedule.decode_headroom
-        # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it does
-        # not retract it again at once
+        # a retracted request returns once its whole max_new_tokens fits, so the shortage that retracted it
+        # does not retract it again at once
         mine = self._growth([seq], UNBOUNDED if seq.retracted else headroom)
         return self._fits(self._live(), headroom, mine) or (not self.running and self._fits([seq], 1))
 
@@ -212,7 +212,8 @@ class Scheduler:
         return [self.seq(ch.rid) for ch in chunks]
 
     def samples(self, chunks: list[SeqChunk]) -> list[tuple[int, int]]:
-        """(row of the chunk's last token, rid) for chunks that reach their sequence's end (batch.sample_rows)."""
+        """(row of the chunk's last token, rid) for chunks that reach their sequence's end
+        (batch.sample_rows)."""
         rows, seqs = sample_rows(chunks, self.seqs_of(chunks))
         return [(r, s.rid) for r, s in zip(rows, seqs)]
 

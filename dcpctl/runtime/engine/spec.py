@@ -18,8 +18,9 @@ request's length, tokens[L-1] its last sampled token, whose target KV is not wri
 Greedy output equals plain greedy output; sampled output too, since every emitted token is drawn
 from the target's distribution given the accepted prefix, one generator draw per emitted token.
 A request reserves K more KV positions than plain decode (Sequence.kv_extra): verification
-writes up to K rows past the last position plain decode would write.  The model runner runs steps 1 and 2
-(engine/model_runner.py, the `spec` mode of engine/batch.py); the engine hands step 3's verification to `accept`.
+writes up to K rows past the last position plain decode would write.  The model runner runs steps 1
+and 2 (engine/model_runner.py, the `spec` mode of engine/batch.py); the engine hands step 3's
+verification to `accept`.
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class SpecCounters:
 
 @dataclass
 class Verification:
-    """One verification forward's result: each request's drafts and the target's logits over its K + 1 rows."""
+    """One verification forward's result: each request's drafts and the target's logits over its K + 1
+    rows."""
 
     seqs: list[Sequence]
     drafts: list[list[int]]
@@ -71,10 +73,12 @@ class Verification:
 
 
 def make_speculative(section: SpeculativeSection | None, target: Any, *, capacity: int, page_size: int,
-                     dtype: torch.dtype, device: torch.device, lead: bool, hybrid: bool) -> "SpecDecoder | None":
-    """The speculative decoder for the launch config's `speculative` section, or None without one: a draft beside
-    `target` with KV for `capacity` virtual positions (the target's) in pages of `page_size`; `lead`: this rank
-    keeps its replica's proposal counts; `hybrid`: the target keeps request-indexed state (refused)."""
+                     dtype: torch.dtype, device: torch.device, lead: bool,
+                     hybrid: bool) -> "SpecDecoder | None":
+    """The speculative decoder for the launch config's `speculative` section, or None without one: a draft
+    beside `target` with KV for `capacity` virtual positions (the target's) in pages of `page_size`; `lead`:
+    this rank keeps its replica's proposal counts; `hybrid`: the target keeps request-indexed state
+    (refused)."""
     if section is None:
         return None
     if hybrid:

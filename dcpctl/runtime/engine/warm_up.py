@@ -4,7 +4,7 @@ two sampled requests (temperature; top-k and top-p),
 then every GEMM they used over a grid of token counts (kernels/gemm_warm.py), so the first requests compile and
 load nothing.
 
-    room = Room.of(chunk_size, split, capacity, replicas)   what the prompts fit (the engine's scheduler, pool)
+    room = Room.of(chunk_size, split, capacity, replicas)   what the prompts fit (scheduler, pool)
     warm_up_lengths(top) -> the ladder
     ladder(room) -> the lengths warm_up_prompts prefills
     warm_up_prompts(generate, room, progress)               every rank together, CUDA only
@@ -40,8 +40,8 @@ def warm_up_lengths(top: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Room:
-    """What the warm-up's prompts fit: the prefill chunk, the longest prompt the pool holds, whether prompts are
-    split into chunks, and the attention-DP replicas (one request each per length)."""
+    """What the warm-up's prompts fit: the prefill chunk, the longest prompt the pool holds, whether prompts
+    are split into chunks, and the attention-DP replicas (one request each per length)."""
 
     chunk: int
     cap: int
@@ -55,7 +55,8 @@ class Room:
 
 
 def ladder(room: Room) -> list[int]:
-    """The prompt lengths warm_up_prompts prefills: warm_up_lengths up to the chunk (or what the pool holds)."""
+    """The prompt lengths warm_up_prompts prefills: warm_up_lengths up to the chunk (or what the pool
+    holds)."""
     return warm_up_lengths(min(room.chunk, room.cap))
 
 

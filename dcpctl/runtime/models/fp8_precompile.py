@@ -151,6 +151,8 @@ def precompile(model: Any, tokens: Iterable[int], dp: int = 1) -> str | None:
     if not calls:
         return None
     specs = specializations(calls, model.dtype, model.device)
+    if not specs:     # every kernel these forwards launch is loaded in this process already
+        return None
     threads = min(len(specs), cpus())
     compiled = compile_specs(specs, threads)
     what = f"FP8 kernels: the {len(specs)} Triton specializations the graph capture and the warm-up launch"

@@ -18,8 +18,8 @@ longer one eagerly (its own kernels at its own size).  Padded rows
 hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
 them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
 pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
-buffers, so CPU tests check the padding and the mask the GPU replays (runtime/graph_capture.py captures them, as it
-captures the decode graphs).
+buffers, so CPU tests check the padding and the mask the GPU replays (runtime/graph_capture.py captures
+them, as it captures the decode graphs).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class MlpGraphs:
         self.graphs, self.capture_s, self.pool_bytes = done.pieces, done.capture_s, done.pool_bytes
 
     def _to_capture(self, key: tuple[int, int]) -> Callable[[], None]:
-        self.valid.fill_(key[1])     # every row real while it is captured (outside the graph: a replay sets it)
+        self.valid.fill_(key[1])     # every row real while captured (outside the graph: a replay sets it)
         return lambda: self._piece(*key)
 
     def _piece(self, layer: int, b: int) -> None:

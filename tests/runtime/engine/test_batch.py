@@ -1,11 +1,13 @@
-"""The scheduled value (engine/batch.py, pure): which mode a step runs in and which rows give a token, for each row
-of the module's table; and graph_capture's CPU behaviour (a replay runs the call; an out-of-memory build is None)."""
+"""The scheduled value (engine/batch.py, pure): which mode a step runs in and which rows give a token, for
+each row of the module's table; and graph_capture's CPU behaviour (a replay runs the call; an out-of-memory
+build is None)."""
 import pytest
 import torch
 
 from dcpctl.runtime.attention.dcp import SeqChunk
 from dcpctl.runtime.engine import SamplingParams, Sequence
-from dcpctl.runtime.engine.batch import EAGER, GRAPH, PIPELINED, SPEC, SPLIT, make_batch, sample_rows, token_ids
+from dcpctl.runtime.engine.batch import (EAGER, GRAPH, PIPELINED, SPEC, SPLIT, make_batch, sample_rows,
+                                         token_ids)
 from dcpctl.runtime.engine.mixed import Split
 from dcpctl.runtime.graph_capture import capture_set, unless_out_of_memory
 
