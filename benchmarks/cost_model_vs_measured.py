@@ -71,15 +71,16 @@ def absolute(t: Table, k: Constants, title: str) -> dict[str, float]:
     for r in t.rows:
         p = t.predict_ms(r, k)
         out[f"DCP{r['dcp']} B={r['batch']} L={r['context']}"] = measured(r) / p
-        print(f"| {r['dcp']} | {r['batch']} | {r['context']} | {measured(r):.3f} | {r.get('predicted_ms', 0):.3f} | "
-              f"{p:.3f} | {measured(r) / p:.2f} |")
+        print(f"| {r['dcp']} | {r['batch']} | {r['context']} | {measured(r):.3f} | "
+              f"{r.get('predicted_ms', 0):.3f} | {p:.3f} | {measured(r) / p:.2f} |")
     return out
 
 
 def step_ratio(t: Table, k: Constants) -> dict[str, float]:
     cells = t.cells()
-    print("\nDCP2/DCP1 step ratio\n| B | context | measured | roofline-only (bench) | measured / roofline-only | "
-          "predicted | measured / predicted |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\nDCP2/DCP1 step ratio\n| B | context | measured | roofline-only (bench) | measured / "
+          "roofline-only | predicted | measured / predicted |\n| ---: | ---: | ---: | ---: | ---: | ---: | "
+          "---: |")
     out = {}
     for (c, b, L), r in cells.items():
         one = cells.get((1, b, L))
@@ -115,8 +116,9 @@ def main() -> None:
     first = one.rows[0]
     overhead = (measured(first) - one.predict_ms(first, k)) / one.layers * 1e-3
     k = replace(k, layer_overhead_s=overhead)
-    print(f"calibration {args.calibration.name}; layer_overhead_us {overhead * 1e6:.1f} from {args.one_gpu.name} "
-          f"cell B={first['batch']} L={first['context']} (DCP {first['dcp']}, TP {one.tp})")
+    print(f"calibration {args.calibration.name}; layer_overhead_us {overhead * 1e6:.1f} from "
+          f"{args.one_gpu.name} cell B={first['batch']} L={first['context']} (DCP {first['dcp']}, TP "
+          f"{one.tp})")
     summary("one GPU, measured / predicted", absolute(one, k, f"{args.one_gpu.name} (TP {one.tp})"))
     cells = absolute(two, k, f"{args.two_gpu.name} (TP {two.tp}, {two.backend})")
     ratios = step_ratio(two, k)
@@ -126,7 +128,8 @@ def main() -> None:
         repeat(two, Table(args.repeat))
     if args.output:
         merge_calibration(args.output, {"layer_overhead_us": round(overhead * 1e6, 1)},
-                          {"layer_overhead_us": f"{args.one_gpu.name} cell B={first['batch']} L={first['context']}"})
+                          {"layer_overhead_us": f"{args.one_gpu.name} cell B={first['batch']} "
+                                                f"L={first['context']}"})
         print(f"\nwrote layer_overhead_us to {args.output}")
 
 

@@ -1,7 +1,9 @@
 """`bench decode`'s cell (dcpctl.bench.decode_cell.run_cell) on a checkpoint directory, one device, DCP 1.
 
-    python3 -m benchmarks.decode_step DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs] [-o rows.json]
-        [--profile B]   (CUDA: one eager step at batch B and the first context under torch.profiler: GPU time per kernel)
+    python3 -m benchmarks.decode_step DIR [--device cuda] [--batches 1,8,32] [--contexts 1032] [--cuda-graphs]
+        [-o rows.json]
+        [--profile B]   (CUDA: one eager step at batch B and the first context under torch.profiler: GPU time
+                        per kernel)
 
 For checkpoints `bench decode` cannot write (it makes every layer dense): the 16-layer MoE checkpoint of
 serve_peers.py. Same rows as `bench decode -o` (step_ms eager, graph_ms = one CUDA-graph replay's GPU
@@ -66,14 +68,16 @@ def profile_step(fn, top: int = 30) -> dict:
     apart."""
     from torch.profiler import ProfilerActivity, profile
     from benchmarks.prefill_ttft import kernel_totals
-    fn()                                   # the cell's first call: allocation and any compile, outside the profile
+    fn()                                   # the cell's first call: allocation and any compile, outside the
+                                           # profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     events = [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
     order = sorted((ev.time_range.start, ev.name[:60], round(ev.device_time, 1)) for ev in events)
-    return {"by_name": [{"name": k, "ms": round(ms, 4), "calls": n} for k, ms, n in kernel_totals(events, 110)[:top]],
+    return {"by_name": [{"name": k, "ms": round(ms, 4), "calls": n}
+                        for k, ms, n in kernel_totals(events, 110)[:top]],
             "in_order": [[name, us] for _, name, us in order]}
 
 

@@ -31,16 +31,16 @@ def _kernel_report(doc: dict, fit: dict) -> None:
     ratios = [(c["time_us"] / (fixed + c["roofline_us"] / eff[c["heads"]]), c) for c in doc["cells"]]
     lo, hi = min(ratios, key=lambda t: t[0]), max(ratios, key=lambda t: t[0])
     cell = lambda c: f"H={c['heads']} ctx={c['ctx']} B={c['batch']}"  # noqa: E731
-    print(f"kernel: attn_efficiency {eff}, attn_fixed_us {fixed}; measured / fitted over {len(ratios)} cells: "
-          f"min {lo[0]:.2f} ({cell(lo[1])}), median {statistics.median(r for r, _ in ratios):.2f}, "
+    print(f"kernel: attn_efficiency {eff}, attn_fixed_us {fixed}; measured / fitted over {len(ratios)} "
+          f"cells: min {lo[0]:.2f} ({cell(lo[1])}), median {statistics.median(r for r, _ in ratios):.2f}, "
           f"max {hi[0]:.2f} ({cell(hi[1])})")
 
 
 def _exchange_report(doc: dict, fit: dict) -> None:
     c, col = doc["dcp"], a2a_column(doc)
-    print(f"exchange (dcp {c}, {doc.get('kernel_heads')} kernel heads): a2a ({col}) {fit['a2a_latency_us']} us + "
-          f"bytes / {fit['a2a_gbps']} GB/s; plain collective {fit['coll_latency_us']} us + received bytes / "
-          f"{fit['link_gbps']} GB/s")
+    print(f"exchange (dcp {c}, {doc.get('kernel_heads')} kernel heads): a2a ({col}) {fit['a2a_latency_us']} "
+          f"us + bytes / {fit['a2a_gbps']} GB/s; plain collective {fit['coll_latency_us']} us + received "
+          f"bytes / {fit['link_gbps']} GB/s")
     print(f"| B | send bytes | {col} | fitted | raw_graph_us | fitted |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in doc["rows"]:
@@ -60,13 +60,15 @@ def main() -> None:
         kdoc = _load(args.kernel)
         values = fit_kernel(kdoc, str(args.kernel))
         _kernel_report(kdoc, values)
-        sources = {"kernel": f"{args.kernel.name} ({kdoc.get('device', '?')}, KV {kdoc.get('kv_dtype', '?')})"}
+        sources = {"kernel": f"{args.kernel.name} ({kdoc.get('device', '?')}, KV "
+                             f"{kdoc.get('kv_dtype', '?')})"}
         if args.exchange:
             edoc = _load(args.exchange)
             fit = fit_exchange(edoc, str(args.exchange))
             _exchange_report(edoc, fit)
             values.update(fit)
-            sources["exchange"] = f"{args.exchange.name} (dcp {edoc['dcp']}, {a2a_column(edoc)} and raw_graph_us)"
+            sources["exchange"] = (f"{args.exchange.name} (dcp {edoc['dcp']}, {a2a_column(edoc)} and "
+                                   "raw_graph_us)")
         merge_calibration(args.output, values, sources)
     except UserError as e:
         sys.exit(f"error: {e}")

@@ -111,7 +111,8 @@ def peer_cache(pool: Any, layout: str) -> tuple[Any, Any, str]:
         return pool.kv[..., :V], pool.kv[...,
                                          V:], "strided views of our fused [pages, 64, 576] pool (zero copy)"
     over = pool.kv.numel() > MAX_KV_ELEMENTS
-    why = " (the fused pool is over 2^32 elements: FlashInfer's uint32 page offset would wrap)" if over else ""
+    why = (" (the fused pool is over 2^32 elements: FlashInfer's uint32 page offset would wrap)"
+           if over else "")
     ckv, kpe = pool.kv[..., :V].contiguous(), pool.kv[..., V:].contiguous()
     if ckv.numel() > MAX_KV_ELEMENTS:
         raise ValueError(f"ckv has {ckv.numel()} elements > 2^32: FlashInfer 0.2.14 page offsets would wrap")
@@ -153,8 +154,9 @@ def check(peer: Peer, backend: str, ws: Any, pool: Any, cache: tuple[Any, Any], 
     pages = pool.kv[bt.reshape(-1).long()].float()      # only this cell's pages in fp32, renumbered 0..n-1
     want_o, want_lse = naive_decode(q.float(), pages, torch.arange(bt.numel(), device=bt.device).view_as(bt),
                                     3000)
-    return {"o_vs_ours": rel(o, ours.o), "lse_vs_ours": rel(lse, ours.lse), "ours_o_vs_naive": rel(ours.o, want_o),
-            "flashinfer_o_vs_naive": rel(o, want_o), "flashinfer_lse_vs_naive": rel(lse, want_lse)}
+    return {"o_vs_ours": rel(o, ours.o), "lse_vs_ours": rel(lse, ours.lse),
+            "ours_o_vs_naive": rel(ours.o, want_o), "flashinfer_o_vs_naive": rel(o, want_o),
+            "flashinfer_lse_vs_naive": rel(lse, want_lse)}
 
 
 def pick_backend(peer: Peer, backends: list[str], ws: Any, pool: Any, cache: tuple[Any, Any],
@@ -245,7 +247,8 @@ def peer_phase(peer: Peer, args: argparse.Namespace, pool: Any, res: dict[str, A
         try:
             time_peer(peer, ws, pool, (ckv, kpe), row, res["configs"][row["heads"]])
         except Exception as e:   # a CUDA error is sticky: later cells would only repeat it
-            row["flashinfer_error"] = peer.fail(f"run heads={row['heads']} ctx={row['ctx']} batch={row['batch']}", e)
+            row["flashinfer_error"] = peer.fail(f"run heads={row['heads']} ctx={row['ctx']} "
+                                                f"batch={row['batch']}", e)
             peer.note("run: the remaining cells were not timed")
             return
         ours = row.get("ours_eager_us", row["ours_us"])
@@ -264,16 +267,17 @@ def markdown(res: dict[str, Any]) -> str:
     fi = res["flashinfer"]
     def f(x: float | None, d: int = 1) -> str:
         return "-" if x is None else f"{x:.{d}f}"
-    lines = [f"{res['device']}: copy {res['calibration']['copy_tbps']} TB/s, bf16 {res['calibration']['bf16_tflops']} "
-             f"TFLOP/s; FlashInfer {fi['version']} backend {fi['backend'] or '-'}, KV {fi.get('layout', '-')}, "
-             f"timing {fi['timing']}", "",
+    lines = [f"{res['device']}: copy {res['calibration']['copy_tbps']} TB/s, bf16 "
+             f"{res['calibration']['bf16_tflops']} TFLOP/s; FlashInfer {fi['version']} backend "
+             f"{fi['backend'] or '-'}, KV {fi.get('layout', '-')}, timing {fi['timing']}", "",
              "| heads | ctx | batch | ours us | FlashInfer us | ours/FlashInfer | ours roofline frac "
              "| FlashInfer roofline frac |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in res["cells"]:
-        lines.append(f"| {c['heads']} | {c['ctx']} | {c['batch']} | {f(c.get('ours_eager_us', c['ours_us']))} | "
-                     f"{f(c.get('flashinfer_us'))} | {f(c.get('ours_over_flashinfer'), 2)} | "
-                     f"{f(c['ours_fraction'], 2)} | {f(c.get('flashinfer_fraction'), 2)} |")
+        lines.append(f"| {c['heads']} | {c['ctx']} | {c['batch']} | "
+                     f"{f(c.get('ours_eager_us', c['ours_us']))} | {f(c.get('flashinfer_us'))} | "
+                     f"{f(c.get('ours_over_flashinfer'), 2)} | {f(c['ours_fraction'], 2)} | "
+                     f"{f(c.get('flashinfer_fraction'), 2)} |")
     return "\n".join(lines + [""] + [f"FlashInfer: {n}" for n in fi["notes"]])
 
 
@@ -286,7 +290,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/dcpctl-flashinfer"), help="unpack + JIT cache")
     ap.add_argument("--backends", default="fa3,fa2", help="tried in order per head count")
     ap.add_argument("--layout", choices=["auto", "views", "separate"], default="auto",
-                    help="FlashInfer's ckv/kpe: views of our fused pool or copies (auto: views under 2^32 elements)")
+                    help="FlashInfer's ckv/kpe: views of our fused pool or copies (auto: views under 2^32 "
+                         "elements)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch

@@ -1,7 +1,7 @@
 """Block-FP8 judged as users judge a quantized checkpoint: the built-in trained model against its FP8 form.
 
-    python -m benchmarks.fp8_accuracy [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR] [--fp32-logits]
-                                      [--prefill-mode w8a16|w8a8]
+    python -m benchmarks.fp8_accuracy [--device cpu|cuda] [--json OUT] [--mode w8a16|w8a8] [--dir DIR]
+                                      [--fp32-logits] [--prefill-mode w8a16|w8a8]
 
 The built-in trained model (tiny DeepSeek-V3-shaped, trained on Python stdlib sources; what `dcpctl generate`
 serves without --model-path) is quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale = amax
@@ -11,13 +11,18 @@ its bf16 form (fp8_model_check.write_trained(fp8=False): every tensor rounded to
 bf16 release would hold, and the FP8 form keeps its tensors that are not FP8 (embeddings, lm_head, router,
 norms) in bf16 too. Five paths:
 
-| path     | weights                              | arithmetic                                                        |
-| -------- | ------------------------------------ | ----------------------------------------------------------------- |
-| bf16     | as trained (rounded to bf16 at load) | bf16: the model a user would otherwise serve                      |
-| fp8      | block-FP8 kept                       | the served FP8 path: cuda, its Triton kernels; cpu, the method in float64 on bf16 rows, rounded to bf16 per GEMM (fp8_model_check.emulated_fp8_matmul) |
-| f64      | as trained (float32)                 | float64: the exact reference (its bits per byte is the training record's) |
-| f64_bf16 | the bf16 form                        | float64: the bf16 checkpoint, exactly                             |
-| f64_fp8  | the FP8 form, kept                   | float64: the --mode method on the FP8 checkpoint, exactly (w8a16: the dequantized weights; w8a8: rows quantized 1x128 e4m3 first) |
+| path     | weights                              | arithmetic                                               |
+| -------- | ------------------------------------ | -------------------------------------------------------- |
+| bf16     | as trained (rounded to bf16 at load) | bf16: the model a user would otherwise serve             |
+| fp8      | block-FP8 kept                       | the served FP8 path: cuda, its Triton kernels; cpu, the  |
+|          |                                      | method in float64 on bf16 rows, rounded to bf16 per GEMM |
+|          |                                      | (fp8_model_check.emulated_fp8_matmul)                    |
+| f64      | as trained (float32)                 | float64: the exact reference (its bits per byte is the   |
+|          |                                      | training record's)                                       |
+| f64_bf16 | the bf16 form                        | float64: the bf16 checkpoint, exactly                    |
+| f64_fp8  | the FP8 form, kept                   | float64: the --mode method on the FP8 checkpoint,        |
+|          |                                      | exactly (w8a16: the dequantized weights; w8a8: rows      |
+|          |                                      | quantized 1x128 e4m3 first)                              |
 
 Which pair the targets judge (the report's `target_comparison`): on cuda the served paths, fp8 vs bf16 (the
 FP8 kernels against the bf16 ones); on cpu, where no FP8 kernel runs, the two checkpoints in float64, f64_fp8
@@ -35,12 +40,13 @@ rounding step apart no longer tie or swap in the greedy comparison.
 Reported:
 - bits per byte of every path over all 8 x 255 held-out bytes (BOS in front of each window); the target pair's
   within 2%.
-- greedy continuations (NEW_TOKENS each) of 32 held-out prompts (BOS + PROMPT_BYTES bytes from 32 evenly spaced
-  distinct line starts), each path decoding freely: the target pair equal on at least 28. For each one that differs,
-  the first step that does and the reference's top-2 logit margin there (a near-tie flips under any perturbation).
-- per-step logits of every path fed bf16's tokens, compared with a reference's only on the steps where both paths
-  routed to the same experts: the norm-relative difference ||a - b|| / ||b||, median and max, over two filters: the
-  step's own token routed alike in every MoE layer, and (stricter) its whole context did
+- greedy continuations (NEW_TOKENS each) of 32 held-out prompts (BOS + PROMPT_BYTES bytes from 32 evenly
+  spaced distinct line starts), each path decoding freely: the target pair equal on at least 28. For each one
+  that differs, the first step that does and the reference's top-2 logit margin there (a near-tie flips under
+  any perturbation).
+- per-step logits of every path fed bf16's tokens, compared with a reference's only on the steps where both
+  paths routed to the same experts: the norm-relative difference ||a - b|| / ||b||, median and max, over two
+  filters: the step's own token routed alike in every MoE layer, and (stricter) its whole context did
   (fp8_model_check.routing_differs: another expert for an earlier token changes the attention context too).
 """
 from __future__ import annotations
@@ -74,7 +80,7 @@ PROMPT_BYTES = 32
 NEW_TOKENS = 16
 BPB_TARGET = 0.02      # fp8's bits per byte within 2% of bf16's
 GREEDY_TARGET = 28     # of PROMPTS equal
-TARGET_PAIR = {"cuda": ("fp8", "bf16"), "cpu": ("f64_fp8", "f64_bf16")}   # (path, reference) the targets judge
+TARGET_PAIR = {"cuda": ("fp8", "bf16"), "cpu": ("f64_fp8", "f64_bf16")}  # (path, reference) the targets judge
 GREEDY_PAIRS = (("fp8", "bf16"), ("f64_fp8", "f64_bf16"), ("f64", "bf16"), ("f64_bf16", "f64"),
                 ("f64_fp8", "f64"))
 STEP_PAIRS = (("fp8", "bf16"), ("f64_fp8", "f64_bf16"), ("f64", "bf16"), ("f64_fp8", "bf16"))
@@ -126,7 +132,8 @@ def token_routing_differs(a: list[torch.Tensor], b: list[torch.Tensor], lens: li
     one at step 0); the calls as in fp8_model_check.routing_differs, which also counts the earlier tokens."""
     per = len(a) // (steps + 1)
     last = torch.tensor(lens).cumsum(0) - 1
-    return [[any(not torch.equal(a[f * per + j][last[p] if f == 0 else p], b[f * per + j][last[p] if f == 0 else p])
+    return [[any(not torch.equal(a[f * per + j][last[p] if f == 0 else p],
+                                 b[f * per + j][last[p] if f == 0 else p])
                  for j in range(per)) for f in range(steps + 1)] for p in range(len(lens))]
 
 
@@ -201,7 +208,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the report here too")
     ap.add_argument("--mode", choices=fp8_parts.MODES, default="w8a16", help="the fp8 path's method")
     ap.add_argument("--prefill-mode", choices=fp8_parts.MODES,
-                    help="CPU: the method of GEMMs of more than M_TILE_ROWS rows (default: --mode; see above)")
+                    help="CPU: the method of GEMMs of more than M_TILE_ROWS rows (default: --mode; see "
+                         "above)")
     ap.add_argument("--fp32-logits", action="store_true",
                     help="the 16-bit paths' lm_head product in fp32 (see above)")
     ap.add_argument("--dir", help="where the FP8 checkpoint is written, its bf16 form in DIR-bf16 "
@@ -225,11 +233,13 @@ def main() -> int:
     for name, d, keep, dtype in (("bf16", default_model().path, False, torch.bfloat16),
                                  ("f64", default_model().path, False, torch.float64),
                                  ("f64_bf16", bf16_dir, False, torch.float64),
-                                 ("fp8", fp8_dir, True, torch.bfloat16), ("f64_fp8", fp8_dir, True, torch.float64)):
+                                 ("fp8", fp8_dir, True, torch.bfloat16),
+                                 ("f64_fp8", fp8_dir, True, torch.float64)):
         m, _ = _load(d, keep, dtype, dev)
         if args.fp32_logits and dtype != torch.float64:
             fp32_logits(m)
-        if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks fp8_matmul up at every call
+        if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks fp8_matmul up at every
+                                                           # call
             fp8_gemm.fp8_matmul = functools.partial(split_method, decode=args.mode, prefill=args.prefill_mode)
         paths[name] = run_path(m, name, windows, prompts, forced)
         forced = forced or paths["bf16"]["ids"]
@@ -256,13 +266,15 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
         "fp32_logits": args.fp32_logits,
         "recorded_f64_bpb (training.json)": json.loads(
             (default_model().path / "training.json").read_text())["slice"]["bpb_float64"],
-        "checkpoint": f"built-in trained model ({default_model().path.name}) and its block-FP8 form (128x128 e4m3)",
+        "checkpoint": f"built-in trained model ({default_model().path.name}) and its block-FP8 form "
+                      "(128x128 e4m3)",
         "paths": {k: v[dev] if isinstance(v, dict) else v for k, v in PATHS.items()},
         "target_comparison": {
             "pair": target,
             "why": "the served paths: the FP8 kernels against the bf16 ones" if dev == "cuda" else
-                   "no FP8 kernel runs on the CPU: the FP8 checkpoint under the method against the bf16 checkpoint, "
-                   "both in float64 (the quantization alone, without bf16 arithmetic's rounding)"},
+                   "no FP8 kernel runs on the CPU: the FP8 checkpoint under the method against the bf16 "
+                   "checkpoint, both in float64 (the quantization alone, without bf16 arithmetic's "
+                   "rounding)"},
     }
     rels = {f"{a}_vs_{b}_rel": round(rel_bpb(paths, a, b), 5) for a,
             b in (("fp8", "bf16"), ("f64_fp8", "f64_bf16"))}
@@ -273,8 +285,8 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
     greedy = {f"{a}_vs_{b}": greedy_report(paths[a]["ids"], paths[b]["ids"], paths[b]["free_logits"])
               for a, b in GREEDY_PAIRS}
     equal = int(greedy[target]["equal"].split("/")[0])
-    out["greedy"] = {"target": f"{target} equal on >= {GREEDY_TARGET}/{PROMPTS}", "met": equal >= GREEDY_TARGET,
-                     **greedy}
+    out["greedy"] = {"target": f"{target} equal on >= {GREEDY_TARGET}/{PROMPTS}",
+                     "met": equal >= GREEDY_TARGET, **greedy}
     for scope, differs in (("this step's token", token_routing_differs),
                            ("the whole context", routing_differs)):
         per_step = {}
@@ -285,7 +297,8 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
             same = on_same_experts(err, moved)
             per_step[f"{a}_vs_{b}"] = {"steps": f"{len(same)}/{sum(map(len, err))}",
                                        "norm_rel": _stats(same) if same else None}
-        out[f"per_step_logits (all fed bf16's tokens), steps where {scope} routed to the same experts"] = per_step
+        out[f"per_step_logits (all fed bf16's tokens), steps where {scope} "
+            "routed to the same experts"] = per_step
     return out
 
 

@@ -1,6 +1,7 @@
 """How many Triton kernels a block-FP8 server compiles at start: counted on the CPU with Triton's own keys.
 
-    python -m benchmarks.fp8_compiles [--max-bs 64] [--chunk 8192] [--json OUT] [--compile serial,processes:2,...]
+    python -m benchmarks.fp8_compiles [--max-bs 64] [--chunk 8192] [--json OUT]
+                                      [--compile serial,processes:2,...]
 
 A first start of `dcpctl launch` on a block-FP8 checkpoint compiles one Triton kernel per distinct
 specialization its FP8 GEMMs launch (fp8_gemm.py's MMA kernel, fp8_gemv.py's few-rows kernel, fp8_dequant.py):
@@ -62,10 +63,12 @@ def collect(rows: dict[str, list[int]], gemms: dict[str, tuple[int, int]] | None
     launches nothing (fp8_precompile.skipped)."""
     out: dict[str, list] = {}
     plain_linear, active, plain_tables = fp8_gemm.F.linear, driver._active, fp8_tiles.current
-    h200 = fp8_tiles.tables_for("NVIDIA H200", 90)   # the tiles an H200 serves with (CPU tensors get the defaults)
+    h200 = fp8_tiles.tables_for("NVIDIA H200", 90)   # the tiles an H200 serves with (CPU tensors get the
+                                                     # defaults)
     fp8_tiles.current = lambda device=None: h200
     driver.set_active(Sm90Driver())
-    fp8_gemm.F.linear = lambda x, w: x.new_empty(x.shape[0], w.shape[0])   # DequantLinear's cuBLAS: not Triton
+    # DequantLinear's cuBLAS: not Triton
+    fp8_gemm.F.linear = lambda x, w: x.new_empty(x.shape[0], w.shape[0])
     try:
         for name, (N, K) in (gemms or {**DENSE, **GROUPED}).items():
             grouped = name in GROUPED
@@ -147,8 +150,8 @@ def main() -> int:
                                       "serial, threads:N, processes:N")
     args = ap.parse_args()
     rows = row_counts(args.max_bs, args.chunk)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                          text=True, check=False).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                          capture_output=True, text=True, check=False).stdout.strip()
     doc = {"command": " ".join(["python", "-m", "benchmarks.fp8_compiles", *sys.argv[1:]]), "commit": head,
            "triton": triton.__version__, "max_bs": args.max_bs,
            "chunk": args.chunk, "token_counts": rows["dense"], **count(rows)}

@@ -1,7 +1,8 @@
 """Block-FP8 GEMM vs the bf16 GEMM of the same shape at decode batch sizes, against the weight-read roofline.
 
-    python -m benchmarks.fp8_gemm [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150] [--table]
-                                   [--grouped [--experts 256] [--grouped-rows 2 4 ...]] [--merge-table FILE]
+    python -m benchmarks.fp8_gemm [--json OUT] [--hbm-tbps 4.2] [--sweep] [--sweep-m 1 8] [--budget-s 150]
+                                   [--table] [--grouped [--experts 256] [--grouped-rows 2 4 ...]]
+                                   [--merge-table FILE]
 
 Shapes: DeepSeek-V3's projections (TP 1 and TP 8 slices; a routed expert's down projection has o_proj/tp8's
 shape), q_a_proj and kv_a_proj joined (they share their input: 2112 x 7168, its last scale block 64 rows), and
@@ -51,12 +52,12 @@ import torch.nn.functional as F
 
 from dcpctl.runtime.kernels.fp8_tiles import GEMV_ROWS, current as current_tables
 from dcpctl.runtime.kernels.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
-                                            M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles, fp8_matmul,
-                                            quantize_rows)
+                                            M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles,
+                                            fp8_matmul, quantize_rows)
 from dcpctl.runtime.kernels.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
-SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*: V3's
-    # dense MLP at TP 1 (fp8_serve.py's checkpoint, layer 0)
+SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*:
+    # V3's dense MLP at TP 1 (fp8_serve.py's checkpoint, layer 0)
     "q_a_proj": (1536, 7168), "kv_a_proj": (576, 7168), "q_a+kv_a_proj": (2112, 7168), "q_b_proj": (24576,
                                                                                                     1536),
     "o_proj": (7168, 16384), "o_proj/tp8": (7168, 2048), "dense_gate_up/tp8": (4608, 7168),
@@ -67,7 +68,8 @@ BATCHES = (1, 8, 16, 64)
 GEMV_MAX_M = 16   # the few-rows kernel is timed up to here
 METHODS = (*MODES, "w8a16f", "w8a16b")   # w8a16 through fp8_gemm's fp16 / bf16 MMA for bf16 rows (A16_MMAS;
 # plain w8a16: the shipped choice, auto)
-MODE = ["w8a16"]        # --modes: the method every timing uses, then (optional) a second one for the shipped setting
+MODE = ["w8a16"]        # --modes: the method every timing uses, then (optional) a second one for the shipped
+                        # setting
 FLOOR_DONE: dict = {}   # --read-floor: (N, K) -> the M whose row has the shape's read floor
 EXTRA: dict = {}        # run-wide figures for the JSON (the methods, the empty kernel's time)
 CALLS, REPLAYS = 20, 20
@@ -102,8 +104,8 @@ A16_WIDE = [Tiles(128, 8, 4, 4, swap=True, max_split=4, fold=True), Tiles(128, 8
             Tiles(bn=128, per_sm=2, fold=True), Tiles(bn=128, warps=8, per_sm=4, max_split=4, fold=True)]
 A16_CANDIDATES = ([replace(t, fold=True) for t in A16_WON]
                   + [Tiles(64, 4, 4, 2, swap=True, fold=True), Tiles(128, 4, 3, 1, swap=True, fold=True),
-                     Tiles(128, 4, 4, 4, swap=True, max_split=4, fold=True), Tiles(bn=128, per_sm=4, max_split=4,
-                                                                                  fold=True),
+                     Tiles(128, 4, 4, 4, swap=True, max_split=4, fold=True),
+                     Tiles(bn=128, per_sm=4, max_split=4, fold=True),
                      Tiles(32, 4, 4, 2, fold=True), Tiles(64, 4, 5, 1, swap=True, fold=True)]
                   + A16_WON + A16_WIDE)
 # --a16-candidates above fp8_gemm.M_TILE_ROWS (prefill: the rows tiled over programs): folded N tiles of 64
@@ -124,8 +126,8 @@ GROUPED_A16 = [Tiles(fold=True), BEFORE_TILES, Tiles(stages=4, fold=True)]
 # CANDIDATES), DEFAULT_TILES first (the table's reference)
 GROUPED_DECODE = {"w8a16": list(dict.fromkeys([DEFAULT_TILES, *A16_CANDIDATES, *GROUPED_A16])),
                   "w8a8": list(dict.fromkeys([DEFAULT_TILES, *CANDIDATES]))}
-GROUPED_MARGIN = 0.05   # a grouped table entry is kept only where it is this much faster than DEFAULT_TILES (a
-# setting within it of the default is not worth a specialization more to compile)
+GROUPED_MARGIN = 0.05   # a grouped table entry is kept only where it is this much faster than DEFAULT_TILES
+# (a setting within it of the default is not worth a specialization more to compile)
 GROUPED_SECTIONS = {"w8a16": "grouped_w8a16", "w8a8": "grouped"}   # the table section a method's sweep writes
 DENSE_SECTIONS = {"w8a16": "dense_w8a16", "w8a8": "dense"}
 # ... and where the experts average more than fp8_gemm.M_TILE_ROWS rows (prefill), 128-row MMA tiles too
@@ -214,12 +216,14 @@ class Timer:
             try:
                 self.us[t] = round(self.fn(t) * 1e6, 2)
             except Exception as e:  # noqa: BLE001
-                self.failed.append(f"{t}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+                self.failed.append(f"{t}: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:160] if str(e) else ''}")
                 self.us[t] = float("inf")
         return self.us[t]
 
 
-PEER: dict = {"layout": None, "refused": []}   # --torch-peer: the scale layout this torch build took, or why not
+PEER: dict = {"layout": None, "refused": []}   # --torch-peer: the scale layout this torch build took, or why
+                                               # not
 
 
 def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
@@ -234,7 +238,8 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
     ref = fp8_matmul(x, w8, s, (128, 128), mode="w8a8").float()   # torch quantizes the rows too
     # outer-major by construction: strides (1, M) also for M = 1 (.t().contiguous().t() keeps (K/128, 1)
     # there, which torch 2.11's check refuses: "scale_a must have strides (1, 1)")
-    a_layouts = {"a[M,K/128] outer-major": lambda v: torch.empty_strided(v.shape, (1, v.shape[0]), dtype=v.dtype,
+    a_layouts = {"a[M,K/128] outer-major": lambda v: torch.empty_strided(v.shape, (1, v.shape[0]),
+                                                                         dtype=v.dtype,
                                                                          device=v.device).copy_(v),
                  "a[M,K/128] row-major": lambda v: v}
     b_layouts = {"b[N/128,K/128]": lambda v: v, "b[K/128,N/128] view": lambda v: v.t(),
@@ -243,8 +248,8 @@ def _torch_peer(x: torch.Tensor, w8: torch.Tensor, s: torch.Tensor):
         if PEER["layout"] not in (None, (an, bn)):
             continue
         try:
-            out = scaled_mm(x8, w8.t(), af(xs), ScalingType.BlockWise1x128, bf(s), ScalingType.BlockWise128x128,
-                            output_dtype=torch.bfloat16)
+            out = scaled_mm(x8, w8.t(), af(xs), ScalingType.BlockWise1x128, bf(s),
+                            ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
             err = ((out.float() - ref).norm() / ref.norm()).item()
             if err > 1e-2:
                 raise ValueError(f"ran, but {err:.3g} norm-relative from ours")
@@ -271,12 +276,13 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
     s = [torch.rand(-(-N // 128), -(-K // 128), device="cuda") * 1e-2 + 1e-3 for _ in range(copies)]
     wb = [w.to(torch.bfloat16) for w in w8[:max(2, -(-2 * L2_BYTES // (2 * w_bytes)))]]
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t, **method(MODE[0])),
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), tiles=t,
+                                                           **method(MODE[0])),
                                       copies))
     bf16 = round(_graph_time(lambda i: F.linear(x, wb[i % len(wb)]), len(wb)) * 1e6, 2)
     roof = round((w_bytes + s[0].numel() * 4 + 2 * M * (K + N)) / (hbm * 1e12) * 1e6, 2)
-    gemv = (current_tables(torch.device("cuda", 0)).gemv.get((N,
-                                                              K)) or DEFAULT_GEMV) if M <= GEMV_MAX_M else None
+    gemv = ((current_tables(torch.device("cuda", 0)).gemv.get((N, K)) or DEFAULT_GEMV)
+            if M <= GEMV_MAX_M else None)
     shipped = choose_tiles(N, K, M, a16=method(MODE[0])["mode"] == "w8a16", device=torch.device("cuda", 0))
     row = _row(name, N, K, M, fp8, bf16, roof, cands, gemv, shipped,
                errors(x, w8[0], s[0]) if M == 8 else None)
@@ -285,7 +291,8 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
         us = round(_graph_time(lambda i: fp8_matmul(x, w8[i], s[i], (128, 128), **method(m)), copies) * 1e6,
                    2)
         row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
-    if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no rows
+    if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no
+                                                          # rows
         from read_floor import read_floor_us
         us, setting = read_floor_us(w8, _graph_time)
         bus, _ = read_floor_us(wb, _graph_time)
@@ -311,7 +318,8 @@ def _row(name, N, K, M, fp8: Timer, bf16: float, roof: float, cands: list, gemv_
         fp8(t)
     if cands:
         best = min(fp8.us, key=fp8.us.get)
-        row.update(best_us=fp8.us[best], best_tiles=tiles_dict(best), best_over_roofline=round(fp8.us[best] / roof, 3),
+        row.update(best_us=fp8.us[best], best_tiles=tiles_dict(best),
+                   best_over_roofline=round(fp8.us[best] / roof, 3),
                    bf16_over_best=round(bf16 / fp8.us[best], 3),
                    timed=[{"tiles": tiles_dict(t), "us": us} for t, us in fp8.us.items()])
     if fp8.failed:
@@ -330,8 +338,8 @@ def _experts(N: int, K: int, experts: int) -> tuple:
         torch.float8_e4m3fn)
     del bits
     s = torch.rand(experts, -(-N // 128), -(-K // 128), device="cuda", generator=g) * 1e-3 + 1e-4
-    wb = torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g) if hasattr(torch,
-                                                                                                 "_grouped_mm") else None
+    wb = (torch.randn(experts, N, K, device="cuda", dtype=torch.bfloat16, generator=g)
+          if hasattr(torch, "_grouped_mm") else None)
     return w8, s, wb
 
 
@@ -341,16 +349,18 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = ()
     w8, s, wb = _experts(N, K, experts)
     g = torch.Generator(device="cuda").manual_seed(M)
     calls, busy = [], []
-    for _ in range(CALLS):   # a new routing every call: its experts' weights are not in L2 from the call before
+    for _ in range(CALLS):   # a new routing every call: its experts' weights are not in L2 from the call
+                             # before
         idx = torch.rand(M, experts, device="cuda", generator=g).topk(top_k, dim=-1).indices.reshape(-1)
         counts = torch.bincount(idx, minlength=experts)
         calls.append((torch.randn(M * top_k, K, device="cuda", dtype=torch.bfloat16, generator=g),
                       counts.cumsum(0).to(torch.int32)))
         busy.append(int((counts > 0).sum()))
-    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], tiles=t,
-                                                           **method(MODE[0])),
+    fp8 = Timer(lambda t: _graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1],
+                                                           tiles=t, **method(MODE[0])),
                                       CALLS))
-    bf16 = (round(_graph_time(lambda i: torch._grouped_mm(calls[i][0], wb.transpose(1, 2), offs=calls[i][1]), CALLS)
+    bf16 = (round(_graph_time(lambda i: torch._grouped_mm(calls[i][0], wb.transpose(1, 2), offs=calls[i][1]),
+                              CALLS)
                   * 1e6, 2) if wb is not None else float("nan"))
     per_expert = N * K + s[0].numel() * 4
     roof = round((statistics.mean(busy) * per_expert + 2 * M * top_k * (K + N)) / (hbm * 1e12) * 1e6, 2)
@@ -361,7 +371,8 @@ def grouped_cell(name: str, N: int, K: int, M: int, hbm: float, cands: list = ()
     row.update(experts=experts, top_k=top_k, rows_per_expert=rows, mode=MODE[0],
                busy_experts_mean=statistics.mean(busy))
     for m in MODE[1:]:
-        us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1], **method(m)),
+        us = round(_graph_time(lambda i: fp8_matmul(calls[i][0], w8, s, (128, 128), ends=calls[i][1],
+                                                    **method(m)),
                                CALLS) * 1e6, 2)
         row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
     return row
@@ -477,7 +488,8 @@ def _print(r: dict) -> None:
           f"{r['roofline_us']:>6} {r['bf16_over_after']:>6} {r['after_over_roofline']:>6}"
           + (f"  best {r['best_us']} {r['best_tiles']}" if "best_us" in r else "")
           + (f"  torch {r['torch_us']} ({r['torch_over_roofline']} of roof)" if "torch_us" in r else "")
-          + (f"  read floor {r['read_floor_us']} ({r['read_floor_over_roofline']} of roof; bf16 {r['bf16_read_floor_us']})"
+          + (f"  read floor {r['read_floor_us']} ({r['read_floor_over_roofline']} of roof; bf16 "
+             f"{r['bf16_read_floor_us']})"
              if "read_floor_us" in r else ""), flush=True)
     for f in r.get("failed", []):
         print(f"  failed: {f}", flush=True)
@@ -485,8 +497,9 @@ def _print(r: dict) -> None:
         print(f"  errors at M=8: {r['errors']}", flush=True)
     if "experts" in r and "timed" in r:
         t, us, default = grouped_choice(r)
-        print(f"  {r['rows_per_expert']} rows per expert: DEFAULT_TILES {default} us, for the table {fields(t)} "
-              f"{us} us (bf16 torch._grouped_mm {r['bf16_us']} us: {round(r['bf16_us'] / us, 3)}x)", flush=True)
+        print(f"  {r['rows_per_expert']} rows per expert: DEFAULT_TILES {default} us, for the table "
+              f"{fields(t)} {us} us (bf16 torch._grouped_mm {r['bf16_us']} us: "
+              f"{round(r['bf16_us'] / us, 3)}x)", flush=True)
 
 
 def _save(path: str | None, rows: list[dict]) -> None:
@@ -494,7 +507,8 @@ def _save(path: str | None, rows: list[dict]) -> None:
         with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "cuda": torch.version.cuda,
-                       "torch_peer": PEER, "before_tiles": vars(BEFORE_TILES), **EXTRA, "rows": rows}, f, indent=1)
+                       "torch_peer": PEER, "before_tiles": vars(BEFORE_TILES), **EXTRA, "rows": rows}, f,
+                      indent=1)
 
 
 def _add(rows: list[dict], fn, name: str, N: int, K: int, M: int, *rest) -> None:
@@ -548,19 +562,20 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=256,
                     help="the grouped GEMMs' expert count (top-8 of them)")
     ap.add_argument("--grouped-rows", type=int, nargs="+",
-                    help="time the grouped GEMMs at these rows per expert instead of --batches (with --sweep: the "
-                         "GROUPED_DECODE settings too, up to M_TILE_ROWS rows, for the table's grouped section)")
-    ap.add_argument("--merge-table", help="--save-table keeps the sections of this fp8_gemm table file that this run "
-                                          "did not write (e.g. the shipped one of this GPU)")
+                    help="time the grouped GEMMs at these rows per expert instead of --batches (with "
+                         "--sweep: the GROUPED_DECODE settings too, up to M_TILE_ROWS rows, for the table's "
+                         "grouped section)")
+    ap.add_argument("--merge-table", help="--save-table keeps the sections of this fp8_gemm table file that "
+                                          "this run did not write (e.g. the shipped one of this GPU)")
     ap.add_argument("--torch-peer", action="store_true",
                     help="also time torch's blockwise scaled_mm (cuBLAS) where this build takes it")
     ap.add_argument("--modes", nargs="+", choices=METHODS, default=None,
                     help="the FP8 method of every timing (default w8a16); the others also "
-                         "time the shipped setting under them (w8a16f / w8a16b: w8a16 through the fp16 / bf16 MMA, "
-                         "fp8_matmul's a16_mma)")
+                         "time the shipped setting under them (w8a16f / w8a16b: w8a16 through the fp16 / "
+                         "bf16 MMA, fp8_matmul's a16_mma)")
     ap.add_argument("--read-floor", action="store_true",
-                    help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) and an "
-                         "empty kernel: the least any GEMM of that weight can take")
+                    help="also time a read-only kernel over each shape's FP8 and bf16 weight (read_floor.py) "
+                         "and an empty kernel: the least any GEMM of that weight can take")
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="token counts M")
     ap.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES),
                     help="dense shapes (none: --shapes alone, e.g. with --grouped)")
@@ -575,8 +590,8 @@ def main() -> int:
         from read_floor import empty_us
         EXTRA["empty_kernel_us"] = empty_us(_graph_time)
         print(f"an empty kernel in the graph: {EXTRA['empty_kernel_us']} us", flush=True)
-    print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} {'x bf16':>6} "
-          f"{'/roof':>6}  (us)")
+    print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} "
+          f"{'x bf16':>6} {'/roof':>6}  (us)")
     for M in args.batches:   # M outside: the sweep budget reaches every shape at the first swept M
         for name in args.shapes:
             N, K = SHAPES[name]
@@ -584,11 +599,13 @@ def main() -> int:
             prefill = PREFILL_A16 + (PREFILL_A16_DEQUANT if method(MODE[0])["mode"] == "w8a16" else [])
             _add(rows, cell, name, N, K, M, args.hbm_tbps,
                  ((A16_CANDIDATES if M <= M_TILE_ROWS else prefill) if args.a16_candidates else
-                  (GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else [])) if sweep else [],
+                  (GEMV_CANDIDATES if M <= GEMV_MAX_M else []) + (CANDIDATES if M > 1 else []))
+                 if sweep else [],
                  args.torch_peer,
                  args.read_floor)
             _save(args.json, rows)   # after every cell: a run cut short by its time limit keeps what it timed
-    for M in grouped_batches(args) if args.grouped else ():   # M outside, as above (_experts keeps one shape's)
+    for M in grouped_batches(args) if args.grouped else ():   # M outside, as above (_experts keeps one
+                                                              # shape's)
         for name, (N, K) in GROUPED.items():
             sweep = args.sweep and time.perf_counter() - t0 < args.budget_s
             _add(rows, grouped_cell, name, N, K, M, args.hbm_tbps, grouped_candidates(args, M, sweep),
@@ -597,7 +614,8 @@ def main() -> int:
     _experts.cache_clear()   # 256 experts: 22 GB
     torch.cuda.empty_cache()
     if args.torch_peer:
-        print(f"torch blockwise scaled_mm: {'took ' + ', '.join(PEER['layout']) if PEER['layout'] else 'refused'}"
+        print("torch blockwise scaled_mm: "
+              f"{'took ' + ', '.join(PEER['layout']) if PEER['layout'] else 'refused'}"
               + "".join(f"\n  refused: {r}" for r in PEER["refused"]), flush=True)
     print(f"{time.perf_counter() - t0:.0f} s")
     if args.table:

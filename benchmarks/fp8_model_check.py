@@ -9,12 +9,13 @@ layers of which the first is dense and the rest MoE with `--experts` routed expe
 shared expert, quantized the way DeepSeek's releases are (128x128 blocks, e4m3, scale = amax / 448).
 Then loads it on cuda:0 (TP 1) four ways and runs 8 prompts x 8 greedy tokens:
 
-| path       | weights                   | activations                                    |
-| ---------- | ------------------------- | ---------------------------------------------- |
-| fp8        | FP8 kept (sm_89+ default) | bf16; --mode w8a8: quantized 1x128 e4m3 by the Triton GEMM |
-| bf16       | dequantized to bf16       | bf16                                           |
-| f64        | dequantized to float64    | float64: the exact reference                   |
-| f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the w8a8 method's own arithmetic, exactly |
+| path       | weights                   | activations                                                       |
+| ---------- | ------------------------- | ----------------------------------------------------------------- |
+| fp8        | FP8 kept (sm_89+ default) | bf16; --mode w8a8: quantized 1x128 e4m3 by the Triton GEMM        |
+| bf16       | dequantized to bf16       | bf16                                                              |
+| f64        | dequantized to float64    | float64: the exact reference                                      |
+| f64_fp8    | FP8 kept                  | float64, quantized 1x128 e4m3 by torch, then float64 math: the    |
+|            |                           | w8a8 method's own arithmetic, exactly                             |
 
 --mode (default w8a16; fp8_parts.MODES) is the fp8 path's method: w8a16 keeps the
 activations bf16 (the GEMM converts each e4m3 weight tile), w8a8 quantizes them as DeepSeek and SGLang do.
@@ -97,7 +98,8 @@ def _quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _quantized(name: str, shape: tuple[int, ...]) -> bool:
     """Which tensors DeepSeek's releases store in FP8: the 2-D linear weights but embeddings, lm_head,
     router."""
-    return len(shape) == 2 and "embed_tokens" not in name and "lm_head" not in name and not name.endswith("mlp.gate.weight")
+    return (len(shape) == 2 and "embed_tokens" not in name and "lm_head" not in name
+            and not name.endswith("mlp.gate.weight"))
 
 
 def _save(d: Path, weights: dict[str, torch.Tensor], dev: str) -> None:
@@ -269,7 +271,8 @@ def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16:
     per_step = [norm_rel(L8[p][s], L16[p][s]) for p, s in steps]
     return {
         "fp8_vs_bf16_norm_rel": _stats(per_step),
-        f"steps with fp8_vs_bf16_norm_rel <= {TARGET}": f"{sum(e <= TARGET for e in per_step)}/{len(per_step)}",
+        f"steps with fp8_vs_bf16_norm_rel <= {TARGET}":
+            f"{sum(e <= TARGET for e in per_step)}/{len(per_step)}",
         "fp8_vs_bf16_max_rel": _stats([((L8[p][s] - L16[p][s]).abs().max() / L16[p][s].abs().max()).item()
                                        for p, s in steps]),
         "fp8_vs_f64_norm_rel": _stats([norm_rel(L8[p][s], L64[p][s]) for p, s in steps]),
@@ -280,7 +283,8 @@ def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16:
             _stats([norm_rel(L8[p][s], Le[p][s]) for p, s in steps]),
         **({} if rerouted is None else _rerouted(per_step, [rerouted[p][s] for p, s in steps])),
         "greedy_prompts_equal": f"{sum(equal)}/{len(equal)}",
-        "prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)": f"{sum(decided)}/{len(decided)}",
+        "prompts_decided (bf16 top-2 margin > both paths' max error vs f64, every step)":
+            f"{sum(decided)}/{len(decided)}",
         "greedy_equal_on_decided": f"{sum(e for e, d in zip(equal, decided) if d)}/{sum(decided)}",
     }
 
@@ -288,7 +292,8 @@ def compare(logits: dict[str, list[torch.Tensor]], ids8: list[list[int]], ids16:
 def _rerouted(err: list[float], moved: list[bool]) -> dict:
     over = [m for e, m in zip(err, moved) if e > TARGET]
     same = [e for e, m in zip(err, moved) if not m]
-    return {"steps over the target with other experts in their context (fp8 vs bf16)": f"{sum(over)}/{len(over)}",
+    return {"steps over the target with other experts in their context (fp8 vs bf16)":
+            f"{sum(over)}/{len(over)}",
             "steps with the same experts in their whole context": f"{len(same)}/{len(err)}",
             "fp8_vs_bf16_norm_rel on those": _stats(same) if same else None}
 
@@ -330,8 +335,10 @@ def main() -> int:
     if args.trained:
         d = write_trained(Path(args.dir or tempfile.mkdtemp(prefix="dcpctl-trained-fp8-")), dev)
         prompts = trained_prompts()
-        report: dict = {"checkpoint": f"built-in trained model ({default_model().path.name}) quantized block-FP8",
-                        "device": dev, "fp8_path": "Triton kernel" if dev == "cuda" else "float64 emulation, bf16 rows"}
+        report: dict = {"checkpoint": f"built-in trained model ({default_model().path.name}) quantized "
+                                      "block-FP8",
+                        "device": dev,
+                        "fp8_path": "Triton kernel" if dev == "cuda" else "float64 emulation, bf16 rows"}
     else:
         d, prompts = write_checkpoint(Path(args.dir), args.layers, args.experts), PROMPTS
         report = {"checkpoint": str(d), "layers": args.layers, "experts": args.experts}
@@ -344,7 +351,8 @@ def main() -> int:
         if name == "f64_fp8" or (keep and dev == "cpu"):   # quant.grouped_linear looks it up at every call
             fp8_gemm.fp8_matmul = functools.partial(emulated_fp8_matmul,
                                                     mode="w8a8" if name == "f64_fp8" else mode)
-        logits[name], ids[name], step, routes[name] = _run(m, prompts, dev, None if name == "bf16" else ids["bf16"],
+        logits[name], ids[name], step, routes[name] = _run(m, prompts, dev,
+                                                           None if name == "bf16" else ids["bf16"],
                                                            dtype == torch.bfloat16 and dev == "cuda")
         if name == "fp8":
             ids["fp8_free"] = _run(m, prompts, dev, timed=False)[1]

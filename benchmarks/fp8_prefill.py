@@ -1,6 +1,7 @@
 """A prefill's linear layers in block FP8 against the same checkpoint dequantized to bf16, on one GPU.
 
-    python -m benchmarks.fp8_prefill DIR [--tokens 256 1024 4096] [--mode w8a16|w8a8] [--repeats 5] [--json OUT]
+    python -m benchmarks.fp8_prefill DIR [--tokens 256 1024 4096] [--mode w8a16|w8a8] [--repeats 5]
+                                     [--json OUT]
 
 DIR: the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.py (written there when absent: 3 layers,
 16 routed experts, real dimensions). Each path loads it (FP8 kept, then dequantized to bf16) and runs the

@@ -1,8 +1,8 @@
 """A block-FP8 checkpoint and its bf16 twin served side by side on one GPU: decode speed, start to ready,
 memory.
 
-    python3 -m benchmarks.fp8_serve --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64] [--requests 200]
-                                    [--budget-s 470]
+    python3 -m benchmarks.fp8_serve --out DIR [--work DIR] [--smoke] [--concurrency 1,8,32,64]
+                                    [--requests 200] [--budget-s 470]
 
 Writes the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.write_checkpoint (V3's attention and MLP
 dimensions, 3 layers: one dense, two MoE with 16 routed experts, top-8; 128x128 e4m3 blocks) and its bf16 twin
@@ -98,12 +98,13 @@ def cubins(cache: Path) -> int:
 def launch_argv(ckpt: Path, run: Run, max_c: int, prompt: int, output: int) -> list[str]:
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
          "--port", "0", "--page-size", "64", "--max-running-requests", str(max_c),
-         "--max-total-tokens", str(max_c * (prompt + output + 128)), "--dtype", "float32" if run.smoke else "bfloat16"]
+         "--max-total-tokens", str(max_c * (prompt + output + 128)), "--dtype",
+         "float32" if run.smoke else "bfloat16"]
     return dcpctl(*a, *(["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs-decode", str(max_c)]))
 
 
-def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests: int, prompt: int, output: int,
-          base_mib: int | None) -> dict[str, Any]:
+def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests: int, prompt: int,
+          output: int, base_mib: int | None) -> dict[str, Any]:
     """One start of `dcpctl launch` with TRITON_CACHE_DIR=cache: ready time, kernels compiled, then (conc not
     empty) bench serve at each concurrency and the GPU memory in use after."""
     if run.left() < 60:
@@ -129,8 +130,8 @@ def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests
     return res
 
 
-def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int], context: int) -> dict[str,
-                                                                                                     Any] | None:
+def step_part(run: Run, tag: str, ckpt: Path, cache: Path, batches: list[int],
+              context: int) -> dict[str, Any] | None:
     """benchmarks/decode_step.py on ckpt (Triton cache: the start's, already compiled): the decode step's time
     at each batch size, one CUDA-graph replay's GPU time on cuda (eager on the CPU)."""
     path = run.out / f"step-{tag}.json"
@@ -172,13 +173,14 @@ def summarize(doc: dict[str, Any]) -> list[dict[str, Any]]:
         row(f"TTFT p50 ms, concurrency {c}", _p50(fr, "ttft_ms"), _p50(br, "ttft_ms"), "", None)
     row("start to ready s (first start)", f.get("ready_s"), b.get("ready_s"), f"<= {READY_RATIO}",
         lambda r: r <= READY_RATIO)
-    row("start to ready s (fp8: a start after the first)", s.get("fp8_again", {}).get("ready_s"), b.get("ready_s"),
-        f"<= {READY_RATIO}", lambda r: r <= READY_RATIO)
-    steps = {k: {r["batch"]: r.get("graph_ms", r.get("step_ms")) for r in (doc.get("step", {}).get(k) or {}).get("rows", [])}
+    row("start to ready s (fp8: a start after the first)", s.get("fp8_again", {}).get("ready_s"),
+        b.get("ready_s"), f"<= {READY_RATIO}", lambda r: r <= READY_RATIO)
+    steps = {k: {r["batch"]: r.get("graph_ms", r.get("step_ms"))
+                 for r in (doc.get("step", {}).get(k) or {}).get("rows", [])}
              for k in ("fp8", "bf16")}
     for bs in sorted(steps["fp8"]):
-        row(f"decode step ms, batch {bs} (decode_step.py)", steps["fp8"][bs], steps["bf16"].get(bs), f"<= {ITL_RATIO}",
-            lambda r: r <= ITL_RATIO)
+        row(f"decode step ms, batch {bs} (decode_step.py)", steps["fp8"][bs], steps["bf16"].get(bs),
+            f"<= {ITL_RATIO}", lambda r: r <= ITL_RATIO)
     row("Triton kernels compiled at start", f.get("cubins_compiled"), b.get("cubins_compiled"), "", None)
     row("GPU MiB in use while serving", f.get("gpu_mib_in_use"), b.get("gpu_mib_in_use"), "", None)
     return rows
@@ -186,11 +188,13 @@ def summarize(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def markdown(doc: dict[str, Any]) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)   # noqa: E731
-    lines = [f"FP8 vs its bf16 twin ({doc['checkpoints']['fp8']}), {doc['requests']} requests per concurrency, "
-             f"{doc['prompt']}-token prompts, {doc['output']} tokens out{' (SMOKE: CPU, no figures)' if doc['smoke'] else ''}",
-             "", "| | FP8 | bf16 twin | FP8 / bf16 | target | met |", "| --- | ---: | ---: | ---: | --- | --- |"]
-    lines += [f"| {r['what']} | {fmt(r['fp8'])} | {fmt(r['bf16'])} | {fmt(r['fp8_over_bf16'])} | {r['target']} | "
-              f"{fmt(r['met'])} |" for r in doc["summary"]]
+    lines = [f"FP8 vs its bf16 twin ({doc['checkpoints']['fp8']}), {doc['requests']} requests per "
+             f"concurrency, {doc['prompt']}-token prompts, {doc['output']} tokens "
+             f"out{' (SMOKE: CPU, no figures)' if doc['smoke'] else ''}",
+             "", "| | FP8 | bf16 twin | FP8 / bf16 | target | met |",
+             "| --- | ---: | ---: | ---: | --- | --- |"]
+    lines += [f"| {r['what']} | {fmt(r['fp8'])} | {fmt(r['bf16'])} | {fmt(r['fp8_over_bf16'])} | "
+              f"{r['target']} | {fmt(r['met'])} |" for r in doc["summary"]]
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(args.out, args.budget_s, args.smoke)
     t0 = time.monotonic()
     work = args.work or args.out / "work"
-    for cache in ("triton-fp8", "triton-bf16"):   # a first start finds nothing compiled (a rerun on this machine)
+    for cache in ("triton-fp8", "triton-bf16"):   # a first start finds nothing compiled (a rerun on this
+                                                  # machine)
         shutil.rmtree(work / cache, ignore_errors=True)
     ckpts = write_checkpoints(work, args.smoke, run.device)
     run.record("write checkpoints", 0, time.monotonic() - t0)

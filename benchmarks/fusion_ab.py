@@ -8,10 +8,12 @@ run). Prints graph ms, predicted ms and their ratio per variant and batch; JSON 
 usage: python3 -m benchmarks.fusion_ab [--model DIR] [--batches 1,8,32] [--context 1032]
        [--variants fused,all,qkv_a,...] [--env-variant "NAME=VAR=VALUE;VAR=VALUE" ...] [-o out.json]
   --env-variant: a variant with settings of its own (DCPCTL_UNFUSED unset unless named), each KEY=VALUE either
-  DCPCTL_UNFUSED or a field of the launch config's runtime section (fp8_gemm, blas, mla_configs, gemm16_table), e.g.
-  "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=blas=cublas". Every variant runs in this one process: a setting torch
-  reads once a process (the cuBLASLt workspace) is no variant's own; time it with one process per setting
-  without --model the served-step checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on the GPU)
+  DCPCTL_UNFUSED or a field of the launch config's runtime section (fp8_gemm, blas, mla_configs,
+  gemm16_table), e.g. "bmm=DCPCTL_UNFUSED=head_bmm" or "cb=blas=cublas". Every variant runs in this one
+  process: a setting torch reads once a process (the cuBLASLt workspace) is no variant's own; time it with one
+  process per setting
+  without --model the served-step checkpoint is written first (V3 attention, 4 dense layers, bf16, drawn on
+  the GPU)
 """
 from __future__ import annotations
 
@@ -74,13 +76,14 @@ def measure(path: str, variants: list[str], batches: list[int], context: int, st
             cell = run_cell(model, ps, decisions, b, context, steps, warmup, 64, dev, True)
             p = predict_ms(path, model.cfg.intermediate_size, 1, 1, "ag_rs", False, b, context, consts,
                            model.cfg.num_layers)
-            row = {"variant": v, "env": dict(env, BLAS=str(torch.backends.cuda.preferred_blas_library())), "batch": b,
-                   "context": context, **cell, **p}
+            row = {"variant": v, "env": dict(env, BLAS=str(torch.backends.cuda.preferred_blas_library())),
+                   "batch": b, "context": context, **cell, **p}
             if "graph_ms" in row:
                 row["graph_vs_predicted"] = row["graph_ms"] / row["predicted_ms"]
             rows.append(row)
-            print(f"{v:>20}  B={b:<3} graph {row.get('graph_ms', float('nan')):.3f} ms  eager {row['step_ms']:.3f} ms"
-                  f"  predicted {row['predicted_ms']:.3f} ms  ratio {row.get('graph_vs_predicted', float('nan')):.2f}"
+            print(f"{v:>20}  B={b:<3} graph {row.get('graph_ms', float('nan')):.3f} ms  eager "
+                  f"{row['step_ms']:.3f} ms  predicted {row['predicted_ms']:.3f} ms  ratio "
+                  f"{row.get('graph_vs_predicted', float('nan')):.2f}"
                   + (f"  {row['graph_error']}" if "graph_error" in row else ""), flush=True)
         del model
         torch.cuda.empty_cache()

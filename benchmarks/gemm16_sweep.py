@@ -27,9 +27,11 @@ from dcpctl.runtime.kernels import gemm16
 from dcpctl.runtime.kernels.gemm16 import Tiles16, choose, linear16
 
 SHAPES = {"qkv_a": (2112, 7168), "q_b": (24576, 1536), "o_proj": (7168, 16384), "gate_up": (4096, 7168),
-          "down": (7168, 2048)}   # (N, K) of the served-step checkpoint: V3 attention, dense MLP of 2048, TP 1
+          "down": (7168, 2048)}   # (N, K) of the served-step checkpoint: V3 attention, dense MLP of 2048, TP
+                                  # 1
 CALLS = 8
-WIN = 0.04      # a setting goes into the table only where it beat cuBLAS by this much (runs differ by a few %)
+WIN = 0.04      # a setting goes into the table only where it beat cuBLAS by this much (runs differ by a few
+                # %)
 GRIDS = {"first": ((64, 128), (128, 256), (1, 2, 4), (4,), (3, 4)),     # bn, bk, per_sm, warps, stages
          "wide": ((32, 64), (128, 256, 512), (1,), (4, 8), (3, 4, 5))}
 
@@ -76,7 +78,8 @@ def main() -> None:
                     print(f"{name} R={R} {t}: {type(e).__name__}", flush=True)
                     continue
                 row = dict(shape=name, N=N, K=K, rows=R, bn=t.bn, bk=t.bk, per_sm=t.per_sm, warps=t.warps,
-                           stages=t.stages, us=round(us, 2), cublas_us=round(cublas, 2), floor_us=round(nbytes / 4.2e6, 2))
+                           stages=t.stages, us=round(us, 2), cublas_us=round(cublas, 2),
+                           floor_us=round(nbytes / 4.2e6, 2))
                 results.append(row)
                 if best is None or us < best["us"]:
                     best = row
@@ -86,12 +89,12 @@ def main() -> None:
                                                              if v != getattr(Tiles16(), k)}])
             shipped = choose(N, K, R)
             ship_us = time_graph(lambda w: linear16(x, w, shipped, sms), copies) if shipped else cublas
-            results.append(dict(shape=name, N=N, K=K, rows=R, shipped=str(shipped or "cuBLAS"), us=round(ship_us, 2),
-                                cublas_us=round(cublas, 2)))
+            results.append(dict(shape=name, N=N, K=K, rows=R, shipped=str(shipped or "cuBLAS"),
+                                us=round(ship_us, 2), cublas_us=round(cublas, 2)))
             print(f"{name:8s} R={R:3d}  cuBLAS {cublas:7.2f} us  shipped {ship_us:7.2f} us  best Triton "
                   f"{best['us'] if best else float('nan'):7.2f} us "
-                  f"{(best['bn'], best['bk'], best['per_sm'], best['warps'], best['stages']) if best else ''}  "
-                  f"copy-bw floor {nbytes / 4.2e6:6.2f} us", flush=True)
+                  f"{(best['bn'], best['bk'], best['per_sm'], best['warps'], best['stages']) if best else ''}"
+                  f"  copy-bw floor {nbytes / 4.2e6:6.2f} us", flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(dev), "results": results}, f, indent=1)

@@ -63,7 +63,8 @@ def _picks(by_class: dict[str, dict[int, dict[int, float]]], ms: set[int]) -> tu
 
 def _product_rule(rows: list[dict]) -> dict:
     """One product's table entry from its rows (one per M): the setting of least summed time."""
-    times: dict[tuple, dict[str, dict[int, dict[int, float]]]] = {}   # (bk, warps, stages) -> class -> bn -> M
+    times: dict[tuple, dict[str, dict[int, dict[int, float]]]] = {}   # (bk, warps, stages) -> class -> bn ->
+                                                                      # M
     for r in rows:
         for t in r["timed"]:
             bn, bk, warps, stages = t["config"]
@@ -118,7 +119,8 @@ def main() -> None:
             except Exception as e:  # a setting the compiler refuses (shared memory): skip it, say so
                 print(f"{name} M={m} {cfg}: {type(e).__name__}", flush=True)
                 continue
-            if err > 1e-2:   # bf16 output rounding is ~4e-3 of the largest: more is a wrong setting, never a best
+            if err > 1e-2:   # bf16 output rounding is ~4e-3 of the largest: more is a wrong setting, never a
+                             # best
                 print(f"{name} M={m} {cfg}: wrong result ({err:.1e} relative)", flush=True)
                 continue
             timed.append({"config": cfg, "us": us, "err": err})
@@ -129,8 +131,8 @@ def main() -> None:
         print(f"{name} M={m:3}: default {d} {d_us:.2f} us, best {best['config']} {best['us']:.2f} us "
               f"(err {best['err']:.1e}), torch.bmm {bmm_us:.2f} us, roofline {roof:.2f} us; next: "
               + ", ".join(f"{t['config']} {t['us']:.2f}" for t in timed[1:6]), flush=True)
-        rows.append({"product": name, "M": m, "K": k, "N": n, "default": d, "default_us": d_us, "bmm_us": bmm_us,
-                     "roofline_us": roof, "timed": timed})
+        rows.append({"product": name, "M": m, "K": k, "N": n, "default": d, "default_us": d_us,
+                     "bmm_us": bmm_us, "roofline_us": roof, "timed": timed})
     if a.out:
         Path(a.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
     if a.save_table:

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("launch", nargs="*", help="flags for `dcpctl launch` (after --)")
     args = ap.parse_args(argv)
-    srv, url = start(["--api-key", "k", *args.launch], Path(tempfile.gettempdir()) / "dcpctl-header-flood.log")
+    srv, url = start(["--api-key", "k", *args.launch],
+                     Path(tempfile.gettempdir()) / "dcpctl-header-flood.log")
     try:
         host, port = url.removeprefix("http://").rsplit(":", 1)
         addr, fe = (host, int(port)), frontend_pid(srv.pid)
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.3)
         out = {"cpu_ms_per_64mb_header": round((cpu_seconds(fe) - before) / 20 * 1e3, 1), "rounds": []}
         for _ in range(args.rounds):
-            out["rounds"].append({"quiet": _ms(streamed_itl(url, 80)), "headers": _ms(under_headers(url, addr, 80))})
+            out["rounds"].append({"quiet": _ms(streamed_itl(url, 80)),
+                                  "headers": _ms(under_headers(url, addr, 80))})
     finally:
         stop(srv)
     print(json.dumps(out))

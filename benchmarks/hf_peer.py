@@ -12,7 +12,8 @@ Modes:
   eager     the default dynamic cache, nothing compiled
   compiled  cache_implementation="static": generate compiles the decode forward itself (transformers'
             CompileConfig defaults: inductor, mode reduce-overhead, i.e. CUDA graphs); a transformers
-            without that auto-compile gets `model.forward = torch.compile(model.forward, mode="reduce-overhead")`.
+            without that auto-compile gets
+            `model.forward = torch.compile(model.forward, mode="reduce-overhead")`.
             CUDA only (transformers compiles only on accelerators).
 
 Timing: a streamer stamps the host clock when each step's tokens reach the host (generate copies them
@@ -138,7 +139,8 @@ def parse_cell(text: str) -> tuple[int, list[int], int | None]:
         if length < 1 or not batches or min(batches) < 1 or (reps is not None and reps < 1):
             raise ValueError
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must look like 1000:1,8,32 or 32768:1,8:1 (positive), got {text!r}") from None
+        raise argparse.ArgumentTypeError("must look like 1000:1,8,32 or 32768:1,8:1 (positive), got "
+                                         f"{text!r}") from None
     return length, batches, reps
 
 
@@ -173,7 +175,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         torch.cuda.empty_cache()
                 doc["rows"].append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-                save(doc, args.output)   # after every row: a run cut short by its caller still leaves its figures
+                save(doc, args.output)   # after every row: a run cut short by its caller still leaves its
+                                         # figures
     return doc
 
 

@@ -8,8 +8,8 @@ The checkpoint is serve_peers.py's moe one (DeepSeek-V3 attention shapes, 16 lay
 32 routed experts of width 256, top-8 of 8 groups, one shared expert), unless --model names one; layer 1's MLP
 is timed, bf16, on random hidden states of T tokens:
 
-  dcpctl   MoE.__call__: router, the (token, slot) rows sorted by expert, grouped GEMMs (torch._grouped_mm) or one
-           chain per expert, the weighted combine, the shared expert
+  dcpctl   MoE.__call__: router, the (token, slot) rows sorted by expert, grouped GEMMs (torch._grouped_mm) or
+           one chain per expert, the weighted combine, the shared expert
   hf       transformers' DeepseekV3MoE.forward of the same checkpoint (its loop over the experts hit)
   gemms    the routed experts' three grouped GEMMs alone over T x top_k rows already sorted (plus the shared
            expert's): the floor of the grouped form
@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
             profiles[T] = profiled(lambda: ours(x), top=15)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    doc = {"command": " ".join(["python3", "-m", "benchmarks.moe_layer", *(argv or sys.argv[1:])]), "commit": commit,
-           "device": torch.cuda.get_device_name(), "torch": torch.__version__, "layer": LAYER,
-           "experts": len(ours.experts), "top_k": ours.router.cfg.top_k, "hidden": D, "rows": rows,
-           "profiles": profiles}
+    doc = {"command": " ".join(["python3", "-m", "benchmarks.moe_layer", *(argv or sys.argv[1:])]),
+           "commit": commit, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "layer": LAYER, "experts": len(ours.experts), "top_k": ours.router.cfg.top_k, "hidden": D,
+           "rows": rows, "profiles": profiles}
     for T, p in profiles.items():
         print(f"profile {T} tokens: wall {p['wall_ms']} ms, GPU kernels {p['gpu_kernel_ms']} ms")
         for k in p["top_kernels"]:

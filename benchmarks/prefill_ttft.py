@@ -1,19 +1,21 @@
 """Single-prompt prefill time on one GPU: dcpctl's engine, transformers' sdpa forward, and the MHA-form floor.
 
     python3 -m benchmarks.prefill_ttft OUT.json [--lengths 4096,16384,32768,65536]
-                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...] [--trace DIR]
+                 [--hf-lengths 16384,32768] [--chunk 8192] [--reps 2] [--model DIR] [--profile 16384,...]
+                 [--trace DIR]
 
 The checkpoint is serve_peers.py's dense one (DeepSeek-V3 attention: 128 heads, q_lora 1536, kv_lora 512,
 rope 64; 4 dense layers of intermediate 2048; vocab 264; write_bf16's init rules, drawn on the GPU) with
 max_position_embeddings 163840, unless --model names one.  In one process:
 
   dcpctl   the Engine `dcpctl launch` serves with (one rank, bf16, page 64, chunked prefill --chunk, each
-           layer's MLP captured at the server's prefill token counts, no decode graphs): one request of N prompt tokens and 1 output token, wall time of
-           engine.generate (prompt in -> first token out); the first at each length is a warm-up (`cold_ms`)
+           layer's MLP captured at the server's prefill token counts, no decode graphs): one request of N
+           prompt tokens and 1 output token, wall time of engine.generate (prompt in -> first token out); the
+           first at each length is a warm-up (`cold_ms`)
   hf       transformers' DeepseekV3ForCausalLM (sdpa, bf16) forward of the N tokens (logits of the last)
   floor    per layer (torch SDPA with the cuDNN backend: causal MHA-form attention, 128 heads, q/k 192, v 128;
-           plus the layer's projection and MLP GEMMs at N rows: an MoE layer's routed experts as grouped GEMMs of
-           N x top_k rows split evenly, its shared expert dense; floor_gemms), each timed alone
+           plus the layer's projection and MLP GEMMs at N rows: an MoE layer's routed experts as grouped GEMMs
+           of N x top_k rows split evenly, its shared expert dense; floor_gemms), each timed alone
 
 --profile N,...: after the timed runs, one more dcpctl prefill of N tokens under torch.profiler: its wall
 time, the GPU's busy time and the top kernels by total GPU time (where the time over the floor goes).
@@ -146,7 +148,8 @@ def sync_points(fn: Callable[[], Any]) -> dict[str, int]:
     def hook(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
              line: Any = None) -> None:
         frames = [f for f in traceback.extract_stack() if "/dcpctl/" in f.filename]
-        key = f"{frames[-1].filename.rsplit('/dcpctl/', 1)[-1]}:{frames[-1].lineno}" if frames else f"{filename}:{lineno}"
+        key = (f"{frames[-1].filename.rsplit('/dcpctl/', 1)[-1]}:{frames[-1].lineno}"
+               if frames else f"{filename}:{lineno}")
         seen[key] = seen.get(key, 0) + 1
 
     shown = warnings.showwarning
@@ -205,7 +208,8 @@ def floor_gemms(cfg: dict, n: int) -> list[tuple[int, int, int, int, int]]:
 def floor_cell(n: int, reps: int, cfg: dict) -> dict[str, float]:
     """Every layer's MHA-form causal attention (cuDNN) and GEMMs at n rows (floor_gemms), each timed alone."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    H, nope, rope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    H, nope, rope, v = (cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
+                        cfg["v_head_dim"])
     layers = cfg["num_hidden_layers"]
     bf = dict(dtype=torch.bfloat16, device="cuda")
     q = torch.randn(1, H, n, nope + rope, **bf)
@@ -249,7 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     lengths = [int(x) for x in args.lengths.split(",") if x]
     hf_lengths = [int(x) for x in args.hf_lengths.split(",") if x]
     rows: dict[int,
-               dict] = {n: {} for n in sorted(set(lengths + hf_lengths + [int(x) for x in args.profile.split(",") if x]))}
+               dict] = {n: {}
+                        for n in sorted(set(lengths + hf_lengths
+                                            + [int(x) for x in args.profile.split(",") if x]))}
     doc = {"command": " ".join(["python3", "-m", "benchmarks.prefill_ttft", *(argv or sys.argv[1:])]),
            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "chunked_prefill_size": args.chunk,
@@ -259,7 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg = json.loads((Path(path) / "config.json").read_text())
         vocab, doc["layers"] = cfg["vocab_size"], cfg["num_hidden_layers"]
         profile = [int(x) for x in args.profile.split(",") if x]
-        parts = [("dcpctl", lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile, args.trace)),
+        parts = [("dcpctl",
+                  lambda: dcpctl_cells(path, lengths, args.chunk, args.reps, vocab, profile, args.trace)),
                  ("hf", lambda: hf_cells(path, hf_lengths, args.reps, vocab)),
                  ("floor", lambda: {n: floor_cell(n, args.reps, cfg) for n in lengths})]
         for name, part in parts:      # a part that fails records its error; the others still run

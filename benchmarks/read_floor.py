@@ -18,7 +18,8 @@ import triton.language as tl
 
 from dcpctl.runtime.gpu import gpu_facts
 
-SETTINGS = [(g, b, w) for g in (1, 2, 4, 8) for b, w in ((2048, 4), (8192, 8))]   # programs per SM, ints a step, warps
+# programs per SM, ints a step, warps
+SETTINGS = [(g, b, w) for g in (1, 2, 4, 8) for b, w in ((2048, 4), (8192, 8))]
 
 
 @triton.jit
@@ -44,7 +45,8 @@ def read_floor_us(copies: list[torch.Tensor], graph_time) -> tuple[float, tuple[
     out = torch.empty(8 * sms, dtype=torch.int32, device="cuda")
     best = None
     for g, b, w in SETTINGS:
-        us = graph_time(lambda i: _read_kernel[(g * sms,)](ints[i], out, ints[i].numel(), BLOCK=b, num_warps=w),
+        us = graph_time(lambda i: _read_kernel[(g * sms,)](ints[i], out, ints[i].numel(), BLOCK=b,
+                                                           num_warps=w),
                         len(ints)) * 1e6
         if best is None or us < best[0]:
             best = (round(us, 2), (g, b, w))

@@ -19,8 +19,8 @@ DCPCTL = [sys.executable, "-m", "dcpctl.cli.main"]
 
 
 def start(flags: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    srv = subprocess.Popen(DCPCTL + ["launch", "--port", "0", *flags], stdout=subprocess.PIPE, stderr=open(log, "w"),
-                           text=True, start_new_session=True, env=env)
+    srv = subprocess.Popen(DCPCTL + ["launch", "--port", "0", *flags], stdout=subprocess.PIPE,
+                           stderr=open(log, "w"), text=True, start_new_session=True, env=env)
     url, t0 = None, time.monotonic()
     while url is None and time.monotonic() - t0 < READY_S and srv.poll() is None:
         line = srv.stdout.readline()

@@ -5,20 +5,23 @@
 
 Checkpoints are serve_peers.py's (dense: V3 attention, 4 dense layers; moe: 16 layers, 15 MoE).  Cells:
   stall    dense: 8 background streams decoding (32-token prompts, 6000 tokens) while 4 prompts of 16K tokens
-           arrive (Poisson, 1/s); servers with mixed steps (the default) and with --disable-mixed-chunk (prefill
-           first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step trace
-           ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget (--chunked-prefill-size,
-           8192 by default).  The servers run side by side; --stall-repeats N runs the arrivals against each
-           in turn N times (the throughput median per server), after --stall-warmup unrecorded rounds.
+           arrive (Poisson, 1/s); servers with mixed steps (the default) and with --disable-mixed-chunk
+           (prefill first, the earlier behaviour), and mixed with a quarter of the budget (2048); the step
+           trace ($DCPCTL_STEP_TRACE) gives the time of steps that carry a whole prefill budget
+           (--chunked-prefill-size, 8192 by default). The servers run side by side; --stall-repeats N runs the
+           arrivals against each in turn N times (the throughput median per server), after --stall-warmup
+           unrecorded rounds.
            Targets: background ITL p99 <= that step time and < 30 ms; total throughput of mixed >= unmixed.
   moe      moe: 160 requests of 1000 +- 50% tokens, 64 +- 50% out, at concurrency 32, Poisson 40/s, at the
-           default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and tokens carried.
+           default budget and at --chunked-prefill-size 2048 and 1024; the step trace's steps by kind and
+           tokens carried.
            Target: ITL p99 <= 5 x p50.
   early    dense: 96 requests of 1000 tokens at concurrency 32 with max_tokens 2000 and stop strings (they end
            early), then the same prompts with max_tokens = the lengths the first run produced; the pool holds
            32 x 1500 tokens (less than 32 x (1000 + 2000)).  One unrecorded early run first, then two recorded
            pairs.  Target: throughput ratio fitted / early (medians) <= 1.2.
-  dense1k  serve_peers.py's dense cell (1000-token prompts, concurrency 1/8/32) and its `bench decode` graph step.
+  dense1k  serve_peers.py's dense cell (1000-token prompts, concurrency 1/8/32) and its `bench decode` graph
+           step.
            Target: served ITL p50 / graph step <= 1.3 (serve_report.py's served_vs_graph).
 Every part's exit status and log is recorded (serve_procs.Run); a part past --budget-s is skipped.  Writes
 DIR/mixed.json.  --smoke: the same on CPU with the tiny checkpoint and small sizes (a check of the script).
@@ -51,8 +54,9 @@ def sizes(smoke: bool) -> dict[str, Any]:
 def launch(run: Run, ckpt: Path, tag: str, max_running: int, tokens: int, *extra: str,
            env: dict | None = None) -> Server:
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
-         "--port", "0", "--page-size", "64" if not run.smoke else "16", "--max-running-requests", str(max_running),
-         "--max-total-tokens", str(tokens), "--dtype", "float32" if run.smoke else "bfloat16", *extra]
+         "--port", "0", "--page-size", "64" if not run.smoke else "16", "--max-running-requests",
+         str(max_running), "--max-total-tokens", str(tokens), "--dtype",
+         "float32" if run.smoke else "bfloat16", *extra]
     a += ["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs-decode", str(max_running)]
     old = dict(os.environ)
     os.environ.update(env or {})
@@ -105,12 +109,14 @@ def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
     for variant in variants:
         size, flags = flags_of[variant]
         tag, trace = f"stall-{variant}", run.out / f"trace-stall-{variant}.json"
-        servers[variant] = (launch(run, ckpt, tag, 16, n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
+        servers[variant] = (launch(run, ckpt, tag, 16,
+                                   n_bg * (bg_in + bg_out) + n_long * (long_len + 64) + 4096,
                                    "--chunked-prefill-size", str(size), *flags,
                                    env={"DCPCTL_STEP_TRACE": str(trace)}), size, trace)
     runs: dict[str, list[dict | None]] = {v: [] for v in servers}
     for r in range(-warmup, repeats):
-        if r > -warmup and run.left() < 15 * len(servers):   # whole rounds only: each server meets the same ones
+        if r > -warmup and run.left() < 15 * len(servers):   # whole rounds only: each server meets the same
+                                                             # ones
             run.record(f"stall-round-{r + 1}", None, 0, "skipped: budget spent")
             break
         for variant, (srv, _, _) in servers.items():
@@ -119,9 +125,9 @@ def stall(run: Run, ckpt: Path, repeats: int = 1, warmup: int = 0,
             tag = f"warmup{r + warmup + 1}" if r < 0 else "bench" + (f"-{r + 1}" if r else "")
             res = bench(
                 run, f"stall-{variant}-{tag}", srv.url, "--background-streams",
-                str(n_bg), "--background-input-len", str(bg_in), "--background-output-len", str(bg_out), "--requests",
-                str(n_long), "--input-len", str(long_len), "--output-len", "16", "--request-rate", "1",
-                "--concurrency", str(n_long), "--seed", "1")
+                str(n_bg), "--background-input-len", str(bg_in), "--background-output-len", str(bg_out),
+                "--requests", str(n_long), "--input-len", str(long_len), "--output-len", "16",
+                "--request-rate", "1", "--concurrency", str(n_long), "--seed", "1")
             if r >= 0:
                 runs[variant].append(res)
     out: dict[str, Any] = {}
@@ -160,9 +166,9 @@ def moe(run: Run, ckpt: Path) -> dict[str, Any]:
             (f"moe-{variant}", run.out / f"trace-moe-{variant}.json")
         srv = launch(run, ckpt, tag, c, c * (int(length * 1.5) + out_len * 2 + 64) + 4096,
                      "--chunked-prefill-size", str(size), env={"DCPCTL_STEP_TRACE": str(trace)})
-        res = bench(run, f"{tag}-bench", srv.url, "--requests", str(n), "--input-len", str(length), "--output-len",
-                    str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate), "--concurrency",
-                    str(c), "--seed", "2") if srv.url else None
+        res = bench(run, f"{tag}-bench", srv.url, "--requests", str(n), "--input-len", str(length),
+                    "--output-len", str(out_len), "--random-range-ratio", "0.5", "--request-rate", str(rate),
+                    "--concurrency", str(c), "--seed", "2") if srv.url else None
         stop(run, srv, tag)
         cell = {"chunked_prefill_size": size, "bench": res, "steps": step_profile(trace)}
         if variant == "default":
@@ -210,8 +216,9 @@ def early(run: Run, ckpt: Path, rounds: int = 2) -> dict[str, Any]:
             tag = f"-{r + 1}" if r else ""
             got = bench(run, f"early-bench{tag}", srv.url, *common, *stops)
             lens = (got or {}).get("output_lens")
-            fitted = bench(run, f"fitted-bench{tag}", srv.url, *common, "--output-lens", ",".join(map(str, lens))) \
-                if lens and all(x > 0 for x in lens) else None
+            fitted = (bench(run, f"fitted-bench{tag}", srv.url, *common, "--output-lens",
+                            ",".join(map(str, lens)))
+                      if lens and all(x > 0 for x in lens) else None)
             pairs.append((got, fitted))
         res["retracted_total"] = retracted(srv.url)
     stop(run, srv, "early")
@@ -247,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cells", default="stall,moe,early,dense1k", help=f"comma list from {sorted(PARTS)}")
     ap.add_argument("--budget-s", type=float, default=540.0, help="parts that would start later are skipped")
     ap.add_argument("--stall-repeats", type=int, default=1,
-                    help="rounds of the stall cell's arrivals against its servers, in turn (medians reported)")
+                    help="rounds of the stall cell's arrivals against its servers, in turn (medians "
+                         "reported)")
     ap.add_argument("--stall-warmup", type=int, default=0,
                     help="unrecorded rounds against each stall server before the recorded ones")
     ap.add_argument("--stall-variants", default=",".join(STALL_VARIANTS),

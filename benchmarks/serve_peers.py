@@ -1,12 +1,13 @@
 """One call, one machine: `dcpctl launch` + `bench serve`, the `bench decode` graph step and Hugging Face
 `generate` on the same checkpoints, then the served-step ratios (serve_report.py writes them).
 
-    python3 -m benchmarks.serve_peers --out DIR [--smoke] [--cells dense,dense32k,moe] [--variants graph,eager]
-                                      [--hf-modes eager,compiled] [--budget-s 540]
+    python3 -m benchmarks.serve_peers --out DIR [--smoke] [--cells dense,dense32k,moe]
+                                      [--variants graph,eager] [--hf-modes eager,compiled] [--budget-s 540]
 
 Cells (CELLS below): a checkpoint, a prompt length and the concurrencies (= batches) to run at.
   dense     DeepSeek-V3 attention (128 heads, kv_lora 512, rope 64), 4 dense layers (intermediate 2048),
-            vocab 264: `write_tiny_model` with `bench decode --shape v3 --layers 4`'s overrides (the same bytes)
+            vocab 264: `write_tiny_model` with `bench decode --shape v3 --layers 4`'s overrides (the same
+            bytes)
   dense32k  the same checkpoint (and server) at 32K-token prompts, concurrency 1 and 8
   moe       the V3 attention shape, 16 layers: layer 0 dense, 15 MoE (32 routed experts of width 256, top-8 of
             4 kept groups out of 8, one shared expert), written in bf16 on the GPU (init_tensor's rules)
@@ -38,8 +39,8 @@ from benchmarks.serve_procs import Run, Server, bench, dcpctl
 
 LONG = 8192   # prompts above it: HF runs them last (long prefills, another compile)
 MAX_POSITIONS = 40960   # every checkpoint's max_position_embeddings: room for 32K prompts + 64 tokens
-MOE = {"n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "moe_intermediate_size": 256,
-       "n_shared_experts": 1, "first_k_dense_replace": 1}
+MOE = {"n_routed_experts": 32, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+       "moe_intermediate_size": 256, "n_shared_experts": 1, "first_k_dense_replace": 1}
 # checkpoint -> (bench decode --shape, layers, extra config overrides or None for a plain dense
 # write_tiny_model)
 CHECKPOINTS: dict[str, tuple[str, int, dict[str, Any] | None]] = {
@@ -108,8 +109,8 @@ def serve_args(ckpt: Path, cells: list[str], variant: str, flags: dict[str, bool
     max_c = max(c for name in cells for c, _ in CELLS[name][2])
     tokens = max(max_c * (CELLS[name][1] + out_len + 128) for name in cells)
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
-         "--port", "0", "--page-size", "64", "--max-running-requests", str(max_c), "--max-total-tokens", str(tokens),
-         "--dtype", "float32" if run.smoke else "bfloat16"]
+         "--port", "0", "--page-size", "64", "--max-running-requests", str(max_c), "--max-total-tokens",
+         str(tokens), "--dtype", "float32" if run.smoke else "bfloat16"]
     a += ["--hardware", "cpu"] if run.smoke else []
     a += run.serve_args
     if variant == "eager":
@@ -125,9 +126,10 @@ def output_len(run: Run) -> int:
 
 def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_len: int,
                 seed: int) -> dict | None:
-    _, out = run.cmd(name, dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
-                                   "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
-                                   "--format", "json"), timeout=600)
+    _, out = run.cmd(name,
+                     dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
+                             "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
+                             "--format", "json"), timeout=600)
     try:   # exit 1 (no request completed) still prints the JSON, with the errors
         return json.loads(out) if out.strip() else None
     except ValueError:
@@ -163,8 +165,8 @@ def decode_part(run: Run, ckpt_name: str, ckpt: Path, cells: list[str]) -> dict 
     batches = ",".join(map(str, sorted({c for name in cells for c, _ in CELLS[name][2]})))
     contexts = ",".join(map(str, sorted({CELLS[name][1] + output_len(run) // 2 for name in cells})))
     path = run.out / f"decode-{ckpt_name}.json"
-    common = ["--device", run.device, "--batches", batches, "--contexts", contexts, "--steps", "5", "--warmup", "2",
-              "-o", str(path)]
+    common = ["--device", run.device, "--batches", batches, "--contexts", contexts, "--steps", "5",
+              "--warmup", "2", "-o", str(path)]
     common += ["--dtype", "float32"] if run.smoke else ["--dtype", "bfloat16", "--page-size", "64",
                                                         "--cuda-graphs"]
     if extra is None:
@@ -181,7 +183,8 @@ def hf_part(run: Run, tag: str, ckpt: Path, cells: list[str], modes: list[str]) 
         return None
     path = run.out / f"hf-{tag}.json"
     a = [*bench("hf_peer", str(ckpt)), "--device", run.device, "--modes", ",".join(modes),
-         "--output-len", str(output_len(run)), "-o", str(path), "--dtype", "float32" if run.smoke else "bfloat16"]
+         "--output-len", str(output_len(run)), "-o", str(path), "--dtype",
+         "float32" if run.smoke else "bfloat16"]
     for name in cells:
         _, length, conc, reps = CELLS[name]
         a += ["--cell", f"{length}:{','.join(str(c) for c, _ in conc)}:{reps}"]
@@ -212,12 +215,14 @@ def main(argv: list[str] | None = None) -> None:
     run = Run(args.out, args.budget_s, args.smoke)
     run.serve_args = args.serve_args.split()
     flags = launch_flags()
-    doc: dict[str, Any] = {"smoke": args.smoke, "launch_flags": flags, "serve_args": run.serve_args, "cells": {c: CELLS[c] for c in cells},
-                           "output_len": output_len(run), "checkpoints": {}}
+    doc: dict[str, Any] = {"smoke": args.smoke, "launch_flags": flags, "serve_args": run.serve_args,
+                           "cells": {c: CELLS[c] for c in cells}, "output_len": output_len(run),
+                           "checkpoints": {}}
     vs, modes = variants(args.variants.split(","), flags), [m for m in args.hf_modes.split(",") if m]
     ckpts: dict[str, Path] = {}
     mine = {k: [c for c in cells if CELLS[c][0] == k] for k in dict.fromkeys(CELLS[c][0] for c in cells)}
-    for name, its in mine.items():     # 1. the server variant the targets name, the decode step, HF at short prompts
+    for name, its in mine.items():     # 1. the server variant the targets name, the decode step, HF at short
+                                       # prompts
         if run.left() < 60:
             run.record(f"write-{name}", None, 0, "skipped: budget spent (and every part of this checkpoint)")
             continue

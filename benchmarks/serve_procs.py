@@ -20,7 +20,8 @@ class Run:
     """Shared state of one benchmark run: where logs go, the budget, every part's exit status."""
 
     def __init__(self, out: Path, budget_s: float, smoke: bool) -> None:
-        self.out, self.logs, self.t0, self.budget_s, self.smoke = out, out / "logs", time.monotonic(), budget_s, smoke
+        self.out, self.logs, self.t0, self.budget_s, self.smoke = (out, out / "logs", time.monotonic(),
+                                                                   budget_s, smoke)
         self.logs.mkdir(parents=True, exist_ok=True)
         self.parts: list[dict[str, Any]] = []
         self.device = "cpu" if smoke else "cuda"
@@ -47,7 +48,8 @@ class Run:
                 stdout, _ = p.communicate(timeout=min(timeout or 1e9, max(5.0, self.left())))
                 rc = p.returncode
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)   # our child's own session: its spawned ranks, compile workers
+                os.killpg(p.pid, signal.SIGKILL)   # our child's own session: its spawned ranks, compile
+                                                   # workers
                 stdout, rc = p.communicate()[0], None
                 log.write("\n[serve_peers] timed out: killed\n")
         self.record(name, rc, time.monotonic() - t0, "" if rc is not None else "timed out")
@@ -69,8 +71,8 @@ class Server:
     def __init__(self, argv: list[str], log: Path, timeout: float) -> None:
         self.t0 = time.monotonic()
         self.log = open(log, "w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         self.url, self.ready_s, ready = "", None, threading.Event()
         threading.Thread(target=self._pump, args=(ready,), daemon=True).start()
         ready.wait(timeout)

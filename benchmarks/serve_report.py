@@ -67,8 +67,9 @@ def summarize(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for ckpt, entry in doc["checkpoints"].items():
         for v, s in entry.get("serve", {}).items():
             first, steady = _served(s, "first", "ttft_ms"), _served(s, "steady", "ttft_ms")
-            startup.append({"checkpoint": ckpt, "variant": v, "ready_s": s.get("ready_s"), "first_ttft_ms": first,
-                            "steady_ttft_ms": steady, "first_vs_steady": _ratio(first, steady)})
+            startup.append({"checkpoint": ckpt, "variant": v, "ready_s": s.get("ready_s"),
+                            "first_ttft_ms": first, "steady_ttft_ms": steady,
+                            "first_vs_steady": _ratio(first, steady)})
     return {"cells": rows, "startup": startup}
 
 
@@ -79,8 +80,8 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 def markdown(doc: dict[str, Any]) -> str:
     s = doc.get("summary") or summarize(doc)
     variants = sorted({v for r in s["cells"] for v in r["served_itl_p50_ms"]})
-    head = ["cell", "c", *(f"served ITL p50 ({v})" for v in variants), "graph step", "eager step", "predicted",
-            "HF compiled", "HF eager", "served/graph", "HF compiled/served", "graph/predicted"]
+    head = ["cell", "c", *(f"served ITL p50 ({v})" for v in variants), "graph step", "eager step",
+            "predicted", "HF compiled", "HF eager", "served/graph", "HF compiled/served", "graph/predicted"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in s["cells"]:
         cells = [r["cell"], str(r["concurrency"]), *(_f(r["served_itl_p50_ms"].get(v)) for v in variants),
@@ -88,15 +89,18 @@ def markdown(doc: dict[str, Any]) -> str:
                  _f(r["hf_compiled_itl_p50_ms"]), _f(r["hf_eager_itl_p50_ms"]), _f(r["served_vs_graph"]),
                  _f(r["hf_compiled_vs_served"]), _f(r["graph_vs_predicted"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| checkpoint | server | start to ready (s) | first TTFT (ms) | steady TTFT p50 (ms) | first/steady |",
-              "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["",
+              "| checkpoint | server | start to ready (s) | first TTFT (ms) | steady TTFT p50 (ms) | "
+              "first/steady |", "| --- | --- | --- | --- | --- | --- |"]
     for r in s["startup"]:
-        lines.append(f"| {r['checkpoint']} | {r['variant']} | {_f(r['ready_s'], '{:.1f}')} | {_f(r['first_ttft_ms'], '{:.1f}')} "
-                     f"| {_f(r['steady_ttft_ms'], '{:.1f}')} | {_f(r['first_vs_steady'])} |")
+        lines.append(f"| {r['checkpoint']} | {r['variant']} | {_f(r['ready_s'], '{:.1f}')} | "
+                     f"{_f(r['first_ttft_ms'], '{:.1f}')} | {_f(r['steady_ttft_ms'], '{:.1f}')} | "
+                     f"{_f(r['first_vs_steady'])} |")
     failed = [p for p in doc.get("parts", []) if p["rc"] != 0]
     if failed:
         lines += ["", "Parts that did not finish with status 0: " +
-                  "; ".join(f"{p['part']} (rc {p['rc']}{', ' + p['note'] if p.get('note') else ''})" for p in failed)]
+                  "; ".join(f"{p['part']} (rc {p['rc']}{', ' + p['note'] if p.get('note') else ''})"
+                            for p in failed)]
     return "\n".join(lines) + "\n"
 
 

@@ -35,8 +35,10 @@ def main() -> None:
     a = ap.parse_args()
     ps = prompts(a.prompts)
     cli = [sys.executable, "-m", "dcpctl.cli.main"]
-    gen = subprocess.run(cli + ["generate", "--device", a.device, "--max-new-tokens", str(a.max_new), "--format", "json",
-                                *[x for p in ps for x in ("--prompt-ids", ",".join(map(str, p)))], *a.extra],
+    gen = subprocess.run(cli
+                         + ["generate", "--device", a.device, "--max-new-tokens", str(a.max_new), "--format",
+                            "json", *[x for p in ps for x in ("--prompt-ids", ",".join(map(str, p)))],
+                            *a.extra],
                          capture_output=True, text=True)
     if gen.returncode != 0:
         sys.exit(f"generate failed: {gen.stderr[-800:]}")

@@ -63,14 +63,16 @@ def linears(b: int, libs: list[str]) -> list[dict]:
             torch.backends.cuda.preferred_blas_library(lib)
             us = _time(lambda i: F.linear(xk, ws[i % len(ws)]), len(ws))
             rows.append({"gemm": name, "form": f"F.linear {lib}", "batch": b, "us": us, "bytes": n * k * 2})
-    torch.backends.cuda.preferred_blas_library(found)   # the bmms below run under the library this process had
+    torch.backends.cuda.preferred_blas_library(found)   # the bmms below run under the library this process
+                                                        # had
     return rows
 
 
 def bmms(b: int) -> list[dict]:
     rows = []
     kc, vc = _copies((H, NOPE, L)), _copies((H, L, V))
-    q = torch.randn(b, H, NOPE + ROPE, device="cuda", dtype=torch.bfloat16)[:, :, :NOPE]   # a strided view, as in the step
+    # a strided view, as in the step
+    q = torch.randn(b, H, NOPE + ROPE, device="cuda", dtype=torch.bfloat16)[:, :, :NOPE]
     o = torch.randn(b, H, L, device="cuda", dtype=torch.bfloat16)
     qbuf = torch.empty(b, H, L + ROPE, device="cuda", dtype=torch.bfloat16)
     vbuf = torch.empty(b, H, V, device="cuda", dtype=torch.bfloat16)

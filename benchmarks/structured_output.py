@@ -1,15 +1,15 @@
-"""Structured output end to end: 50 JSON-schema requests to `dcpctl launch` (the built-in model unless flags say
-otherwise), every reply checked against its schema.
+"""Structured output end to end: 50 JSON-schema requests to `dcpctl launch` (the built-in model unless flags
+say otherwise), every reply checked against its schema.
 
     python -m benchmarks.structured_output [--url URL] [--json OUT] [-- LAUNCH FLAGS...]
 
-Without --url it starts `dcpctl launch --constrained-json-max-whitespace-cnt 2 LAUNCH FLAGS` and stops it after
-(on a one-GPU machine: `-- --device cuda --tp-size 1 --dcp-size 1`).  The five schemas bound every value's length
-(enums, integer ranges, maxLength, maxItems, additionalProperties false) and the server bounds whitespace, so a
-reply that ends within max_tokens is guaranteed by the grammar alone: a failure is the mask's, not the model's.
-The 50 requests are the five schemas through five spellings (OpenAI response_format on chat and completions,
-vLLM structured_outputs, SGLang json_schema on /v1/completions and /generate), greedy and sampled, eight at once.
-Exit status 1 unless all 50 are valid.
+Without --url it starts `dcpctl launch --constrained-json-max-whitespace-cnt 2 LAUNCH FLAGS` and stops it
+after (on a one-GPU machine: `-- --device cuda --tp-size 1 --dcp-size 1`).  The five schemas bound every
+value's length (enums, integer ranges, maxLength, maxItems, additionalProperties false) and the server bounds
+whitespace, so a reply that ends within max_tokens is guaranteed by the grammar alone: a failure is the
+mask's, not the model's. The 50 requests are the five schemas through five spellings (OpenAI response_format
+on chat and completions, vLLM structured_outputs, SGLang json_schema on /v1/completions and /generate), greedy
+and sampled, eight at once. Exit status 1 unless all 50 are valid.
 """
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ SCHEMAS = [
     {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
      "required": ["color", "ok"], "additionalProperties": False},
     {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 6},
-                                               "maxItems": 3}, "n": {"type": "integer", "minimum": -5, "maximum": 5}},
+                                               "maxItems": 3},
+                                      "n": {"type": "integer", "minimum": -5, "maximum": 5}},
      "required": ["tags", "n"], "additionalProperties": False},
-    {"type": "object", "properties": {"user": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0,
-                                                                                       "maximum": 999}, "name": NAME},
-                                               "required": ["id", "name"], "additionalProperties": False},
-                                      "active": {"type": "boolean"}},
+    {"type": "object",
+     "properties": {"user": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0,
+                                                                     "maximum": 999}, "name": NAME},
+                             "required": ["id", "name"], "additionalProperties": False},
+                    "active": {"type": "boolean"}},
      "required": ["user", "active"], "additionalProperties": False},
     {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 4},
 ]
@@ -51,9 +53,11 @@ def request(i: int) -> tuple[str, dict[str, Any]]:
     rf = {"type": "json_schema", "json_schema": {"name": f"s{i % 5}", "schema": schema, "strict": True}}
     spelling = (i // 5) % 5
     if spelling == 0:
-        return "/v1/chat/completions", {"messages": msgs, "response_format": rf, "max_tokens": MAX_TOKENS} | sampling
+        return "/v1/chat/completions", {"messages": msgs, "response_format": rf,
+                                        "max_tokens": MAX_TOKENS} | sampling
     if spelling == 1:
-        return "/v1/completions", {"prompt": PROMPT, "response_format": rf, "max_tokens": MAX_TOKENS} | sampling
+        return "/v1/completions", {"prompt": PROMPT, "response_format": rf,
+                                   "max_tokens": MAX_TOKENS} | sampling
     if spelling == 2:
         return "/v1/chat/completions", {"messages": msgs, "structured_outputs": {"json": schema},
                                         "max_tokens": MAX_TOKENS} | sampling
@@ -65,9 +69,10 @@ def request(i: int) -> tuple[str, dict[str, Any]]:
 
 
 def errors(doc: Any, schema: dict[str, Any], at: str = "$") -> list[str]:
-    """Where `doc` breaks `schema` (the keywords SCHEMAS use; any other keyword is an error of this script)."""
-    known = {"type", "properties", "required", "additionalProperties", "enum", "minimum", "maximum", "maxLength",
-             "items", "minItems", "maxItems"}
+    """Where `doc` breaks `schema` (the keywords SCHEMAS use; any other keyword is an error of this
+    script)."""
+    known = {"type", "properties", "required", "additionalProperties", "enum", "minimum", "maximum",
+             "maxLength", "items", "minItems", "maxItems"}
     assert set(schema) <= known, set(schema) - known
     if "enum" in schema:
         return [] if doc in schema["enum"] else [f"{at}: {doc!r} not in {schema['enum']}"]
@@ -80,12 +85,15 @@ def errors(doc: Any, schema: dict[str, Any], at: str = "$") -> list[str]:
     if kind is str:
         return [] if len(doc) <= schema.get("maxLength", len(doc)) else [f"{at}: longer than maxLength"]
     if kind is list:
-        bad = [] if schema.get("minItems", 0) <= len(doc) <= schema.get("maxItems", len(doc)) else [f"{at}: items"]
+        bad = ([]
+               if schema.get("minItems", 0) <= len(doc) <= schema.get("maxItems", len(doc))
+               else [f"{at}: items"])
         return bad + [e for j, x in enumerate(doc) for e in errors(x, schema["items"], f"{at}[{j}]")]
     if kind is dict:
         props = schema.get("properties", {})
         bad = [f"{at}: {k} missing" for k in schema.get("required", []) if k not in doc]
-        bad += [f"{at}: {k} not allowed" for k in doc if k not in props and schema.get("additionalProperties") is False]
+        bad += [f"{at}: {k} not allowed"
+                for k in doc if k not in props and schema.get("additionalProperties") is False]
         return bad + [e for k, v in doc.items() if k in props for e in errors(v, props[k], f"{at}.{k}")]
     return []
 

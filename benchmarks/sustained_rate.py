@@ -67,7 +67,8 @@ def curve(name: str, fn, per_graph: int, flops_per_call: float, seconds: float) 
         if samples:
             r.update(min(samples, key=lambda s: abs(s[0] - r["t_s"]))[1])
     print(f"{name}: " + " | ".join(f"{r['t_s']}s {r['us_per_call']}us {r['tflops']}TF {r.get('sm_mhz')}MHz "
-                                   f"{r.get('watts')}W" for r in rows[:: max(1, len(rows) // 12)]), flush=True)
+                                   f"{r.get('watts')}W" for r in rows[:: max(1, len(rows) // 12)]),
+          flush=True)
     return rows
 
 

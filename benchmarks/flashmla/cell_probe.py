@@ -1,7 +1,8 @@
 """One `bench kernel` cell of FlashMLA, timed several ways in one process (why 128 heads at long context
 and batch fall short of 0.84 of roofline while shorter cells reach it).
 
-    python -m benchmarks.flashmla.cell_probe [--heads 128] [--ctx 131072] [--batch 32] [--json OUT] [--once KIND]
+    python -m benchmarks.flashmla.cell_probe [--heads 128] [--ctx 131072] [--batch 32] [--json OUT]
+                                             [--once KIND]
 
 Kinds, each timed three times interleaved (CUDA-graph replays of one table: unlike bench kernel, no rotation
 over page sets, so a cell much smaller than L2 is timed from L2): `random` (pages drawn from a pool as big as

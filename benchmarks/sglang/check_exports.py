@@ -3,7 +3,8 @@
 
 For every case of a matrix of dcpctl plans this script
   (a) runs dcpctl's planner (`dcpctl plan --format json`) and exporter (`dcpctl export sglang -o DIR`) in the
-      dcpctl environment and takes node 0's `sglang serve` argv (the decode side's node 0 for a PD decode plan),
+      dcpctl environment and takes node 0's `sglang serve` argv (the decode side's node 0 for a PD decode
+      plan),
   (b) writes the model preset's `config` mapping (presets/models/NAME.yaml) as config.json into a temp dir
       and puts that dir in place of --model-path,
   (c) runs SGLang's `prepare_server_args(argv)` + `resolve_once()` in the SGLang environment
@@ -46,7 +47,8 @@ DS = ["--model-preset", "deepseek-v3.1"]
 # (case name, dcpctl plan flags); a PD plan is checked on its own side's node 0
 CASES: list[tuple[str, list[str]]] = [
     # every GPU deployment preset (tiny-cpu targets the CPU and is not an `sglang serve` deployment)
-    *[(f"preset:{p.stem}", ["--preset", p.stem]) for p in sorted((REPO / "presets/deployments").glob("*.yaml"))
+    *[(f"preset:{p.stem}", ["--preset", p.stem])
+      for p in sorted((REPO / "presets/deployments").glob("*.yaml"))
       if "hardware: cpu" not in p.read_text()],
     # DeepSeek-V3.1 TP8 DCP8, one node: hardware x backend x replicate-q
     *[(f"dsv31 {hw} tp8 dcp8 {be or 'default'} rq-{rq}",
@@ -73,19 +75,22 @@ CASES: list[tuple[str, list[str]]] = [
                                                  "--kv-cache-dtype", "fp8_e4m3", "--page-size", "64"]),
     # speculative decoding: SGLang's EAGLE family takes steps, top-k and draft tokens together
     *[(f"dsv31 h200-8 tp8 dcp8 {algo} k4", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
-                                                 "--speculative-algorithm", algo, "--speculative-num-steps", "3",
-                                                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"])
+                                                 "--speculative-algorithm", algo, "--speculative-num-steps",
+                                                 "3", "--speculative-eagle-topk", "1",
+                                                 "--speculative-num-draft-tokens", "4"])
       for algo in ("EAGLE", "NEXTN")],
-    *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults", DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
-                                                       "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
+    *[(f"dsv31 h200-8 tp8 dcp8 {algo} defaults",
+       DS + ["--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
+             "--speculative-algorithm", algo]) for algo in ("EAGLE", "NEXTN")],
     # `sglang serve` flags dcpctl passes through or reads under SGLang's spelling (--tp, --context-length,
     # ...)
-    ("dsv31 h200-8 sglang flags", DS + ["--hardware", "h200-8", "--tp", "8", "--dcp-size", "8", "--trust-remote-code",
-                                        "--context-length", "65536", "--chunked-prefill-size", "8192",
-                                        "--attention-backend", "flashmla", "--enable-metrics"]),
+    ("dsv31 h200-8 sglang flags",
+     DS + ["--hardware", "h200-8", "--tp", "8", "--dcp-size", "8", "--trust-remote-code",
+           "--context-length", "65536", "--chunked-prefill-size", "8192",
+           "--attention-backend", "flashmla", "--enable-metrics"]),
     ("dsv31 b200-8 sglang flags", DS + ["--hardware", "b200-8", "--tp", "8", "--dcp-size", "4",
-                                        "--decode-attention-backend", "flashinfer", "--schedule-policy", "lpm",
-                                        "--max-prefill-tokens", "16384"]),
+                                        "--decode-attention-backend", "flashinfer", "--schedule-policy",
+                                        "lpm", "--max-prefill-tokens", "16384"]),
     # Kimi K3 with a user backend / replicated Q off: SGLang's K3 override keeps both, and so does dcpctl
     ("kimi-k3 32gpu user ag_rs", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--dcp-comm-backend", "ag_rs"]),
     ("kimi-k3 32gpu no-rq", ["--preset", "kimi-k3-32gpu-dpa-dcp8", "--no-dcp-replicate-q-proj"]),
@@ -94,11 +99,11 @@ CASES: list[tuple[str, list[str]]] = [
 FIELDS = ["tp", "dp", "attn_dp", "dcp", "dcp_backend", "rep_q", "ep", "pp", "nnodes", "page", "kv_dtype",
           "decode_attn"]
 
-FLASHINFER_STUB = '''"""Import-only FlashInfer stub (check_exports.py): the signature SGLang's Kimi K3 DCP check reads."""
-'''
-FLASHINFER_DECODE_STUB = '''def trtllm_batch_decode_with_kv_cache_mla(query=None, kv_cache=None, enable_dcp=False, **kwargs):
-    raise RuntimeError("flashinfer stub: config-time resolution only")
-'''
+FLASHINFER_STUB = ('"""Import-only FlashInfer stub (check_exports.py): the signature SGLang\'s Kimi K3 DCP '
+                   'check reads."""\n')
+FLASHINFER_DECODE_STUB = ("def trtllm_batch_decode_with_kv_cache_mla(query=None, kv_cache=None, "
+                          "enable_dcp=False, **kwargs):\n"
+                          '    raise RuntimeError("flashinfer stub: config-time resolution only")\n')
 
 
 # ----------------------------------------------------------------------------------------- SGLang side
@@ -136,10 +141,10 @@ def worker(sm: int, argv: list[str]) -> None:
         sa.resolve_once()
         d = sa.resolved_dict()
         out = {"accepted": True, "resolved": {k: d.get(k) for k in (
-            "device", "tp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "dcp_size", "dcp_comm_backend",
-            "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "node_rank", "page_size", "kv_cache_dtype",
-            "attention_backend", "decode_attention_backend", "prefill_attention_backend", "enable_symm_mem",
-            "disaggregation_mode", "context_length")}}
+            "device", "tp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "dcp_size",
+            "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "node_rank",
+            "page_size", "kv_cache_dtype", "attention_backend", "decode_attention_backend",
+            "prefill_attention_backend", "enable_symm_mem", "disaggregation_mode", "context_length")}}
     except SystemExit as e:  # argparse rejects with SystemExit(2) after printing to stderr
         out["error"] = f"argparse exit {e.code}"
     except BaseException as e:  # noqa: BLE001 - any rejection is a result
@@ -213,10 +218,10 @@ def actual(res: dict, plan: dict) -> dict:
     attn_dp = res.get("attn_dp_size")
     if attn_dp is None:
         attn_dp = res.get("dp_size") if res.get("enable_dp_attention") else 1
-    return {"tp": res.get("tp_size"), "dp": res.get("dp_size"), "attn_dp": attn_dp, "dcp": res.get("dcp_size"),
-            "dcp_backend": res.get("dcp_comm_backend"), "rep_q": res.get("dcp_replicate_q_proj"),
-            "ep": res.get("ep_size"), "pp": res.get("pp_size"), "nnodes": res.get("nnodes"),
-            "page": res.get("page_size"), "kv_dtype": kv, "decode_attn": dec}
+    return {"tp": res.get("tp_size"), "dp": res.get("dp_size"), "attn_dp": attn_dp,
+            "dcp": res.get("dcp_size"), "dcp_backend": res.get("dcp_comm_backend"),
+            "rep_q": res.get("dcp_replicate_q_proj"), "ep": res.get("ep_size"), "pp": res.get("pp_size"),
+            "nnodes": res.get("nnodes"), "page": res.get("page_size"), "kv_dtype": kv, "decode_attn": dec}
 
 
 def same(field: str, want, got) -> bool:
@@ -264,7 +269,8 @@ def run_case(name: str, flags: list[str], root: Path, sgl_py: str) -> dict:
         for user, exp_flag in changed:
             field = "dcp_comm_backend" if user.startswith("--dcp-comm-backend") else "dcp_replicate_q_proj"
             row["as_written"].append({"user": user, "exported": exp_flag, "field": field,
-                                      "dcpctl": plan["decisions"][field]["value"], "accepted": raw["accepted"],
+                                      "dcpctl": plan["decisions"][field]["value"],
+                                      "accepted": raw["accepted"],
                                       "sglang": raw["resolved"][field] if raw["accepted"] else None,
                                       "error": raw.get("error")})
     if not res["accepted"]:
@@ -326,7 +332,8 @@ def main() -> int:
     ap.add_argument("--json", help="also write every row (argv, resolved values) to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (exports, config.json files)")
     a = ap.parse_args()
-    ver = subprocess.run([a.sglang_python, "-c", "import sglang, torch; print(sglang.__version__, torch.__version__)"],
+    ver = subprocess.run([a.sglang_python, "-c",
+                          "import sglang, torch; print(sglang.__version__, torch.__version__)"],
                          capture_output=True, text=True)
     if ver.returncode:
         print(f"SGLang environment broken ({a.sglang_python}): {ver.stderr.strip()[-300:]}", file=sys.stderr)

@@ -2,16 +2,17 @@
 """Published `sglang serve` lines, pasted into dcpctl and exported back: does SGLang resolve both the same?
 
 For every line of tests/fixtures/sglang_serve_lines.yaml (SGLang's docs and cookbook) this script
-  (a) plans it (`dcpctl plan --hardware HW --format json -- LINE`) and exports it (`dcpctl export sglang -- LINE`),
-      taking the node script of the line's own --node-rank,
-  (b) puts the shipped config of the model (presets/models, as config.json) in place of --model-path in both argvs,
-  (c) runs SGLang 0.5.23's `prepare_server_args` + `resolve_once` (+ `check_server_args`) on the pasted argv and on
-      the exported argv in the SGLang environment (benchmarks/sglang/setup_venv.sh), the platform emulated as in
-      check_exports.py, and compares every field of `resolved_dict()`.
+  (a) plans it (`dcpctl plan --hardware HW --format json -- LINE`) and exports it
+      (`dcpctl export sglang -- LINE`), taking the node script of the line's own --node-rank,
+  (b) puts the shipped config of the model (presets/models, as config.json) in place of --model-path in both
+      argvs,
+  (c) runs SGLang 0.5.23's `prepare_server_args` + `resolve_once` (+ `check_server_args`) on the pasted argv
+      and on the exported argv in the SGLang environment (benchmarks/sglang/setup_venv.sh), the platform
+      emulated as in check_exports.py, and compares every field of `resolved_dict()`.
 A field may differ only where the export writes the plan's own value of a setting the line left to SGLang
 (EXPORT_WRITES); every other difference is a failure, and so is a rejection of one side only (both refused
-with the same error, e.g. InfiniBand absent on the checking machine, is reported as same_rejection). A line whose plan is invalid is
-reported with its violations and not exported.
+with the same error, e.g. InfiniBand absent on the checking machine, is reported as same_rejection). A line
+whose plan is invalid is reported with its violations and not exported.
 
     python -m benchmarks.sglang.check_pasted [--sglang-python /tmp/sglvenv/bin/python] [--json OUT]
 """
@@ -97,7 +98,8 @@ def compare(row: dict, a: dict, b: dict) -> dict:
         same = not a["accepted"] and not b["accepted"] and a.get("error") == b.get("error")
         return {**row, "status": "same_rejection" if same else "rejected", "pasted_error": a.get("error"),
                 "exported_error": b.get("error")}
-    diffs = {k: (a["resolved"].get(k), b["resolved"].get(k)) for k in sorted(set(a["resolved"]) | set(b["resolved"]))
+    diffs = {k: (a["resolved"].get(k), b["resolved"].get(k))
+             for k in sorted(set(a["resolved"]) | set(b["resolved"]))
              if k not in IGNORED and a["resolved"].get(k) != b["resolved"].get(k)}
     allowed = {k: v for k, v in diffs.items() if k in EXPORT_WRITES}
     other = {k: v for k, v in diffs.items() if k not in EXPORT_WRITES}
@@ -107,7 +109,8 @@ def compare(row: dict, a: dict, b: dict) -> dict:
 
 def resolve_all(sgl_py: str, sm: int, argvs: list[list[str]]) -> list[dict]:
     """One SGLang process per platform resolves every argv (grid_worker.py, every resolved field)."""
-    r = subprocess.run([sgl_py, str(Path(__file__).resolve().parent / "grid_worker.py"), str(sm), "0", "full"],
+    r = subprocess.run([sgl_py, str(Path(__file__).resolve().parent / "grid_worker.py"), str(sm), "0",
+                        "full"],
                        input="".join(json.dumps(a) + "\n" for a in argvs), capture_output=True, text=True)
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     if len(lines) != len(argvs):

@@ -49,19 +49,22 @@ def dump() -> dict:
         if isinstance(a, argparse._HelpAction) or not a.option_strings:
             continue
         canon = "--" + a.dest.replace("_", "-")
-        flags = sorted(a.option_strings, key=lambda s: s != canon)  # SGLang's own spelling first, then as declared
+        flags = sorted(a.option_strings, key=lambda s: s != canon)  # SGLang's own spelling first, then as
+                                                                    # declared
         args.append({"dest": a.dest, "flags": flags, "nargs": _nargs(a), "type": _type_name(a),
                      "choices": sorted(map(str, a.choices)) if a.choices is not None else None,
                      "default": _jsonable(a.default), "help": (a.help or "").split(". ")[0][:160]})
     return {"engine": "sglang", "version": sglang.__version__, "command": "sglang serve",
             "source": "argparse.ArgumentParser(prog='sglang serve') + ServerArgs.add_cli_args "
-                      "(sglang/srt/server_args.py prepare_server_args); written by benchmarks/sglang/dump_args.py",
+                      "(sglang/srt/server_args.py prepare_server_args); written by "
+                      "benchmarks/sglang/dump_args.py",
             "allow_abbrev": parser.allow_abbrev, "args": args}
 
 
 def main() -> int:
     doc = dump()
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "dcpctl/data/engines" / f"sglang-{doc['version']}.json"
+    out = (Path(sys.argv[1])
+           if len(sys.argv) > 1 else REPO / "dcpctl/data/engines" / f"sglang-{doc['version']}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=0, sort_keys=False) + "\n")
     print(f"{len(doc['args'])} arguments of sglang {doc['version']} -> {out}")

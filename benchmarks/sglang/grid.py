@@ -46,9 +46,11 @@ SPEC_K = "speculative_num_draft_tokens"  # compared too where dcpctl resolves it
 FAILURES = ("crash", "sglang_rejects_dcpctl_accepts", "dcpctl_rejects_unexplained", "differs")
 # dcpctl's own rejections of what SGLang's argument resolution cannot see, each with its reason
 EXTRA_CHECKS = sglang_rules.EXTRA_CHECKS
-FI_STUB = {"flashinfer/__init__.py": '"""Import-only FlashInfer stub (grid.py): resolution-time signature only."""\n',
+FI_STUB = {"flashinfer/__init__.py": '"""Import-only FlashInfer stub (grid.py): resolution-time signature '
+                                     'only."""\n',
            "flashinfer/decode.py": "def trtllm_batch_decode_with_kv_cache_mla(query=None, kv_cache=None, "
-                                   "enable_dcp=False, **kwargs):\n    raise RuntimeError('flashinfer stub')\n"}
+                                   "enable_dcp=False, **kwargs):\n    raise RuntimeError('flashinfer "
+                                   "stub')\n"}
 
 
 def run_dcpctl(flags: list[str]) -> dict[str, Any]:
@@ -96,7 +98,8 @@ def run_sglang(jobs: list[tuple[int, bool, bool, list[str]]], sgl_py: str, cache
             raise SystemExit(f"SGLang worker SM{sm} died after {len(lines)}/{len(uniq)}: {r.stderr[-800:]}")
         for a, line in zip(uniq, lines):
             cache[_key(sm, mnnvl, a)] = json.loads(line)
-        print(f"  SGLang SM{sm} mnnvl={int(mnnvl)} stub={int(stub)}: {len(uniq)} argv in {time.time() - t0:.0f}s",
+        print(f"  SGLang SM{sm} mnnvl={int(mnnvl)} stub={int(stub)}: {len(uniq)} argv in "
+              f"{time.time() - t0:.0f}s",
               file=sys.stderr)
 
 
@@ -107,10 +110,11 @@ def sglang_verdict(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
     r = res["resolved"]
     kv = r.get("kv_cache_dtype")
     return {"accepted": True, "values": {
-        "dcp_comm_backend": r.get("dcp_comm_backend"), "dcp_replicate_q_proj": bool(r.get("dcp_replicate_q_proj")),
+        "dcp_comm_backend": r.get("dcp_comm_backend"),
+        "dcp_replicate_q_proj": bool(r.get("dcp_replicate_q_proj")),
         "decode_attention_backend": r.get("decode_attention_backend") or r.get("attention_backend"),
         "page_size": r.get("page_size"), "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv,
-                                                                                                         kv),
+            kv),
         SPEC_K: r.get(SPEC_K)}}
 
 
@@ -136,7 +140,8 @@ def main() -> int:
     cases = [c for c in grid_cases.cases() if not a.group or c["group"] == a.group]
     cache_path = Path(a.cache)
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not a.fresh else {}
-    cache = {k: v for k, v in cache.items() if "ModuleNotFoundError" not in v.get("error", "")}  # venv fixed since
+    # venv fixed since
+    cache = {k: v for k, v in cache.items() if "ModuleNotFoundError" not in v.get("error", "")}
     t0 = time.time()
     jobs = []
     for c in cases:
@@ -171,7 +176,8 @@ def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, 
     engine_verdicts.print_classes(cases, counts, FAILURES, show)
     other = [c for c in cases if c["class"] == "agree_reject" and "user_error" not in c["dcpctl"]
              and {v["code"] for v in c["dcpctl"]["violations"]} <= set(EXTRA_CHECKS)]
-    print(f"  (of agree_reject, {len(other)} where dcpctl names only checks SGLang cannot see, not SGLang's own)")
+    print(f"  (of agree_reject, {len(other)} where dcpctl names only checks SGLang cannot see, not SGLang's "
+          "own)")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 HW_SM = {"h100-8": (90, False), "h200-8": (90, False), "b200-8": (100, False), "b300-8": (103, False),
          "gb200-nvl72": (100, True), "gb300-nvl72": (103, True)}
 GPUS = {"h100-8": 8, "h200-8": 8, "b200-8": 8, "b300-8": 8, "gb200-nvl72": 4, "gb300-nvl72": 4}
-ATTN = ("auto", "fa3", "flashmla", "flashinfer", "triton", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "aiter",
-        "torch_native")
+ATTN = ("auto", "fa3", "flashmla", "flashinfer", "triton", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla",
+        "aiter", "torch_native")
 KV = ("auto", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")
 SPEC = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 
@@ -64,16 +64,18 @@ def _topology() -> Iterator[dict[str, Any]]:
                                                      (1, 2, 4), (1, 2, 4), (1, 4)):
         if hw == "gb200-nvl72" and (dcp == 1 or pp == 4):
             continue
-        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": tp, "ep_size": ep, "pp_size": pp, "nnodes": nn,
-               "dcp_size": dcp}
+        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": tp, "ep_size": ep, "pp_size": pp,
+               "nnodes": nn, "dcp_size": dcp}
     for tp, dp in ((8, 2), (16, 2), (4, 2)):  # whole-engine DP replicas (no attention DP)
         yield {"model": "deepseek-v3.1", "hardware": "h200-8", "tp_size": tp, "dp_size": dp, "dcp_size": 4,
                "nnodes": 1}
 
 
 def _backends() -> Iterator[dict[str, Any]]:
-    for hw, model, be, rq, dcp in itertools.product(HW_SM, ("deepseek-v3.1", "dsv31-bf16", "dsv31-fp32", "kimi-k3"),
-                                                    (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False), (1, 8)):
+    for hw, model, be, rq, dcp in itertools.product(HW_SM,
+                                                    ("deepseek-v3.1", "dsv31-bf16", "dsv31-fp32", "kimi-k3"),
+                                                    (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False),
+                                                    (1, 8)):
         if hw == "h100-8":
             continue
         tp = 16 if hw.startswith("gb") else 8
@@ -86,12 +88,13 @@ def _backends() -> Iterator[dict[str, Any]]:
 
 def _kernels() -> Iterator[dict[str, Any]]:
     for hw, attn, kv, page, dcp in itertools.product(("h200-8", "b200-8"), ATTN, KV, (None, 64), (1, 8)):
-        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp, "attention_backend": attn,
-               "kv_cache_dtype": kv, "page_size": page}
+        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp,
+               "attention_backend": attn, "kv_cache_dtype": kv, "page_size": page}
     for hw, attn, kv, page, dcp in itertools.product(("h200-8", "b200-8", "gb200-nvl72"),
-                                                     ("auto", "cutedsl_mla", "tokenspeed_mla", "trtllm_mla", "fa3",
-                                                      "flashinfer"),
-                                                     ("auto", "bfloat16", "fp8_e4m3"), (None, 32, 64), (1, 8)):
+                                                     ("auto", "cutedsl_mla", "tokenspeed_mla", "trtllm_mla",
+                                                      "fa3", "flashinfer"),
+                                                     ("auto", "bfloat16", "fp8_e4m3"), (None, 32, 64),
+                                                     (1, 8)):
         tp = 16 if hw.startswith("gb") else 8
         yield {"model": "kimi-k3", "hardware": hw, "tp_size": tp, "dp_size": 2, "enable_dp_attention": True,
                "ep_size": tp, "nnodes": _nodes(tp, 1, hw), "dcp_size": dcp, "attention_backend": attn,
@@ -99,8 +102,9 @@ def _kernels() -> Iterator[dict[str, Any]]:
 
 
 def _speculative() -> Iterator[dict[str, Any]]:
-    for hw, model, algo, k, draft, dcp in itertools.product(("h200-8", "b200-8"), ("deepseek-v3.1", "kimi-k3"),
-                                                            (None, *SPEC), (None, 4), (None, "tiny"), (1, 8)):
+    for hw, model, algo, k, draft, dcp in itertools.product(("h200-8", "b200-8"),
+                                                            ("deepseek-v3.1", "kimi-k3"), (None, *SPEC),
+                                                            (None, 4), (None, "tiny"), (1, 8)):
         c = {"model": model, "hardware": hw, "tp_size": 8, "dcp_size": dcp, "speculative_algorithm": algo,
              "speculative_num_draft_tokens": k, "speculative_draft_model_path": draft}
         if model == "kimi-k3":  # two nodes: the weights fit and a DCP8 group fits an attention-DP replica
@@ -120,14 +124,15 @@ def _spec_params() -> Iterator[dict[str, Any]]:
             ((None, None, None), (3, None, None), (3, 1, None), (3, 1, 4), (2, 1, 8), (4, 2, 8),
              (None, 1, None)),
             (1, 8)):
-        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp, "speculative_algorithm": algo,
-               "speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": k}
+        yield {"model": "deepseek-v3.1", "hardware": hw, "tp_size": 8, "dcp_size": dcp,
+               "speculative_algorithm": algo, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
+               "speculative_num_draft_tokens": k}
 
 
 def _pd_hicache() -> Iterator[dict[str, Any]]:
     base = {"model": "deepseek-v3.1", "hardware": "h200-8", "tp_size": 8}
-    for mode, tb, dcp, peer, hic in itertools.product(("prefill", "decode"), ("mooncake", "nixl", "fake"), (1, 8),
-                                                      (None, 1, 8), (None, True)):
+    for mode, tb, dcp, peer, hic in itertools.product(("prefill", "decode"), ("mooncake", "nixl", "fake"),
+                                                      (1, 8), (None, 1, 8), (None, True)):
         yield {**base, "dcp_size": dcp, "disaggregation_mode": mode, "disaggregation_transfer_backend": tb,
                "disaggregation_peer_dcp_size": peer, "enable_hierarchical_cache": hic}
     for hic, l3, dcp, spec, mode in itertools.product((None, True), (None, "file", "mooncake"), (1, 8),
@@ -140,9 +145,9 @@ def _pd_hicache() -> Iterator[dict[str, Any]]:
 PRESET_VARIATIONS: tuple[dict[str, Any], ...] = (
     {}, {"dcp_size": 1}, {"dcp_size": 4}, {"dcp_comm_backend": "a2a"}, {"dcp_comm_backend": "ag_rs"},
     {"dcp_comm_backend": "fi_a2a"}, {"dcp_replicate_q_proj": False}, {"dcp_replicate_q_proj": True},
-    {"hardware": "b200-8"}, {"hardware": "h200-8"}, {"hardware": "gb300-nvl72"}, {"kv_cache_dtype": "fp8_e4m3"},
-    {"page_size": 64}, {"context_len": 10_000_000_000_000}, {"speculative_algorithm": "EAGLE"},
-    {"attention_backend": "flashinfer"},
+    {"hardware": "b200-8"}, {"hardware": "h200-8"}, {"hardware": "gb300-nvl72"},
+    {"kv_cache_dtype": "fp8_e4m3"}, {"page_size": 64}, {"context_len": 10_000_000_000_000},
+    {"speculative_algorithm": "EAGLE"}, {"attention_backend": "flashinfer"},
 )
 
 
@@ -187,8 +192,9 @@ def _sglang_flags() -> Iterator[dict[str, Any]]:
     yield {"model": "kimi-k2", "hardware": "b200-8", "tp": 8, "dcp_size": 8, "trust_remote_code": True}
 
 
-GROUPS = {"topology": _topology, "backends": _backends, "kernels": _kernels, "speculative": _speculative, "spec_params": _spec_params,
-          "pd_hicache": _pd_hicache, "presets": _presets, "misc": _misc, "sglang_flags": _sglang_flags}
+GROUPS = {"topology": _topology, "backends": _backends, "kernels": _kernels, "speculative": _speculative,
+          "spec_params": _spec_params, "pd_hicache": _pd_hicache, "presets": _presets, "misc": _misc,
+          "sglang_flags": _sglang_flags}
 
 
 def cases() -> list[dict[str, Any]]:

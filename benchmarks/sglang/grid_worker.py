@@ -22,11 +22,12 @@ import time
 import traceback
 import warnings
 
-FIELDS = ("device", "tp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "dcp_size", "dcp_comm_backend",
-          "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "page_size", "kv_cache_dtype", "attention_backend",
-          "decode_attention_backend", "prefill_attention_backend", "enable_symm_mem", "disaggregation_mode",
-          "context_length", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps",
-          "speculative_eagle_topk", "enable_hierarchical_cache", "hicache_storage_backend")
+FIELDS = ("device", "tp_size", "dp_size", "attn_dp_size", "enable_dp_attention", "dcp_size",
+          "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "page_size",
+          "kv_cache_dtype", "attention_backend", "decode_attention_backend", "prefill_attention_backend",
+          "enable_symm_mem", "disaggregation_mode", "context_length", "speculative_algorithm",
+          "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
+          "enable_hierarchical_cache", "hicache_storage_backend")
 
 
 def platform_facts(sm: int) -> dict:

@@ -54,11 +54,14 @@ def main() -> None:
         nargs = "0" if a.nargs == 0 else "1" if a.nargs is None else str(a.nargs)
         args.append({"dest": a.dest, "flags": list(a.option_strings), "nargs": nargs, "type": _type_name(a),
                      "choices": sorted(map(str, a.choices)) if a.choices is not None else None,
-                     "default": _jsonable(a.default), "help": " ".join((a.help or "").split()).split(". ")[0][:160]})
+                     "default": _jsonable(a.default),
+                     "help": " ".join((a.help or "").split()).split(". ")[0][:160]})
     doc = {"engine": "vllm", "version": vllm.__version__, "command": "vllm serve",
            "source": "vllm/entrypoints/common/cli_args.py make_arg_parser (every `vllm serve` option), "
-                     "written by benchmarks/vllm/dump_flags.py", "allow_abbrev": parser.allow_abbrev, "args": args}
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "dcpctl/data/engines" / f"vllm-{doc['version']}.json"
+                     "written by benchmarks/vllm/dump_flags.py", "allow_abbrev": parser.allow_abbrev,
+           "args": args}
+    out = (Path(sys.argv[1])
+           if len(sys.argv) > 1 else REPO / "dcpctl/data/engines" / f"vllm-{doc['version']}.json")
     out.write_text(json.dumps(doc, indent=0) + "\n")
     print(f"{len(args)} arguments of vllm {doc['version']} -> {out}", file=sys.stderr)
 

@@ -143,7 +143,8 @@ def cuda_tensors_on_meta():
 def _kernels_present(sm: int) -> None:
     import vllm.vllm_flash_attn.flash_attn_interface as fa
     fa.is_fa_version_supported = lambda version, *a, **k: version == 3 and sm // 10 == 9
-    fa.fa_version_unsupported_reason = lambda version, *a, **k: None if version == 3 and sm // 10 == 9 else "arch"
+    fa.fa_version_unsupported_reason = (lambda version, *a, **k:
+                                        None if version == 3 and sm // 10 == 9 else "arch")
     import vllm.v1.attention.backends.mla.flashattn_mla as fa_mla
     import vllm.v1.attention.ops.flashmla as flashmla
     fa_mla.flash_attn_supports_mla = lambda: sm // 10 == 9

@@ -16,7 +16,8 @@ hardware profile; results cached by argv). Every case lands in one class:
   differs                          both accept, some resolved value differs (COMPARED)
 
 Usage (repo root, dcpctl venv; the vLLM venv from benchmarks/vllm/setup_venv.sh):
-    python -m benchmarks.vllm.vllm_grid --vllm-python /tmp/vllmvenv/bin/python [--record benchmarks/data/vllm_grid.json.gz]
+    python -m benchmarks.vllm.vllm_grid --vllm-python /tmp/vllmvenv/bin/python
+                                        [--record benchmarks/data/vllm_grid.json.gz]
 Exit status 0 when the four failure classes are all empty.
 """
 from __future__ import annotations
@@ -94,8 +95,9 @@ def run_vllm(jobs: list[tuple[str, list[str]]], vllm_py: str, cache: dict[str, A
     for hw, argvs in sorted(todo.items()):
         uniq = list({json.dumps(a): a for a in argvs}.values())
         t0 = time.time()
-        r = subprocess.run([vllm_py, str(HERE / "vllm_grid_worker.py"), hw], input="".join(json.dumps(a) + "\n" for a in uniq),
-                           capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"})
+        r = subprocess.run([vllm_py, str(HERE / "vllm_grid_worker.py"), hw],
+                           input="".join(json.dumps(a) + "\n" for a in uniq), capture_output=True, text=True,
+                           env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"})
         lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
         if len(lines) != len(uniq):
             raise SystemExit(f"vLLM worker {hw} died after {len(lines)}/{len(uniq)}: {r.stderr[-800:]}")
@@ -112,9 +114,10 @@ def vllm_verdict(res: dict[str, Any]) -> dict[str, Any]:
     r = res["resolved"]
     kv = r["model_dtype"] if r["kv_cache_dtype"] == "auto" else r["kv_cache_dtype"]
     return {"accepted": True, "values": {
-        "tp": r["tp"], "dp": r["dp"], "dcp": r["dcp"], "ep": bool(r["ep"]), "dcp_comm_backend": r["dcp_comm_backend"],
-        "dcp_replicate_q_proj": bool(r["dcp_q_replicate"]), "decode_attention_backend": r["attention_backend"],
-        "page_size": r["block_size"], "kv_cache_dtype": kv, "cp_kv_cache_interleave_size": r["cp_kv_cache_interleave_size"],
+        "tp": r["tp"], "dp": r["dp"], "dcp": r["dcp"], "ep": bool(r["ep"]),
+        "dcp_comm_backend": r["dcp_comm_backend"], "dcp_replicate_q_proj": bool(r["dcp_q_replicate"]),
+        "decode_attention_backend": r["attention_backend"], "page_size": r["block_size"],
+        "kv_cache_dtype": kv, "cp_kv_cache_interleave_size": r["cp_kv_cache_interleave_size"],
         "gpu_memory_utilization": r["gpu_memory_utilization"]}}  # CacheConfig.resolved_gpu_memory_utilization
 
 
@@ -156,8 +159,8 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(cases, indent=1, default=str))
     if a.record:  # vLLM's verdicts alone, replayed against dcpctl in CI (tests/plan/test_vllm_grid.py)
-        rows = [{"opts": c["opts"], "vllm": c["vllm"], **({"argv": _portable(c["argv"])} if c["opts"].get("export")
-                                                          else {})} for c in cases]
+        rows = [{"opts": c["opts"], "vllm": c["vllm"],
+                 **({"argv": _portable(c["argv"])} if c["opts"].get("export") else {})} for c in cases]
         doc = json.dumps({"vllm": VLLM_VERSION, "cases": rows}, separators=(",", ":"), sort_keys=True)
         Path(a.record).write_bytes(gzip.compress(doc.encode(), mtime=0))
     return 1 if any(counts[f] for f in FAILURES) else 0

@@ -18,9 +18,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 # case key -> `vllm serve` flag (dcpctl accepts the same names under --engine vllm)
 FLAGS = {"tp": "--tensor-parallel-size", "dp": "--data-parallel-size", "pp": "--pipeline-parallel-size",
-         "dcp": "--decode-context-parallel-size", "pcp": "--prefill-context-parallel-size", "nnodes": "--nnodes",
-         "dcp_comm_backend": "--dcp-comm-backend", "interleave": "--cp-kv-cache-interleave-size",
-         "block_size": "--block-size", "kv_cache_dtype": "--kv-cache-dtype", "attention_backend": "--attention-backend",
+         "dcp": "--decode-context-parallel-size", "pcp": "--prefill-context-parallel-size",
+         "nnodes": "--nnodes", "dcp_comm_backend": "--dcp-comm-backend",
+         "interleave": "--cp-kv-cache-interleave-size", "block_size": "--block-size",
+         "kv_cache_dtype": "--kv-cache-dtype", "attention_backend": "--attention-backend",
          "max_model_len": "--max-model-len", "gpu_memory_utilization": "--gpu-memory-utilization",
          "max_num_seqs": "--max-num-seqs"}
 BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TOKENSPEED_MLA", "CUTLASS_MLA", "TRITON_MLA")
@@ -43,7 +44,8 @@ def model_configs() -> dict[str, dict[str, Any]]:
 
 
 # `vllm serve --config FILE` files (written beside the models; a case names one as `@FILE`)
-SERVE_CONFIGS = {"dcp4-eager.yaml": "tensor-parallel-size: 8\ndecode_context_parallel_size: 4\nenforce-eager: true\n",
+SERVE_CONFIGS = {"dcp4-eager.yaml": "tensor-parallel-size: 8\ndecode_context_parallel_size: "
+                                    "4\nenforce-eager: true\n",
                  "mtp-flashmla.yaml": "speculative-config:\n  method: mtp\n  num_speculative_tokens: 1\n"
                                       "attention-backend: flashmla\n"}
 
@@ -83,30 +85,31 @@ def _topology() -> Iterator[dict[str, Any]]:
 
 
 def _exchange() -> Iterator[dict[str, Any]]:
-    for hw, model, be, rq, dcp in itertools.product(("h200-8", "b200-8", "b300-8"), ("deepseek-v3.1", "dsv31-bf16",
-                                                                                     "kimi-k2"),
-                                                    (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False), (1, 8)):
+    for hw, model, be, rq, dcp in itertools.product(("h200-8", "b200-8", "b300-8"),
+                                                    ("deepseek-v3.1", "dsv31-bf16", "kimi-k2"),
+                                                    (None, "ag_rs", "a2a", "fi_a2a"), (None, True, False),
+                                                    (1, 8)):
         yield {"model": model, "hardware": hw, "tp": 8, "dcp": dcp, "dcp_comm_backend": be,
                "dcp_q_replicate": rq}
 
 
 def _kernels() -> Iterator[dict[str, Any]]:
-    for hw, be, kv, block, dcp in itertools.product(("h100-8", "h200-8", "b200-8", "b300-8"), (None, *BACKENDS), KV,
-                                                    (None, 16, 32, 64, 128), (1, 8)):
+    for hw, be, kv, block, dcp in itertools.product(("h100-8", "h200-8", "b200-8", "b300-8"),
+                                                    (None, *BACKENDS), KV, (None, 16, 32, 64, 128), (1, 8)):
         yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "attention_backend": be,
                "kv_cache_dtype": kv, "block_size": block}
 
 
 def _interleave() -> Iterator[dict[str, Any]]:
-    for hw, il, block, dcp in itertools.product(("h200-8", "b200-8"), (1, 2, 16, 64, 128), (None, 16, 64, 128),
-                                                (1, 4, 8)):
+    for hw, il, block, dcp in itertools.product(("h200-8", "b200-8"), (1, 2, 16, 64, 128),
+                                                (None, 16, 64, 128), (1, 4, 8)):
         yield {"model": "deepseek-v3.1", "hardware": hw, "tp": 8, "dcp": dcp, "interleave": il,
                "block_size": block}
 
 
 def _models() -> Iterator[dict[str, Any]]:
-    for model, hw, tp, dcp in itertools.product(("deepseek-v3", "deepseek-v3.1", "dsv31-bf16", "kimi-k2", "kimi-k3",
-                                                 "kimi-linear-48b-a3b", "tiny"),
+    for model, hw, tp, dcp in itertools.product(("deepseek-v3", "deepseek-v3.1", "dsv31-bf16", "kimi-k2",
+                                                 "kimi-k3", "kimi-linear-48b-a3b", "tiny"),
                                                 ("h200-8", "b200-8"), (4, 8, 16), (1, 2, 4, 8)):
         c = {"model": model, "hardware": hw, "tp": tp, "dcp": dcp}
         c["nnodes"] = _nodes(c)
@@ -120,13 +123,15 @@ def _models() -> Iterator[dict[str, Any]]:
         yield {**base, "max_num_seqs": s}
 
 
-# `vllm serve` spellings of modelled options, as vLLM's FlexibleArgumentParser reads them (each replaces the case's
-# own flags): underscores, dotted JSON sub-options, case, human-readable lengths, prefixes, `=` forms
+# `vllm serve` spellings of modelled options, as vLLM's FlexibleArgumentParser reads them (each replaces the
+# case's own flags): underscores, dotted JSON sub-options, case, human-readable lengths, prefixes, `=` forms
 SPELLINGS: tuple[tuple[str, ...], ...] = (
     ("--tensor_parallel_size", "8"), ("--tensor-parallel-size=8",), ("-tp", "8"), ("--tensor-parallel", "8"),
     ("--tensor-parallel-size", "8", "--decode_context_parallel_size", "8"), ("-tp", "8", "-dcp=8"),
-    ("-tp", "8", "-dcp", "8", "--attention-backend", "flashmla"), ("-tp", "8", "-dcp", "8", "--attention-backend", "FlashMLA"),
-    ("-tp", "8", "-dcp", "8", "--attention-backend", "auto"), ("-tp", "8", "-dcp", "8", "--attention_backend=triton_mla"),
+    ("-tp", "8", "-dcp", "8", "--attention-backend", "flashmla"),
+    ("-tp", "8", "-dcp", "8", "--attention-backend", "FlashMLA"),
+    ("-tp", "8", "-dcp", "8", "--attention-backend", "auto"),
+    ("-tp", "8", "-dcp", "8", "--attention_backend=triton_mla"),
     ("-tp", "8", "-dcp", "8", "--attention-config.backend", "FLASHMLA"),
     ("-tp", "8", "-dcp", "8", "--attention-config.backend=flashmla"),
     ("-tp", "8", "-dcp", "8", "--attention-config", '{"backend": "FLASHMLA"}'),
@@ -137,30 +142,36 @@ SPELLINGS: tuple[tuple[str, ...], ...] = (
     ("-tp", "8", "-dcp", "8", "--max_model_len=160k"), ("-tp", "8", "-dcp", "8", "--max-model-len", "1M"),
     ("-tp", "8", "-dcp", "8", "--block_size", "64"), ("-tp", "8", "-dcp", "8", "--kv_cache_dtype", "fp8"),
     ("-tp", "8", "-dcp", "8", "--dcp_comm_backend", "a2a", "--dcp_q_replicate"),
-    ("-tp", "8", "-dcp", "8", "--no-dcp-q-replicate"), ("-tp", "8", "-dcp", "8", "--gpu_memory_utilization=0.8"),
+    ("-tp", "8", "-dcp", "8", "--no-dcp-q-replicate"),
+    ("-tp", "8", "-dcp", "8", "--gpu_memory_utilization=0.8"),
     ("-tp", "8", "-dcp", "8", "--cp_kv_cache_interleave_size", "8", "--block-size", "64"),
-    ("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"), ("-tp", "8", "-dcp", "8", "--max-num-seqs", "64"),
-    ("--config", "@dcp4-eager.yaml"), ("--config", "@dcp4-eager.yaml", "-dcp", "8"),
-    ("-tp", "8", "-dcp", "8", "--config", "@mtp-flashmla.yaml"),
-)
+("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"),
+    ("-tp", "8", "-dcp", "8", "--max-num-seqs", "64"), ("--config", "@dcp4-eager.yaml"),
+    ("--config", "@dcp4-eager.yaml", "-dcp", "8"),
+    ("-tp", "8", "-dcp", "8", "--config", "@mtp-flashmla.yaml"), )
 # passed-through options that change vLLM's verdict or what it resolves, each with and without DCP
 PASSED: tuple[tuple[str, ...], ...] = (
-    (), ("--enforce-eager",), ("--max-num-batched-tokens", "16k"), ("--enable-eplb",), ("--enable-eplb", "-ep"),
-    ("--enable-dbo",), ("--enable-dbo", "-ep"), ("--dtype", "half"), ("--dtype", "float16"), ("--dtype", "bfloat16"),
-    ("--dtype", "float32"), ("--dtype", "float"), ("--dtype", "half", "--kv-cache-dtype", "bfloat16"),
+    (), ("--enforce-eager",), ("--max-num-batched-tokens", "16k"), ("--enable-eplb",),
+    ("--enable-eplb", "-ep"), ("--enable-dbo",), ("--enable-dbo", "-ep"), ("--dtype", "half"),
+    ("--dtype", "float16"), ("--dtype", "bfloat16"), ("--dtype", "float32"), ("--dtype", "float"),
+    ("--dtype", "half", "--kv-cache-dtype", "bfloat16"),
     ("--dtype", "float16", "--kv-cache-dtype", "float16"), ("--dtype", "half", "--kv-cache-dtype", "fp8"),
     ("--hf-overrides", '{"max_position_embeddings": 327680}', "--max-model-len", "300000"),
-    ("--max-model-len", "300000",), ("--hf-overrides.max_position_embeddings", "327680", "--max-model-len", "200k"),
+    ("--max-model-len", "300000",),
+    ("--hf-overrides.max_position_embeddings", "327680", "--max-model-len", "200k"),
     ("--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'),
     ("--disable-extensible-kv-cache",), ("--enable-extensible-kv-cache",), ("--kv-cache-memory-bytes", "20G"),
-    ("--num-gpu-blocks-override", "4096"), ("--gpu-memory-utilization", "0.9", "--disable-extensible-kv-cache"),
+    ("--num-gpu-blocks-override", "4096"),
+    ("--gpu-memory-utilization", "0.9", "--disable-extensible-kv-cache"),
     ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'),
-    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}'),
-    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 4}'),
-    ("--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "2"),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3, "draft_tensor_parallel_size": '
+                             '1}'),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": '
+                             '4}'),
+("--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "2"),
     ("--cp-kv-cache-interleave-size", "0"), ("--cp-kv-cache-interleave-size", "-1"), ("--block-size", "0"),
-    ("--served-model-name", "dsv3", "--port", "9000"), ("-O", "0"), ("--compilation-config.cudagraph_mode", "NONE"),
-)
+    ("--served-model-name", "dsv3", "--port", "9000"), ("-O", "0"),
+    ("--compilation-config.cudagraph_mode", "NONE"), )
 
 
 def _spellings() -> Iterator[dict[str, Any]]:
@@ -175,12 +186,14 @@ def _passed() -> Iterator[dict[str, Any]]:
 
 
 def _exports() -> Iterator[dict[str, Any]]:
-    """`dcpctl export vllm` of a plan, its node-0 line fed to vLLM (vllm_grid.py): vLLM must resolve the plan."""
+    """`dcpctl export vllm` of a plan, its node-0 line fed to vLLM (vllm_grid.py): vLLM must resolve the
+    plan."""
     for hw, model, (tp, dcp, more) in itertools.product(
             ("h200-8", "b200-8"), ("deepseek-v3.1", "dsv31-bf16", "kimi-k2"),
             ((8, 8, ()), (8, 4, ("--dcp-comm-backend", "a2a", "--dcp-q-replicate")), (8, 1, ()),
-             (8, 8, ("--kv-cache-dtype", "fp8")), (8, 8, ("--block-size", "128")), (8, 8, ("--max-model-len", "64k")),
-             (8, 8, ("--gpu-memory-utilization", "0.85")), (8, 8, ("--enforce-eager", "--max-num-batched-tokens", "8192")),
+             (8, 8, ("--kv-cache-dtype", "fp8")), (8, 8, ("--block-size", "128")),
+             (8, 8, ("--max-model-len", "64k")), (8, 8, ("--gpu-memory-utilization", "0.85")),
+             (8, 8, ("--enforce-eager", "--max-num-batched-tokens", "8192")),
              (8, 8, ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')),
              (8, 8, ("--dtype", "half")), (8, 8, ("--attention-config.backend", "triton_mla")),
              (4, 2, ("-dp", "2", "-ep")), (8, 8, ("--cp-kv-cache-interleave-size", "16")))):

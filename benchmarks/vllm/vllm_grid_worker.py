@@ -6,10 +6,11 @@ Runs in the vLLM 0.34.0 venv (benchmarks/vllm/setup_venv.sh), never in dcpctl's.
 `vllm_grid_worker.py HARDWARE` reads one JSON argv list per stdin line, writes one JSON result per line.
 Per argv, vLLM's own code, in the order a server runs it:
   1. `vllm serve`'s parser (entrypoints/common/cli_args.py make_arg_parser) and
-     `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (ParallelConfig, ModelConfig against the local
-     config.json, CacheConfig, VllmConfig with the model's verify_and_update_config);
-  2. the worker's attention selection: `v1/attention/selector.py get_attn_backend` for the MLA layer (head size
-     kv_lora_rank + qk_rope_head_dim) under the config, on the faked platform (benchmarks/vllm/vllm_cpu.py);
+     `AsyncEngineArgs.from_cli_args(...).create_engine_config()` (ParallelConfig, ModelConfig against the
+     local config.json, CacheConfig, VllmConfig with the model's verify_and_update_config);
+  2. the worker's attention selection: `v1/attention/selector.py get_attn_backend` for the MLA layer (head
+     size kv_lora_rank + qk_rope_head_dim) under the config, on the faked platform
+     (benchmarks/vllm/vllm_cpu.py);
   3. the block size: `Platform._preferred_block_size_for_backends` unless --block-size was given, then
      `VllmConfig.validate_block_size` (the engine core's DCP interleave check);
   4. the model runner's PCP rules (v1/worker/gpu/pcp_manager.py `PCPManager.validate_config`, which
@@ -51,8 +52,8 @@ def resolve(argv: list[str], platform: type) -> dict:
             backend = get_attn_backend(text.kv_lora_rank + text.qk_rope_head_dim, mc.dtype, cc.cache_dtype,
                                        use_mla=True, num_heads=mc.get_num_attention_heads(pc))
             if not cc.user_specified_block_size:
-                cc.block_size = platform._preferred_block_size_for_backends([backend], CacheConfig.DEFAULT_BLOCK_SIZE,
-                                                                            cfg)
+                cc.block_size = platform._preferred_block_size_for_backends(
+                    [backend], CacheConfig.DEFAULT_BLOCK_SIZE, cfg)
         at = "engine core: validate_block_size"
         cfg.validate_block_size()
         at = "worker: model runner PCP check"
@@ -62,9 +63,10 @@ def resolve(argv: list[str], platform: type) -> dict:
             "tp": pc.tensor_parallel_size, "dp": pc.data_parallel_size, "pp": pc.pipeline_parallel_size,
             "dcp": pc.decode_context_parallel_size, "pcp": pc.prefill_context_parallel_size,
             "ep": pc.enable_expert_parallel, "nnodes": pc.nnodes, "dcp_comm_backend": pc.dcp_comm_backend,
-            "dcp_q_replicate": pc.dcp_q_replicate, "cp_kv_cache_interleave_size": pc.cp_kv_cache_interleave_size,
-            "kv_cache_dtype": cc.cache_dtype, "model_dtype": str(mc.dtype).removeprefix("torch."),
-            "block_size": cc.block_size, "attention_backend": backend.get_name(),
+            "dcp_q_replicate": pc.dcp_q_replicate,
+            "cp_kv_cache_interleave_size": pc.cp_kv_cache_interleave_size, "kv_cache_dtype": cc.cache_dtype,
+            "model_dtype": str(mc.dtype).removeprefix("torch."), "block_size": cc.block_size,
+            "attention_backend": backend.get_name(),
             "gpu_memory_utilization": cc.resolved_gpu_memory_utilization, "max_model_len": mc.max_model_len}}
     except SystemExit as e:  # argparse prints its error to stderr, then exits 2
         lines = [x for x in err.getvalue().splitlines() if "error:" in x]
