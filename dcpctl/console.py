@@ -66,7 +66,8 @@ def _records(title: str | None, columns: list[str], cells: list[list[str]], kw: 
 def _fit(texts: list[list[str]], room: int) -> list[int] | None:
     """Column widths summing to at most `room` with every word whole; None when the words alone overflow."""
     full = [max((len(line) for v in t for line in v.splitlines()), default=1) for t in texts]
-    least = [min(max((len(w) for v in t for w in v.split()), default=1), WIDEST_WORD, f) for t, f in zip(texts, full)]
+    least = [min(max((len(w) for v in t for w in v.split()), default=1), WIDEST_WORD, f)
+             for t, f in zip(texts, full)]
     if sum(full) <= room:
         return full
     if sum(least) > room:

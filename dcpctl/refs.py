@@ -1,5 +1,6 @@
-"""Objects named by import path (`package.module:name`), imported on first use: how a torch-free registry names code
-of a layer below or beside it (plan/model_registry.py's runtime builders, plan/engine_target.py's exporters)."""
+"""Objects named by import path (`package.module:name`), imported on first use: how a torch-free registry
+names code of a layer below or beside it (plan/model_registry.py's runtime builders, plan/engine_target.py's
+exporters)."""
 from __future__ import annotations
 
 import importlib

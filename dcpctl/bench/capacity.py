@@ -94,5 +94,6 @@ def command(budget: int, page: int, dcp_sizes: str, request_len: int, fmt: str) 
     table = [[r["dcp"], r["admitted"], f"{r['context_held']:,}", f"{r.get('context_vs_dcp1', 0):.3f}",
               f"{r['max_rows_per_rank']:,}", r["free_pages_left"], f"{r['longest_request']:,}",
               str(r["longer_refused"])] for r in rows]
-    console.out.print(console.table(f"capacity at {budget:,} rows/rank, page {page}, requests of {request_len:,}",
+    console.out.print(console.table(f"capacity at {budget:,} rows/rank, page {page}, requests of "
+                                    f"{request_len:,}",
                                     cols, table))

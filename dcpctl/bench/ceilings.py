@@ -2,10 +2,10 @@
 
 copy bandwidth: one large device-to-device copy, counting bytes read plus bytes written;
 bf16 matmul rate: an 8192^3 product on random data.  Both are medians over repeated runs, each timed alone (a
-burst: the GPU at its boost clock).  The sustained bf16 rate is the same product back to back in CUDA graphs after
-half a second of them: on an H200 the SM clock falls from 1980 to about 1470 MHz within 0.1 s of such work and the
-rate from ~770 to ~670 TFLOP/s (benchmarks/sustained_rate.py; docs/benchmarks.md), which is the regime a
-kernel timed over graph replays runs in.
+burst: the GPU at its boost clock).  The sustained bf16 rate is the same product back to back in CUDA graphs
+after half a second of them: on an H200 the SM clock falls from 1980 to about 1470 MHz within 0.1 s of such
+work and the rate from ~770 to ~670 TFLOP/s (benchmarks/sustained_rate.py; docs/benchmarks.md), which is the
+regime a kernel timed over graph replays runs in.
 """
 from __future__ import annotations
 
@@ -88,7 +88,6 @@ def copy_bandwidth(device: torch.device, nbytes: int = 4 << 30) -> float:
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     ms = events_ms(lambda: dst.copy_(src), reps=10)
-    del src, dst
     return 2 * nbytes / (ms * 1e-3)
 
 
@@ -100,8 +99,10 @@ def bf16_matmul_rate(device: torch.device, n: int = 8192) -> float:
     return 2 * n ** 3 / (ms * 1e-3)
 
 
-def sustained_bf16_rate(device: torch.device, n: int = 8192, seconds: float = 0.5, per_graph: int = 10) -> float:
-    """flop/s of back-to-back n^3 bf16 products after `seconds` of them (the median of 5 timed graph replays)."""
+def sustained_bf16_rate(device: torch.device, n: int = 8192, seconds: float = 0.5,
+                        per_graph: int = 10) -> float:
+    """flop/s of back-to-back n^3 bf16 products after `seconds` of them (the median of 5 timed graph
+    replays)."""
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     c = torch.empty_like(a)

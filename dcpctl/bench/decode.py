@@ -62,13 +62,14 @@ def _rank_main(rank: int, world: int, init: str, args: dict[str, Any], out: Any)
         rows = []
         for c in args["dcp_sizes"]:
             ps = ParallelState.build(_groups(world, c))
-            decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs", "attention_path": args["path_kind"],
+            decisions = {"dcp_comm_backend": args["backend"] if c > 1 else "ag_rs",
+                         "attention_path": args["path_kind"],
                          "dcp_replicate_q_proj": bool(args["replicate_q"] and c > 1), "lse_base": "e"}
             model = load_model(args["path"], ps, decisions["dcp_replicate_q_proj"], dtype, device)
             for b in args["batches"]:
                 for L in args["contexts"]:
-                    cell = run_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"], device,
-                                    args["graphs"])
+                    cell = run_cell(model, ps, decisions, b, L, args["steps"], args["warmup"], args["page"],
+                                    device, args["graphs"])
                     got = [None] * world
                     dist.all_gather_object(got, cell["kv_bytes_read"])
                     row = {"dcp": c, "batch": b, "context": L, **cell, "kv_bytes_read_per_rank": got}
@@ -88,7 +89,8 @@ def _ceilings(device: Any) -> Any:
     from dcpctl.bench.ceilings import measure
     from dcpctl.plan.cost import Constants
     k = measure(device)
-    return Constants(k.copy_bytes_per_s, k.bf16_flops_per_s, 1e11, 0.0, f"measured in this run {k.calibration()}")
+    return Constants(k.copy_bytes_per_s, k.bf16_flops_per_s, 1e11, 0.0,
+                     f"measured in this run {k.calibration()}")
 
 
 def _predicted(row: dict[str, Any], model: Any, args: dict[str, Any], world: int, k: Any) -> dict[str, Any]:
@@ -161,7 +163,8 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--dcp-sizes", default="1,2,4", show_default=True)
 @click.option("--batches", default="1,8", show_default=True)
 @click.option("--contexts", default="1024,4096,16384", show_default=True)
-@click.option("--dcp-comm-backend", "backend", type=click.Choice(["a2a", "ag_rs"]), default="a2a", show_default=True)
+@click.option("--dcp-comm-backend", "backend", type=click.Choice(["a2a", "ag_rs"]), default="a2a",
+              show_default=True)
 @click.option("--dcp-replicate-q-proj", "replicate_q", is_flag=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float64"]),
               help="Compute dtype (default: bfloat16 on cuda, as served; float32 on cpu).")
@@ -178,8 +181,9 @@ def _with_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also write the JSON rows here.")
 @picture_option("step time against context per DCP size, one panel per batch (measured; predicted on CUDA)")
 def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str, batches: str, contexts: str,
-            backend: str, replicate_q: bool, dtype: str, page: int | None, graphs: bool, path_kind: str, steps: int,
-            warmup: int, timeout: float, fmt: str, output: str | None, picture: str | None) -> None:
+            backend: str, replicate_q: bool, dtype: str, page: int | None, graphs: bool, path_kind: str,
+            steps: int, warmup: int, timeout: float, fmt: str, output: str | None,
+            picture: str | None) -> None:
     """Time decode steps for DCP sizes at fixed TP over batch x context.
 
     For each --dcp-sizes value, --tp-size ranks run the real runtime on a synthetic checkpoint of
@@ -205,8 +209,9 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
         raise UserError(f"every --dcp-sizes value must divide --tp-size ({tp}), got {dcps}")
     args = {"device": device, "tp": tp, "dcp_sizes": dcps, "batches": positive_ints(batches, "batches"),
             "contexts": positive_ints(contexts, "contexts"), "backend": backend, "replicate_q": replicate_q,
-            "dtype": dtype or ("bfloat16" if device == "cuda" else "float32"), "page": page or (64 if device == "cuda" else 1), "graphs": graphs,
-            "path_kind": path_kind, "steps": steps, "warmup": warmup, "timeout": timeout}
+            "dtype": dtype or ("bfloat16" if device == "cuda" else "float32"),
+            "page": page or (64 if device == "cuda" else 1), "graphs": graphs, "path_kind": path_kind,
+            "steps": steps, "warmup": warmup, "timeout": timeout}
     if graphs and device != "cuda":
         raise UserError("--cuda-graphs needs --device cuda")
     args["ncells"] = len(dcps) * len(args["batches"]) * len(args["contexts"])
@@ -234,10 +239,11 @@ def command(device: str, shape: str, layers: int | None, tp: int, dcp_sizes: str
             "KV bytes/rank/step", "time vs dcp1", "KV vs dcp1"]
     opt = lambda r, k, f: f.format(r[k]) if k in r else "-"  # noqa: E731
     table = [[r["dcp"], r["batch"], r["context"], f"{r['step_ms']:.2f}", opt(r, "graph_ms", "{:.3f}"),
-              opt(r, "predicted_ms", "{:.3f}"), opt(r, "measured_vs_predicted", "{:.2f}"), f"{r['layout_ms']:.2f}",
-              f"{max(r['kv_bytes_read_per_rank']):,}", f"{r.get('time_vs_dcp1', 0):.2f}",
-              f"{r.get('kv_bytes_vs_dcp1', 0):.3f}"] for r in rows]
-    keep = [i for i in range(len(cols)) if any(row[i] != "-" for row in table)]  # CPU: no graph/prediction columns
+              opt(r, "predicted_ms", "{:.3f}"), opt(r, "measured_vs_predicted", "{:.2f}"),
+              f"{r['layout_ms']:.2f}", f"{max(r['kv_bytes_read_per_rank']):,}",
+              f"{r.get('time_vs_dcp1', 0):.2f}", f"{r.get('kv_bytes_vs_dcp1', 0):.3f}"] for r in rows]
+    # CPU: no graph/prediction columns
+    keep = [i for i in range(len(cols)) if any(row[i] != "-" for row in table)]
     cols, table = [cols[i] for i in keep], [[row[i] for i in keep] for row in table]
     console.out.print(console.table(f"decode step, shape {shape}, tp {tp}, {backend}", cols, table))
 

@@ -40,15 +40,17 @@ def setup_pool(model: Any, c: int, batch: int, total: int, page: int, device: to
     alloc = VirtualAllocator(per_rank, page, c)
     for rid in range(batch):
         alloc.allocate(rid, total)
-    rows = (alloc.num_pages + int(spare)) * page       # a spare page: graph writes of rows this rank does not own
+    rows = (alloc.num_pages + int(spare)) * page       # a spare page: graph writes of rows this rank does not
+                                                       # own
     pool = KVPool(model.cfg.num_layers, rows, model.cfg.latent_dim, model.dtype, device)
     pool.kv.normal_()
     return alloc, pool
 
 
 def decode_ids(batch: int, vocab: int, device: torch.device) -> Tensor:
-    """A step's input tokens: distinct per row (fixed by the batch size), so that a MoE routes the rows as a served
-    batch does, over many experts; one token for every row would send the whole batch to the same top-k experts."""
+    """A step's input tokens: distinct per row (fixed by the batch size), so that a MoE routes the rows as a
+    served batch does, over many experts; one token for every row would send the whole batch to the same top-k
+    experts."""
     g = torch.Generator().manual_seed(batch)
     return torch.randint(vocab, (batch,), generator=g).to(device)
 
@@ -61,7 +63,8 @@ def run_cell(model: Any, ps: Any, decisions: dict, batch: int, ctx_len: int, ste
     alloc, pool = setup_pool(model, c, batch, total, page, device, graphs)
     ids = decode_ids(batch, model.cfg.vocab_size, device)
     fwd, lay, read = [], [], []
-    typed = parse_section(Decisions, decisions, "decisions")   # the typed form build_context and DecodeGraphs take
+    typed = parse_section(Decisions, decisions, "decisions")   # the typed form build_context and DecodeGraphs
+                                                               # take
     for s in range(warmup + steps):
         t0 = time.perf_counter()
         ctx = build_context(alloc, pool, ps.dcp, typed, [SeqChunk(r, ctx_len + s, 1) for r in range(batch)],
@@ -126,7 +129,8 @@ def _graph_steps(model: Any, alloc: VirtualAllocator, pool: KVPool, decisions: A
 
 def predict_ms(path: str, inter: int, attn_tp: int, c: int, backend: str, replicate_q: bool, batch: int,
                ctx_len: int, consts: Any, layers: int, kv_dtype: str = "bfloat16") -> dict[str, float]:
-    """Roofline step time: layers * (layer_cost + dense MLP of width inter / tp with its all-reduce) in ms, with parts."""
+    """Roofline step time: layers * (layer_cost + dense MLP of width inter / tp with its all-reduce) in ms,
+    with parts."""
     from dcpctl.plan.cost import Choice, dense_mlp_s, layer_cost
     from dcpctl.plan.model import spec_from_path
     m = spec_from_path(path)

@@ -37,7 +37,8 @@ def _rank(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> N
         for b in args["batches"]:
             o = torch.randn(b, args["heads"], args["v_dim"], device="cuda", dtype=torch.bfloat16)
             lse = torch.randn(b, args["heads"], device="cuda", dtype=torch.float32)
-            raw_in = torch.empty((args["v_dim"] + 2) * b * args["heads"] * 2, dtype=torch.uint8, device="cuda")
+            raw_in = torch.empty((args["v_dim"] + 2) * b * args["heads"] * 2, dtype=torch.uint8,
+                                 device="cuda")
             raw_out = torch.empty_like(raw_in)
 
             send = pack_by_owner(o, lse, torch.bfloat16, axis.size)      # as the kernel leaves it
@@ -53,7 +54,8 @@ def _rank(rank: int, world: int, init: str, args: dict[str, Any], out: Any) -> N
             row = {"batch": b, "bytes_per_rank": raw_in.numel(),
                    "packed_us": events_ms(packed, reps=50) * 1e3, "raw_us": events_ms(raw, reps=50) * 1e3,
                    "inplace_us": events_ms(in_place, reps=50) * 1e3,
-                   "packed_graph_us": graph_ms([packed] * 10) * 1e3, "raw_graph_us": graph_ms([raw] * 10) * 1e3,
+                   "packed_graph_us": graph_ms([packed] * 10) * 1e3,
+                   "raw_graph_us": graph_ms([raw] * 10) * 1e3,
                    "inplace_graph_us": graph_ms([in_place] * 10) * 1e3}
             for k in ("packed", "inplace"):
                 row[f"{k}_vs_raw"] = row[f"{k}_us"] / row["raw_us"]
@@ -97,8 +99,8 @@ def command(dcp: int, heads: int, v_dim: int, batches: str, fmt: str, save_calib
         from dcpctl.bench.decode import check_writable
         check_writable(Path(save_calibration), "--save-calibration")
         if len(set(args["batches"])) < 2:
-            raise UserError("--save-calibration fits a latency and a bandwidth: give --batches with two or more "
-                            f"sizes (got {batches})")
+            raise UserError("--save-calibration fits a latency and a bandwidth: give --batches with two or "
+                            f"more sizes (got {batches})")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,4 +130,5 @@ def _output(doc: dict[str, Any], fmt: str) -> None:
     table = [[r["batch"], f"{r['bytes_per_rank']:,}"] + [f"{r[k]:.1f}" for k in (
         "raw_us", "packed_us", "inplace_us", "raw_graph_us", "packed_graph_us", "inplace_graph_us")]
         + [f"{r['packed_vs_raw_graph']:.2f}", f"{r['inplace_vs_raw_graph']:.2f}"] for r in rows]
-    console.out.print(console.table(f"packed a2a vs all_to_all_single, dcp {dcp}, {heads} kernel heads", cols, table))
+    console.out.print(console.table(f"packed a2a vs all_to_all_single, dcp {dcp}, {heads} kernel heads", cols,
+                                    table))

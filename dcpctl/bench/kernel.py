@@ -2,13 +2,13 @@
 
 Per cell (kernel heads H, local context ctx, batch B; one query row per request, all keys visible):
 bytes = KV (B*ctx*R*2) + q (B*H*R*2) + o (B*H*v*2, bf16), flops = 2*B*H*ctx*(R+v);
-roofline fraction = max(bytes / copy_bw, flops / bf16_rate) / time, with bf16_rate the burst rate (bench/ceilings.py);
-`fraction_sustained` divides by the sustained rate instead (the same product back to back, the clock the cells are
-timed at: on an H200 ~670 against ~770 TFLOP/s), which only compute-bound cells feel.  Times are CUDA-graph replays
-rotating over enough disjoint KV page sets that small cells are not served from L2.  Every available
-backend (`triton`: ours, Gluon or Triton; `flashinfer`: bench/kernel_flashinfer.py; `flashmla`:
-bench/kernel_flashmla.py) is timed per cell over the same pages, side by side; `--save-table` writes them as
-the backend table the runtime chooses from.
+roofline fraction = max(bytes / copy_bw, flops / bf16_rate) / time, with bf16_rate the burst rate
+(bench/ceilings.py); `fraction_sustained` divides by the sustained rate instead (the same product back to
+back, the clock the cells are timed at: on an H200 ~670 against ~770 TFLOP/s), which only compute-bound cells
+feel.  Times are CUDA-graph replays rotating over enough disjoint KV page sets that small cells are not served
+from L2.  Every available backend (`triton`: ours, Gluon or Triton; `flashinfer`: bench/kernel_flashinfer.py;
+`flashmla`: bench/kernel_flashmla.py) is timed per cell over the same pages, side by side; `--save-table`
+writes them as the backend table the runtime chooses from.
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ FULL = {"heads": "16,64,128", "contexts": "8K,32K,64K,128K", "batches": "1,8,32,
 QUICK = {"heads": "16,128", "contexts": "8K,64K", "batches": "1,32"}
 PEERS = tuple(n for n in MEASURED if n != PORTABLE)   # the field kernels beside ours (bench/kernel_<name>.py)
 # (block_h, block_n, num_warps, num_stages, occupancy, tma[, lazy, ws]).  Not swept: 16 warps (64-head blocks
-# slower, 128-head blocks do not compile), lazy rescaling (slower with 64-head blocks), the warp-specialized TMA
-# loop (no measurable change).
+# slower, 128-head blocks do not compile), lazy rescaling (slower with 64-head blocks), the warp-specialized
+# TMA loop (no measurable change).
 CANDIDATES = [
     (16, 128, 8, 2, 1, False), (16, 128, 8, 2, 1, True), (16, 64, 8, 3, 1, True), (16, 128, 4, 2, 1, True),
     (32, 64, 8, 2, 1, True), (64, 32, 8, 2, 1, True), (64, 64, 8, 2, 1, True), (64, 64, 8, 2, 1, False),
@@ -122,7 +122,8 @@ def _decode_fn(q: Any, pool: Pool, bt: Any, ctx: int, cfg: Any) -> Any:
     lens = torch.full((b,), ctx, dtype=torch.int32, device=q.device)
     rows = torch.arange(b, dtype=torch.int32, device=q.device)
     return lambda: mla_decode_triton(q, pool.kv, bt, lens, rows, lens - 1, scale=SCALE, v_dim=V,
-                                     kv_scale=pool.kv_scale, out_dtype=torch.bfloat16, max_local_len=ctx, config=cfg)
+                                     kv_scale=pool.kv_scale, out_dtype=torch.bfloat16, max_local_len=ctx,
+                                     config=cfg)
 
 
 def check_config(pool: Pool, heads: int, cfg: Any) -> float:
@@ -171,9 +172,11 @@ def sweep(pool: Pool, heads: int, log: list[dict[str, Any]]) -> Any:
     best, best_us = None, math.inf
     for t in CANDIDATES:
         cfg = _cfg(t)
-        if cfg.block_h > max(16, 1 << (heads - 1).bit_length()) and not cfg.gluon:   # Gluon masks unused heads
+        # Gluon masks unused heads
+        if cfg.block_h > max(16, 1 << (heads - 1).bit_length()) and not cfg.gluon:
             continue
-        if cfg.gluon and not use_gluon(cfg, pool.kv, V, pool.kv_scale):   # not Hopper / fp8: it would time Triton
+        # not Hopper / fp8: it would time Triton
+        if cfg.gluon and not use_gluon(cfg, pool.kv, V, pool.kv_scale):
             continue
         try:
             err = check_config(pool, heads, cfg)
@@ -214,13 +217,15 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                 row = time_cell(pool, h, ctx, b, cfgs[h], naive, preheat_s)
                 roof = ceil.roofline_s(row["bytes"], row["flops"]) * 1e6
                 compute = row["flops"] / ceil.bf16_flops_per_s > row["bytes"] / ceil.copy_bytes_per_s
-                row.update(roofline_us=roof, fraction=roof / row["time_us"], bound="compute" if compute else "memory")
+                row.update(roofline_us=roof, fraction=roof / row["time_us"],
+                           bound="compute" if compute else "memory")
                 row["backends"] = {PORTABLE: {"time_us": row["time_us"], "fraction": row["fraction"]}}
                 for name, peer in list(live.items()):
                     try:
                         row["backends"][name] = peer.time(h, ctx, b, SCALE, roof, preheat_s)
                     except Exception as e:   # its column ends here, ours goes on (a CUDA error may be sticky)
-                        row["backends"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                        row["backends"][name] = {"error": f"{type(e).__name__}: "
+                                                          f"{str(e).splitlines()[0][:200]}"}
                         live.pop(name)
                 roof_sus = ceil_sus.roofline_s(row["bytes"], row["flops"]) * 1e6
                 row["roofline_sustained_us"] = roof_sus
@@ -229,7 +234,8 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
                         v["fraction_sustained"] = roof_sus / v["time_us"]
                 timed = {k: v["time_us"] for k, v in row["backends"].items() if v.get("time_us")}
                 row["best"], row["auto"] = min(timed, key=timed.get), rule.pick(b, ctx)
-                row["auto_over_best"] = timed[row["auto"]] / timed[row["best"]] - 1 if row["auto"] in timed else None
+                row["auto_over_best"] = (timed[row["auto"]] / timed[row["best"]] - 1
+                                         if row["auto"] in timed else None)
                 cells.append(row)
                 _progress(f"cell {row}")
     fr = sorted(c["fraction"] for c in cells)
@@ -244,7 +250,8 @@ def run(heads: list[int], contexts: list[int], batches: list[int], do_sweep: boo
 
 
 def _auto_rule(heads: int, kv: str, timed: set[str]) -> Any:
-    """The runtime's automatic choice for this head count (the shipped table), with the backends this call timed."""
+    """The runtime's automatic choice for this head count (the shipped table), with the backends this call
+    timed."""
     import torch
     from dcpctl.plan.attention_table import Key, decide, table_for
     from dcpctl.runtime.tuned import gpu
@@ -325,29 +332,32 @@ def _sustained(c: dict[str, Any]) -> str:
 def _table(res: dict[str, Any]) -> None:
     from dcpctl import console
     names = res["backends"]
-    rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names], f"{c['roofline_us']:.1f}",
-             c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"], _sustained(c), _auto(c),
-             "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
+    rows = [[c["heads"], c["ctx"], c["batch"], *[_us(c["backends"].get(n)) for n in names],
+             f"{c['roofline_us']:.1f}", c["bound"], *[_frac(c["backends"].get(n)) for n in names], c["best"],
+             _sustained(c), _auto(c), "-" if c.get("naive_us") is None else f"{c['naive_us']:.1f}"]
             for c in res["cells"]]
     cal = res["calibration"]
-    title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 {cal['bf16_tflops']} TFLOP/s "
-             f"(sustained {res['bf16_sustained_tflops']}); "
+    title = (f"{res['device']}, KV {res['kv_dtype']}: copy {cal['copy_tbps']} TB/s, bf16 "
+             f"{cal['bf16_tflops']} TFLOP/s (sustained {res['bf16_sustained_tflops']}); "
              f"ours' roofline fraction min {res['fraction_min']:.2f} median {res['fraction_median']:.2f}")
-    console.out.print(console.table(title, ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us", "bound",
-                                            *[f"{n} frac" for n in names], "fastest",
-                                            "fastest frac (sustained bf16)", "auto (over fastest)",
-                                            "naive torch us"], rows))
+    console.out.print(console.table(title,
+                                    ["heads", "ctx", "batch", *[f"{n} us" for n in names], "roofline us",
+                                     "bound", *[f"{n} frac" for n in names], "fastest",
+                                     "fastest frac (sustained bf16)", "auto (over fastest)",
+                                     "naive torch us"], rows))
     console.out.print(f"FlashInfer: {res['flashinfer']}\nFlashMLA: {res.get('flashmla', '-')}\n"
                       f"Exchange: {res['exchange']}")
 
 
 @click.command(name="kernel")
 @click.option("--heads", default=FULL["heads"], show_default=True, help="Kernel heads (local_heads * dcp).")
-@click.option("--contexts", default=FULL["contexts"], show_default=True, help="Local context lengths (K = 1024).")
+@click.option("--contexts", default=FULL["contexts"], show_default=True,
+              help="Local context lengths (K = 1024).")
 @click.option("--batches", default=FULL["batches"], show_default=True, help="Batch sizes.")
-@click.option("--quick", is_flag=True, help=f"Small grid: heads {QUICK['heads']}, contexts {QUICK['contexts']}, "
-                                            f"batches {QUICK['batches']}.")
-@click.option("--sweep/--no-sweep", default=False, show_default=True, help="Pick the tile config per head count.")
+@click.option("--quick", is_flag=True, help=f"Small grid: heads {QUICK['heads']}, contexts "
+                                            f"{QUICK['contexts']}, batches {QUICK['batches']}.")
+@click.option("--sweep/--no-sweep", default=False, show_default=True,
+              help="Pick the tile config per head count.")
 @click.option("--naive/--no-naive", default=True, show_default=True, help="Also time a naive torch decode.")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
               help="Latent KV pool dtype (fp8 = e4m3 with a per-tensor scale).")
@@ -355,23 +365,25 @@ def _table(res: dict[str, Any]) -> None:
               help="Backends to time side by side: auto (every one available here), or a list of triton, "
                    "flashinfer, flashmla.")
 @click.option("--save-table", type=click.Path(dir_okay=False), default=None,
-              help="Write every cell's per-backend times as a backend table (the runtime chooses from it with "
-                   "--attention-table FILE).")
+              help="Write every cell's per-backend times as a backend table (the runtime chooses from it "
+                   "with --attention-table FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--preheat", type=click.FloatRange(0, 10), default=0.0, show_default=True,
-              help="Seconds each backend replays a cell before timing it, so every cell is timed at the steady clock "
-                   "its sustained run settles to (the sustained bf16 ceiling's regime; H200: power cap). Adds about "
-                   "cells x backends x S seconds; the --sweep candidates are timed without it.")
+              help="Seconds each backend replays a cell before timing it, so every cell is timed at the "
+                   "steady clock its sustained run settles to (the sustained bf16 ceiling's regime; H200: "
+                   "power cap). Adds about cells x backends x S seconds; the --sweep candidates are timed "
+                   "without it.")
 @click.option("--save-calibration", type=click.Path(dir_okay=False), default=None,
               help="Fit copy_tbps, bf16_tflops, attn_efficiency per head count and attn_fixed_us into this "
                    "calibration file (other keys kept) for `plan/recommend --calibration`.")
 def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, naive: bool, kv_dtype: str,
-            backends: str, save_table: str | None, fmt: str, preheat: float, save_calibration: str | None) -> None:
+            backends: str, save_table: str | None, fmt: str, preheat: float,
+            save_calibration: str | None) -> None:
     """Time the local MLA decode backends against this GPU's measured copy bandwidth and bf16 matmul rate.
 
     Reports per (kernel heads, local context, batch): each available backend's time (ours, `triton`:
-    the Gluon or Triton kernel; `flashinfer` where it imports; `flashmla` where it builds, sm_90) over the same
-    pages, the roofline time,
+    the Gluon or Triton kernel; `flashinfer` where it imports; `flashmla` where it builds, sm_90) over the
+    same pages, the roofline time,
     bound, each one's fraction of roofline and the fastest, plus a naive torch decode for comparison.
     `--save-table FILE` writes the backend table the runtime's automatic choice reads.  Needs a CUDA GPU.
     """
@@ -387,8 +399,8 @@ def command(heads: str, contexts: str, batches: str, quick: bool, sweep: bool, n
             check_writable(Path(path), flag)
     g = QUICK if quick else {"heads": heads, "contexts": contexts, "batches": batches}
     with stdout_to_stderr():   # Triton prints a failed candidate's PTX on stdout; keep --format json clean
-        res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive, kv_dtype == "fp8",
-                  backends, preheat)
+        res = run(_ints(g["heads"]), _ints(g["contexts"]), _ints(g["batches"]), sweep, naive,
+                  kv_dtype == "fp8", backends, preheat)
     if fmt == "json":
         click.echo(json.dumps(res, indent=1))
     else:

@@ -15,7 +15,8 @@ from dcpctl.runtime.attention.flashinfer_mla import MAX_KV_ELEMENTS, ROWS, WORKS
 from dcpctl.runtime.attention.flashinfer_setup import load
 
 VIEWS = "strided views of the fused pool (as the runtime)"
-COPIES = "separate ckv/kpe copies (the cell's pages pass FlashInfer's uint32 page-offset limit on the fused pool)"
+COPIES = ("separate ckv/kpe copies (the cell's pages pass FlashInfer's uint32 page-offset limit on the fused "
+          "pool)")
 
 
 def limit_pages(page: int, row: int) -> int:
@@ -47,7 +48,8 @@ class FlashInferSide:
         return self.copies, COPIES
 
     def decode_fns(self, q: Any, tables: list[Any], ctx: int, scale: float) -> tuple[list[Callable], str]:
-        # q: [B, H, R]  tables: k block tables [B, ctx/P] -> k planned callables () -> (o [B, H, V], lse base 2)
+        # q: [B, H, R]  tables: k block tables [B, ctx/P] -> k planned callables () -> (o [B, H, V], lse base
+        # 2)
         import torch
         (ckv, kpe), layout = self.cache(tables)
         b, h = q.shape[:2]
@@ -57,8 +59,8 @@ class FlashInferSide:
             host = bt.cpu().tolist()
             qo, indptr, lens, pages = plan_rows(host, [ctx] * b, b, ckv.shape[1], q.device)
             w.plan(qo_indptr=qo, kv_indptr=indptr, kv_indices=pages, kv_len_arr=lens, num_heads=h,
-                   head_dim_ckv=ROWS[0], head_dim_kpe=ROWS[1], page_size=ckv.shape[1], causal=False, sm_scale=scale,
-                   q_data_type=q.dtype, kv_data_type=ckv.dtype)
+                   head_dim_ckv=ROWS[0], head_dim_kpe=ROWS[1], page_size=ckv.shape[1], causal=False,
+                   sm_scale=scale, q_data_type=q.dtype, kv_data_type=ckv.dtype)
             fns.append(lambda w=w: w.run(q[..., :ROWS[0]], q[..., ROWS[0]:], ckv, kpe, return_lse=True))
         torch.cuda.synchronize()
         return fns, layout
@@ -73,10 +75,12 @@ class FlashInferSide:
 
     def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float,
              preheat_s: float = 0.0) -> dict[str, Any]:
-        """The cell's time over its rotation of block tables (a graph replay; eager if run() does not capture)."""
+        """The cell's time over its rotation of block tables (a graph replay; eager if run() does not
+        capture)."""
         import torch
         from dcpctl.bench.ceilings import rotation_us
-        q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device, dtype=torch.bfloat16)
+        q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device,
+                        dtype=torch.bfloat16)
         fns, layout = self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale)
         us, timing = rotation_us(fns, preheat_s)
         return {"time_us": us, "fraction": roof_us / us, "kv": layout, "timing": timing}

@@ -1,7 +1,8 @@
-"""FlashMLA's side of `dcpctl bench kernel`: the runtime's backend (runtime.attention.flashmla) over ours' pages.
+"""FlashMLA's side of `dcpctl bench kernel`: the runtime's backend (runtime.attention.flashmla) over ours'
+pages.
 
-FlashMLA reads the bench's fused [pages, 64, 576] pool in place, as the runtime does (`pool.unsqueeze(2)`), with
-the same block tables; its tile metadata is made once per table before capture (a device kernel).
+FlashMLA reads the bench's fused [pages, 64, 576] pool in place, as the runtime does (`pool.unsqueeze(2)`),
+with the same block tables; its tile metadata is made once per table before capture (a device kernel).
 """
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ class FlashMLASide:
             self.why = flashmla.load()[1]
 
     def decode_fns(self, q: Any, tables: list[Any], ctx: int, scale: float) -> list[Callable]:
-        # q: [B, H, R]  tables: k block tables [B, ctx/P] -> k callables () -> (o [B, H, V], lse [B, H] base e)
+        # q: [B, H, R]  tables: k block tables [B, ctx/P] -> k callables () -> (o [B, H, V], lse [B, H] base
+        # e)
         import torch
         lens = torch.full((q.shape[0],), ctx, dtype=torch.int32, device=q.device)
         rows = flashmla.decode_rows(lens, q.shape[1])      # every table has the same lengths: one metadata
-        fns = [lambda bt=bt: flashmla.run(q, self.pool.kv, bt, rows, scale, flashmla.ROWS[0]) for bt in tables]
+        fns = [lambda bt=bt: flashmla.run(q, self.pool.kv, bt, rows, scale, flashmla.ROWS[0])
+               for bt in tables]
         torch.cuda.synchronize()
         return fns
 
@@ -40,9 +43,11 @@ class FlashMLASide:
 
     def time(self, heads: int, ctx: int, batch: int, scale: float, roof_us: float,
              preheat_s: float = 0.0) -> dict[str, Any]:
-        """The cell's time over its rotation of block tables (a graph replay; eager if it does not capture)."""
+        """The cell's time over its rotation of block tables (a graph replay; eager if it does not
+        capture)."""
         import torch
         from dcpctl.bench.ceilings import rotation_us
-        q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device, dtype=torch.bfloat16)
+        q = torch.randn(batch, heads, self.pool.kv.shape[-1], device=self.pool.kv.device,
+                        dtype=torch.bfloat16)
         us, timing = rotation_us(self.decode_fns(q, self.pool.tables(batch, ctx), ctx, scale), preheat_s)
         return {"time_us": us, "fraction": roof_us / us, "kv": "the fused pool in place", "timing": timing}

@@ -15,10 +15,12 @@ PAGE = 64
 
 
 def table_from_bench(res: dict[str, Any], command: str) -> dict[str, Any]:
-    """A tuning-table document from `bench kernel`'s result: cells carry `backends: {name: {time_us, ...}}`."""
+    """A tuning-table document from `bench kernel`'s result: cells carry
+    `backends: {name: {time_us, ...}}`."""
     cells = [{"heads": c["heads"], "kv_dtype": res["kv_dtype"], "page_size": res.get("page_size", PAGE),
               "device": res["device"], "batch": c["batch"], "ctx": c["ctx"],
-              "us": {b: round(r["time_us"], 2) for b, r in c["backends"].items() if r.get("time_us") is not None}}
+              "us": {b: round(r["time_us"], 2)
+                     for b, r in c["backends"].items() if r.get("time_us") is not None}}
              for c in res["cells"]]
     return {"kind": "attention", "device": res["device"], "sm": res.get("sm"), "command": command,
             "commit": tuning.source_commit(), "data": {"cells": cells}}

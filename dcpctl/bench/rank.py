@@ -1,10 +1,11 @@
 """`dcpctl bench rank`'s measurements: one rank of a plan at the real model's size on this GPU.
 
 The command and its options are dcpctl/cli/bench_rank.py (docs/bench-rank.md).  Every rank of a TP/DCP/EP
-deployment runs the same operations on its own slice, so one GPU runs rank R alone: its weight slices generated on the device (runtime/models/synthetic.py), its collectives answered by stand-in
-groups whose every peer behaves as this rank (runtime/standin.py; their copies timed and subtracted), its MoE
-routing fixed (bench/rank_routing.py).  Setup: bench/rank_setup.py; measurements: rank_run.py (cells:
-rank_cell.py, served phase: rank_served.py); the measured file and tables: rank_report.py.
+deployment runs the same operations on its own slice, so one GPU runs rank R alone: its weight slices
+generated on the device (runtime/models/synthetic.py), its collectives answered by stand-in groups whose every
+peer behaves as this rank (runtime/standin.py; their copies timed and subtracted), its MoE routing fixed
+(bench/rank_routing.py).  Setup: bench/rank_setup.py; measurements: rank_run.py (cells: rank_cell.py, served
+phase: rank_served.py); the measured file and tables: rank_report.py.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from dcpctl import console
 
 def run_bench(run: Any, batches: list[int], contexts: list[int], routing: str, reps: int, seed: int,
               checkpoint: Path | None, command: str, out: Path | None) -> dict[str, Any]:
-    """The measured file of `run` (bench/rank_setup.RankRun) over batches x contexts (routing: uniform, busiest,
-    both or model), also written to `out` as it grows (`partial: true` until the end)."""
+    """The measured file of `run` (bench/rank_setup.RankRun) over batches x contexts (routing: uniform,
+    busiest, both or model), also written to `out` as it grows (`partial: true` until the end)."""
     import torch
 
     from dcpctl.bench.rank_report import document, weights_section
@@ -45,13 +46,15 @@ def run_bench(run: Any, batches: list[int], contexts: list[int], routing: str, r
 
         def doc(measured: dict[str, Any]) -> dict[str, Any]:
             kernels = sorted({c.get("attention_backend", "") for c in measured["cells"]} - {""})
-            return document(run, measured, weights, _device(run.device), command, ",".join(kernels) or "unknown")
+            return document(run, measured, weights, _device(run.device), command,
+                            ",".join(kernels) or "unknown")
 
         def save(measured: dict[str, Any]) -> None:
             if out is not None:
                 out.write_text(json.dumps({**doc(measured), "partial": True}, indent=1))
 
-        measured = measure(run, model, grid, lambda what: console.info(f"[{time.strftime('%H:%M:%S')}] {what}"), save)
+        measured = measure(run, model, grid,
+                           lambda what: console.info(f"[{time.strftime('%H:%M:%S')}] {what}"), save)
     return doc(measured)
 
 

@@ -1,9 +1,9 @@
-"""One `bench rank` cell: the emulated rank's decode step (lm_head and sampling included) at B requests x L cached
-positions, captured as the serving engine captures it, replayed and timed.
+"""One `bench rank` cell: the emulated rank's decode step (lm_head and sampling included) at B requests x L
+cached positions, captured as the serving engine captures it, replayed and timed.
 
-The KV pool is filled with random rows and the lengths are set directly (bench/decode_cell.py's setup_pool): no
-prefill.  The graph is the serving engine's (engine/decode_graphs.py DecodeGraphs with logits; the only place this
-bench builds one) over the context bucket a server with the plan's KV capacity would replay for L
+The KV pool is filled with random rows and the lengths are set directly (bench/decode_cell.py's setup_pool):
+no prefill.  The graph is the serving engine's (engine/decode_graphs.py DecodeGraphs with logits; the only
+place this bench builds one) over the context bucket a server with the plan's KV capacity would replay for L
 (`bucket_pages`).  Each rep times `INNER` back-to-back replays with CUDA events (the GPU's step, as the graph
 runs it; the host's part is the served loop's `host gap`, bench/rank_served.py); the stand-in collectives'
 copies, recorded while the graph was captured, are timed alone on fresh buffers and subtracted.  Off CUDA the
@@ -30,17 +30,18 @@ INNER = 5     # replays per timed rep
 
 
 def rank_ids(batch: int, model: Any, device: torch.device) -> Tensor:
-    """[batch] input ids inside this rank's vocabulary slice: under a stand-in group every peer's embedding rows are
-    this rank's, so an id outside it would embed to zeros everywhere (a real step embeds every id somewhere)."""
+    """[batch] input ids inside this rank's vocabulary slice: under a stand-in group every peer's embedding
+    rows are this rank's, so an id outside it would embed to zeros everywhere (a real step embeds every id
+    somewhere)."""
     s = model.shards
     g = torch.Generator().manual_seed(batch)
     return (s.vocab_start + torch.randint(s.vocab_end - s.vocab_start, (batch,), generator=g)).to(device)
 
 
 def bucket_pages(ctx: int, top_rows: int, page: int, c: int, rank: int) -> int:
-    """Block-table pages of the graph a server whose widest bucket is `top_rows` local rows replays for a step at
-    position ctx (decode_graphs.context_buckets: the smallest bucket holding the request's local rows), and at least the
-    request's own pages."""
+    """Block-table pages of the graph a server whose widest bucket is `top_rows` local rows replays for a step
+    at position ctx (decode_graphs.context_buckets: the smallest bucket holding the request's local rows), and
+    at least the request's own pages."""
     from dcpctl.runtime.engine.decode_graphs import context_buckets
     need = local_len(ctx + 1, rank, c)
     fits = [b for b in context_buckets(max(top_rows, need), page) if b >= need]
@@ -61,8 +62,8 @@ class Cell:
         self.cuda = self.device.type == "cuda"
         pages = bucket_pages(ctx, top_rows, page, c, ps.dcp.rank)
         with collectives.recording(collectives.axis_names(ps), captured_only=self.cuda) as calls:
-            self.graphs = DecodeGraphs(model, self.alloc, self.pool, decisions, model.cfg.kv_lora_rank, [batch],
-                                       pages, self.alloc.num_pages * page, logits=True)
+            self.graphs = DecodeGraphs(model, self.alloc, self.pool, decisions, model.cfg.kv_lora_rank,
+                                       [batch], pages, self.alloc.num_pages * page, logits=True)
             if not self.cuda:
                 self.graphs.replay(self.ids, self.chunks)       # eager: record one step's calls
         self.calls: list[collectives.Call] = list(calls)
@@ -70,7 +71,8 @@ class Cell:
         self.kernel = next(iter(self.graphs.kernels.values()), "")    # the local attention kernel it runs
 
     def times_us(self, reps: int) -> list[float]:
-        """Per rep, the step's time in us: GPU time of INNER back-to-back replays (CUDA), else one eager step's wall."""
+        """Per rep, the step's time in us: GPU time of INNER back-to-back replays (CUDA), else one eager
+        step's wall."""
         g = self.graphs
         key = g.prepare(self.ids, self.chunks)
         graph = g.graphs[key].graph
@@ -123,8 +125,8 @@ def _graph_of(work: list[Any]) -> torch.cuda.CUDAGraph:
 
 @contextmanager
 def without_layers(model: Any) -> Iterator[None]:
-    """The model with no decoder layer (embedding, final norm, lm_head and sampling): a step's part outside its
-    layers, which --layers does not scale."""
+    """The model with no decoder layer (embedding, final norm, lm_head and sampling): a step's part outside
+    its layers, which --layers does not scale."""
     layers, model.layers = model.layers, []
     try:
         yield
@@ -133,7 +135,8 @@ def without_layers(model: Any) -> Iterator[None]:
 
 
 def aggregate(calls: list[collectives.Call]) -> list[dict[str, Any]]:
-    """Calls per step by (kind, group, size, bytes), in first-seen order (the measured file's `collectives`)."""
+    """Calls per step by (kind, group, size, bytes), in first-seen order (the measured file's
+    `collectives`)."""
     out: dict[tuple, dict[str, Any]] = {}
     for c in calls:
         key = (c.kind, c.group, c.size, c.nbytes)

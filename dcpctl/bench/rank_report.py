@@ -26,9 +26,9 @@ def document(run: Any, measured: dict[str, Any], weights: dict[str, Any], device
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device, "plan": plan_section(run, attention_backend), "weights": weights,
             "memory": memory_section(run, served, weights),
-            "host_gap_us": round(served.get("host_gap_us", 0.0), 2), "host_gap_measured": "host_gap_us" in served,
-            "served": served or None, "base_us": measured["base_us"], "cells": measured["cells"],
-            "skipped": measured["skipped"]}
+            "host_gap_us": round(served.get("host_gap_us", 0.0), 2),
+            "host_gap_measured": "host_gap_us" in served, "served": served or None,
+            "base_us": measured["base_us"], "cells": measured["cells"], "skipped": measured["skipped"]}
 
 
 def plan_section(run: Any, attention_backend: str) -> dict[str, Any]:
@@ -37,19 +37,21 @@ def plan_section(run: Any, attention_backend: str) -> dict[str, Any]:
     fp8 = run.plan.memory.get("weight_format", "").startswith("FP8")
     return {"model": m.name, "architectures": list(m.architectures),
             "weights_dtype": "fp8" if fp8 else SHORT.get(m.dtype, m.dtype),
-            "tp_size": t.tp_size, "dcp_size": t.dcp_size, "ep_size": t.ep_size, "attn_dp_size": t.attn_dp_size,
-            "attn_tp_size": t.attn_tp_size, "kv_cache_dtype": run.plan.memory.get("kv_cache_dtype"),
-            "kv_cache_dtype_run": launch.model.dtype, "dcp_comm_backend": d.dcp_comm_backend,
-            "dcp_replicate_q_proj": d.dcp_replicate_q_proj, "hardware": req.hardware.name, "rank": run.rank,
-            "rank_reason": run.rank_reason, "num_layers": run.num_layers, "layers_run": run.layers_run,
-            "dense_layers_run": run.dense_run, "moe_layers_run": run.moe_run, "page_size": launch.kv.page_size,
+            "tp_size": t.tp_size, "dcp_size": t.dcp_size, "ep_size": t.ep_size,
+            "attn_dp_size": t.attn_dp_size, "attn_tp_size": t.attn_tp_size,
+            "kv_cache_dtype": run.plan.memory.get("kv_cache_dtype"), "kv_cache_dtype_run": launch.model.dtype,
+            "dcp_comm_backend": d.dcp_comm_backend, "dcp_replicate_q_proj": d.dcp_replicate_q_proj,
+            "hardware": req.hardware.name, "rank": run.rank, "rank_reason": run.rank_reason,
+            "num_layers": run.num_layers, "layers_run": run.layers_run, "dense_layers_run": run.dense_run,
+            "moe_layers_run": run.moe_run, "page_size": launch.kv.page_size,
             "attention_backend": attention_backend, "context_len": req.context_len}
 
 
 def memory_section(run: Any, served: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
-    """Peak bytes at the plan's max_concurrency and context against the plan's budget (mem_fraction_static of the
-    rank's memory).  The served phase's KV pool holds its requests; where --layers ran fewer layers, or the phase
-    ran fewer requests than max_concurrency (SERVED_MAX_BATCH), weights and KV are scaled to the plan's."""
+    """Peak bytes at the plan's max_concurrency and context against the plan's budget (mem_fraction_static of
+    the rank's memory).  The served phase's KV pool holds its requests; where --layers ran fewer layers, or
+    the phase ran fewer requests than max_concurrency (SERVED_MAX_BATCH), weights and KV are scaled to the
+    plan's."""
     mem, req = run.plan.memory, run.plan.request
     per_rank = int(mem.get("memory_per_rank_bytes", 0))
     budget = int(per_rank * req.mem_fraction_static)
@@ -61,7 +63,8 @@ def memory_section(run: Any, served: dict[str, Any], weights: dict[str, Any]) ->
     weights_full = weights["loaded_bytes_full"] or weights["plan_bytes_full"]
     static = weights_full + kv_full
     measured = "peak_bytes" in served
-    peak = served["peak_bytes"] - weights["loaded_bytes"] - served["kv_pool_bytes"] + static if measured else static
+    peak = (served["peak_bytes"] - weights["loaded_bytes"] - served["kv_pool_bytes"] + static
+            if measured else static)
     fits = peak <= per_rank if measured else static <= budget
     return {"max_concurrency": n, "context": mem.get("context_len", 0),
             "peak_bytes": int(peak), "plan_budget_bytes": budget, "fits": bool(fits),
@@ -70,7 +73,8 @@ def memory_section(run: Any, served: dict[str, Any], weights: dict[str, Any]) ->
 
 
 def weights_section(run: Any, model: Any) -> dict[str, Any]:
-    """Bytes loaded (every storage the model holds) against the plan's, for the layers run and the whole model."""
+    """Bytes loaded (every storage the model holds) against the plan's, for the layers run and the whole
+    model."""
     from dcpctl.bench.rank_setup import dense_layers
     from dcpctl.runtime.models.footprint import weight_bytes
     loaded = weight_bytes(model)
@@ -98,14 +102,14 @@ def print_tables(doc: dict[str, Any]) -> None:
     scaled = p["layers_run"] < p["num_layers"]
     fit = "fits" if mem["fits"] else "does not fit" if mem["peak_measured"] else "computed, not measured"
     console.info(f"memory at {mem['max_concurrency']} requests x {mem['context']} positions: peak "
-                 f"{mem['peak_bytes'] / 2**30:.1f} GiB of {mem['memory_per_rank_bytes'] / 2**30:.1f} GiB ({fit}); "
-                 f"the plan's static budget {mem['plan_budget_bytes'] / 2**30:.1f} GiB")
+                 f"{mem['peak_bytes'] / 2**30:.1f} GiB of {mem['memory_per_rank_bytes'] / 2**30:.1f} GiB "
+                 f"({fit}); the plan's static budget {mem['plan_budget_bytes'] / 2**30:.1f} GiB")
     if doc["host_gap_measured"]:
         s = doc["served"]
         twin = (f"; this bench's step there {s['bench_step_us'] / 1e3:.3f} ms (served / bench "
                 f"{s['served_step_us'] / s['bench_step_us']:.3f})" if s.get("bench_step_us") else "")
-        console.info(f"served step at {s['batch']} x {s['context']}: {s['served_step_us'] / 1e3:.3f} ms on the GPU, "
-                     f"host gap {doc['host_gap_us']:.1f} us between replays{twin}")
+        console.info(f"served step at {s['batch']} x {s['context']}: {s['served_step_us'] / 1e3:.3f} ms on "
+                     f"the GPU, host gap {doc['host_gap_us']:.1f} us between replays{twin}")
     cols = ["batch", "context", "routing", "step ms", "stand-in us", "compute ms"]
     cols += [f"x{p['num_layers']}/{p['layers_run']} ms"] if scaled else []
     cols += ["spread", "expert rows"]

@@ -1,4 +1,5 @@
-"""MoE routing of an emulated rank (`dcpctl bench rank --routing`): each layer's expert choice, fixed per step.
+"""MoE routing of an emulated rank (`dcpctl bench rank --routing`): each layer's expert choice, fixed per
+step.
 
 | routing | each token's k experts                                                                        |
 | ------- | --------------------------------------------------------------------------------------------- |
@@ -10,9 +11,9 @@
 |         | EP every layer waits for its busiest rank                                                     |
 | model   | the model's router on the step's own activations (no override; what a served step routes)    |
 
-The model's router always runs (its GEMM and top-k are part of the step); `uniform` and `busiest` replace only its
-choice, from a buffer per layer written before a replay, so one captured graph serves both.  Whether the choice
-is replaced is fixed when a graph is captured (`choose` before the capture).
+The model's router always runs (its GEMM and top-k are part of the step); `uniform` and `busiest` replace only
+its choice, from a buffer per layer written before a replay, so one captured graph serves both.  Whether the
+choice is replaced is fixed when a graph is captured (`choose` before the capture).
 """
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def choose(routers: list[FixedRouting], cfg: Any, routing: str, tokens: int, ep:
         r.on = routing != "model"
         if not r.on:
             continue
-        idx = balanced(cfg, tokens) if routing == "uniform" else busiest(cfg, r.router, tokens, ep, ep_rank, g)
+        idx = (balanced(cfg, tokens)
+               if routing == "uniform" else busiest(cfg, r.router, tokens, ep, ep_rank, g))
         r.idx[:tokens].copy_(idx)
         local = idx[(idx // block) == ep_rank]
         rows += local.numel()

@@ -1,6 +1,7 @@
 """`bench rank`'s measurements on a loaded emulated rank: every batch x context cell, then the served phase.
 
-    measure(run, model, grid, progress, save) -> {"served": ..., "cells": [...], "skipped": [...], "base_us": ...}
+    measure(run, model, grid, progress, save)
+        -> {"served": ..., "cells": [...], "skipped": [...], "base_us": ...}
 
 `save(partial)` is called after every cell and at the end, so a run stopped midway keeps what it measured.
 
@@ -43,8 +44,9 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None],
     _cells(run, model, grid, routers, out, progress, save)
     if model.device.type == "cuda":
         progress(f"served phase: the engine at {served[0]} requests x {served[1]} positions")
-        # the served engine and its twin below read the same experts: uniform where the bench fixes the routing
-        # (the router's own choice would follow each one's tokens, which differ), else the router's own
+        # the served engine and its twin below read the same experts: uniform where the bench fixes the
+        # routing (the router's own choice would follow each one's tokens, which differ), else the router's
+        # own
         _route(run, model, routers, "uniform" if routers else "model", served[0])
         out["served"] = _served(run, model, *served)
         if "served_step_us" in out["served"]:
@@ -53,8 +55,8 @@ def measure(run: Any, model: Any, grid: Grid, progress: Callable[[str], None],
     return out
 
 
-def _cells(run: Any, model: Any, grid: Grid, routers: list, out: dict[str, Any], progress: Callable[[str], None],
-           save: Callable[[dict[str, Any]], None]) -> None:
+def _cells(run: Any, model: Any, grid: Grid, routers: list, out: dict[str, Any],
+           progress: Callable[[str], None], save: Callable[[dict[str, Any]], None]) -> None:
     for b in grid.batches:
         base = _base_us(run, model, b) if run.scaled else 0.0
         out["base_us"][b] = base
@@ -65,10 +67,12 @@ def _cells(run: Any, model: Any, grid: Grid, routers: list, out: dict[str, Any],
                 out["skipped"].append({"batch": b, "context": L, "reason": why})
                 continue
             for group in _graph_groups(grid.routings):
-                _route(run, model, routers, group[0], b)       # before the capture: which choice the graph reads
+                _route(run, model, routers, group[0], b)       # before the capture: which choice the graph
+                                                               # reads
                 cell = _cell(run, model, b, L)
                 if isinstance(cell, str):
-                    out["skipped"].append({"batch": b, "context": L, "routing": ",".join(group), "reason": cell})
+                    out["skipped"].append({"batch": b, "context": L, "routing": ",".join(group),
+                                           "reason": cell})
                     continue
                 out["cells"] += [_timed(run, model, cell, routers, grid, r, base) for r in group]
                 cell.close()
@@ -112,13 +116,15 @@ def _bench_step(run: Any, model: Any, batch: int, ctx: int, reps: int) -> dict[s
 
 def _cell(run: Any, model: Any, batch: int, ctx: int) -> Cell | str:
     try:
-        return Cell(model, run.launch.decisions, batch, ctx, run.launch.kv.page_size, run.launch.kv.capacity_tokens)
+        return Cell(model, run.launch.decisions, batch, ctx, run.launch.kv.page_size,
+                    run.launch.kv.capacity_tokens)
     except torch.cuda.OutOfMemoryError:
         _release()
         return "out of GPU memory while capturing its graph"
 
 
-def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing: str, base: float) -> dict[str, Any]:
+def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing: str,
+           base: float) -> dict[str, Any]:
     batch, ctx = len(cell.chunks), cell.chunks[0].start
     routed = _route(run, model, routers, routing, batch)
     times = cell.times_us(grid.reps)
@@ -127,10 +133,10 @@ def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing:
     compute = step - standin
     full = base + (compute - base) * run.num_layers / run.layers_run if run.scaled else compute
     return {"batch": batch, "context": ctx, "routing": routing, "step_us": round(step, 2),
-            "standin_us": round(standin, 2), "compute_us": round(compute, 2), "compute_us_full": round(full, 2),
-            "reps": len(times), "spread": round((max(times) - min(times)) / step, 4),
-            "collectives": aggregate(cell.calls), "bucket_rows": cell.bucket_rows, "attention_backend": cell.kernel,
-            **routed}
+            "standin_us": round(standin, 2), "compute_us": round(compute, 2),
+            "compute_us_full": round(full, 2), "reps": len(times),
+            "spread": round((max(times) - min(times)) / step, 4), "collectives": aggregate(cell.calls),
+            "bucket_rows": cell.bucket_rows, "attention_backend": cell.kernel, **routed}
 
 
 def _base_us(run: Any, model: Any, batch: int) -> float:
@@ -153,7 +159,8 @@ def _no_room(model: Any, batch: int, ctx: int) -> str | None:
     free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
     if need + ROOM_MARGIN <= free:
         return None
-    return f"its KV pool ({need / 2**30:.1f} GiB) and {ROOM_MARGIN >> 30} GiB of headroom exceed the free {free / 2**30:.1f} GiB"
+    return (f"its KV pool ({need / 2**30:.1f} GiB) and {ROOM_MARGIN >> 30} GiB of headroom exceed the free "
+            f"{free / 2**30:.1f} GiB")
 
 
 def _precompile(model: Any, batches: list[int], dp: int) -> None:

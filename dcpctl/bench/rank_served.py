@@ -1,10 +1,11 @@
-"""`bench rank`'s served phase: the serving engine on the emulated rank, at the plan's concurrency and context.
+"""`bench rank`'s served phase: the serving engine on the emulated rank, at the plan's concurrency and
+context.
 
-The engine (runtime/engine) is built from the plan's own launch config with its whole KV capacity, captures its
-decode graphs as a server does before ready (one batch size: the plan's max_concurrency, over every context
-bucket), and takes that many requests whose prompts are already cached (adopted with random rows, as a PD
-decode instance adopts them: no prefill), each at the plan's context.  Its step loop then decodes (pipelined,
-greedy), and three figures come out of it:
+The engine (runtime/engine) is built from the plan's own launch config with its whole KV capacity, captures
+its decode graphs as a server does before ready (one batch size: the plan's max_concurrency, over every
+context bucket), and takes that many requests whose prompts are already cached (adopted with random rows, as a
+PD decode instance adopts them: no prefill), each at the plan's context.  Its step loop then decodes
+(pipelined, greedy), and three figures come out of it:
 
 - peak memory: the most bytes allocated on the GPU (weights, the KV pool, graphs, activations);
 - served step: the GPU time of each graph replay (the step trace's CUDA events);
@@ -27,7 +28,8 @@ STEPS, WARM = 24, 4
 
 
 def served_config(launch: Any, batch: int) -> Any:
-    """The launch config a server of this plan runs, with decode graphs at `batch` only and no prefill graphs."""
+    """The launch config a server of this plan runs, with decode graphs at `batch` only and no prefill
+    graphs."""
     from dcpctl.contract.launch_config import CudaGraphSection
     graphs = CudaGraphSection((batch,), f"cuda graphs: decode batch size {batch} (bench rank's served phase)")
     return replace(launch.for_serving(max(batch, launch.kv.max_running_requests or 1)), cuda_graph=graphs)
@@ -70,7 +72,8 @@ def run_served(model: Any, launch: Any, batch: int, ctx: int) -> dict[str, Any]:
 
 
 def _adopt(engine: Any, model: Any, batch: int, ctx: int) -> None:
-    # batch requests of ctx positions in all: prompts of ctx - (WARM + STEPS + 1) ids, their rows already cached
+    # batch requests of ctx positions in all: prompts of ctx - (WARM + STEPS + 1) ids, their rows already
+    # cached
     from dcpctl.runtime.engine.request import SamplingParams, Sequence
     new = WARM + STEPS + 4     # a few tokens past the steps run: no request ends among them
     prompt_len = max(1, ctx - new)
@@ -78,11 +81,13 @@ def _adopt(engine: Any, model: Any, batch: int, ctx: int) -> None:
     n = local_len(prompt_len, 0, ps.dcp.size)
     # one random row per layer for every position (the step's time does not depend on the values; a whole
     # random prompt would add its size to the peak being measured)
-    rows = torch.randn(pool.shape[0], 1, pool.shape[2], dtype=pool.dtype, device=pool.device).expand(-1, n, -1)
+    rows = torch.randn(pool.shape[0], 1, pool.shape[2], dtype=pool.dtype,
+                       device=pool.device).expand(-1, n, -1)
     ids = rank_ids(batch, model, pool.device).tolist()
     params = SamplingParams(max_new_tokens=new, ignore_eos=True)
     for rid in range(batch):
-        seq = Sequence(rid, [ids[rid]] * prompt_len, params, output=[ids[rid]], logprobs=[0.0], computed=prompt_len)
+        seq = Sequence(rid, [ids[rid]] * prompt_len, params, output=[ids[rid]], logprobs=[0.0],
+                       computed=prompt_len)
         owned = local_len(prompt_len, ps.dcp.rank, ps.dcp.size)
         if not engine.adopt(seq, rows[:, :owned]):
             raise RuntimeError(f"the engine's KV pool holds fewer than {batch} requests of {ctx} positions")

@@ -40,9 +40,11 @@ def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_
     """The workload of bench/serve_load.py against `url`; one JSON-able report (module docstring)."""
     items = workload(requests, input_len, output_len, range_ratio, request_rate, seed, vocab, background,
                      bg_input_len, bg_output_len, output_lens)
-    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
-    bodies = [{"prompt": it.prompt, "max_tokens": it.max_tokens, "temperature": 0, "stream": True, "ignore_eos": True,
-               "stream_options": {"include_usage": True}, **({"stop": stop} if stop and it.cls == "arrival" else {})}
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"}
+                                                      if api_key else {})
+    bodies = [{"prompt": it.prompt, "max_tokens": it.max_tokens, "temperature": 0, "stream": True,
+               "ignore_eos": True, "stream_options": {"include_usage": True},
+               **({"stop": stop} if stop and it.cls == "arrival" else {})}
               for it in items]
     clients = Clients(url, headers, bodies, concurrency, background, timeout, processes)
     samples: dict[int, Sample] = {}
@@ -53,7 +55,8 @@ def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_
         started = set()
         for i in range(background):
             clients.todo_bg.put(i)
-        while len(started | set(samples)) < background:      # the arrival clock starts on a decoding background
+        while len(started | set(samples)) < background:      # the arrival clock starts on a decoding
+                                                             # background
             started |= step(None)
         t0 = time.perf_counter()
         for i in range(background, len(items)):
@@ -68,15 +71,15 @@ def run_bench(url: str, concurrency: int, requests: int, input_len: int, output_
                    request_rate, input_len, output_len, background)
 
 
-def _report(url: str, items: list[Item], samples: list[Sample], duration: float, concurrency: int, n_proc: int,
-            rate: float, input_len: int, output_len: int, background: int) -> dict[str, Any]:
+def _report(url: str, items: list[Item], samples: list[Sample], duration: float, concurrency: int,
+            n_proc: int, rate: float, input_len: int, output_len: int, background: int) -> dict[str, Any]:
     ok = [s for s in samples if s.ok]
     arrivals = [(it, s) for it, s in zip(items, samples) if it.cls == "arrival"]
     out = {"url": url, "concurrency": concurrency, "max_concurrency": concurrency,
            "request_rate": rate if math.isfinite(rate) else "inf", "requests": len(arrivals),
            "input_len": input_len, "output_len": output_len, "client_processes": n_proc,
-           "errors": sorted({s.error for s in samples if not s.ok})[:5], "duration": duration, "duration_s": duration,
-           **metrics(items, samples, duration),
+           "errors": sorted({s.error for s in samples if not s.ok})[:5], "duration": duration,
+           "duration_s": duration, **metrics(items, samples, duration),
            # the first names of this report, kept for the scripts that read them
            "output_token_throughput": sum(s.output_tokens for s in ok) / duration,
            "ttft_ms": _pct([s.ttft for s in ok]), "itl_ms": _pct([x for s in ok for x in s.itl]),
@@ -91,9 +94,11 @@ def _report(url: str, items: list[Item], samples: list[Sample], duration: float,
 
 @click.command()
 @click.option("--url", required=True, help="Server base URL, e.g. http://127.0.0.1:30000")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Parallel clients.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Parallel clients.")
 @click.option("--requests", "num_requests", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--input-len", type=click.IntRange(min=1), default=32, show_default=True, help="Prompt token ids.")
+@click.option("--input-len", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Prompt token ids.")
 @click.option("--output-len", type=click.IntRange(min=1), default=32, show_default=True, help="max_tokens.")
 @click.option("--api-key", envvar="DCPCTL_API_KEY", help="Bearer key (or $DCPCTL_API_KEY).")
 @click.option("--vocab", type=click.IntRange(min=2), default=256, show_default=True,
@@ -101,15 +106,18 @@ def _report(url: str, items: list[Item], samples: list[Sample], duration: float,
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
 @click.option("--client-processes", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Client processes sharing the streams; 0: one per 8 streams (one Python process cannot parse "
-                   "tens of thousands of streamed tokens a second without bunching their arrival times).")
-@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=math.inf, show_default=True,
-              help="Requests per second, a Poisson process seeded by --seed; inf: all at once (at most "
-                   "--concurrency in flight either way).")
-@click.option("--random-range-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Client processes sharing the streams; 0: one per 8 streams (one Python process cannot "
+                   "parse tens of thousands of streamed tokens a second without bunching their arrival "
+                   "times).")
+@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=math.inf,
+              show_default=True, help="Requests per second, a Poisson process seeded by --seed; inf: all at "
+                   "once (at most --concurrency in flight either way).")
+@click.option("--random-range-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+              show_default=True,
               help="Input and output lengths uniform in [len * (1 - r), len * (1 + r)] (vLLM's rule).")
 @click.option("--background-streams", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Decoding streams sent first; the requests arrive once they all stream (reported per class).")
+              help="Decoding streams sent first; the requests arrive once they all stream (reported per "
+                   "class).")
 @click.option("--background-input-len", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--background-output-len", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--stop", multiple=True, help="A stop string of the requests (repeatable): they may end before "
@@ -117,16 +125,18 @@ def _report(url: str, items: list[Item], samples: list[Sample], duration: float,
 @click.option("--output-lens", metavar="N,N,...", help="Each request's max_tokens, in order (e.g. a run's "
                                                        "output_lens: the same prompts for the same --seed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def command(url: str, concurrency: int, num_requests: int, input_len: int, output_len: int, api_key: str | None,
-            vocab: int, seed: int, timeout: float, client_processes: int, request_rate: float,
-            random_range_ratio: float, background_streams: int, background_input_len: int,
-            background_output_len: int, stop: tuple[str, ...], output_lens: str | None, fmt: str) -> None:
+def command(url: str, concurrency: int, num_requests: int, input_len: int, output_len: int,
+            api_key: str | None, vocab: int, seed: int, timeout: float, client_processes: int,
+            request_rate: float, random_range_ratio: float, background_streams: int,
+            background_input_len: int, background_output_len: int, stop: tuple[str, ...],
+            output_lens: str | None, fmt: str) -> None:
     """Load a running server (`dcpctl launch`) with streamed completions; report throughput, TTFT
     and inter-token latency percentiles (vLLM's metric names in the JSON).
 
     \b
     Examples:
-      dcpctl bench serve --url http://127.0.0.1:30000 --concurrency 8 --requests 64 --input-len 32 --output-len 32
+      dcpctl bench serve --url http://127.0.0.1:30000 --concurrency 8 --requests 64 --input-len 32 \\
+          --output-len 32
       dcpctl bench serve --url URL --request-rate 4 --random-range-ratio 0.5 --requests 100 --concurrency 32
       dcpctl bench serve --url URL --background-streams 8 --background-output-len 4000 \\
           --requests 4 --input-len 16000 --output-len 16 --request-rate 0.5     # long prompts arrive
@@ -137,8 +147,9 @@ def command(url: str, concurrency: int, num_requests: int, input_len: int, outpu
         raise UserError(f"--output-lens has {len(lens)} lengths for --requests {num_requests}")
     r = run_bench(url, concurrency, num_requests, input_len, output_len, api_key, seed, vocab, timeout,
                   quiet=fmt == "json", processes=client_processes, request_rate=request_rate,
-                  range_ratio=random_range_ratio, background=background_streams, bg_input_len=background_input_len,
-                  bg_output_len=background_output_len, stop=list(stop), output_lens=lens)
+                  range_ratio=random_range_ratio, background=background_streams,
+                  bg_input_len=background_input_len, bg_output_len=background_output_len, stop=list(stop),
+                  output_lens=lens)
     if fmt == "json":
         console.write_text(json.dumps(r))
     else:
@@ -162,7 +173,8 @@ def _check_reachable(url: str) -> None:
     try:
         socket.create_connection((u.hostname, port), timeout=10).close()
     except OSError as e:
-        raise UserError(f"cannot connect to {url}: {e.strerror or e}; is the server up (`dcpctl launch`)?") from None
+        raise UserError(f"cannot connect to {url}: {e.strerror or e}; is the server up (`dcpctl "
+                        "launch`)?") from None
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -173,7 +185,9 @@ def _print(r: dict[str, Any]) -> None:
                       f"tok/s, {r['total_token_throughput']:.1f} total tok/s")
     for name, m in [("all", r)] + list(r.get("classes", {}).items()):
         rows = [[what, *(f"{m[f'{k}_{key}_ms']:.1f}" for k in ("mean", "median", "p90", "p99"))]
-                for what, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))]
-        console.out.print(console.table(f"latency (ms): {name}", ["metric", "mean", "median", "p90", "p99"], rows))
+                for what, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"),
+                                  ("E2E latency", "e2el"))]
+        console.out.print(console.table(f"latency (ms): {name}", ["metric", "mean", "median", "p90", "p99"],
+                                        rows))
     for e in r["errors"]:
         console.warn(e)

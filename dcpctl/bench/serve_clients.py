@@ -1,5 +1,5 @@
-"""The client side of `dcpctl bench serve`: streamed requests over client processes, so that parsing tokens does
-not bunch the arrival stamps being measured (one Python process parses ~10k SSE events a second)."""
+"""The client side of `dcpctl bench serve`: streamed requests over client processes, so that parsing tokens
+does not bunch the arrival stamps being measured (one Python process parses ~10k SSE events a second)."""
 from __future__ import annotations
 
 import http.client
@@ -53,10 +53,10 @@ def client_processes(concurrency: int, given: int) -> int:
     return max(1, min(concurrency, given or -(-concurrency // STREAMS_PER_PROCESS)))
 
 
-def _client_main(url: str, headers: dict[str, str], bodies: list[dict[str, Any]], threads: int, timeout: float,
-                 todo: Any, done: Any) -> None:
-    """One client process: `threads` streams, each taking the next request index until a None; (i, None) on done
-    says request i streamed its first token, (i, Sample) that it ended."""
+def _client_main(url: str, headers: dict[str, str], bodies: list[dict[str, Any]], threads: int,
+                 timeout: float, todo: Any, done: Any) -> None:
+    """One client process: `threads` streams, each taking the next request index until a None; (i, None) on
+    done says request i streamed its first token, (i, Sample) that it ended."""
     def stream() -> None:
         while (i := todo.get()) is not None:
             done.put((i, _one(url, headers, bodies[i], timeout, lambda: done.put((i, None)))))
@@ -77,7 +77,8 @@ class Clients:
         ctx = mp.get_context("spawn")
         self.todo, self.todo_bg, self.done = ctx.Queue(), ctx.Queue(), ctx.Queue()
         self.n_proc = client_processes(concurrency, processes)
-        plan = [(self.todo, concurrency // self.n_proc + (i < concurrency % self.n_proc)) for i in range(self.n_proc)]
+        plan = [(self.todo, concurrency // self.n_proc + (i < concurrency % self.n_proc))
+                for i in range(self.n_proc)]
         if background:
             n_bg = client_processes(background, 0)
             plan += [(self.todo_bg, background // n_bg + (i < background % n_bg)) for i in range(n_bg)]
@@ -98,8 +99,8 @@ class Clients:
 
 
 def take(done: Any, samples: dict[int, Sample], wait: float | None, advance: Callable[[], None]) -> set[int]:
-    """One message from the clients (waiting at most `wait` s): a finished sample is stored; returns the requests
-    that just streamed their first token."""
+    """One message from the clients (waiting at most `wait` s): a finished sample is stored; returns the
+    requests that just streamed their first token."""
     try:
         i, s = done.get(timeout=wait)
     except queue.Empty:

@@ -1,4 +1,5 @@
-"""What `dcpctl bench serve` sends and how it reports it: requests with arrival times, and vLLM's serving metrics.
+"""What `dcpctl bench serve` sends and how it reports it: requests with arrival times, and vLLM's serving
+metrics.
 
 Workload (pure, seeded):
   requests    --requests prompts of --input-len ids and max_tokens --output-len, each drawn uniformly from
@@ -87,6 +88,7 @@ def metrics(items: list[Item], samples: list[Sample], duration: float) -> dict[s
     return {"completed": len(ok), "failed": len(samples) - len(ok), "total_input_tokens": in_tokens,
             "input_lens": [len(it.prompt) for it in items], "output_lens": [s.output_tokens for s in samples],
             "total_output_tokens": out_tokens, "request_throughput": len(ok) / duration,
-            "output_throughput": out_tokens / duration, "total_token_throughput": (in_tokens + out_tokens) / duration,
+            "output_throughput": out_tokens / duration,
+            "total_token_throughput": (in_tokens + out_tokens) / duration,
             **_stats("ttft", [s.ttft for _, s in ok]), **_stats("tpot", tpot),
             **_stats("itl", [x for _, s in ok for x in s.itl]), **_stats("e2el", [s.latency for _, s in ok])}

@@ -37,7 +37,8 @@ class EngineCommand(click.Command):
 
 
 def named_target(args: list[str]) -> EngineTarget:
-    """`--engine NAME` typed before any bare `--` (an unknown NAME is left for click to refuse), else the default."""
+    """`--engine NAME` typed before any bare `--` (an unknown NAME is left for click to refuse), else the
+    default."""
     head = args[:args.index("--")] if "--" in args else args
     for a, b in zip(head, [*head[1:], ""]):
         name = a.partition("=")[2] if a.startswith("--engine=") else b if a == "--engine" else None
@@ -47,7 +48,8 @@ def named_target(args: list[str]) -> EngineTarget:
 
 
 def _engine_of_format(args: list[str], caller: dict[str, bool]) -> list[str]:
-    """`export vllm ...` without --engine: `--engine vllm` in front (the first argument that is no flag's value)."""
+    """`export vllm ...` without --engine: `--engine vllm` in front (the first argument that is no flag's
+    value)."""
     head = args[:args.index("--")] if "--" in args else args
     if any(a == "--engine" or a.startswith("--engine=") for a in head):
         return args

@@ -24,16 +24,19 @@ class ExportCommand(EngineCommand):
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("saved_plan", required=False, type=click.Path())
 @plan_options
-@click.option("--served-model-path", help="Model path (or hub id) the nodes load; default: --model-path or the "
-                                          "preset's hub id.")
+@click.option("--served-model-path", help="Model path (or hub id) the nodes load; default: --model-path or "
+                                          "the preset's hub id.")
 @click.option("--dist-init-addr", default="NODE0_ADDR:5000", show_default=True, help="HOST:PORT of node 0.")
-@click.option("--port", type=int, help="HTTP port of the server (default: 30000, vLLM's 8000 under --engine vllm).")
-@click.option("--image", help="Container image (k8s; default lmsysorg/sglang:latest, vllm/vllm-openai:vVERSION "
-                              "under --engine vllm).")
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False), help="Write one file per node/manifest here.")
+@click.option("--port", type=int,
+              help="HTTP port of the server (default: 30000, vLLM's 8000 under --engine vllm).")
+@click.option("--image", help="Container image (k8s; default lmsysorg/sglang:latest, "
+                              "vllm/vllm-openai:vVERSION under --engine vllm).")
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+              help="Write one file per node/manifest here.")
 @click.pass_context
 def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_path: str | None,
-           dist_init_addr: str, port: int | None, image: str | None, output_dir: str | None, **params: Any) -> None:
+           dist_init_addr: str, port: int | None, image: str | None, output_dir: str | None,
+           **params: Any) -> None:
     """Export a plan as FORMAT: sglang, vllm, torchrun, slurm or k8s.
 
     \b
@@ -57,7 +60,8 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     opts = collect(ctx, params, saved_plan)
     plan = make_plan(request_from_options(opts))
     if not plan.valid:
-        raise UserError("the plan is invalid, nothing to export: " + "; ".join(v.message for v in plan.violations))
+        raise UserError("the plan is invalid, nothing to export: "
+                        + "; ".join(v.message for v in plan.violations))
     model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo")
     if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
         from dcpctl.launch.default_model import default_model  # the trained checkpoint `dcpctl launch` serves
@@ -68,7 +72,8 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     for w in plan.all_warnings:
         console.warn(w)
     if fmt == "torchrun" and plan.request.engine_args:
-        console.warn(f"the bundled runtime does not read these `{' '.join(engine.command)}` flags; not carried: "
+        console.warn(f"the bundled runtime does not read these `{' '.join(engine.command)}` flags; not "
+                     "carried: "
                      + " ".join(" ".join(g) for g in plan.request.engine_args))
     if output_dir:
         out = Path(output_dir)

@@ -26,20 +26,25 @@ GRAPH_FLAGS = ("disable_cuda_graph", "cuda_graph_max_bs", "cuda_graph_bs", "cuda
                "disable_prefill_cuda_graph", "cuda_graph_max_bs_prefill", "cuda_graph_bs_prefill")
 
 
-def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | None, chunk: int) -> dict[str, Any]:
-    """The launch config's cuda_graph section from (and popped off) the runtime's graph flags (GRAPH_FLAGS)."""
+def cuda_graph_options(params: dict[str, Any], device: str, max_running: int | None,
+                       chunk: int) -> dict[str, Any]:
+    """The launch config's cuda_graph section from (and popped off) the runtime's graph flags
+    (GRAPH_FLAGS)."""
     from dcpctl.launch.cuda_graphs import cuda_graph_section, prefill_section
     sizes, prefill = params.pop("cuda_graph_bs", None), params.pop("cuda_graph_bs_prefill", None)
     disable = bool(params.pop("disable_cuda_graph", False))
     backend = params.pop("cuda_graph_backend_prefill", None)
     if params.pop("disable_prefill_cuda_graph", False):
         if backend not in (None, "disabled"):
-            raise UserError(f"--disable-prefill-cuda-graph contradicts --cuda-graph-backend-prefill {backend}")
+            raise UserError("--disable-prefill-cuda-graph contradicts --cuda-graph-backend-prefill "
+                            f"{backend}")
         backend = "disabled"
     return {**cuda_graph_section(device, disable, params.pop("cuda_graph_max_bs", None),
-                                 positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None, max_running),
+                                 positive_ints(sizes, "cuda-graph-bs", "batch sizes") if sizes else None,
+                                 max_running),
             **prefill_section(device, disable, backend, params.pop("cuda_graph_max_bs_prefill", None),
-                              positive_ints(prefill, "cuda-graph-bs-prefill", "token counts") if prefill else None,
+                              positive_ints(prefill, "cuda-graph-bs-prefill", "token counts")
+                              if prefill else None,
                               chunk)}
 
 
@@ -47,10 +52,11 @@ SCHEDULE_FLAGS = ("enable_mixed_chunk", "max_prefill_tokens", "schedule_policy")
 
 
 def schedule_options(flags: dict[str, Any], chunked_prefill_size: int) -> dict[str, Any]:
-    """The launch config's schedule section from the scheduling flags (popped off params as SCHEDULE_FLAGS)."""
+    """The launch config's schedule section from the scheduling flags (popped off params as
+    SCHEDULE_FLAGS)."""
     from dcpctl.launch.schedule import schedule_section
-    return schedule_section(flags.get("enable_mixed_chunk"), flags.get("max_prefill_tokens"), chunked_prefill_size,
-                            flags.get("schedule_policy"))
+    return schedule_section(flags.get("enable_mixed_chunk"), flags.get("max_prefill_tokens"),
+                            chunked_prefill_size, flags.get("schedule_policy"))
 
 
 def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str) -> dict[str, Any]:
@@ -65,13 +71,16 @@ def resolve_run_options(ctx: click.Context, params: dict[str, Any], device: str)
 def settle_device(ctx: click.Context, opts: dict[str, Any], device: str) -> tuple[dict[str, Any], str]:
     """--device auto made concrete for this plan's ranks on this node (device.py); the hardware follows it
     unless --hardware was typed."""
-    typed_hw = ctx.get_parameter_source("hardware") == click.core.ParameterSource.COMMANDLINE and opts.get("hardware")
+    typed_hw = (ctx.get_parameter_source("hardware") == click.core.ParameterSource.COMMANDLINE
+                and opts.get("hardware"))
     if device == "auto":
         if typed_hw == "cpu":
             console.info("--device auto: cpu (--hardware cpu)")
             device = "cpu"
         else:
-            device = resolve_device("auto", ranks_here=request_from_options({**opts, "hardware": "cpu"}).topology.ranks_per_node)
+            device = resolve_device("auto",
+                                    ranks_here=request_from_options({**opts, "hardware": "cpu"})
+                                    .topology.ranks_per_node)
     if not typed_hw:
         opts["hardware"] = "cpu" if device == "cpu" else "auto"
     return opts, device
@@ -98,8 +107,9 @@ def parse_prompt_ids(values: tuple[str, ...]) -> list[list[int]]:
         if not v.strip():
             raise UserError(f"--prompt-ids needs at least one token id, got {v!r}")
         if any(not x.strip() for x in items):
-            raise UserError(f"--prompt-ids has an empty item (token {[x.strip() for x in items].index('') + 1}) "
-                            f"in {v!r}: give comma-separated integers such as 1,2,3")
+            raise UserError("--prompt-ids has an empty item (token "
+                            f"{[x.strip() for x in items].index('') + 1}) in {v!r}: give comma-separated "
+                            "integers such as 1,2,3")
         try:
             ids = [int(x) for x in items]
         except ValueError:
@@ -164,13 +174,15 @@ def check_weights(path: str) -> None:
 
 def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], vocab: int,
                max_positions: int | None = None) -> None:
-    inst = cfg["disaggregation"]["decode"] if "disaggregation" in cfg else cfg  # PD: the decode side holds it all
+    # PD: the decode side holds it all
+    inst = cfg["disaggregation"]["decode"] if "disaggregation" in cfg else cfg
     virtual = inst["kv"]["capacity_tokens"] * inst["topology"]["dcp_size"]
     k = (cfg.get("speculative") or {}).get("num_draft_tokens", 0)  # verification writes K rows ahead
     for ids in prompts:
         bad = misfit(len(ids), max_new, virtual, max_positions, k)
         if bad:
-            hint = "raise --max-total-tokens or --dcp-size" if bad.limit == "capacity" else "lower --max-new-tokens"
+            hint = ("raise --max-total-tokens or --dcp-size"
+                    if bad.limit == "capacity" else "lower --max-new-tokens")
             raise UserError(f"{bad.sentence()}; {hint}")
         bad = [i for i in ids if i >= vocab]
         if bad:
@@ -178,8 +190,8 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
 
 
 def ambiguous_flag(flag: str) -> Any:
-    """A flag SGLang 0.5.23's parser calls ambiguous (a prefix of its -decode and -prefill forms): refused the same
-    way here, with plan's message, rather than taken as one of them."""
+    """A flag SGLang 0.5.23's parser calls ambiguous (a prefix of its -decode and -prefill forms): refused the
+    same way here, with plan's message, rather than taken as one of them."""
     def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
         if value is not None:
             from dcpctl.plan.sglang_args import SGLANG
@@ -190,39 +202,45 @@ def ambiguous_flag(flag: str) -> Any:
 def runtime_options(f: Any) -> Any:
     """The bundled runtime's options that generate and launch share."""
     for opt in reversed([
-        click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]), default=None,
-                     help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA)."),
+        click.option("--dtype", type=click.Choice(["float64", "float32", "bfloat16", "float16"]),
+                     default=None, help="Compute dtype (default: float32 on CPU, bfloat16 on CUDA)."),
         device_option(),
         click.option("--max-total-tokens", type=click.IntRange(min=1), default=16384, show_default=True,
                      help="Virtual KV tokens to allocate (capped by the plan's capacity)."),
         click.option("--chunked-prefill-size", type=int, default=DEFAULT_CHUNKED_PREFILL, show_default=True,
                      help="-1: no chunking."),
         click.option("--enable-mixed-chunk/--disable-mixed-chunk", "enable_mixed_chunk", default=None,
-                     help="Mix prefill chunks into the decode steps (default: on, so no stream waits on a whole "
-                          "prompt; SGLang's flag, off there by default)."),
+                     help="Mix prefill chunks into the decode steps (default: on, so no stream waits on a "
+                          "whole prompt; SGLang's flag, off there by default)."),
         click.option("--max-prefill-tokens", type=click.IntRange(min=1), default=None,
-                     help="Most tokens of one step's prefill, decodes included when mixed (SGLang's; default 16384; "
-                          "--chunked-prefill-size also bounds it)."),
+                     help="Most tokens of one step's prefill, decodes included when mixed (SGLang's; default "
+                          "16384; --chunked-prefill-size also bounds it)."),
         click.option("--schedule-policy", type=click.Choice(["fcfs"]), default=None,
-                     help="Queue order: first come, first served (SGLang's other policies need its radix tree)."),
+                     help="Queue order: first come, first served (SGLang's other policies need its radix "
+                          "tree)."),
         click.option("--disable-cuda-graph", is_flag=True,
-                     help="CUDA: run every step eagerly (no graph capture before ready; decode and prefill)."),
+                     help="CUDA: run every step eagerly (no graph capture before ready; decode and "
+                          "prefill)."),
         click.option("--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
-                     help="CUDA: largest decode batch captured as a graph (default: the max running requests, "
-                          "at most 256; SGLang's bucket sizes up to it)."),
+                     help="CUDA: largest decode batch captured as a graph (default: the max running "
+                          "requests, at most 256; SGLang's bucket sizes up to it)."),
         click.option("--cuda-graph-bs-decode", "cuda_graph_bs", metavar="N,N,...",
-                     help="CUDA: the exact decode batch sizes to capture, comma-separated (instead of the buckets)."),
+                     help="CUDA: the exact decode batch sizes to capture, comma-separated (instead of the "
+                          "buckets)."),
         *(ambiguous_flag(f) for f in ("--cuda-graph-max-bs", "--cuda-graph-bs")),
-        click.option("--cuda-graph-backend-prefill", type=click.Choice(["breakable", "disabled"]), default=None,
-                     help="CUDA: capture each layer's MLP at prefill token counts, attention running between the "
-                          "pieces (breakable, the default), or run prefill eagerly (disabled)."),
+        click.option("--cuda-graph-backend-prefill", type=click.Choice(["breakable", "disabled"]),
+                     default=None, help="CUDA: capture each layer's MLP at prefill token counts, attention "
+                          "running between the pieces (breakable, the default), or run prefill eagerly "
+                          "(disabled)."),
         click.option("--disable-prefill-cuda-graph", is_flag=True,
-                     help="CUDA: run prefill and extend steps eagerly (= --cuda-graph-backend-prefill disabled)."),
+                     help="CUDA: run prefill and extend steps eagerly (= --cuda-graph-backend-prefill "
+                          "disabled)."),
         click.option("--cuda-graph-max-bs-prefill", type=click.IntRange(min=1), default=None,
                      help="CUDA: most tokens of a captured prefill piece (default: min(8192, "
                           "--chunked-prefill-size); SGLang's bucket sizes up to it)."),
         click.option("--cuda-graph-bs-prefill", metavar="N,N,...",
-                     help="CUDA: the exact prefill token counts to capture, comma-separated (instead of the buckets)."),
+                     help="CUDA: the exact prefill token counts to capture, comma-separated (instead of the "
+                          "buckets)."),
     ]):
         f = opt(f)
     return f
@@ -231,9 +249,11 @@ def runtime_options(f: Any) -> Any:
 @click.command()
 @plan_options
 @click.option("--prompt", "prompts", multiple=True, help="Prompt text (repeatable).")
-@click.option("--prompt-ids", "prompt_ids", multiple=True, help="Prompt as comma-separated token ids (repeatable).")
+@click.option("--prompt-ids", "prompt_ids", multiple=True,
+              help="Prompt as comma-separated token ids (repeatable).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="0 = greedy.")
 @click.option("--top-k", type=int, default=-1, show_default=True)
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -255,7 +275,8 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     Examples:
       dcpctl generate --prompt "def "                          # the built-in model writes Python
       dcpctl generate --model-path DIR --tp-size 4 --dcp-size 4 --prompt TEXT --max-new-tokens 64
-      dcpctl generate --prompt-ids 1,2,3 --prompt-ids 4,5 --temperature 0 --dtype float64 --logprobs --format json
+      dcpctl generate --prompt-ids 1,2,3 --prompt-ids 4,5 --temperature 0 --dtype float64 --logprobs \\
+          --format json
     """
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.runner import RuntimeFailed, run_torchrun, write_launch_files
@@ -280,10 +301,12 @@ def generate(ctx: click.Context, prompts: tuple[str, ...], prompt_ids: tuple[str
     ids += [tok.encode(p, add_bos=True) for p in prompts] if prompts else []
     if not ids:
         ids = [tok.encode("Hello", add_bos=True)]
-    check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size, plan.request.model.max_position_embeddings)
+    check_fits(ids, max_new_tokens, cfg, plan.request.model.vocab_size,
+               plan.request.model.max_position_embeddings)
     if "disaggregation" not in cfg:   # PD instances decode eagerly (docs/launch.md)
-        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device, min(len(ids), cfg["kv"].get("max_running_requests")
-                                                                        or len(ids)), chunked_prefill_size)
+        cfg["cuda_graph"] = cuda_graph_options(graph_flags, device,
+                                               min(len(ids), cfg["kv"].get("max_running_requests")
+                                                   or len(ids)), chunked_prefill_size)
         cfg["schedule"] = schedule_options(schedule_flags, chunked_prefill_size)
     reqs = [{"prompt_ids": p, "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
              "top_p": top_p, "seed": seed, "logprobs": logprobs} for p in ids]
@@ -329,6 +352,7 @@ def _print(result: dict[str, Any], tok: Any, fmt: str, logprobs: bool) -> None:
     spec = result["stats"].get("spec")
     if spec:
         console.info(f"speculative {spec['algorithm']} (K = {spec['num_draft_tokens']}): acceptance rate "
-                     f"{spec['acceptance_rate']:.3f} ({spec['draft_tokens_accepted']}/{spec['draft_tokens_proposed']}"
-                     f" draft tokens), {spec['tokens_per_target_step']:.2f} tokens per target step; draft kv rows "
-                     f"per rank (replicated): {spec['draft_kv_rows_per_rank']}")
+                     f"{spec['acceptance_rate']:.3f} "
+                     f"({spec['draft_tokens_accepted']}/{spec['draft_tokens_proposed']} draft tokens), "
+                     f"{spec['tokens_per_target_step']:.2f} tokens per target step; draft kv rows per rank "
+                     f"(replicated): {spec['draft_kv_rows_per_rank']}")

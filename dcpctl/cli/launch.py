@@ -31,10 +31,12 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
               help="HOST:PORT of node 0 (single node: a free port unless given).")
 @serve_flags
-@click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
-           chunked_prefill_size: int, node_rank: int, dist_init_addr: str, dry_run: bool, **params: Any) -> None:
+           chunked_prefill_size: int, node_rank: int, dist_init_addr: str, dry_run: bool,
+           **params: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
@@ -68,12 +70,13 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
     from dcpctl.launch.http_workers import http_workers
-    workers, why = http_workers(flags["tokenizer_worker_num"], cfg["device"], int(cfg["kv"]["max_running_requests"]))
+    workers, why = http_workers(flags["tokenizer_worker_num"], cfg["device"],
+                                int(cfg["kv"]["max_running_requests"]))
     json_whitespace(flags, cfg["model"]["path"])
     serve_opts = serve_options(flags, Path(cfg["model"]["path"]).name, workers, context)
     if dry_run:
-        _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml", serve=json.dumps(serve_opts)),
-                       flags["api_key"] is not None)
+        _print_dry_run(cfg, nnodes, mhost, int(mport),
+                       runtime_env("launch.yaml", serve=json.dumps(serve_opts)), flags["api_key"] is not None)
         return
     check_access(flags["host"], flags["api_key"], flags["allow_unauthenticated"])
     if node_rank >= nnodes:
@@ -114,9 +117,11 @@ def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any
     plan = make_plan(request_from_options(opts))
     show_plan_warnings(plan)
     if plan.request.disaggregation_mode != "null":
-        raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides with "
-                        "`dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export sglang`")
-    cfg = render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk).for_serving().to_dict()
+        raise UserError("the bundled runtime serves PD disaggregation only in batch mode: run both sides "
+                        "with `dcpctl generate --disaggregation-mode ...`, or deploy with `dcpctl export "
+                        "sglang`")
+    cfg = (render_launch_config(plan, opts["model_path"], dtype, device, max_total_tokens, chunk)
+           .for_serving().to_dict())
     return cfg, plan.request.topology.nnodes, _summary(cfg), plan.request.context_len
 
 
@@ -143,29 +148,31 @@ def _summary(cfg: dict[str, Any]) -> str:
     from dcpctl.launch.default_model import describe
     t, d, kv = cfg["topology"], cfg["decisions"], cfg["kv"]
     what = describe(cfg["model"]["path"])  # a trained checkpoint says what it is (training.json)
-    return (f"{Path(cfg['model']['path']).name}{f' ({what})' if what else ''} on {cfg['world_size']} {cfg['device']} "
-            f"rank(s): tp {t['tp_size']}, "
+    return (f"{Path(cfg['model']['path']).name}{f' ({what})' if what else ''} on {cfg['world_size']} "
+            f"{cfg['device']} rank(s): tp {t['tp_size']}, "
             f"attn_dp {t['attn_dp_size']}, dcp {t['dcp_size']} ({d['dcp_comm_backend']}"
             f"{', replicated q' if d['dcp_replicate_q_proj'] else ''}), {cfg['model']['dtype']}, "
             f"KV {kv['capacity_tokens'] * t['dcp_size']} virtual tokens per replica")
 
 
-def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: dict[str, str], key: bool) -> None:
+def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: dict[str, str],
+                   key: bool) -> None:
     """The launch config, then each node's command as it runs from the folder holding launch.yaml (the server
     options travel inline in $DCPCTL_SERVE; node 0 serves them)."""
     from dcpctl.launch.torchrun import torchrun_argv
     console.write_text("# launch config (save as launch.yaml)\n" + yaml.safe_dump(cfg, sort_keys=False,
                                                                                     default_flow_style=None))
     if key:
-        console.write_text("# the API key: rank 0 reads $DCPCTL_API_KEY from the environment (export it first)")
+        console.write_text("# the API key: rank 0 reads $DCPCTL_API_KEY from the environment (export it "
+                           "first)")
     for node in range(nnodes):
         argv = torchrun_argv(cfg, nnodes, node, host, port)
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         console.write_text(f"# node {node}\n{envs} {shlex.join(argv)}")
 
 
-def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], api_key: str | None, summary: str,
-           node_rank: int) -> None:
+def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], api_key: str | None,
+           summary: str, node_rank: int) -> None:
     from dcpctl.launch.runner import Bars, RuntimeFailed, ServeProcess, write_launch_files
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -199,6 +206,7 @@ def _print_ready(url: str, serve_opts: dict[str, Any], key: bool, summary: str) 
     body = json.dumps({"model": serve_opts["served_model_name"], "prompt": "Hello", "max_tokens": 16})
     auth = ' -H "Authorization: Bearer $DCPCTL_API_KEY"' if key else ""  # the shell expands it
     console.write_text(f"dcpctl: serving at {url} ({summary})")
-    console.write_text(f"try: curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
+    console.write_text(f"try: curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d "
+                       f"'{body}'")
     sys.stdout.flush()
     console.info("press Ctrl-C to stop")

@@ -48,7 +48,8 @@ def _available(name: str) -> bool:
     return importlib.util.find_spec(COMMANDS[name].split(":")[0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="dcpctl")
 def cli() -> None:
     """Plan, launch and run decode context parallelism (DCP) for MLA models.

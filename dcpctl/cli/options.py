@@ -1,5 +1,5 @@
-"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, each engine target's own, docs/design.md
-section 8)."""
+"""Plan flags shared by plan/generate/launch (SGLang's names and aliases, each engine target's own,
+docs/design.md section 8)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,10 +19,12 @@ from dcpctl.refs import load_ref
 F = Callable[..., Any]
 
 _OPTIONS: list[Callable[[F], F]] = [
-    click.option("--preset", help="A deployment recipe from presets/ (see `dcpctl presets list`); flags override it."),
+    click.option("--preset",
+                 help="A deployment recipe from presets/ (see `dcpctl presets list`); flags override it."),
     click.option("--model-path", "--model", "model_path", type=click.Path(),
                  help="Hugging Face checkpoint directory (reads its config.json)."),
-    click.option("--model-preset", "model", help="A model preset name instead of --model-path (default: tiny)."),
+    click.option("--model-preset", "model",
+                 help="A model preset name instead of --model-path (default: tiny)."),
     click.option("--hardware", help="auto (detect this machine, default), a profile (h100-8, h200-8, b200-8, "
                                     "b300-8, gb200-nvl72, gb300-nvl72, cpu) or a YAML file."),
     click.option("--tp-size", "--tensor-parallel-size", "tp_size", type=int,
@@ -35,60 +37,75 @@ _OPTIONS: list[Callable[[F], F]] = [
                  help="Attention-DP replicas inside the TP group (= --dp-size N --enable-dp-attention)."),
     click.option("--dcp-size", "--decode-context-parallel-size", "dcp_size", type=int,
                  help="Decode context parallel size: ranks of one attention-TP group that stripe the KV."),
-    click.option("--dcp-comm-backend", type=click.Choice(R.COMM_BACKENDS), help="DCP exchange (default: decided)."),
+    click.option("--dcp-comm-backend", type=click.Choice(R.COMM_BACKENDS),
+                 help="DCP exchange (default: decided)."),
     click.option("--dcp-replicate-q-proj/--no-dcp-replicate-q-proj", default=None,
                  help="Compute the DCP group's query locally (bf16/fp16 weights only)."),
     click.option("--ep-size", "--expert-parallel-size", "--ep", "ep_size", type=int,
                  help="MoE expert parallel size (divides tp)."),
-    click.option("--pp-size", "--pipeline-parallel-size", "pp_size", type=int, help="Pipeline parallel size."),
+    click.option("--pp-size", "--pipeline-parallel-size", "pp_size", type=int,
+                 help="Pipeline parallel size."),
     click.option("--nnodes", type=int, help="Number of nodes."),
     click.option("--gpus-per-node", type=int, help="GPUs per node (default: from the hardware profile)."),
     click.option("--attention-backend", type=click.Choice(all_backend_names()),
-                 help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, flashinfer, "
-                      "triton (ours) or torch_native when named, else the fastest in its measured table per batch."),
+                 help="Decode attention kernel (SGLang's names). The bundled runtime runs flashmla, "
+                      "flashinfer, triton (ours) or torch_native when named, else the fastest in its "
+                      "measured table per batch."),
     click.option("--decode-attention-backend", type=click.Choice(R.DECODE_ATTENTION_BACKENDS),
                  help="SGLang's name for the decode kernel; wins over --attention-backend for decode."),
     click.option("--kv-cache-dtype", type=click.Choice(R.KV_DTYPES + ("fp8",)),
                  help="KV cache dtype (auto: model dtype; fp8: vLLM's name)."),
     click.option("--page-size", type=int, help="KV page size in tokens per rank (default 1)."),
-    click.option("--mem-fraction-static", type=float, help="Fraction of GPU memory for weights + KV (default 0.85)."),
+    click.option("--mem-fraction-static", type=float,
+                 help="Fraction of GPU memory for weights + KV (default 0.85)."),
     click.option("--context-length", "--context-len", "context_len", type=int,
-                 help="Context length (prompt + output): plan adds the concurrency that fits (beyond the model's "
-                      "positions: refused, as SGLang does); launch enforces it."),
+                 help="Context length (prompt + output): plan adds the concurrency that fits (beyond the "
+                      "model's positions: refused, as SGLang does); launch enforces it."),
     click.option("--max-running-requests", type=int, help="Cap on concurrent requests."),
-    click.option("--kda-state-fraction", type=float, help="Share of the KV budget for KDA state (hybrids; 0.1)."),
-    click.option("--speculative-algorithm", type=click.Choice(R.SPEC_ALGORITHMS), help="Speculative decoding."),
-    click.option("--speculative-num-draft-tokens", type=int, help="Candidates verified per request per step."),
-    click.option("--speculative-num-steps", type=int, help="Draft steps (EAGLE family; with none of the three "
-                                                           "SGLang chooses steps 3, topk 1, 4 draft tokens)."),
+    click.option("--kda-state-fraction", type=float,
+                 help="Share of the KV budget for KDA state (hybrids; 0.1)."),
+    click.option("--speculative-algorithm", type=click.Choice(R.SPEC_ALGORITHMS),
+                 help="Speculative decoding."),
+    click.option("--speculative-num-draft-tokens", type=int,
+                 help="Candidates verified per request per step."),
+    click.option("--speculative-num-steps", type=int, help="Draft steps (EAGLE family; with none of the "
+                                                           "three SGLang chooses steps 3, topk 1, 4 draft "
+                                                           "tokens)."),
     click.option("--speculative-eagle-topk", type=int, help="Draft branching per step (EAGLE family)."),
-    click.option("--speculative-draft-model-path", "--speculative-draft-model", "speculative_draft_model_path",
-                 type=click.Path(), help="Draft checkpoint (STANDALONE)."),
+    click.option("--speculative-draft-model-path", "--speculative-draft-model",
+                 "speculative_draft_model_path", type=click.Path(), help="Draft checkpoint (STANDALONE)."),
     click.option("--disaggregation-mode", type=click.Choice(R.PD_MODES), help="PD disaggregation role."),
     click.option("--disaggregation-peer-dcp-size", type=int, help="DCP size of the other PD side."),
-    click.option("--disaggregation-transfer-backend", type=click.Choice(R.PD_BACKENDS), help="KV transfer backend."),
+    click.option("--disaggregation-transfer-backend", type=click.Choice(R.PD_BACKENDS),
+                 help="KV transfer backend."),
     click.option("--disaggregation-peer-page-size", type=int, help="Page size of the other PD side."),
-    click.option("--disaggregation-peer-kv-cache-dtype", type=click.Choice(R.KV_DTYPES), help="KV dtype of the peer."),
+    click.option("--disaggregation-peer-kv-cache-dtype", type=click.Choice(R.KV_DTYPES),
+                 help="KV dtype of the peer."),
     click.option("--enable-hierarchical-cache", "--enable-hicache", "enable_hierarchical_cache", is_flag=True,
                  default=None, help="HiCache L2 host tier."),
     click.option("--hicache-storage-backend", help="HiCache L3 storage backend."),
-    click.option("--enable-prefill-cp", is_flag=True, default=None, help="Prefill context parallelism (not with DCP)."),
+    click.option("--enable-prefill-cp", is_flag=True, default=None,
+                 help="Prefill context parallelism (not with DCP)."),
     click.option("--engine", type=click.Choice(tuple(TARGETS)),
                  help="Whose rules and defaults the plan applies: " + ", ".join(
-                     f"{t.release}{' (default)' if i == 0 else ''}" for i, t in enumerate(TARGETS.values())) + "."),
-    *[o for t in TARGETS.values() if t.cli_options for o in load_ref(t.cli_options)],  # each engine's own names
+                     f"{t.release}{' (default)' if i == 0 else ''}" for i, t in enumerate(TARGETS.values()))
+                 + "."),
+    # each engine's own names
+    *[o for t in TARGETS.values() if t.cli_options for o in load_ref(t.cli_options)],
     *RUNTIME_OPTIONS,
 ]
 
-PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention", "attn_dp_size",
-             "dcp_size", "enable_prefill_cp",
+PLAN_KEYS = ("preset", "model_path", "model", "hardware", "tp_size", "dp_size", "enable_dp_attention",
+             "attn_dp_size", "dcp_size", "enable_prefill_cp",
              "dcp_comm_backend", "dcp_replicate_q_proj", "ep_size", "pp_size", "nnodes", "gpus_per_node",
-             "attention_backend", "decode_attention_backend", "kv_cache_dtype", "page_size", "mem_fraction_static", "context_len",
-             "max_running_requests", "kda_state_fraction", "speculative_algorithm", "speculative_num_draft_tokens",
-             "speculative_num_steps", "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
-             "disaggregation_transfer_backend", "disaggregation_peer_page_size",
-             "disaggregation_peer_kv_cache_dtype", "enable_hierarchical_cache", "hicache_storage_backend",
-             "engine", *all_option_keys(), *RUNTIME_KEYS)
+             "attention_backend", "decode_attention_backend", "kv_cache_dtype", "page_size",
+             "mem_fraction_static", "context_len", "max_running_requests", "kda_state_fraction",
+             "speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps",
+             "speculative_eagle_topk", "speculative_draft_model_path", "disaggregation_mode",
+             "disaggregation_peer_dcp_size", "disaggregation_transfer_backend",
+             "disaggregation_peer_page_size", "disaggregation_peer_kv_cache_dtype",
+             "enable_hierarchical_cache", "hicache_storage_backend", "engine", *all_option_keys(),
+             *RUNTIME_KEYS)
 
 
 def plan_options(f: F) -> F:
@@ -128,7 +145,8 @@ def _say_hub_preset(opts: dict[str, Any]) -> None:
 
 
 def check_option_types(command: click.Command, opts: dict[str, Any], where: str) -> None:
-    """UserError unless every value has the type its flag takes (a saved plan is read back as the flags were)."""
+    """UserError unless every value has the type its flag takes (a saved plan is read back as the flags
+    were)."""
     params = {p.name: p for p in command.params}
     for key, value in opts.items():
         p = params.get(key)

@@ -1,4 +1,5 @@
-"""A pasted engine command line after `--` (`dcpctl plan -- vllm serve MODEL -tp 8 -dcp 8`): its plan options."""
+"""A pasted engine command line after `--` (`dcpctl plan -- vllm serve MODEL -tp 8 -dcp 8`): its plan
+options."""
 from __future__ import annotations
 
 from typing import Any

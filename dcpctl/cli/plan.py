@@ -25,7 +25,8 @@ from dcpctl.plot.output import picture_option
 
 
 def build_plan(opts: dict[str, Any]) -> Plan:
-    """A model named by --model-path/--model-preset/--preset: the full plan; none: the topology-only verdict."""
+    """A model named by --model-path/--model-preset/--preset: the full plan; none: the topology-only
+    verdict."""
     if has_model(opts):
         return make_plan(request_from_options(opts))
     return make_plan(request_from_options(opts, model=NO_MODEL), topology_only=True)
@@ -36,8 +37,8 @@ def _plan_options(ctx: click.Context, params: dict[str, Any], saved_plan: str | 
     typed = [k for k in PLAN_KEYS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
     if saved_plan or typed:
         return collect(ctx, params, saved_plan)
-    console.info(f"no flags: planning what `dcpctl launch` runs (preset {DEFAULT_PRESET}); pass topology flags "
-                 "for a topology-only verdict, or a model for the full plan")
+    console.info(f"no flags: planning what `dcpctl launch` runs (preset {DEFAULT_PRESET}); pass topology "
+                 "flags for a topology-only verdict, or a model for the full plan")
     return collect(ctx, {**params, "preset": DEFAULT_PRESET})
 
 
@@ -56,12 +57,15 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 @click.command(cls=EngineCommand)
 @plan_options
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table",
+              show_default=True)
 @click.option("-o", "--output", type=click.Path(), help="Also save the plan (YAML, or JSON for *.json).")
 @click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="With --context-len: add a step-time estimate.")
+@click.option("--concurrency", type=click.IntRange(min=1),
+              help="With --context-len: add a step-time estimate.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
-              help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the profile's.")
+              help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the "
+                   "profile's.")
 @perf_options
 @picture_option("the rank map (nodes, DCP groups, attention-DP replicas)")
 @click.pass_context
@@ -98,7 +102,8 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
       dcpctl plan --preset kimi-k3-32gpu-dpa-dcp8 --picture ranks.png           # draw the rank map
       dcpctl plan --engine vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
       dcpctl plan --hardware h200-8 -- vllm serve DIR -tp 8 -dcp 8 --block-size 64
-      dcpctl plan --hardware h200-8 -- sglang serve --model-path deepseek-ai/DeepSeek-V3.1 --tp 8 --trust-remote-code
+      dcpctl plan --hardware h200-8 -- sglang serve --model-path deepseek-ai/DeepSeek-V3.1 --tp 8 \\
+          --trust-remote-code
     """
     pasted, saved_plan = split_args(args)  # `-- vllm serve ...`: the pasted line's options, as if typed
     opts = {**collect(ctx, params), **pasted} if pasted else _plan_options(ctx, params, saved_plan)
@@ -108,11 +113,13 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
         raise UserError("--concurrency needs --context-len (the step-time estimate is per context length)")
     p = build_plan(opts)
     if concurrency and p.topology_only:
-        raise UserError("--concurrency needs a model for its estimate: pass --model-path, --model-preset or --preset")
+        raise UserError("--concurrency needs a model for its estimate: pass --model-path, --model-preset or "
+                        "--preset")
     doc = plan_document(p, opts)
     if concurrency and p.valid and opts.get("context_len"):
         doc["estimate"] = p.estimate = estimate(p, concurrency, opts.get("calibration"))
-    perf = performance(p, workload(input_len, output_len, concurrency), read(measured), opts.get("calibration"))
+    perf = performance(p, workload(input_len, output_len, concurrency), read(measured),
+                       opts.get("calibration"))
     if perf is not None:
         doc["performance"] = perf
     if output:

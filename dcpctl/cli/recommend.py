@@ -21,15 +21,17 @@ from dcpctl.plot.output import picture_option
 
 @click.command(name="recommend", cls=EngineCommand)
 @plan_options
-@click.option("--concurrency", type=click.IntRange(min=1), required=True, help="Concurrent requests to serve.")
+@click.option("--concurrency", type=click.IntRange(min=1), required=True,
+              help="Concurrent requests to serve.")
 @click.option("--contexts", default=None, help="Comma-separated context lengths for the crossover table "
                                                 "(default: --context-len, 8K, 32K, 128K).")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
               help="Measured cost figures from `dcpctl bench ... --save-calibration` (replace the profile's; "
                    "needed where no profile matches the GPU).")
 @click.option("--measured", type=click.Path(dir_okay=False),
-              help="A `dcpctl bench rank --format json` file of one of the choices: its measured compute replaces "
-                   "the model's for that choice's cells and calibrates the model's terms for every choice.")
+              help="A `dcpctl bench rank --format json` file of one of the choices: its measured compute "
+                   "replaces the model's for that choice's cells and calibrates the model's terms for every "
+                   "choice.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @picture_option("the crossover (step time against concurrency per choice, one panel per context length)")
 @click.pass_context
@@ -47,7 +49,8 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
 
     \b
     Examples:
-      dcpctl recommend --model-preset deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 --concurrency 32
+      dcpctl recommend --model-preset deepseek-v3.1 --hardware h200-8 --tp-size 8 --context-len 131072 \\
+          --concurrency 32
       dcpctl recommend --preset kimi-k3-32gpu-dpa-dcp8 --concurrency 32 --picture crossover.png
     """
     opts = collect(ctx, params)
@@ -65,7 +68,8 @@ def recommend_cmd(ctx: click.Context, concurrency: int, contexts: str | None, ca
     result["decode_terms"] = {"label": model.terms.label, "source": model.terms.source}
     past = [L for L in ctxs if past_positions(req, L)]
     if past:
-        result["past_positions"] = {"contexts": past, "max_position_embeddings": req.model.max_position_embeddings,
+        result["past_positions"] = {"contexts": past,
+                                    "max_position_embeddings": req.model.max_position_embeddings,
                                     "override": LONGER_CONTEXT_OVERRIDE}
     if picture:
         from dcpctl.plot.crossover import save_crossover  # matplotlib only when a picture is asked for
@@ -97,14 +101,16 @@ def _cell(v: Any) -> str:
 def _render(r: dict[str, Any]) -> None:
     cols = ["choice", "fits", "max conc.", "TPOT (ms)", "step attn (ms)", "kv read (us)", "compute (us)",
             "gemm (us)", "exchange (us)", "tok/s"]
-    rows = [[t["choice"], "yes" if t["fits"] else "no", t["max_concurrency"], _tpot(t), f"{t['step_attention_ms']:.3f}",
-             f"{t.get('kv_read_us', 0):.1f}", f"{t.get('attn_compute_us', 0):.1f}", f"{t.get('gemm_us', 0):.1f}",
+    rows = [[t["choice"], "yes" if t["fits"] else "no", t["max_concurrency"], _tpot(t),
+             f"{t['step_attention_ms']:.3f}", f"{t.get('kv_read_us', 0):.1f}",
+             f"{t.get('attn_compute_us', 0):.1f}", f"{t.get('gemm_us', 0):.1f}",
              f"{t.get('exchange_us', 0):.1f}", f"{t.get('tokens_per_s', 0):,.0f}"] if t["valid"]
             else [t["choice"], "invalid", "", "", "", "", "", "", "", t["note"]] for t in r["table"]]
     terms = r.get("decode_terms", {})
     console.out.print(console.table(f"Context {r['context_len']:,}, {r['concurrency']} concurrent requests "
                                     f"(TPOT: the full step, compute {terms.get('label', '')}, collectives "
-                                    f"modelled; the attention parts per MLA layer; {r['constants']})", cols, rows))
+                                    f"modelled; the attention parts per MLA layer; {r['constants']})", cols,
+                                    rows))
     ctxs = [k for k in r["crossovers"][0] if k != "choice"] if r["crossovers"] else []
     rows = [[c["choice"], *[_cell(c[L]) for L in ctxs]] for c in r["crossovers"]]
     if rows:

@@ -1,4 +1,5 @@
-"""The plan's hardware section as a table: what was detected or named, and where each cost figure came from."""
+"""The plan's hardware section as a table: what was detected or named, and where each cost figure came
+from."""
 from __future__ import annotations
 
 from typing import Any
@@ -22,11 +23,13 @@ def _links(hw: Hardware) -> str:
 def _fabric(hw: Hardware) -> str:
     if not hw.fabric_state:
         return "yes (by GPU name)" if hw.mnnvl else "no"
-    return f"{'yes' if hw.mnnvl else 'no'} (fabric {hw.fabric_state}, cluster UUID {hw.cluster_uuid or 'none'})"
+    return (f"{'yes' if hw.mnnvl else 'no'} (fabric {hw.fabric_state}, cluster UUID "
+            f"{hw.cluster_uuid or 'none'})")
 
 
 def hardware_rows(hw: Hardware) -> list[list[Any]]:
-    rows: list[list[Any]] = [["GPU", f"{hw.gpus_per_node}x {hw.gpu_name}, {hw.memory_gib} GiB, sm {hw.sm}", hw.source]]
+    rows: list[list[Any]] = [["GPU", f"{hw.gpus_per_node}x {hw.gpu_name}, {hw.memory_gib} GiB, sm {hw.sm}",
+                              hw.source]]
     if len(hw.gpu_models) > 1:
         rows.append(["mixed models", ", ".join(f"{c}x {n}" for n, c in hw.gpu_models),
                      "memory and sm above are the smallest of them"])
@@ -36,7 +39,8 @@ def hardware_rows(hw: Hardware) -> list[list[Any]]:
     for f in FIGURES:
         label, unit = _UNITS[f]
         value = getattr(hw, f)
-        rows.append([label, f"{value:g} {unit}" if value else "unknown", hw.figure_source(f).removeprefix("unknown: ")])
+        rows.append([label, f"{value:g} {unit}" if value else "unknown",
+                     hw.figure_source(f).removeprefix("unknown: ")])
     return [[escape(str(c)) for c in r] for r in rows]
 
 

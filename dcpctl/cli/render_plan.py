@@ -28,7 +28,8 @@ def _header(p: Plan) -> None:
                       f"tp {t.tp_size}, dp {t.dp_size}{' (attention DP)' if t.enable_dp_attention else ''}, "
                       f"dcp {t.dcp_size}, ep {t.ep_size}, pp {t.pp_size}, {t.total_gpus} GPU(s) on "
                       f"{t.nnodes} node(s); attn_tp {t.attn_tp}; {_rules(p)} rules", soft_wrap=True)
-    spelled = target(r.engine).spelling(r)  # the same deployment in the engine's own flags (docs/vllm.md: topology)
+    spelled = target(r.engine).spelling(r)  # the same deployment in the engine's own flags (docs/vllm.md:
+                                            # topology)
     if spelled:
         console.out.print(f"  {spelled}", soft_wrap=True)
     for v in p.violations:
@@ -79,7 +80,8 @@ def _memory(p: Plan) -> None:
         ["capacity gain vs dcp 1", f"{m['capacity_gain_vs_dcp1']}x (nominal {m['nominal_gain']}x)"],
     ]
     if m.get("draft_kv_bytes_per_token_per_rank"):
-        rows.append(["draft KV per token per rank (replicated)", _bytes(m["draft_kv_bytes_per_token_per_rank"])])
+        rows.append(["draft KV per token per rank (replicated)",
+                     _bytes(m["draft_kv_bytes_per_token_per_rank"])])
     if "kda_max_requests" in m:
         rows.append(["KDA state per request per rank", _bytes(m["kda_state_bytes_per_request_per_rank"])])
         rows.append(["KDA concurrency ceiling (unchanged by DCP)", f"{m['kda_max_requests']:,}"])
@@ -92,7 +94,8 @@ def _memory(p: Plan) -> None:
 
 def _compositions(p: Plan) -> None:
     if p.compositions:
-        rows = [[k, "; ".join(f"{a}: {b}" for a, b in v.items() if b is not None)] for k, v in p.compositions.items()]
+        rows = [[k, "; ".join(f"{a}: {b}" for a, b in v.items() if b is not None)]
+                for k, v in p.compositions.items()]
         console.out.print(console.table("Compositions", ["", ""], rows))
 
 
@@ -101,13 +104,15 @@ def _estimate(p: Plan) -> None:
     if not e:
         return
     if "unavailable" in e:
-        console.out.print(f"No estimate at {e['concurrency']} concurrent requests: {e['unavailable']}", soft_wrap=True)
+        console.out.print(f"No estimate at {e['concurrency']} concurrent requests: {e['unavailable']}",
+                          soft_wrap=True)
         return
     same = e["plan"]["choice"] == e["dcp1"]["choice"]   # a dcp 1 plan is its own baseline: one row
     rows = [[e[k]["choice"], f"{e[k]['step_attention_ms']:.3f}", "yes" if e[k]["fits"] else "no"]
             for k in (("plan",) if same else ("plan", "dcp1"))]
     vs = "the plan is dcp 1" if same else f"speedup vs dcp 1: {e['speedup_vs_dcp1']:.2f}x"
-    console.out.print(console.table(f"Estimate at {e['concurrency']} concurrent requests ({e['constants']}); {vs}",
+    console.out.print(console.table(f"Estimate at {e['concurrency']} concurrent requests ({e['constants']}); "
+                                    f"{vs}",
                                     ["choice", "attention ms/step", "fits"], rows))
 
 
@@ -129,7 +134,8 @@ def render_table(p: Plan, show_all_ranks: bool = False) -> None:
 def _passed_through(p: Plan) -> None:
     if p.request.engine_args:
         flags = " ".join(shlex.join(g) for g in p.request.engine_args)
-        console.out.print(f"[bold]Passed through unchanged[/] (not modelled; `export sglang` carries them): {flags}",
+        console.out.print("[bold]Passed through unchanged[/] (not modelled; `export sglang` carries them): "
+                          f"{flags}",
                           soft_wrap=True)
 
 

@@ -1,4 +1,5 @@
-"""Plan flags for the bundled runtime's numerics and speed (plan/runtime_choices.py decides; `plan` shows each)."""
+"""Plan flags for the bundled runtime's numerics and speed (plan/runtime_choices.py decides; `plan` shows
+each)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -18,14 +19,17 @@ RUNTIME_OPTIONS: list[Callable[[F], F]] = [
     click.option("--cublaslt-workspace-kib", type=click.IntRange(min=1),
                  help="cuBLASLt's workspace in KiB (default: torch's own size)."),
     click.option("--dist-timeout", type=click.IntRange(min=1),
-                 help=f"Seconds a collective may wait before the run fails (default {RC.DEFAULT_DIST_TIMEOUT_S})."),
+                 help="Seconds a collective may wait before the run fails (default "
+                      f"{RC.DEFAULT_DIST_TIMEOUT_S})."),
     click.option("--attention-table", type=click.Path(dir_okay=False),
-                 help="A `dcpctl bench kernel --save-table` file that replaces the shipped attention backend table."),
+                 help="A `dcpctl bench kernel --save-table` file that replaces the shipped attention backend "
+                      "table."),
     click.option("--mla-configs", type=click.Path(dir_okay=False),
-                 help="A `dcpctl bench kernel --sweep --format json` file of MLA tile configs per head count."),
+                 help="A `dcpctl bench kernel --sweep --format json` file of MLA tile configs per head "
+                      "count."),
     click.option("--gemm16-table", type=click.Path(dir_okay=False),
                  help="A JSON file of 16-bit GEMM settings per shape that replace the shipped ones."),
 ]
 
-RUNTIME_KEYS = ("fp8_gemm", "blas", "cublaslt_workspace_kib", "dist_timeout", "attention_table", "mla_configs",
-                "gemm16_table")
+RUNTIME_KEYS = ("fp8_gemm", "blas", "cublaslt_workspace_kib", "dist_timeout", "attention_table",
+                "mla_configs", "gemm16_table")

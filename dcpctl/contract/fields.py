@@ -43,7 +43,8 @@ def parse_value(kind: Any, value: Any, where: str) -> Any:
         return parse_value(inner, value, where)
     if origin is Literal:
         if value not in args:
-            raise LaunchConfigError(f"launch config key {where} is {value!r}; valid: {', '.join(map(str, args))}")
+            raise LaunchConfigError(f"launch config key {where} is {value!r}; valid: "
+                                    f"{', '.join(map(str, args))}")
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):

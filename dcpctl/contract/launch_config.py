@@ -72,13 +72,15 @@ class Decisions:
     lse_base: LseBase           # base of the LSE the layout path's local attention returns (plan: e)
     # auto: paged when the KV pool is on CUDA, else layout (resolved once, attention/selector.resolve_path)
     attention_path: AttentionPath = "auto"
-    # the paged path's local attention kernel (--attention-backend; auto: plan/attention_table.py's measured rule)
+    # the paged path's local attention kernel (--attention-backend; auto: plan/attention_table.py's measured
+    # rule)
     attention_backend: str = "auto"
 
 
 @dataclass(frozen=True)
 class RuntimeSection:
-    """Numerics and speed settings the plan decided (plan/runtime_choices.py); each kernel module reads its own."""
+    """Numerics and speed settings the plan decided (plan/runtime_choices.py); each kernel module reads its
+    own."""
 
     fp8_gemm: Fp8Gemm = DEFAULT_FP8_GEMM            # block-FP8 GEMMs: 16-bit or e4m3 activations
     blas: Blas = DEFAULT_BLAS                       # torch's BLAS library for the model's GEMMs (CUDA)
@@ -106,8 +108,8 @@ class KVSection:
             if getattr(self, key) < 1:
                 raise LaunchConfigError(f"launch config key kv.{key} must be >= 1, got {getattr(self, key)}")
         if self.chunked_prefill_size != -1 and self.chunked_prefill_size < 1:
-            raise LaunchConfigError(f"launch config key kv.chunked_prefill_size must be a positive token count "
-                                    f"or -1 (no chunking), got {self.chunked_prefill_size}")
+            raise LaunchConfigError("launch config key kv.chunked_prefill_size must be a positive token "
+                                    f"count or -1 (no chunking), got {self.chunked_prefill_size}")
         if self.max_running_requests is not None:
             _at_least("kv.max_running_requests", self.max_running_requests, 1)
 
@@ -122,12 +124,14 @@ class ScheduleSection:
     """What each engine step carries and when a request is admitted or retracted (engine/scheduler.py);
     dcpctl/launch/schedule.py decides it from the flags, with its reason."""
 
-    mixed_chunk: bool = True    # a step carries the running decodes plus prefill chunks (--enable-mixed-chunk)
+    mixed_chunk: bool = True    # a step carries the running decodes plus prefill chunks
+                                # (--enable-mixed-chunk)
     max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS   # tokens of one step (with kv.chunked_prefill_size)
     decode_headroom: int = DEFAULT_DECODE_HEADROOM   # positions each running request may grow, kept free
     policy: SchedulePolicy = "fcfs"
-    reason: str = ("scheduler: the launch config's defaults (fcfs; mixed steps; admission on held KV + 20 positions of "
-                   "headroom per running request; retract-decode when a step cannot extend every request)")
+    reason: str = ("scheduler: the launch config's defaults (fcfs; mixed steps; admission on held KV + 20 "
+                   "positions of headroom per running request; retract-decode when a step cannot extend "
+                   "every request)")
 
     def __post_init__(self) -> None:
         _at_least("schedule.max_prefill_tokens", self.max_prefill_tokens, 1)
@@ -154,12 +158,13 @@ class HiCacheSection:
 
 @dataclass(frozen=True)
 class CudaGraphSection:
-    """Decode batch sizes and prefill token counts captured as CUDA graphs (dcpctl/launch/cuda_graphs.py decides;
-    () = eager)."""
+    """Decode batch sizes and prefill token counts captured as CUDA graphs (dcpctl/launch/cuda_graphs.py
+    decides; () = eager)."""
 
     batch_sizes: tuple[int, ...]
     reason: str                 # the decision's reason, said once by the runtime when it captures
-    prefill_tokens: tuple[int, ...] = ()   # token counts each layer's MLP is captured at (runtime/models/mlp_graphs.py)
+    prefill_tokens: tuple[int, ...] = ()   # token counts each layer's MLP is captured at
+                                           # (runtime/models/mlp_graphs.py)
     prefill_reason: str = ""
 
     def __post_init__(self) -> None:
@@ -266,11 +271,11 @@ class PDLaunchConfig:
         inst = getattr(self.disaggregation, mode)
         if inst.topology.attn_dp_size != 1:
             raise LaunchConfigError(f"launch config key disaggregation.{mode}.topology.attn_dp_size is "
-                                    f"{inst.topology.attn_dp_size}; the bundled PD driver runs one replica per "
-                                    "instance (1)")
-        return LaunchConfig(self.model, self.device, self.dist_backend, len(inst.ranks), inst.topology, inst.groups,
-                            inst.decisions, inst.kv, disaggregation_mode=mode, runtime=self.runtime, version=self.version,
-                            limits=self.limits)
+                                    f"{inst.topology.attn_dp_size}; the bundled PD driver runs one replica "
+                                    "per instance (1)")
+        return LaunchConfig(self.model, self.device, self.dist_backend, len(inst.ranks), inst.topology,
+                            inst.groups, inst.decisions, inst.kv, disaggregation_mode=mode,
+                            runtime=self.runtime, version=self.version, limits=self.limits)
 
     def to_dict(self) -> dict[str, Any]:
         d = plain(replace(self, limits=None))
@@ -298,9 +303,11 @@ def read_launch_config(path: str | Path) -> LaunchConfig | PDLaunchConfig:
 
 def _check_version(version: int) -> None:
     if version != VERSION:
-        raise LaunchConfigError(f"launch config key version is {version}; this dcpctl reads version {VERSION}")
+        raise LaunchConfigError(f"launch config key version is {version}; this dcpctl reads version "
+                                f"{VERSION}")
 
 
-__all__ = ["DEFAULT_CHUNKED_PREFILL", "DEFAULT_SERVE_MAX_RUNNING", "Decisions", "GroupsSection", "HiCacheSection",
-           "KVSection", "LaunchConfig", "LaunchConfigError", "ModelLimits", "ModelSection", "PDLaunchConfig", "RuntimeSection",
-           "SpeculativeSection", "TopologySection", "parse_launch_config", "parse_value", "read_launch_config"]
+__all__ = ["DEFAULT_CHUNKED_PREFILL", "DEFAULT_SERVE_MAX_RUNNING", "Decisions", "GroupsSection",
+           "HiCacheSection", "KVSection", "LaunchConfig", "LaunchConfigError", "ModelLimits", "ModelSection",
+           "PDLaunchConfig", "RuntimeSection", "SpeculativeSection", "TopologySection", "parse_launch_config",
+           "parse_value", "read_launch_config"]

@@ -5,9 +5,9 @@ from pathlib import Path
 from typing import get_args
 
 from dcpctl.contract.fields import parse_value
-from dcpctl.contract.launch_config import (CommBackend, Decisions, Dtype, GroupsSection, HiCacheSection, KVSection,
-                                           LaunchConfig, ModelSection, RuntimeSection, SpecAlgorithm,
-                                           SpeculativeSection, TopologySection)
+from dcpctl.contract.launch_config import (CommBackend, Decisions, Dtype, GroupsSection, HiCacheSection,
+                                           KVSection, LaunchConfig, ModelSection, RuntimeSection,
+                                           SpecAlgorithm, SpeculativeSection, TopologySection)
 from dcpctl.plan.engines import target
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan
@@ -40,8 +40,8 @@ def render_launch_config(plan: Plan, model_path: str | Path, dtype: str, device:
         world_size=t.world,
         topology=TopologySection(t.tp_size, t.attn_tp, t.attn_dp, t.dcp_size, t.ep_size, t.pp_size),
         groups=parse_value(GroupsSection, plan.groups, "groups"),
-        decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value), d["lse_base"].value,
-                            attention_backend=plan.request.attention_backend),
+        decisions=Decisions(d["dcp_comm_backend"].value, bool(d["dcp_replicate_q_proj"].value),
+                            d["lse_base"].value, attention_backend=plan.request.attention_backend),
         kv=kv, speculative=speculative_section(plan), hicache=hicache, runtime=runtime_section(plan))
 
 
@@ -57,32 +57,34 @@ def _check_runtime_supports(plan: Plan, dtype: str) -> None:
     """UserError unless the plan is valid and the bundled runtime can run it."""
     engine = target(plan.request.engine)
     if not engine.bundled_runtime:
-        raise UserError(f"the bundled runtime runs plans under SGLang's rules; a --engine {engine.name} plan is for "
-                        f"`dcpctl export {engine.name}` ({engine.label} serves it)")
+        raise UserError(f"the bundled runtime runs plans under SGLang's rules; a --engine {engine.name} plan "
+                        f"is for `dcpctl export {engine.name}` ({engine.label} serves it)")
     if not plan.valid:
         raise UserError("the plan is invalid: " + "; ".join(v.message for v in plan.violations))
     t, backend = plan.request.topology, plan.decisions["dcp_comm_backend"].value
     if backend not in RUNTIME_BACKENDS:
-        raise UserError(f"the bundled runtime has no {backend} exchange; pass --dcp-comm-backend a2a or ag_rs")
+        raise UserError(f"the bundled runtime has no {backend} exchange; pass --dcp-comm-backend a2a or "
+                        "ag_rs")
     if dtype not in RUNTIME_DTYPES:
         raise UserError(f"--dtype {dtype} is not supported; valid: {', '.join(RUNTIME_DTYPES)}")
     if t.engine_replicas > 1:
         raise UserError("the bundled runtime runs one engine: use --enable-dp-attention with --dp-size")
     if t.pp_size > 1:
-        raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it for "
-                        "SGLang with `dcpctl export sglang`")
+        raise UserError(f"the bundled runtime has no pipeline parallelism (--pp-size {t.pp_size}); plan it "
+                        "for SGLang with `dcpctl export sglang`")
     req = plan.request   # HiCache with speculative decoding: LaunchConfig refuses the pair
     if req.disaggregation_mode != "null" and req.model.kda is not None:  # SGLang moves the state (PR #10912)
-        raise UserError("the bundled runtime's PD transfer moves MLA KV only, not the KDA state of a hybrid model's "
-                        "linear-attention layers: run it without --disaggregation-mode, or deploy with "
-                        "`dcpctl export sglang`")
+        raise UserError("the bundled runtime's PD transfer moves MLA KV only, not the KDA state of a hybrid "
+                        "model's linear-attention layers: run it without --disaggregation-mode, or deploy "
+                        "with `dcpctl export sglang`")
 
 
 def served_page(plan: Plan, device: str) -> int:
-    """The KV page size the bundled runtime serves with: the plan's served_page_size decision on CUDA (the page
-    its measured decode kernels run at), the plan's page_size elsewhere."""
+    """The KV page size the bundled runtime serves with: the plan's served_page_size decision on CUDA (the
+    page its measured decode kernels run at), the plan's page_size elsewhere."""
     d = plan.decisions
-    return int(d["served_page_size"].value) if device == "cuda" and "served_page_size" in d else plan.request.page_size
+    return (int(d["served_page_size"].value)
+            if device == "cuda" and "served_page_size" in d else plan.request.page_size)
 
 
 def _rows_per_rank(plan: Plan, max_total_tokens: int, page: int) -> int:

@@ -1,5 +1,5 @@
-"""`--device auto` (the default of generate, launch and bench decode): CUDA when a GPU is visible, else the CPU; said
-once with the reason. `--device cpu|cuda` forces it."""
+"""`--device auto` (the default of generate, launch and bench decode): CUDA when a GPU is visible, else the
+CPU; said once with the reason. `--device cpu|cuda` forces it."""
 from __future__ import annotations
 
 import click
@@ -11,8 +11,8 @@ CHOICES = ("auto", "cpu", "cuda")
 
 def device_option(help_extra: str = "") -> click.Option:
     return click.option("--device", type=click.Choice(CHOICES), default="auto", show_default=True,
-                        help="auto: CUDA when a GPU is visible, else the CPU (said with the reason); cpu or cuda "
-                             "forces it." + help_extra)
+                        help="auto: CUDA when a GPU is visible, else the CPU (said with the reason); cpu or "
+                             "cuda forces it." + help_extra)
 
 
 def visible_gpus() -> int:
@@ -22,8 +22,8 @@ def visible_gpus() -> int:
 
 
 def resolve_device(choice: str, ranks_here: int | None = None, gpus: int | None = None) -> str:
-    """The device `choice` means on this machine; with `ranks_here`, auto takes CUDA only when that many GPUs are
-    visible (the built-in two-rank model on a one-GPU machine runs on the CPU)."""
+    """The device `choice` means on this machine; with `ranks_here`, auto takes CUDA only when that many GPUs
+    are visible (the built-in two-rank model on a one-GPU machine runs on the CPU)."""
     if choice != "auto":
         return choice
     n = visible_gpus() if gpus is None else gpus

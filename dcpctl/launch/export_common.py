@@ -1,4 +1,5 @@
-"""What every exporter shares: its options, and the environment its command lines set (what the hardware needs)."""
+"""What every exporter shares: its options, and the environment its command lines set (what the hardware
+needs)."""
 from __future__ import annotations
 
 import shlex

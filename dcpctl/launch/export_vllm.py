@@ -1,4 +1,5 @@
-"""`dcpctl export vllm`: `vllm serve` per node from a plan made under `--engine vllm` (a pure function, snapshot-tested).
+"""`dcpctl export vllm`: `vllm serve` per node from a plan made under `--engine vllm` (a pure function,
+snapshot-tested).
 
 Every setting the plan resolved is written out, so vLLM runs what the plan says: the DCP exchange,
 Q replication, interleave size, attention backend and block size, not only what the user typed; every
@@ -39,10 +40,12 @@ def vllm_args(plan: "Plan", opts: "ExportOptions", node_rank: int | None = 0) ->
     a += _if(dp > 1, "--data-parallel-size", dp) + _if(t.pp_size > 1, "--pipeline-parallel-size", t.pp_size)
     a += ["--enable-expert-parallel"] if t.ep_size > 1 else []
     if t.dcp_size > 1:
-        a += ["--decode-context-parallel-size", str(t.dcp_size), "--dcp-comm-backend", d["dcp_comm_backend"].value,
+        a += ["--decode-context-parallel-size", str(t.dcp_size), "--dcp-comm-backend",
+              d["dcp_comm_backend"].value,
               "--dcp-q-replicate" if d["dcp_replicate_q_proj"].value else "--no-dcp-q-replicate",
               "--cp-kv-cache-interleave-size", str(d["cp_kv_cache_interleave_size"].value)]
-    if vllm_settings.config_backend(typed, None) is None:  # else --attention-config carries it (the two exclude)
+    if vllm_settings.config_backend(typed, None) is None:  # else --attention-config carries it (the two
+                                                           # exclude)
         a += ["--attention-backend", d["decode_attention_backend"].value]
     a += ["--block-size", str(d["page_size"].value)]
     a += _if(r.kv_cache_dtype != "auto", "--kv-cache-dtype", r.kv_cache_dtype)
@@ -63,7 +66,8 @@ def vllm_args(plan: "Plan", opts: "ExportOptions", node_rank: int | None = 0) ->
 
 
 def _carried(written: list[str], typed: tuple[tuple[str, ...], ...]) -> list[str]:
-    """The passed-through flags as typed, but those of a setting written above or one a launcher sets per node."""
+    """The passed-through flags as typed, but those of a setting written above or one a launcher sets per
+    node."""
     engine = target("vllm")
     have = {engine.dest(tok) for tok in written if tok.startswith("-")}
     launcher = set(PER_NODE) - {"host", "port"}  # the export's own multi-node flags
@@ -79,4 +83,5 @@ def export_vllm(plan: "Plan", opts: "ExportOptions") -> dict[str, str]:
     env = env_prefix(hardware_env(plan))
     n = plan.request.topology.nnodes
     return {f"node-{i}.sh": f"#!/usr/bin/env bash\n# vLLM {VLLM_VERSION} serving node {i} of {n}"
-            f"{'' if i == 0 else ' (headless)'}\n{env}{shlex.join(vllm_args(plan, opts, i))}\n" for i in range(n)}
+            f"{'' if i == 0 else ' (headless)'}\n{env}{shlex.join(vllm_args(plan, opts, i))}\n"
+            for i in range(n)}

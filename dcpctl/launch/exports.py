@@ -54,7 +54,8 @@ def sglang_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> l
     if remote_code(r.model.model_type, r.model.architectures):  # the model registry's families
         a.append("--trust-remote-code")
     table = sglang_table()
-    a += ([] if "host" in typed_dests(table, r.engine_args) else ["--host", "0.0.0.0"]) + ["--port", str(opts.port)]
+    a += (([] if "host" in typed_dests(table, r.engine_args) else ["--host", "0.0.0.0"])
+          + ["--port", str(opts.port)])
     return a + carried(table, a, r.engine_args)  # the pasted line's other flags, as typed
 
 
@@ -67,9 +68,10 @@ def _sgl_kv_dtype(v: str) -> str:
 
 
 def _spec_args(plan: Plan) -> list[str]:
-    """SGLang 0.5.23's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) takes steps, top-k and draft tokens together
-    or none of them (arg_groups/speculative_hook.py `_handle_eagle_family`); the plan has resolved them already
-    (plan/speculative.py: given, or SGLang's own 3 / 1 / 4), so the export writes what the plan holds."""
+    """SGLang 0.5.23's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) takes steps, top-k and draft tokens
+    together or none of them (arg_groups/speculative_hook.py `_handle_eagle_family`); the plan has resolved
+    them already (plan/speculative.py: given, or SGLang's own 3 / 1 / 4), so the export writes what the plan
+    holds."""
     r = plan.request
     if not r.speculative_algorithm:
         return []
@@ -77,7 +79,8 @@ def _spec_args(plan: Plan) -> list[str]:
     if r.speculative_algorithm in EAGLE_FAMILY and r.speculative_num_steps is not None:
         a += ["--speculative-num-steps", str(r.speculative_num_steps),
               "--speculative-eagle-topk", str(r.speculative_eagle_topk)]
-    a += _if(r.speculative_num_draft_tokens is not None, "--speculative-num-draft-tokens", r.speculative_num_draft_tokens)
+    a += _if(r.speculative_num_draft_tokens is not None, "--speculative-num-draft-tokens",
+             r.speculative_num_draft_tokens)
     draft = r.draft_model.extra.get("path") if r.draft_model else None
     return a + _if(bool(draft), "--speculative-draft-model-path", draft)
 
@@ -106,8 +109,8 @@ def export_sglang(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 def _sglang_nodes(plan: Plan, opts: ExportOptions, role: str) -> dict[str, str]:
     prefix = "" if role == "null" else f"{role}-"
     env = env_prefix(hardware_env(plan))
-    return {f"{prefix}node-{i}.sh": f"#!/usr/bin/env bash\n# {role if role != 'null' else 'serving'} node {i} of "
-            f"{plan.request.topology.nnodes}\n{env}{shlex.join(sglang_args(plan, opts, i))}\n"
+    return {f"{prefix}node-{i}.sh": f"#!/usr/bin/env bash\n# {role if role != 'null' else 'serving'} node "
+            f"{i} of {plan.request.topology.nnodes}\n{env}{shlex.join(sglang_args(plan, opts, i))}\n"
             for i in range(plan.request.topology.nnodes)}
 
 
@@ -120,9 +123,10 @@ def _pd_peer(plan: Plan, opts: ExportOptions) -> dict[str, str]:
     files = _sglang_nodes(peer, peer_opts, peer_mode)
     pre, dec = (opts, peer_opts) if r.disaggregation_mode == "prefill" else (peer_opts, opts)
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation",
-              "--prefill", f"http://PREFILL_NODE0_ADDR:{pre.port}", "--decode", f"http://DECODE_NODE0_ADDR:{dec.port}",
-              "--host", "0.0.0.0", "--port", "8000"]
-    files["router.sh"] = f"#!/usr/bin/env bash\n# PD router: clients talk to port 8000\n{shlex.join(router)}\n"
+              "--prefill", f"http://PREFILL_NODE0_ADDR:{pre.port}", "--decode",
+              f"http://DECODE_NODE0_ADDR:{dec.port}", "--host", "0.0.0.0", "--port", "8000"]
+    files["router.sh"] = ("#!/usr/bin/env bash\n# PD router: clients talk to port "
+                          f"8000\n{shlex.join(router)}\n")
     return files
 
 
@@ -136,16 +140,18 @@ HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
 
 
 def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
-    """node-N.sh plus the launch.yaml and serve.json every rank reads ($DCPCTL_LAUNCH_CONFIG, $DCPCTL_SERVE), next
-    to the script; one node uses torchrun's standalone rendezvous, several use c10d at --dist-init-addr."""
+    """node-N.sh plus the launch.yaml and serve.json every rank reads ($DCPCTL_LAUNCH_CONFIG, $DCPCTL_SERVE),
+    next to the script; one node uses torchrun's standalone rendezvous, several use c10d at
+    --dist-init-addr."""
     from dcpctl.contract.launch_config import DEFAULT_CHUNKED_PREFILL
     from dcpctl.launch.config import render_launch_config
     from dcpctl.launch.torchrun import SAFE_ENV
     t, cuda = plan.request.topology, plan.request.hardware.device == "cuda"
     if plan.request.disaggregation_mode != "null":
-        raise UserError("the bundled runtime serves PD disaggregation only in batch mode (`dcpctl generate`): "
-                        "export it with `dcpctl export sglang`")
-    tokens = (plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS) if cuda else TORCHRUN_MAX_TOTAL_TOKENS
+        raise UserError("the bundled runtime serves PD disaggregation only in batch mode (`dcpctl "
+                        "generate`): export it with `dcpctl export sglang`")
+    tokens = ((plan.memory.get("kv_virtual_tokens") or TORCHRUN_MAX_TOTAL_TOKENS)
+              if cuda else TORCHRUN_MAX_TOTAL_TOKENS)
     # the bundled runtime stores KV in its compute dtype: a CPU plan's float KV dtype is the dtype it runs
     kv = plan.request.kv_cache_dtype
     dtype = "bfloat16" if cuda else kv if kv in RUNTIME_ONLY_KV_DTYPES else "float32"
@@ -160,7 +166,8 @@ def export_torchrun(plan: Plan, opts: ExportOptions) -> dict[str, str]:
            + env_prefix({**SAFE_ENV, **hardware_env(plan)}))
     for i in range(t.nnodes):
         rdzv = ["--standalone"] if t.nnodes == 1 else [
-            f"--node-rank={i}", "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}", "--rdzv-id=dcpctl"]
+            f"--node-rank={i}", "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.dist_init_addr}",
+            "--rdzv-id=dcpctl"]
         argv = ["torchrun", f"--nnodes={t.nnodes}", f"--nproc-per-node={t.ranks_per_node}", *rdzv,
                 "--max-restarts=0", "-m", "dcpctl.runtime.worker"]
         files[f"node-{i}.sh"] = (f"#!/usr/bin/env bash\n# bundled runtime, node {i} of {t.nnodes}: serves "
@@ -211,7 +218,8 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
         if env:
             container["env"] = env
         # NCCL and torch's shared-memory transports need more than a container's default 64 MiB /dev/shm
-        return {"spec": {"containers": [container], "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
+        return {"spec": {"containers": [container],
+                         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
 
     manifest = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                 "metadata": {"name": f"dcpctl-{plan.request.engine}"},
@@ -222,7 +230,8 @@ def export_k8s(plan: Plan, opts: ExportOptions) -> dict[str, str]:
 
 
 def serve_args(plan: Plan, opts: ExportOptions, node_rank: int | None = 0) -> list[str]:
-    """The plan's engine's serve argv for one node (its target's `serve_args`: `sglang serve`, `vllm serve`)."""
+    """The plan's engine's serve argv for one node (its target's `serve_args`: `sglang serve`,
+    `vllm serve`)."""
     return load_ref(target(plan.request.engine).serve_args)(plan, opts, node_rank)
 
 
@@ -233,9 +242,9 @@ def _engine_check(fmt: str, exporter: Callable[[Plan, ExportOptions], dict[str, 
         engine = target(plan.request.engine)
         if (fmt in TARGETS and fmt != engine.name) or (fmt == "torchrun" and not engine.bundled_runtime):
             own = TARGETS.get(fmt, target(None))
-            raise UserError(f"`export {fmt}` needs a plan under {own.label}'s rules (--engine {own.name}); this plan "
-                            f"is --engine {engine.name}: use `dcpctl export {engine.name}` (or slurm/k8s, which "
-                            f"wrap `{' '.join(engine.command)}`)")
+            raise UserError(f"`export {fmt}` needs a plan under {own.label}'s rules (--engine {own.name}); "
+                            f"this plan is --engine {engine.name}: use `dcpctl export {engine.name}` (or "
+                            f"slurm/k8s, which wrap `{' '.join(engine.command)}`)")
         return exporter(plan, opts)
     return run
 
@@ -246,4 +255,5 @@ def _engine_export(name: str) -> Callable[[Plan, ExportOptions], dict[str, str]]
 
 EXPORTERS: dict[str, Callable[[Plan, ExportOptions], dict[str, str]]] = {
     f: _engine_check(f, e) for f, e in {**{name: _engine_export(name) for name in TARGETS},
-                                        "torchrun": export_torchrun, "slurm": export_slurm, "k8s": export_k8s}.items()}
+                                        "torchrun": export_torchrun, "slurm": export_slurm,
+                                        "k8s": export_k8s}.items()}

@@ -2,9 +2,10 @@
 
 One worker process streams at most ~14k tokens a second on the H200 machine's CPUs (tools/http_overhead.py:
 a fake 1.1 ms step, 32 streams, 68 us of CPU per streamed token; docs/benchmarks.md); past that the stream
-arrives in bursts.  A CUDA step is ~1 ms, so on --device cuda the default is one worker per 8 running requests,
-at most 4 and at most a quarter of the machine's CPUs: at 32 streams of that step 2 workers held ITL p50 / p90 at
-1.17 / 2.49 ms, 4 workers at 1.18 / 1.62 ms.  On CPU a step takes tens of milliseconds: one worker.
+arrives in bursts.  A CUDA step is ~1 ms, so on --device cuda the default is one worker per 8 running
+requests, at most 4 and at most a quarter of the machine's CPUs: at 32 streams of that step 2 workers held ITL
+p50 / p90 at 1.17 / 2.49 ms, 4 workers at 1.18 / 1.62 ms.  On CPU a step takes tens of milliseconds: one
+worker.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ STREAMS_PER_WORKER = 8
 MAX_AUTO = 4
 
 
-def http_workers(given: int | None, device: str, max_running: int, cpus: int | None = None) -> tuple[int, str]:
+def http_workers(given: int | None, device: str, max_running: int,
+                 cpus: int | None = None) -> tuple[int, str]:
     """(workers, the reason printed once)."""
     if given is not None:
         return given, "--tokenizer-worker-num"
@@ -23,5 +25,5 @@ def http_workers(given: int | None, device: str, max_running: int, cpus: int | N
     cpus = cpus or os.cpu_count() or 1
     want = -(-max_running // STREAMS_PER_WORKER)
     n = max(1, min(want, MAX_AUTO, cpus // 4))
-    return n, (f"auto on --device cuda: one per {STREAMS_PER_WORKER} of the {max_running} running requests, at most "
-               f"{MAX_AUTO} and a quarter of the {cpus} CPUs; --tokenizer-worker-num to set")
+    return n, (f"auto on --device cuda: one per {STREAMS_PER_WORKER} of the {max_running} running requests, "
+               f"at most {MAX_AUTO} and a quarter of the {cpus} CPUs; --tokenizer-worker-num to set")

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from dcpctl.contract.launch_config import Disaggregation, GroupsSection, LaunchConfig, PDInstance, PDLaunchConfig
+from dcpctl.contract.launch_config import (Disaggregation, GroupsSection, LaunchConfig, PDInstance,
+                                           PDLaunchConfig)
 from dcpctl.launch.config import render_launch_config
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import Plan, make_plan
@@ -16,8 +17,8 @@ def pd_transfer_path(prefill_dcp: int, decode_dcp: int) -> str:
         return "page"
     if prefill_dcp == 1:
         return "token_relayout"
-    raise UserError(f"prefill dcp ({prefill_dcp}) -> decode dcp ({decode_dcp}) is not supported: use equal sizes "
-                    f"or dcp 1 prefill; valid prefill sizes: [1, {decode_dcp}]")
+    raise UserError(f"prefill dcp ({prefill_dcp}) -> decode dcp ({decode_dcp}) is not supported: use equal "
+                    f"sizes or dcp 1 prefill; valid prefill sizes: [1, {decode_dcp}]")
 
 
 def _shift(groups: GroupsSection, offset: int) -> GroupsSection:
@@ -64,8 +65,8 @@ def peer_plan(plan: Plan) -> Plan:
     peer_mode = "decode" if r.disaggregation_mode == "prefill" else "prefill"
     peer_dcp = r.disaggregation_peer_dcp_size or r.topology.dcp_size
     same = peer_dcp == r.topology.dcp_size
-    return make_plan(replace(r, topology=replace(r.topology, dcp_size=peer_dcp), disaggregation_mode=peer_mode,
-                             disaggregation_peer_dcp_size=r.topology.dcp_size,
+    return make_plan(replace(r, topology=replace(r.topology, dcp_size=peer_dcp),
+                             disaggregation_mode=peer_mode, disaggregation_peer_dcp_size=r.topology.dcp_size,
                              dcp_comm_backend=r.dcp_comm_backend if same else None,
                              dcp_replicate_q_proj=None if peer_dcp == 1 else r.dcp_replicate_q_proj))
 

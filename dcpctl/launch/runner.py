@@ -53,14 +53,16 @@ def write_launch_files(workdir: Path, cfg: dict[str, Any], **json_files: Any) ->
 
 
 class StderrLog:
-    """torchrun's stderr, line by line: progress, notes, rank errors, torchrun's "Root Cause" summary, the rest."""
+    """torchrun's stderr, line by line: progress, notes, rank errors, torchrun's "Root Cause" summary, the
+    rest."""
 
     def __init__(self, debug: bool) -> None:
         self.debug = debug
         self.errors: list[str] = []
         self.other: list[str] = []       # the last lines that were none of the above
         self.root: dict[str, str] = {}   # torchrun's first observed failure: rank, exitcode, traceback
-        self.notes: list[str] = []       # distinct runtime notes, in order (each printed once, whatever the ranks)
+        self.notes: list[str] = []       # distinct runtime notes, in order (each printed once, whatever the
+                                         # ranks)
 
     def feed(self, line: str) -> tuple[str, int, int] | None:
         """Record one line; a progress line comes back as (what, done, total) for the caller's bar."""
@@ -102,12 +104,14 @@ class StderrLog:
             return ""
         rank = self.root["rank"].split()[0]
         how = self.root.get("traceback", "")
-        how = how if how and not how.startswith("To enable") else f"exit code {self.root.get('exitcode', '?')}"
+        how = how if how and not how.startswith("To "
+                                                "enable") else f"exit code {self.root.get('exitcode', '?')}"
         return f"rank {rank} died: {how}"
 
 
 def child_env(env: dict[str, str]) -> dict[str, str]:
-    """torchrun's environment: ours, the runtime's variables, and this launcher's pid for the ranks to watch."""
+    """torchrun's environment: ours, the runtime's variables, and this launcher's pid for the ranks to
+    watch."""
     return {**knobs.environ(), **env, "PYTHONUNBUFFERED": "1", LAUNCHER_PID: str(os.getpid())}
 
 
@@ -138,8 +142,8 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
     full_env = child_env(env)
     log = StderrLog(debug=bool(knobs.get("DCPCTL_DEBUG")))
     with Bars(quiet) as bars:
-        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=parent_death_hook())
+        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=parent_death_hook())
         assert proc.stderr is not None
         try:
             for line in proc.stderr:
@@ -154,7 +158,8 @@ def run_torchrun(cfg: dict[str, Any], env: dict[str, str], quiet: bool = False) 
 
 
 def _reap(proc: subprocess.Popen) -> None:
-    """Never leave torchrun behind (say, the reader was interrupted): SIGTERM, then SIGKILL after the grace."""
+    """Never leave torchrun behind (say, the reader was interrupted): SIGTERM, then SIGKILL after the
+    grace."""
     if proc.poll() is None:
         proc.terminate()  # torchrun forwards it to every rank
         try:
@@ -169,11 +174,13 @@ def _reap(proc: subprocess.Popen) -> None:
 class ServeProcess:
     """torchrun serving in its own session; stderr is parsed by a reader thread."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], on_progress: Callable[..., None] | None = None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str],
+                 on_progress: Callable[..., None] | None = None) -> None:
         self.on_progress = on_progress   # called with (what, done, total) from the reader thread
         debug = bool(knobs.get("DCPCTL_DEBUG"))
-        self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True, preexec_fn=parent_death_hook())
+        self.proc = subprocess.Popen(argv, env=child_env(env), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                     preexec_fn=parent_death_hook())
         self.url: str | None = None
         self.stopped_cleanly = False
         self.log = StderrLog(debug)
@@ -218,7 +225,8 @@ class ServeProcess:
         if self.log.errors or (not stop.is_set() and self.proc.returncode != 0):
             raise RuntimeFailed(self.failure())
         if self.url is not None and not self.stopped_cleanly:
-            raise RuntimeFailed(f"the ranks did not stop cleanly within {STOP_GRACE_S:.0f} s: {self.failure()}")
+            raise RuntimeFailed(f"the ranks did not stop cleanly within {STOP_GRACE_S:.0f} s: "
+                                f"{self.failure()}")
         return 0
 
     def failure(self) -> str:

@@ -1,4 +1,5 @@
-"""How the engine schedules: the launch config's `schedule` section, decided once from the flags with its reason.
+"""How the engine schedules: the launch config's `schedule` section, decided once from the flags with its
+reason.
 
 SGLang 0.5.23's flags and defaults where they exist: --max-prefill-tokens 16384, --schedule-policy (fcfs here:
 the bundled runtime has no radix tree for lpm), --enable-mixed-chunk, and the retract-decode step count (its
@@ -28,12 +29,13 @@ def schedule_section(mixed: bool | None, max_prefill_tokens: int | None, chunked
                  "unfinished (--disable-mixed-chunk)")
     else:
         why = "--enable-mixed-chunk" if mixed else "the default, so no stream waits on a whole prompt"
-        steps = (f"mixed steps: every running decode plus prefill chunks, {step} tokens in all ({src}; {why}); with "
-                 "decode graphs the decodes replay theirs beside an eager forward of the chunks, which then take "
-                 "the whole budget")
+        steps = (f"mixed steps: every running decode plus prefill chunks, {step} tokens in all ({src}; "
+                 f"{why}); with decode graphs the decodes replay theirs beside an eager forward of the "
+                 "chunks, which then take the whole budget")
     split = "" if chunked_prefill_size > 0 else "; prompts are not split (--chunked-prefill-size -1)"
-    reason = (f"scheduler: {policy or 'fcfs'}; {steps}{split}; admission on held KV + {DEFAULT_DECODE_HEADROOM} "
-              "positions of headroom per running request; when a step cannot extend every request, retract-decode "
-              "(fewest output tokens first, then the longest prompt; back once its whole max_tokens fits, recomputed)")
+    reason = (f"scheduler: {policy or 'fcfs'}; {steps}{split}; admission on held KV + "
+              f"{DEFAULT_DECODE_HEADROOM} positions of headroom per running request; when a step cannot "
+              "extend every request, retract-decode (fewest output tokens first, then the longest prompt; "
+              "back once its whole max_tokens fits, recomputed)")
     return {"mixed_chunk": mixed is not False, "max_prefill_tokens": budget,
             "decode_headroom": DEFAULT_DECODE_HEADROOM, "policy": policy or "fcfs", "reason": reason}

@@ -1,16 +1,18 @@
-"""Which local MLA decode backend the bundled runtime runs: one rule per (kernel heads, KV dtype, page size, GPU).
+"""Which local MLA decode backend the bundled runtime runs: one rule per (kernel heads, KV dtype, page size,
+GPU).
 
 The rule comes from a measured table (`dcpctl bench kernel --save-table FILE` writes one): the GPU's attention
 tuning table (dcpctl/tuning/attention, by dcpctl.tuning's device rule), or the file of --attention-table; per
-measured cell (batch, local context) the backend that was fastest there, among those available.  A step runs the
-winner of the nearest measured cell (log distance in batch and context), so the choice is per cell, not one
-backend for every shape.  `--attention-backend` fixes one where its value names a backend (the names and the one
-mapping from SGLang's flag values: plan/attention_names.py); `auto` and SGLang kernels the bundled runtime does
-not have read the table.  Pure and torch-free: the plan shows the rule and the runtime's selector
+measured cell (batch, local context) the backend that was fastest there, among those available.  A step runs
+the winner of the nearest measured cell (log distance in batch and context), so the choice is per cell, not
+one backend for every shape.  `--attention-backend` fixes one where its value names a backend (the names and
+the one mapping from SGLang's flag values: plan/attention_names.py); `auto` and SGLang kernels the bundled
+runtime does not have read the table.  Pure and torch-free: the plan shows the rule and the runtime's selector
 (runtime/attention/selector.py) runs it, one function.
 
-The runtime's registry (runtime/attention/backends) hands `decide` every kernel it has; a name beyond the measured
-ones is weighed by the same rule, after them, so a kernel added as one file is chosen by the table that names it.
+The runtime's registry (runtime/attention/backends) hands `decide` every kernel it has; a name beyond the
+measured ones is weighed by the same rule, after them, so a kernel added as one file is chosen by the table
+that names it.
 """
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ from dcpctl.plan.attention_names import MEASURED, PORTABLE, REFERENCE, from_flag
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.request import PlanRequest
 
-FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel reads
-KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}   # plan -> table names
+FLASHMLA_PAGE = 64                        # FlashMLA's Config::PAGE_BLOCK_SIZE: the only page size its kernel
+                                          # reads
+# plan -> table names
+KV_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ class Rule:
 
 
 def known(more: Iterable[str] = ()) -> tuple[str, ...]:
-    """The measured names, then any other name the runtime registered (a kernel added as one file), in order."""
+    """The measured names, then any other name the runtime registered (a kernel added as one file), in
+    order."""
     return tuple(dict.fromkeys((*MEASURED, *more)))
 
 
@@ -86,7 +91,8 @@ def _k(n: int) -> str:
 
 
 def table_for(device: str, sm: int | None, override: str | None = None) -> dict[str, Any]:
-    """The table in effect for a GPU: the file of --attention-table, else the GPU's tuning table (none: no cells)."""
+    """The table in effect for a GPU: the file of --attention-table, else the GPU's tuning table (none: no
+    cells)."""
     if override:
         return load_table(override)
     t = tuning.load("attention", device, sm)
@@ -106,7 +112,8 @@ def load_table(path: str | Path) -> dict[str, Any]:
 @functools.lru_cache(maxsize=8)
 def _read(path: str) -> dict[str, Any]:
     doc = json.loads(Path(path).read_text())
-    doc = {"source": f"{path} (measured on {doc['device']}, commit {doc['commit']})", "cells": doc["data"]["cells"]}
+    doc = {"source": f"{path} (measured on {doc['device']}, commit {doc['commit']})",
+           "cells": doc["data"]["cells"]}
     for c in doc["cells"]:
         if not all(k in c for k in ("heads", "kv_dtype", "page_size", "device", "batch", "ctx", "us")):
             raise ValueError(f"a cell lacks a field: {c}")
@@ -115,8 +122,8 @@ def _read(path: str) -> dict[str, Any]:
 
 def decide(key: Key, requested: str, available: dict[str, str | None], table: dict[str, Any]) -> Rule:
     """The rule for key.  requested: --attention-backend (plan/attention_names.py maps it to a backend);
-    available: backend -> None when it can run here, else why not (a clause); a name beyond the measured ones (a
-    kernel the runtime registered) is weighed like them, after them."""
+    available: backend -> None when it can run here, else why not (a clause); a name beyond the measured ones
+    (a kernel the runtime registered) is weighed like them, after them."""
     names = known(available)
     usable = [b for b in names if available.get(b, "not known to this runtime") is None]
     asked = from_flag(requested)
@@ -138,7 +145,8 @@ def _measured(key: Key, names: tuple[str, ...], usable: list[str], available: di
               table: dict[str, Any], ask: str) -> Rule:
     mine = [c for c in table["cells"] if c["heads"] == key.heads and c["kv_dtype"] == key.kv_dtype
             and c["page_size"] == key.page_size]
-    timed = [(c["batch"], c["ctx"], {b: c["us"][b] for b in usable if c["us"].get(b) is not None}) for c in mine]
+    timed = [(c["batch"], c["ctx"], {b: c["us"][b] for b in usable if c["us"].get(b) is not None})
+             for c in mine]
     timed = [t for t in timed if t[2]]
     src = table.get("source", "the measured table")
     if not timed:
@@ -166,8 +174,8 @@ def flashmla_page_blocker(page_size: int | None) -> str | None:
 
 
 def plan_available(page_size: int) -> dict[str, str | None]:
-    """The backends the plan's rule weighs: ours, FlashInfer where installed as a package, never FlashMLA (built
-    from source at run time); the runtime weighs what it finds and says its own rule once."""
+    """The backends the plan's rule weighs: ours, FlashInfer where installed as a package, never FlashMLA
+    (built from source at run time); the runtime weighs what it finds and says its own rule once."""
     fi = None if flashinfer_installed() else ("FlashInfer is not installed as a package (pip install "
                                               "'dcpctl[flashinfer]'; a source build is found at run time)")
     return {PORTABLE: None, "flashinfer": fi,
@@ -176,11 +184,13 @@ def plan_available(page_size: int) -> dict[str, str | None]:
 
 
 def plan_decision(req: PlanRequest, kv_dtype: str, page_size: int) -> tuple[str, str]:
-    """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's facts."""
+    """(the rule's summary, reason) for the plan: the same `decide` the runtime runs, from the plan's
+    facts."""
     hw, t = req.hardware, req.topology
     if hw.device != "cuda":
         return REFERENCE, f"{hw.device}: the bundled runtime's torch reference attention"
-    key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size, hw.gpu_name)
+    key = Key(req.model.num_heads // t.attn_tp * t.dcp_size, KV_NAMES.get(kv_dtype, kv_dtype), page_size,
+              hw.gpu_name)
     table = table_for(hw.gpu_name, hw.sm, req.attention_table)
     rule = decide(key, req.attention_backend, plan_available(page_size), table)
     return rule.summary(), f"the bundled runtime's local attention for {key.text()}: {rule.reason}"

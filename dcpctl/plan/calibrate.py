@@ -45,12 +45,14 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
 def _line(xs: list[float], ys: list[float], what: str) -> tuple[float, float]:
     """(intercept >= 0, slope > 0) of ys against xs; the intercept is pinned to 0 if the fit goes negative."""
     if len(set(xs)) < 2:
-        raise UserError(f"{what}: need rows at two or more sizes to fit latency and bandwidth, got {len(set(xs))}")
+        raise UserError(f"{what}: need rows at two or more sizes to fit latency and bandwidth, got "
+                        f"{len(set(xs))}")
     icpt, slope = _solve([[1.0, x] for x in xs], ys)
     if icpt < 0:
         icpt, slope = 0.0, _solve([[x] for x in xs], ys)[0]
     if slope <= 0:
-        raise UserError(f"{what}: time does not grow with bytes (slope {slope:.3g} us/byte); cannot fit a bandwidth")
+        raise UserError(f"{what}: time does not grow with bytes (slope {slope:.3g} us/byte); cannot fit a "
+                        "bandwidth")
     return icpt, slope
 
 
@@ -92,11 +94,13 @@ def a2a_column(doc: Any) -> str:
     """The exchange the decode step runs: `inplace_graph_us` (the kernel writes the send buffer) when
     every row has it, else `packed_graph_us` (pack + all-to-all + merge; documents before in-place)."""
     rows = doc.get("rows") if isinstance(doc, dict) else None
-    inplace = isinstance(rows, list) and rows and all(isinstance(r, dict) and "inplace_graph_us" in r for r in rows)
+    inplace = isinstance(rows, list) and rows and all(isinstance(r, dict) and "inplace_graph_us" in r
+                                                      for r in rows)
     return "inplace_graph_us" if inplace else "packed_graph_us"
 
 
-def fit_exchange(doc: Any, what: str = "bench exchange document", column: str | None = None) -> dict[str, Any]:
+def fit_exchange(doc: Any, what: str = "bench exchange document",
+                 column: str | None = None) -> dict[str, Any]:
     """a2a exchange (`column`, default a2a_column(doc)) and plain-collective latency and bandwidth
     from `bench exchange --format json`."""
     col = column or a2a_column(doc)
@@ -106,13 +110,15 @@ def fit_exchange(doc: Any, what: str = "bench exchange document", column: str | 
         raise UserError(f"{what}: needs the DCP size 'dcp' >= 2, got {c!r}")
     send = [float(r["bytes_per_rank"]) for r in rows]
     a2a_lat, a2a_slope = _line(send, [r[col] for r in rows], f"{what} ({col})")
-    lat, slope = _line([b * (c - 1) / c for b in send], [r["raw_graph_us"] for r in rows], f"{what} (raw_graph_us)")
+    lat, slope = _line([b * (c - 1) / c for b in send], [r["raw_graph_us"] for r in rows],
+                       f"{what} (raw_graph_us)")
     gbps = lambda us_per_byte: round(1e-3 / us_per_byte, 1)  # noqa: E731  bytes/us -> GB/s
     return {"a2a_latency_us": round(a2a_lat, 2), "a2a_gbps": gbps(a2a_slope),
             "coll_latency_us": round(lat, 2), "link_gbps": gbps(slope)}
 
 
-def merge_calibration(path: Path, values: dict[str, Any], sources: dict[str, str] | None = None) -> dict[str, Any]:
+def merge_calibration(path: Path, values: dict[str, Any],
+                      sources: dict[str, str] | None = None) -> dict[str, Any]:
     """Write `values` into path's `calibration:` mapping (created if missing) and `sources` (where each
     came from) into its `fitted_from:` mapping; other keys are kept. Returns the whole document."""
     import yaml

@@ -28,7 +28,8 @@ def _speculative(req: PlanRequest, out: dict[str, Any], viol: list[Violation]) -
     algo, k = req.speculative_algorithm, req.speculative_num_draft_tokens
     if not algo:
         return
-    out["speculative"] = {"algorithm": algo, "num_draft_tokens": k, "verification": "static (same width per request)",
+    out["speculative"] = {"algorithm": algo, "num_draft_tokens": k,
+                          "verification": "static (same width per request)",
                           "draft_kv": "replicated on every rank (not striped)"}
 
 
@@ -36,8 +37,9 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
                     warn: list[str]) -> None:
     mode = req.disaggregation_mode
     if mode == "null":
-        peer_opts = [f"--{k.replace('_', '-')}" for k in ("disaggregation_peer_dcp_size", "disaggregation_peer_page_size",
-                                                        "disaggregation_peer_kv_cache_dtype")
+        peer_opts = [f"--{k.replace('_', '-')}"
+                     for k in ("disaggregation_peer_dcp_size", "disaggregation_peer_page_size",
+                             "disaggregation_peer_kv_cache_dtype")
                      if getattr(req, k) is not None]
         if peer_opts:
             warn.append(f"{', '.join(peer_opts)} ignored: no --disaggregation-mode prefill|decode")
@@ -51,8 +53,9 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
         path = f"token relayout from DCP 1 prefill to DCP {decode} decode (exact token count per rank)"
     else:
         path = None
-        viol.append(Violation("pd_dcp_sizes", f"prefill dcp ({prefill}) -> decode dcp ({decode}) is not supported: "
-                              f"use equal sizes or dcp 1 prefill; valid prefill sizes: [1, {decode}]"))
+        viol.append(Violation("pd_dcp_sizes", f"prefill dcp ({prefill}) -> decode dcp ({decode}) is not "
+                              "supported: use equal sizes or dcp 1 prefill; valid prefill sizes: [1, "
+                              f"{decode}]"))
     _pd_rules(req, kv_dtype, mode, max(prefill, decode) > 1, viol, warn)
     out["disaggregation"] = {"mode": mode, "prefill_dcp": prefill, "decode_dcp": decode, "transfer": path,
                              "backend": req.disaggregation_transfer_backend,
@@ -64,8 +67,9 @@ def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[
     """Page size and KV dtype must match for every PD pair; the rest applies when DCP is used."""
     if req.disaggregation_transfer_backend == "fake":
         if mode == "prefill":  # SGLang 0.5.23 disaggregation hook: a decode-side test backend only
-            viol.append(Violation("pd_fake_prefill", "--disaggregation-transfer-backend fake runs only on the decode "
-                                  "side (a test backend that moves no KV); use mooncake or nixl for prefill"))
+            viol.append(Violation("pd_fake_prefill", "--disaggregation-transfer-backend fake runs only on "
+                                  "the decode side (a test backend that moves no KV); use mooncake or nixl "
+                                  "for prefill"))
         else:
             warn.append("--disaggregation-transfer-backend fake moves no KV: a decode-side test setup")
     peer_page = req.disaggregation_peer_page_size
@@ -74,11 +78,11 @@ def _pd_rules(req: PlanRequest, kv_dtype: str, mode: str, dcp: bool, viol: list[
                               "prefill and decode must match"))
     peer_kv = req.disaggregation_peer_kv_cache_dtype
     if peer_kv is not None and peer_kv not in ("auto", kv_dtype):
-        viol.append(Violation("pd_kv_dtype", f"kv_cache_dtype ({kv_dtype}) != peer kv_cache_dtype ({peer_kv}); "
-                              "prefill and decode must match"))
+        viol.append(Violation("pd_kv_dtype", f"kv_cache_dtype ({kv_dtype}) != peer kv_cache_dtype "
+                              f"({peer_kv}); prefill and decode must match"))
     if mode == "decode" and req.enable_hierarchical_cache:
-        viol.append(Violation("pd_decode_hicache", "PD decode does not support --enable-hierarchical-cache: the "
-                              "decode side runs without the radix cache (chunk cache)"))
+        viol.append(Violation("pd_decode_hicache", "PD decode does not support --enable-hierarchical-cache: "
+                              "the decode side runs without the radix cache (chunk cache)"))
 
 
 def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation], warn: list[str]) -> None:
@@ -88,9 +92,10 @@ def _hicache(req: PlanRequest, out: dict[str, Any], viol: list[Violation], warn:
                         "--enable-hierarchical-cache")
         return
     c = req.topology.dcp_size
-    out["hicache"] = {"l2": f"host tier with {req.page_size * c} virtual slots per page, {req.page_size} local rows "
-                            "per rank; no DCP collective",
-                      "l3": f"{req.hicache_storage_backend}: sharded per DCP rank" if req.hicache_storage_backend else None}
+    out["hicache"] = {"l2": f"host tier with {req.page_size * c} virtual slots per page, {req.page_size} "
+                            "local rows per rank; no DCP collective",
+                      "l3": f"{req.hicache_storage_backend}: sharded per DCP rank"
+                      if req.hicache_storage_backend else None}
     if c == 1:
         return
     if req.speculative_algorithm not in (None, "DSPARK"):  # arg_groups/hicache_hook.py
@@ -113,5 +118,6 @@ def _context(req: PlanRequest, viol: list[Violation]) -> None:
     """SGLang refuses a context length above the model's (configs/model_config.py, derived context_length)."""
     n, top = req.context_len, req.model.max_position_embeddings
     if n is not None and n > top:
-        viol.append(Violation("context_len_model", f"--context-length ({n}) > the model's max_position_embeddings "
-                              f"({top}); SGLang refuses it unless {LONGER_CONTEXT_OVERRIDE}"))
+        viol.append(Violation("context_len_model", f"--context-length ({n}) > the model's "
+                              f"max_position_embeddings ({top}); SGLang refuses it unless "
+                              f"{LONGER_CONTEXT_OVERRIDE}"))

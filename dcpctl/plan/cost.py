@@ -47,7 +47,8 @@ class Constants:
     attn_efficiency: float = 1.0   # measured fraction of the attention roofline the kernel reaches
     layer_overhead_s: float = 0.0  # measured per-layer time outside the modelled terms
     efficiency_by_heads: tuple[tuple[int, float], ...] = ()  # (kernel heads, fraction); replaces the scalar
-    attn_fixed_s: float = 0.0      # per kernel call (launch, split reduction): small batches are latency bound
+    attn_fixed_s: float = 0.0      # per kernel call (launch, split reduction): small batches are latency
+                                   # bound
     a2a_latency_s: float | None = None    # packed a2a exchange; None: a plain collective
     a2a_bytes_per_s: float | None = None  # per send-buffer byte; None: received bytes over the link
     sources: tuple[tuple[str, str], ...] = ()  # (hardware figure, where its value came from)
@@ -55,11 +56,13 @@ class Constants:
     @staticmethod
     def from_hardware(hw: Hardware) -> "Constants":
         """The hardware's figures as they are: an unknown one stays 0 (`require` refuses to price with it)."""
-        return Constants(hw.hbm_tbps * 1e12, hw.bf16_tflops * 1e12, hw.link_gbps * 1e9, hw.coll_latency_us * 1e-6,
-                         _summary(hw.figures, f"hardware {hw.name}"), sources=hw.figures)
+        return Constants(hw.hbm_tbps * 1e12, hw.bf16_tflops * 1e12, hw.link_gbps * 1e9,
+                         hw.coll_latency_us * 1e-6, _summary(hw.figures, f"hardware {hw.name}"),
+                         sources=hw.figures)
 
     def efficiency(self, heads: int) -> float:
-        return interpolate_log2(self.efficiency_by_heads, heads) if self.efficiency_by_heads else self.attn_efficiency
+        return (interpolate_log2(self.efficiency_by_heads, heads)
+                if self.efficiency_by_heads else self.attn_efficiency)
 
 
 def _summary(sources: tuple[tuple[str, str], ...], default: str) -> str:
@@ -85,7 +88,8 @@ _KEYS = {"copy_tbps": ("hbm_bytes_per_s", 1e12), "bf16_tflops": ("flops_per_s", 
          "a2a_latency_us": ("a2a_latency_s", 1e-6), "a2a_gbps": ("a2a_bytes_per_s", 1e9),
          "attn_fixed_us": ("attn_fixed_s", 1e-6), "layer_overhead_us": ("layer_overhead_s", 1e-6)}
 CALIBRATION_KEYS = sorted([*_KEYS, "attn_efficiency"])
-_FIGURE = {"copy_tbps": "hbm_tbps"}  # calibration key -> the hardware figure it measures (others: the same name)
+_FIGURE = {"copy_tbps": "hbm_tbps"}  # calibration key -> the hardware figure it measures (others: the same
+                                     # name)
 
 
 def load_calibration(path: Path, base: Constants) -> Constants:
@@ -101,16 +105,21 @@ def load_calibration(path: Path, base: Constants) -> Constants:
         vals = {_KEYS[key][0]: float(v) * _KEYS[key][1] for key, v in d.items() if key in _KEYS}
     except (TypeError, ValueError) as e:
         raise UserError(f"{path}: calibration values must be numbers ({e})") from None
-    if "a2a_latency_us" in d and "coll_latency_us" not in d:  # files before coll_latency_us: one latency for all
+    if "a2a_latency_us" in d and "coll_latency_us" not in d:  # files before coll_latency_us: one latency for
+                                                              # all
         vals["coll_latency_s"] = vals["a2a_latency_s"]
     if any(v < 0 or math.isnan(v) for v in vals.values()) or \
-            any(vals.get(f, 1) <= 0 for f in ("hbm_bytes_per_s", "flops_per_s", "link_bytes_per_s", "a2a_bytes_per_s")):
+            any(vals.get(f, 1) <= 0
+                for f in ("hbm_bytes_per_s", "flops_per_s", "link_bytes_per_s", "a2a_bytes_per_s")):
         raise UserError(f"{path}: calibration rates must be positive and times must be >= 0")
-    measured_only = {"attn_efficiency": 1.0, "layer_overhead_s": 0.0, "efficiency_by_heads": (), "attn_fixed_s": 0.0,
+    measured_only = {"attn_efficiency": 1.0, "layer_overhead_s": 0.0, "efficiency_by_heads": (),
+                     "attn_fixed_s": 0.0,
                      "a2a_latency_s": None, "a2a_bytes_per_s": None}  # not inherited from the profile
-    measured = {_FIGURE.get(key, key) for key in d} | ({"coll_latency_us"} if "a2a_latency_us" in d else set())
+    measured = {_FIGURE.get(key, key) for key in d} | ({"coll_latency_us"}
+                                                       if "a2a_latency_us" in d else set())
     before = dict(base.sources)
-    sources = tuple((f, f"calibration {path}" if f in measured else before.get(f, "unknown")) for f in FIGURES)
+    sources = tuple((f, f"calibration {path}" if f in measured else before.get(f, "unknown"))
+                    for f in FIGURES)
     k = replace(base, **{**measured_only, **vals, "source": _summary(sources, f"calibration {path}"),
                          "sources": sources})
     return _with_efficiency(k, d.get("attn_efficiency", 1.0), path)
@@ -192,8 +201,9 @@ def layer_cost(m: ModelSpec, attn_tp: int, ch: Choice, batch: int, context: int,
     q_o = batch * hk * (R + Lr) * ACT_BYTES / k.hbm_bytes_per_s
     flops = 2.0 * batch * hk * ctx * (R + Lr) / k.flops_per_s
     gemm = _gemm_s(m, local_heads, hk if ch.replicate_q else local_heads, batch, k)
-    return StepCost(ch, kv_read, flops, gemm, _exchange_s(ch, batch, hk, R, Lr, k), efficiency=k.efficiency(hk),
-                    overhead_s=k.layer_overhead_s, q_o_s=q_o, attn_fixed_s=k.attn_fixed_s,
+    return StepCost(ch, kv_read, flops, gemm, _exchange_s(ch, batch, hk, R, Lr, k),
+                    efficiency=k.efficiency(hk), overhead_s=k.layer_overhead_s, q_o_s=q_o,
+                    attn_fixed_s=k.attn_fixed_s,
                     tp_reduce_s=all_reduce_s(attn_tp, batch * m.hidden_size * ACT_BYTES, k))
 
 
@@ -247,14 +257,14 @@ def _exchange_s(ch: Choice, batch: int, hk: int, R: int, Lr: int, k: Constants) 
 
 def with_bandwidth(k: Constants, factor: float) -> Constants:
     scale = lambda v: None if v is None else v * factor  # noqa: E731
-    return replace(k, hbm_bytes_per_s=k.hbm_bytes_per_s * factor, link_bytes_per_s=k.link_bytes_per_s * factor,
-                   a2a_bytes_per_s=scale(k.a2a_bytes_per_s))
+    return replace(k, hbm_bytes_per_s=k.hbm_bytes_per_s * factor,
+                   link_bytes_per_s=k.link_bytes_per_s * factor, a2a_bytes_per_s=scale(k.a2a_bytes_per_s))
 
 
 def to_dict(sc: StepCost, mla_layers: int) -> dict[str, Any]:
     us = 1e6
     return {"choice": sc.choice.label, "dcp": sc.choice.dcp, "backend": sc.choice.backend,
             "replicate_q": sc.choice.replicate_q, "kv_read_us": sc.kv_read_s * us,
-            "attn_compute_us": sc.attn_flops_s * us, "attention_us": sc.attention_s * us, "gemm_us": sc.gemm_s * us,
-            "exchange_us": sc.exchange_s * us, "tp_reduce_us": sc.tp_reduce_s * us,
+            "attn_compute_us": sc.attn_flops_s * us, "attention_us": sc.attention_s * us,
+            "gemm_us": sc.gemm_s * us, "exchange_us": sc.exchange_s * us, "tp_reduce_us": sc.tp_reduce_s * us,
             "layer_us": sc.layer_s * us, "step_attention_ms": sc.layer_s * mla_layers * 1e3}

@@ -60,12 +60,14 @@ def decide(req: PlanRequest) -> Decisions:
         req, kernel, (d.value("page_size"), d.items["page_size"].reason), d.value("kv_cache_dtype")))
     d.items["local_attention_backend"] = Decision(*attention_table.plan_decision(
         req, d.value("kv_cache_dtype"), d.value("served_page_size")))
-    spec = speculative.num_draft_tokens(req, kernel, d.value("page_size"), d.violations.append, d.warnings.append)
+    spec = speculative.num_draft_tokens(req, kernel, d.value("page_size"), d.violations.append,
+                                        d.warnings.append)
     if spec is not None:
         d.items["speculative_num_draft_tokens"] = Decision(*spec)
     d.items["symmetric_memory"] = _symm_mem(req)
-    d.items["lse_base"] = Decision("e", "the bundled runtime's own kernels return natural-log LSE (FlashInfer's "
-                                        "base 2 is tagged so); the merge converts any base-2 partial before combining")
+    d.items["lse_base"] = Decision("e", "the bundled runtime's own kernels return natural-log LSE "
+                                        "(FlashInfer's base 2 is tagged so); the merge converts any base-2 "
+                                        "partial before combining")
     for name, (value, why) in runtime_choices.decide(req).items():
         d.items[name] = Decision(value, why)
     _check_backend_rules(req, d)
@@ -111,29 +113,32 @@ def _symm_mem(req: PlanRequest) -> Decision:
 def _check_backend_rules(req: PlanRequest, d: Decisions) -> None:
     c, backend, rep = req.topology.dcp_size, d.value("dcp_comm_backend"), d.value("dcp_replicate_q_proj")
     if backend in ("a2a", "fi_a2a") and c == 1:
-        d.violations.append(Violation("backend_dcp1", f"--dcp-comm-backend {backend} needs dcp > 1, got dcp (1); "
-                                      "use ag_rs or raise --dcp-size"))
+        d.violations.append(Violation("backend_dcp1", f"--dcp-comm-backend {backend} needs dcp > 1, got dcp "
+                                      "(1); use ag_rs or raise --dcp-size"))
     if rep and c == 1:
-        d.violations.append(Violation("replicate_q_dcp1", "--dcp-replicate-q-proj needs dcp > 1, got dcp (1)"))
+        d.violations.append(Violation("replicate_q_dcp1",
+                                      "--dcp-replicate-q-proj needs dcp > 1, got dcp (1)"))
     elif rep and backend == "ag_rs":
         d.violations.append(Violation("replicate_q_ag_rs", "--dcp-replicate-q-proj does not work with "
                                       "--dcp-comm-backend ag_rs; valid backends: a2a, fi_a2a"))
     if backend == "fi_a2a":
         _check_fi_a2a(req, d)
     if c > 1 and req.enable_prefill_cp:
-        d.violations.append(Violation("dcp_prefill_cp", f"dcp ({c}) > 1 does not support --enable-prefill-cp"))
+        d.violations.append(Violation("dcp_prefill_cp",
+                                      f"dcp ({c}) > 1 does not support --enable-prefill-cp"))
     elif req.enable_prefill_cp:
-        d.violations.append(Violation("prefill_cp_strategy", "--enable-prefill-cp needs SGLang's --cp-strategy, "
-                                      "which dcpctl does not plan"))
+        d.violations.append(Violation("prefill_cp_strategy", "--enable-prefill-cp needs SGLang's "
+                                      "--cp-strategy, which dcpctl does not plan"))
 
 
 def _check_fi_a2a(req: PlanRequest, d: Decisions) -> None:
     hw, t = req.hardware, req.topology
     if hw.device != "cuda" or not hw.is_sm100:
         d.violations.append(Violation("fi_a2a_hardware", f"fi_a2a needs CUDA SM100, got {hw.gpu_name} "
-                                      f"(device {hw.device}, SM {hw.sm}); use a2a or --hardware b200-8/gb200-nvl72"))
+                                      f"(device {hw.device}, SM {hw.sm}); use a2a or --hardware "
+                                      "b200-8/gb200-nvl72"))
     if not hw.mnnvl and tp_per_node(req) % t.dcp_size:
-        d.violations.append(Violation("fi_a2a_fabric", f"fi_a2a needs an MNNVL fabric or a DCP group inside one node: "
-                                      f"tp per node ({tp_per_node(req)}) = tp ({t.tp_size}) // (nnodes ({t.nnodes}) "
-                                      f"// pp ({t.pp_size})) is not a multiple of dcp ({t.dcp_size}) and {hw.name} "
-                                      "has no MNNVL"))
+        d.violations.append(Violation("fi_a2a_fabric", "fi_a2a needs an MNNVL fabric or a DCP group inside "
+                                      f"one node: tp per node ({tp_per_node(req)}) = tp ({t.tp_size}) // "
+                                      f"(nnodes ({t.nnodes}) // pp ({t.pp_size})) is not a multiple of dcp "
+                                      f"({t.dcp_size}) and {hw.name} has no MNNVL"))

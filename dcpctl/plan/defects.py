@@ -27,15 +27,16 @@ class Defect:
     when: When
 
     def warning(self) -> str:
-        return f"known {self.engine} defect ({self.thread}): {self.combination}: {self.effect}; {self.workaround}"
+        return (f"known {self.engine} defect ({self.thread}): {self.combination}: {self.effect}; "
+                f"{self.workaround}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("engine", "versions", "combination", "effect", "thread", "workaround",
-                                              "source")}
+        return {k: getattr(self, k)
+                for k in ("engine", "versions", "combination", "effect", "thread", "workaround", "source")}
 
 
-# vLLM MLA backends whose metadata builders declare no DCP varlen decode (supports_dcp_with_varlen): under DCP,
-# v1/attention/backend.py _init_reorder_batch_threshold forces their reorder threshold back to 1
+# vLLM MLA backends whose metadata builders declare no DCP varlen decode (supports_dcp_with_varlen): under
+# DCP, v1/attention/backend.py _init_reorder_batch_threshold forces their reorder threshold back to 1
 NO_DCP_VARLEN = ("FLASHMLA", "CUTLASS_MLA", "TRITON_MLA")
 
 
@@ -49,19 +50,22 @@ def _vllm_mtp_full_graphs(req: PlanRequest, d: dict[str, Decision]) -> bool:
 
 DEFECTS: tuple[Defect, ...] = (
     Defect("vllm", "0.22.1 to 0.34.0 (issue open)",
-           "MTP speculative decoding + DCP under the default FULL_AND_PIECEWISE CUDA graphs, with an attention "
-           "backend without DCP varlen decode (FLASHMLA, CUTLASS_MLA, TRITON_MLA; FLASH_ATTN_MLA at interleave != 1)",
+           "MTP speculative decoding + DCP under the default FULL_AND_PIECEWISE CUDA graphs, with an "
+           "attention backend without DCP varlen decode (FLASHMLA, CUTLASS_MLA, TRITON_MLA; FLASH_ATTN_MLA "
+           "at interleave != 1)",
            "silently corrupted output (truncated or repeating generations), no error",
            "https://github.com/vllm-project/vllm/issues/45425",
            "pass --compilation-config '{\"cudagraph_mode\": \"PIECEWISE\"}' (or --enforce-eager), or pick "
            "FLASH_ATTN_MLA at interleave 1 (SM90) / FLASHINFER_MLA (SM100)",
-           "v1/attention/backend.py _init_reorder_batch_threshold; the MLA builders' supports_dcp_with_varlen",
+           "v1/attention/backend.py _init_reorder_batch_threshold; the MLA builders' "
+           "supports_dcp_with_varlen",
            _vllm_mtp_full_graphs),
     Defect("sglang", "0.5.23", "DCP (dcp_size > 1)",
-           "prefill runs without CUDA graphs (SGLang turns its breakable prefill graph off), which costs TTFT",
+           "prefill runs without CUDA graphs (SGLang turns its breakable prefill graph off), which costs "
+           "TTFT",
            "https://github.com/sgl-project/sglang/pull/31532",
-           "none in 0.5.23 (sgl-project/sglang#38943 adds DCP prefill graphs); with PD disaggregation, a prefill "
-           "side without DCP keeps its graphs",
+           "none in 0.5.23 (sgl-project/sglang#38943 adds DCP prefill graphs); with PD disaggregation, a "
+           "prefill side without DCP keeps its graphs",
            "srt/arg_groups/cuda_graph_hook.py disable_breakable_cudagraph_if_incompatible",
            lambda req, d: req.topology.dcp_size > 1),
 )

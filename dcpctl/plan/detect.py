@@ -81,8 +81,8 @@ def probe_nvml(nvml: Any) -> Probe | None:
         peers = _nvml_peers(nvml, handles)
         nvlink = links > 0 if len(handles) == 1 or peers is None else peers == len(handles) - 1
         state, uuid = _nvml_fabric(nvml, handles[0])
-        return Probe(gpus, "nvml", nvlink, peers or 0, links, _nvml_link_speed(nvml, handles[0]) if links else 0.0,
-                     state, uuid)
+        return Probe(gpus, "nvml", nvlink, peers or 0, links,
+                     _nvml_link_speed(nvml, handles[0]) if links else 0.0, state, uuid)
     finally:
         try:
             nvml.nvmlShutdown()
@@ -153,7 +153,8 @@ def _nvml_fabric(nvml: Any, h: Any) -> tuple[str, str]:
 
 def _positional_params(fn: Callable[..., Any]) -> int:
     try:
-        return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in inspect.signature(fn).parameters.values())
+        return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                   for p in inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return 1
 

@@ -1,4 +1,5 @@
-"""An engine's server arguments as data (name, aliases, arity, type, choices, default) and argparse's rules for them.
+"""An engine's server arguments as data (name, aliases, arity, type, choices, default) and argparse's rules
+for them.
 
 A table is read from a JSON file written by a script that asks the engine's own argument parser
 (benchmarks/sglang/dump_args.py for SGLang). `split` takes a command line apart into the flags a caller
@@ -116,8 +117,10 @@ def split(table: EngineTable, tokens: list[str], caller: dict[str, bool],
             mine += tokens[i:i + 1 + n]
             arg = table.by_flag.get(name)
             vals = (inline,) if eq else tuple(tokens[i + 1:i + 1 + n])
-            if name in record and arg is not None and all(arg.choices is None or v in arg.choices for v in vals):
-                # kept only when the engine takes the value (dcpctl's own `auto` means: leave it to the engine)
+            if name in record and arg is not None and all(arg.choices is None or v in arg.choices
+                                                          for v in vals):
+                # kept only when the engine takes the value (dcpctl's own `auto` means: leave it to the
+                # engine)
                 rest.append(PassThrough(arg.dest, arg.flags[0], tuple(tokens[i:i + 1 + n]), vals))
             i += 1 + n
             continue
@@ -149,7 +152,8 @@ def _values(table: EngineTable, arg: EngineArg, name: str, tokens: list[str], j:
         return [], j
     vals = list(inline)
     if not inline:
-        want = {"1": 1, "?": 1, "*": None, "+": None}.get(arg.nargs, int(arg.nargs) if arg.nargs.isdigit() else None)
+        want = {"1": 1, "?": 1, "*": None, "+": None}.get(arg.nargs,
+                                                          int(arg.nargs) if arg.nargs.isdigit() else None)
         while j < len(tokens) and (want is None or len(vals) < want) and (
                 not tokens[j].startswith("-") or _is_number(tokens[j])):
             vals.append(tokens[j])

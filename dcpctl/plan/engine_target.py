@@ -1,4 +1,5 @@
-"""An engine target: what dcpctl plans for one serving engine: its flags, rules and defaults, export line, version.
+"""An engine target: what dcpctl plans for one serving engine: its flags, rules and defaults, export line,
+version.
 
 `dcpctl plan` asks "which target" once (plan/engines.py `target`) and then calls it; no module outside an
 engine's own ones compares engine names. Torch- and click-free: a target names its extra CLI options and its
@@ -34,7 +35,8 @@ class EngineTarget(ABC):
     attention_backends: tuple[str, ...]  # --attention-backend names it takes
     cli_options: str | None       # `module:name` of the click options it adds to dcpctl's (its own spellings)
     option_keys: tuple[str, ...]  # the option keys those set (options() folds them into plan options)
-    serve_args: str               # `module:function` (plan, ExportOptions, node_rank) -> one node's serve argv
+    serve_args: str               # `module:function` (plan, ExportOptions, node_rank) -> one node's serve
+                                  # argv
     exporter: str                 # `module:function` (plan, ExportOptions) -> {file name: text}
 
     @property
@@ -46,7 +48,8 @@ class EngineTarget(ABC):
         """Merged options in its vocabulary -> the plan options a request is built from."""
 
     def refuse_names(self, opts: dict[str, Any], chosen: "EngineTarget") -> None:
-        """UserError for an option or name of this engine typed while `chosen` is the target (default: none)."""
+        """UserError for an option or name of this engine typed while `chosen` is the target (default:
+        none)."""
 
     def prepare(self, req: "PlanRequest") -> "PlanRequest":
         """The request as this engine reads it before any rule (default: as it is)."""
@@ -65,17 +68,21 @@ class EngineTarget(ABC):
         """`recommend`: the DCP sizes, exchanges and Q replication it offers."""
 
     def spelling(self, req: "PlanRequest") -> str | None:
-        """The planned deployment in its own flags, for the plan's header (None: dcpctl's flags are its own)."""
+        """The planned deployment in its own flags, for the plan's header (None: dcpctl's flags are its
+        own)."""
         return None
 
     @abstractmethod
-    def split_flags(self, args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
-        """A dcpctl command line -> (the tokens dcpctl parses, its server flags passed through as typed, whether a
-        pasted launcher was unwrapped). `caller` maps dcpctl's option strings to whether each takes a value."""
+    def split_flags(self, args: list[str],
+                    caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
+        """A dcpctl command line -> (the tokens dcpctl parses, its server flags passed through as typed,
+        whether a pasted launcher was unwrapped). `caller` maps dcpctl's option strings to whether each takes
+        a value."""
 
     @abstractmethod
     def dest(self, token: str) -> str:
-        """The setting (its parser's dest) a flag token (`--flag` or `--flag=value`) sets; the name if unknown."""
+        """The setting (its parser's dest) a flag token (`--flag` or `--flag=value`) sets; the name if
+        unknown."""
 
     @abstractmethod
     def check_passed(self, groups: tuple[tuple[str, ...], ...]) -> None:
@@ -88,4 +95,5 @@ class EngineTarget(ABC):
         raise NotImplementedError(f"{self.label} lines are read by split_flags, not after `--`")
 
     def check_export(self, req: "PlanRequest", fmt: str) -> None:
-        """UserError when export `fmt` (its own, slurm or k8s) cannot run a plan of `req` as planned (default: none)."""
+        """UserError when export `fmt` (its own, slurm or k8s) cannot run a plan of `req` as planned (default:
+        none)."""

@@ -24,7 +24,8 @@ def divisors(n: int) -> list[int]:
 
 
 class ConfigError(UserError):
-    """A config.json that describes no model dcpctl knows (plan/hf_config.py); one sentence naming the file."""
+    """A config.json that describes no model dcpctl knows (plan/hf_config.py); one sentence naming the
+    file."""
 
 
 def positive_ints(text: str, flag: str, noun: str = "integers") -> list[int]:

@@ -16,7 +16,8 @@ from dcpctl.plan.hardware import FIGURES, Hardware
 
 _SI = {"hbm_tbps": ("hbm_bytes_per_s", 1e12), "bf16_tflops": ("flops_per_s", 1e12),
        "link_gbps": ("link_bytes_per_s", 1e9), "coll_latency_us": ("coll_latency_s", 1e-6)}
-_MEASURED_BY = {"hbm_tbps": "kernel", "bf16_tflops": "kernel", "link_gbps": "exchange", "coll_latency_us": "exchange"}
+_MEASURED_BY = {"hbm_tbps": "kernel", "bf16_tflops": "kernel", "link_gbps": "exchange",
+                "coll_latency_us": "exchange"}
 
 
 class UnknownFigures(UserError):
@@ -28,10 +29,12 @@ def needed_figures(attn_tp: int) -> tuple[str, ...]:
 
 
 def calibrated(hw: Hardware, path: Path) -> Hardware:
-    """hw with the figures `path` (a `dcpctl bench ... --save-calibration` file) measured; the rest as they were."""
+    """hw with the figures `path` (a `dcpctl bench ... --save-calibration` file) measured; the rest as they
+    were."""
     k = load_calibration(path, Constants.from_hardware(hw))
     src = dict(k.sources)
-    vals = {f: round(getattr(k, _SI[f][0]) / _SI[f][1], 6) for f in FIGURES if src[f].startswith("calibration")}
+    vals = {f: round(getattr(k, _SI[f][0]) / _SI[f][1], 6)
+            for f in FIGURES if src[f].startswith("calibration")}
     return replace(hw, figures=tuple((f, src[f]) for f in FIGURES), **vals)
 
 
@@ -43,9 +46,9 @@ def require(hw: Hardware, attn_tp: int) -> None:
     why = hw.figure_source(missing[0]).removeprefix("unknown: ")
     benches = " and ".join(f"`dcpctl bench {b} --save-calibration FILE`"
                            for b in dict.fromkeys(_MEASURED_BY[f] for f in missing))
-    raise UnknownFigures(f"the cost figures {', '.join(missing)} of {hw.gpu_name} (hardware {hw.name}) are unknown ({why}): "
-                         f"pass --hardware with a profile or YAML file that has them, or --calibration with the file "
-                         f"{benches} writes")
+    raise UnknownFigures(f"the cost figures {', '.join(missing)} of {hw.gpu_name} (hardware {hw.name}) are "
+                         f"unknown ({why}): pass --hardware with a profile or YAML file that has them, or "
+                         f"--calibration with the file {benches} writes")
 
 
 def constants_for(hw: Hardware, attn_tp: int, calibration: str | Path | None = None) -> Constants:

@@ -67,14 +67,15 @@ def hardware_from_dict(d: dict[str, Any], source: str) -> Hardware:
     unknown = sorted(set(d) - _FIELDS)
     if unknown:
         raise UserError(f"{source}: unknown hardware field(s) {unknown}; known: {sorted(_FIELDS)}")
-    missing = [k for k in ("name", "device", "gpu_name", "gpus_per_node", "memory_gib", "sm", "nvlink", "mnnvl")
+    missing = [k
+               for k in ("name", "device", "gpu_name", "gpus_per_node", "memory_gib", "sm", "nvlink", "mnnvl")
                if k not in d]
     if missing:
         raise UserError(f"{source}: missing hardware field(s) {missing}")
     for k in ("gpus_per_node", "sm"):
         if not isinstance(d[k], int) or isinstance(d[k], bool) or d[k] < (1 if k == "gpus_per_node" else 0):
-            raise UserError(f"{source}: hardware field {k} must be a {'positive' if k == 'gpus_per_node' else 'non-negative'}"
-                            f" integer, got {d[k]!r}")
+            raise UserError(f"{source}: hardware field {k} must be a "
+                            f"{'positive' if k == 'gpus_per_node' else 'non-negative'} integer, got {d[k]!r}")
     for k in ("memory_gib", *FIGURES):
         if k in d and (not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or not math.isfinite(d[k])
                        or d[k] < 0 or (k == "memory_gib" and d[k] == 0)):
@@ -103,7 +104,8 @@ def _name_is_mnnvl(name: str) -> bool:
     return "GB200" in name.upper() or "GB300" in name.upper()
 
 
-def match_profile(gpu_name: str, memory_gib: float, profiles: dict[str, dict[str, Any]]) -> tuple[str | None, str]:
+def match_profile(gpu_name: str, memory_gib: float,
+                  profiles: dict[str, dict[str, Any]]) -> tuple[str | None, str]:
     """The built-in profile whose GPU this is (same name, or the name plus an SXM suffix, and memory within
     MEMORY_MATCH), and why; (None, why not) otherwise."""
     near = []
@@ -114,7 +116,9 @@ def match_profile(gpu_name: str, memory_gib: float, profiles: dict[str, dict[str
             if abs(memory_gib - p["memory_gib"]) <= MEMORY_MATCH * p["memory_gib"]:
                 return pname, f"{gpu_name} with {memory_gib} GiB is profile {pname}'s GPU"
             near.append(f"profile {pname} has {p['memory_gib']} GiB")
-    return None, f"no built-in profile has {gpu_name} with {memory_gib} GiB" + (f" ({'; '.join(near)})" if near else "")
+    return (None,
+            f"no built-in profile has {gpu_name} with {memory_gib} GiB"
+            + (f" ({'; '.join(near)})" if near else ""))
 
 
 def from_probe(found: Probe | None, profiles: dict[str, dict[str, Any]]) -> Hardware:
@@ -158,4 +162,5 @@ def resolve_hardware(value: str, profiles: dict[str, dict[str, Any]]) -> Hardwar
         from dcpctl.plan.yamlio import read_yaml
         data = read_yaml(Path(value))
         return hardware_from_dict(data.get("hardware", data), f"file {value}")
-    raise UserError(f"unknown hardware {value!r}; use auto, a YAML file, or one of: {', '.join(sorted(profiles))}")
+    raise UserError(f"unknown hardware {value!r}; use auto, a YAML file, or one of: "
+                    f"{', '.join(sorted(profiles))}")

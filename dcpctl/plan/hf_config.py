@@ -5,10 +5,10 @@
 
 Reads the families of plan/model_registry.py: DeepseekV2/V3, Kimi K2 (`kimi_k2`), KimiLinear
 (`kimi_linear`: `layer_types` or `linear_attn_config.full_attn_layers` (+ `kda_layers`), 1-indexed) and
-wrappers nesting the language model under `text_config`. A key absent from the file takes transformers' default for the model's
-family, aliases included (plan/hf_defaults.py); only the four keys that say which model this is
-(hidden_size, num_hidden_layers, num_attention_heads, kv_lora_rank) must be present. A null value
-counts as absent, except q_lora_rank (null: no query LoRA). In these configs `head_dim` is the rope
+wrappers nesting the language model under `text_config`. A key absent from the file takes transformers'
+default for the model's family, aliases included (plan/hf_defaults.py); only the four keys that say which
+model this is (hidden_size, num_hidden_layers, num_attention_heads, kv_lora_rank) must be present. A null
+value counts as absent, except q_lora_rank (null: no query LoRA). In these configs `head_dim` is the rope
 size, not the head size. The planner projects this (plan/model.py ModelSpec); the runtime builds its
 model description from it (runtime/models/config.py) and checks what it can run there.
 """
@@ -31,7 +31,8 @@ MAX_DIM = 2**31 - 1  # any model size or count past int32 is a typo, and would o
 
 @dataclass(frozen=True)
 class MlaShape:
-    """The sizes every reader of a model shares: the parse, the planner's ModelSpec, the runtime's MlaConfig."""
+    """The sizes every reader of a model shares: the parse, the planner's ModelSpec, the runtime's
+    MlaConfig."""
 
     hidden_size: int
     num_layers: int
@@ -119,7 +120,8 @@ def load_config_json(path: Path) -> dict[str, Any]:
 
 
 def read_hf_config(path: str | Path) -> HfConfig:
-    """Parse `path/config.json` (or a config.json path); EOS ids from generation_config.json when it has them."""
+    """Parse `path/config.json` (or a config.json path); EOS ids from generation_config.json when it has
+    them."""
     p = Path(path)
     file = p / "config.json" if p.is_dir() else p
     cfg = load_config_json(file)
@@ -168,16 +170,18 @@ def _build(lm: dict[str, Any], outer: dict[str, Any], archs: tuple[str, ...], mt
     q = "q_lora_rank"
     return HfConfig(
         source=source, family=fam, architectures=archs, model_type=mtype,
-        hidden_size=int(_need(lm, "hidden_size")), num_layers=layers, num_heads=int(_need(lm, "num_attention_heads")),
+        hidden_size=int(_need(lm, "hidden_size")), num_layers=layers,
+        num_heads=int(_need(lm, "num_attention_heads")),
         q_lora_rank=(int(lm[q] or 0) or None) if q in lm else DEFAULTS[q][fam],  # null or 0: no query LoRA
         kv_lora_rank=int(_need(lm, "kv_lora_rank")), qk_nope_head_dim=int(get("qk_nope_head_dim")),
         qk_rope_head_dim=int(get("qk_rope_head_dim")), v_head_dim=int(get("v_head_dim")),
         vocab_size=int(get("vocab_size")), intermediate_size=int(get("intermediate_size")),
         moe_intermediate_size=int(get("moe_intermediate_size")), n_routed_experts=experts,
-        num_experts_per_tok=_int_or_none(get("num_experts_per_tok")), n_shared_experts=int(get("n_shared_experts")),
-        n_group=_int_or_none(get("n_group")), topk_group=_int_or_none(get("topk_group")),
-        first_k_dense_replace=dense, moe_layer_freq=freq, norm_topk_prob=bool(get("norm_topk_prob")),
-        routed_scaling_factor=float(get("routed_scaling_factor")), rms_norm_eps=float(get("rms_norm_eps")),
+        num_experts_per_tok=_int_or_none(get("num_experts_per_tok")),
+        n_shared_experts=int(get("n_shared_experts")), n_group=_int_or_none(get("n_group")),
+        topk_group=_int_or_none(get("topk_group")), first_k_dense_replace=dense, moe_layer_freq=freq,
+        norm_topk_prob=bool(get("norm_topk_prob")), routed_scaling_factor=float(get("routed_scaling_factor")),
+        rms_norm_eps=float(get("rms_norm_eps")),
         topk_method=str(lm.get("topk_method") or ("greedy" if fam == V2 else "noaux_tc")),
         scoring_func=str(lm.get("moe_router_activation_func" if fam == KIMI_LINEAR else "scoring_func") or
                          ("softmax" if fam == V2 else "sigmoid")),
@@ -221,7 +225,7 @@ def _check(hc: HfConfig) -> None:
     if bad:
         raise ConfigError(f"{src}: model field(s) {bad} must be integers from 0 to {MAX_DIM:,}")
     if not hc.mla_layers:
-        raise ConfigError(f"{src}: the MLA (full attention) layers [] from layer_types / linear_attn_config must "
-                          f"be 1 to {hc.num_layers} layers of num_hidden_layers")
+        raise ConfigError(f"{src}: the MLA (full attention) layers [] from layer_types / linear_attn_config "
+                          f"must be 1 to {hc.num_layers} layers of num_hidden_layers")
     if hc.kda is not None and hc.kda_layers and hc.kda.conv_kernel < 1:
         raise ConfigError(f"{src}: short_conv_kernel_size ({hc.kda.conv_kernel}) must be at least 1")

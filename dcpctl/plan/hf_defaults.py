@@ -14,7 +14,8 @@ HF_CLASSES = {V2: "DeepseekV2Config", V3: "DeepseekV3Config", KIMI_LINEAR: "Kimi
 
 # field -> its key in config.json, then the aliases transformers maps onto it, per family
 KEYS: dict[str, dict[str, tuple[str, ...]]] = {
-    "n_routed_experts": {V2: ("n_routed_experts", "num_experts"), V3: ("n_routed_experts", "num_local_experts"),
+    "n_routed_experts": {V2: ("n_routed_experts", "num_experts"),
+                         V3: ("n_routed_experts", "num_local_experts"),
                          KIMI_LINEAR: ("num_experts", "num_local_experts")},
     "num_experts_per_tok": {KIMI_LINEAR: ("num_experts_per_tok", "num_experts_per_token")},
     "n_shared_experts": {KIMI_LINEAR: ("n_shared_experts", "num_shared_experts")},

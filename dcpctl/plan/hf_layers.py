@@ -69,7 +69,8 @@ def _from_lists(lin: dict[str, Any], n: int, source: str) -> tuple[str, ...]:
     return tuple(MLA if i + 1 in full else KDA for i in range(n))
 
 
-def moe_layers(lm: dict[str, Any], n: int, experts: int, first: int, freq: int, source: str) -> tuple[int, ...]:
+def moe_layers(lm: dict[str, Any], n: int, experts: int, first: int, freq: int,
+               source: str) -> tuple[int, ...]:
     """0-based indices of the MoE layers."""
     types = lm.get("mlp_layer_types")
     if types:

@@ -40,7 +40,8 @@ def read_rope(lm: dict[str, Any], family: str, nope: bool) -> RopeSpec:
     if kind != "yarn":
         return RopeSpec(kind, theta, dim, interleaved=interleaved)
     max_pos = int(value(lm, "max_position_embeddings", family))
-    orig = int(rp.get("original_max_position_embeddings") or lm.get("original_max_position_embeddings") or max_pos)
+    orig = int(rp.get("original_max_position_embeddings") or lm.get("original_max_position_embeddings")
+               or max_pos)
     factor = rp.get("factor")
     return RopeSpec(kind, theta, dim, float(factor) if factor is not None else max_pos / orig, orig,
                     float(rp.get("beta_fast") or 32), float(rp.get("beta_slow") or 1),

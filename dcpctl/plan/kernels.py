@@ -20,9 +20,11 @@ from dcpctl.plan.sglang import RUNTIME_ONLY_KV_DTYPES, SGLANG_KV_DTYPES, SGLANG_
 
 KIMI_K3_ARCHS = ("KimiK3ForConditionalGeneration",)
 # model_overrides/deepseek_v2.py _deepseek_family_overrides: trtllm_mla on SM100 (DeepseekV2 is not listed)
-TRTLLM_DEFAULT_ARCHS = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM")
+TRTLLM_DEFAULT_ARCHS = ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration",
+                        "MistralLarge3ForCausalLM")
 KERNEL_PAGES = {"flashmla": (64,), "trtllm_mla": (32, 64), "cutedsl_mla": (32, 64)}
-KERNEL_KV = {"trtllm_mla": ("auto", "bf16", "fp8_e4m3"), "cutedsl_mla": ("auto", "bf16", "bfloat16", "fp8_e4m3")}
+KERNEL_KV = {"trtllm_mla": ("auto", "bf16", "fp8_e4m3"),
+             "cutedsl_mla": ("auto", "bf16", "bfloat16", "fp8_e4m3")}
 
 Add = Callable[[Violation], None]
 
@@ -42,13 +44,15 @@ def attention_backend(req: PlanRequest, add: Add) -> tuple[str, str]:
     if is_kimi_k3(req) and c > 1:
         if user in ("auto", "cutedsl_mla", "tokenspeed_mla"):
             why = " (tokenspeed_mla is its deprecated alias)" if alias else ""
-            return "cutedsl_mla", f"Kimi K3 model override with dcp {c} > 1: cutedsl_mla decode, trtllm_mla prefill{why}"
+            return ("cutedsl_mla",
+                    f"Kimi K3 model override with dcp {c} > 1: cutedsl_mla decode, trtllm_mla prefill{why}")
         if user != "aiter":
-            add(Violation("k3_decode_backend", f"Kimi K3 with dcp ({c}) > 1 needs decode backend cutedsl_mla (or aiter "
-                          f"on ROCm), got {user}"))
+            add(Violation("k3_decode_backend", f"Kimi K3 with dcp ({c}) > 1 needs decode backend cutedsl_mla "
+                          f"(or aiter on ROCm), got {user}"))
         return user, "set by --attention-backend"
     if alias:
-        return "cutedsl_mla", "tokenspeed_mla is SGLang's deprecated alias of cutedsl_mla (forces fp8_e4m3 KV)"
+        return ("cutedsl_mla",
+                "tokenspeed_mla is SGLang's deprecated alias of cutedsl_mla (forces fp8_e4m3 KV)")
     if user != "auto":  # an explicit decode kernel is kept (the fa3 fallback below rewrites only the default)
         return user, "set by --attention-backend"
     if hw.device == "cpu":
@@ -64,7 +68,8 @@ def attention_backend(req: PlanRequest, add: Add) -> tuple[str, str]:
 
 def _fa3_fallback(req: PlanRequest, kernel: str, reason: str) -> tuple[str, str]:
     if kernel == "fa3" and req.kv_cache_dtype == "fp8_e5m2":
-        return "triton", f"{reason}: fa3, but FlashAttention 3 has no fp8_e5m2 KV, so SGLang switches to triton"
+        return ("triton",
+                f"{reason}: fa3, but FlashAttention 3 has no fp8_e5m2 KV, so SGLang switches to triton")
     return kernel, reason
 
 
@@ -75,7 +80,8 @@ def kv_dtype(req: PlanRequest) -> tuple[str, str]:
         return "bfloat16", "set by --kv-cache-dtype bf16"
     if req.kv_cache_dtype != "auto":
         return req.kv_cache_dtype, "set by --kv-cache-dtype"
-    dtype = req.model.dtype if req.model.dtype in ("bfloat16", "float16", "float32", "float64") else "bfloat16"
+    dtype = req.model.dtype if req.model.dtype in ("bfloat16", "float16", "float32",
+                                                   "float64") else "bfloat16"
     return dtype, f"auto: the model's dtype ({req.model.dtype})"
 
 
@@ -91,21 +97,23 @@ def page_size(req: PlanRequest, kernel: str, warn: Callable[[str], None]) -> tup
 
 
 def check(req: PlanRequest, kernel: str, kv: str, add: Add) -> None:
-    """Kernel rules SGLang rejects at resolution, then those it meets only at run time (sglang.EXTRA_CHECKS)."""
+    """Kernel rules SGLang rejects at resolution, then those it meets only at run time
+    (sglang.EXTRA_CHECKS)."""
     hw, c, user_kv = req.hardware, req.topology.dcp_size, req.kv_cache_dtype
     if hw.device == "cuda" and user_kv in RUNTIME_ONLY_KV_DTYPES:
-        add(Violation("kv_dtype_choice", f"--kv-cache-dtype {user_kv} is not one of SGLang {SGLANG_VERSION}'s choices "
-                      f"({', '.join(SGLANG_KV_DTYPES)}); only the bundled CPU runtime stores it"))
+        add(Violation("kv_dtype_choice", f"--kv-cache-dtype {user_kv} is not one of SGLang "
+                      f"{SGLANG_VERSION}'s choices ({', '.join(SGLANG_KV_DTYPES)}); only the bundled CPU "
+                      "runtime stores it"))
     if kernel == "trtllm_mla" and hw.device == "cuda" and not _sm100(req):
-        add(Violation("trtllm_sm100", f"trtllm_mla runs only on Blackwell (SM100), got {hw.gpu_name} (SM {hw.sm}); "
-                      "use fa3/flashmla/triton or --hardware b200-8"))
+        add(Violation("trtllm_sm100", f"trtllm_mla runs only on Blackwell (SM100), got {hw.gpu_name} (SM "
+                      f"{hw.sm}); use fa3/flashmla/triton or --hardware b200-8"))
     if kernel == "cutedsl_mla" and hw.device == "cuda" and not _sm100(req):
-        add(Violation("cutedsl_sm100", f"cutedsl_mla runs only on Blackwell (SM100), got {hw.gpu_name} (SM {hw.sm}); "
-                      "use --hardware b200-8/gb200-nvl72"))
+        add(Violation("cutedsl_sm100", f"cutedsl_mla runs only on Blackwell (SM100), got {hw.gpu_name} (SM "
+                      f"{hw.sm}); use --hardware b200-8/gb200-nvl72"))
     eff_kv = "fp8_e4m3" if req.attention_backend == "tokenspeed_mla" else user_kv
     if kernel in KERNEL_KV and eff_kv not in KERNEL_KV[kernel]:
-        add(Violation("kernel_kv_dtype", f"{kernel} takes --kv-cache-dtype {', '.join(KERNEL_KV[kernel])} in SGLang "
-                      f"{SGLANG_VERSION}, got {user_kv}"))
+        add(Violation("kernel_kv_dtype", f"{kernel} takes --kv-cache-dtype {', '.join(KERNEL_KV[kernel])} in "
+                      f"SGLang {SGLANG_VERSION}, got {user_kv}"))
     if c > 1 and kernel == "trtllm_mla" and req.speculative_algorithm:
         add(Violation("trtllm_dcp_spec", f"trtllm_mla decode with dcp ({c}) > 1 does not support "
                       f"--speculative-algorithm {req.speculative_algorithm}; select cutedsl_mla"))
@@ -114,10 +122,11 @@ def check(req: PlanRequest, kernel: str, kv: str, add: Add) -> None:
 
 
 def served_page_size(req: PlanRequest, kernel: str, page: tuple[int, str], kv: str) -> tuple[int, str]:
-    """The page size the bundled runtime serves with (launch config kv.page_size): `page` (SGLang's, the plan's
-    page_size decision) unless, on CUDA with neither --page-size nor the decode kernel fixing it, the runtime's
-    measured decode table has cells for this shape at another page size (there its rule picks FlashInfer / FlashMLA
-    / ours per cell; at a page size with no cell only ours runs; FlashMLA reads pages of 64 only, as SGLang forces)."""
+    """The page size the bundled runtime serves with (launch config kv.page_size): `page` (SGLang's, the
+    plan's page_size decision) unless, on CUDA with neither --page-size nor the decode kernel fixing it, the
+    runtime's measured decode table has cells for this shape at another page size (there its rule picks
+    FlashInfer / FlashMLA / ours per cell; at a page size with no cell only ours runs; FlashMLA reads pages of
+    64 only, as SGLang forces)."""
     if req.page_size is not None or kernel in KERNEL_PAGES:
         return page[0], f"the plan's page_size ({page[1]})"
     return _measured_page(req, kv) or (page[0], f"the plan's page_size ({page[1]})")
@@ -134,6 +143,6 @@ def _measured_page(req: PlanRequest, kv: str) -> tuple[int, str] | None:
     if not pages:
         return None
     page = attention_table.FLASHMLA_PAGE if attention_table.FLASHMLA_PAGE in pages else pages[-1]
-    return page, (f"the bundled runtime's measured decode table has cells for {heads} kernel heads, {kv_name} KV on "
-                  f"{hw.gpu_name} at page {page} (FlashMLA reads only pages of {attention_table.FLASHMLA_PAGE}); "
-                  f"at page 1 only its own kernel would run")
+    return page, (f"the bundled runtime's measured decode table has cells for {heads} kernel heads, "
+                  f"{kv_name} KV on {hw.gpu_name} at page {page} (FlashMLA reads only pages of "
+                  f"{attention_table.FLASHMLA_PAGE}); at page 1 only its own kernel would run")

@@ -41,10 +41,13 @@ def weights_and_replicated_q(req: PlanRequest, replicate_q: bool) -> tuple[int, 
 
 
 def mha_prefill_transient(m: ModelSpec, dcp: int, attn_tp: int, chunk: int = DEFAULT_CHUNKED_PREFILL) -> int:
-    """Bytes one rank holds beside its KV while one MLA layer of a `chunk`-token prefill runs in the MHA form."""
-    b = {"float64": 8, "float32": 4}.get(m.dtype, 2)          # the compute dtype (FP8 checkpoints compute in bf16)
+    """Bytes one rank holds beside its KV while one MLA layer of a `chunk`-token prefill runs in the MHA
+    form."""
+    b = {"float64": 8, "float32": 4}.get(m.dtype, 2)          # the compute dtype (FP8 checkpoints compute in
+                                                              # bf16)
     hk = m.num_heads // attn_tp * dcp                        # kernel heads: the DCP group's
-    if hk == 0:                                              # fewer heads than attention-TP ranks: a violation
+    if hk == 0:                                              # fewer heads than attention-TP ranks: a
+                                                             # violation
         return 0
     qk, v, nope = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim, m.qk_nope_head_dim
     row = hk * (nope + v + qk) * b                           # one key row up-projected (GEMM output, then K)
@@ -97,7 +100,8 @@ def kda_state_bytes_per_rank(req: PlanRequest) -> int:
     return m.kda.state_bytes_per_layer() * layers // req.topology.attn_tp
 
 
-def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool, memory_option: str = "mem_fraction_static"
+def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool,
+                  memory_option: str = "mem_fraction_static"
                   ) -> tuple[dict[str, Any], list[Violation]]:
     """memory_option: the engine's name of req.mem_fraction_static, for the weights_fit message."""
     m, t, hw = req.model, req.topology, req.hardware
@@ -108,8 +112,9 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool, memory_opt
     viol: list[Violation] = []
     if budget <= 0:
         viol.append(Violation("weights_fit", f"weights per rank ({(weights + rep_q) / GIB:.1f} GiB) exceed "
-                              f"{memory_option} ({req.mem_fraction_static}) * memory ({per_rank_mem / GIB:.1f} GiB) "
-                              f"= {static / GIB:.1f} GiB; raise tp/ep or use a larger GPU"))
+                              f"{memory_option} ({req.mem_fraction_static}) * memory "
+                              f"({per_rank_mem / GIB:.1f} GiB) = {static / GIB:.1f} GiB; raise tp/ep or use "
+                              "a larger GPU"))
     cap = capacity(req, kv_dtype, budget, t.dcp_size)
     base = capacity(req, kv_dtype, int(static - weights), 1)
     kv_tok = kv_row_bytes(m, kv_dtype)
@@ -130,7 +135,8 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool, memory_opt
         "max_context_len": min(cap.virtual_tokens, m.max_position_embeddings),
         "max_context_limited_by": "kv_capacity" if cap.virtual_tokens < m.max_position_embeddings
         else "max_position_embeddings",
-        "capacity_gain_vs_dcp1": round(cap.virtual_tokens / base.virtual_tokens, 4) if base.virtual_tokens else None,
+        "capacity_gain_vs_dcp1": round(cap.virtual_tokens / base.virtual_tokens, 4)
+        if base.virtual_tokens else None,
         "nominal_gain": t.dcp_size,
     }
     if m.kda is not None:

@@ -31,7 +31,8 @@ class ModelSpec(MlaShape):
     mla_layers: tuple[int, ...]  # 0-based indices of MLA (full attention) layers
     kda: KdaSpec | None = None
     uses_rope: bool = True
-    weight_block: tuple[int, int] | None = None  # block-FP8 checkpoints: quantization_config.weight_block_size
+    weight_block: tuple[int, int] | None = None  # block-FP8 checkpoints:
+                                                 # quantization_config.weight_block_size
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -67,7 +68,8 @@ def project(hc: HfConfig, name: str = "model") -> ModelSpec:
 
 def _weight_block(q: Any) -> tuple[int, int] | None:
     block = q.get("weight_block_size") if isinstance(q, dict) and q.get("quant_method") == "fp8" else None
-    if isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+    if isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0
+                                                                    for b in block):
         return int(block[0]), int(block[1])
     return None
 

@@ -1,4 +1,5 @@
-"""MLA model families: one table from config.json's model_type / architectures to its config parse and runtime model.
+"""MLA model families: one table from config.json's model_type / architectures to its config parse and runtime
+model.
 
 Read by the plan (plan/hf_config.py: is this a model dcpctl plans, whose transformers defaults fill its absent
 keys; the exports: does an engine load it with --trust-remote-code) and by the runtime
@@ -24,12 +25,15 @@ class Family:
     name: str
     model_types: tuple[str, ...]    # config.json model_type values (the language model's, under a wrapper)
     architectures: tuple[str, ...]  # config.json architectures that name it exactly
-    hf_defaults: str                # the transformers config class whose defaults fill absent keys (hf_defaults.py)
-    build: str | None = None        # runtime builder `module:function`; None: planned, not run by the bundled runtime
+    hf_defaults: str                # the transformers config class whose defaults fill absent keys
+                                    # (hf_defaults.py)
+    build: str | None = None        # runtime builder `module:function`; None: planned, not run by the bundled
+                                    # runtime
     mla_config: str | None = None   # runtime `module:function` HfConfig -> MlaConfig (its MLA part)
     remote_code: bool = False       # engines load its checkpoints with --trust-remote-code
     kda: bool = False               # its layers may be KDA (linear attention) as well as MLA
-    contains: str | None = None     # fallback: any architecture holding this word (planned as a V3-shaped model)
+    contains: str | None = None     # fallback: any architecture holding this word (planned as a V3-shaped
+                                    # model)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -48,11 +52,12 @@ RUNTIME_MODEL_TYPES = tuple(sorted(t for f in FAMILIES if f.build for t in f.mod
 
 
 def family_of(model_type: str, architectures: tuple[str, ...]) -> Family | None:
-    """The family a config.json names: by its model_type (transformers picks the config class by it), else by an
-    architecture, else by a word an architecture holds; None: not a model dcpctl knows."""
+    """The family a config.json names: by its model_type (transformers picks the config class by it), else by
+    an architecture, else by a word an architecture holds; None: not a model dcpctl knows."""
     return (next((f for f in FAMILIES if model_type in f.model_types), None)
             or next((f for f in FAMILIES if any(a in f.architectures for a in architectures)), None)
-            or next((f for f in FAMILIES if f.contains and any(f.contains in a for a in architectures)), None))
+            or next((f for f in FAMILIES if f.contains and any(f.contains in a for a in architectures)),
+                    None))
 
 
 def remote_code(model_type: str, architectures: tuple[str, ...]) -> bool:

@@ -46,8 +46,9 @@ class Plan:
             "engine": {"name": r.engine, "version": target(r.engine).version},
             "violations": [v.to_dict() for v in self.violations],
             "warnings": self.all_warnings,
-            "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
-                         "attn_dp_size": t.attn_dp, "ranks_per_node": t.ranks_per_node,
+            "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus,
+                         "attn_tp_size": t.attn_tp, "attn_dp_size": t.attn_dp,
+                         "ranks_per_node": t.ranks_per_node,
                          "kernel_heads": r.model.num_heads // t.attn_tp * t.dcp_size
                          if r.model.num_heads % t.attn_tp == 0 and not self.topology_only else None},
             "model": None if self.topology_only else r.model.summary(),
@@ -86,10 +87,13 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
     plan.violations += engine.violations(req, with_model=not topology_only)
     dec = engine.decide(req)
     spec_k = dec.items.get("speculative_num_draft_tokens")  # decided once, used everywhere
-    req = plan.request = replace(req, page_size=dec.value("page_size"), speculative_num_draft_tokens=spec_k.value
-                                 if spec_k else req.speculative_num_draft_tokens, **speculative.auto_steps_topk(req))
+    req = plan.request = replace(req, page_size=dec.value("page_size"),
+                                 speculative_num_draft_tokens=spec_k.value
+                                 if spec_k else req.speculative_num_draft_tokens,
+                                 **speculative.auto_steps_topk(req))
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
-    plan.defects = defects.met(engine.name, req, dec.items)  # known engine defects this plan meets (plan/defects.py)
+    plan.defects = defects.met(engine.name, req, dec.items)  # known engine defects this plan meets
+                                                             # (plan/defects.py)
     plan.violations += dec.violations
     kv_dtype = dec.value("kv_cache_dtype")
     plan.compositions, cviol, cwarn = compose.check_compositions(req, kv_dtype)
@@ -102,7 +106,8 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
         _node_warnings(plan)
     if topology_only:
         return plan
-    plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"), engine.memory_option)
+    plan.memory, mviol = memory.memory_report(req, kv_dtype, dec.value("dcp_replicate_q_proj"),
+                                              engine.memory_option)
     plan.violations += mviol
     return plan
 
@@ -114,7 +119,8 @@ SKIPPED_WITHOUT_MODEL = (
     "model overrides keyed on architectures (Kimi K3: backend, replicated Q, decode kernel, page size)",
     "replicated Q needs unquantized bf16/fp16 weights (decided here as if they were)",
     "kv_cache_dtype auto takes the model's dtype (decided here as bfloat16)",
-    "SM100 decode kernel by architecture (trtllm_mla for the DeepSeek family; decided here as another MLA model)",
+    "SM100 decode kernel by architecture (trtllm_mla for the DeepSeek family; decided here as another MLA "
+    "model)",
     "hybrid (KDA) layers",
 )
 
@@ -123,6 +129,6 @@ def _node_warnings(plan: Plan) -> None:
     t, hw = plan.request.topology, plan.request.hardware
     crossing = groups.dcp_groups_crossing_nodes(t, plan.groups)
     if crossing and not hw.mnnvl:
-        plan.warnings.append(f"{len(crossing)} DCP group(s) cross nodes (ranks_per_node ({t.ranks_per_node}) is not "
-                             f"a multiple of dcp ({t.dcp_size})) on {hw.name} without MNNVL: the DCP exchange "
-                             f"leaves NVLink; first: ranks {groups.collapse(crossing[0])}")
+        plan.warnings.append(f"{len(crossing)} DCP group(s) cross nodes (ranks_per_node ({t.ranks_per_node}) "
+                             f"is not a multiple of dcp ({t.dcp_size})) on {hw.name} without MNNVL: the DCP "
+                             f"exchange leaves NVLink; first: ranks {groups.collapse(crossing[0])}")

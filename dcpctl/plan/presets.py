@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
-
 from dcpctl.plan.errors import UserError
+
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
 KINDS = ("models", "hardware", "deployments")
 

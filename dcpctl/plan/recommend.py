@@ -1,8 +1,8 @@
 """Search DCP sizes, exchange backends and Q replication for a workload; find crossovers.
 
-With a performance model (plan/perf.py `Model`, as `dcpctl recommend` passes) every choice is ranked by its full
-decode step (TPOT: compute + collectives + host gap, the middle of the collectives' band); without one, by the
-attention block of plan/cost.py."""
+With a performance model (plan/perf.py `Model`, as `dcpctl recommend` passes) every choice is ranked by its
+full decode step (TPOT: compute + collectives + host gap, the middle of the collectives' band); without one,
+by the attention block of plan/cost.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -40,15 +40,18 @@ class Row:
     step: Any = None            # perf.Decode: the full step, when a performance model is given
 
 
-def evaluate(req: PlanRequest, ch: Choice, context: int, concurrency: int, k: Constants, model: Any = None) -> Row:
+def evaluate(req: PlanRequest, ch: Choice, context: int, concurrency: int, k: Constants,
+             model: Any = None) -> Row:
     p = make_plan(_request(req, ch, context))
     if not p.valid:
         return Row(ch, False, 0, None, "; ".join(v.code for v in p.violations))
     if p.decisions["dcp_comm_backend"].value != ch.backend and ch.dcp > 1:
         return Row(ch, False, 0, None, "a model override picks another backend")
     batch = -(-concurrency // req.topology.attn_dp)
-    cost = layer_cost(req.model, req.topology.attn_tp, ch, batch, context, p.decisions["kv_cache_dtype"].value, k)
-    step = model.decode(p.request, p.decisions, batch, context, model.measures(ch)) if model is not None else None
+    cost = layer_cost(req.model, req.topology.attn_tp, ch, batch, context,
+                      p.decisions["kv_cache_dtype"].value, k)
+    step = (model.decode(p.request, p.decisions, batch, context, model.measures(ch))
+            if model is not None else None)
     return Row(ch, True, p.memory.get("max_concurrency", 0), cost, step=step)
 
 
@@ -58,7 +61,8 @@ def attention_ms(req: PlanRequest, row: Row) -> float:
 
 
 def step_ms(req: PlanRequest, row: Row) -> float:
-    """What choices are ranked by: the full step's TPOT (the middle of its band) when modelled, else attention."""
+    """What choices are ranked by: the full step's TPOT (the middle of its band) when modelled, else
+    attention."""
     if row.step is not None:
         return (row.step.low_s + row.step.high_s) / 2 * 1e3
     return attention_ms(req, row)
@@ -69,7 +73,8 @@ def crossover(req: PlanRequest, ch: Choice, context: int, k: Constants, model: A
     base = evaluate(req, Choice(1, "none", False), context, 1, k)
 
     def wins(n: int) -> bool:
-        a, b = evaluate(req, ch, context, n, k, model), evaluate(req, Choice(1, "none", False), context, n, k, model)
+        a, b = evaluate(req, ch, context, n, k, model), evaluate(req, Choice(1, "none", False), context, n, k,
+                                                                 model)
         if not a.valid or (a.max_concurrency < n):
             return False
         return n > base.max_concurrency or (a.cost is not None and b.cost is not None
@@ -87,7 +92,8 @@ def crossover(req: PlanRequest, ch: Choice, context: int, k: Constants, model: A
     return hi
 
 
-def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants, model: Any = None) -> dict[str, Any]:
+def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants,
+              model: Any = None) -> dict[str, Any]:
     rows = [evaluate(req, ch, context, concurrency, k, model) for ch in candidates(req)]
     table = []
     for r in rows:
@@ -113,13 +119,14 @@ def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants, mo
 
 def _step_dict(s: Any) -> dict[str, Any]:
     """The full step's figures (perf.Decode) in ms, with their labels."""
-    return {"tpot_ms": (s.low_s + s.high_s) / 2 * 1e3, "tpot_low_ms": s.low_s * 1e3, "tpot_high_ms": s.high_s * 1e3,
-            "compute_ms": s.compute.seconds * 1e3, "compute_label": s.compute.label,
-            "communication_low_ms": s.comm_low_s * 1e3, "communication_high_ms": s.comm_high_s * 1e3,
-            "host_gap_ms": s.host.seconds * 1e3}
+    return {"tpot_ms": (s.low_s + s.high_s) / 2 * 1e3, "tpot_low_ms": s.low_s * 1e3,
+            "tpot_high_ms": s.high_s * 1e3, "compute_ms": s.compute.seconds * 1e3,
+            "compute_label": s.compute.label, "communication_low_ms": s.comm_low_s * 1e3,
+            "communication_high_ms": s.comm_high_s * 1e3, "host_gap_ms": s.host.seconds * 1e3}
 
 
-def crossovers(req: PlanRequest, k: Constants, contexts: list[int], model: Any = None) -> list[dict[str, Any]]:
+def crossovers(req: PlanRequest, k: Constants, contexts: list[int],
+               model: Any = None) -> list[dict[str, Any]]:
     """Per DCP choice, its crossover concurrency at each context length: a number, None (never), or
     PAST_POSITIONS where the context is past the model's positions (no choice serves it)."""
     out = []
@@ -148,13 +155,15 @@ def _pick(req: PlanRequest, fitting: list[tuple[float, Row]], rows: list[Row], n
     if r.step is not None:
         why += f"; {_parts(r.step)}"
     out = {"choice": r.choice.label, "dcp_size": r.choice.dcp, "dcp_comm_backend": r.choice.backend,
-           "dcp_replicate_q_proj": r.choice.replicate_q, "step_attention_ms": attention_ms(req, r), "reason": why}
+           "dcp_replicate_q_proj": r.choice.replicate_q, "step_attention_ms": attention_ms(req, r),
+           "reason": why}
     return {**out, **({"tpot_ms": ms} if r.step is not None else {})}
 
 
 def _parts(s: Any) -> str:
     return (f"its step: compute {s.compute.seconds * 1e3:.2f} ms ({s.compute.label}) + collectives "
-            f"{s.comm_low_s * 1e3:.2f}-{s.comm_high_s * 1e3:.2f} ms (modelled) + host gap {s.host.seconds * 1e3:.3f} ms")
+            f"{s.comm_low_s * 1e3:.2f}-{s.comm_high_s * 1e3:.2f} ms (modelled) + host gap "
+            f"{s.host.seconds * 1e3:.3f} ms")
 
 
 def estimate(p: Plan, concurrency: int, calibration: str | None = None) -> dict[str, Any]:

@@ -7,10 +7,12 @@ from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.topology import Topology
 
-DEFAULT_CHUNKED_PREFILL = 8192      # tokens per prefill chunk (-1: no chunking); the CLI's and the launch config's default
+DEFAULT_CHUNKED_PREFILL = 8192      # tokens per prefill chunk (-1: no chunking); the CLI's and the launch
+                                    # config's default
 
 COMM_BACKENDS = ("ag_rs", "a2a", "fi_a2a")
-KV_DTYPES = ("auto", "bf16", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")  # float*: CPU only
+# float*: CPU only
+KV_DTYPES = ("auto", "bf16", "bfloat16", "float16", "float32", "float64", "fp8_e4m3", "fp8_e5m2")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 PD_MODES = ("null", "prefill", "decode")
 PD_BACKENDS = ("mooncake", "nixl", "fake")
@@ -49,8 +51,8 @@ class PlanRequest:
     engine: str = "sglang"
     prefill_context_parallel_size: int = 1
     cp_kv_cache_interleave_size: int | None = None
-    engine_args: tuple[tuple[str, ...], ...] = ()  # `sglang serve` flags passed through, one token tuple per flag
-    # the bundled runtime's numerics and speed settings (plan/runtime_choices.py; None: decided)
+    engine_args: tuple[tuple[str, ...], ...] = ()  # `sglang serve` flags passed through, one token tuple per
+    # flag the bundled runtime's numerics and speed settings (plan/runtime_choices.py; None: decided)
     fp8_gemm: str | None = None
     blas: str | None = None
     cublaslt_workspace_kib: int | None = None

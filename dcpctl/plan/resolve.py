@@ -20,14 +20,16 @@ REQUEST_KEYS = tuple(k for k in PlanRequest.__dataclass_fields__ if k not in ("t
 OTHER_KEYS = ("model", "model_path", "hardware", "speculative_draft_model_path", "description", "preset",
               "attn_dp_size", "calibration", "decode_attention_backend", "engine", *all_option_keys())
 DEFAULT_MODEL = "tiny"
-MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is topology-only
-# topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape, unquantized bf16, no
-# architecture, so no model override applies); the plan lists what it skipped (planner.SKIPPED_WITHOUT_MODEL)
+MODEL_KEYS = ("model_path", "model", "preset")  # any of these names a model; without them plan is
+# topology-only topology-only plans: a stand-in that no model check reads (DeepSeek-V3's MLA shape,
+# unquantized bf16, no architecture, so no model override applies); the plan lists what it skipped
+# (planner.SKIPPED_WITHOUT_MODEL)
 NO_MODEL = ModelSpec(name="(no model)", architectures=(), model_type="mla", hidden_size=7168, num_layers=61,
-                     num_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                     v_head_dim=128, vocab_size=0, intermediate_size=0, moe_intermediate_size=0, n_routed_experts=0,
-                     num_experts_per_tok=0, n_shared_experts=0, first_k_dense_replace=0,
-                     max_position_embeddings=0, dtype="bfloat16", quantization=None, mla_layers=tuple(range(61)))
+                     num_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                     qk_rope_head_dim=64, v_head_dim=128, vocab_size=0, intermediate_size=0,
+                     moe_intermediate_size=0, n_routed_experts=0, num_experts_per_tok=0, n_shared_experts=0,
+                     first_k_dense_replace=0, max_position_embeddings=0, dtype="bfloat16", quantization=None,
+                     mla_layers=tuple(range(61)))
 
 
 def merge_options(flags: dict[str, Any], explicit: set[str], preset: str | None) -> dict[str, Any]:
@@ -55,8 +57,8 @@ def has_model(opts: dict[str, Any]) -> bool:
 
 
 def hub_preset(path: str) -> str | None:
-    """The model preset whose config a Hugging Face id names (`deepseek-ai/DeepSeek-V3.1`), when `path` is not a
-    local directory; an id no preset ships is a UserError naming the presets."""
+    """The model preset whose config a Hugging Face id names (`deepseek-ai/DeepSeek-V3.1`), when `path` is not
+    a local directory; an id no preset ships is a UserError naming the presets."""
     if Path(path).exists() or path.count("/") != 1 or path.startswith((".", "/", "~")):
         return None
     for name in presets.names("models"):
@@ -110,11 +112,13 @@ def _attn_dp(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest:
-    """The PlanRequest of merged options; `model` (NO_MODEL for a topology-only plan) replaces the options' model."""
+    """The PlanRequest of merged options; `model` (NO_MODEL for a topology-only plan) replaces the options'
+    model."""
     hardware: Hardware = resolve_hardware(opts.get("hardware") or "auto", presets.hardware_profiles())
     if opts.get("calibration"):   # measured figures replace the profile's (plan's hardware section says so)
         hardware = calibrated(hardware, Path(opts["calibration"]))
-    opts = _engine_args(_attn_dp(engine_options(opts)))  # the engine's vocabulary -> plan options (plan/engines.py)
+    opts = _engine_args(_attn_dp(engine_options(opts)))  # the engine's vocabulary -> plan options
+                                                         # (plan/engines.py)
     topo = {k: opts[k] for k in TOPOLOGY_KEYS if opts.get(k) is not None}
     topology = Topology(**topo)
     draft = None
@@ -123,13 +127,13 @@ def request_from_options(opts: dict[str, Any], model: ModelSpec | None = None) -
         draft.extra["path"] = opts["speculative_draft_model_path"]
     fields = {k: opts[k] for k in REQUEST_KEYS if opts.get(k) is not None}
     _check_ranges(fields)
-    return PlanRequest(topology=topology, model=model or model_from_options(opts), hardware=hardware, draft_model=draft,
-                       **fields)
+    return PlanRequest(topology=topology, model=model or model_from_options(opts), hardware=hardware,
+                       draft_model=draft, **fields)
 
 
 def _engine_args(opts: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's --decode-attention-backend is the plan's decode kernel; the passed-through flags are checked again
-    by the engine (a saved plan's may have been edited) and frozen."""
+    """SGLang's --decode-attention-backend is the plan's decode kernel; the passed-through flags are checked
+    again by the engine (a saved plan's may have been edited) and frozen."""
     out = dict(opts)
     if opts.get("decode_attention_backend"):
         out["attention_backend"] = opts["decode_attention_backend"]

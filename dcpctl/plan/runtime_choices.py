@@ -1,13 +1,18 @@
-"""The bundled runtime's numerics and speed settings: each decided once here, with its reason, from flags only.
+"""The bundled runtime's numerics and speed settings: each decided once here, with its reason, from flags
+only.
 
-| decision           | values                              | default and why                                          |
-| ------------------ | ----------------------------------- | -------------------------------------------------------- |
-| fp8_gemm           | w8a16, w8a8                         | w8a16: exact weights in 16-bit MMA; w8a8 adds activation quantization error |
-| blas               | cublaslt, cublas, keep              | cublaslt: faster on the decode step's small GEMMs      |
-| cublaslt_workspace | torch, or a positive number of KiB  | torch: a small workspace slows prefill GEMMs that split K |
-| dist_timeout       | seconds                             | 600: long enough for a first CUDA graph capture           |
+| decision           | values                             | default and why                                  |
+| ------------------ | ---------------------------------- | ------------------------------------------------ |
+| fp8_gemm           | w8a16, w8a8                        | w8a16: exact weights in 16-bit MMA; w8a8 adds    |
+|                    |                                    | activation quantization error                    |
+| blas               | cublaslt, cublas, keep             | cublaslt: faster on the decode step's small      |
+|                    |                                    | GEMMs                                            |
+| cublaslt_workspace | torch, or a positive number of KiB | torch: a small workspace slows prefill GEMMs     |
+|                    |                                    | that split K                                     |
+| dist_timeout       | seconds                            | 600: long enough for a first CUDA graph capture  |
 
-The launch config carries the values (its `runtime` section); the runtime follows them.  The defaults live here.
+The launch config carries the values (its `runtime` section); the runtime follows them.  The defaults live
+here.
 """
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ DEFAULT_DIST_TIMEOUT_S = 600
 def fp8_gemm(requested: str | None, quantization: str | None) -> tuple[str, str]:
     if requested:
         return requested, f"set by --fp8-gemm {requested}"
-    what = f"the default for {quantization} weights" if quantization else "unused (no FP8 weights), the default"
+    what = (f"the default for {quantization} weights"
+            if quantization else "unused (no FP8 weights), the default")
     return DEFAULT_FP8_GEMM, what + (": e4m3 weight tiles converted to 16 bits in registers, so the GEMM "
-                                     "adds no activation quantization error (--fp8-gemm w8a8: e4m3 activations, "
-                                     "as SGLang)")
+                                     "adds no activation quantization error (--fp8-gemm w8a8: e4m3 "
+                                     "activations, as SGLang)")
 
 
 def blas(requested: str | None, device: str) -> tuple[str, str]:
@@ -42,15 +48,15 @@ def cublaslt_workspace(kib: int | None, blas_value: str) -> tuple[int | None, st
     if kib is not None:
         return kib, f"set by --cublaslt-workspace-kib {kib}" + ("" if blas_value == "cublaslt" else
                                                                  f" (unused: --blas {blas_value})")
-    return None, ("torch's own size: a small workspace speeds the decode step but slows prefill GEMMs that split K "
-                  "(--cublaslt-workspace-kib N to choose one)")
+    return None, ("torch's own size: a small workspace speeds the decode step but slows prefill GEMMs that "
+                  "split K (--cublaslt-workspace-kib N to choose one)")
 
 
 def dist_timeout(seconds: int | None) -> tuple[int, str]:
     if seconds is not None:
         return seconds, f"set by --dist-timeout {seconds}"
-    return DEFAULT_DIST_TIMEOUT_S, ("the default: a collective that waits longer fails the run (first CUDA graph "
-                                    "captures and kernel builds fit inside it)")
+    return DEFAULT_DIST_TIMEOUT_S, ("the default: a collective that waits longer fails the run (first CUDA "
+                                    "graph captures and kernel builds fit inside it)")
 
 
 def table_override(flag: str, path: str | None) -> tuple[str | None, str]:

@@ -22,14 +22,16 @@ def _grid(top: int, extra: set[int]) -> list[int]:
     return sorted(n for n in ns | extra if 1 <= n <= top)
 
 
-def _wins(curves: list[dict[str, Any]], crossovers: list[dict[str, Any]], context: int) -> list[dict[str, Any]]:
+def _wins(curves: list[dict[str, Any]], crossovers: list[dict[str, Any]],
+          context: int) -> list[dict[str, Any]]:
     """Per DCP size, its earliest crossover over the backends (from None: that size never beats DCP 1)."""
     at = _numbers(crossovers, context)
     out: dict[int, dict[str, Any]] = {}
     for c in curves:
         if c["dcp"] == 1:
             continue
-        n, best = at.get(c["choice"]), out.setdefault(c["dcp"], {"dcp": c["dcp"], "choice": None, "from": None})
+        n, best = at.get(c["choice"]), out.setdefault(c["dcp"],
+                                                      {"dcp": c["dcp"], "choice": None, "from": None})
         if n is not None and (best["from"] is None or n < best["from"]):
             best.update(choice=c["choice"], **{"from": n})
     return list(out.values())
@@ -48,9 +50,9 @@ def panel(req: PlanRequest, k: Constants, context: int, concurrency: int,
         ch = first.choice
         pts = [[n, step_ms(req, evaluate(req, ch, context, n, k))] for n in grid
                if first.valid and n <= first.max_concurrency]
-        curves.append({"choice": ch.label, "dcp": ch.dcp, "backend": ch.backend, "replicate_q": ch.replicate_q,
-                       "valid": first.valid, "note": first.reason, "max_concurrency": first.max_concurrency,
-                       "points": pts})
+        curves.append({"choice": ch.label, "dcp": ch.dcp, "backend": ch.backend,
+                       "replicate_q": ch.replicate_q, "valid": first.valid, "note": first.reason,
+                       "max_concurrency": first.max_concurrency, "points": pts})
     dcp1 = next(c for c in curves if c["dcp"] == 1)
     return {"context_len": context, "dcp1_max_concurrency": dcp1["max_concurrency"], "curves": curves,
             "wins": _wins(curves, crossovers, context), "past_positions": past_positions(req, context)}
@@ -61,7 +63,8 @@ def _numbers(crossovers: list[dict[str, Any]], context: int) -> dict[str, int | 
     return {c["choice"]: v if isinstance(v := c.get(str(context)), int) else None for c in crossovers}
 
 
-def crossover_series(req: PlanRequest, k: Constants, result: dict[str, Any], contexts: list[int]) -> dict[str, Any]:
+def crossover_series(req: PlanRequest, k: Constants, result: dict[str, Any],
+                     contexts: list[int]) -> dict[str, Any]:
     """`recommend`'s result (its crossovers) -> one panel per context length, with the workload's labels."""
     return {"model": req.model.name, "hardware": req.hardware.name, "constants": k.source,
             "context_len": result["context_len"], "concurrency": result["concurrency"],

@@ -25,13 +25,15 @@ EXTRA_CHECKS: dict[str, str] = {
     "nodes": "GPUs that do not divide over the nodes",
     "node_fit": "SGLang cannot count the GPUs of the other nodes",
     "weights_fit": "weights per rank larger than mem_fraction_static * memory fail at load",
-    "fi_a2a_hardware": "SGLang's resolution checks only CUDA for fi_a2a; its own message says FlashInfer's MNNVL "
-                       "all-to-all needs Blackwell (arg_groups/parallel_hook.py handle_decode_context_parallelism)",
-    "fi_a2a_fabric": "the MNNVL all-to-all needs the DCP group inside one NVLink domain; SGLang meets it at NCCL init",
+    "fi_a2a_hardware": "SGLang's resolution checks only CUDA for fi_a2a; its own message says FlashInfer's "
+                       "MNNVL all-to-all needs Blackwell (arg_groups/parallel_hook.py "
+                       "handle_decode_context_parallelism)",
+    "fi_a2a_fabric": "the MNNVL all-to-all needs the DCP group inside one NVLink domain; SGLang meets it at "
+                     "NCCL init",
     "flashmla_fp8_dcp": "FlashMLA asserts dcp == 1 with fp8 KV when it runs "
                         "(layers/attention/flashmla_backend.py forward_decode)",
-    "trtllm_dcp_spec": "trtllm_mla's _run_decode_kernel has no DCP target-verify path (TypeError at the first "
-                       "verify; arg_groups/model_overrides/kimi_k3.py notes it)",
+    "trtllm_dcp_spec": "trtllm_mla's _run_decode_kernel has no DCP target-verify path (TypeError at the "
+                       "first verify; arg_groups/model_overrides/kimi_k3.py notes it)",
     "pd_dcp_sizes": "a PD pair needs both sides' DCP sizes; one `sglang serve` sees one side",
     "pd_page_size": "a PD pair needs both sides' page sizes; one `sglang serve` sees one side",
     "pd_kv_dtype": "a PD pair needs both sides' KV dtypes; one `sglang serve` sees one side",

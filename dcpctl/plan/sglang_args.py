@@ -18,7 +18,8 @@ from dcpctl.plan.sglang import SGLANG_VERSION
 class EngineSyntax:
     """How a command line of one engine is recognised inside a dcpctl command line."""
     table_file: str
-    prefixes: tuple[tuple[str, ...], ...]  # the launcher's words, a regex per word (`python3 -m sglang.launch_server`)
+    prefixes: tuple[tuple[str, ...], ...]  # the launcher's words, a regex per word (`python3 -m
+                                           # sglang.launch_server`)
     positional_model: bool  # `sglang serve MODEL` names the model without --model-path
 
     @property
@@ -34,7 +35,8 @@ class EngineSyntax:
                     before = args[:i - 1] if i and args[i - 1] == "--" else args[:i]
                     rest = args[i + n:]
                     if self.positional_model and rest and not rest[0].startswith("-"):
-                        rest = ["--model-path", rest[0], *rest[1:]]  # serve.py _normalize_positional_model_path
+                        rest = ["--model-path", rest[0], *rest[1:]]  # serve.py
+                                                                     # _normalize_positional_model_path
                     return before + rest, True
         return args, False
 
@@ -55,8 +57,8 @@ class EngineSyntax:
         return out
 
 
-# dcpctl models these SGLang flags and also carries them as typed: SGLang's --attention-backend sets the prefill
-# kernel too, which the plan (decode only) does not write.
+# dcpctl models these SGLang flags and also carries them as typed: SGLang's --attention-backend sets the
+# prefill kernel too, which the plan (decode only) does not write.
 CARRY_AS_TYPED = frozenset({"--attention-backend"})
 PYTHON = r"python(3(\.\d+)?)?"
 SGLANG = EngineSyntax(

@@ -1,5 +1,5 @@
-"""SGLang 0.5.23 as an engine target (the default): its rules are dcpctl's own (plan/decisions.py, plan/kernels.py,
-plan/topology.py), its flags dcpctl's, its export `sglang serve` (launch/exports.py)."""
+"""SGLang 0.5.23 as an engine target (the default): its rules are dcpctl's own (plan/decisions.py,
+plan/kernels.py, plan/topology.py), its flags dcpctl's, its export `sglang serve` (launch/exports.py)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -51,7 +51,8 @@ class SglangTarget(EngineTarget):
                 out += [Choice(c, "fi_a2a", False), Choice(c, "fi_a2a", True)]
         return out
 
-    def split_flags(self, args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
+    def split_flags(self, args: list[str],
+                    caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
         args, pasted = SGLANG.strip_launcher(list(args))
         mine, rest = split(SGLANG.table, SGLANG.rename(args, caller), caller, record=CARRY_AS_TYPED)
         return mine, rest, pasted
@@ -66,14 +67,15 @@ class SglangTarget(EngineTarget):
             split(sglang_table(), list(g), {})
 
     def check_export(self, req: "PlanRequest", fmt: str) -> None:
-        """`sglang serve` runs on GPUs over NCCL with SGLang's KV dtypes: a plan for the CPU (gloo) or with a KV
-        dtype only the bundled runtime stores is refused in one sentence that says what to use instead."""
+        """`sglang serve` runs on GPUs over NCCL with SGLang's KV dtypes: a plan for the CPU (gloo) or with a
+        KV dtype only the bundled runtime stores is refused in one sentence that says what to use instead."""
         r, table = req, sglang_table()
         kv_choices = table.by_dest["kv_cache_dtype"].choices or ()
         if r.kv_cache_dtype not in kv_choices:
-            raise UserError(f"export {fmt}: --kv-cache-dtype {r.kv_cache_dtype} exists only in the bundled runtime; "
-                            f"{table.label} takes {', '.join(kv_choices)} (export torchrun runs it as planned)")
+            raise UserError(f"export {fmt}: --kv-cache-dtype {r.kv_cache_dtype} exists only in the bundled "
+                            f"runtime; {table.label} takes {', '.join(kv_choices)} (export torchrun runs it "
+                            "as planned)")
         if r.hardware.device != "cuda":
-            raise UserError(f"export {fmt}: the plan is for {r.hardware.name} hardware (CPU, gloo), which only the "
-                            "bundled runtime runs; plan for a GPU profile (--hardware h200-8, b200-8, ...) or export "
-                            "torchrun")
+            raise UserError(f"export {fmt}: the plan is for {r.hardware.name} hardware (CPU, gloo), which "
+                            "only the bundled runtime runs; plan for a GPU profile (--hardware h200-8, "
+                            "b200-8, ...) or export torchrun")

@@ -32,8 +32,8 @@ Add = Callable[[Violation], None]
 def num_draft_tokens(req: PlanRequest, kernel: str, page: int, add: Add,
                      warn: Callable[[str], None]) -> tuple[int | None, str] | None:
     """(draft tokens verified per request per step, reason); None without --speculative-algorithm."""
-    algo, k, steps, topk = (req.speculative_algorithm, req.speculative_num_draft_tokens, req.speculative_num_steps,
-                            req.speculative_eagle_topk)
+    algo, k, steps, topk = (req.speculative_algorithm, req.speculative_num_draft_tokens,
+                            req.speculative_num_steps, req.speculative_eagle_topk)
     if not algo:
         given = [f for f, v in (("--speculative-num-draft-tokens", k), ("--speculative-num-steps", steps),
                                 ("--speculative-eagle-topk", topk)) if v is not None]
@@ -41,13 +41,14 @@ def num_draft_tokens(req: PlanRequest, kernel: str, page: int, add: Add,
             warn(f"{', '.join(given)} ignored: no --speculative-algorithm")
         return None
     if algo == "UNO":
-        add(Violation("spec_uno", "--speculative-algorithm UNO needs --uno-lora-path (a LoRA draft on the target), "
-                      "which dcpctl does not plan"))
+        add(Violation("spec_uno", "--speculative-algorithm UNO needs --uno-lora-path (a LoRA draft on the "
+                      "target), which dcpctl does not plan"))
         return k, "UNO: set by --speculative-num-draft-tokens" if k else "UNO: chosen by SGLang"
     _attention_dp(req, algo, add)
     mtp = algo == "STANDALONE" and any(a in MTP_ARCHS for a in req.model.architectures)
     if algo in ("STANDALONE", "DFLASH", "DSPARK") and req.draft_model is None and not mtp:
-        add(Violation("spec_draft_model", f"--speculative-algorithm {algo} needs --speculative-draft-model-path"))
+        add(Violation("spec_draft_model",
+                      f"--speculative-algorithm {algo} needs --speculative-draft-model-path"))
     if algo in EAGLE_FAMILY:
         _tree_page(algo, topk or 1, kernel, page, add)
         return _eagle(algo, k, steps, topk, add)
@@ -71,28 +72,31 @@ def _attention_dp(req: PlanRequest, algo: str, add: Add) -> None:
         add(Violation("spec_attention_dp", f"--speculative-algorithm {algo} does not support attention DP "
                       f"(attn_dp {n}) in SGLang; use EAGLE/NEXTN or attn_dp 1"))
     elif n > 1 and algo in ("DFLASH", "DSPARK"):
-        add(Violation("spec_attention_dp", f"--speculative-algorithm {algo} with attention DP (attn_dp {n}) needs "
-                      "SGLang's --enable-dp-lm-head, which dcpctl does not plan"))
+        add(Violation("spec_attention_dp", f"--speculative-algorithm {algo} with attention DP (attn_dp {n}) "
+                      "needs SGLang's --enable-dp-lm-head, which dcpctl does not plan"))
 
 
 def _tree_page(algo: str, topk: int, kernel: str, page: int, add: Add) -> None:
     if topk > 1 and page > 1 and kernel not in PAGE_TREE_KERNELS:
-        add(Violation("spec_tree_page", f"{algo} drafts a tree (topk {topk} > 1), which {kernel} cannot verify at "
-                      f"page_size ({page}) > 1; use page size 1, topk 1 or {'/'.join(PAGE_TREE_KERNELS)}"))
+        add(Violation("spec_tree_page", f"{algo} drafts a tree (topk {topk} > 1), which {kernel} cannot "
+                      f"verify at page_size ({page}) > 1; use page size 1, topk 1 or "
+                      f"{'/'.join(PAGE_TREE_KERNELS)}"))
 
 
 def _eagle(algo: str, k: int | None, steps: int | None, topk: int | None, add: Add) -> tuple[int | None, str]:
     if steps is None:
         if k is not None or topk is not None:
-            add(Violation("spec_eagle_params", f"--speculative-algorithm {algo}: give --speculative-num-steps with "
-                          "--speculative-num-draft-tokens/--speculative-eagle-topk, or none of them (SGLang then "
-                          f"chooses steps {AUTO_PARAMS[0]}, topk {AUTO_PARAMS[1]}, draft tokens {AUTO_PARAMS[2]})"))
+            add(Violation("spec_eagle_params", f"--speculative-algorithm {algo}: give "
+                          "--speculative-num-steps with "
+                          "--speculative-num-draft-tokens/--speculative-eagle-topk, or none of them (SGLang "
+                          f"then chooses steps {AUTO_PARAMS[0]}, topk {AUTO_PARAMS[1]}, draft tokens "
+                          f"{AUTO_PARAMS[2]})"))
             return k, "set by --speculative-num-draft-tokens"
-        return AUTO_PARAMS[2], (f"{algo} without --speculative-num-steps: SGLang chooses steps {AUTO_PARAMS[0]}, "
-                                f"topk {AUTO_PARAMS[1]}, draft tokens {AUTO_PARAMS[2]}")
+        return AUTO_PARAMS[2], (f"{algo} without --speculative-num-steps: SGLang chooses steps "
+                                f"{AUTO_PARAMS[0]}, topk {AUTO_PARAMS[1]}, draft tokens {AUTO_PARAMS[2]}")
     if topk is None:
-        add(Violation("spec_eagle_params", f"--speculative-algorithm {algo} with --speculative-num-steps {steps} also "
-                      "needs --speculative-eagle-topk (SGLang 0.5.23 fails without it)"))
+        add(Violation("spec_eagle_params", f"--speculative-algorithm {algo} with --speculative-num-steps "
+                      f"{steps} also needs --speculative-eagle-topk (SGLang 0.5.23 fails without it)"))
         return k, "set by --speculative-num-draft-tokens"
     if topk == 1:
         return steps + 1, f"--speculative-num-steps {steps} with topk 1: steps + 1 draft tokens"

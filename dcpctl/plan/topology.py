@@ -29,15 +29,17 @@ class Topology:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1):
+        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int)
+                                               or self.gpus_per_node < 1):
             raise UserError(f"--gpus-per-node must be a positive integer, got {self.gpus_per_node!r}")
         for name in ("tp_size", "dp_size", "dcp_size", "ep_size", "pp_size", "nnodes"):
             if getattr(self, name) > MAX_GPUS:
                 raise UserError(f"--{name.replace('_', '-')} ({getattr(self, name)}) is larger than the "
                                 f"{MAX_GPUS} GPUs dcpctl plans for")
         if self.total_gpus > MAX_GPUS:
-            raise UserError(f"tp ({self.tp_size}) * pp ({self.pp_size}) * dp replicas ({self.engine_replicas}) = "
-                            f"{self.total_gpus} GPUs is more than the {MAX_GPUS} dcpctl plans for")
+            raise UserError(f"tp ({self.tp_size}) * pp ({self.pp_size}) * dp replicas "
+                            f"({self.engine_replicas}) = {self.total_gpus} GPUs is more than the {MAX_GPUS} "
+                            "dcpctl plans for")
 
     @property
     def world(self) -> int:
@@ -72,27 +74,29 @@ class Topology:
         tp, dp, c = self.tp_size, self.dp_size, self.dcp_size
         if self.enable_dp_attention and tp % dp:
             ok = [d for d in divisors(tp)]
-            out.append(Violation("tp_dp", f"tp ({tp}) is not a multiple of dp ({dp}) with --enable-dp-attention; "
-                                 f"valid dp sizes: {ok}"))
+            out.append(Violation("tp_dp", f"tp ({tp}) is not a multiple of dp ({dp}) with "
+                                 f"--enable-dp-attention; valid dp sizes: {ok}"))
             return out  # attn_tp is undefined below
         attn_tp = self.attn_tp
         if tp % c:
-            out.append(Violation("tp_dcp", f"tp ({tp}) is not a multiple of dcp ({c}); valid dcp sizes: {divisors(attn_tp)}"))
-        elif attn_tp % c:
-            out.append(Violation("dcp_containment", f"attn_tp ({attn_tp}) = tp ({tp}) // dp ({dp}) is not a multiple of "
-                                 f"dcp ({c}): a DCP group would cross attention-DP replicas; valid dcp sizes: "
+            out.append(Violation("tp_dcp",
+                                 f"tp ({tp}) is not a multiple of dcp ({c}); valid dcp sizes: "
                                  f"{divisors(attn_tp)}"))
+        elif attn_tp % c:
+            out.append(Violation("dcp_containment", f"attn_tp ({attn_tp}) = tp ({tp}) // dp ({dp}) is not a "
+                                 f"multiple of dcp ({c}): a DCP group would cross attention-DP replicas; "
+                                 f"valid dcp sizes: {divisors(attn_tp)}"))
         if tp % self.ep_size:
-            # SGLang 0.5.23's argument checks accept it; its model runner raises "tp_size 8 must be divisible by
-            # ep_size 16" at startup (model_executor/model_runner_components/moe_ep_setup.py), and its MoE TP width
-            # tp // ep // moe_dp is 0 for ep > tp (runtime_context.derive_parallel_widths)
-            out.append(Violation("tp_ep", f"tp_size ({tp}) % ep_size ({self.ep_size}) != 0: SGLang's model runner "
-                                 f"stops at startup (tp_size must be divisible by ep_size); valid ep sizes: "
-                                 f"{divisors(tp)}"))
+            # SGLang 0.5.23's argument checks accept it; its model runner raises "tp_size 8 must be divisible
+            # by ep_size 16" at startup (model_executor/model_runner_components/moe_ep_setup.py), and its MoE
+            # TP width tp // ep // moe_dp is 0 for ep > tp (runtime_context.derive_parallel_widths)
+            out.append(Violation("tp_ep", f"tp_size ({tp}) % ep_size ({self.ep_size}) != 0: SGLang's model "
+                                 "runner stops at startup (tp_size must be divisible by ep_size); valid ep "
+                                 f"sizes: {divisors(tp)}"))
         if num_heads is not None and num_heads % attn_tp:
             ok = [d for d in divisors(num_heads) if tp % d == 0]
-            out.append(Violation("heads", f"num_attention_heads ({num_heads}) is not a multiple of attn_tp ({attn_tp}); "
-                                 f"valid attn_tp sizes: {ok}"))
+            out.append(Violation("heads", f"num_attention_heads ({num_heads}) is not a multiple of attn_tp "
+                                 f"({attn_tp}); valid attn_tp sizes: {ok}"))
         if num_layers is not None and self.pp_size > num_layers:
             out.append(Violation("pp_layers", f"pp ({self.pp_size}) > num_hidden_layers ({num_layers})"))
         out += self._node_violations()
@@ -101,13 +105,15 @@ class Topology:
     def _node_violations(self) -> list[Violation]:
         world, n = self.world, self.nnodes
         if n > 1 and self.engine_replicas > 1:
-            return [Violation("multi_node_dp", f"dp ({self.dp_size}) whole-engine replicas across nnodes ({n}) are not "
-                              "supported (SGLang); use attention DP (--attn-dp-size) across nodes")]
+            return [Violation("multi_node_dp", f"dp ({self.dp_size}) whole-engine replicas across nnodes "
+                              f"({n}) are not supported (SGLang); use attention DP (--attn-dp-size) across "
+                              "nodes")]
         if world % n:
-            return [Violation("nodes", f"tp ({self.tp_size}) * pp ({self.pp_size}) = {world} is not a multiple of "
-                              f"nnodes ({n}); valid nnodes: {divisors(world)}")]
+            return [Violation("nodes", f"tp ({self.tp_size}) * pp ({self.pp_size}) = {world} is not a "
+                              f"multiple of nnodes ({n}); valid nnodes: {divisors(world)}")]
         total = self.total_gpus
         if self.gpus_per_node is not None and total // n > self.gpus_per_node:
-            return [Violation("node_fit", f"total GPUs ({total}) // nnodes ({n}) = {total // n} > gpus_per_node "
-                              f"({self.gpus_per_node}); need nnodes >= {-(-total // self.gpus_per_node)}")]
+            return [Violation("node_fit", f"total GPUs ({total}) // nnodes ({n}) = {total // n} > "
+                              f"gpus_per_node ({self.gpus_per_node}); need nnodes >= "
+                              f"{-(-total // self.gpus_per_node)}")]
         return []

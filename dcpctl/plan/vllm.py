@@ -1,4 +1,5 @@
-"""The vLLM release dcpctl models under `--engine vllm`, its option vocabulary, and the checks only dcpctl makes.
+"""The vLLM release dcpctl models under `--engine vllm`, its option vocabulary, and the checks only dcpctl
+makes.
 
 vLLM 0.34.0's `EngineArgs.create_engine_config` (which builds and validates `ParallelConfig`,
 `ModelConfig`, `CacheConfig` and `VllmConfig`) plus its attention selector (`platforms/cuda.py`
@@ -15,14 +16,16 @@ VLLM_VERSION = "0.34.0"
 COMM_BACKENDS = ("ag_rs", "a2a")
 # config/cache.py CacheDType: the dense-MLA dtypes dcpctl plans (the quantized ds_mla/turboquant/... are not)
 KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION: --gpu-memory-utilization unset, no extensible KV cache
+# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION: --gpu-memory-utilization unset, no extensible KV
+# cache
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 # config/cache.py resolved_gpu_memory_utilization: unset with the extensible KV cache (the default on CUDA)
 EXTENSIBLE_GPU_MEMORY_UTILIZATION = 1.0
 # config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: what the backend's preferred block size starts from
 DEFAULT_BLOCK_SIZE = 64
 
-# SGLang options with no vLLM counterpart that dcpctl plans: refused under --engine vllm (one sentence, exit 2)
+# SGLang options with no vLLM counterpart that dcpctl plans: refused under --engine vllm (one sentence, exit
+# 2)
 SGLANG_ONLY = ("enable_dp_attention", "attn_dp_size", "speculative_algorithm",
                "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_draft_model_path", "disaggregation_mode", "disaggregation_peer_dcp_size",
@@ -45,11 +48,12 @@ EXTRA_CHECKS: dict[str, str] = {
                             "(platforms/cuda.py get_attn_backend_cls: `Selected backend ... is not valid`)",
     "vllm_interleave_block": "block_size % cp_kv_cache_interleave_size is asserted by the engine core "
                              "(config/vllm.py validate_block_size, called from v1/engine/core.py)",
-    "vllm_interleave_negative": "a negative interleave passes validate_block_size (block_size % -1 == 0); the DCP "
-                                "stripe math it then reaches (v1/attention/backends/utils.py get_dcp_local_seq_lens) "
-                                "assumes a positive size",
-    "vllm_flashinfer_interleave": "FlashInfer MLA's metadata builder refuses DCP with an interleave size != 1 "
-                                  "(v1/attention/backends/mla/flashinfer_mla.py FlashInferMLAMetadataBuilder)",
+    "vllm_interleave_negative": "a negative interleave passes validate_block_size (block_size % -1 == 0); "
+                                "the DCP stripe math it then reaches (v1/attention/backends/utils.py "
+                                "get_dcp_local_seq_lens) assumes a positive size",
+    "vllm_flashinfer_interleave": "FlashInfer MLA's metadata builder refuses DCP with an interleave size != "
+                                  "1 (v1/attention/backends/mla/flashinfer_mla.py "
+                                  "FlashInferMLAMetadataBuilder)",
 }
 
 # Rules only a running vLLM checks (the grid emulates the first three with vLLM's own classes; docs/vllm.md)

@@ -1,4 +1,5 @@
-"""vLLM's `vllm serve` flags under `--engine vllm`: the modelled ones mapped to plan options, the rest passed through.
+"""vLLM's `vllm serve` flags under `--engine vllm`: the modelled ones mapped to plan options, the rest passed
+through.
 
 Every flag of vLLM 0.34.0's `vllm serve` is in dcpctl/data/engines/vllm-0.34.0.json (its names,
 aliases, arity, type and choices, dumped from vLLM's own parser by benchmarks/vllm/dump_flags.py) and
@@ -19,31 +20,33 @@ from dcpctl.plan.vllm import SGLANG_ONLY, VLLM_VERSION
 MODELLED = {
     "model": "model_path", "model_tag": "model_path", "tensor_parallel_size": "tp_size",
     "data_parallel_size": "dp_size", "pipeline_parallel_size": "pp_size",
-    "decode_context_parallel_size": "dcp_size", "prefill_context_parallel_size": "prefill_context_parallel_size",
-    "dcp_comm_backend": "dcp_comm_backend", "dcp_q_replicate": "dcp_replicate_q_proj",
-    "cp_kv_cache_interleave_size": "cp_kv_cache_interleave_size", "enable_expert_parallel": "enable_expert_parallel",
-    "nnodes": "nnodes", "block_size": "page_size", "kv_cache_dtype": "kv_cache_dtype",
-    "attention_backend": "attention_backend", "max_model_len": "context_len",
-    "gpu_memory_utilization": "mem_fraction_static", "max_num_seqs": "max_running_requests",
-}
-INTS = ("tp_size", "dp_size", "pp_size", "dcp_size", "prefill_context_parallel_size", "cp_kv_cache_interleave_size",
-        "nnodes", "page_size", "context_len", "max_running_requests")
+    "decode_context_parallel_size": "dcp_size",
+    "prefill_context_parallel_size": "prefill_context_parallel_size", "dcp_comm_backend": "dcp_comm_backend",
+    "dcp_q_replicate": "dcp_replicate_q_proj", "cp_kv_cache_interleave_size": "cp_kv_cache_interleave_size",
+    "enable_expert_parallel": "enable_expert_parallel", "nnodes": "nnodes", "block_size": "page_size",
+    "kv_cache_dtype": "kv_cache_dtype", "attention_backend": "attention_backend",
+    "max_model_len": "context_len", "gpu_memory_utilization": "mem_fraction_static",
+"max_num_seqs": "max_running_requests", }
+INTS = ("tp_size", "dp_size", "pp_size", "dcp_size", "prefill_context_parallel_size",
+        "cp_kv_cache_interleave_size", "nnodes", "page_size", "context_len", "max_running_requests")
 # flags a launcher sets per node or per deployment: accepted, not carried into the plan
 # dcpctl's vLLM-named options (cli/vllm_options.py) -> the plan option each one spells
-RENAMED = {"dcp_q_replicate": "dcp_replicate_q_proj", "block_size": "page_size", "max_model_len": "context_len",
-           "gpu_memory_utilization": "mem_fraction_static", "max_num_seqs": "max_running_requests"}
-# vLLM's single-dash aliases of flags dcpctl already has: hidden options of their own, folded into the long form
+RENAMED = {"dcp_q_replicate": "dcp_replicate_q_proj", "block_size": "page_size",
+           "max_model_len": "context_len", "gpu_memory_utilization": "mem_fraction_static",
+           "max_num_seqs": "max_running_requests"}
+# vLLM's single-dash aliases of flags dcpctl already has: hidden options of their own, folded into the long
+# form
 ALIASES = {"tp_alias": ("-tp", "tp_size"), "dp_alias": ("-dp", "dp_size"), "pp_alias": ("-pp", "pp_size"),
            "dcp_alias": ("-dcp", "dcp_size"), "nnodes_alias": ("-n", "nnodes")}
 OPTION_KEYS = ("enable_expert_parallel", "prefill_context_parallel_size", "cp_kv_cache_interleave_size",
                *RENAMED, *ALIASES)
-PER_NODE = ("node_rank", "master_addr", "master_port", "headless", "data_parallel_address", "data_parallel_rpc_port",
-            "data_parallel_size_local", "data_parallel_start_rank", "host", "port")
+PER_NODE = ("node_rank", "master_addr", "master_port", "headless", "data_parallel_address",
+            "data_parallel_rpc_port", "data_parallel_size_local", "data_parallel_start_rank", "host", "port")
 
 
 def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
-    """A pasted `vllm serve MODEL ...` argv (after `vllm serve`) -> (plan options, passed-through flags), read as
-    vLLM reads it (plan/vllm_read.py); the per-node flags a launcher sets are dropped."""
+    """A pasted `vllm serve MODEL ...` argv (after `vllm serve`) -> (plan options, passed-through flags), read
+    as vLLM reads it (plan/vllm_read.py); the per-node flags a launcher sets are dropped."""
     table = vllm_read.table()
     caller = {f: a.nargs != "0" for dest in MODELLED if (a := table.by_dest.get(dest)) for f in a.flags}
     mine, rest = vllm_read.split_line(argv, caller)
@@ -69,7 +72,8 @@ def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
 
 
 def check_passed(groups: tuple[tuple[str, ...], ...]) -> None:
-    """UserError unless every group is a `vllm serve` flag with values vLLM takes (a saved plan may be edited)."""
+    """UserError unless every group is a `vllm serve` flag with values vLLM takes (a saved plan may be
+    edited)."""
     for g in groups:
         vllm_read.split_line(list(g), {})
 
@@ -98,9 +102,11 @@ def refuse_vllm_names(opts: dict[str, Any], engine: str, backends: tuple[str, ..
     from dcpctl.plan import vllm_backends
     be, kv = opts.get("attention_backend"), opts.get("kv_cache_dtype")
     if be in vllm_backends.NAMES:
-        raise UserError(f"--attention-backend {be} is a vLLM backend; add --engine vllm, or use one of {engine}'s: "
-                        f"{', '.join(backends)}")
-    vllm_only = [k for k in ("prefill_context_parallel_size", "cp_kv_cache_interleave_size", "enable_expert_parallel")
+        raise UserError(f"--attention-backend {be} is a vLLM backend; add --engine vllm, or use one of "
+                        f"{engine}'s: {', '.join(backends)}")
+    vllm_only = [k
+                 for k in ("prefill_context_parallel_size", "cp_kv_cache_interleave_size",
+                           "enable_expert_parallel")
                  if opts.get(k) not in (None, False)] + (["kv_cache_dtype fp8"] if kv == "fp8" else [])
     if vllm_only:
         raise UserError(f"--{vllm_only[0].replace('_', '-')} is a vLLM option; add --engine vllm")
@@ -115,7 +121,8 @@ def fold(opts: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if out.get(target) not in (None, value):
-            raise UserError(f"--{target.replace('_', '-')} ({out[target]}) and its vLLM spelling ({value}) disagree")
+            raise UserError(f"--{target.replace('_', '-')} ({out[target]}) and its vLLM spelling ({value}) "
+                            "disagree")
         out[target] = value
     return out
 
@@ -123,17 +130,19 @@ def fold(opts: dict[str, Any]) -> dict[str, Any]:
 def to_plan_options(opts: dict[str, Any]) -> dict[str, Any]:
     """vLLM's parallel options -> dcpctl's topology; SGLang-only options are refused (one sentence each)."""
     dpa = _dpa_spelling(opts)
-    sglang = [k for k in SGLANG_ONLY if opts.get(k) not in (None, False) and not (dpa and k == "enable_dp_attention")]
+    sglang = [k
+              for k in SGLANG_ONLY
+              if opts.get(k) not in (None, False) and not (dpa and k == "enable_dp_attention")]
     if sglang:
-        raise UserError(f"--{sglang[0].replace('_', '-')} is an SGLang option that vLLM {VLLM_VERSION} has no "
-                        "counterpart for; drop it or use --engine sglang")
+        raise UserError(f"--{sglang[0].replace('_', '-')} is an SGLang option that vLLM {VLLM_VERSION} has "
+                        "no counterpart for; drop it or use --engine sglang")
     out = dict(opts)
     tp, dp, ep = out.get("tp_size") or 1, out.get("dp_size") or 1, out.pop("enable_expert_parallel", None)
     if dpa:  # SGLang's attention-DP spelling of a vLLM DP + EP deployment (a preset)
         return out
     if out.get("ep_size") not in (None, 1):
-        raise UserError(f"vLLM has no expert-parallel size: --enable-expert-parallel spreads experts over all "
-                        f"tp * dp ranks; got --ep-size {out['ep_size']}")
+        raise UserError("vLLM has no expert-parallel size: --enable-expert-parallel spreads experts over "
+                        f"all tp * dp ranks; got --ep-size {out['ep_size']}")
     if ep and dp > 1:  # DP + EP: dp attention replicas of tp ranks, experts over tp * dp ranks
         out.update(tp_size=tp * dp, dp_size=dp, enable_dp_attention=True, ep_size=tp * dp)
     elif ep:
@@ -144,7 +153,8 @@ def to_plan_options(opts: dict[str, Any]) -> dict[str, Any]:
 def _dpa_spelling(opts: dict[str, Any]) -> bool:
     """SGLang's tp T, dp N, --enable-dp-attention, ep T: the same deployment as vLLM's tp T/N, dp N, EP."""
     tp = opts.get("tp_size") or 1
-    return bool(opts.get("enable_dp_attention")) and opts.get("ep_size") == tp and not opts.get("enable_expert_parallel")
+    return (bool(opts.get("enable_dp_attention")) and opts.get("ep_size") == tp
+            and not opts.get("enable_expert_parallel"))
 
 
 def check_engine_names(opts: dict[str, Any]) -> None:

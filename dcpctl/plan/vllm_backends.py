@@ -4,10 +4,10 @@ Each row is what the backend class declares in v1/attention/backends/mla/<file>.
 capability majors (`supports_compute_capability`), kernel block sizes
 (`get_supported_kernel_block_sizes`; a fixed size also accepts its multiples, `AttentionBackend.
 supports_block_size`), KV dtypes (`supported_kv_cache_dtypes`), and the head-dim rule of
-`supports_combination`. All six return the LSE and declare `supports_dcp`. Head sizes: the MLA common backend's [320, 512, 576]
-(model_executor/layers/attention/mla_attention.py), FlashAttention MLA's [576], Triton's any. The order per GPU
-generation is `platforms/cuda.py` `_get_backend_priorities`; the first valid one wins
-(`get_valid_backends` / `get_attn_backend_cls`), and the block size is the winner's
+`supports_combination`. All six return the LSE and declare `supports_dcp`. Head sizes: the MLA common
+backend's [320, 512, 576] (model_executor/layers/attention/mla_attention.py), FlashAttention MLA's [576],
+Triton's any. The order per GPU generation is `platforms/cuda.py` `_get_backend_priorities`; the first valid
+one wins (`get_valid_backends` / `get_attn_backend_cls`), and the block size is the winner's
 `get_preferred_block_size(CacheConfig.DEFAULT_BLOCK_SIZE)` unless --block-size is set
 (`platforms/interface.py` `update_block_size_for_backend`).
 """
@@ -29,7 +29,8 @@ class MlaBackend:
     majors: tuple[int, ...] | None  # compute capability majors; None: any
     blocks: tuple[int, ...]         # kernel block sizes (a block size must be a multiple of one)
     kv: tuple[str, ...]
-    heads: tuple[int, ...] = (320, 512, 576)  # get_supported_head_sizes (kv_lora_rank + qk_rope_head_dim); (): any
+    heads: tuple[int, ...] = (320, 512, 576)  # get_supported_head_sizes (kv_lora_rank + qk_rope_head_dim);
+                                              # (): any
     nope_dims: tuple[int, ...] | None = None  # supports_combination: qk_nope_head_dim must be one of these
     needs_r1_dims: bool = False     # tokenspeed_mla: DeepSeek-R1 MLA dims only (and its package installed)
 
@@ -74,7 +75,8 @@ def reasons(b: MlaBackend, sm: int, kv: str, block: int | None, head: int, nope_
     if block is not None and not b.block_ok(block):
         out.append("block_size not supported")
     if b.nope_dims is not None and nope_dim not in b.nope_dims:
-        out.append(f"FlashInfer MLA kernel requires qk_nope_head_dim in {list(b.nope_dims)}, but got {nope_dim}")
+        out.append(f"FlashInfer MLA kernel requires qk_nope_head_dim in {list(b.nope_dims)}, but got "
+                   f"{nope_dim}")
     if b.needs_r1_dims:
         out.append("tokenspeed_mla package is not installed (an optional extra of vLLM)" if r1_dims
                    else "tokenspeed_mla needs DeepSeek-R1 MLA dims")
@@ -91,14 +93,16 @@ class Selection:
 
 def select(sm: int, kv: str, user_backend: str | None, user_block: int | None, head: int, nope_dim: int,
            r1_dims: bool, dtype: str = "bfloat16") -> Selection:
-    """The backend and block size vLLM's selector reaches (for a model run in `dtype`), with the reason and source."""
+    """The backend and block size vLLM's selector reaches (for a model run in `dtype`), with the reason and
+    source."""
     if user_backend is not None:
         why = reasons(BACKENDS[user_backend], sm, kv, user_block, head, nope_dim, r1_dims, dtype)
         if why:
-            return Selection(None, user_block or DEFAULT_BLOCK_SIZE, f"--attention-backend {user_backend} is not valid "
-                             f"on SM{sm}: {'; '.join(why)}", _NO_BACKEND_BLOCK)
+            return Selection(None, user_block or DEFAULT_BLOCK_SIZE, f"--attention-backend {user_backend} is "
+                             f"not valid on SM{sm}: {'; '.join(why)}", _NO_BACKEND_BLOCK)
         block = user_block or BACKENDS[user_backend].preferred_block()
-        return Selection(user_backend, block, "set by --attention-backend", _block_note(user_backend, user_block))
+        return Selection(user_backend, block, "set by --attention-backend",
+                         _block_note(user_backend, user_block))
     order = priorities(sm)
     skipped = []
     for name in order:
@@ -106,15 +110,17 @@ def select(sm: int, kv: str, user_backend: str | None, user_block: int | None, h
         if not why:
             head = f"SM{sm} order {list(order)} (platforms/cuda.py _get_backend_priorities)"
             passed = f"; skipped {'; '.join(skipped)}" if skipped else ""
-            return Selection(name, user_block or BACKENDS[name].preferred_block(), f"first valid of {head}{passed}",
-                             _block_note(name, user_block))
+            return Selection(name, user_block or BACKENDS[name].preferred_block(),
+                             f"first valid of {head}{passed}", _block_note(name, user_block))
         skipped.append(f"{name} ({', '.join(why)})")
     return Selection(None, user_block or DEFAULT_BLOCK_SIZE, f"no valid MLA attention backend on SM{sm} with "
-                     f"kv_cache_dtype {kv}{f', block_size {user_block}' if user_block else ''}: " + "; ".join(skipped),
+                     f"kv_cache_dtype {kv}{f', block_size {user_block}' if user_block else ''}: "
+                     + "; ".join(skipped),
                      _NO_BACKEND_BLOCK)
 
 
-_NO_BACKEND_BLOCK = "no valid attention backend: --block-size, else vLLM's default (config/cache.py DEFAULT_BLOCK_SIZE)"
+_NO_BACKEND_BLOCK = ("no valid attention backend: --block-size, else vLLM's default (config/cache.py "
+                     "DEFAULT_BLOCK_SIZE)")
 
 
 def _block_note(name: str, user_block: int | None) -> str:

@@ -64,8 +64,8 @@ def human_int(value: str, flag: str, auto: bool = False) -> int:
             return int(m.group(1)) * BINARY[m.group(2)]
         return int(v)
     except ValueError:
-        raise UserError(f"{flag} takes an integer (1k = 1,000, 1K = 1,024) in `vllm serve` (vLLM {VLLM_VERSION}), "
-                        f"got {value!r}") from None
+        raise UserError(f"{flag} takes an integer (1k = 1,000, 1K = 1,024) in `vllm serve` (vLLM "
+                        f"{VLLM_VERSION}), got {value!r}") from None
 
 
 def backend_name(value: str) -> str:
@@ -74,9 +74,9 @@ def backend_name(value: str) -> str:
 
 
 def config_file(tokens: list[str]) -> list[str]:
-    """`--config FILE.yaml` -> its options in front of the others (FlexibleArgumentParser._pull_args_from_config
-    and load_config_file: a later flag on the line wins; true -> `--key`, false -> `--no-key` where it exists,
-    a list -> `--key v1 v2`, a mapping -> JSON)."""
+    """`--config FILE.yaml` -> its options in front of the others
+    (FlexibleArgumentParser._pull_args_from_config and load_config_file: a later flag on the line wins; true
+    -> `--key`, false -> `--no-key` where it exists, a list -> `--key v1 v2`, a mapping -> JSON)."""
     if "--config" not in tokens:
         return tokens
     i = tokens.index("--config")
@@ -116,18 +116,20 @@ def _dotted(tokens: list[str]) -> tuple[list[str], list[PassThrough]]:
         base = name.split(".")[0]
         arg = table().lookup(base)
         if arg is None or arg.nargs == "0":
-            raise UserError(f"{name}: {base} is not a `vllm serve` option with sub-options (vLLM {VLLM_VERSION})")
+            raise UserError(f"{name}: {base} is not a `vllm serve` option with sub-options (vLLM "
+                            f"{VLLM_VERSION})")
         if not eq and i + 1 >= len(tokens):
             raise UserError(f"{name} needs a value in `vllm serve` (vLLM {VLLM_VERSION})")
         n = 1 if eq else 2
-        out.append(PassThrough(arg.dest, arg.flags[0], tuple(tokens[i:i + n]), (inline if eq else tokens[i + 1],)))
+        out.append(PassThrough(arg.dest, arg.flags[0], tuple(tokens[i:i + n]),
+                               (inline if eq else tokens[i + 1],)))
         i += n
     return rest, out
 
 
 def split_line(tokens: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough]]:
-    """(the tokens dcpctl parses, in dcpctl's spelling, the other `vllm serve` flags as typed) of a command line
-    under --engine vllm; a flag or value vLLM refuses is one sentence, exit 2."""
+    """(the tokens dcpctl parses, in dcpctl's spelling, the other `vllm serve` flags as typed) of a command
+    line under --engine vllm; a flag or value vLLM refuses is one sentence, exit 2."""
     head = tokens[:tokens.index("--")] if "--" in tokens else tokens
     plain, dotted = _dotted(config_file(head))
     plain = optimization_level([normalize(t) for t in plain])
@@ -138,7 +140,8 @@ def split_line(tokens: list[str], caller: dict[str, bool]) -> tuple[list[str], l
 
 
 def _groups(mine: list[str], caller: dict[str, bool]) -> list[tuple[EngineArg | None, list[str]]]:
-    """The tokens dcpctl parses, one group per option with its value (its vLLM option, or None: not vLLM's)."""
+    """The tokens dcpctl parses, one group per option with its value (its vLLM option, or None: not
+    vLLM's)."""
     out: list[tuple[EngineArg | None, list[str]]] = []
     i = 0
     while i < len(mine):
@@ -151,8 +154,8 @@ def _groups(mine: list[str], caller: dict[str, bool]) -> list[tuple[EngineArg | 
 
 
 def _last_wins(mine: list[str], caller: dict[str, bool]) -> list[str]:
-    """An option vLLM reads twice (`--config` then the line, `--decode-context-parallel-size` then `-dcp`): the
-    last one, as argparse keeps it."""
+    """An option vLLM reads twice (`--config` then the line, `--decode-context-parallel-size` then `-dcp`):
+    the last one, as argparse keeps it."""
     groups = _groups(mine, caller)
     last = {id(a): i for i, (a, _) in enumerate(groups) if a is not None}
     return [t for i, (a, g) in enumerate(groups) if a is None or last[id(a)] == i for t in g]
@@ -188,7 +191,8 @@ def typed(arg: EngineArg, flag: str, value: str) -> Any:
         except json.JSONDecodeError:
             if arg.type == "union_dict_and_str":
                 return value
-            raise UserError(f"{flag} takes JSON in `vllm serve` (vLLM {VLLM_VERSION}), got {value!r}") from None
+            raise UserError(f"{flag} takes JSON in `vllm serve` (vLLM {VLLM_VERSION}), got "
+                            f"{value!r}") from None
     return value
 
 

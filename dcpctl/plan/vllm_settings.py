@@ -18,7 +18,8 @@ from dcpctl.plan.errors import UserError
 from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTENSIBLE_GPU_MEMORY_UTILIZATION, VLLM_VERSION
 
 # config/model.py _STR_DTYPE_TO_TORCH_DTYPE: --dtype names -> the dtype vLLM runs
-DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32", "float32": "float32"}
+DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
+          "float32": "float32"}
 # config/vllm.py _resolve_extensible_kv_cache: what sizes the cache without measuring memory (dest, why)
 FIXED_SIZE = (("kv_cache_memory_bytes", "--kv-cache-memory-bytes sizes the KV cache"),
               ("num_gpu_blocks_override", "--num-gpu-blocks-override sizes the KV cache"),
@@ -32,7 +33,8 @@ def read(opts_or_groups: Any) -> dict[str, Any]:
 
 
 def config_backend(settings: dict[str, Any], typed: str | None) -> str | None:
-    """--attention-config's backend (any case; `auto` is unset), refused beside --attention-backend as vLLM does."""
+    """--attention-config's backend (any case; `auto` is unset), refused beside --attention-backend as vLLM
+    does."""
     cfg = settings.get("attention_config")
     be = cfg.get("backend") if isinstance(cfg, dict) else None
     if be is None:
@@ -44,8 +46,8 @@ def config_backend(settings: dict[str, Any], typed: str | None) -> str | None:
 
 
 def dtype(settings: dict[str, Any], config_dtype: str) -> tuple[str, str]:
-    """(the dtype vLLM runs the model in, how it differs from the config's: "" when it does not): --dtype, else
-    the config's, float32 cast down to bfloat16."""
+    """(the dtype vLLM runs the model in, how it differs from the config's: "" when it does not): --dtype,
+    else the config's, float32 cast down to bfloat16."""
     typed = str(settings.get("dtype") or "auto")
     if typed != "auto":
         return DTYPES[typed], f", set by --dtype {typed}"
@@ -59,12 +61,14 @@ def memory_default(settings: dict[str, Any]) -> tuple[float, str]:
     off = [why for dest, why in FIXED_SIZE if settings.get(dest) not in (None, False)]
     if settings.get("enable_extensible_kv_cache") is False:
         off.append("--disable-extensible-kv-cache")
-    if isinstance(settings.get("kv_transfer_config"), dict) and not settings.get("enable_extensible_kv_cache"):
-        off.append("a KV connector registers the KV cache for transfers; dcpctl assumes hosts without an IMEX "
-                   "channel, where vLLM keeps it off")
+    if (isinstance(settings.get("kv_transfer_config"), dict)
+        and not settings.get("enable_extensible_kv_cache")):
+        off.append("a KV connector registers the KV cache for transfers; dcpctl assumes hosts without an "
+                   "IMEX channel, where vLLM keeps it off")
     if off:
-        return DEFAULT_GPU_MEMORY_UTILIZATION, (f"default {DEFAULT_GPU_MEMORY_UTILIZATION} without the extensible KV "
-                                                f"cache ({off[0]}; config/cache.py resolved_gpu_memory_utilization)")
+        return DEFAULT_GPU_MEMORY_UTILIZATION, (f"default {DEFAULT_GPU_MEMORY_UTILIZATION} without the "
+                                                f"extensible KV cache ({off[0]}; config/cache.py "
+                                                "resolved_gpu_memory_utilization)")
     return EXTENSIBLE_GPU_MEMORY_UTILIZATION, (
         f"default {EXTENSIBLE_GPU_MEMORY_UTILIZATION}: the extensible KV cache (on by default on CUDA, "
         "config/vllm.py _resolve_extensible_kv_cache) sizes KV from the memory free after CUDA graph capture "
@@ -84,7 +88,8 @@ def speculates(settings: dict[str, Any]) -> bool:
 
 
 def full_cuda_graphs(settings: dict[str, Any]) -> bool:
-    """Does vLLM capture FULL decode CUDA graphs (its default FULL_AND_PIECEWISE), not eager or piecewise only?"""
+    """Does vLLM capture FULL decode CUDA graphs (its default FULL_AND_PIECEWISE), not eager or piecewise
+    only?"""
     cc = settings.get("compilation_config")
     mode = str(cc.get("cudagraph_mode") or "") if isinstance(cc, dict) else ""
     return not settings.get("enforce_eager") and mode.upper() not in ("NONE", "PIECEWISE")

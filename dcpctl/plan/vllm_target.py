@@ -1,5 +1,6 @@
-"""vLLM 0.34.0 as an engine target (`--engine vllm`): its vocabulary (plan/vllm_args.py, cli/vllm_options.py), its
-rules and defaults (plan/vllm_plan.py, plan/vllm_backends.py) and its export `vllm serve` (launch/export_vllm.py)."""
+"""vLLM 0.34.0 as an engine target (`--engine vllm`): its vocabulary (plan/vllm_args.py, cli/vllm_options.py),
+its rules and defaults (plan/vllm_plan.py, plan/vllm_backends.py) and its export `vllm serve`
+(launch/export_vllm.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -67,9 +68,11 @@ class VllmTarget(EngineTarget):
     def spelling(self, req: "PlanRequest") -> str | None:
         t = req.topology
         dp = t.attn_dp if t.enable_dp_attention else t.dp_size
-        return f"vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}{' -ep' if t.ep_size > 1 else ''}"
+        return (f"vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp "
+                f"{t.dcp_size}{' -ep' if t.ep_size > 1 else ''}")
 
-    def split_flags(self, args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
+    def split_flags(self, args: list[str],
+                    caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
         mine, rest = vllm_read.split_line(args, caller)
         return mine, rest, False
 

@@ -5,16 +5,18 @@
 
 Mirrors runtime/models/shards.py (which slice a rank reads) and loader.py (what it keeps):
 
-| tensor                          | slice of this rank                       | stored as                          |
-| ------------------------------- | ---------------------------------------- | ---------------------------------- |
-| q_a, kv_a (replicated)          | whole                                    | FP8 + scales, or the compute dtype |
-| q_b / q_proj rows               | q heads (the DCP group's under rep. Q)   | FP8 + scales, or the compute dtype |
-| kv_b_proj                       | q heads; the DCP group's heads (MHA form)| w_kc [Hq, nope, L] + w_vc [Hl, L, v] + w_kv [Hl*dcp, nope+v, L], compute dtype |
-| o_proj columns                  | local heads                              | FP8 + scales, or the compute dtype |
-| dense / shared MLP              | intermediate / tp                        | FP8 + scales, or the compute dtype |
-| routed experts                  | experts / ep, intermediate / (tp / ep)   | FP8 + scales, or the compute dtype |
-| router (+ noaux bias)           | whole                                    | fp32 (float64 for float64 models)  |
-| embed, lm_head                  | ceil(V / attn_tp) rows                   | the compute dtype                  |
+| tensor                 | slice of this rank                        | stored as                             |
+| ---------------------- | ----------------------------------------- | ------------------------------------- |
+| q_a, kv_a (replicated) | whole                                     | FP8 + scales, or the compute dtype    |
+| q_b / q_proj rows      | q heads (the DCP group's under rep. Q)    | FP8 + scales, or the compute dtype    |
+| kv_b_proj              | q heads; the DCP group's heads (MHA form) | w_kc [Hq, nope, L] + w_vc [Hl, L, v]  |
+|                        |                                           | + w_kv [Hl*dcp, nope+v, L], compute   |
+|                        |                                           | dtype                                 |
+| o_proj columns         | local heads                               | FP8 + scales, or the compute dtype    |
+| dense / shared MLP     | intermediate / tp                         | FP8 + scales, or the compute dtype    |
+| routed experts         | experts / ep, intermediate / (tp / ep)    | FP8 + scales, or the compute dtype    |
+| router (+ noaux bias)  | whole                                     | fp32 (float64 for float64 models)     |
+| embed, lm_head         | ceil(V / attn_tp) rows                    | the compute dtype                     |
 
 An FP8 weight stays FP8 only where its slice starts and ends on scale-block boundaries (else the
 runtime dequantizes that one weight). KDA layers (Kimi Linear) are never quantized and are estimated.
@@ -36,7 +38,8 @@ def dtype_bytes(dtype: str) -> int:
 
 
 def fp8_block_ok(block: tuple[int, int]) -> bool:
-    """Whether the FP8 GEMM takes these weight blocks: its K tile is one block column, a power of two >= 16."""
+    """Whether the FP8 GEMM takes these weight blocks: its K tile is one block column, a power of two >=
+    16."""
     return block[1] >= 16 and block[1] & (block[1] - 1) == 0
 
 
@@ -46,8 +49,9 @@ def weight_format(m: ModelSpec, hw: Hardware) -> tuple[bool, str]:
     if m.weight_block is None:
         return False, "weights are not block-FP8"
     if not fp8_block_ok(m.weight_block):
-        return False, (f"weight blocks {m.weight_block[0]}x{m.weight_block[1]}: the FP8 GEMM needs a power-of-two "
-                       f"block width >= 16, so block-FP8 weights are dequantized to {m.dtype} at load")
+        return False, (f"weight blocks {m.weight_block[0]}x{m.weight_block[1]}: the FP8 GEMM needs a "
+                       f"power-of-two block width >= 16, so block-FP8 weights are dequantized to {m.dtype} "
+                       "at load")
     if hw.device != "cuda" or (hw.sm or 0) < FP8_MIN_SM:
         where = "CPU" if hw.device != "cuda" else f"sm_{hw.sm}"
         return False, f"{where} has no FP8 GEMM: block-FP8 weights are dequantized to {m.dtype} at load"
@@ -138,7 +142,8 @@ def _kda_params(m: ModelSpec) -> int:
     return 4 * m.hidden_size * inner + 3 * inner * m.kda.conv_kernel  # q, k, v, o (+ gates ~ o) and convs
 
 
-def _layer_bytes(m: ModelSpec, t: Topology, r: _Rank, replicate_q: bool, fp8: bool, mla: bool, moe: bool) -> int:
+def _layer_bytes(m: ModelSpec, t: Topology, r: _Rank, replicate_q: bool, fp8: bool, mla: bool,
+                 moe: bool) -> int:
     c = _Count(m, fp8)
     c.plain(2 * m.hidden_size)                                                      # the two layer norms
     if mla:

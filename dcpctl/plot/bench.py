@@ -27,7 +27,8 @@ def decode_figure(doc: dict[str, Any]) -> Any:
     for ax in axes[len(batches):]:
         ax.axis("off")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), fontsize=8,
+               frameon=False)
     fig.suptitle(f"bench decode: shape {doc['shape']}, tp {a['tp']}, {a['backend']}"
                  f"{' +repQ' if a.get('replicate_q') else ''}, {a['dtype']} on {a['device']}, "
                  f"{a['steps']} timed steps per cell", fontsize=9, x=0.01, ha="left")
@@ -43,8 +44,8 @@ def _panel(ax: Any, rows: list[dict[str, Any]], batch: int) -> None:
             if not pts:
                 continue
             xs, vs = zip(*pts)
-            ax.plot(xs, vs, color=size_colour(dcp), linestyle=style, marker=marker, markersize=4, linewidth=1.6,
-                    label=f"dcp {dcp} {what}", gid=f"bench-{key}")
+            ax.plot(xs, vs, color=size_colour(dcp), linestyle=style, marker=marker, markersize=4,
+                    linewidth=1.6, label=f"dcp {dcp} {what}", gid=f"bench-{key}")
             ys += vs
     log_axes(ax, max(r["context"] for r in rows), ys)
     ax.set_xlim(min(r["context"] for r in rows) / 1.3, max(r["context"] for r in rows) * 1.3)

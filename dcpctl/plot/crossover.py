@@ -35,7 +35,8 @@ def crossover_figure(series: dict[str, Any]) -> Any:
     if len(panels) < len(axes):  # the empty slot holds the legend
         axes[-1].legend(handles, labels, loc="center", fontsize=8.5, frameon=False, title="choice")
     else:
-        fig.legend(handles, labels, loc="outside lower center", ncol=4 if cols > 1 else 2, fontsize=8, frameon=False)
+        fig.legend(handles, labels, loc="outside lower center", ncol=4 if cols > 1 else 2, fontsize=8,
+                   frameon=False)
     fig.suptitle(_caption(series, int(width * 15)), fontsize=9, x=0.01, ha="left", linespacing=1.4)
     return fig
 
@@ -62,7 +63,8 @@ def _panel(ax: Any, p: dict[str, Any], series: dict[str, Any]) -> None:
     top = max([series["concurrency"], *(c["max_concurrency"] for c in curves)])
     n1 = p["dcp1_max_concurrency"]
     if n1 < top:
-        ax.axvspan(max(n1, 0.5) + 0.5 if n1 else 0.8, top * 1.3, color=NO_FIT, alpha=0.45, lw=0, gid="dcp1-no-fit")
+        ax.axvspan(max(n1, 0.5) + 0.5 if n1 else 0.8, top * 1.3, color=NO_FIT, alpha=0.45, lw=0,
+                   gid="dcp1-no-fit")
         ax.text(0.98, 0.03, f"DCP 1 does not fit\nabove {n1} requests", transform=ax.transAxes, ha="right",
                 va="bottom", fontsize=7, color="#555555")
     _wins(ax, p)
@@ -86,12 +88,13 @@ def _wins(ax: Any, p: dict[str, Any]) -> None:
         curve = next(c for c in p["curves"] if c["choice"] == w["choice"])
         ms = dict(map(tuple, curve["points"])).get(w["from"])
         if ms is not None:
-            ax.plot(w["from"], ms, marker="*", markersize=11, color=_colour(w["dcp"]), markeredgecolor="white",
-                    markeredgewidth=0.6, zorder=5, gid="win-marker")
+            ax.plot(w["from"], ms, marker="*", markersize=11, color=_colour(w["dcp"]),
+                    markeredgecolor="white", markeredgewidth=0.6, zorder=5, gid="win-marker")
         lines.append(f"DCP {w['dcp']} wins from {w['from']} ({w['choice'].split(' ', 2)[2]})")
     if lines:
         ax.text(0.02, 0.97, "\n".join(lines), transform=ax.transAxes, ha="left", va="top", fontsize=7,
-                bbox={"facecolor": "white", "edgecolor": "#cccccc", "alpha": 0.9, "boxstyle": "round,pad=0.3"})
+                bbox={"facecolor": "white", "edgecolor": "#cccccc", "alpha": 0.9,
+                      "boxstyle": "round,pad=0.3"})
 
 
 def _caption(series: dict[str, Any], chars: int) -> str:

@@ -1,4 +1,5 @@
-"""The `--picture FILE` option, the optional-extra check and PNG/SVG saving; matplotlib is imported on first use."""
+"""The `--picture FILE` option, the optional-extra check and PNG/SVG saving; matplotlib is imported on first
+use."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,7 +19,8 @@ def check_path(path: str) -> str:
     """The format of a picture path (png or svg, by extension), or a UserError naming the choices."""
     fmt = FORMATS.get(Path(path).suffix.lower())
     if fmt is None:
-        raise UserError(f"--picture {path}: the file name must end in .png or .svg (the format is read from it)")
+        raise UserError(f"--picture {path}: the file name must end in .png or .svg (the format is read from "
+                        "it)")
     if importlib.util.find_spec("matplotlib") is None:
         raise UserError(f"--picture needs matplotlib, an optional extra: {EXTRA}")
     return fmt

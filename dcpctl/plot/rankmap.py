@@ -64,8 +64,8 @@ def rank_map_figure(doc: dict[str, Any]) -> Any:
     """The plan document's rank map as a matplotlib Figure."""
     t = doc["topology"]
     if t["total_gpus"] > MAX_CELLS:
-        raise UserError(f"the rank map picture draws at most {MAX_CELLS} GPUs and this plan has {t['total_gpus']}; "
-                        "--format json lists every rank")
+        raise UserError(f"the rank map picture draws at most {MAX_CELLS} GPUs and this plan has "
+                        f"{t['total_gpus']}; --format json lists every rank")
     grid = _Grid(t["total_gpus"], t["ranks_per_node"])
     caption = _caption(doc)
     fig, ax = _canvas(grid, caption.count("\n") + 1)
@@ -77,8 +77,8 @@ def rank_map_figure(doc: dict[str, Any]) -> Any:
     for n in range(grid.nodes):
         x, y = grid.xy(n * grid.per_node)
         ax.text(-0.4, y + CELL / 2, f"node {n}", ha="right", va="center", fontsize=9, color="#333333")
-    fig.text(0.15 / fig.get_figwidth(), 1 - 0.12 / fig.get_figheight(), caption, ha="left", va="top", fontsize=8.5,
-             color="#111111" if doc["valid"] else VIOLATION, linespacing=1.4)
+    fig.text(0.15 / fig.get_figwidth(), 1 - 0.12 / fig.get_figheight(), caption, ha="left", va="top",
+             fontsize=8.5, color="#111111" if doc["valid"] else VIOLATION, linespacing=1.4)
     _legend(fig, doc, crossings > 0)
     return fig
 
@@ -143,7 +143,8 @@ def _replicas(ax: Any, replicas: list[list[int]], t: dict[str, Any], grid: _Grid
         for k, run in enumerate(_runs(ranks, grid)):
             x, y = grid.xy(run[0])
             ax.add_patch(FancyBboxPatch((x + pad, y + pad), len(run) * CELL - 2 * pad, CELL - 2 * pad,
-                                        boxstyle="round,pad=0,rounding_size=0.12", fill=False, edgecolor="#222222",
+                                        boxstyle="round,pad=0,rounding_size=0.12", fill=False,
+                                        edgecolor="#222222",
                                         linewidth=2.2, gid="attn-dp-outline"))
             if k == 0:
                 ax.text(x + 0.1, y + CELL + 0.03, _replica_name(i, t), ha="left", va="bottom", fontsize=7,
@@ -163,9 +164,10 @@ def _node_edges(ax: Any, doc: dict[str, Any], grid: _Grid) -> int:
             gap_y = ya - NODE_GAP / 2 + 0.02
             xs = [xa + CELL, xa + CELL + out, xa + CELL + out, xb - out, xb - out, xb]
             ys = [ya + CELL / 2, ya + CELL / 2, gap_y, gap_y, yb + CELL / 2, yb + CELL / 2]
-            ax.plot(xs, ys, color=colour, linewidth=2.4, linestyle=style, clip_on=False, zorder=5, gid="node-edge")
-            ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], linestyle="none", marker="o", markersize=4.5, color=colour,
-                    clip_on=False, zorder=6)
+            ax.plot(xs, ys, color=colour, linewidth=2.4, linestyle=style, clip_on=False, zorder=5,
+                    gid="node-edge")
+            ax.plot([xs[0], xs[-1]], [ys[0], ys[-1]], linestyle="none", marker="o", markersize=4.5,
+                    color=colour, clip_on=False, zorder=6)
             drawn += 1
     return drawn
 
@@ -177,8 +179,8 @@ def _caption(doc: dict[str, Any]) -> str:
     pp += f", {engines} whole-engine replicas (DP {t['dp_size']} without attention DP)" if engines > 1 else ""
     model = doc["model"]["name"] if doc.get("model") else "topology only (no model)"
     head = (f"{model} on {hw['name']}: TP {t['tp_size']}, attention DP {t['attn_dp_size']} "
-            f"(attn_tp {t['attn_tp_size']}), DCP {t['dcp_size']}, EP {t['ep_size']}{pp}; {t['total_gpus']} GPUs on "
-            f"{t['nnodes']} node(s), {t['ranks_per_node']} per node")
+            f"(attn_tp {t['attn_tp_size']}), DCP {t['dcp_size']}, EP {t['ep_size']}{pp}; {t['total_gpus']} "
+            f"GPUs on {t['nnodes']} node(s), {t['ranks_per_node']} per node")
     chars = int(max(MIN_WIDTH_IN, INCH * min(t["ranks_per_node"], PER_LINE) + 1.25) * 14)  # at 8.5 pt
     lines = [f"{'VALID' if doc['valid'] else 'INVALID'}: {head}"]
     lines += [f"{v['code']}: {v['message']}" for v in doc["violations"]]

@@ -16,7 +16,8 @@ def size_colour(dcp: int) -> str:
 def log_ticks(lo: float, hi: float) -> list[float]:
     """At least four readable ticks on a log axis: 1-2-5 steps, finer when the range is under a decade."""
     ticks: list[float] = []
-    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7), (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9)):
+    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7),
+                 (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9)):
         ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
                  for m in subs if lo <= m * 10.0 ** e <= hi]
         if len(ticks) >= 4:

@@ -21,11 +21,13 @@ def build_state(cfg: LaunchConfig) -> ParallelState:
     if cfg.world_size != world:
         raise LaunchConfigError(f"launch config world_size ({cfg.world_size}) != WORLD_SIZE ({world})")
     topo = cfg.topology
-    ps = ParallelState.build(cfg.groups.lists(), topo.attn_dp_size) if dist.is_initialized() else ParallelState.single()
+    ps = (ParallelState.build(cfg.groups.lists(), topo.attn_dp_size)
+          if dist.is_initialized() else ParallelState.single())
     for axis, key in (("tp", "tp_size"), ("attn_tp", "attn_tp_size"), ("dcp", "dcp_size")):
         got, want = getattr(ps, axis).size, getattr(topo, key)
         if got != want:
-            raise LaunchConfigError(f"rank {ps.rank}: size of its {axis} group ({got}) != topology.{key} ({want})")
+            raise LaunchConfigError(f"rank {ps.rank}: size of its {axis} group ({got}) != topology.{key} "
+                                    f"({want})")
     if not set(ps.dcp.ranks) <= set(ps.attn_tp.ranks):
         raise LaunchConfigError(f"rank {ps.rank}: dcp group {ps.dcp.ranks} is not inside attn_tp group "
                                 f"{ps.attn_tp.ranks}")
@@ -39,8 +41,10 @@ def progress_lines(what: str) -> Callable[[int, int], None]:
     return report
 
 
-def load_target(cfg: LaunchConfig, ps: ParallelState, progress: Callable[[int, int], None] | None = None) -> Any:
-    """This rank's shards of the served checkpoint, as the launch config says (dtype, device, replicated q)."""
+def load_target(cfg: LaunchConfig, ps: ParallelState,
+                progress: Callable[[int, int], None] | None = None) -> Any:
+    """This rank's shards of the served checkpoint, as the launch config says (dtype, device, replicated
+    q)."""
     from dcpctl.runtime.models import load_model  # the model package is heavy; import late
     return load_model(cfg.model.path, ps, cfg.decisions.dcp_replicate_q_proj, DTYPES[cfg.model.dtype],
                       torch.device(cfg.device), progress=progress)

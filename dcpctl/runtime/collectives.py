@@ -129,7 +129,8 @@ def all_gather_into(out: Tensor, inp: Tensor, group: Any) -> None:
 
 def reduce_scatter_into(out: Tensor, inp: Tensor, group: Any) -> None:
     # inp: [size, *out.shape] contiguous (block j goes to rank j), summed over ranks -> out
-    _blocks("reduce_scatter", out, inp, group, inp.shape[0], ("reduce_scatter_single", "reduce_scatter_tensor"))
+    _blocks("reduce_scatter", out, inp, group, inp.shape[0],
+            ("reduce_scatter_single", "reduce_scatter_tensor"))
 
 
 def _blocks(kind: str, out: Tensor, inp: Tensor, group: Any, size: int, names: tuple[str, str]) -> None:

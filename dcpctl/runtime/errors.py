@@ -1,5 +1,6 @@
-"""The one error type of model loading (config.json, checkpoints, quantization, kernel switches), in a module of
-its own so that every parser, and the kernels that refuse a setting, can raise it without importing another."""
+"""The one error type of model loading (config.json, checkpoints, quantization, kernel switches), in a module
+of its own so that every parser, and the kernels that refuse a setting, can raise it without importing
+another."""
 
 
 class ModelLoadError(Exception):

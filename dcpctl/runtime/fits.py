@@ -1,4 +1,5 @@
-"""Does a request fit: the KV rows it writes against the KV capacity, its length against the model's positions.
+"""Does a request fit: the KV rows it writes against the KV capacity, its length against the model's
+positions.
 
 One rule for the scheduler (engine/request.py `Sequence.max_kv`, engine/scheduler.py), the server
 (server/gen.py) and `dcpctl generate` (cli/generate.py); torch-free, so the CLI checks before any

@@ -1,4 +1,5 @@
-"""This GPU as the runtime's kernels need it: compute capability, shared memory per block, SM count, asked once."""
+"""This GPU as the runtime's kernels need it: compute capability, shared memory per block, SM count, asked
+once."""
 from __future__ import annotations
 
 import functools

@@ -1,14 +1,18 @@
-"""Structured output through llguidance (the grammar library vLLM and SGLang offer as their `guidance` backend).
+"""Structured output through llguidance (the grammar library vLLM and SGLang offer as their `guidance`
+backend).
 
-    json_schema(schema) / regex(rx) / lark(text) / ebnf(gbnf) / choice(strings) -> grammar   one llguidance grammar
+    json_schema(schema) / regex(rx) / lark(text) / ebnf(gbnf) / choice(strings) -> grammar
+        one llguidance grammar
     GrammarTokenizer(model_path, eos_ids, vocab_size)   the checkpoint's tokenizer as llguidance sees it
         .check(grammar) -> None or the error message (the HTTP side answers 400 with it)
-        .matcher(grammar) -> llguidance.LLMatcher   (engine/rules.py masks the logits with it, one per request)
+        .matcher(grammar) -> llguidance.LLMatcher   (engine/rules.py masks the logits with it, one per
+        request)
 
 A grammar is a string (llguidance's JSON form), so it crosses the control message as text and every rank of a
-replica builds the same matcher from it.  The tokenizer comes from the checkpoint's tokenizer.json (the built-in
-model writes one; no transformers needed), else from transformers' fast tokenizer.  llguidance is a small
-self-contained wheel with no dependencies, hence a required dependency.  Torch-free: the HTTP processes import it.
+replica builds the same matcher from it.  The tokenizer comes from the checkpoint's tokenizer.json (the
+built-in model writes one; no transformers needed), else from transformers' fast tokenizer.  llguidance is a
+small self-contained wheel with no dependencies, hence a required dependency.  Torch-free: the HTTP processes
+import it.
 """
 from __future__ import annotations
 
@@ -63,7 +67,8 @@ def closed(schema: Any) -> Any:
 
 
 def json_schema(schema: Any, options: dict[str, Any] | None = None) -> str:
-    """A JSON schema; `options` are llguidance's JSON compile options (whitespace_flexible, whitespace_pattern)."""
+    """A JSON schema; `options` are llguidance's JSON compile options (whitespace_flexible,
+    whitespace_pattern)."""
     return llguidance.LLMatcher.grammar_from_json_schema(parse_schema(schema), defaults=options or None)
 
 
@@ -76,7 +81,8 @@ def lark(text: str) -> str:
 
 
 def ebnf(text: str) -> str:
-    """GBNF/EBNF (`root ::= ...`, SGLang's ebnf and vLLM's grammar); a Lark grammar (`start: ...`) passes as is."""
+    """GBNF/EBNF (`root ::= ...`, SGLang's ebnf and vLLM's grammar); a Lark grammar (`start: ...`) passes as
+    is."""
     if "::=" not in text:
         return lark(text)
     from llguidance.gbnf_to_lark import gbnf_to_lark
@@ -100,7 +106,8 @@ class GrammarTokenizer:
         self.tok = _load(Path(model_path), eos_ids, vocab_size)
 
     def check(self, grammar: str) -> str | None:
-        """None when the grammar compiles against this tokenizer, else llguidance's message (first line kept)."""
+        """None when the grammar compiles against this tokenizer, else llguidance's message (first line
+        kept)."""
         err = llguidance.LLMatcher.validate_grammar(grammar, self.tok)
         return err.strip() or None
 

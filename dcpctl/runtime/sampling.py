@@ -1,6 +1,7 @@
 """Token choice from logits: greedy, temperature, top-k, top-p, min-p, with a seeded torch.Generator.
 
-    sample(logits [N, V], temperature=0.0, top_k=-1, top_p=1.0, generator=None, min_p=0.0) -> (ids [N], logprobs [N])
+    sample(logits [N, V], temperature=0.0, top_k=-1, top_p=1.0, generator=None, min_p=0.0)
+        -> (ids [N], logprobs [N])
     greedy(logits [N, V]) -> ids [N]
     greedy_rows(logits [N, V]) -> (ids [N], [2, N] ids as floats and their logprobs)   on the logits' device
     chosen_logprobs(logits [N, V], ids [N]) -> [N]    log_softmax of the unmodified logits
@@ -11,9 +12,9 @@ The logprob is always of the unmodified distribution (before temperature and fil
 in fp32, or float64 for float64 logits. Random draws use the CPU generator whatever the logits'
 device (exponential race: argmax p / E with E ~ Exp(1), the Gumbel-max trick), so a seed gives the same tokens
 on every rank and device. top_k <= 0, top_p >= 1 and min_p <= 0 switch those filters off; temperature <= 0 is
-greedy. top_k = 1 is greedy. min_p keeps the tokens whose probability after temperature is at least min_p times
-the most likely one's (vLLM's and SGLang's rule; the ratio, hence the kept set, is the same before or after the
-other filters renormalize).
+greedy. top_k = 1 is greedy. min_p keeps the tokens whose probability after temperature is at least min_p
+times the most likely one's (vLLM's and SGLang's rule; the ratio, hence the kept set, is the same before or
+after the other filters renormalize).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The launch config's `runtime` section in effect in this process: set once by the worker, read by the kernels.
+"""The launch config's `runtime` section in effect in this process: set once by the worker, read by the
+kernels.
 
     use(section)        the worker (or a benchmark that loads a model itself) installs the plan's settings
     using(**fields)     a `with` block under some fields replaced (tests, A/B benchmarks)

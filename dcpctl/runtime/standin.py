@@ -4,13 +4,13 @@ Every rank of a TP/DCP/EP deployment runs the same operations on its own slice (
 one GPU measures a deployment's compute by running one rank at the real size with its collectives answered
 here.  A peer identical to this rank holds this rank's tensors, so:
 
-| collective     | this rank gets                                                   | device work          |
-| -------------- | ---------------------------------------------------------------- | -------------------- |
-| all-reduce     | the sum of `size` identical copies: x * size                     | one in-place multiply |
-| all-gather     | this rank's tensor in every slot                                 | one copy (or one a slot) |
-| reduce-scatter | `size` times its own block of the input                          | one multiply into out |
-| all-to-all     | from every peer, what that peer sends this rank: its own block   | one copy             |
-| broadcast      | what it holds                                                    | none                 |
+| collective     | this rank gets                                                 | device work              |
+| -------------- | -------------------------------------------------------------- | ------------------------ |
+| all-reduce     | the sum of `size` identical copies: x * size                   | one in-place multiply    |
+| all-gather     | this rank's tensor in every slot                               | one copy (or one a slot) |
+| reduce-scatter | `size` times its own block of the input                        | one multiply into out    |
+| all-to-all     | from every peer, what that peer sends this rank: its own block | one copy                 |
+| broadcast      | what it holds                                                  | none                     |
 
 Values stay those of a real step (an attention merge of identical partials is the partial; a MoE router
 sees real activations), and every answer is device work only, so a decode step captures in a CUDA graph.
@@ -51,7 +51,8 @@ class StandinGroup:
         torch.mul(inp.reshape(self.size, -1)[self.rank], self.size, out=out.view(-1))
 
     def all_to_all_into(self, out: Tensor, inp: Tensor) -> None:
-        # inp, out: [size * k] flat -> every block j of out = inp's block `rank` (peer j sends its block for us)
+        # inp, out: [size * k] flat -> every block j of out = inp's block `rank` (peer j sends its block for
+        # us)
         out.view(self.size, -1).copy_(inp.view(self.size, -1)[self.rank].expand(self.size, -1))
 
 
@@ -72,8 +73,8 @@ def standin_state(groups: dict[str, list[list[int]]], rank: int, attn_dp_size: i
 
 
 def answers(calls: list[Any], device: torch.device) -> list[Callable[[], Any]]:
-    """Closures that repeat the stand-in answers of `calls` (collectives.Call, as a step recorded them) on fresh
-    buffers of their inputs' shapes: what the bench times alone, to subtract them from a step."""
+    """Closures that repeat the stand-in answers of `calls` (collectives.Call, as a step recorded them) on
+    fresh buffers of their inputs' shapes: what the bench times alone, to subtract them from a step."""
     return [w for c in calls if (w := _answer(c, device)) is not None]
 
 

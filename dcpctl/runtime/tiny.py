@@ -65,7 +65,8 @@ def tensor_shapes(c: MlaConfig) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,)})
         a = p + "self_attn."
-        shapes.update({a + "kv_a_proj_with_mqa.weight": (L + c.qk_rope_head_dim, D), a + "kv_a_layernorm.weight": (L,),
+        shapes.update({a + "kv_a_proj_with_mqa.weight": (L + c.qk_rope_head_dim, D),
+                       a + "kv_a_layernorm.weight": (L,),
                        a + "kv_b_proj.weight": (H * (c.qk_nope_head_dim + c.v_head_dim), L),
                        a + "o_proj.weight": (D, H * c.v_head_dim)})
         if c.q_lora_rank is None:
@@ -79,7 +80,8 @@ def tensor_shapes(c: MlaConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _swiglu(p: str, D: int, inter: int) -> dict[str, tuple[int, ...]]:
-    return {p + "gate_proj.weight": (inter, D), p + "up_proj.weight": (inter, D), p + "down_proj.weight": (D, inter)}
+    return {p + "gate_proj.weight": (inter, D), p + "up_proj.weight": (inter, D),
+            p + "down_proj.weight": (D, inter)}
 
 
 def _mlp_shapes(c: MlaConfig, i: int, p: str) -> dict[str, tuple[int, ...]]:
@@ -91,7 +93,8 @@ def _mlp_shapes(c: MlaConfig, i: int, p: str) -> dict[str, tuple[int, ...]]:
     for e in range(c.n_routed_experts):
         out.update(_swiglu(f"{p}experts.{e}.", c.hidden_size, c.moe_intermediate_size))
     if c.n_shared_experts:
-        out.update(_swiglu(p + "shared_experts.", c.hidden_size, c.moe_intermediate_size * c.n_shared_experts))
+        out.update(_swiglu(p + "shared_experts.", c.hidden_size,
+                           c.moe_intermediate_size * c.n_shared_experts))
     return out
 
 

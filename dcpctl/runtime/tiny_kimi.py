@@ -37,8 +37,8 @@ def tiny_kimi_config(**overrides: Any) -> dict[str, Any]:
         "topk_group": 1, "moe_renormalize": True, "moe_router_activation_func": "sigmoid",
         "routed_scaling_factor": 2.446, "first_k_dense_replace": 1, "moe_layer_freq": 1, "hidden_act": "silu",
         "rms_norm_eps": 1e-5, "model_max_length": 4096, "tie_word_embeddings": False,
-        "linear_attn_config": {"full_attn_layers": [2, 4], "kda_layers": [1, 3], "num_heads": 8, "head_dim": 8,
-                               "short_conv_kernel_size": 4},
+        "linear_attn_config": {"full_attn_layers": [2, 4], "kda_layers": [1, 3], "num_heads": 8,
+                               "head_dim": 8, "short_conv_kernel_size": 4},
         "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "torch_dtype": "float32",
     }
     cfg.update(overrides)
@@ -57,4 +57,5 @@ def tensor_shapes(hc: HybridConfig) -> dict[str, tuple[int, ...]]:
 def write_tiny_kimi_model(directory: str | Path, seed: int = 0, **overrides: Any) -> Path:
     """Write config.json, model.safetensors and the byte tokenizer into `directory`."""
     cfg = tiny_kimi_config(**overrides)
-    return write_random_checkpoint(directory, cfg, tensor_shapes(parse_kimi_linear(cfg)), seed, zero_specials=False)
+    return write_random_checkpoint(directory, cfg, tensor_shapes(parse_kimi_linear(cfg)), seed,
+                                   zero_specials=False)

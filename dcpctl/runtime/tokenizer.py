@@ -99,7 +99,8 @@ def load_tokenizer(path: str | Path) -> ByteTokenizer | HFTokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
-        raise TokenizerError(f"{path} has no {MARKER} and transformers is not installed to read its tokenizer") from e
+        raise TokenizerError(f"{path} has no {MARKER} and transformers is not installed to read its "
+                             "tokenizer") from e
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(str(path)))
     except Exception as e:  # noqa: BLE001 - any HF failure becomes one clear sentence

@@ -1,4 +1,5 @@
-"""The tuning table of one kind for a CUDA device (dcpctl/tuning's one device rule), said once per kind and GPU."""
+"""The tuning table of one kind for a CUDA device (dcpctl/tuning's one device rule), said once per kind and
+GPU."""
 from __future__ import annotations
 
 import functools

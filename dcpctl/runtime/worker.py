@@ -2,8 +2,8 @@
 
 Reads torchrun's RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT and the launch config at
 $DCPCTL_LAUNCH_CONFIG.  Serving: with $DCPCTL_SERVE (a JSON file of server options) every rank runs
-dcpctl.runtime.server.serve.serve until shutdown.  Batch: the requests JSON at $DCPCTL_REQUESTS (a list of {prompt_ids,
-max_new_tokens, temperature, top_k, top_p, seed, logprobs}); rank 0 writes
+dcpctl.runtime.server.serve.serve until shutdown.  Batch: the requests JSON at $DCPCTL_REQUESTS (a list of
+{prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, logprobs}); rank 0 writes
 {"outputs": [...], "stats": {...}} to $DCPCTL_RESULT.  stats.kv_rows_per_rank: physical KV rows held
 for the requests of this run, per global rank (counted when each request finishes, before its
 pages are freed); stats.spec (with a `speculative` section, see docs/speculative.md): draft tokens

@@ -4,7 +4,8 @@
     write(path, kind, device, sm, command, commit, data)    what a tuning run (`--save-table`) writes
 
 The device rule, the same for every kind:
-  1. the table measured on this GPU (`device_name=NVIDIA_H200.json` for "NVIDIA H200": its name, spaces as `_`);
+  1. the table measured on this GPU (`device_name=NVIDIA_H200.json` for "NVIDIA H200": its name, spaces as
+     `_`);
   2. else the table of the nearest GPU of the same architecture (same SM version; the first by name);
   3. else none: the kernel's built-in defaults.
 `Tuned.how` says which, in a clause the caller prints once (runtime/notes.py) or puts in a plan decision.
@@ -69,11 +70,12 @@ def load(kind: str, device: str, sm: int | None) -> Tuned:
     tables = _shipped(kind)
     for t in tables:
         if same_gpu(t["device"], device):
-            return Tuned(t["data"], t["device"], f"measured on this GPU ({t['device']}, commit {t['commit']})")
+            return Tuned(t["data"], t["device"],
+                         f"measured on this GPU ({t['device']}, commit {t['commit']})")
     for t in tables:
         if sm is not None and t["sm"] == sm:
-            return Tuned(t["data"], t["device"], f"no {kind} table for {device}: the nearest sm_{sm} one, measured "
-                                                 f"on {t['device']} (commit {t['commit']})")
+            return Tuned(t["data"], t["device"], f"no {kind} table for {device}: the nearest sm_{sm} one, "
+                                                 f"measured on {t['device']} (commit {t['commit']})")
     return Tuned(None, None, f"no {kind} table for {device}" + (f" or another sm_{sm} GPU" if sm else "")
                  + ": built-in defaults")
 
@@ -82,15 +84,16 @@ def source_commit() -> str:
     """The commit of this checkout (a tuning run's record), else the installed release."""
     import subprocess
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10, check=True)
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         from dcpctl import __version__
         return f"dcpctl {__version__}"
 
 
-def write(path: str | Path, kind: str, device: str, sm: int | None, command: str, commit: str, data: Any) -> Path:
+def write(path: str | Path, kind: str, device: str, sm: int | None, command: str, commit: str,
+          data: Any) -> Path:
     """A table file as the loader reads it (a tuning run's `--save-table`)."""
     doc = {"kind": kind, "device": device, "sm": sm, "command": command, "commit": commit, "data": data}
     path = Path(path)

@@ -28,8 +28,8 @@ rows of pads and unused rows have local_lens 0 and are read not at all.  Nothing
 Host work per step is O(batch + changed entries); a step with no change (most steps: a request
 crosses a page boundary once every P*c steps) touches the device not at all.  Changes go down as
 one host int64 buffer (pinned on CUDA, fresh per step, so the non_blocking copy never races a later
-host write): a row gather for moves, then one flat scatter of the appended entries (the host sends each one's flat
-index and page: two ints an entry, three device ops a step that writes).
+host write): a row gather for moves, then one flat scatter of the appended entries (the host sends each one's
+flat index and page: two ints an entry, three device ops a step that writes).
 """
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ Assignment = tuple[int, int, int, list[int]]     # (row, rid, needed pages, allo
 
 
 class DeviceBlockTable:
-    """Rows of `table` [rows + 1, max_pages] int32 kept equal to their requests' page lists (module docstring)."""
+    """Rows of `table` [rows + 1, max_pages] int32 kept equal to their requests' page lists (module
+    docstring)."""
 
     def __init__(self, table: Tensor) -> None:
         if table.dim() != 2 or table.dtype != torch.int32 or not table.is_contiguous():
@@ -123,7 +124,8 @@ class DeviceBlockTable:
             return
         k, m = len(ch.vals), len(ch.moves)
         host = ch.idx + ch.vals + [a for a, _ in ch.moves] + [b for _, b in ch.moves]
-        buf = to_device(host_ints(host), self.table.device)   # pinned, not blocking: the allocator keeps the block
+        buf = to_device(host_ints(host), self.table.device)   # pinned, not blocking: the allocator keeps the
+                                                              # block
         if m:
             self.table.index_copy_(0, buf[2 * k + m:], self.table.index_select(0, buf[2 * k:2 * k + m]))
         if k:

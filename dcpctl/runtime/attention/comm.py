@@ -78,8 +78,9 @@ class SendBuffer(NamedTuple):
 def send_buffer(t: int, hk: int, v_dim: int, c: int, dtype: torch.dtype, device: torch.device) -> SendBuffer:
     """An uninitialised send buffer; the attention kernel writes o and lse straight into its views."""
     if not lanes_in_place(v_dim, dtype):
-        raise ValueError(f"LSE lanes in place need v_dim * {dtype.itemsize} bytes ({v_dim * dtype.itemsize}) to be a "
-                         f"multiple of {lse_wire_dtype(dtype).itemsize} on a {dtype} wire; use pack_by_owner")
+        raise ValueError(f"LSE lanes in place need v_dim * {dtype.itemsize} bytes ({v_dim * dtype.itemsize}) "
+                         f"to be a multiple of {lse_wire_dtype(dtype).itemsize} on a {dtype} wire; use "
+                         "pack_by_owner")
     buf = torch.empty((c, t, hk // c, v_dim + lane_count(dtype)), dtype=dtype, device=device)
     return SendBuffer(buf, buf[..., :v_dim], lane_view(buf, v_dim, dtype))
 
@@ -101,7 +102,8 @@ def pack_by_owner(o: Tensor, lse: Tensor, dtype: torch.dtype, c: int) -> Tensor:
 
 
 def unpack(buf: Tensor, v_dim: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    # buf: [..., L + k] in dtype -> (o [..., L], lse [...] in the wire LSE dtype), views where the width allows
+    # buf: [..., L + k] in dtype -> (o [..., L], lse [...] in the wire LSE dtype), views where the width
+    # allows
     return buf[..., :v_dim], lane_view(buf, v_dim, dtype)
 
 
@@ -121,4 +123,5 @@ def exchange_packed(send: Tensor, base: str, axis: Axis, dtype: torch.dtype, v_d
 def exchange_a2a(o: Tensor, lse: Tensor, base: str, axis: Axis, dtype: torch.dtype,
                  merge: Callable | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
     # o: [T, Hk, L]  lse: [T, Hk] in `base` -> [T, Hk/c, L] merged (acc dtype unless out_dtype)
-    return exchange_packed(pack_by_owner(o, lse, dtype, axis.size), base, axis, dtype, o.shape[-1], merge, out_dtype)
+    return exchange_packed(pack_by_owner(o, lse, dtype, axis.size), base, axis, dtype, o.shape[-1], merge,
+                           out_dtype)

@@ -10,9 +10,10 @@ Per MLA layer (`attend`):
      the backend the selector picks (O(batch + pages) host work; the default when the pool is on CUDA);
   4. merge across the group with `ag_rs` or `a2a` exactly as the launch config decided.
 `attend_mha` is the same four steps in the MHA form (attention/mha.py, for long prefills and extends: the
-model asks once per batch, attention/selector.py): the query is qk wide, the shard's latent rows are up-projected
-per head block by block, and the partials merged over the group are v wide.  A mixed batch (`split`: some chunks
-in each form) gives the layer an absorbed and an MHA sub-context over their chunks, run in that order everywhere.
+model asks once per batch, attention/selector.py): the query is qk wide, the shard's latent rows are
+up-projected per head block by block, and the partials merged over the group are v wide.  A mixed batch
+(`split`: some chunks in each form) gives the layer an absorbed and an MHA sub-context over their chunks, run
+in that order everywhere.
 
 Chunked prefill / extend attends the local shard and merges like decode (exact by the merge
 identity), instead of gathering prefix shards to restore token order: one code path for prefill,
@@ -68,7 +69,8 @@ class DCPContext:
     parent: DCPContext | None = field(default=None, repr=False)        # a sub-context counts into its batch's
     _forms: list[bool] | None = field(default=None, repr=False)
     _parts: list[tuple[Tensor, DCPContext, bool]] | None = field(default=None, repr=False)
-    _chunks: list[ShardChunk] | None = field(default=None, repr=False)   # the MHA form's, built by its first layer
+    # the MHA form's, built by its first layer
+    _chunks: list[ShardChunk] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.dcp.size > 1 and self.backend not in BACKENDS:
@@ -102,8 +104,9 @@ class DCPContext:
                                    scale, self.v_dim, self.lse_base)
 
     def kv_destination(self, layer: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(pool rows [C, R] of `layer`, batch rows [W], their slots [W]): where `attend` writes the new latent
-        rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes kv_new=None."""
+        """(pool rows [C, R] of `layer`, batch rows [W], their slots [W]): where `attend` writes the new
+        latent rows (row i of the batch at slot i); a model that writes them itself (one fused kernel) passes
+        kv_new=None."""
         return self.pool.kv[layer], self.layout.write_rows, self.layout.write_slots
 
     def _pick(self, shape: MlaShape) -> list[bool]:
@@ -131,8 +134,8 @@ class DCPContext:
         sub = build_paged(self.alloc, chunks, rank, lay.page_size, dev) if self.paged else \
             build_layout(self.alloc, chunks, rank, dev)
         hint = kv_rows(self.alloc, chunks, rank) * self.pool.kv.shape[-1] * self.pool.kv.element_size()
-        ctx = replace(self, layout=sub, kv_bytes_hint=hint, parent=self, _mask=None, _forms=[mha] * len(chunks),
-                      _parts=None, _chunks=None)
+        ctx = replace(self, layout=sub, kv_bytes_hint=hint, parent=self, _mask=None,
+                      _forms=[mha] * len(chunks), _parts=None, _chunks=None)
         return to_device(host_ints(rows), dev), ctx, mha
 
     def _count(self, kv_bytes: int = 0, seconds: float = 0.0) -> None:
@@ -151,8 +154,8 @@ class DCPContext:
         chunks = self._chunks
         self._count(sum(ch.n_rows for ch in chunks) * self.pool.kv.shape[-1] * self.pool.kv.element_size())
         c = self.dcp.size
-        local = lambda qq: shard_attention(qq, self.pool.kv[layer], chunks, w_kv, self.v_dim, self.dcp.rank, c,  # noqa: E731
-                                           scale, self.mha_block_bytes)
+        local = lambda qq: shard_attention(qq, self.pool.kv[layer], chunks, w_kv, self.v_dim,  # noqa: E731
+                                           self.dcp.rank, c, scale, self.mha_block_bytes)
         if c == 1:
             return local(q)[0].to(q.dtype)
         t0 = self._clock(q)
@@ -190,9 +193,10 @@ class DCPContext:
         if kv_new is not None:
             self.pool.write(layer, self.layout.write_slots, kv_new.index_select(0, self.layout.write_rows))
 
-    def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float, q_is_group: bool = False) -> Tensor:
-        # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R], or None: already written (kv_destination)
-        # -> [T, Hl, L]
+    def attend(self, layer: int, q: Tensor, kv_new: Tensor | None, scale: float,
+               q_is_group: bool = False) -> Tensor:
+        # q: [T, Hl, R] or [T, Hl*c, R] (q_is_group)  kv_new: [T, R], or None: already written
+        # (kv_destination) -> [T, Hl, L]
         lay = self.layout
         self._write(layer, kv_new)
         if self.paged:
@@ -209,7 +213,8 @@ class DCPContext:
                 store_owner_major(out, o.flatten(0, 1), lse.flatten())
                 return (*out, self.lse_base)
         c = self.dcp.size
-        if c == 1:    # the kernel (or its split merge) rounds o to q's dtype as it stores it: no fp32 copy to cast
+        if c == 1:    # the kernel (or its split merge) rounds o to q's dtype as it stores it: no fp32 copy to
+                      # cast
             return attend(q, None, q.dtype)[0].to(q.dtype)
         t0 = self._clock(q)
         q_group = q if q_is_group else gather_heads(q, self.dcp)
@@ -230,7 +235,8 @@ class DCPContext:
                 base = attend(q_group, (send.o, send.lse))[2]
                 buf = send.buf
                 t2 = self._clock(q)
-            out = exchange_packed(buf, base, self.dcp, q.dtype, self.v_dim, merge_a2a if fused else None, q.dtype)
+            out = exchange_packed(buf, base, self.dcp, q.dtype, self.v_dim, merge_a2a if fused else None,
+                                  q.dtype)
         self._count(seconds=(t1 - t0) + (self._clock(q) - t2))
         return out.to(q.dtype)
 
@@ -240,8 +246,8 @@ class DCPContext:
         # q: [T, Hk, R] -> o [T, Hk, L], lse [T, Hk], base (or the `out` views, see paged_attention)
         lay = self.layout
         self._count(self.kv_bytes_hint)
-        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size, out,
-                              self.pool.descriptors, self.attention_backend, out_dtype)
+        res = paged_attention(q, self.pool.kv[layer], lay, scale, self.v_dim, self.dcp.rank, self.dcp.size,
+                              out, self.pool.descriptors, self.attention_backend, out_dtype)
         return res.o, res.lse, res.base
 
     def _clock(self, x: Tensor) -> float:
@@ -259,8 +265,8 @@ def build_context(alloc: VirtualAllocator, pool: KVPool, dcp: Axis, decisions: D
     form: absorbed or MHA (auto: attention/form.py's rule per batch)."""
     backend, base = decisions.dcp_comm_backend, decisions.lse_base
     if selector.resolve_path(decisions.attention_path, pool.kv.device) == "layout":
-        return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend, base, v_dim,
-                          attention_form=form, alloc=alloc)
+        return DCPContext(build_layout(alloc, chunks, dcp.rank, pool.kv.device, pad), pool, dcp, backend,
+                          base, v_dim, attention_form=form, alloc=alloc)
     lay = build_paged(alloc, chunks, dcp.rank, alloc.page_tokens // alloc.dcp, pool.kv.device, pad)
     ctx = DCPContext(lay, pool, dcp, backend, base, v_dim,
                      attention_backend=decisions.attention_backend, attention_form=form, alloc=alloc)

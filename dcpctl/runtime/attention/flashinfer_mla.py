@@ -7,8 +7,8 @@ prefetch_offset), so a layer view over 2^32 elements would wrap: `blocker` says 
 
 Per forward batch, one plan (host ints only, no device sync): query row i is the decode token of chunk i,
 its rank-local pages (`PagedLayout.host_tables`) and local length (`host_lens`); pads and empty shards
-(local length 0) get one row of page 0 and their lse is set to -inf afterwards (docs/design.md section 1: an empty
-shard contributes lse = -inf only).  Chunks of more than one token (prefill, extend, verification) are
+(local length 0) get one row of page 0 and their lse is set to -inf afterwards (docs/design.md section 1: an
+empty shard contributes lse = -inf only).  Chunks of more than one token (prefill, extend, verification) are
 causal by global position over a striped shard, which FlashInfer's mask cannot say: ours runs those.
 FlashInfer's lse is base 2 (mla_hopper.cuh writes log2(d) + m); it is returned tagged "2" and the merge
 takes base 2.  run() is capturable in a CUDA graph once planned; plan() is host work before each replay.
@@ -42,8 +42,8 @@ def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
     if (v_dim, pool.shape[-1] - v_dim) != ROWS:
         return f"the latent row {v_dim} + {pool.shape[-1] - v_dim} is not FlashInfer's {ROWS[0]} + {ROWS[1]}"
     if pool.dtype not in (torch.bfloat16, torch.float16) or q_dtype != pool.dtype:
-        return f"the KV pool is {str(pool.dtype).removeprefix('torch.')} with {str(q_dtype).removeprefix('torch.')} " \
-               "queries (it reads 16-bit pools of the query's dtype)"
+        return (f"the KV pool is {str(pool.dtype).removeprefix('torch.')} with "
+                f"{str(q_dtype).removeprefix('torch.')} queries (it reads 16-bit pools of the query's dtype)")
     if pool.numel() > MAX_KV_ELEMENTS:
         return (f"the layer's pool has {pool.numel()} elements, over 2^32: FlashInfer's uint32 page offset "
                 "would wrap")
@@ -112,7 +112,8 @@ def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
     # out: the owner-major destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]), as triton_mla.mla_decode
     q = q.contiguous()
     h = q.shape[1]
-    w = _planner(q.device).ready((batch.plan_id, scale, q.dtype), h, batch.rows, pool.shape[1], scale, q.dtype)
+    w = _planner(q.device).ready((batch.plan_id, scale, q.dtype), h, batch.rows, pool.shape[1], scale,
+                                 q.dtype)
     o, lse = w.run(q[..., :v_dim], q[..., v_dim:], pool[..., :v_dim], pool[..., v_dim:], return_lse=True)
     lse = torch.where(batch.seen[:, None], lse, float("-inf"))
     if out is not None:

@@ -73,7 +73,8 @@ def cuda_home() -> str | None:
     """torch takes CUDA_HOME, else nvcc's grandparent (wrong for a /usr/local/bin/nvcc wrapper script)."""
     nvcc = shutil.which("nvcc")
     cands = [knobs.get("CUDA_HOME"), knobs.get("CUDA_PATH"),
-             nvcc and str(Path(nvcc).resolve().parents[1]), "/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]
+             nvcc and str(Path(nvcc).resolve().parents[1]), "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"))]
     return next((c for c in cands if c and (Path(c) / "include" / "cuda_runtime.h").is_file()), None)
 
 
@@ -116,7 +117,8 @@ def load() -> tuple[ModuleType | None, str]:
     if missing is not None:
         return None, missing
     if not flashinfer_installed():
-        sys.modules.pop("flashinfer", None)       # a namespace package of that name imported earlier is no FlashInfer
+        sys.modules.pop("flashinfer", None)       # a namespace package of that name imported earlier is no
+                                                  # FlashInfer
         tarball = Path(str(sdist))
         if not tarball.exists():
             return None, f"${SDIST_ENV}={sdist} does not exist"

@@ -14,13 +14,13 @@ The KV is read in place (zero copy, TMA over the pool's own strides).  Per forwa
 gets its chunk's block-table row and local length, and FlashMLA's tile-scheduler metadata (a device kernel,
 no host sync).  The decode graphs keep the metadata outside the graph (`GraphRows`): it depends on each row's
 block count ceil(len / 64) only (get_mla_metadata.cu splits rows by blocks; a split's end length reaches the
-kernel only through ceil_div(end, 64), splitkv_mla.cu lines 1036-1039 without the causal mask, which decode does
-not use), so the host recomputes it before a replay only when a row's block count changed: once in 64 steps.
-Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf afterwards
+kernel only through ceil_div(end, 64), splitkv_mla.cu lines 1036-1039 without the causal mask, which decode
+does not use), so the host recomputes it before a replay only when a row's block count changed: once in 64
+steps. Empty shards (local length 0) and pads read one row of page 0 and their lse is set to -inf afterwards
 (docs/design.md section 1): FlashMLA itself writes lse = +inf for a zero-length row (splitkv_mla.cu
-`cur_L == 0 ? INFINITY`), which the merge would take as a winner.  Its lse is base e (it writes logf(L) + m / log2(e)); returned tagged "e".
-Chunks of more than one token (prefill, extend, verification) are causal by global position over a striped shard,
-which FlashMLA's causal mask is not: ours runs those.
+`cur_L == 0 ? INFINITY`), which the merge would take as a winner.  Its lse is base e (it writes logf(L) + m /
+log2(e)); returned tagged "e". Chunks of more than one token (prefill, extend, verification) are causal by
+global position over a striped shard, which FlashMLA's causal mask is not: ours runs those.
 """
 from __future__ import annotations
 
@@ -32,13 +32,16 @@ from dcpctl.runtime.attention.flashmla_setup import load
 from dcpctl.runtime.attention.fused_merge import store_owner_major
 from dcpctl.runtime.attention.triton_mla import MLAOut
 
-ROWS = (512, 64)                 # HEAD_DIM_V, HEAD_DIM_K - HEAD_DIM_V: the only latent row its kernel is built for
-Rows = tuple[Tensor, Tensor | None, Tensor, Tensor]   # decode_rows: (seqlens >= 1, seen, tile metadata, splits)
+ROWS = (512, 64)                 # HEAD_DIM_V, HEAD_DIM_K - HEAD_DIM_V: the only latent row its kernel is
+                                 # built for
+Rows = tuple[Tensor, Tensor | None, Tensor, Tensor]   # decode_rows: (seqlens >= 1, seen, tile metadata,
+                                                      # splits)
 Batch = tuple[Tensor, Rows]                           # prepare: (each query row's block-table row, its Rows)
 
 
 def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
-    """Why FlashMLA cannot read this [pages, P, R] layer view (a clause), or None when it can (builds on first ask)."""
+    """Why FlashMLA cannot read this [pages, P, R] layer view (a clause), or None when it can (builds on first
+    ask)."""
     if pool.device.type != "cuda":
         return "the KV pool is not on a GPU"
     cap = torch.cuda.get_device_capability(pool.device)
@@ -56,21 +59,23 @@ def blocker(pool: Tensor, v_dim: int, q_dtype: torch.dtype) -> str | None:
 
 
 def decode_rows(lens: Tensor, heads: int, mask: bool = True) -> Rows:
-    """(seqlens >= 1, seen (None unless mask), tile metadata, num_splits) for query rows of local lengths lens [T]
-    int32 (device)."""
+    """(seqlens >= 1, seen (None unless mask), tile metadata, num_splits) for query rows of local lengths lens
+    [T] int32 (device)."""
     lens, seen = _clamped(lens, mask)
     meta, splits = load()[0].get_mla_metadata(lens, heads, 1)   # type: ignore[union-attr]
     return lens, seen, meta, splits
 
 
 def _clamped(lens: Tensor, mask: bool) -> tuple[Tensor, Tensor | None]:
-    """(seqlens >= 1, seen (None unless mask)): an empty row reads one row of page 0; its lse is masked after."""
+    """(seqlens >= 1, seen (None unless mask)): an empty row reads one row of page 0; its lse is masked
+    after."""
     return lens.clamp_min(1).contiguous(), (lens > 0 if mask else None)
 
 
-def run(q: Tensor, pool: Tensor, table: Tensor, rows: Rows, scale: float, v_dim: int) -> tuple[Tensor, Tensor]:
-    # q: [T, Hk, R]  pool: [pages, 64, R]  table: [T, pages] int32 -> o [T, Hk, v_dim] q.dtype, lse [T, Hk] base e
-    # (seen None: the lse of an empty row is left as it comes, for a caller that reads o only)
+def run(q: Tensor, pool: Tensor, table: Tensor, rows: Rows, scale: float,
+        v_dim: int) -> tuple[Tensor, Tensor]:
+    # q: [T, Hk, R]  pool: [pages, 64, R]  table: [T, pages] int32 -> o [T, Hk, v_dim] q.dtype, lse [T, Hk]
+    # base e (seen None: the lse of an empty row is left as it comes, for a caller that reads o only)
     lens, seen, meta, splits = rows
     o, lse = load()[0].fwd_kvcache_mla(q.unsqueeze(1), pool.unsqueeze(2), v_dim, lens, table,  # type: ignore
                                        scale, False, meta, splits)
@@ -84,8 +89,8 @@ def blocks(lens: list[int]) -> list[int]:
 
 
 class GraphRows:
-    """The tile metadata of the decode graphs' batches, kept outside the graphs (module docstring): one pair of
-    buffers per batch size, which the graphs read, and the block counts they were made for."""
+    """The tile metadata of the decode graphs' batches, kept outside the graphs (module docstring): one pair
+    of buffers per batch size, which the graphs read, and the block counts they were made for."""
 
     def __init__(self, heads: int) -> None:
         self.heads = heads
@@ -93,7 +98,8 @@ class GraphRows:
         self.made_for: dict[int, list[int]] = {}            # batch size -> the block counts of its metadata
 
     def _make(self, t: int, lens: Tensor) -> None:
-        """Batch size t's metadata from lens (int32 >= 1, device), into its buffers (made on the first call)."""
+        """Batch size t's metadata from lens (int32 >= 1, device), into its buffers (made on the first
+        call)."""
         made = load()[0].get_mla_metadata(lens, self.heads, 1)   # type: ignore[union-attr]
         if t in self.bufs:
             for buf, new in zip(self.bufs[t], made):
@@ -102,20 +108,21 @@ class GraphRows:
             self.bufs[t] = tuple(made)     # type: ignore[assignment]
 
     def decode_rows(self, lens: Tensor, mask: bool, recording: bool) -> Rows:
-        """decode_rows for a graph of lens.shape[0] rows: the capture's eager warm-up run (recording False) makes
-        the metadata; the recording reads the buffers, which `refresh` fills before each replay."""
+        """decode_rows for a graph of lens.shape[0] rows: the capture's eager warm-up run (recording False)
+        makes the metadata; the recording reads the buffers, which `refresh` fills before each replay."""
         t = lens.shape[0]
         lens, seen = _clamped(lens, mask)
         if not recording:
             self._make(t, lens)
             self.made_for.pop(t, None)         # made from the device's lengths: the next replay remakes it
         elif t not in self.bufs:
-            raise RuntimeError(f"FlashMLA's graph metadata for batch {t} is captured before an eager call made it")
+            raise RuntimeError(f"FlashMLA's graph metadata for batch {t} is captured before an eager call "
+                               "made it")
         return (lens, seen, *self.bufs[t])
 
     def refresh(self, host_lens: list[int], lens: Tensor) -> None:
-        """Before a replay of len(host_lens) rows of local lengths host_lens (lens: the same on the device, any
-        int dtype, already written): remake the metadata when a row's block count changed."""
+        """Before a replay of len(host_lens) rows of local lengths host_lens (lens: the same on the device,
+        any int dtype, already written): remake the metadata when a row's block count changed."""
         t, counts = len(host_lens), blocks(host_lens)
         if self.made_for.get(t) != counts:
             self._make(t, lens.clamp_min(1).to(torch.int32))
@@ -124,10 +131,11 @@ class GraphRows:
 
 def prepare(q: Tensor, lay: object, mask: bool = True, graph: GraphRows | None = None,
             recording: bool = False) -> Batch:
-    """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows.  A decode
-    layout (rows_are_chunks) gives its first T rows as they are; others gather a row per query.  mask: the caller
-    reads the lse (DCP above 1), so an empty row's is set to -inf.  graph: a decode graph's batch keeps the
-    metadata in the graphs' GraphRows (recording: the graph records; else the capture's eager warm-up run)."""
+    """(each query row's block-table row, decode_rows): once per batch, every layer has the same rows.  A
+    decode layout (rows_are_chunks) gives its first T rows as they are; others gather a row per query.  mask:
+    the caller reads the lse (DCP above 1), so an empty row's is set to -inf.  graph: a decode graph's batch
+    keeps the metadata in the graphs' GraphRows (recording: the graph records; else the capture's eager
+    warm-up run)."""
     t = q.shape[0]
     if lay.rows_are_chunks:           # type: ignore[attr-defined]
         table, lens = lay.block_table[:t], lay.local_lens[:t]   # type: ignore[attr-defined]
@@ -154,7 +162,8 @@ def decode(q: Tensor, pool: Tensor, batch: Batch, scale: float, v_dim: int,
 
 def flashmla_decode(q: Tensor, pool: Tensor, lay: object, scale: float, v_dim: int,
                     out: tuple[Tensor, Tensor] | None = None) -> MLAOut:
-    """prepare (eager, masked) once per batch, kept in lay.backend_state as backends.run keeps it, then decode."""
+    """prepare (eager, masked) once per batch, kept in lay.backend_state as backends.run keeps it, then
+    decode."""
     state = lay.backend_state             # type: ignore[attr-defined]
     if "flashmla" not in state:
         state["flashmla"] = prepare(q, lay)

@@ -1,4 +1,5 @@
-"""Absorbed or MHA form per chunk of a batch: one rule, from host ints, identical on every rank of a DCP group.
+"""Absorbed or MHA form per chunk of a batch: one rule, from host ints, identical on every rank of a DCP
+group.
 
 Per MLA layer and head, with q/k = nope + rope, R = L + rope (the latent row) and a chunk of T new tokens
 ending at position E (P = T*(E - T) + T*(T+1)/2 causal query-key pairs):
@@ -6,12 +7,13 @@ ending at position E (P = T*(E - T) + T*(T+1)/2 causal query-key pairs):
     absorbed = P * (R + L)                        # q.k over the latent row, p.v over the latent
     mha      = E * (nope + v) * L + P * (qk + v)  # up-project every key row once, then q.k and p.v per head
 
-A chunk runs in the MHA form when it is the smaller (DeepSeek-V3 shapes: a fresh prompt of >= 341 tokens, or an
-extend of >= ~171 new tokens over a long prefix); decode, verification and short extends stay absorbed.  A mixed
-batch (prefill chunks beside decodes) is split: each form runs its sub-batch in the same layer call.  The same
-split SGLang makes (forward_normal for prefill/extend, forward_absorb for decode and verify) and vLLM's MLA
-backends make (requests above the decode threshold run the MHA prefill), here written as the FLOP count.
-Both sides count per DCP group (every rank holds 1/c of the rows), so the rule is the same on every rank.
+A chunk runs in the MHA form when it is the smaller (DeepSeek-V3 shapes: a fresh prompt of >= 341 tokens, or
+an extend of >= ~171 new tokens over a long prefix); decode, verification and short extends stay absorbed.  A
+mixed batch (prefill chunks beside decodes) is split: each form runs its sub-batch in the same layer call.
+The same split SGLang makes (forward_normal for prefill/extend, forward_absorb for decode and verify) and
+vLLM's MLA backends make (requests above the decode threshold run the MHA prefill), here written as the FLOP
+count. Both sides count per DCP group (every rank holds 1/c of the rows), so the rule is the same on every
+rank.
 """
 from __future__ import annotations
 
@@ -46,8 +48,8 @@ def pick_form(requested: str, chunks: list[SeqChunk], m: MlaShape) -> tuple[list
     rule = ("auto: per chunk, the MHA form (kv_b_proj up-projection of the cached rows block by block, "
             "then qk/v-wide attention) when its multiply-adds are fewer than the absorbed form's")
     if any(mha) and not all(mha):
-        return mha, (f"attention form: split (MHA for the long prefills and extends, absorbed for the decodes, "
-                     f"verification and short extends of the same batch; {rule})")
+        return mha, ("attention form: split (MHA for the long prefills and extends, absorbed for the "
+                     f"decodes, verification and short extends of the same batch; {rule})")
     if mha and all(mha):
         return mha, f"attention form: MHA for long prefills and extends ({rule})"
     return mha, f"attention form: absorbed for decode, verification and short extends ({rule})"

@@ -41,7 +41,8 @@ def owner_major(o: Tensor, lse: Tensor, heads: int) -> tuple[Tensor, Tensor]:
 
 
 def store_owner_major(out: tuple[Tensor, Tensor], o: Tensor, lse: Tensor) -> None:
-    """Copy rows m = n*H + h (H = c*Hl) into a destination [c, N, Hl, V] / [c, N, Hl]: head h goes to block h // Hl."""
+    """Copy rows m = n*H + h (H = c*Hl) into a destination [c, N, Hl, V] / [c, N, Hl]: head h goes to block h
+    // Hl."""
     # o: [M, V]  lse: [M]
     do, dl = out
     c, n, hl, v = do.shape
@@ -50,7 +51,8 @@ def store_owner_major(out: tuple[Tensor, Tensor], o: Tensor, lse: Tensor) -> Non
 
 
 def check_destination(out: tuple[Tensor, Tensor], n: int, heads: int, v: int) -> None:
-    """A destination for n rows of `heads` heads: o [c, n, heads/c, v] (unit-stride last dim), lse [c, n, heads/c]."""
+    """A destination for n rows of `heads` heads: o [c, n, heads/c, v] (unit-stride last dim), lse [c, n,
+    heads/c]."""
     do, dl = out
     c = do.shape[0] if do.dim() == 4 else 0
     if do.dim() != 4 or c == 0 or heads % c or tuple(do.shape) != (c, n, heads // c, v) \
@@ -97,7 +99,8 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
         ret = out
     do, dl = out
     s_pow2 = triton.next_power_of_2(s)
-    block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))   # one [S, BLOCK_V] tile per program
+    # one [S, BLOCK_V] tile per program
+    block_v = max(16, min(512, triton.next_power_of_2(v), 4096 // s_pow2))
     _merge_kernel[(m, triton.cdiv(v, block_v))](
         o, lse, do, dl, s, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), v,
         do.shape[0] * do.shape[2], do.shape[2], do.stride(0), do.stride(1), do.stride(2),
@@ -107,7 +110,8 @@ def merge_partials_triton(o: Tensor, lse: Tensor, base: str = "e", out_dtype: to
     return ret
 
 
-def merge_a2a(o: Tensor, lse: Tensor, base: str = "e", out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+def merge_a2a(o: Tensor, lse: Tensor, base: str = "e",
+              out_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
     """Receive side of the packed all-to-all: merge the c ranks' partials of this rank's heads.
 
     o and lse may be strided views of the receive buffer (the LSE lanes read in place)."""
@@ -122,7 +126,8 @@ def rescale_partial_reference(o: Tensor, lse_r: Tensor, lse_global: Tensor, base
     lr = to_natural(lse_r, base)
     w = torch.exp(lr - lse_global.to(lr.dtype))
     keep = (torch.isfinite(lr) & torch.isfinite(lse_global)).unsqueeze(-1)
-    return torch.where(keep, o.to(lr.dtype) * w.unsqueeze(-1), torch.zeros((), dtype=lr.dtype, device=o.device))
+    return torch.where(keep, o.to(lr.dtype) * w.unsqueeze(-1),
+                       torch.zeros((), dtype=lr.dtype, device=o.device))
 
 
 def rescale_partial(o: Tensor, lse_r: Tensor, lse_global: Tensor, base: str = "e") -> Tensor:
@@ -154,12 +159,13 @@ def merge_into_reference(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor)
 
 
 def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) -> None:
-    """In place: lse' = logaddexp(lse_acc, lse), o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o (an accumulator
-    row at -inf, o 0, weighs 0).  One Triton pass on CUDA for an fp32 accumulator, else torch.
+    """In place: lse' = logaddexp(lse_acc, lse), o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o (an
+    accumulator row at -inf, o 0, weighs 0).  One Triton pass on CUDA for an fp32 accumulator, else torch.
 
-    acc_o [t, H, V] / acc_lse [t, H] and o [t, H, V] / lse [t, H] may be views with any row and head strides; their
-    last dims are unit-stride on the Triton path; every row of the partial saw a key (a finite lse)."""
-    if not (_use_triton(acc_o) and acc_o.dtype == torch.float32 and acc_o.stride(-1) == 1 and o.stride(-1) == 1):
+    acc_o [t, H, V] / acc_lse [t, H] and o [t, H, V] / lse [t, H] may be views with any row and head strides;
+    their last dims are unit-stride on the Triton path; every row of the partial saw a key (a finite lse)."""
+    if not (_use_triton(acc_o) and acc_o.dtype == torch.float32 and acc_o.stride(-1) == 1
+            and o.stride(-1) == 1):
         return merge_into_reference(acc_o, acc_lse, o, lse)
     return merge_into_triton(acc_o, acc_lse, o, lse)
 
@@ -171,16 +177,17 @@ def merge_into_triton(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor) ->
         return None
     block_r = 16
     _merge_into_kernel[(triton.cdiv(t * h, block_r),)](
-        acc_o, acc_lse, o, lse, t * h, h, v, acc_o.stride(0), acc_o.stride(1), acc_lse.stride(0), acc_lse.stride(1),
-        o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
+        acc_o, acc_lse, o, lse, t * h, h, v, acc_o.stride(0), acc_o.stride(1), acc_lse.stride(0),
+        acc_lse.stride(1), o.stride(0), o.stride(1), lse.stride(0), lse.stride(1),
         BLOCK_R=block_r, BLOCK_V=triton.next_power_of_2(v), num_warps=4)
     return None
 
 
 if triton is not None:
     @triton.jit
-    def _merge_into_kernel(ACC, ACC_LSE, O, LSE, M, H, V, s_at, s_ah, s_alt, s_alh, s_ot, s_oh, s_lt, s_lh,
-                           BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    def _merge_into_kernel(ACC, ACC_LSE, O, LSE, M, H, V,  # noqa: E741
+                           s_at, s_ah, s_alt, s_alh, s_ot, s_oh, s_lt, s_lh, BLOCK_R: tl.constexpr,
+                           BLOCK_V: tl.constexpr):
         # ACC: [t, H, V] fp32 += O's partial by LSE, in place; rows m = t*H + h, BLOCK_R of them per program
         m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         rmask = m < M
@@ -199,15 +206,17 @@ if triton is not None:
         tl.store(ACC_LSE + r * s_alt + h * s_alh, new, mask=rmask)
 
     @triton.jit
-    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,
+    def _merge_kernel(O, LSE, OUT, OUT_LSE, S, s_os, s_om, s_ls, s_lm, V,  # noqa: E741
                       H, HL, s_oc, s_on, s_oh, s_lc, s_ln, s_lh,
-                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr, PDL: tl.constexpr):
+                      LSE_SCALE: tl.constexpr, S_POW2: tl.constexpr, BLOCK_V: tl.constexpr,
+                      PDL: tl.constexpr):
         pdl.enter(PDL)
-        # O: [S, M, V]  LSE: [S, M] -> row m = n*H + h of OUT: [c, N, HL, V], OUT_LSE: [c, N, HL] (block h // HL)
-        # grid (M, V / BLOCK_V)
+        # O: [S, M, V]  LSE: [S, M] -> row m = n*H + h of OUT: [c, N, HL, V], OUT_LSE: [c, N, HL] (block h //
+        # HL) grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)
         offs_s = tl.arange(0, S_POW2)
-        lse = tl.load(LSE + offs_s * s_ls + row.to(tl.int64) * s_lm, mask=offs_s < S, other=float("-inf")) * LSE_SCALE
+        lse = tl.load(LSE + offs_s * s_ls + row.to(tl.int64) * s_lm, mask=offs_s < S,
+                      other=float("-inf")) * LSE_SCALE
         valid = (lse > float("-inf")) & (lse < float("inf"))            # NaN compares false
         mx = tl.max(tl.where(valid, lse, float("-inf")), 0)
         mx_safe = tl.where(mx > float("-inf"), mx, 0.0)
@@ -228,7 +237,8 @@ if triton is not None:
                  merged.to(OUT_LSE.dtype.element_ty), mask=vb == 0)
 
     @triton.jit
-    def _rescale_kernel(O, LSE_R, LSE_G, OUT, V, LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):
+    def _rescale_kernel(O, LSE_R, LSE_G, OUT, V,  # noqa: E741
+                        LSE_SCALE: tl.constexpr, BLOCK_V: tl.constexpr):
         # O: [M, V]  LSE_R, LSE_G: [M] -> OUT: [M, V] fp32; grid (M, V / BLOCK_V)
         row, vb = tl.program_id(0), tl.program_id(1)
         lr = tl.load(LSE_R + row) * LSE_SCALE
@@ -237,6 +247,7 @@ if triton is not None:
         w = tl.where(ok, tl.exp(tl.where(ok, lr - lg, 0.0)), 0.0)
         offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)
         vmask = offs_v < V
-        keep = vmask & (tl.zeros_like(offs_v) + ok.to(tl.int32) > 0)      # NaN rows of empty shards never load
+        # NaN rows of empty shards never load
+        keep = vmask & (tl.zeros_like(offs_v) + ok.to(tl.int32) > 0)
         x = tl.load(O + row.to(tl.int64) * V + offs_v, mask=keep, other=0.0)
         tl.store(OUT + row.to(tl.int64) * V + offs_v, x.to(tl.float32) * w, mask=vmask)

@@ -21,7 +21,8 @@ copy entry points used here are removed).
 """
 from __future__ import annotations
 
-TESTED_TRITON = ((3, 6),)     # the Gluon API this kernel compiles with (3.6.0 measured; 3.5 lacks gl.num_warps, 3.9 the copy calls)
+TESTED_TRITON = ((3, 6),)     # the Gluon API this kernel compiles with (3.6.0 measured; 3.5 lacks
+                              # gl.num_warps, 3.9 the copy calls)
 
 UNAVAILABLE: str | None = None   # why the Gluon kernel cannot be built with this Triton (None: it can)
 try:
@@ -75,7 +76,8 @@ if gluon is not None:
         async_copy.commit_group()
 
     @gluon.jit
-    def _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, s0, bar, kv_v, kv_pe, pred, PAGE: gl.constexpr, D_V: gl.constexpr):
+    def _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, s0, bar, kv_v, kv_pe, pred, PAGE: gl.constexpr,
+                  D_V: gl.constexpr):
         # bulk tensor copies of local rows [s0, s0 + BLOCK_N) (inside one page) into one ring stage;
         # `bar` completes when both have landed
         page = gl.load(BT + b * s_bt + s0 // PAGE, mask=pred, other=0)
@@ -88,7 +90,8 @@ if gluon is not None:
     def _attend_tile(q_v_s, q_pe_s, kv_v, kv_pe, p_s, acc, m, l_sum, s0, end, qk_scale2,
                      BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LS: gl.constexpr, LO: gl.constexpr):
         # one landed tile: S = q . k^T (warpgroup w: tokens [w*BN/2, (w+1)*BN/2)), online softmax in base 2,
-        # P through shared memory, then O += P . v issued (asynchronous: the caller waits before the next tile)
+        # P through shared memory, then O += P . v issued (asynchronous: the caller waits before the next
+        # tile)
         s = warpgroup_mma(q_v_s, kv_v.permute((1, 0)), gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=LS),
                           use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe_s, kv_pe.permute((1, 0)), s, is_async=True)
@@ -98,7 +101,8 @@ if gluon is not None:
         m_new = gl.maximum(m, gl.max(s, 1))
         p = gl.exp2(s - m_new[:, None])
         alpha = gl.exp2(m - m_new)
-        # the row sums stay [BLOCK_H]: a [BLOCK_H, BLOCK_N] running sum lets ptxas serialize the wgmmas (C7515)
+        # the row sums stay [BLOCK_H]: a [BLOCK_H, BLOCK_N] running sum lets ptxas serialize the wgmmas
+        # (C7515)
         l_sum = l_sum * alpha + gl.sum(p, 1)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, LO))[:, None]
         p_s.store(p.to(p_s.dtype))
@@ -108,14 +112,14 @@ if gluon is not None:
         return acc, m_new, l_sum
 
     @gluon.jit
-    def _mla_gluon_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
+    def _mla_gluon_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,  # noqa: E741
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2,
                           PAGE: gl.constexpr, D_V: gl.constexpr, D_PE: gl.constexpr, BLOCK_H: gl.constexpr,
                           BLOCK_N: gl.constexpr, STAGES: gl.constexpr, USE_TMA: gl.constexpr,
                           PDL: gl.constexpr):
-        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
-        # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
+        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits,
+        # N) head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # USE_TMA (PAGE % BLOCK_N == 0): whole tiles by bulk tensor copy (KVD_V/KVD_PE over the pool's rows),
         # the partial last tile by cp.async; else every tile by cp.async, row by row through the page table
         gl.static_assert(BLOCK_H == 64, "one wgmma row block of heads per program")
@@ -133,12 +137,13 @@ if gluon is not None:
                                                   element_bitwidth=16, rank=2)
 
         if PDL:   # launched early (runtime/kernels/pdl.py): wait for the kernel before, then release the next
-            gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
-                                      pack=1)
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+            gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
+                                      dtype=gl.int32, is_pure=False, pack=1)
         hb, sp, n = gl.program_id(0), gl.program_id(1), gl.program_id(2)
-        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, gl.num_programs(1), BLOCK_N, dcp_rank, dcp_size)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, gl.num_programs(1), BLOCK_N, dcp_rank,
+                                      dcp_size)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
 
         q_v_s = gl.allocate_shared_memory(dt, [BLOCK_H, D_V], SH)
@@ -184,8 +189,9 @@ if gluon is not None:
                 _tma_tile(KVD_V, KVD_PE, BT, b, s_bt, start + nx * BLOCK_N, bars.index(nx % STAGES),
                           kv_v_s.index(nx % STAGES), kv_pe_s.index(nx % STAGES), nx < n_full, PAGE, D_V)
                 mbarrier.wait(bars.index(st), (i // STAGES) & 1)
-                acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m, l_sum,
-                                             start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS, LO)
+                acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m,
+                                             l_sum, start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS,
+                                             LO)
         for i in range(n_full, n_tiles):     # cp.async tiles: all of them, or the partial last one after TMA
             st = i % STAGES
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -197,13 +203,15 @@ if gluon is not None:
             else:                            # tile i has landed (STAGES-2 younger groups may fly)
                 async_copy.wait_group(STAGES - 2)
             fence_async_shared()             # each thread's cp.async writes -> the wgmma's async proxy
-            gl.thread_barrier()              # ... before any warp reads them; every warpgroup's PV(i-1) is done
+            gl.thread_barrier()              # ... before any warp reads them; every warpgroup's PV(i-1) is
+                                             # done
             if not USE_TMA:                  # the stage of tile i-1 is free: start tile i+STAGES-1
                 nx = i + STAGES - 1          # (an empty group past the end)
-                _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + nx * BLOCK_N, end, kv_v_s.index(nx % STAGES),
-                           kv_pe_s.index(nx % STAGES), PAGE, D_V, D_PE, BLOCK_N, LV, LPE)
-            acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m, l_sum,
-                                         start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS, LO)
+                _load_tile(KV, BT, b, s_bt, s_kvp, s_kvs, start + nx * BLOCK_N, end,
+                           kv_v_s.index(nx % STAGES), kv_pe_s.index(nx % STAGES), PAGE, D_V, D_PE, BLOCK_N,
+                           LV, LPE)
+            acc, m, l_sum = _attend_tile(q_v_s, q_pe_s, kv_v_s.index(st), kv_pe_s.index(st), p_s, acc, m,
+                                         l_sum, start + i * BLOCK_N, end, qk_scale2, BLOCK_H, BLOCK_N, LS, LO)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         async_copy.wait_group(0)
 
@@ -229,4 +237,5 @@ def tma_descriptors(kv_pool, block_n: int, v_dim: int):
     flat = kv_pool.view(-1, kv_pool.shape[-1])
     layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     return (TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, v_dim], layout),
-            TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, flat.shape[1] - v_dim], layout))
+            TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [block_n, flat.shape[1] - v_dim],
+                             layout))

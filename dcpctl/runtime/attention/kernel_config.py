@@ -26,7 +26,8 @@ class KernelConfig(NamedTuple):
 @functools.lru_cache(maxsize=None)
 def tuned_configs(path: str) -> dict[int, KernelConfig]:
     """Configs per kernel-head count from a `dcpctl bench kernel --sweep --format json` output (its
-    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws, gluon]} JSON file."""
+    "configs") or a plain {heads: [block_h, block_n, warps, stages, occupancy, tma, lazy, ws, gluon]} JSON
+    file."""
     from dcpctl.plan.errors import UserError
     try:
         with open(path) as f:
@@ -43,9 +44,9 @@ def tuned_configs(path: str) -> dict[int, KernelConfig]:
         raise UserError(f"--mla-configs {path}: not a kernel config file ({e})") from None
 
 
-# Built-in tiles per kernel-head count where a GPU has no mla_tiles table: (the largest head multiple, tiles), the
-# first that divides the head count wins.  A Gluon config runs the Triton kernel with the same tiles where the
-# Gluon kernel cannot (`use_gluon`: Hopper only), and on Hopper with bulk tensor copies.
+# Built-in tiles per kernel-head count where a GPU has no mla_tiles table: (the largest head multiple, tiles),
+# the first that divides the head count wins.  A Gluon config runs the Triton kernel with the same tiles where
+# the Gluon kernel cannot (`use_gluon`: Hopper only), and on Hopper with bulk tensor copies.
 BUILT_IN: tuple[tuple[int, KernelConfig], ...] = (
     (64, KernelConfig(64, 64, 8, 2, 1, True, gluon=True)),
     (32, KernelConfig(32, 64, 8, 2)),
@@ -54,7 +55,8 @@ BUILT_IN: tuple[tuple[int, KernelConfig], ...] = (
 
 
 def parse_rules(data: dict | None) -> tuple[tuple[int, KernelConfig], ...]:
-    """An mla_tiles table ({"by_heads_multiple": [[multiple, [KernelConfig fields]], ...]}), None: BUILT_IN."""
+    """An mla_tiles table ({"by_heads_multiple": [[multiple, [KernelConfig fields]], ...]}), None:
+    BUILT_IN."""
     return tuple((int(m), KernelConfig(*c)) for m, c in data["by_heads_multiple"]) if data else BUILT_IN
 
 
@@ -65,9 +67,9 @@ def _rules(device: object) -> tuple[tuple[int, KernelConfig], ...]:
 
 
 def default_config(heads: int, device: object = None) -> KernelConfig:
-    """Tile config per kernel-head count: the file of --mla-configs (launch config runtime.mla_configs) when it has
-    this head count (a sweep's output, for tuning another GPU), else the GPU's mla_tiles tuning table (a CUDA
-    `device`; none, or off CUDA: BUILT_IN)."""
+    """Tile config per kernel-head count: the file of --mla-configs (launch config runtime.mla_configs) when
+    it has this head count (a sweep's output, for tuning another GPU), else the GPU's mla_tiles tuning table
+    (a CUDA `device`; none, or off CUDA: BUILT_IN)."""
     from dcpctl.runtime import settings
     override = settings.current().mla_configs
     if override:

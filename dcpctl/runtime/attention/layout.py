@@ -25,7 +25,8 @@ from torch import Tensor
 
 from dcpctl.runtime.kv.allocator import VirtualAllocator, owned, owned_rows
 
-ALIGN_BYTES = 16     # to_device_many's views start on this boundary (Triton's pointer-alignment specialization)
+ALIGN_BYTES = 16     # to_device_many's views start on this boundary (Triton's pointer-alignment
+                     # specialization)
 _TENSORS = ("positions", "seq", "write_rows", "write_slots", "kv_slots", "kv_pos", "kv_seq")
 
 
@@ -82,15 +83,16 @@ def build_layout(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int,
 
 
 def host_ints(values: list[int]) -> Tensor:
-    """A host int64 tensor of `values` through an array buffer: about 3x cheaper than torch.tensor(list) (a 4,096-token
-    prompt's ids: 65 against 225 us on the CPU CI machine); the tensor keeps the buffer alive."""
-    return torch.frombuffer(array("q", values), dtype=torch.int64) if values else torch.zeros(0, dtype=torch.int64)
+    """A host int64 tensor of `values` through an array buffer: about 3x cheaper than torch.tensor(list) (a
+    4,096-token prompt's ids: 65 against 225 us on the CPU CI machine); the tensor keeps the buffer alive."""
+    return (torch.frombuffer(array("q", values), dtype=torch.int64)
+            if values else torch.zeros(0, dtype=torch.int64))
 
 
 def to_device(host: Tensor, device: torch.device | str) -> Tensor:
-    """A step's host-built metadata on `device`.  On CUDA it goes through pinned memory without blocking, so the
-    host builds the next step while the GPU still runs this one (a pageable copy waits for the whole queue); the
-    pinned buffer is the caching host allocator's, held until the copy is done."""
+    """A step's host-built metadata on `device`.  On CUDA it goes through pinned memory without blocking, so
+    the host builds the next step while the GPU still runs this one (a pageable copy waits for the whole
+    queue); the pinned buffer is the caching host allocator's, held until the copy is done."""
     if torch.device(device).type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
@@ -98,9 +100,10 @@ def to_device(host: Tensor, device: torch.device | str) -> Tensor:
 
 def to_device_many(hosts: list[Tensor], device: torch.device | str) -> list[Tensor]:
     """to_device of several host tensors with one copy per dtype (each copy is a pin and a launch: a prefill's
-    metadata is a handful of columns); views of the copy, in order, each of its host tensor's shape.  Each view
-    starts on a 16-byte boundary, as a tensor of its own would: Triton compiles a kernel variant per pointer
-    alignment, so views at offsets that follow the batch's size would meet new variants mid-traffic."""
+    metadata is a handful of columns); views of the copy, in order, each of its host tensor's shape.  Each
+    view starts on a 16-byte boundary, as a tensor of its own would: Triton compiles a kernel variant per
+    pointer alignment, so views at offsets that follow the batch's size would meet new variants
+    mid-traffic."""
     if torch.device(device).type != "cuda":
         return [h.to(device) for h in hosts]
     out: list[Tensor | None] = [None] * len(hosts)
@@ -114,8 +117,8 @@ def to_device_many(hosts: list[Tensor], device: torch.device | str) -> list[Tens
 
 
 def packed(hosts: list[Tensor]) -> tuple[Tensor, list[int]]:
-    """Host tensors of one dtype as one flat tensor and each one's first element there, every start a multiple of
-    ALIGN_BYTES (the rows between are zeros)."""
+    """Host tensors of one dtype as one flat tensor and each one's first element there, every start a multiple
+    of ALIGN_BYTES (the rows between are zeros)."""
     quantum = max(1, ALIGN_BYTES // hosts[0].element_size())
     parts, starts, at = [], [], 0
     for h in hosts:

@@ -1,4 +1,5 @@
-"""MHA-form local attention over one rank's latent shard: up-project key blocks per head, attend, merge by LSE.
+"""MHA-form local attention over one rank's latent shard: up-project key blocks per head, attend, merge by
+LSE.
 
 The absorbed form attends the latent rows as they are (R = 576 / L = 512 wide per head); the MHA form
 up-projects each latent row per head with kv_b_proj (K nope and V) and attends 192 / 128 wide, which is
@@ -37,15 +38,18 @@ from dcpctl.plan.memory import MHA_BLOCK_BYTES as BLOCK_BYTES   # one key block'
 
 def block_rows(heads: int, qk_dim: int, nope: int, v_dim: int, elem_bytes: int, budget: int = BLOCK_BYTES,
                quantum: int = KEY_QUANTUM) -> int:
-    """Key rows per block so that one block's up-projection (K nope | V GEMM output, then K) fits in `budget`; a
-    multiple of `quantum` when at least one fits, so a whole prefix block is one cuDNN call (backends/mha_cudnn)."""
+    """Key rows per block so that one block's up-projection (K nope | V GEMM output, then K) fits in `budget`;
+    a multiple of `quantum` when at least one fits, so a whole prefix block is one cuDNN call
+    (backends/mha_cudnn)."""
     rows = max(1, budget // (heads * (nope + v_dim + qk_dim) * elem_bytes))
     return rows - rows % quantum if rows >= quantum else rows
 
 
 def merge_into(acc_o: Tensor, acc_lse: Tensor, o: Tensor, lse: Tensor, fresh: bool = False) -> None:
-    # acc_o: [t, H, V] acc dtype (views allowed)  acc_lse: [t, H] natural; o, lse: a partial whose every row saw a key
-    # lse' = logaddexp(lse_acc, lse);  o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o   (-inf acc weighs 0)
+    # acc_o: [t, H, V] acc dtype (views allowed)  acc_lse: [t, H] natural; o, lse: a partial whose every row
+    # saw a key
+    # lse' = logaddexp(lse_acc, lse);  o' = exp(lse_acc - lse') o_acc + exp(lse - lse') o
+    # (-inf acc weighs 0)
     # fresh: no partial reached these rows yet (acc is 0 / -inf): the merge is a copy
     if fresh:
         acc_o.copy_(o)
@@ -82,11 +86,13 @@ def chunk_attention(q: Tensor, rows_of: Callable[[int, int], Tensor], w_kv: Tens
         for d in range(min(c, max(0, hi - lo))):
             sl = slice(lo + d, hi, c)
             m = len(range(lo + d, hi, c))
-            merge_into(acc_o[sl], acc_lse[sl], *kernel(q[sl].contiguous(), k[:m], v[:m], True, scale), fresh=i == 0)
+            merge_into(acc_o[sl], acc_lse[sl], *kernel(q[sl].contiguous(), k[:m], v[:m], True, scale),
+                       fresh=i == 0)
 
 
 def _keys(rows: Tensor, w_kv: Tensor, nope: int, latent: int) -> tuple[Tensor, Tensor]:
-    # rows: [s, R]  w_kv: [H, nope + v, L] -> k [s, H, nope + rope], v [s, H, v] (a strided view of the GEMM output)
+    # rows: [s, R]  w_kv: [H, nope + v, L] -> k [s, H, nope + rope], v [s, H, v] (a strided view of the GEMM
+    # output)
     h, nv, _ = w_kv.shape
     rows = rows.to(w_kv.dtype)
     kv = (rows[:, :latent] @ w_kv.reshape(h * nv, latent).t()).view(rows.shape[0], h, nv)
@@ -106,8 +112,8 @@ class ShardChunk:
     slots: Tensor      # [n_rows] int64 pool slots of shard rows 0 .. n_rows-1
 
 
-def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv: Tensor, latent: int, rank: int,
-                    c: int, scale: float, budget: int = BLOCK_BYTES) -> tuple[Tensor, Tensor]:
+def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv: Tensor, latent: int,
+                    rank: int, c: int, scale: float, budget: int = BLOCK_BYTES) -> tuple[Tensor, Tensor]:
     # q: [T', Hk, qk] (T' >= the chunks' rows: pads see nothing)  kv_layer: [C, R] one layer of the pool
     # w_kv: [Hk, nope + v, L] -> o [T', Hk, v] acc dtype (q's dtype when one call covers it all), lse [T', Hk]
     # base e (-inf where a row sees no key)
@@ -116,8 +122,10 @@ def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv:
     kernel = selector.mha(q, kv_layer, latent).run
     block = block_rows(hk, q.shape[-1], nope, nv - nope, q.element_size(), budget)
     one = chunks[0] if len(chunks) == 1 else None
-    if c == 1 and one is not None and one.n_prefix == 0 and one.n_rows <= block and q.shape[0] == one.num_tokens:
-        # a fresh prompt in one key block: a single causal call covers every row, so it is the result as it comes
+    if (c == 1 and one is not None and one.n_prefix == 0 and one.n_rows <= block
+        and q.shape[0] == one.num_tokens):
+        # a fresh prompt in one key block: a single causal call covers every row, so it is the result as it
+        # comes
         return kernel(q, *_keys(kv_layer.index_select(0, one.slots), w_kv, nope, latent), True, scale)
     dt = acc_dtype(q.dtype)
     acc_o = torch.zeros(q.shape[0], hk, nv - nope, dtype=dt, device=q.device)
@@ -125,6 +133,6 @@ def shard_attention(q: Tensor, kv_layer: Tensor, chunks: list[ShardChunk], w_kv:
     for ch in chunks:
         rows = slice(ch.row, ch.row + ch.num_tokens)
         rows_of = lambda j0, j1, s=ch.slots: kv_layer.index_select(0, s[j0:j1])   # noqa: E731
-        chunk_attention(q[rows], rows_of, w_kv, nope, latent, ch.start, ch.n_prefix, ch.n_rows, rank, c, scale, kernel,
-                        block, acc_o[rows], acc_lse[rows])
+        chunk_attention(q[rows], rows_of, w_kv, nope, latent, ch.start, ch.n_prefix, ch.n_rows, rank, c,
+                        scale, kernel, block, acc_o[rows], acc_lse[rows])
     return acc_o, acc_lse

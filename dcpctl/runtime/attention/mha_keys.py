@@ -1,11 +1,13 @@
-"""The MHA form's keys of one key block in one pass: k = [K nope of each head | the row's shared rotated k_pe].
+"""The MHA form's keys of one key block in one pass: k = [K nope of each head | the row's shared rotated
+k_pe].
 
     keys(kv [s, H, nope + v], k_pe [s, rope], nope) -> k [s, H, nope + rope]
 
-kv is kv_b_proj's output for the block's latent rows (K nope then V per head), k_pe the rows' rope part (a strided
-view of the latent rows).  The torch form is two copies, the nope slice (strided) and k_pe broadcast over the heads;
-on CUDA one Triton kernel reads each once and writes k once (at 4K rows x 128 heads the two copies took 230 us a
-layer on an H200, benchmarks/prefill_ttft.py --profile).  A copy either way: the result is bit-identical.
+kv is kv_b_proj's output for the block's latent rows (K nope then V per head), k_pe the rows' rope part (a
+strided view of the latent rows).  The torch form is two copies, the nope slice (strided) and k_pe broadcast
+over the heads; on CUDA one Triton kernel reads each once and writes k once (at 4K rows x 128 heads the two
+copies took 230 us a layer on an H200, benchmarks/prefill_ttft.py --profile).  A copy either way: the result
+is bit-identical.
 """
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def keys_triton(kv: Tensor, k_pe: Tensor, nope: int) -> Tensor:
         return k
     _keys_kernel[(triton.cdiv(s, ROWS), triton.cdiv(h, HEADS))](
         kv, k_pe, k, s, h, kv.stride(0), kv.stride(1), k_pe.stride(0), k.stride(0), k.stride(1),
-        NOPE=nope, ROPE=rope, BN=triton.next_power_of_2(nope), BR=triton.next_power_of_2(rope), BS=ROWS, BH=HEADS,
-        num_warps=4)
+        NOPE=nope, ROPE=rope, BN=triton.next_power_of_2(nope), BR=triton.next_power_of_2(rope), BS=ROWS,
+        BH=HEADS, num_warps=4)
     return k
 
 

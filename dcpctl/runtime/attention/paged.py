@@ -22,9 +22,9 @@ chunk's end), its local length local_len(end, r, c), and the owned new rows' wri
 | host_tables  | n lists (host)      | chunk i's pages, as the block table (FlashInfer's plan) |
 | host_lens    | n ints (host)       | local_lens without the pad row (None: not known on host)|
 
-Which absorbed backend reads the pool (attention/backends: ours, FlashInfer, FlashMLA, the torch reference) is the
-selector's (`selector.absorbed`); `paged_attention` runs it through the registry (`backends.run`: its per-batch
-`prepare`, or `capture` for a decode graph's batch, then its kernel).
+Which absorbed backend reads the pool (attention/backends: ours, FlashInfer, FlashMLA, the torch reference) is
+the selector's (`selector.absorbed`); `paged_attention` runs it through the registry (`backends.run`: its
+per-batch `prepare`, or `capture` for a decode graph's batch, then its kernel).
 """
 from __future__ import annotations
 
@@ -64,10 +64,13 @@ class PagedLayout:
     host_tables: list[list[int]] | None = None
     host_lens: list[int] | None = None
     backend_state: dict = field(default_factory=dict)   # per batch: each backend's prepared state, by name
-    rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad rows
-                                    # past the empty one): a backend may slice the table instead of gathering it
-    graph: GraphPass | None = None  # a decode graph's batch (engine/decode_graphs.py), else None: an eager batch
-    selected: str | None = None     # the absorbed backend the selector picked for this batch (on its first layer)
+    rows_are_chunks: bool = False   # query row i reads block-table row i (decode: one token per chunk, no pad
+                                    # rows past the empty one): a backend may slice the table instead of
+                                    # gathering it
+    graph: GraphPass | None = None  # a decode graph's batch (engine/decode_graphs.py), else None: an eager
+                                    # batch
+    selected: str | None = None     # the absorbed backend the selector picked for this batch (on its first
+                                    # layer)
 
 
 # The table's row stride is a kernel argument, and Triton compiles one variant for strides divisible by 16 and
@@ -77,7 +80,8 @@ TABLE_ALIGN = 16
 
 
 def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, page_size: int,
-                device: torch.device | str = "cpu", pad: int = 0, max_pages: int | None = None) -> PagedLayout:
+                device: torch.device | str = "cpu", pad: int = 0,
+                max_pages: int | None = None) -> PagedLayout:
     """Kernel inputs for one rank from the allocator's page lists (chunks must be allocated).
 
     max_pages pads the block table's width (CUDA graphs keep one shape); default: the widest chunk.
@@ -90,8 +94,8 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
     rows = 0
     for i, ch in enumerate(chunks):      # host tensors per chunk: a long prefill chunk costs a few vector ops
         end, pages = ch.start + ch.num_tokens, alloc.pages(ch.rid)
-        own, slots = owned_page_rows_tensor(torch.tensor(pages, dtype=torch.int64), ch.start, end, dcp_rank, c,
-                                            page_size * c, rows)
+        own, slots = owned_page_rows_tensor(torch.tensor(pages, dtype=torch.int64), ch.start, end, dcp_rank,
+                                            c, page_size * c, rows)
         cols["write_rows"].append(own)
         cols["write_slots"].append(slots)
         cols["positions"].append(torch.arange(ch.start, end))
@@ -111,8 +115,8 @@ def build_paged(alloc: VirtualAllocator, chunks: list[SeqChunk], dcp_rank: int, 
         [col("positions"), col("positions", torch.int32), col("row_req", torch.int32), bt,
          torch.tensor(lens + [0], dtype=torch.int32), col("write_rows"), col("write_slots")], device)
     decode = pad <= 1 and all(ch.num_tokens == 1 for ch in chunks)
-    return PagedLayout(pos, pos32, req, bt, seq_lens, w_rows, w_slots, max(lens + [0]), page_size, list(chunks),
-                       table, lens, rows_are_chunks=decode)
+    return PagedLayout(pos, pos32, req, bt, seq_lens, w_rows, w_slots, max(lens + [0]), page_size,
+                       list(chunks), table, lens, rows_are_chunks=decode)
 
 
 def paged_attention(q: Tensor, kv_layer: Tensor, lay: PagedLayout, scale: float, v_dim: int,

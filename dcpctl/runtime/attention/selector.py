@@ -1,27 +1,28 @@
 """The one place that decides which attention kernel runs a batch; each decision said once (runtime/notes.py).
 
-| decision                     | made                           | rule                                         |
-| ---------------------------- | ------------------------------ | -------------------------------------------- |
-| `resolve_path`: paged/layout | once, by the pool's device     | paged on CUDA (the registry's kernels over a |
-|                              |                                | block table), else the exact reference over  |
-|                              |                                | gathered rows                                |
-| `forms`: absorbed or MHA     | once per batch, per chunk      | form.py's multiply-add count (host ints, the |
-|                              |                                | same on every rank of a DCP group)           |
-| `absorbed`: which backend    | once per batch; a decode       | the registry's blockers, then                |
-|                              | graph: once per graph, by its  | plan/attention_table.py `decide`: the        |
-|                              | batch size and context bucket  | measured table per (batch, context)          |
-| `mha`: which kernel          | per call (cheap blockers)      | the first registered mha kernel with no      |
-|                              |                                | blocker, else the reference                  |
+| decision                     | made                           | rule                                       |
+| ---------------------------- | ------------------------------ | ------------------------------------------ |
+| `resolve_path`: paged/layout | once, by the pool's device     | paged on CUDA (the registry's kernels over |
+|                              |                                | a block table), else the exact reference   |
+|                              |                                | over gathered rows                         |
+| `forms`: absorbed or MHA     | once per batch, per chunk      | form.py's multiply-add count (host ints,   |
+|                              |                                | the same on every rank of a DCP group)     |
+| `absorbed`: which backend    | once per batch; a decode       | the registry's blockers, then              |
+|                              | graph: once per graph, by its  | plan/attention_table.py `decide`: the      |
+|                              | batch size and context bucket  | measured table per (batch, context)        |
+| `mha`: which kernel          | per call (cheap blockers)      | the first registered mha kernel with no    |
+|                              |                                | blocker, else the reference                |
 
-    local attention: flashinfer (triton at B=1 ctx=8K, ...) for 128 kernel heads, bf16 KV, page 64 on ... (why)
+    local attention: flashinfer (triton at B=1 ctx=8K, ...) for 128 kernel heads, bf16 KV, page 64 on ...
+        (why)
 
-The absorbed rule beyond the table: a one-token backend (FlashInfer, FlashMLA) leaves a batch with a longer chunk
-(prefill, extend, verification: causal by global position over a striped shard, which their masks are not) to
-ours; a decode graph's batch never asks a backend that cannot be captured (FlashInfer: its plan() is host work
-every step) and says why instead; where no kernel runs (CPU, float64, odd rows) the reference runs.  Names and the
-one mapping from --attention-backend: plan/attention_names.py.  A backend's own variant stays its own (ours: the
-Gluon or Triton build and its tiles, kernel_config.py and kernel_choice.py, said in its note), as FlashInfer's
-wrapper picks its own kernel.
+The absorbed rule beyond the table: a one-token backend (FlashInfer, FlashMLA) leaves a batch with a longer
+chunk (prefill, extend, verification: causal by global position over a striped shard, which their masks are
+not) to ours; a decode graph's batch never asks a backend that cannot be captured (FlashInfer: its plan() is
+host work every step) and says why instead; where no kernel runs (CPU, float64, odd rows) the reference runs.
+Names and the one mapping from --attention-backend: plan/attention_names.py.  A backend's own variant stays
+its own (ours: the Gluon or Triton build and its tiles, kernel_config.py and kernel_choice.py, said in its
+note), as FlashInfer's wrapper picks its own kernel.
 """
 from __future__ import annotations
 
@@ -42,18 +43,20 @@ from dcpctl.runtime.attention.layout import SeqChunk
 from dcpctl.runtime.notes import note_once
 
 PATHS = ("auto", "paged", "layout")
-KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3", torch.float32: "fp32",
-            torch.float64: "fp64"}
+KV_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float8_e4m3fn: "fp8_e4m3",
+            torch.float32: "fp32", torch.float64: "fp64"}
 
 
 def resolve_path(requested: str, device: torch.device) -> str:
-    """'auto' -> 'paged' when the pool is on CUDA (the registry's kernels), else 'layout' (the exact reference)."""
+    """'auto' -> 'paged' when the pool is on CUDA (the registry's kernels), else 'layout' (the exact
+    reference)."""
     if requested not in PATHS:
         raise ValueError(f"attention_path {requested!r} is not supported; valid: {list(PATHS)}")
     path = requested if requested != "auto" else "paged" if device.type == "cuda" else "layout"
     if path == "layout":
         why = "asked for" if requested == "layout" else "auto: the KV pool is on the CPU"
-        note_once(f"local attention: the torch reference over gathered shard rows (attention_path layout, {why})")
+        note_once("local attention: the torch reference over gathered shard rows (attention_path layout, "
+                  f"{why})")
     return path
 
 
@@ -74,8 +77,8 @@ def absorbed(requested: str, call: Call) -> Absorbed:
 
 
 def mha(q: Tensor, kv_layer: Tensor, latent: int) -> Mha:
-    """The MHA form's kernel: the first registered mha kernel with no blocker here (cuDNN through torch's SDPA op
-    on CUDA for 16-bit inputs), else the exact torch reference."""
+    """The MHA form's kernel: the first registered mha kernel with no blocker here (cuDNN through torch's SDPA
+    op on CUDA for 16-bit inputs), else the exact torch reference."""
     b = next((b for b in backends.of_kind(MHA) if not b.reference and b.blocker(q, kv_layer, latent) is None),
              backends.reference(MHA))
     note_once(f"MHA-form attention kernel: {b.says()}")
@@ -93,7 +96,8 @@ def group_context(chunks: list[SeqChunk], dcp_size: int) -> int:
 def rule_for(requested: str, key: Key, available: tuple[tuple[str, str | None], ...],
              sm: int | None = None) -> Rule:
     """The plan's rule for this key (memoized), said once."""
-    rule = decide(key, requested, dict(available), table_for(key.device, sm, settings.current().attention_table))
+    rule = decide(key, requested, dict(available),
+                  table_for(key.device, sm, settings.current().attention_table))
     note_once(f"local attention: {rule.summary()} for {key.text()} ({rule.reason})")
     return rule
 
@@ -108,7 +112,8 @@ def _absorbed(requested: str, q: Tensor, pool: Tensor, lay: Any, v_dim: int, dcp
     avail = tuple((b.name, b.graph if graph and b.graph else b.blocker(q, pool, v_dim))
                   for b in backends.of_kind(ABSORBED) if not b.reference)
     if all(why is not None for _, why in avail):
-        return backends.reference(ABSORBED).name     # CPU, float64, odd rows: the reference (its run says why)
+        return backends.reference(ABSORBED).name     # CPU, float64, odd rows: the reference (its run says
+                                                     # why)
     name, sm = _gpu(pool.device)
     key = Key(q.shape[1], KV_NAMES.get(pool.dtype, str(pool.dtype)), pool.shape[1], name)
     if graph:     # the graph's batch size and context bucket (local rows), the same on every rank
@@ -117,8 +122,9 @@ def _absorbed(requested: str, q: Tensor, pool: Tensor, lay: Any, v_dim: int, dcp
         batch, ctx = len(lay.chunks), group_context(lay.chunks, dcp_size)
     which = rule_for(requested, key, avail, sm).pick(batch, ctx)
     if backends.get(ABSORBED, which).one_token and any(ch.num_tokens != 1 for ch in lay.chunks):
-        note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend and "
-                  f"verification are causal by global position over a striped shard; {which}'s mask is not)")
+        note_once("local attention: ours for batches with a chunk of more than one token (prefill, extend "
+                  f"and verification are causal by global position over a striped shard; {which}'s mask is "
+                  "not)")
         ours = dict(avail).get(PORTABLE, "not registered") is None
         return PORTABLE if ours else backends.reference(ABSORBED).name
     return which

@@ -92,9 +92,9 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
     """
     # q: [N, H, R]  kv_pool: [pages, P, R] -> o [N, H, v_dim], lse [N, H]
     if not triton_available(q.device):
-        return mla_decode_reference(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
-                                    dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
-                                    out=out)
+        return mla_decode_reference(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale,
+                                    v_dim=v_dim, dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale,
+                                    out_dtype=out_dtype, out=out)
     return mla_decode_triton(q, kv_pool, block_table, local_lens, row_req, q_pos, scale=scale, v_dim=v_dim,
                              dcp_rank=dcp_rank, dcp_size=dcp_size, kv_scale=kv_scale, out_dtype=out_dtype,
                              max_local_len=max_local_len, num_splits=num_splits, config=config, out=out,
@@ -102,7 +102,8 @@ def mla_decode(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tens
 
 
 @functools.lru_cache(maxsize=4096)     # pure; every layer of a step asks the same question
-def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int, overhead: int = 96) -> int:
+def choose_splits(rows: int, head_blocks: int, max_len: int, block_n: int, sms: int,
+                  overhead: int = 96) -> int:
     """Splits per (row, head block): least time for waves of ~one CTA per SM, each CTA costing its chunk
     plus `overhead` tokens' worth (launch, q load, partial write and merge)."""
     best, best_cost = 1, math.inf
@@ -126,7 +127,8 @@ MAX_PADDED = (512, 256)   # v and rope widths (padded) the kernel's register til
 
 def kernel_takes(v_dim: int, row: int) -> bool:
     """Whether the Triton kernel takes this latent row (DeepSeek/Kimi: 512 + 64; tiny models: 32 + 8)."""
-    return 1 <= v_dim and padded(v_dim) <= MAX_PADDED[0] and 1 <= row - v_dim and padded(row - v_dim) <= MAX_PADDED[1]
+    return (1 <= v_dim and padded(v_dim) <= MAX_PADDED[0] and 1 <= row - v_dim
+            and padded(row - v_dim) <= MAX_PADDED[1])
 
 
 def _check(q: Tensor, kv_pool: Tensor, v_dim: int, kv_scale: float | None) -> torch.dtype:
@@ -168,8 +170,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
         do = torch.empty(s, n, h, v_dim, dtype=torch.float32 if s > 1 else (out_dtype or torch.float32),
                          device=q.device)
         dl = torch.empty(s, n, h, dtype=torch.float32, device=q.device)
-    launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale, kv_scale,
-              head_blocks, s, v_dim, descriptors)
+    launch = (cfg, q, kv_pool, block_table, local_lens, row_req, q_pos, do, dl, h, dcp_rank, dcp_size, scale,
+              kv_scale, head_blocks, s, v_dim, descriptors)
     if not (use_gluon(cfg, kv_pool, v_dim, kv_scale) and _launch_gluon(*launch)):
         _launch_triton(*launch)
     if config is None:      # after the launch: a Gluon build failure has already switched it to Triton
@@ -184,7 +186,8 @@ def mla_decode_triton(q: Tensor, kv_pool: Tensor, block_table: Tensor, local_len
 def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: dict | None) -> tuple:
     """The v and rope tile descriptors over the pool's rows; kept in `cache` (the pool's own dict, so they
     live as long as the pool) per pool view and tile.  A descriptor is an address, shape, strides and tile."""
-    key = (kind, kv_pool.data_ptr(), tuple(kv_pool.shape), tuple(kv_pool.stride()), kv_pool.dtype, block_n, v_dim)
+    key = (kind, kv_pool.data_ptr(), tuple(kv_pool.shape), tuple(kv_pool.stride()), kv_pool.dtype, block_n,
+           v_dim)
     d = cache.get(key) if cache is not None else None
     if d is None:
         if kind == "gluon":
@@ -200,14 +203,15 @@ def _descriptors(kind: str, kv_pool: Tensor, block_n: int, v_dim: int, cache: di
 
 
 def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
-                  row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                  scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
+                  row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int,
+                  dcp_size: int, scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
                   descriptors: dict | None) -> bool:
     """The Gluon kernel into do/dl (kv_scale is None or 1 here: use_gluon); False, and the Triton kernel
     for cfg from then on, when it does not build here."""
     n, r = q.shape[0], q.shape[2]
     use_tma = kv_pool.shape[1] % cfg.block_n == 0
-    kvd_v, kvd_pe = _descriptors("gluon", kv_pool, cfg.block_n, v_dim, descriptors) if use_tma else (kv_pool, kv_pool)
+    kvd_v, kvd_pe = (_descriptors("gluon", kv_pool, cfg.block_n, v_dim, descriptors)
+                     if use_tma else (kv_pool, kv_pool))
     try:
         _gluon_mla_kernel[(head_blocks, s, n)](
             q, kv_pool, kvd_v, kvd_pe, block_table, local_lens, row_req, q_pos, do, dl,
@@ -223,8 +227,8 @@ def _launch_gluon(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Te
 
 
 def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: Tensor, local_lens: Tensor,
-                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int, dcp_size: int,
-                   scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
+                   row_req: Tensor, q_pos: Tensor, do: Tensor, dl: Tensor, h: int, dcp_rank: int,
+                   dcp_size: int, scale: float, kv_scale: float | None, head_blocks: int, s: int, v_dim: int,
                    descriptors: dict | None) -> None:
     n, r = q.shape[0], q.shape[2]
     d_vp, d_pep = padded(v_dim), padded(r - v_dim)
@@ -239,8 +243,9 @@ def _launch_triton(cfg: KernelConfig, q: Tensor, kv_pool: Tensor, block_table: T
         do.stride(0), do.stride(1), do.stride(2), dl.stride(0), dl.stride(1), dl.stride(2), do.shape[2],
         h, dcp_rank, dcp_size, scale * float(kv_scale or 1.0) * 1.4426950408889634, float(kv_scale or 1.0),
         PAGE=kv_pool.shape[1], D_V=v_dim, D_PE=r - v_dim, D_VP=d_vp, D_PEP=d_pep, BLOCK_H=cfg.block_h,
-        BLOCK_N=cfg.block_n, IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy, WS=cfg.ws and use_tma,
-        PREC="ieee" if kv_pool.dtype == torch.float32 else "tf32", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        BLOCK_N=cfg.block_n, IS_FP8=kv_pool.dtype == torch.float8_e4m3fn, USE_TMA=use_tma, LAZY=cfg.lazy,
+        WS=cfg.ws and use_tma, PREC="ieee" if kv_pool.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 if gluon_available():
@@ -253,12 +258,14 @@ if triton is not None:
     from dcpctl.runtime.attention.kernel_rows import visible_range
 
     @triton.jit
-    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr, PREC: tl.constexpr):
+    def _attend(q_v, q_pe, k_v, k_pe, jmask, m, l_sum, acc, qk_scale2, LAZY: tl.constexpr,
+                PREC: tl.constexpr):
         # one KV tile: scores in base 2, online softmax, acc += p @ v (v = the first D_V columns of the row)
         # LAZY: keep a stale running max until some row's max grows by more than 8 (so p <= 2^8; exact
         # after the final normalization); the acc rescale is skipped on most tiles
         # PREC: "ieee" for fp32 pools (tl.dot would round fp32 operands to tf32), Triton's default otherwise
-        qk = tl.dot(q_v, tl.trans(k_v), input_precision=PREC) + tl.dot(q_pe, tl.trans(k_pe), input_precision=PREC)
+        qk = tl.dot(q_v, tl.trans(k_v), input_precision=PREC) + tl.dot(q_pe, tl.trans(k_pe),
+                                                                       input_precision=PREC)
         qk = tl.where(jmask[None, :], qk * qk_scale2, float("-inf"))
         m_new = tl.maximum(m, tl.max(qk, 1))
         if LAZY:
@@ -276,17 +283,19 @@ if triton is not None:
                                                                                    input_precision=PREC)
 
     @triton.jit
-    def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,
+    def _mla_split_kernel(Q, KV, KVD_V, KVD_PE, BT, LENS, ROWREQ, QPOS, O, LSE,  # noqa: E741
                           s_qn, s_qh, s_kvp, s_kvs, s_bt, s_oc, s_on, s_oh, s_lc, s_ln, s_lh, HL,
                           H, dcp_rank, dcp_size, qk_scale2, kv_scale,
                           PAGE: tl.constexpr, D_V: tl.constexpr, D_PE: tl.constexpr, D_VP: tl.constexpr,
-                          D_PEP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, IS_FP8: tl.constexpr,
-                          USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr, PREC: tl.constexpr):
-        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits, N)
-        # head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
+                          D_PEP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                          IS_FP8: tl.constexpr, USE_TMA: tl.constexpr, LAZY: tl.constexpr, WS: tl.constexpr,
+                          PREC: tl.constexpr):
+        # Q: [N, H, R]  KV: [pages, PAGE, R] -> O: [C, N, HL, D_V], LSE: [C, N, HL]; grid (H/BLOCK_H, splits,
+        # N) head h of split sp lands in block sp + h // HL (splits > 1: HL = H, one block per split)
         # D_VP, D_PEP: D_V and D_PE padded to powers of two >= 16 (tl.dot's shapes); padded columns load as 0
         hb, sp, n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, tl.num_programs(1), BLOCK_N, dcp_rank, dcp_size)
+        b, start, end = visible_range(ROWREQ, QPOS, LENS, n, sp, tl.num_programs(1), BLOCK_N, dcp_rank,
+                                      dcp_size)
         offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
         hmask = offs_h < H
         offs_v = tl.arange(0, D_VP)
@@ -323,7 +332,8 @@ if triton is not None:
             else:
                 k_v = tl.load(row[:, None] + offs_v[None, :], mask=jmask[:, None], other=0.0)
             if D_PEP != D_PE:
-                k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None] & pemask[None, :], other=0.0)
+                k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None] & pemask[None, :],
+                               other=0.0)
             else:
                 k_pe = tl.load(row[:, None] + offs_pe[None, :], mask=jmask[:, None], other=0.0)
             if IS_FP8:
@@ -340,4 +350,5 @@ if triton is not None:
             tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None] & vmask[None, :])
         else:
             tl.store(o_ptr, o.to(O.dtype.element_ty), mask=hmask[:, None])
-        tl.store(LSE + blk * s_lc + n.to(tl.int64) * s_ln + hl * s_lh, lse.to(LSE.dtype.element_ty), mask=hmask)
+        tl.store(LSE + blk * s_lc + n.to(tl.int64) * s_ln + hl * s_lh, lse.to(LSE.dtype.element_ty),
+                 mask=hmask)

@@ -74,7 +74,8 @@ class Engine:
                                            self.state_pool)
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
-        self.sampler = Sampler(self.eos, str(cfg.model.path))   # the model's tokenizer: grammars (engine/rules.py)
+        self.sampler = Sampler(self.eos, str(cfg.model.path))   # the model's tokenizer: grammars
+                                                                # (engine/rules.py)
         # None without a `speculative` section
         self.spec = make_speculative(cfg.speculative, model, capacity=self.alloc.virtual_capacity,
                                      page_size=kv.page_size, dtype=self.pool.kv.dtype, device=self.device,
@@ -108,7 +109,8 @@ class Engine:
         """Queue a request (only on its replica); raises SchedulerError for an impossible one."""
         if self.owns(rid):
             if self.spec and params.has_rules:   # a verified draft never passes the host-side logit rules
-                raise SchedulerError(f"request {rid}: logit rules and grammars are not run with speculative decoding")
+                raise SchedulerError(f"request {rid}: logit rules and grammars are not run with speculative "
+                                     "decoding")
             extra = self.spec.kv_extra if self.spec else 0  # verification writes K rows past plain decode
             self.sched.add(Sequence(rid, list(prompt), params, kv_extra=extra))
 
@@ -298,8 +300,8 @@ class Engine:
         return Event(seq.rid, tok, lp, seq.finish_reason)
 
     def stop_reason(self, seq: Sequence, k: int = -1) -> str:
-        """"stop" when output token k (default: the last) is EOS or one of the request's stop_token_ids, "length" when
-        it is the max_new_tokens-th, else ""."""
+        """"stop" when output token k (default: the last) is EOS or one of the request's stop_token_ids,
+        "length" when it is the max_new_tokens-th, else ""."""
         tok = seq.output[k]
         if (tok in self.eos and not seq.params.ignore_eos) or tok in seq.params.stop_token_ids:
             return "stop"

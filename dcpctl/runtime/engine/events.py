@@ -53,8 +53,10 @@ def gather_to_rank0(events: list[Event], stats: ReplicaStats, group: Any,
     import torch.distributed as dist
 
     from dcpctl.runtime.collectives import all_gather_rows
-    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is one rank)
-    # head: [n_events, waiting, running, free_pages, num_pages, retractions]; only a replica's first rank sends events
+    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is
+                                                                 # one rank)
+    # head: [n_events, waiting, running, free_pages, num_pages, retractions]; only a replica's first rank
+    # sends events
     head = torch.tensor([len(events), stats.waiting, stats.running, stats.free_pages, stats.num_pages,
                          stats.retractions], dtype=torch.int64)
     heads = all_gather_rows(head, group, world)
@@ -66,5 +68,6 @@ def gather_to_rank0(events: list[Event], stats: ReplicaStats, group: Any,
     all_ints, all_lps = all_gather_rows(ints, group, world), all_gather_rows(lps, group, world)
     out = []
     for h, ri, rl in zip(heads, all_ints, all_lps):
-        out += [Event(int(ri[i, 0]), int(ri[i, 1]), float(rl[i]), FINISH[int(ri[i, 2])]) for i in range(int(h[0]))]
+        out += [Event(int(ri[i, 0]), int(ri[i, 1]), float(rl[i]), FINISH[int(ri[i, 2])])
+                for i in range(int(h[0]))]
     return out, all_stats

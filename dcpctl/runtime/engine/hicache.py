@@ -33,7 +33,8 @@ class HiCacheError(ValueError):
 
 
 class HiCache:
-    def __init__(self, alloc: VirtualAllocator, pool: KVPool, page_size: int, dcp: Axis, host_pages: int) -> None:
+    def __init__(self, alloc: VirtualAllocator, pool: KVPool, page_size: int, dcp: Axis,
+                 host_pages: int) -> None:
         self.alloc = alloc
         self.host = HostTier(pool, host_pages, page_size, dcp.size, dcp.rank)
         self.cache = PrefixCache(alloc.page_tokens)
@@ -44,7 +45,8 @@ class HiCache:
                      dcp: Axis, state_pool: Any = None) -> "HiCache | None":
         """The controller for the launch config's `hicache` section, or None when it has none.
 
-        Which sections compose is the launch config's rule (LaunchConfig); the model's own state is checked here."""
+        Which sections compose is the launch config's rule (LaunchConfig); the model's own state is checked
+        here."""
         if section is None:
             return None
         if state_pool is not None:
@@ -74,9 +76,10 @@ class HiCache:
         return True
 
     def admit(self, seq: Sequence) -> None:
-        """After allocation: restore the longest cached prefix of what it prefills (all but its last token; after a
-        retraction the prompt and the tokens it produced)."""
-        hits = self.cache.match(seq.token_slice(0, seq.prefill_to), (seq.prefill_to - 1) // self.alloc.page_tokens)
+        """After allocation: restore the longest cached prefix of what it prefills (all but its last token;
+        after a retraction the prompt and the tokens it produced)."""
+        hits = self.cache.match(seq.token_slice(0, seq.prefill_to),
+                                (seq.prefill_to - 1) // self.alloc.page_tokens)
         dst = self.alloc.pages(seq.rid)[:len(hits)]
         on_host = [(e.page, d) for e, d in zip(hits, dst) if e.tier == HOST]
         on_dev = [(e.page, d) for e, d in zip(hits, dst) if e.tier == DEVICE]
@@ -111,7 +114,7 @@ class HiCache:
             (self.alloc.release if e.tier == DEVICE else self.host.free)(e.page)
 
     def stats(self) -> dict[str, int]:
-        return {"hit_tokens": self.hit_tokens, "d2h_pages": self.host.d2h_pages, "h2d_pages": self.host.h2d_pages,
-                "d2d_pages": self.host.d2d_pages,
+        return {"hit_tokens": self.hit_tokens, "d2h_pages": self.host.d2h_pages,
+                "h2d_pages": self.host.h2d_pages, "d2d_pages": self.host.d2d_pages,
                 "device_entries": sum(e.tier == DEVICE for e in self.cache.entries()),
                 "host_entries": sum(e.tier == HOST for e in self.cache.entries())}

@@ -25,14 +25,16 @@ class SamplingParams:
     ignore_eos: bool = False   # benchmarks: always produce max_new_tokens
     min_p: float = 0.0         # drop tokens below min_p x the most likely token's probability (0: off)
     min_tokens: int = 0        # EOS and stop_token_ids are masked until this many tokens came out
-    stop_token_ids: tuple[int, ...] = ()          # finish with "stop" after any of these (even with ignore_eos)
+    stop_token_ids: tuple[int, ...] = ()          # finish with "stop" after any of these (even with
+                                                  # ignore_eos)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
     allowed_token_ids: tuple[int, ...] = ()       # non-empty: only these ids may be sampled
     grammar: str | None = None                    # an llguidance grammar (runtime/grammar.py)
 
     @property
     def has_rules(self) -> bool:
-        """Whether any per-request logit rule applies (engine/rules.py): then it never samples on the pipeline."""
+        """Whether any per-request logit rule applies (engine/rules.py): then it never samples on the
+        pipeline."""
         return bool(self.min_tokens or self.logit_bias or self.allowed_token_ids or self.grammar is not None)
 
     @staticmethod
@@ -64,7 +66,8 @@ class Sequence:
     finish_reason: str = ""        # "stop" (EOS), "length" (max_new_tokens) or "abort" (cancelled)
     kv_extra: int = 0              # KV positions reserved beyond plain decode (speculative: K)
     draining: bool = False         # its last token is in flight (engine/pipeline.py): no further steps
-    prefill_to: int = -1           # positions its prefill covers: the prompt (-1), or every token after a retraction
+    prefill_to: int = -1           # positions its prefill covers: the prompt (-1), or every token after a
+                                   # retraction
     retracted: int = 0             # times the scheduler retracted it (engine/scheduler.py)
 
     def __post_init__(self) -> None:
@@ -73,7 +76,8 @@ class Sequence:
 
     @property
     def tokens(self) -> list[int]:
-        """prompt + output as one new list (O(length): the per-step paths use num_tokens, token, token_slice)."""
+        """prompt + output as one new list (O(length): the per-step paths use num_tokens, token,
+        token_slice)."""
         return self.prompt + self.output
 
     @property

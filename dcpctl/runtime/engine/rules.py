@@ -1,15 +1,17 @@
 """Per-request logit rules, applied to a row of logits before it is sampled (engine/sample.py).
 
-    min_tokens         EOS and stop_token_ids -> -inf while fewer than min_tokens tokens came out (vLLM, SGLang)
+    min_tokens         EOS and stop_token_ids -> -inf while fewer than min_tokens tokens came out (vLLM,
+                       SGLang)
     allowed_token_ids  every other id -> -inf (vLLM)
     logit_bias         bias added to the named ids' logits (OpenAI: before the softmax, after nothing else)
-    grammar            ids the request's llguidance matcher rejects -> -inf; the matcher takes each chosen token
+    grammar            ids the request's llguidance matcher rejects -> -inf; the matcher takes each chosen
+                       token
 
-Every rank of a replica applies the same rules to the same logits and draws with the same generator, so the DCP
-path is unchanged: the rules act on the gathered logits [N, V] the ranks sample from, never on attention.  The
-matcher's mask is computed on the host (llguidance, a bitmask of 32 ids per int32) and expanded on the logits'
-device.  A grammar that has ended (or entered an error state, which the HTTP side's check prevents) allows only
-EOS, so the request ends there.
+Every rank of a replica applies the same rules to the same logits and draws with the same generator, so the
+DCP path is unchanged: the rules act on the gathered logits [N, V] the ranks sample from, never on attention.
+The matcher's mask is computed on the host (llguidance, a bitmask of 32 ids per int32) and expanded on the
+logits' device.  A grammar that has ended (or entered an error state, which the HTTP side's check prevents)
+allows only EOS, so the request ends there.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ _BITS = torch.arange(32, dtype=torch.int32)
 
 
 def bitmask_to_bool(words: Tensor, vocab: int, device: torch.device) -> Tensor:
-    # words: [W] int32 (bit j of word i: id 32i + j allowed) -> [vocab] bool on `device`; ids past 32W are refused
+    # words: [W] int32 (bit j of word i: id 32i + j allowed) -> [vocab] bool on `device`; ids past 32W are
+    # refused
     bits = ((words.to(device).unsqueeze(-1) >> _BITS.to(device)) & 1).view(-1).bool()
     if bits.numel() >= vocab:
         return bits[:vocab]
@@ -45,7 +48,8 @@ class LogitRules:
         x = row.to(torch.float64 if row.dtype == torch.float64 else torch.float32, copy=True)
         if p.logit_bias:
             ids = torch.tensor([t for t, _ in p.logit_bias], device=x.device)
-            x[0].index_add_(0, ids, torch.tensor([b for _, b in p.logit_bias], dtype=x.dtype, device=x.device))
+            x[0].index_add_(0, ids,
+                            torch.tensor([b for _, b in p.logit_bias], dtype=x.dtype, device=x.device))
         if p.allowed_token_ids:
             keep = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
             keep[torch.tensor(p.allowed_token_ids, device=x.device)] = True

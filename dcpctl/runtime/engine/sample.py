@@ -21,7 +21,8 @@ from dcpctl.runtime.sampling import greedy_rows
 def greedy_all(seqs: list[Sequence]) -> bool:
     """Whether every request takes the argmax of its unmodified logits (no random draw, no logit rule): only
     such a batch may sample on the device pipeline (engine/pipeline.py)."""
-    return all(sampling.is_greedy(s.params.temperature, s.params.top_k) and not s.params.has_rules for s in seqs)
+    return all(sampling.is_greedy(s.params.temperature, s.params.top_k) and not s.params.has_rules
+               for s in seqs)
 
 
 class Sampler:

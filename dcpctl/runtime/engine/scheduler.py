@@ -60,9 +60,11 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.cache: Any = None  # HiCache (engine/hicache.py): keep/reclaim/admit hooks, else None
         self.on_retract: list[Callable[[Sequence], None]] = []   # f(seq) after its pages are freed (spec)
-        self.before_retract: Callable[[], None] | None = None    # once before choosing whom to retract (engine)
+        self.before_retract: Callable[[], None] | None = None    # once before choosing whom to retract
+                                                                 # (engine)
         self.retractions = 0                             # requests retracted so far (for /metrics)
-        self.decodes_apart = 0   # up to this many decodes run as their own graph replay beside a step's chunks
+        self.decodes_apart = 0   # up to this many decodes run as their own graph replay beside a step's
+                                 # chunks
         self._index: dict[int, Sequence] = {}   # rid -> running sequence: every running one, none other
 
     def add(self, seq: Sequence) -> None:
@@ -70,7 +72,8 @@ class Scheduler:
             raise SchedulerError(f"request {seq.rid}: empty prompt_ids")
         if seq.params.max_new_tokens < 1:
             raise SchedulerError(f"request {seq.rid}: max_new_tokens ({seq.params.max_new_tokens}) < 1")
-        bad = misfit(len(seq.prompt), seq.params.max_new_tokens, self.alloc.virtual_capacity, extra=seq.kv_extra)
+        bad = misfit(len(seq.prompt), seq.params.max_new_tokens, self.alloc.virtual_capacity,
+                     extra=seq.kv_extra)
         if bad:
             raise SchedulerError(f"request {seq.rid}: {bad.sentence()}")
         self.waiting.append(seq)
@@ -90,7 +93,8 @@ class Scheduler:
         return need
 
     def _fits(self, seqs: list[Sequence], ahead: int, more: int = 0) -> bool:
-        """Whether the free pages (after a HiCache reclaim) cover `seqs` growing `ahead` steps, plus `more` pages."""
+        """Whether the free pages (after a HiCache reclaim) cover `seqs` growing `ahead` steps, plus `more`
+        pages."""
         need = self._growth(seqs, ahead) + more
         if need <= self.alloc.free_pages:
             return True
@@ -144,8 +148,8 @@ class Scheduler:
             out.append(live.pop())
             self._retract(out[-1])
         if not self._fits(live, 1):
-            raise SchedulerError(f"request {live[0].rid}: needs {self._growth(live, 1)} more pages for its next "
-                                 f"step, free_pages = {self.alloc.free_pages}, nothing left to retract")
+            raise SchedulerError(f"request {live[0].rid}: needs {self._growth(live, 1)} more pages for its "
+                                 f"next step, free_pages = {self.alloc.free_pages}, nothing left to retract")
         for seq in sorted(out, key=lambda s: s.rid, reverse=True):   # back to the front, oldest first
             self.waiting.appendleft(seq)
         return out
@@ -169,7 +173,8 @@ class Scheduler:
             self.state_pool.check_integrity()
 
     def adopt(self, seq: Sequence) -> None:
-        """Run an already-allocated request at once, bypassing the queue (PD decode: its prompt KV arrived)."""
+        """Run an already-allocated request at once, bypassing the queue (PD decode: its prompt KV
+        arrived)."""
         self.running.append(seq)
         self._index[seq.rid] = seq
 

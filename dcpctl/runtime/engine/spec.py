@@ -131,8 +131,8 @@ class SpecDecoder:
         """K greedy draft tokens per request; the draft's KV then covers positions < L + K - 1."""
         chunks, ids = [], []
         for s in seqs:
-            # grows with the target's held KV (kv_next: L + K, one more than this step writes), so the draft pool,
-            # as large as the target's virtual one in pages of P, never runs out first
+            # grows with the target's held KV (kv_next: L + K, one more than this step writes), so the draft
+            # pool, as large as the target's virtual one in pages of P, never runs out first
             self.alloc.allocate(s.rid, s.kv_next())
             self.lens.setdefault(s.rid, 0)
             start, end = self.lens[s.rid], s.num_tokens
@@ -213,4 +213,5 @@ def summarize(parts: list[SpecCounters], k: int) -> dict[str, Any]:
             "draft_tokens_accepted": total.accepted,
             "acceptance_rate": total.accepted / total.proposed if total.proposed else 0.0,
             "tokens_per_target_step": total.emitted / total.verifications if total.verifications else 0.0,
-            "target_verify_steps": total.target_steps, "draft_kv_rows_per_rank": [p.draft_rows for p in parts]}
+            "target_verify_steps": total.target_steps,
+            "draft_kv_rows_per_rank": [p.draft_rows for p in parts]}

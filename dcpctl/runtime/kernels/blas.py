@@ -1,13 +1,15 @@
-"""Which BLAS library torch's GEMMs take on NVIDIA GPUs: the launch config's runtime.blas, set once at model load.
+"""Which BLAS library torch's GEMMs take on NVIDIA GPUs: the launch config's runtime.blas, set once at model
+load.
 
     choose_blas(device)     runtime.blas: cublaslt (default) | cublas | keep (torch's own setting)
-                            runtime.cublaslt_workspace_kib: cuBLASLt's workspace in KiB | None (torch's own size)
+                            runtime.cublaslt_workspace_kib: cuBLASLt's workspace in KiB | None (torch's own
+                            size)
 
-torch's `preferred_blas_library` is process-wide: it also applies to GEMMs outside the model in the same process.
-With torch's workspace cuBLASLt runs small-M GEMMs as split-K kernels, each followed by a reduction launch; a 1 KiB
-workspace takes kernels that need none (faster decode steps, slower prefill GEMMs, where split-K pays).
-torch reads $CUBLASLT_WORKSPACE_SIZE (KiB) when it sizes a workspace: the loader sets it before the model's first
-GEMM, unless it is set already (then that value stands), and only with cuBLASLt chosen.
+torch's `preferred_blas_library` is process-wide: it also applies to GEMMs outside the model in the same
+process. With torch's workspace cuBLASLt runs small-M GEMMs as split-K kernels, each followed by a reduction
+launch; a 1 KiB workspace takes kernels that need none (faster decode steps, slower prefill GEMMs, where
+split-K pays). torch reads $CUBLASLT_WORKSPACE_SIZE (KiB) when it sizes a workspace: the loader sets it before
+the model's first GEMM, unless it is set already (then that value stands), and only with cuBLASLt chosen.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ _OURS: set[str] = set()      # values of $CUBLASLT_WORKSPACE_SIZE this module se
 
 
 def choose_lt_workspace() -> str:
-    """Set torch's cuBLASLt workspace size for this process unless $CUBLASLT_WORKSPACE_SIZE is set already; returns
-    the reason, for the note."""
+    """Set torch's cuBLASLt workspace size for this process unless $CUBLASLT_WORKSPACE_SIZE is set already;
+    returns the reason, for the note."""
     kib = settings.current().cublaslt_workspace_kib
     have = str(knobs.get(TORCH_WS_ENV) or "")
     if have and have not in _OURS:

@@ -1,7 +1,8 @@
 """The embedding lookup of this rank's vocab slice as one Triton kernel on CUDA (torch runs ~8 small ones:
 the offset, two compares, an and, a clamp, the gather, a where).
 
-    embed_rows(ids [T] int64, embed [n, D], start) -> [T, D]: embed[ids - start] where 0 <= ids - start < n, else 0
+    embed_rows(ids [T] int64, embed [n, D], start) -> [T, D]: embed[ids - start] where 0 <= ids - start < n,
+        else 0
 
 A copy: bit-identical to DeepseekModel's torch form (rows outside the slice are exact zeros before the
 vocab all-reduce).
@@ -40,6 +41,6 @@ def embed_rows(ids: Tensor, embed: Tensor, start: int) -> Tensor:
         return y
     block = min(2048, triton.next_power_of_2(embed.shape[1]))
     _embed_kernel[(ids.shape[0], triton.cdiv(embed.shape[1], block))](ids, embed, y, start, embed.shape[0],
-                                                                     embed.shape[1], embed.stride(0), y.stride(0),
-                                                                     BLOCK=block, num_warps=4)
+                                                                     embed.shape[1], embed.stride(0),
+                                                                     y.stride(0), BLOCK=block, num_warps=4)
     return y

@@ -3,11 +3,11 @@
     dequantize_gpu(w8 [N, K] e4m3, scale [ceil(N/b0), ceil(K/b1)] fp32, block, dtype) -> [N, K] dtype
     DequantLinear: the kernel choice (fp8_gemm.choose_tiles) that runs F.linear on that weight
 
-Each element is `(e4m3 as fp32) x its block's factor`, rounded to `dtype`: what quant.dequantize and the loader
-compute for the dequantized-bf16 path, bit for bit. So F.linear on it is the bf16 path's own GEMM (cuBLAS, the same
-shapes), and its output is the bf16 path's: a prefill's many rows make the GEMM compute-bound, where cuBLAS's bf16
-MMA beats the FP8 kernel's in-register conversion, and writing plus reading the bf16 copy costs about 3x the FP8
-weight's bytes once.
+Each element is `(e4m3 as fp32) x its block's factor`, rounded to `dtype`: what quant.dequantize and the
+loader compute for the dequantized-bf16 path, bit for bit. So F.linear on it is the bf16 path's own GEMM
+(cuBLAS, the same shapes), and its output is the bf16 path's: a prefill's many rows make the GEMM
+compute-bound, where cuBLAS's bf16 MMA beats the FP8 kernel's in-register conversion, and writing plus reading
+the bf16 copy costs about 3x the FP8 weight's bytes once.
 """
 from __future__ import annotations
 

@@ -4,11 +4,11 @@
 
 Two methods (fp8_parts.MODES, the launch config's runtime.fp8_gemm, decided by the plan):
 - w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted in registers (exact) for a
-  16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32 sums
-  (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows in tiles
-  of 16 go through an fp16 MMA, each row's K block scaled into fp16 by a power of two (A16_MMA: the same products,
-  a cheaper weight conversion); larger tiles through a bf16 MMA. Where a setting folds (`Tiles.fold`) the factor
-  goes into the converted tile, rounded to x's dtype as the dequantized
+  16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32
+  sums (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows
+  in tiles of 16 go through an fp16 MMA, each row's K block scaled into fp16 by a power of two (A16_MMA: the
+  same products, a cheaper weight conversion); larger tiles through a bf16 MMA. Where a setting folds
+  (`Tiles.fold`) the factor goes into the converted tile, rounded to x's dtype as the dequantized
   checkpoint's weight is, so that the MMA accumulates over K without a wait per K block.
 - w8a8: the activations are quantized per token and per K block of b1 columns, as DeepSeek's inference code
   and SGLang/vLLM do (`s = amax(|x|) / 448`, `x8 = x / s`), for an e4m3 MMA: for up to `Tiles.fuse_rows` rows
@@ -16,18 +16,19 @@ Two methods (fp8_parts.MODES, the launch config's runtime.fp8_gemm, decided by t
   that by a small launch first.
 The GEMM reads W once in all: at decode sizes the weight read is the whole cost.
 
-| argument | shape                        | meaning                                                    |
-| -------- | ---------------------------- | ---------------------------------------------------------- |
-| x        | [R, K]  16/32-bit            | rows; grouped: sorted by expert, expert e owns [ends[e-1], ends[e]) |
-| w8       | [N, K] or [E, N, K] e4m3     | the weight (one matrix per expert when grouped)            |
-| scale    | [ceil(N/b0), ceil(K/b1)] (+E) | real W = w8 * scale[n // b0, k // b1]                      |
-| ends     | [E] int32 or None            | grouped GEMM: rows past ends[-1] are left unwritten        |
+| argument | shape                         | meaning                                                         |
+| -------- | ----------------------------- | --------------------------------------------------------------- |
+| x        | [R, K]  16/32-bit             | rows; grouped: sorted by expert, expert e owns                  |
+|          |                               | [ends[e-1], ends[e])                                            |
+| w8       | [N, K] or [E, N, K] e4m3      | the weight (one matrix per expert when grouped)                 |
+| scale    | [ceil(N/b0), ceil(K/b1)] (+E) | real W = w8 * scale[n // b0, k // b1]                           |
+| ends     | [E] int32 or None             | grouped GEMM: rows past ends[-1] are left unwritten             |
 
-The grid is (experts, N tiles, K splits); a dense GEMM of more than M_TILE_ROWS rows (a prefill) puts its M tiles on
-the first axis instead, with no K split. Under w8a16 a dense GEMM of more than PREFILL_DEQUANT_ROWS rows does not run
-this kernel: its weight is dequantized to x's dtype on the GPU (fp8_dequant.py, the loader's values) for F.linear,
-the dequantized path's own GEMM. K splits (decode with few N tiles) write fp32 partials; the
-last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
+The grid is (experts, N tiles, K splits); a dense GEMM of more than M_TILE_ROWS rows (a prefill) puts its M
+tiles on the first axis instead, with no K split. Under w8a16 a dense GEMM of more than PREFILL_DEQUANT_ROWS
+rows does not run this kernel: its weight is dequantized to x's dtype on the GPU (fp8_dequant.py, the loader's
+values) for F.linear, the dequantized path's own GEMM. K splits (decode with few N tiles) write fp32 partials;
+the last program of each N tile to finish (an atomic count per tile, reset by that program) sums them in
 split order, `Tiles.red` partials a load, and writes the output, so one launch does it and results are
 deterministic. `Tiles.swap` puts the weight rows on the MMA's M side (y^T = W x^T), which decode's few
 tokens cannot fill. The setting per (N, K, rows) is `choose_tiles` (fp8_tiles.py: rules by row count and the
@@ -66,7 +67,8 @@ def _dot(a, b):
 
 @triton.jit
 def _dot_acc(a, b, acc):
-    # _dot accumulating into acc (the MMA chain Triton pipelines: the next K block's loads and conversion overlap it)
+    # _dot accumulating into acc (the MMA chain Triton pipelines: the next K block's loads and conversion
+    # overlap it)
     if a.dtype == tl.float32:
         return tl.dot(a, b, acc, input_precision="ieee")
     return tl.dot(a, b, acc)
@@ -74,9 +76,10 @@ def _dot_acc(a, b, acc):
 
 @triton.jit
 def _fp16_rows(x):
-    # x: [BM, BK] bf16 -> (x * 2^-e_r in fp16, 2^e_r fp32 per row): each row's K block scaled by a power of two so
-    # that its largest |x| lands in [2^8, 2^9), exact (bf16's 8 significant bits fit fp16's 11; only entries under
-    # 2^-22 of the row's largest lose bits, in fp16's subnormals). Exponents from the bits: exact powers of two.
+    # x: [BM, BK] bf16 -> (x * 2^-e_r in fp16, 2^e_r fp32 per row): each row's K block scaled by a power of
+    # two so that its largest |x| lands in [2^8, 2^9), exact (bf16's 8 significant bits fit fp16's 11; only
+    # entries under 2^-22 of the row's largest lose bits, in fp16's subnormals). Exponents from the bits:
+    # exact powers of two.
     xf = x.to(tl.float32)
     e = (tl.max(tl.abs(xf), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF    # biased exponent of the amax
     e = tl.minimum(tl.maximum(e, 9), 254)                                       # zero rows, and no Inf scales
@@ -96,9 +99,10 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      RED: tl.constexpr, PDL: tl.constexpr, A16: tl.constexpr, F16: tl.constexpr,
                      FOLD: tl.constexpr):
     # x8: [R, K] e4m3 contiguous, xs: [R, nkb] fp32 (QUANT: x [R, K] 16/32-bit, row stride sx, quantized
-    # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits, R, N]
-    # fp32.  SWAP computes the [BN, BM] transpose
-    # axis 0: the expert (grouped) or the M tile of m_rows rows (dense; one tile of all R rows at decode sizes)
+    # here; A16: x itself, each weight tile converted to x's dtype) -> out [R, N]; with SPLIT, part [splits,
+    # R, N] fp32.  SWAP computes the [BN, BM] transpose
+    # axis 0: the expert (grouped) or the M tile of m_rows rows (dense; one tile of all R rows at decode
+    # sizes)
     if GROUPED:
         e = tl.program_id(0)
     else:
@@ -140,7 +144,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
             w = tl.load(w_base + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             ws = tl.load(ws_base + kb, mask=n_ok, other=0.0)
             if A16 and FOLD:   # w8a16, the factor folded into the tile: e4m3 x factor in fp32, rounded to x's
-                # dtype (the dequantized checkpoint's weight, bit for bit), so the MMA accumulates the K blocks
+                # dtype (the dequantized checkpoint's weight, bit for bit), so the MMA accumulates the K
+                # blocks
                 xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
                 wa = (w.to(tl.float32) * ws[:, None]).to(xa.dtype)
                 if SWAP:
@@ -149,7 +154,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                     acc = _dot_acc(xa, tl.trans(wa), acc)
             elif A16:     # w8a16: the e4m3 tile in x's dtype (exact), a 16-bit MMA, the weight block's factor
                 xa = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
-                if F16:   # bf16 rows through an fp16 MMA (see _fp16_rows): e4m3 -> fp16 is one conversion a pair
+                if F16:   # bf16 rows through an fp16 MMA (see _fp16_rows): e4m3 -> fp16 is one conversion a
+                          # pair
                     xa, xe = _fp16_rows(xa)
                 wa = w.to(xa.dtype)
                 if SWAP:
@@ -163,7 +169,8 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                     d = d * ws[None, :]
                 acc += d
             else:
-                if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as quantize_rows
+                if QUANT:   # the K block is one scale group (BK == b1): s = amax / 448 per row, as
+                            # quantize_rows
                     xf = tl.load(x_ptr + rows[:, None].to(tl.int64) * sx + k[None, :], mask=x_ok, other=0.0)
                     xf = xf.to(tl.float32)
                     s = tl.maximum(tl.max(tl.abs(xf), axis=1), 1e-10) / 448.0
@@ -186,11 +193,11 @@ def _fp8_gemm_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
         _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM, BN, RED)
 
 
-# w8a16's MMA for bf16 rows (the MMA kernel; fp16 and fp32 rows keep their own; the few-rows kernel has no MMA).
-# "bf16" converts each e4m3 weight tile to bf16 (on sm_90: e4m3x2 -> f16x2, then one scalar cvt.bf16.f16 per
-# element); "fp16" converts it to fp16 (one instruction a pair) and scales each row's K block by a power of two into
-# fp16 (_fp16_rows: exact, the same products), at the cost of converting the rows per tile. "auto" takes fp16 for
-# dense tiles of 16 rows and grouped GEMMs of 16 rows or more in tiles of 16, bf16 otherwise.
+# w8a16's MMA for bf16 rows (the MMA kernel; fp16 and fp32 rows keep their own; the few-rows kernel has no
+# MMA). "bf16" converts each e4m3 weight tile to bf16 (on sm_90: e4m3x2 -> f16x2, then one scalar cvt.bf16.f16
+# per element); "fp16" converts it to fp16 (one instruction a pair) and scales each row's K block by a power
+# of two into fp16 (_fp16_rows: exact, the same products), at the cost of converting the rows per tile. "auto"
+# takes fp16 for dense tiles of 16 rows and grouped GEMMs of 16 rows or more in tiles of 16, bf16 otherwise.
 A16_MMAS = ("auto", "fp16", "bf16")
 A16_MMA = "auto"
 
@@ -232,8 +239,8 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         return F.linear(x, dequantize_gpu(w3[0], s3[0], block, x.dtype, t))
     rows = R if E == 1 else max(1, R // E)
     bm = t.bm or (16 if rows <= 16 else 32 if rows <= 32 else 64)
-    # dense GEMMs of more than M_TILE_ROWS rows (prefill) spread their rows over programs, bm a program, with no K
-    # split; up to it (decode) every program takes all the rows
+    # dense GEMMs of more than M_TILE_ROWS rows (prefill) spread their rows over programs, bm a program, with
+    # no K split; up to it (decode) every program takes all the rows
     m_tiles = triton.cdiv(R, bm) if not grouped and R > M_TILE_ROWS else 1
     splits = 1 if m_tiles > 1 else _split(nkb, E * triton.cdiv(N, t.bn), sms, t.per_sm, E, t.max_split)
     per = -(-nkb // splits)
@@ -243,16 +250,18 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
         xq, xs = x, x   # xs unused
     else:
         xq, xs = quantize_rows_gpu(x, b1) if x.is_cuda else quantize_rows(x, b1)
-    out = (torch.zeros if grouped else torch.empty)((R, N), dtype=x.dtype, device=x.device)  # grouped: rows
-    part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out  # past ends: 0
+    # grouped: rows past ends: 0
+    out = (torch.zeros if grouped else torch.empty)((R, N), dtype=x.dtype, device=x.device)
+    part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out
     ends_arg = ends if grouped else torch.empty(1, dtype=torch.int32, device=x.device)
     n_tiles = triton.cdiv(N, t.bn)
     _fp8_gemm_kernel[(E if grouped else m_tiles, n_tiles, splits)](
                                            xq, xs, w3, s3, ends_arg, out, part, _counters(x.device, n_tiles),
-                                           R, N, K, nkb, per, splits, x.stride(0), bm if m_tiles > 1 else max(R, 1),
-                                           w3.stride(0), w3.stride(1), s3.stride(0), s3.stride(1),
-                                           B0=b0, BK=b1, BM=bm, BN=t.bn, GROUPED=grouped, SPLIT=splits > 1,
-                                           QUANT=fuse, SWAP=t.swap, RED=min(t.red, max(1, 8192 // (bm * t.bn))),
+                                           R, N, K, nkb, per, splits, x.stride(0),
+                                           bm if m_tiles > 1 else max(R, 1), w3.stride(0), w3.stride(1),
+                                           s3.stride(0), s3.stride(1), B0=b0, BK=b1, BM=bm, BN=t.bn,
+                                           GROUPED=grouped, SPLIT=splits > 1, QUANT=fuse, SWAP=t.swap,
+                                           RED=min(t.red, max(1, 8192 // (bm * t.bn))),
                                            PDL=t.pdl and x.is_cuda, A16=a16,
                                            F16=a16 and not t.fold and x.dtype == torch.bfloat16
                                            and fp16_mma(a16_mma, bm, grouped, R), FOLD=a16 and t.fold,

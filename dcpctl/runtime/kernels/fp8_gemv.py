@@ -12,10 +12,10 @@ contiguous per weight row: wide coalesced loads), keeps it in registers and appl
 in turn (per b1 block: sum of products, times the weight block's factor and the row's block scale). The
 grid is (experts or busy-expert slots, N tiles, K splits):
 
-| case    | programs                                                          | partial sums                   |
-| ------- | ----------------------------------------------------------------- | ------------------------------ |
-| dense   | N / BN tiles x K splits (about `per_sm` programs per SM)          | fp8_parts._sum_partials         |
-| grouped | min(R, E) slots x N / BN: slot j takes the j-th expert with rows  | none (each program all of K)   |
+| case    | programs                                                         | partial sums                  |
+| ------- | ---------------------------------------------------------------- | ----------------------------- |
+| dense   | N / BN tiles x K splits (about `per_sm` programs per SM)         | fp8_parts._sum_partials       |
+| grouped | min(R, E) slots x N / BN: slot j takes the j-th expert with rows | none (each program all of K)  |
 
 Grouped, the programs of a decode step's few busy experts are the only ones launched (E x N / BN
 programs of which all but ~8 exit would cost more than the GEMM); which expert a slot takes is read from
@@ -54,8 +54,8 @@ def _fp8_gemv_kernel(x_ptr, xs_ptr, w_ptr, ws_ptr, ends_ptr, out_ptr, part_ptr, 
                      B0: tl.constexpr, B1: tl.constexpr, KB: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                      EP: tl.constexpr, GROUPED: tl.constexpr, SPLIT: tl.constexpr, QUANT: tl.constexpr,
                      RED: tl.constexpr, STAGES: tl.constexpr, A16: tl.constexpr):
-    # x: [R, K] 16/32-bit, row stride sx (QUANT, or A16: not quantized) or x8 [R, K] e4m3 + xs [R, nkb]; w: [E, N,
-    # K] e4m3, ws: its factors -> out [R, N]; with SPLIT, part [splits, R, N] fp32
+    # x: [R, K] 16/32-bit, row stride sx (QUANT, or A16: not quantized) or x8 [R, K] e4m3 + xs [R, nkb]; w:
+    # [E, N, K] e4m3, ws: its factors -> out [R, N]; with SPLIT, part [splits, R, N] fp32
     slot = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)

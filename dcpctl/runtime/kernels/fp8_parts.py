@@ -13,11 +13,11 @@ from dcpctl.runtime import settings
 
 FP8_MAX = 448.0
 # What the block-FP8 GEMMs do with the activations.  w8a16 (the default): the activations stay in the model's
-# 16-bit dtype and each e4m3 weight tile is converted to it in registers (exact), so the GEMM computes what the
-# dequantized-bf16 path computes but for the order of its fp32 sums, reading half the weight bytes.  w8a8: the
-# activations are quantized 1 x b1 to e4m3 (`s = amax / 448`) for an e4m3 MMA, as DeepSeek's inference code and
-# SGLang/vLLM do: twice the MMA rate (prefill), and the quantization's own error (2.6% of a V3 GEMM's output on
-# random activations).
+# 16-bit dtype and each e4m3 weight tile is converted to it in registers (exact), so the GEMM computes what
+# the dequantized-bf16 path computes but for the order of its fp32 sums, reading half the weight bytes.  w8a8:
+# the activations are quantized 1 x b1 to e4m3 (`s = amax / 448`) for an e4m3 MMA, as DeepSeek's inference
+# code and SGLang/vLLM do: twice the MMA rate (prefill), and the quantization's own error (2.6% of a V3 GEMM's
+# output on random activations).
 MODES = ("w8a16", "w8a8")      # plan/runtime_choices.py FP8_GEMM_CHOICES
 
 
@@ -36,10 +36,10 @@ def _store_tile(out_ptr, part_ptr, pid_k, R, N, at, acc, ok, SPLIT: tl.constexpr
 
 
 @triton.jit
-def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM: tl.constexpr, BN: tl.constexpr,
-                  RED: tl.constexpr):
-    # part: [splits, R, N] fp32 of this N tile's columns n -> out [R, N]: the tile's last program to finish (an
-    # atomic count per tile, reset by that program) sums them in split order, RED partials a load
+def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM: tl.constexpr,
+                  BN: tl.constexpr, RED: tl.constexpr):
+    # part: [splits, R, N] fp32 of this N tile's columns n -> out [R, N]: the tile's last program to finish
+    # (an atomic count per tile, reset by that program) sums them in split order, RED partials a load
     done = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")   # release our partial, see the others'
     if done == splits - 1:
         for m0 in range(0, R, BM):
@@ -50,7 +50,8 @@ def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM
             for sp0 in range(0, splits, RED):   # RED partials per load, summed in a fixed order
                 sp = sp0 + tl.arange(0, RED)
                 p = tl.load(part_ptr + sp[:, None, None].to(tl.int64) * R * N + sum_at[None, :, :],
-                            mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0, cache_modifier=".cg")
+                            mask=(sp < splits)[:, None, None] & sum_ok[None, :, :], other=0.0,
+                            cache_modifier=".cg")
                 total += tl.sum(p, axis=0)
             tl.store(out_ptr + sum_at, total.to(out_ptr.dtype.element_ty), mask=sum_ok)
         tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)

@@ -1,24 +1,29 @@
-"""Which block-FP8 kernel and tile setting a GEMM runs: rules by row count, and the GPU's fp8_gemm tuning table.
+"""Which block-FP8 kernel and tile setting a GEMM runs: rules by row count, and the GPU's fp8_gemm tuning
+table.
 
-    choose_tiles(N, K, rows, experts=1, a16=False, total_rows=None, device=None) -> Tiles | GemvTiles | DequantLinear
+    choose_tiles(N, K, rows, experts=1, a16=False, total_rows=None, device=None)
+        -> Tiles | GemvTiles | DequantLinear
 
-| rows (per expert when grouped)          | dense                                      | grouped (MoE)               |
-| --------------------------------------- | ------------------------------------------ | --------------------------- |
-| <= GEMV_ROWS                            | few-rows kernel (`gemv`, else DEFAULT_GEMV) | MMA kernel (as below)       |
-| w8a16, all rows <= GROUPED_GEMV_ROWS    |                                            | few-rows kernel, DEFAULT_GEMV |
-|   and <= GROUPED_GEMV_PER_EXPERT x E    |                                            |                             |
-| up to M_TILE_ROWS                       | `dense_w8a16` (w8a16), else `dense`,       | `grouped_w8a16` (w8a16), else `grouped`, |
-|                                         |   else DEFAULT_TILES                       |   else DEFAULT_TILES        |
-| w8a16, M_TILE_ROWS + 1 .. PREFILL_DEQUANT_ROWS | PREFILL_A16_TILES                   | PREFILL_GROUPED_A16_TILES   |
-| w8a16, more                             | DEQUANT: the weight dequantized, cuBLAS    | PREFILL_GROUPED_A16_TILES   |
-| w8a8, more                              | `dense`, else DEFAULT_TILES                | DEFAULT_TILES               |
+| rows (per expert when grouped)       | dense                                   | grouped (MoE)             |
+| ------------------------------------ | --------------------------------------- | ------------------------- |
+| <= GEMV_ROWS                         | few-rows kernel (`gemv`, else           | MMA kernel (as below)     |
+|                                      |   DEFAULT_GEMV)                         |                           |
+| w8a16, all rows <= GROUPED_GEMV_ROWS |                                         | few-rows kernel,          |
+|   and <= GROUPED_GEMV_PER_EXPERT x E |                                         |   DEFAULT_GEMV            |
+| up to M_TILE_ROWS                    | `dense_w8a16` (w8a16), else `dense`,    | `grouped_w8a16` (w8a16),  |
+|                                      |   else DEFAULT_TILES                    |   else `grouped`, else    |
+|                                      |                                         |   DEFAULT_TILES           |
+| w8a16, M_TILE_ROWS + 1               | PREFILL_A16_TILES                       | PREFILL_GROUPED_A16_TILES |
+|   .. PREFILL_DEQUANT_ROWS            |                                         |                           |
+| w8a16, more                          | DEQUANT: the weight dequantized, cuBLAS | PREFILL_GROUPED_A16_TILES |
+| w8a8, more                           | `dense`, else DEFAULT_TILES             | DEFAULT_TILES             |
 
-The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K": [[most rows, {Tiles fields}],
-...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles fields} | null
-(the MMA kernel)}}; the first bound covering the rows (per expert, R // E, when grouped) wins, and rows past the
-last bound, or a shape the sections lack, take the rules' setting.  The grouped sections (benchmarks/fp8_gemm.py
---grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them runs every grouped GEMM as the
-rules alone do.  A GPU without a table runs the rules alone.
+The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K": [[most rows, {Tiles
+fields}], ...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles
+fields} | null (the MMA kernel)}}; the first bound covering the rows (per expert, R // E, when grouped) wins,
+and rows past the last bound, or a shape the sections lack, take the rules' setting.  The grouped sections
+(benchmarks/fp8_gemm.py --grouped-rows; docs/fp8.md) hold decode's rows per expert only; a table without them
+runs every grouped GEMM as the rules alone do.  A GPU without a table runs the rules alone.
 """
 from __future__ import annotations
 
@@ -41,17 +46,19 @@ class Tiles:
                           # capped so that red x BM x BN <= 8192 fp32 stay in registers)
     pdl: bool = False     # programmatic dependent launch (sm_90+): prefetch the weight while the previous
                           # kernel finishes
-    max_split: int = 0    # at most this many K splits (0: per_sm decides alone): the tile's last program reads
-                          # splits x R x BN fp32 partials by itself, which at R = 64 outweighs a small weight
-    fold: bool = False    # w8a16: fold the weight block's factor into the converted tile (rounded to the rows'
-                          # dtype: the dequantized weight) so that the MMA accumulates across K blocks instead of
-                          # a scaled add after each one; no effect under w8a8
+    max_split: int = 0    # at most this many K splits (0: per_sm decides alone): the tile's last program
+                          # reads splits x R x BN fp32 partials by itself, which at R = 64 outweighs a small
+                          # weight
+    fold: bool = False    # w8a16: fold the weight block's factor into the converted tile (rounded to the
+                          # rows' dtype: the dequantized weight) so that the MMA accumulates across K blocks
+                          # instead of a scaled add after each one; no effect under w8a8
     bm: int = 0           # rows per MMA tile (16, 32, 64 or 128; 0: by the row count, 16 / 32 / 64); above
                           # M_TILE_ROWS (prefill) also the rows of one program
 
 
 Kernel = Tiles | GemvTiles | DequantLinear
-M_TILE_ROWS = 64         # above: a dense GEMM's rows are tiled over programs (grid axis 0), one per (M, N) tile
+M_TILE_ROWS = 64         # above: a dense GEMM's rows are tiled over programs (grid axis 0), one per (M, N)
+                         # tile
 BEFORE_TILES = Tiles()   # a quantization launch, one partial a load
 DEFAULT_TILES = BEFORE_TILES
 PREFILL_A16_TILES = Tiles(bm=128, bn=64, warps=8, fold=True)
@@ -60,9 +67,10 @@ PREFILL_DEQUANT_ROWS = 128
 PREFILL_GROUPED_A16_TILES = Tiles(bm=128, bn=128, warps=8, fold=True)
 GEMV_ROWS = 1
 GROUPED_GEMV_ROWS = 64
-# the few-rows kernel applies each weight slab to its expert's rows one after another on the CUDA cores: past ~2
-# rows an expert the MMA kernel wins (an H200, 16 experts top-8, w8a16 decode step: 2.28 ms at batch 8 = 4 rows an
-# expert on the few-rows kernel, 1.24 ms at batch 12 on the MMA kernel; benchmarks/fp8_serve.py's decode_step part)
+# the few-rows kernel applies each weight slab to its expert's rows one after another on the CUDA cores: past
+# ~2 rows an expert the MMA kernel wins (an H200, 16 experts top-8, w8a16 decode step: 2.28 ms at batch 8 = 4
+# rows an expert on the few-rows kernel, 1.24 ms at batch 12 on the MMA kernel; benchmarks/fp8_serve.py's
+# decode_step part)
 GROUPED_GEMV_PER_EXPERT = 2
 DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
 ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
@@ -72,7 +80,8 @@ ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
 class Fp8Tables:
     dense: ShapeTable = field(default_factory=dict)
     dense_a16: ShapeTable = field(default_factory=dict)        # w8a16's own, where it has the shape
-    grouped: ShapeTable = field(default_factory=dict)          # grouped GEMMs, by rows per expert (<= M_TILE_ROWS)
+    grouped: ShapeTable = field(default_factory=dict)          # grouped GEMMs, by rows per expert (<=
+                                                               # M_TILE_ROWS)
     grouped_a16: ShapeTable = field(default_factory=dict)      # w8a16's own, where it has the shape
     gemv: dict[tuple[int, int], GemvTiles | None] = field(default_factory=dict)
     how: str = "built-in rules only"
@@ -115,16 +124,18 @@ def current(device: Any = None) -> Fp8Tables:
     return _by_device[key]
 
 
-def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False, total_rows: int | None = None,
-                 device: Any = None, tables: Fp8Tables | None = None) -> Kernel:
+def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
+                 total_rows: int | None = None, device: Any = None,
+                 tables: Fp8Tables | None = None) -> Kernel:
     """The kernel and tile setting for this shape and row count (per expert when grouped; total_rows: all the
-    grouped GEMM's rows), by the module docstring's table; `tables` (default: the device's) gives the shapes."""
+    grouped GEMM's rows), by the module docstring's table; `tables` (default: the device's) gives the
+    shapes."""
     tab = tables if tables is not None else current(device)
     gemv = tab.gemv.get((N, K), DEFAULT_GEMV)
     if experts == 1 and rows <= GEMV_ROWS and gemv is not None:
         return gemv
-    if experts > 1 and a16 and total_rows is not None and total_rows <= min(GROUPED_GEMV_ROWS,
-                                                                             GROUPED_GEMV_PER_EXPERT * experts):
+    if experts > 1 and a16 and total_rows is not None and \
+            total_rows <= min(GROUPED_GEMV_ROWS, GROUPED_GEMV_PER_EXPERT * experts):
         return DEFAULT_GEMV
     if experts == 1 and a16 and rows > PREFILL_DEQUANT_ROWS:
         return DEQUANT
@@ -138,9 +149,11 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     return DEFAULT_TILES
 
 
-def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int, a16: bool) -> tuple[tuple[int, Tiles], ...]:
-    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape; grouped
-    # GEMMs only at decode's rows per expert (a w8a8 prefill's experts keep DEFAULT_TILES whatever a bound says)
+def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int,
+             a16: bool) -> tuple[tuple[int, Tiles], ...]:
+    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape;
+    # grouped GEMMs only at decode's rows per expert (a w8a8 prefill's experts keep DEFAULT_TILES whatever a
+    # bound says)
     if experts > 1 and rows > M_TILE_ROWS:
         return ()
     own, plain = (tab.dense_a16, tab.dense) if experts == 1 else (tab.grouped_a16, tab.grouped)
@@ -149,14 +162,15 @@ def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int, a16: bool)
 
 def tiles_note(device: Any = None) -> str:
     tab = current(device)
-    return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel {DEFAULT_GEMV} "
-            f"(but {sum(v is None for v in tab.gemv.values())} shape(s) on the MMA kernel), otherwise the MMA kernel "
-            f"(dense GEMMs of {len(tab.dense)} shape(s) from the fp8_gemm tuning table, {tab.how}; w8a16: "
-            f"{len(tab.dense_a16)} of them its own; the grouped MoE GEMMs of up to {M_TILE_ROWS} rows per expert "
-            f"from the table where it has their shape and rows ({len(tab.grouped)} shape(s), {len(tab.grouped_a16)} "
-            f"of w8a16's own); the other GEMMs {DEFAULT_TILES}, but w8a16's "
-            f"grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows and {GROUPED_GEMV_PER_EXPERT} per expert the weight-streaming "
-            f"kernel, its dense GEMMs of "
-            f"{M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows {PREFILL_A16_TILES} and of more the weight dequantized to "
-            f"the rows' dtype for cuBLAS, its grouped GEMMs of more than {M_TILE_ROWS} rows per expert "
-            f"{PREFILL_GROUPED_A16_TILES}; above {M_TILE_ROWS} rows a dense GEMM's rows are tiled over programs)")
+    return (f"FP8 GEMM kernels: dense GEMMs of up to {GEMV_ROWS} row(s) the weight-streaming kernel "
+            f"{DEFAULT_GEMV} (but {sum(v is None for v in tab.gemv.values())} shape(s) on the MMA kernel), "
+            f"otherwise the MMA kernel (dense GEMMs of {len(tab.dense)} shape(s) from the fp8_gemm tuning "
+            f"table, {tab.how}; w8a16: {len(tab.dense_a16)} of them its own; the grouped MoE GEMMs of up to "
+            f"{M_TILE_ROWS} rows per expert from the table where it has their shape and rows "
+            f"({len(tab.grouped)} shape(s), {len(tab.grouped_a16)} of w8a16's own); the other GEMMs "
+            f"{DEFAULT_TILES}, but w8a16's grouped GEMMs of up to {GROUPED_GEMV_ROWS} rows and "
+            f"{GROUPED_GEMV_PER_EXPERT} per expert the weight-streaming kernel, its dense GEMMs of "
+            f"{M_TILE_ROWS + 1}-{PREFILL_DEQUANT_ROWS} rows {PREFILL_A16_TILES} and of more the weight "
+            f"dequantized to the rows' dtype for cuBLAS, its grouped GEMMs of more than {M_TILE_ROWS} rows "
+            f"per expert {PREFILL_GROUPED_A16_TILES}; above {M_TILE_ROWS} rows a dense GEMM's rows are tiled "
+            "over programs)")

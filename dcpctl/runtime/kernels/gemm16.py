@@ -1,17 +1,18 @@
-"""A split-K Triton GEMM for the decode step's 16-bit linear layers, where a tuning table measured it faster than cuBLAS.
+"""A split-K Triton GEMM for the decode step's 16-bit linear layers, where a tuning table measured it faster
+than cuBLAS.
 
     y = linear16(x [R, K], w [N, K], tiles) -> [R, N]     x and w bf16/fp16 of one dtype, R <= MAX_ROWS
 
-Each program streams one [BN, K / splits] slab of W once for all R rows (W's rows on the MMA's M side: acc [BN, BM]
-= W x^T); the K splits' fp32 partials are summed by the N tile's last program, in split order
-(fp8_parts._sum_partials, the FP8 GEMM's reduction), so one launch does it, results are deterministic and no host
-sync is needed (graph-safe).  fp32 accumulation like cuBLAS, in another order: not bit-equal to F.linear, so the
-eager and the captured step both run it (the same rows go through the same kernel either way).
+Each program streams one [BN, K / splits] slab of W once for all R rows (W's rows on the MMA's M side: acc
+[BN, BM] = W x^T); the K splits' fp32 partials are summed by the N tile's last program, in split order
+(fp8_parts._sum_partials, the FP8 GEMM's reduction), so one launch does it, results are deterministic and no
+host sync is needed (graph-safe).  fp32 accumulation like cuBLAS, in another order: not bit-equal to F.linear,
+so the eager and the captured step both run it (the same rows go through the same kernel either way).
 
 The choice is per (N, K, rows) from the GPU's gemm16 tuning table (dcpctl/tuning/gemm16: {"N,K": [[most rows,
-{Tiles16 fields}], ...]}; the first bound covering R wins); every other shape, row count, GPU without a table or
-dtype runs F.linear.  `configure` (at model load) switches it on with the `gemm16` fusion (DCPCTL_UNFUSED=gemm16
-turns it off, kernels/fusions.py) and says once what runs.
+{Tiles16 fields}], ...]}; the first bound covering R wins); every other shape, row count, GPU without a table
+or dtype runs F.linear.  `configure` (at model load) switches it on with the `gemm16` fusion
+(DCPCTL_UNFUSED=gemm16 turns it off, kernels/fusions.py) and says once what runs.
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def configure(on: bool, device: torch.device | str) -> None:
     from dcpctl.runtime.kernels.fp8_parts import prepare
     from dcpctl.runtime.notes import note_once
     from dcpctl.runtime.tuned import gpu
-    base, how = shipped(*gpu(dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())))
+    base, how = shipped(*gpu(dev
+                             if dev.index is not None else torch.device("cuda", torch.cuda.current_device())))
     override = settings.current().gemm16_table
     TABLE = read_table(override, base) if override else base
     if not on:
@@ -100,9 +102,10 @@ def configure(on: bool, device: torch.device | str) -> None:
         return
     prepare(dev)     # the tile counts, allocated now rather than inside a graph capture
     ON = True
-    note_once(f"GEMMs: dcpctl's split-K Triton kernel for {len(TABLE)} 16-bit weight shapes at 2-{MAX_ROWS} rows where "
-              f"it was measured faster than cuBLAS ({'--gemm16-table ' + override + ' over ' if override else ''}"
-              f"gemm16 table: {how}); cuBLAS for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS for all)")
+    note_once(f"GEMMs: dcpctl's split-K Triton kernel for {len(TABLE)} 16-bit weight shapes at 2-{MAX_ROWS} "
+              "rows where it was measured faster than cuBLAS "
+              f"({'--gemm16-table ' + override + ' over ' if override else ''}gemm16 table: {how}); cuBLAS "
+              "for the rest (DCPCTL_UNFUSED=gemm16: cuBLAS for all)")
 
 
 def pick(x: Tensor, w: Tensor) -> Tiles16 | None:
@@ -123,7 +126,8 @@ if triton is not None:
     def _gemm16_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, R, N, K, sx, sw, k_per_split, splits,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
                        PDL: tl.constexpr):
-        # x [R, K], w [N, K] -> out [R, N] (contiguous); grid (N tiles, K splits); with SPLIT, part [splits, R, N]
+        # x [R, K], w [N, K] -> out [R, N] (contiguous); grid (N tiles, K splits); with SPLIT, part [splits,
+        # R, N]
         pdl.enter(PDL)    # launched early (pdl.py): wait for the kernel before
         pid_n, pid_k = tl.program_id(0), tl.program_id(1)
         n = pid_n * BN + tl.arange(0, BN)
@@ -136,9 +140,10 @@ if triton is not None:
         for k in range(k0, k1, BK):
             kk = k + tl.arange(0, BK)
             k_ok = kk < k1
-            w = tl.load(w_ptr + n[:, None].to(tl.int64) * sw + kk[None, :], mask=n_ok[:, None] & k_ok[None, :],
+            w = tl.load(w_ptr + n[:, None].to(tl.int64) * sw + kk[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            x = tl.load(x_ptr + rows[:, None] * sx + kk[None, :], mask=r_ok[:, None] & k_ok[None, :],
                         other=0.0)
-            x = tl.load(x_ptr + rows[:, None] * sx + kk[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
             acc = tl.dot(w, tl.trans(x), acc)
         at = rows[None, :].to(tl.int64) * N + n[:, None]
         _store_tile(out_ptr, part_ptr, pid_k, R, N, at, acc, n_ok[:, None] & r_ok[None, :], SPLIT)
@@ -166,7 +171,8 @@ def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor
     splits, per = splits_for(K, n_tiles, t, sms)
     out = torch.empty((R, N), dtype=x.dtype, device=x.device)
     part = torch.empty((splits, R, N), dtype=torch.float32, device=x.device) if splits > 1 else out
-    _gemm16_kernel[(n_tiles, splits)](x, w, out, part, _counters(x.device, n_tiles), R, N, K, x.stride(0), w.stride(0),
-                                      per, splits, BM=max(16, triton.next_power_of_2(R)), BN=t.bn, BK=t.bk,
-                                      SPLIT=splits > 1, num_warps=t.warps, num_stages=t.stages, **pdl.kw())
+    _gemm16_kernel[(n_tiles, splits)](x, w, out, part, _counters(x.device, n_tiles), R, N, K, x.stride(0),
+                                      w.stride(0), per, splits, BM=max(16, triton.next_power_of_2(R)),
+                                      BN=t.bn, BK=t.bk, SPLIT=splits > 1, num_warps=t.warps,
+                                      num_stages=t.stages, **pdl.kw())
     return out

@@ -1,15 +1,17 @@
-"""The routed experts' combine: each token's k expert rows, weighted by the router, summed in fp32 (float64 models: float64).
+"""The routed experts' combine: each token's k expert rows, weighted by the router, summed in fp32 (float64
+models: float64).
 
     moe_combine(y [R, D], order [T*k], ends [E], w [T, k]) -> [T, D]
 
-y holds the experts' output rows sorted by expert (row i is the flat (token, slot) pair order[i] = tok * k + slot);
-rows at and past ends[-1] belong to other ranks' experts (expert parallelism) and are left unset by the GEMMs, so
-they count as zero.  out[t] = sum_j w[t, j] * y[inv[t * k + j]], inv the inverse of order, summed in slot order in
-the wider of y's and w's dtypes (fp32 for bf16 rows, float64 for a float64 model) and rounded once to y's dtype.
+y holds the experts' output rows sorted by expert (row i is the flat (token, slot) pair order[i] = tok * k +
+slot); rows at and past ends[-1] belong to other ranks' experts (expert parallelism) and are left unset by the
+GEMMs, so they count as zero.  out[t] = sum_j w[t, j] * y[inv[t * k + j]], inv the inverse of order, summed in
+slot order in the wider of y's and w's dtypes (fp32 for bf16 rows, float64 for a float64 model) and rounded
+once to y's dtype.
 
-The combine SGLang and vLLM run after their fused MoE (moe_sum over a [T, k, D] buffer) and Hugging Face's fp32
-accumulator, without the atomics of index_add_ (a bf16 atomic add per element and slot, in any order): on CUDA one
-Triton pass reads each row once; elsewhere the same in torch ops.
+The combine SGLang and vLLM run after their fused MoE (moe_sum over a [T, k, D] buffer) and Hugging Face's
+fp32 accumulator, without the atomics of index_add_ (a bf16 atomic add per element and slot, in any order): on
+CUDA one Triton pass reads each row once; elsewhere the same in torch ops.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ if triton is not None:
     import triton.language as tl
 
     @triton.jit
-    def _combine_kernel(Y, INV, W, ENDS, OUT, D, last, K: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    def _combine_kernel(Y, INV, W, ENDS, OUT, D, last, K: tl.constexpr, BLOCK: tl.constexpr,
+                        PDL: tl.constexpr):
         pdl.enter(PDL)
         t, b = tl.program_id(0), tl.program_id(1)
         cols = b * BLOCK + tl.arange(0, BLOCK)

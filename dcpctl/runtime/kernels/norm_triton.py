@@ -27,7 +27,8 @@ from dcpctl.runtime.kernels import pdl
 def fused_norm_ok(x: Tensor, weight: Tensor, upcast: torch.dtype) -> bool:
     """Whether rms_norm_fused takes these operands (else the torch form runs)."""
     return (triton is not None and x.is_cuda and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float16)
-            and weight.dtype == x.dtype and upcast == torch.float32 and x.shape[1] <= 16384 and x.stride(1) == 1)
+            and weight.dtype == x.dtype and upcast == torch.float32 and x.shape[1] <= 16384
+            and x.stride(1) == 1)
 
 
 if triton is not None:
@@ -46,8 +47,8 @@ if triton is not None:
 
 if triton is not None:
     @triton.jit
-    def _add_rms_norm_kernel(X, R, W, H, Y, stride_x, stride_r, stride_h, stride_y, D, eps, BLOCK: tl.constexpr,
-                             PDL: tl.constexpr):
+    def _add_rms_norm_kernel(X, R, W, H, Y, stride_x, stride_r, stride_h, stride_y, D, eps,
+                             BLOCK: tl.constexpr, PDL: tl.constexpr):
         pdl.enter(PDL)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
@@ -70,8 +71,8 @@ def add_rms_norm_fused(x: Tensor, residual: Tensor, weight: Tensor, eps: float) 
     if x.shape[0] == 0:
         return h, y
     block = triton.next_power_of_2(x.shape[1])
-    _add_rms_norm_kernel[(x.shape[0],)](x, residual, weight, h, y, x.stride(0), residual.stride(0), h.stride(0),
-                                        y.stride(0), x.shape[1], eps, BLOCK=block,
+    _add_rms_norm_kernel[(x.shape[0],)](x, residual, weight, h, y, x.stride(0), residual.stride(0),
+                                        h.stride(0), y.stride(0), x.shape[1], eps, BLOCK=block,
                                         num_warps=8 if block >= 4096 else 4, **pdl.kw())
     return h, y
 

@@ -1,19 +1,21 @@
-"""MLA's rope as Triton kernels that write where the result is read (CUDA bf16/fp16; models/rope.py is the oracle).
+"""MLA's rope as Triton kernels that write where the result is read (CUDA bf16/fp16; models/rope.py is the
+oracle).
 
     rope_q_into(q_pe [T, H, d], cos, sin [T, d/2] fp32, out [T, H, d], interleaved, fp32_math)
         the rope part of the absorbed query, straight into the query buffer's rope slice (no cat of [T, H, R])
-    kv_rows_into(kv [T, L + d], norm_w [L], eps, cos, sin, dst [S, L + d], rows [W], slots [W], interleaved, fp32_math)
-        dst[slots[i]] = [rms_norm(kv[rows[i], :L]), rope(kv[rows[i], L:])]: the latent row of every written token
-        normalized, rotated and stored into its KV-pool slot in one launch (replaces norm, rope, cat, index_select
-        and index_copy)
+    kv_rows_into(kv [T, L + d], norm_w [L], eps, cos, sin, dst [S, L + d], rows [W], slots [W], interleaved,
+                 fp32_math)
+        dst[slots[i]] = [rms_norm(kv[rows[i], :L]), rope(kv[rows[i], L:])]: the latent row of every written
+        token normalized, rotated and stored into its KV-pool slot in one launch (replaces norm, rope, cat,
+        index_select and index_copy)
 
 The arithmetic is Rotary.apply's and ops.rms_norm's, rounding where they round: with fp32_math False (V3) each
 product, and the sum, is rounded to x's dtype as torch's bf16 ops do; with fp32_math (V2's rope_fp32) the
 rotation runs in fp32.  Launched with enable_fp_fusion=False: Triton turns the fp32-then-round steps into
 bf16 multiplies and adds (each correctly rounded, which is what fp32-then-round gives), but with contraction
 on it fuses a product into the sum as one bf16 FMA, one rounding fewer than torch (1-ulp differences,
-large after cancellation, seen on an H200).  So the rope is bit-identical to torch's.  Layout as Rotary.apply: out = (rotated evens, rotated odds) when
-interleaved, else (rotated first half, rotated second half).
+large after cancellation, seen on an H200).  So the rope is bit-identical to torch's.  Layout as Rotary.apply:
+out = (rotated evens, rotated odds) when interleaved, else (rotated first half, rotated second half).
 """
 from __future__ import annotations
 
@@ -95,7 +97,8 @@ if triton is not None:
         s = tl.load(SIN + t * sct + j)
         i1, i2 = _pairs(j, HALF, INTERLEAVED)
         pe = KV + t * skt + L
-        o1, o2 = _rotate(tl.load(pe + i1).to(tl.float32), tl.load(pe + i2).to(tl.float32), c, s, FP32_MATH, dt)
+        o1, o2 = _rotate(tl.load(pe + i1).to(tl.float32), tl.load(pe + i2).to(tl.float32), c, s, FP32_MATH,
+                         dt)
         tl.store(dst + L + j, o1.to(dt))
         tl.store(dst + L + HALF + j, o2.to(dt))
 
@@ -108,16 +111,17 @@ def rope_kernel_ok(x: Tensor, cos: Tensor, upcast: torch.dtype) -> bool:
             and half > 0 and half & (half - 1) == 0 and cos.stride(-1) == 1)
 
 
-def rope_q_into(q_pe: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved: bool, fp32_math: bool) -> None:
+def rope_q_into(q_pe: Tensor, cos: Tensor, sin: Tensor, out: Tensor, interleaved: bool,
+                fp32_math: bool) -> None:
     # q_pe: [T, H, d] (a strided view)  cos, sin: [T, d/2] -> out: [T, H, d] (a view of the query buffer)
     T, H, _ = q_pe.shape
     if T == 0:
         return
     bh = min(16, triton.next_power_of_2(H))
-    _rope_q_kernel[(T, triton.cdiv(H, bh))](q_pe, cos, sin, out, H, q_pe.stride(0), q_pe.stride(1), out.stride(0),
-                                            out.stride(1), cos.stride(0), HALF=cos.shape[1], BLOCK_H=bh,
-                                            INTERLEAVED=interleaved, FP32_MATH=fp32_math, num_warps=4,
-                                            enable_fp_fusion=False, **pdl.kw())
+    _rope_q_kernel[(T, triton.cdiv(H, bh))](q_pe, cos, sin, out, H, q_pe.stride(0), q_pe.stride(1),
+                                            out.stride(0), out.stride(1), cos.stride(0), HALF=cos.shape[1],
+                                            BLOCK_H=bh, INTERLEAVED=interleaved, FP32_MATH=fp32_math,
+                                            num_warps=4, enable_fp_fusion=False, **pdl.kw())
 
 
 def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tensor, dst: Tensor, rows: Tensor,
@@ -127,6 +131,6 @@ def kv_rows_into(kv: Tensor, norm_w: Tensor, eps: float, cos: Tensor, sin: Tenso
     if n == 0:
         return
     block = triton.next_power_of_2(L)
-    _kv_rows_kernel[(n,)](kv, norm_w, cos, sin, dst, rows, slots, kv.stride(0), dst.stride(0), cos.stride(0), L, eps,
-                          BLOCK_L=block, HALF=cos.shape[1], INTERLEAVED=interleaved, FP32_MATH=fp32_math,
-                          num_warps=4, enable_fp_fusion=False, **pdl.kw())
+    _kv_rows_kernel[(n,)](kv, norm_w, cos, sin, dst, rows, slots, kv.stride(0), dst.stride(0), cos.stride(0),
+                          L, eps, BLOCK_L=block, HALF=cos.shape[1], INTERLEAVED=interleaved,
+                          FP32_MATH=fp32_math, num_warps=4, enable_fp_fusion=False, **pdl.kw())

@@ -10,9 +10,9 @@ In a graph a fork and a join are two edges, with no host cost; eager steps would
 wait per fork, so outside a capture both are no-ops and the block runs on the main stream.  What runs on the
 side in the decode step: the rope angles (cos/sin, 4 small kernels) while the first layer's norm and
 projection GEMM run, each layer's fused KV write (norm + rope + pool write) while its q_b GEMM runs, and its
-query rope while the w_kc bmm runs.  Each reads only tensors main wrote before the fork or the side stream wrote
-before it (cos/sin), and writes only what main reads after a join (the rope and the bmm write disjoint slices of
-one query buffer).
+query rope while the w_kc bmm runs.  Each reads only tensors main wrote before the fork or the side stream
+wrote before it (cos/sin), and writes only what main reads after a join (the rope and the bmm write disjoint
+slices of one query buffer).
 """
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ if triton is not None:
     from triton.language.extra import libdevice
 
     @triton.jit
-    def _swiglu_kernel(H, Y, stride_h, stride_y, I, BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr,
-                       PDL: tl.constexpr):
+    def _swiglu_kernel(H, Y, stride_h, stride_y, I,  # noqa: E741
+                       BLOCK: tl.constexpr, LIBDEVICE: tl.constexpr, PDL: tl.constexpr):
         pdl.enter(PDL)
         t, b = tl.program_id(0), tl.program_id(1)
         cols = b * BLOCK + tl.arange(0, BLOCK)
@@ -48,7 +48,8 @@ def swiglu_fused(h: Tensor, inter: int) -> Tensor:
     if h.shape[0] == 0:
         return y
     block = min(1024, triton.next_power_of_2(inter))
-    _swiglu_kernel[(h.shape[0], triton.cdiv(inter, block))](h, y, h.stride(0), y.stride(0), inter, BLOCK=block,
+    _swiglu_kernel[(h.shape[0], triton.cdiv(inter, block))](h, y, h.stride(0), y.stride(0), inter,
+                                                            BLOCK=block,
                                                             LIBDEVICE=not knobs.get("TRITON_INTERPRET"),
                                                             num_warps=4, **pdl.kw())
     return y

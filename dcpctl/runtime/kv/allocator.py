@@ -12,8 +12,8 @@ owner of a position never depends on which page it got, and shards stay within o
 The stripe rule lives here and nowhere else: `owner`, `physical` (ints or tensors alike), `owned`
 (the positions of a range one rank stores), `virtual_slot` (position -> slot through the page list)
 `owned_rows` / `owned_page_rows_tensor` (the physical rows of one rank's positions of a range, from a
-request's slot map or its page list) and `local_len` / `local_len_sum` (how many positions below a length one rank
-stores).
+request's slot map or its page list) and `local_len` / `local_len_sum` (how many positions below a length one
+rank stores).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-I = TypeVar("I")  # an int, or an integer tensor (the same two operators serve both)
+I = TypeVar("I")  # noqa: E741  an int, or an integer tensor (the same two operators serve both)
 
 
 class AllocatorError(RuntimeError):
@@ -53,9 +53,9 @@ def virtual_slot(pages: Any, p: I, page_tokens: int) -> I:
 
 def owned_page_rows_tensor(pages: Tensor, start: int, end: int, rank: int, c: int, page_tokens: int,
                            base: int = 0) -> tuple[Tensor, Tensor]:
-    """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))) as host int64
-    tensors, from a request's widened page list as a tensor (every decode step and prefill chunk: a chunk's
-    thousands of rows in a few vector ops)."""
+    """For `rank`'s positions p in [start, end): (base + p - start, physical(virtual_slot(pages, p))) as host
+    int64 tensors, from a request's widened page list as a tensor (every decode step and prefill chunk: a
+    chunk's thousands of rows in a few vector ops)."""
     r = owned(start, end, rank, c)
     p = torch.arange(r.start, max(r.start, r.stop), r.step)
     return p - start + base, physical(virtual_slot(pages, p, page_tokens), c)
@@ -72,7 +72,8 @@ def local_len(length: int, rank: int, c: int) -> int:
 
 
 def local_len_sum(lengths: Any, rank: int, c: int) -> int:
-    """sum(local_len(n, rank, c) for n in lengths): a decode step's rows, one call (at c = 1 every row is local)."""
+    """sum(local_len(n, rank, c) for n in lengths): a decode step's rows, one call (at c = 1 every row is
+    local)."""
     return sum(lengths) if c == 1 else sum(local_len(n, rank, c) for n in lengths)
 
 
@@ -116,11 +117,13 @@ class VirtualAllocator:
         slots = self._slots.setdefault(rid, [])
         while len(pages) < self.pages_for(num_tokens):
             pages.append(self._free.popleft())
-        slots += [virtual_slot(pages, p, self.page_tokens) for p in range(len(slots), max(num_tokens, len(slots)))]
+        slots += [virtual_slot(pages, p, self.page_tokens)
+                  for p in range(len(slots), max(num_tokens, len(slots)))]
         return slots
 
     def grow(self, rid: int, num_tokens: int) -> None:
-        """allocate(rid, num_tokens) when the request holds fewer slots (a decode step's one new position: O(1))."""
+        """allocate(rid, num_tokens) when the request holds fewer slots (a decode step's one new position:
+        O(1))."""
         slots = self.slots(rid)
         p = len(slots)
         if num_tokens <= p:

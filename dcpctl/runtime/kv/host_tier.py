@@ -35,7 +35,8 @@ def page_rows(pages: list[int], page_size: int, c: int, rank: int) -> list[int]:
     width = page_size * c
     rows = local_rows([v for g in pages for v in range(g * width, (g + 1) * width)], c, rank)
     if len(rows) != len(pages) * page_size:  # whole pages: every rank owns exactly P slots of each
-        raise HostTierError(f"rank {rank}: {len(rows)} owned rows != pages ({len(pages)}) * page_size ({page_size})")
+        raise HostTierError(f"rank {rank}: {len(rows)} owned rows != pages ({len(pages)}) * page_size "
+                            f"({page_size})")
     return rows
 
 
@@ -74,20 +75,24 @@ class HostTier:
 
     def offload(self, device_pages: list[int], host_pages: list[int]) -> None:
         """D2H: this rank's rows of whole widened `device_pages` into `host_pages`."""
-        dev = torch.tensor(page_rows(device_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
+        dev = torch.tensor(page_rows(device_pages, self.page_size, self.c, self.rank),
+                           device=self.pool.kv.device)
         self.kv.index_copy_(1, self._host_rows(host_pages), self.pool.kv.index_select(1, dev).cpu())
         self.d2h_pages += len(device_pages)
 
     def restore(self, host_pages: list[int], device_pages: list[int]) -> None:
         """H2D: `host_pages` back into this rank's rows of whole widened `device_pages`."""
-        dev = torch.tensor(page_rows(device_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
+        dev = torch.tensor(page_rows(device_pages, self.page_size, self.c, self.rank),
+                           device=self.pool.kv.device)
         rows = self.kv.index_select(1, self._host_rows(host_pages)).to(self.pool.kv.device, non_blocking=True)
         self.pool.kv.index_copy_(1, dev, rows)
         self.h2d_pages += len(device_pages)
 
     def copy_device(self, src_pages: list[int], dst_pages: list[int]) -> None:
         """D2D: a prefix still held on the device into a new request's pages (same translation)."""
-        src = torch.tensor(page_rows(src_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
-        dst = torch.tensor(page_rows(dst_pages, self.page_size, self.c, self.rank), device=self.pool.kv.device)
+        src = torch.tensor(page_rows(src_pages, self.page_size, self.c, self.rank),
+                           device=self.pool.kv.device)
+        dst = torch.tensor(page_rows(dst_pages, self.page_size, self.c, self.rank),
+                           device=self.pool.kv.device)
         self.pool.kv.index_copy_(1, dst, self.pool.kv.index_select(1, src))
         self.d2d_pages += len(src_pages)

@@ -1,4 +1,5 @@
-"""DeepSeek-V2/V3, Kimi K2 and Kimi Linear (hybrid MLA + KDA) in absorbed-MLA form, TP/EP/attention-DP sharded.
+"""DeepSeek-V2/V3, Kimi K2 and Kimi Linear (hybrid MLA + KDA) in absorbed-MLA form, TP/EP/attention-DP
+sharded.
 
     load_model(path, ps, replicate_q, dtype, device, progress=None) -> DeepseekModel | KimiLinearModel
     DeepseekModel.forward(input_ids [T], positions [T], ctx) -> hidden [T, D]

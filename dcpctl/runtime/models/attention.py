@@ -2,11 +2,11 @@
 
     absorbed: q_nope @ w_kc -> latent query;  [q_lat, rope(q_pe)] . [norm(c_kv), rope(k_pe)]  (R-dim dot)
               o_lat @ w_vc -> per-head value;  o_proj (row-parallel) -> all-reduce over attention TP
-    MHA:      [q_nope, rope(q_pe)] . [c_kv @ W_k[h]^T, rope(k_pe)]  (qk-dim dot), p @ (c_kv @ W_v[h]^T) -> o_proj
-              (the context up-projects its cached latent rows with w_kv, the DCP group's kv_b_proj, block by
-              block; it picks the form per chunk: attention/form.py)
-    mixed:    a batch whose chunks differ (prefill chunks beside decodes) runs each form over its sub-batch, each
-              through its own context, and the per-head values go back in batch order before one o_proj
+    MHA:      [q_nope, rope(q_pe)] . [c_kv @ W_k[h]^T, rope(k_pe)]  (qk-dim dot), p @ (c_kv @ W_v[h]^T)
+              -> o_proj (the context up-projects its cached latent rows with w_kv, the DCP group's kv_b_proj,
+              block by block; it picks the form per chunk: attention/form.py)
+    mixed:    a batch whose chunks differ (prefill chunks beside decodes) runs each form over its sub-batch,
+              each through its own context, and the per-head values go back in batch order before one o_proj
 
 kv_b_proj rows per head are [nope rows of W_k | v rows of W_v], each [*, kv_lora_rank]; so
 w_kc[h] = W_k[h] ([nope, L]) and w_vc[h] = W_v[h]^T ([L, v]).
@@ -48,7 +48,8 @@ def attention_wants(cfg: MlaConfig, p: str, s: Shards) -> list[Want]:
     wants = [
         Want(p + "kv_a_proj_with_mqa.weight", (L + cfg.qk_rope_head_dim, D), fp8_ok=True),
         Want(p + "kv_a_layernorm.weight", (L,)),
-        # kv_b_proj: w_kc / w_vc for the absorbed form, the DCP group's heads for the MHA form; always dequantized
+        # kv_b_proj: w_kc / w_vc for the absorbed form, the DCP group's heads for the MHA form; always
+        # dequantized
         Want(p + "kv_b_proj.weight", (H * kvh, L), 0, s.group_head_start * kvh,
              (s.group_head_start + s.group_heads) * kvh),
         Want(p + "o_proj.weight", (D, H * cfg.v_head_dim), 1, s.head_start * cfg.v_head_dim,
@@ -68,7 +69,8 @@ class MlaAttention:
         self.upcast, self.fuse = rotary.upcast, fuse
         self.q_is_group, self.heads, self.q_heads = s.q_is_group, s.heads, s.q_heads
         q_a, kv_a = t.get(p + "q_a_proj.weight"), t[p + "kv_a_proj_with_mqa.weight"]
-        # q_a then kv_a as one weight (they share the input): block-FP8 q_a ends on a scale block (1536 = 12 x 128)
+        # q_a then kv_a as one weight (they share the input): block-FP8 q_a ends on a scale block (1536 = 12 x
+        # 128)
         self.qkv_a = concat_rows(q_a, kv_a) if fuse.qkv_a and q_a is not None else None
         self.pair = (q_a, kv_a) if self.qkv_a is None else None
         if self.qkv_a is not None:
@@ -78,7 +80,8 @@ class MlaAttention:
         self.q_b = t[p + "q_b_proj.weight"] if cfg.q_lora_rank is not None else t[p + "q_proj.weight"]
         self.kv_a_norm = t[p + "kv_a_layernorm.weight"]
         nope, L = cfg.qk_nope_head_dim, cfg.kv_lora_rank
-        self.w_kv = t[p + "kv_b_proj.weight"].view(s.group_heads, nope + cfg.v_head_dim, L)  # [Hl*dcp, nope+v, L]
+        # [Hl*dcp, nope+v, L]
+        self.w_kv = t[p + "kv_b_proj.weight"].view(s.group_heads, nope + cfg.v_head_dim, L)
         q0, off = s.q_head_start - s.group_head_start, s.head_start - s.group_head_start
         self.w_kc = self.w_kv[q0:q0 + s.q_heads, :nope, :].contiguous()  # [Hq, nope, L]
         self.w_vc = self.w_kv[off:off + s.heads, nope:, :].transpose(1, 2).contiguous()  # [Hl, L, v]
@@ -90,10 +93,12 @@ class MlaAttention:
 
     @property
     def kv_a(self) -> Weight:
-        return self.pair[1] if self.qkv_a is None else rows(self.qkv_a, self.cfg.q_lora_rank, self.qkv_a.shape[0])
+        return self.pair[1] if self.qkv_a is None else rows(self.qkv_a, self.cfg.q_lora_rank,
+                                                            self.qkv_a.shape[0])
 
     def _a_projections(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
-        # x: [T, D] -> q_a's output [T, Q] (None without q_lora), kv_a's output [T, L + rope] (c_kv not normalized)
+        # x: [T, D] -> q_a's output [T, Q] (None without q_lora), kv_a's output [T, L + rope] (c_kv not
+        # normalized)
         if self.qkv_a is not None:
             qa, kv = linear(x, self.qkv_a).split([self.cfg.q_lora_rank, self.cfg.latent_dim], dim=-1)
             return qa, kv
@@ -124,7 +129,8 @@ class MlaAttention:
             return torch.cat([q_lat, self.rotary.apply(q_pe, cos, sin)], dim=-1)
         L = cfg.kv_lora_rank
         out = torch.empty(q.shape[0], self.q_heads, cfg.latent_dim, dtype=q.dtype, device=q.device)
-        with side.fork():                # the rope slice beside the w_kc bmm (after the angles and the KV write)
+        with side.fork():                # the rope slice beside the w_kc bmm (after the angles and the KV
+                                         # write)
             self._rope_into(q_pe, cos, sin, out[:, :, L:])
         bmm_into(q_nope.transpose(0, 1), self.w_kc, out[:, :, :L].transpose(0, 1), self.fuse.head_bmm)
         side.join()
@@ -140,8 +146,8 @@ class MlaAttention:
         if (dst.dtype != kv.dtype or not rope_kernel_ok(kv, cos, self.upcast)
                 or not fused_norm_ok(kv[:, :L], self.kv_a_norm, self.upcast)):
             return False
-        kv_rows_into(kv, self.kv_a_norm, LATENT_NORM_EPS, cos, sin, dst, rows_, slots, self.rotary.interleaved,
-                     self.rotary.math_upcast)
+        kv_rows_into(kv, self.kv_a_norm, LATENT_NORM_EPS, cos, sin, dst, rows_, slots,
+                     self.rotary.interleaved, self.rotary.math_upcast)
         return True
 
     def _latent_rows(self, kv: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -153,8 +159,8 @@ class MlaAttention:
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, ctx: AttentionContext,
                 side: SideStream | None = None) -> Tensor:
         # x: [T, D] -> [T, D] summed over attention TP
-        # side: the step's side stream (cos/sin may still be in flight on it); while a graph is captured the fused
-        # KV write runs there beside the q_b GEMM, and the q rope beside the w_kc bmm (side_stream.py)
+        # side: the step's side stream (cos/sin may still be in flight on it); while a graph is captured the
+        # fused KV write runs there beside the q_b GEMM, and the q rope beside the w_kc bmm (side_stream.py)
         side = side or SideStream(x, False)
         qa, kv = self._a_projections(x)
         parts = self._split(ctx)
@@ -183,14 +189,15 @@ class MlaAttention:
 
     def _values_split(self, parts: list, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
                       side: SideStream) -> Tensor:
-        # x: [T, D] -> [T, Hl * v]: each part (batch rows, its context, MHA?) through its form, back in batch order
+        # x: [T, D] -> [T, Hl * v]: each part (batch rows, its context, MHA?) through its form, back in batch
+        # order
         v = None
-        for rows, sub, mha in parts:
-            pick = lambda t: None if t is None else t.index_select(0, rows)   # noqa: E731
+        for part_rows, sub, mha in parts:
+            pick = lambda t: None if t is None else t.index_select(0, part_rows)   # noqa: E731
             run = self._values_mha if mha else self._values_absorbed
             out = run(pick(x), pick(qa), pick(kv), pick(cos), pick(sin), sub, side)
             v = out.new_zeros(x.shape[0], out.shape[1]) if v is None else v   # pad rows (in no part) stay 0
-            v.index_copy_(0, rows, out)
+            v.index_copy_(0, part_rows, out)
         return v
 
     def _split(self, ctx: AttentionContext) -> list | None:
@@ -198,19 +205,23 @@ class MlaAttention:
         return split(self.cfg) if split else None
 
     def _mha(self, ctx: AttentionContext) -> bool:
-        use = getattr(ctx, "use_mha", None)      # contexts without the MHA form (decode graphs, test references)
+        use = getattr(ctx, "use_mha", None)      # contexts without the MHA form (decode graphs, test
+                                                 # references)
         return bool(use and use(self.cfg))
 
     def _values_mha(self, x: Tensor, qa: Tensor | None, kv: Tensor, cos: Tensor, sin: Tensor,
                     ctx: AttentionContext, side: SideStream) -> Tensor:
-        # x: [T, D] -> [T, Hl * v] in the MHA form; the latent rows go to the pool exactly as in the absorbed form
+        # x: [T, D] -> [T, Hl * v] in the MHA form; the latent rows go to the pool exactly as in the absorbed
+        # form
         written = self._kv_written(kv, cos, sin, ctx)
         q = self._q_b(x, qa)                                            # [T, Hq, nope + rope]
         q_pe = q[..., self.cfg.qk_nope_head_dim:]
-        if self.fuse.q_rope:      # in place (q is this call's own): the kernel reads each row before it writes it
+        if self.fuse.q_rope:      # in place (q is this call's own): the kernel reads each row before it
+                                  # writes it
             self._rope_into(q_pe, cos, sin, q_pe)
         else:
             q_pe.copy_(self.rotary.apply(q_pe, cos, sin))
         kv_new = None if written else self._latent_rows(kv, cos, sin)
-        o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)  # [T, Hl, v]
+        # [T, Hl, v]
+        o = ctx.attend_mha(self.layer, q, kv_new, self.scale, self.w_kv, q_is_group=self.q_is_group)
         return o.reshape(x.shape[0], -1)

@@ -1,8 +1,8 @@
 """What a model family's runtime builder receives (one value), and the lookup of that builder by import path.
 
 plan/model_registry.py names, per family, a builder `module:function` taking a `ModelLoad` and an MLA-part
-function `module:function` taking an HfConfig; `builder` and `mla_part` import them here (dcpctl/refs.py), in the runtime,
-so that the registry itself stays torch-free.
+function `module:function` taking an HfConfig; `builder` and `mla_part` import them here (dcpctl/refs.py), in
+the runtime, so that the registry itself stays torch-free.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from dcpctl.runtime.parallel import ParallelState
 
 @dataclass(frozen=True)
 class ModelLoad:
-    """One rank's load of one checkpoint, as loader.load_model was asked for it (its docstring says each field)."""
+    """One rank's load of one checkpoint, as loader.load_model was asked for it (its docstring says each
+    field)."""
 
     parsed: HfConfig
     path: Path

@@ -58,7 +58,8 @@ class Checkpoint:
                 raise ModelLoadError(f"{index} is not a safetensors index with a weight_map: {e}") from e
             for file in sorted(set(weight_map.values())):
                 if not (self.path / file).exists():
-                    raise ModelLoadError(f"checkpoint shard {file} listed in {INDEX} is missing from {self.path}")
+                    raise ModelLoadError(f"checkpoint shard {file} listed in {INDEX} is missing from "
+                                         f"{self.path}")
             return {k: self.path / v for k, v in weight_map.items()}
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
@@ -81,7 +82,8 @@ class Checkpoint:
             raise ModelLoadError(f"no tensor named *{EMBED} in the checkpoint at {self.path}")
         head = self.find_suffix("lm_head.weight")
         if head is None and not tie_word_embeddings:
-            raise ModelLoadError(f"no lm_head.weight in the checkpoint at {self.path} and tie_word_embeddings is false")
+            raise ModelLoadError(f"no lm_head.weight in the checkpoint at {self.path} and "
+                                 "tie_word_embeddings is false")
         return embed[:-len(EMBED)], head or embed
 
     def read(self, wants: list[Want], dtype: torch.dtype, device: torch.device | str,
@@ -123,7 +125,8 @@ class Checkpoint:
             return sl[:]
         return sl[tuple([slice(None)] * w.dim + [slice(w.start, w.end)])]
 
-    def _dequantized(self, handle: Callable[[Path], Any], file: Path, w: Want, sl: Any) -> torch.Tensor | Fp8Weight:
+    def _dequantized(self, handle: Callable[[Path], Any], file: Path, w: Want,
+                     sl: Any) -> torch.Tensor | Fp8Weight:
         # w8 [out, in] + scale_inv [ceil(out/b0), ceil(in/b1)] -> this want's slice, FP8 kept or float32
         if self.quant is None:
             raise ModelLoadError(f"tensor {w.name} in {file.name} is stored as fp8 ({sl.get_dtype()}) but "
@@ -138,9 +141,9 @@ class Checkpoint:
         ssl = handle(self.where[sname]).get_slice(sname)
         want_s = self.quant.scale_shape(w.shape)
         if tuple(ssl.get_shape()) != want_s:
-            raise ModelLoadError(f"tensor {sname} in {self.where[sname].name} has shape {list(ssl.get_shape())}, "
-                                 f"expected {list(want_s)} for weight {list(w.shape)} in blocks of "
-                                 f"{list(self.quant.block)}")
+            raise ModelLoadError(f"tensor {sname} in {self.where[sname].name} has shape "
+                                 f"{list(ssl.get_shape())}, expected {list(want_s)} for weight "
+                                 f"{list(w.shape)} in blocks of {list(self.quant.block)}")
         bounds = [(0, n) for n in w.shape]
         if w.dim is not None:
             bounds[w.dim] = (w.start, w.end)

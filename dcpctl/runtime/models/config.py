@@ -83,9 +83,9 @@ def runtime_family(hc: HfConfig) -> Family:
     builds it (a family with a builder, whose layers may be KDA only where the family says so)."""
     fam = family_of(hc.model_type, hc.architectures)
     if fam is None or fam.build is None or fam.mla_config is None or (hc.kda_layers and not fam.kda):
-        raise ModelLoadError(f"{hc.source}: model_type {hc.model_type!r} (architectures {list(hc.architectures)}) "
-                             f"is not supported by the bundled runtime; supported model types: "
-                             f"{', '.join(RUNTIME_MODEL_TYPES)}")
+        raise ModelLoadError(f"{hc.source}: model_type {hc.model_type!r} (architectures "
+                             f"{list(hc.architectures)}) is not supported by the bundled runtime; supported "
+                             f"model types: {', '.join(RUNTIME_MODEL_TYPES)}")
     return fam
 
 

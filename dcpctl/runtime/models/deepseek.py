@@ -76,11 +76,13 @@ class DeepseekModel:
             cos, sin = self.rotary.cos_sin(positions.to(self.device))
         reps = replicas if replicas is not None else self._replicas(h.shape[0])
         eps, up, fused = self.cfg.rms_norm_eps, self.rotary.upcast, self.fuse.add_norm
-        # each residual add is fused with the norm that reads its sum (the next layer's input norm, or the final)
+        # each residual add is fused with the norm that reads its sum (the next layer's input norm, or the
+        # final)
         norms = [lay.input_norm for lay in self.layers[1:]] + [self.norm]
         y = rms_norm(h, self.layers[0].input_norm if self.layers else self.norm, eps, up)
         for layer, after in zip(self.layers, norms):
-            h, y = add_rms_norm(layer.attn.forward(y, cos, sin, ctx, side), h, layer.post_norm, eps, up, fused)
+            h, y = add_rms_norm(layer.attn.forward(y, cos, sin, ctx, side), h, layer.post_norm, eps, up,
+                                fused)
             h, y = add_rms_norm(self._mlp(layer.mlp, y, reps), h, after, eps, up, fused)
         side.join()                                  # no layers: the angles' fork still ends in the capture
         return y
@@ -106,7 +108,8 @@ class DeepseekModel:
         local = ids - s.vocab_start
         n = s.vocab_end - s.vocab_start
         mine = ((local >= 0) & (local < n)).unsqueeze(1)
-        # a gather of clamped ids, masked: no boolean indexing (its size is data: a host sync), so graphs capture it
+        # a gather of clamped ids, masked: no boolean indexing (its size is data: a host sync), so graphs
+        # capture it
         h = torch.where(mine, self.embed[local.clamp(0, n - 1)], 0.0)
         return all_reduce(h, self.ps.attn_tp.group)
 

@@ -50,9 +50,9 @@ def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
     """(weight, rows, grouped): one per distinct layout and row count of the FP8 GEMMs a forward of each token
     count runs, per replica: attention's projections over its tokens, the MLP's over every replica's (dp x);
     routed experts in passes of up to BLOCK_TOKENS tokens (mlp.token_passes), a pass grouped over its tokens x
-    top_k rows where mlp.MoE.runs_grouped says so (block-FP8: up to GROUPED_MAX_TOKENS tokens), else one GEMM per
-    expert of as many rows as routed there (data-dependent: every count up to one past PREFILL_DEQUANT_ROWS,
-    above which the kernel is the same)."""
+    top_k rows where mlp.MoE.runs_grouped says so (block-FP8: up to GROUPED_MAX_TOKENS tokens), else one GEMM
+    per expert of as many rows as routed there (data-dependent: every count up to one past
+    PREFILL_DEQUANT_ROWS, above which the kernel is the same)."""
     tokens = sorted(set(tokens))
     mlp_tokens = sorted({t * dp for t in tokens})
     calls: dict[tuple, Call] = {}
@@ -82,13 +82,15 @@ def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
 
 def _layout(w: Fp8Weight) -> tuple:
     # what a kernel specializes on besides the rows: shapes, strides, dtypes, 16-byte alignment
-    return tuple((tuple(t.shape), t.stride(), t.dtype, t.data_ptr() % 16) for t in (w.w8, w.scale)) + (w.block,)
+    return tuple((tuple(t.shape), t.stride(), t.dtype, t.data_ptr() % 16)
+                 for t in (w.w8, w.scale)) + (w.block,)
 
 
 @contextlib.contextmanager
 def skipped(specs: dict[str, Spec]) -> Iterator[dict[str, Spec]]:
-    """While the block runs, every Triton kernel not compiled in this process is neither compiled nor launched;
-    specs gathers each such specialization once (Triton's jit_cache_hook: a true answer skips both)."""
+    """While the block runs, every Triton kernel not compiled in this process is neither compiled nor
+    launched; specs gathers each such specialization once (Triton's jit_cache_hook: a true answer skips
+    both)."""
     def hook(*, fn: Any, compile: dict, **_: Any) -> bool:
         data = compile["specialization_data"]
         specs.setdefault(data, (fn.jit_function.module, fn.jit_function.fn.__name__, data))
@@ -102,8 +104,9 @@ def skipped(specs: dict[str, Spec]) -> Iterator[dict[str, Spec]]:
 
 
 def specializations(calls: list[Call], dtype: torch.dtype, device: torch.device | str) -> list[Spec]:
-    """The specializations Triton would compile for these calls, made as the model makes them (quant.grouped_linear
-    on `dtype` rows; a grouped call's group ends are data, no part of a key): no Triton kernel runs."""
+    """The specializations Triton would compile for these calls, made as the model makes them
+    (quant.grouped_linear on `dtype` rows; a grouped call's group ends are data, no part of a key): no Triton
+    kernel runs."""
     specs: dict[str, Spec] = {}
     with skipped(specs), torch.no_grad():
         for w, rows, grouped in calls:
@@ -119,8 +122,8 @@ def kernel(spec: Spec) -> Any:
 
 def compile_specs(specs: list[Spec], threads: int) -> int:
     """Every spec's kernel compiled (or loaded from Triton's on-disk cache) into this process, `threads` at a
-    time; returns how many were compiled, not loaded.  A compile that fails is left to the launch that needs it
-    (which then fails as it would have without this)."""
+    time; returns how many were compiled, not loaded.  A compile that fails is left to the launch that needs
+    it (which then fails as it would have without this)."""
     compiled = []
     before = triton_knobs.compilation.listener
 
@@ -161,4 +164,5 @@ def precompile(model: Any, tokens: Iterable[int], dp: int = 1) -> str | None:
         return f"{what} were all in {where}: loaded before them, none compiled"
     how = (f"{threads} at a time ({cpus()} CPUs for this rank)" if threads > 1 else
            "one at a time (one CPU for this rank)")
-    return f"{what}: {compiled} compiled before them, {how}, into {where}, which keeps them for the next start"
+    return (f"{what}: {compiled} compiled before them, {how}, into {where}, which keeps them for the next "
+            "start")

@@ -51,7 +51,8 @@ def kda_wants(hc: HybridConfig, p: str, attn_tp: int, rank: int, upcast: torch.d
     wants += [rows(f"{x}_conv1d.weight", (H * dk, 1, K)) for x in "qkv"]
     wants += [Want(p + "f_a_proj.weight", (dk, D)), rows("f_b_proj.weight", (H * dk, dk)),
               Want(p + "dt_bias", (H * dk,), 0, r0, r1, dtype=upcast),
-              Want(p + "A_log", (H,), 0, h0, h1) if flat_a_log else Want(p + "A_log", (1, 1, H, 1), 2, h0, h1),
+              Want(p + "A_log", (H,), 0, h0, h1)
+              if flat_a_log else Want(p + "A_log", (1, 1, H, 1), 2, h0, h1),
               Want(p + "b_proj.weight", (H, D), 0, h0, h1),
               Want(p + "g_a_proj.weight", (dk, D)), rows("g_b_proj.weight", (H * dk, dk)),
               Want(p + "o_norm.weight", (dk,)), Want(p + "o_proj.weight", (D, H * dk), 1, r0, r1)]
@@ -66,7 +67,8 @@ def _l2norm(x: Tensor) -> Tensor:
 class KdaAttention:
     def __init__(self, hc: HybridConfig, index: int, p: str, t: dict[str, Tensor], heads: int,
                  upcast: torch.dtype, group: Any):
-        self.index, self.heads, self.dk, self.upcast, self.group = index, heads, hc.kda.head_dim, upcast, group
+        self.index, self.heads, self.dk, self.upcast, self.group = (index, heads, hc.kda.head_dim, upcast,
+                                                                    group)
         self.eps = hc.mla.rms_norm_eps
         self.w_qkv = [t[p + f"{x}_proj.weight"] for x in "qkv"]  # 3 x [C, D], C = heads * dk (separate
         # GEMMs: a fused [3C, D] one rounds differently, and fp32 stages downstream amplify that)
@@ -74,7 +76,8 @@ class KdaAttention:
         self.f_a, self.f_b = t[p + "f_a_proj.weight"], t[p + "f_b_proj.weight"]
         self.dt_bias = t[p + "dt_bias"]
         self.neg_a = -t[p + "A_log"].to(upcast).reshape(heads, 1).exp()  # [Hl, 1]
-        self.b_proj, self.g_a, self.g_b = t[p + "b_proj.weight"], t[p + "g_a_proj.weight"], t[p + "g_b_proj.weight"]
+        self.b_proj, self.g_a, self.g_b = (t[p + "b_proj.weight"], t[p + "g_a_proj.weight"],
+                                           t[p + "g_b_proj.weight"])
         self.o_norm, self.o_proj = t[p + "o_norm.weight"], t[p + "o_proj.weight"]
 
     def forward(self, x: Tensor, batch: KdaBatch, pool: KdaStatePool) -> Tensor:
@@ -122,7 +125,8 @@ class KdaAttention:
         q, k, v = qkv.to(self.upcast).view(n, Lm, 3, self.heads, self.dk).unbind(2)
         q, k = _l2norm(q) * (1 / self.dk ** 0.5), _l2norm(k)
         rec = pool.rec[self.index]
-        S = rec.index_select(0, batch.slots).to(self.upcast).masked_fill(batch.fresh[:, None, None, None], 0.0)
+        S = (rec.index_select(0, batch.slots).to(self.upcast)
+             .masked_fill(batch.fresh[:, None, None, None], 0.0))
         step = recurrent_kda if Lm == 1 else chunked_kda  # transformers' choice: decode steps, prefill chunks
         out, S = step(q, k, v, g, beta, S)
         rec.index_copy_(0, batch.slots, S.to(rec.dtype))

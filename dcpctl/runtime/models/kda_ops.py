@@ -25,7 +25,8 @@ from torch import Tensor
 CHUNK = 64
 
 
-def recurrent_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, S: Tensor) -> tuple[Tensor, Tensor]:
+def recurrent_kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+                  S: Tensor) -> tuple[Tensor, Tensor]:
     # q, k, g: [n, L, H, dk]  v: [n, L, H, dv]  beta: [n, L, H]  S: [n, H, dk, dv] -> (o [n, L, H, dv], S)
     out = torch.empty_like(v)
     for t in range(q.shape[1]):

@@ -56,8 +56,8 @@ def batch_chunks(ctx: Any) -> list:
     if chunks is None:
         chunks = getattr(ctx, "chunks", None)
     if chunks is None:
-        raise TypeError(f"{type(ctx).__name__} carries no SeqChunks: hybrid (KDA) models need ctx.layout.chunks "
-                        "or ctx.chunks to find each request's state")
+        raise TypeError(f"{type(ctx).__name__} carries no SeqChunks: hybrid (KDA) models need "
+                        "ctx.layout.chunks or ctx.chunks to find each request's state")
     return list(chunks)
 
 
@@ -69,7 +69,8 @@ class KdaStatePool:
         self.slots = max_requests
         width = 3 * heads * head_dim
         self.conv = torch.zeros(kda_layers, max_requests, conv_kernel - 1, width, dtype=dtype, device=device)
-        self.rec = torch.zeros(kda_layers, max_requests, heads, head_dim, head_dim, dtype=state_dtype, device=device)
+        self.rec = torch.zeros(kda_layers, max_requests, heads, head_dim, head_dim, dtype=state_dtype,
+                               device=device)
         self._free: list[int] = list(range(max_requests))
         self._slot: dict[int, int] = {}  # rid -> slot
         self._seen: dict[int, int] = {}  # rid -> tokens folded into its state
@@ -94,7 +95,8 @@ class KdaStatePool:
         if rid in self._slot:
             raise KdaPoolError(f"request {rid} is already admitted (slot {self._slot[rid]})")
         if not self._free:
-            raise KdaPoolError(f"request {rid}: no free KDA state slot: used({self.used}) = slots({self.slots})")
+            raise KdaPoolError(f"request {rid}: no free KDA state slot: used({self.used}) = "
+                               f"slots({self.slots})")
         self._free.sort()
         slot = self._free.pop(0)
         self._slot[rid], self._seen[rid] = slot, 0
@@ -118,7 +120,8 @@ class KdaStatePool:
             raise KdaPoolError(f"distinct_slots({len(distinct)}) != slots({self.slots}): "
                                "a slot is both free and used, used twice, or out of range")
         if set(self._seen) != set(self._slot):
-            raise KdaPoolError(f"requests with a position ({sorted(self._seen)}) != admitted ({sorted(self._slot)})")
+            raise KdaPoolError(f"requests with a position ({sorted(self._seen)}) != admitted "
+                               f"({sorted(self._slot)})")
 
     def batch(self, chunks: list, num_tokens: int) -> KdaBatch:
         """Index tensors of one forward batch; advances every span's request position."""

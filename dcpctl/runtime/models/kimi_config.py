@@ -17,8 +17,8 @@ from typing import Any
 
 from dcpctl.plan.hf_config import HfConfig
 from dcpctl.plan.hf_layers import KDA, MLA, KdaShape
-from dcpctl.runtime.models.config import (MlaConfig, ModelLoadError, RopeSpec, _check_moe, check_runnable, parsed,
-                                          shared_fields)
+from dcpctl.runtime.models.config import (MlaConfig, ModelLoadError, RopeSpec, _check_moe, check_runnable,
+                                          parsed, shared_fields)
 
 KdaConfig = KdaShape  # num_heads, head_dim (q, k and v alike), conv_kernel (short causal convolution width)
 __all__ = ["HybridConfig", "KDA", "KdaConfig", "MLA", "hybrid_config", "parse_kimi_linear"]
@@ -56,8 +56,8 @@ def hybrid_config(hc: HfConfig) -> HybridConfig:
     dense_prefix = min(hc.moe_layers, default=hc.num_layers)
     mla = _check_moe(MlaConfig(
         model_type="kimi_linear", rope=RopeSpec("none", 0.0, hc.qk_rope_head_dim),
-        first_k_dense_replace=dense_prefix, moe_layer_freq=1, topk_method="noaux_tc", scoring_func=hc.scoring_func,
-        **shared_fields(hc)), Path(hc.source))
+        first_k_dense_replace=dense_prefix, moe_layer_freq=1, topk_method="noaux_tc",
+        scoring_func=hc.scoring_func, **shared_fields(hc)), Path(hc.source))
     return HybridConfig(mla, hc.kda, hc.layer_kinds, frozenset(hc.moe_layers))
 
 

@@ -66,7 +66,8 @@ class KimiLinearModel(DeepseekModel):
     def set_kda_capacity(self, max_requests: int) -> None:
         """(Re)allocate the KDA state pool for `max_requests` concurrent requests; it must be empty."""
         if self.kda_pool is not None and self.kda_pool.used:
-            raise RuntimeError(f"cannot resize the KDA state pool while {self.kda_pool.used} requests hold slots")
+            raise RuntimeError(f"cannot resize the KDA state pool while {self.kda_pool.used} requests hold "
+                               "slots")
         self.kda_pool = KdaStatePool(max_requests, **self._pool_args)
 
     def release(self, rid: int) -> None:
@@ -105,8 +106,9 @@ def _to_ckpt(name: str) -> str:
     return f"{head}.{_EXPERT_NAMES.get(proj, proj)}.{tail}"
 
 
-def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str, head: str, upcast: torch.dtype,
-                     with_mlp: set[str], flat_a_log: bool = False) -> tuple[list[Want], dict[str, str]]:
+def checkpoint_wants(hc: HybridConfig, ps: ParallelState, s: Shards, prefix: str, head: str,
+                     upcast: torch.dtype, with_mlp: set[str],
+                     flat_a_log: bool = False) -> tuple[list[Want], dict[str, str]]:
     """(checkpoint wants, our tensor name -> checkpoint name) for every tensor of this rank.
 
     with_mlp: layer prefixes ('model.layers.0') whose MLP is stored under 'mlp.' rather than
@@ -144,7 +146,8 @@ def _flat_a_log(hc: HybridConfig, ckpt: Checkpoint, prefix: str) -> bool:
 def build(m: ModelLoad) -> KimiLinearModel:
     """The Kimi Linear family's builder (plan/model_registry.py)."""
     if m.synthetic is not None:
-        raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) model")
+        raise ModelLoadError("synthetic weights: DeepSeek-V2/V3 and Kimi K2 only, not a hybrid (Kimi Linear) "
+                             "model")
     hc = hybrid_config(m.parsed)
     s = plan_shards(hc.mla, m.ps, m.replicate_q)
     return load_kimi_linear(hc, Checkpoint(m.path), m.ps, s, m.dtype, m.device, m.upcast, m.progress,
@@ -171,9 +174,10 @@ def load_kimi_linear(hc: HybridConfig, ckpt: Checkpoint, ps: ParallelState, s: S
         else:
             attn = KdaAttention(hc, hc.kda_layers.index(i), p + "self_attn.", t, h1 - h0, upcast, group)
         mlp = MoE(hc.mla, p + "mlp.", t, s) if i in hc.moe_layers else DenseMLP(p + "mlp.", t)
-        layers.append(Layer(t[p + "input_layernorm.weight"], attn, t[p + "post_attention_layernorm.weight"], mlp))
+        layers.append(Layer(t[p + "input_layernorm.weight"], attn, t[p + "post_attention_layernorm.weight"],
+                            mlp))
     pool_args = dict(max_requests=max_requests, kda_layers=len(hc.kda_layers), heads=h1 - h0,
-                     head_dim=hc.kda.head_dim, conv_kernel=hc.kda.conv_kernel, dtype=dtype, state_dtype=upcast,
-                     device=device)
+                     head_dim=hc.kda.head_dim, conv_kernel=hc.kda.conv_kernel, dtype=dtype,
+                     state_dtype=upcast, device=device)
     return KimiLinearModel(hc, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary,
                            pool_args)

@@ -52,8 +52,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     kda_max_requests: KDA state slots of a hybrid model (concurrent requests per attention-DP
     replica; default kimi_linear.DEFAULT_KDA_REQUESTS); ignored by non-hybrid models.
     keep_fp8: None decides by the device (quant.fp8_compute); tests force it to count the bytes.
-    synthetic: a seed: `path` needs only config.json, and every tensor is generated on the device in the form the
-    checkpoint would load (models/synthetic.py; `dcpctl bench rank`)."""
+    synthetic: a seed: `path` needs only config.json, and every tensor is generated on the device in the form
+    the checkpoint would load (models/synthetic.py; `dcpctl bench rank`)."""
     if not isinstance(replicate_q, bool):
         raise TypeError(f"replicate_q must be a bool (decisions.dcp_replicate_q_proj), got {replicate_q!r}")
     path = Path(path)
@@ -64,8 +64,8 @@ def load_model(path: str | Path, ps: ParallelState, replicate_q: bool, dtype: to
     parsed = read_model_config(path)
     upcast = upcast_dtype(dtype, hf_numerics)
     build = builder(parsed)  # the model registry's builder of this family (plan/model_registry.py)
-    return build(ModelLoad(parsed, path, ps, replicate_q, dtype, device, upcast, progress, fuse, kda_max_requests,
-                           keep_fp8, synthetic))
+    return build(ModelLoad(parsed, path, ps, replicate_q, dtype, device, upcast, progress, fuse,
+                           kda_max_requests, keep_fp8, synthetic))
 
 
 def load_deepseek(m: ModelLoad) -> DeepseekModel:
@@ -76,13 +76,16 @@ def load_deepseek(m: ModelLoad) -> DeepseekModel:
     # quant.py parses the quantization_config mapping the one config.json parse kept as written
     quant = read_quantization({"quantization_config": parsed.quantization}, Path(parsed.source))
     keep = quant is not None and _keep_fp8(device, keep_fp8, quant.block)
-    ckpt = Checkpoint(path, quant, keep_fp8=keep) if synthetic is None else SyntheticWeights(quant, keep, synthetic)
+    ckpt = (Checkpoint(path, quant, keep_fp8=keep)
+            if synthetic is None else SyntheticWeights(quant, keep, synthetic))
     s = plan_shards(cfg, ps, replicate_q)
     prefix, head = ckpt.language_model_names(cfg.tie_word_embeddings)
     t = ckpt.read(_all_wants(cfg, s, prefix, head, upcast), dtype, device, progress)
     rotary, scale = Rotary(cfg, device, upcast), softmax_scale(cfg)
-    layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale, fuse) for i in range(cfg.num_layers)]
-    return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary, fuse)
+    layers = [_layer(cfg, ps, s, i, f"{prefix}layers.{i}.", t, rotary, scale, fuse)
+              for i in range(cfg.num_layers)]
+    return DeepseekModel(cfg, ps, s, t[prefix + EMBED], t[head], t[prefix + "norm.weight"], layers, rotary,
+                         fuse)
 
 
 def read_config(path: Path) -> MlaConfig:
@@ -93,8 +96,8 @@ def read_config(path: Path) -> MlaConfig:
 def _configure_pdl(on: bool, device: torch.device | str) -> None:
     why_not = pdl.configure(on, device)
     if pdl.ON:
-        note_once("Launches: the step's Triton kernels start before the kernel before them ends (programmatic "
-                  "dependent launch; DCPCTL_UNFUSED=pdl: plain launches)")
+        note_once("Launches: the step's Triton kernels start before the kernel before them ends "
+                  "(programmatic dependent launch; DCPCTL_UNFUSED=pdl: plain launches)")
     elif why_not:
         note_once(f"Launches: plain, one kernel after the other ({why_not})")
 
@@ -122,7 +125,8 @@ def _all_wants(cfg: MlaConfig, s: Shards, prefix: str, head: str, upcast: torch.
         if cfg.is_moe_layer(i):
             wants += moe_wants(cfg, p + "mlp.", s, upcast)
         else:
-            wants += mlp_wants(p + "mlp.", D, cfg.intermediate_size, s.tp_size, s.tp_rank, "intermediate_size")
+            wants += mlp_wants(p + "mlp.", D, cfg.intermediate_size, s.tp_size, s.tp_rank,
+                               "intermediate_size")
     return wants
 
 

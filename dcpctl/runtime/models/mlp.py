@@ -76,7 +76,7 @@ def swiglu(h: Tensor, inter: int, fused: bool = False) -> Tensor:
 
 
 def moe_wants(cfg: MlaConfig, p: str, s: Shards, upcast: torch.dtype) -> list[Want]:
-    D, E, I = cfg.hidden_size, cfg.n_routed_experts, cfg.moe_intermediate_size
+    D, E, I = cfg.hidden_size, cfg.n_routed_experts, cfg.moe_intermediate_size  # noqa: E741
     wants = [Want(p + "gate.weight", (E, D), dtype=upcast)]
     if cfg.topk_method == "noaux_tc":
         wants.append(Want(p + "gate.e_score_correction_bias", (E,), dtype=upcast))
@@ -127,7 +127,8 @@ BLOCK_TOKENS = 4096        # tokens routed per pass: the sorted rows (T * k x (D
 
 
 def token_passes(tokens: int) -> list[int]:
-    """The token counts of the routed experts' passes over `tokens` tokens: BLOCK_TOKENS each, the rest last."""
+    """The token counts of the routed experts' passes over `tokens` tokens: BLOCK_TOKENS each, the rest
+    last."""
     return [min(BLOCK_TOKENS, tokens - i) for i in range(0, tokens, BLOCK_TOKENS)]
 
 
@@ -171,24 +172,27 @@ class MoE:
 
     def __call__(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D] -> [T, D] partial: this rank's experts and intermediate slices, in passes (token_passes)
-        # valid: a device scalar (mlp_graphs: a graph's padded rows): rows at or past it reach no expert (their
-        # routed part is zero), so padding costs the router and the shared expert only
+        # valid: a device scalar (mlp_graphs: a graph's padded rows): rows at or past it reach no expert
+        # (their routed part is zero), so padding costs the router and the shared expert only
         w, idx = self.router(x)
         parts, i = [], 0
         for n in token_passes(x.shape[0]):
-            parts.append(self._routed(x[i:i + n], w[i:i + n], idx[i:i + n], None if valid is None else valid - i))
+            parts.append(self._routed(x[i:i + n], w[i:i + n], idx[i:i + n],
+                                      None if valid is None else valid - i))
             i += n
         out = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.zeros_like(x)
         return out + self.shared(x) if self.shared is not None else out
 
     def runs_grouped(self, tokens: int) -> bool:
-        """Whether a pass of `tokens` tokens runs the routed experts as grouped GEMMs (else one chain per expert)."""
+        """Whether a pass of `tokens` tokens runs the routed experts as grouped GEMMs (else one chain per
+        expert)."""
         return self.stacked is not None and (tokens <= GROUPED_MAX_TOKENS
                                              or not isinstance(self.stacked[0], Fp8Weight))
 
     def _routed(self, x: Tensor, w: Tensor, idx: Tensor, valid: Tensor | None = None) -> Tensor:
-        # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's GEMMs
-        # over its rows (grouped on the device, or one chain per expert), then moe_combine's weighted fp32 sum
+        # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's
+        # GEMMs over its rows (grouped on the device, or one chain per expert), then moe_combine's weighted
+        # fp32 sum
         if x.shape[0] == 0:
             return torch.zeros_like(x)
         if self.runs_grouped(x.shape[0]):

@@ -1,25 +1,26 @@
-"""CUDA graphs of each layer's MLP at token buckets: the captured pieces of an eager forward (prefill, extend, the
-prompt chunks of a mixed step).
+"""CUDA graphs of each layer's MLP at token buckets: the captured pieces of an eager forward (prefill, extend,
+the prompt chunks of a mixed step).
 
-An eager forward launches a few hundred kernels a layer from the host, and below a few thousand tokens the host,
-not the GPU, sets its pace (benchmarks/prefill_ttft.py --profile on serve_peers.py's 16-layer MoE checkpoint),
-and a mixed step's prompt chunk costs the decodes beside it that much.  SGLang 0.5.23 captures prefill too, by default on CUDA: its `breakable` prefill CUDA graph
-(sglang/srt/model_executor/cuda_graph_config.py default_prefill_backend) captures the layer stack in segments at
-token buckets (arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes, up to min(8192,
+An eager forward launches a few hundred kernels a layer from the host, and below a few thousand tokens the
+host, not the GPU, sets its pace (benchmarks/prefill_ttft.py --profile on serve_peers.py's 16-layer MoE
+checkpoint), and a mixed step's prompt chunk costs the decodes beside it that much.  SGLang 0.5.23 captures
+prefill too, by default on CUDA: its `breakable` prefill CUDA graph
+(sglang/srt/model_executor/cuda_graph_config.py default_prefill_backend) captures the layer stack in segments
+at token buckets (arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes, up to min(8192,
 --chunked-prefill-size) for MLA models: arg_groups/memory_hook.py) and runs attention between them.  Here the
-captured segment is each layer's MLP, where most of a MoE layer's launches are (the router's top-k, the sort by
-expert, the grouped GEMMs, the combine, the shared expert): it has no collective (the model all-reduces its partial
-sum) and no host sync.  Attention, the norms and the collectives stay eager between the pieces.
+captured segment is each layer's MLP, where most of a MoE layer's launches are (the router's top-k, the sort
+by expert, the grouped GEMMs, the combine, the shared expert): it has no collective (the model all-reduces its
+partial sum) and no host sync.  Attention, the norms and the collectives stay eager between the pieces.
 
-A call of T tokens (0 < T <= the largest bucket) copies x into the first T rows of the static input, writes T to
-`valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows; a call of up
-to MAX_PASSES times the largest bucket runs as passes of it (the MLP is per token: each pass's rows are the call's), a
-longer one eagerly (its own kernels at its own size).  Padded rows
-hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and drops
-them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory pool (the
-pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly on the same
-buffers, so CPU tests check the padding and the mask the GPU replays (runtime/graph_capture.py captures
-them, as it captures the decode graphs).
+A call of T tokens (0 < T <= the largest bucket) copies x into the first T rows of the static input, writes T
+to `valid`, replays the piece of the smallest bucket >= T and returns a copy of the output's first T rows; a
+call of up to MAX_PASSES times the largest bucket runs as passes of it (the MLP is per token: each pass's rows
+are the call's), a longer one eagerly (its own kernels at its own size).  Padded rows
+hold earlier rows (finite); a MoE routes none of them to an expert (MoE's `valid`), a dense MLP computes and
+drops them.  Buffers: one static input and one output [largest bucket, D], shared by every piece; one memory
+pool (the pieces replay one at a time, in layer order).  Off CUDA (tests) a replay runs the same piece eagerly
+on the same buffers, so CPU tests check the padding and the mask the GPU replays (runtime/graph_capture.py
+captures them, as it captures the decode graphs).
 """
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ from dcpctl.runtime.graph_capture import Progress, capture_set
 from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
 from dcpctl.runtime.models.quant import Fp8Weight
 
-# A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  The pass-limited
-# block-FP8 MoE (512-token pieces) on the H200 (benchmarks/data/fp8_prefill_passes_h200.json, one prompt of N tokens,
-# ms): in passes 15.5 / 28.8 / 56.1 / 115.0 at N = 1,000 / 2,000 / 4,096 / 8,192, eager 19.7 / 22.6 / 32.0 / 70.3 (past
-# two passes the experts' per-expert GEMMs on the dequantized weights beat more grouped passes); other models' pieces
-# reach the prefill chunk size, so their calls rarely pass it
+# A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  The
+# pass-limited block-FP8 MoE (512-token pieces) on the H200 (benchmarks/data/fp8_prefill_passes_h200.json, one
+# prompt of N tokens, ms): in passes 15.5 / 28.8 / 56.1 / 115.0 at N = 1,000 / 2,000 / 4,096 / 8,192, eager
+# 19.7 / 22.6 / 32.0 / 70.3 (past two passes the experts' per-expert GEMMs on the dequantized weights beat
+# more grouped passes); other models' pieces reach the prefill chunk size, so their calls rarely pass it
 MAX_PASSES = 2
 
 
@@ -53,7 +54,8 @@ def why_not(model: Any) -> str | None:
 
 def token_cap(model: Any) -> int | None:
     """The most tokens a piece may hold, or None for no cap: a MoE whose grouped GEMMs stop at some pass size
-    (block-FP8: mlp.GROUPED_MAX_TOKENS; past it one GEMM chain per expert, a host sync) caps every piece there."""
+    (block-FP8: mlp.GROUPED_MAX_TOKENS; past it one GEMM chain per expert, a host sync) caps every piece
+    there."""
     caps = [GROUPED_MAX_TOKENS for layer in getattr(model, "layers", []) if isinstance(layer.mlp, MoE)
             and layer.mlp.stacked is not None and isinstance(layer.mlp.stacked[0], Fp8Weight)]
     return min(caps) if caps else None
@@ -90,8 +92,8 @@ class MlpGraphs:
         return next((b for b in self.buckets if b >= t), None)
 
     def __call__(self, mlp: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
-        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket; past the largest, up to MAX_PASSES passes of
-        # the largest (a block-FP8 MoE's pieces stop at its grouped pass limit); else eager
+        # x: [T, D] -> mlp(x) [T, D]: a replay where T fits a bucket; past the largest, up to MAX_PASSES
+        # passes of the largest (a block-FP8 MoE's pieces stop at its grouped pass limit); else eager
         t, layer = x.shape[0], self.index.get(id(mlp))
         if not t or layer is None or (self.cuda and torch.cuda.is_current_stream_capturing()):
             return mlp(x)
@@ -106,7 +108,8 @@ class MlpGraphs:
         return out
 
     def _replay(self, layer: int, x: Tensor) -> Tensor:
-        # x: [t, D], t <= the largest bucket -> a view of the output's first t rows (valid until the next replay)
+        # x: [t, D], t <= the largest bucket -> a view of the output's first t rows (valid until the next
+        # replay)
         t = x.shape[0]
         b = self.bucket(t)
         self.inp[:t].copy_(x)

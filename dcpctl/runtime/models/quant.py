@@ -116,7 +116,8 @@ def stack(ws: list[Weight]) -> Weight:
 
 def concat_rows(a: Weight, b: Weight) -> Weight | None:
     """a's rows then b's as one weight ([..., Na + Nb, K]: gate and up in one GEMM), or None where they do
-    not concatenate: a block-FP8 a ending inside a scale block (its last block would mix both), mixed kinds."""
+    not concatenate: a block-FP8 a ending inside a scale block (its last block would mix both), mixed
+    kinds."""
     if isinstance(a, Fp8Weight) and isinstance(b, Fp8Weight):
         if a.shape[-2] % a.block[0] or a.block != b.block:
             return None
@@ -159,21 +160,26 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     else they are dequantized to the compute dtype at load."""
     dev = torch.device(device)
     if dev.type != "cuda":
-        return False, f"{dev.type}: no FP8 GEMM here, so block-FP8 weights are dequantized to the compute dtype at load"
+        return (False,
+                f"{dev.type}: no FP8 GEMM here, so block-FP8 weights are dequantized to the compute dtype at "
+                "load")
     from dcpctl.runtime.gpu import gpu_facts
     major, minor = gpu_facts(dev).sm
     if major * 10 + minor < FP8_MIN_SM:
-        return False, (f"sm_{major}{minor} has no e4m3 tensor cores (sm_89 and newer do), so block-FP8 weights "
-                       f"are dequantized to the compute dtype at load")
+        return False, (f"sm_{major}{minor} has no e4m3 tensor cores (sm_89 and newer do), so block-FP8 "
+                       "weights are dequantized to the compute dtype at load")
     if importlib.util.find_spec("triton") is None:
-        return False, "Triton is not installed, so block-FP8 weights are dequantized to the compute dtype at load"
+        return (False,
+                "Triton is not installed, so block-FP8 weights are dequantized to the compute dtype at load")
     if not fp8_block_ok(block):
-        return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width >= 16, "
-                       f"so block-FP8 weights are dequantized to the compute dtype at load")
+        return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width "
+                       ">= 16, so block-FP8 weights are dequantized to the compute dtype at load")
     from dcpctl.runtime.kernels.fp8_gemm import activation_mode, tiles_note
-    how = ("w8a16: activations stay 16-bit, each e4m3 weight tile is converted in registers, so outputs match the "
-           f"dequantized weights but for the order of fp32 sums; --fp8-gemm w8a8 quantizes activations 1x{block[1]} "
-           "e4m3 as SGLang does" if activation_mode() == "w8a16" else
-           "w8a8 (--fp8-gemm): activations quantized per token and {block[1]}-column block to e4m3, as SGLang does")
-    return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton block-scaled "
-                  f"GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note(dev)}")
+    how = ("w8a16: activations stay 16-bit, each e4m3 weight tile is converted in registers, so outputs "
+           "match the dequantized weights but for the order of fp32 sums; --fp8-gemm w8a8 quantizes "
+           f"activations 1x{block[1]} e4m3 as SGLang does" if activation_mode() == "w8a16" else
+           "w8a8 (--fp8-gemm): activations quantized per token and {block[1]}-column block to e4m3, as "
+           "SGLang does")
+    return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor} through dcpctl's Triton "
+                  f"block-scaled GEMM ({how}); kv_b_proj is dequantized once at load for absorbed MLA; "
+                  f"{tiles_note(dev)}")

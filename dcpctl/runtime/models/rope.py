@@ -58,7 +58,8 @@ def _attention_factor(r: RopeSpec) -> float:
 class Rotary:
     """cos/sin tables for positions, and the rotation of the rope part of q and k."""
 
-    def __init__(self, cfg: MlaConfig, device: torch.device | str = "cpu", upcast: torch.dtype = torch.float32):
+    def __init__(self, cfg: MlaConfig, device: torch.device | str = "cpu",
+                 upcast: torch.dtype = torch.float32):
         r = cfg.rope
         if r.kind == "yarn":
             inv = _yarn_inv_freq(r, upcast)
@@ -71,7 +72,8 @@ class Rotary:
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         # positions: [T] -> cos, sin: [T, dim/2] in upcast (already scaled by YaRN's attention factor)
-        freqs = positions[:, None] * self.inv_freq[None, :]   # one kernel: each position cast to upcast, then *
+        freqs = positions[:, None] * self.inv_freq[None, :]   # one kernel: each position cast to upcast, then
+                                                              # *
         if self.att == 1.0:      # x * 1.0 == x: two launches fewer per step without YaRN
             return freqs.cos(), freqs.sin()
         return freqs.cos() * self.att, freqs.sin() * self.att

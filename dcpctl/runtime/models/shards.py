@@ -1,14 +1,15 @@
 """Which slice of every weight this rank owns: pure integer math from the config and the groups.
 
-| weight                 | split over                        | this rank's part                        |
-| ---------------------- | --------------------------------- | --------------------------------------- |
-| attention heads        | attention TP                      | [r*H/attn_tp, (r+1)*H/attn_tp)          |
-| q heads, replicated Q  | the DCP group's attention-TP ranks | [g*H/attn_tp, (g+dcp)*H/attn_tp), g = r - dcp_rank |
-| kv_b_proj (MHA form)   | the DCP group's attention-TP ranks | the same group heads, replicated Q or not |
-| routed experts         | EP (ep = ps.ep.size)              | [e*E/ep, (e+1)*E/ep)                    |
-| expert intermediate    | moe_tp = tp / ep                  | tp_rank % moe_tp                        |
-| dense / shared MLP     | TP                                | tp_rank                                 |
-| vocab (embed, lm_head) | attention TP, padded to ceil(V/n) | [r*Vp, min((r+1)*Vp, V))                |
+| weight                 | split over                         | this rank's part                             |
+| ---------------------- | ---------------------------------- | -------------------------------------------- |
+| attention heads        | attention TP                       | [r*H/attn_tp, (r+1)*H/attn_tp)               |
+| q heads, replicated Q  | the DCP group's attention-TP ranks | [g*H/attn_tp, (g+dcp)*H/attn_tp),            |
+|                        |                                    | g = r - dcp_rank                             |
+| kv_b_proj (MHA form)   | the DCP group's attention-TP ranks | the same group heads, replicated Q or not    |
+| routed experts         | EP (ep = ps.ep.size)               | [e*E/ep, (e+1)*E/ep)                         |
+| expert intermediate    | moe_tp = tp / ep                   | tp_rank % moe_tp                             |
+| dense / shared MLP     | TP                                 | tp_rank                                      |
+| vocab (embed, lm_head) | attention TP, padded to ceil(V/n)  | [r*Vp, min((r+1)*Vp, V))                     |
 """
 from __future__ import annotations
 

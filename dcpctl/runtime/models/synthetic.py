@@ -1,14 +1,15 @@
-"""Synthetic weights: this rank's slice of every wanted tensor, generated on the device (no checkpoint on disk).
+"""Synthetic weights: this rank's slice of every wanted tensor, generated on the device (no checkpoint on
+disk).
 
     source = SyntheticWeights(quant, keep_fp8, seed)     # beside checkpoint.Checkpoint, the same two calls
     prefix, head = source.language_model_names(tie_word_embeddings)
     tensors = source.read(wants, dtype, device)           # {want.name: Tensor | Fp8Weight}
 
 The loader asks it for exactly what it would read from a checkpoint (its list of `Want`s), and it answers in
-the form the checkpoint reader would: a want marked `fp8_ok` of a block-FP8 model whose slice starts and ends on
-scale blocks stays FP8 (e4m3 values and their fp32 block factors) where `keep_fp8`; everything else comes in the
-want's dtype (the router's fp32) or the model's, as a dequantized weight would.  So the bytes loaded are the
-bytes the checkpoint would load, which plan/weights.py predicts.
+the form the checkpoint reader would: a want marked `fp8_ok` of a block-FP8 model whose slice starts and ends
+on scale blocks stays FP8 (e4m3 values and their fp32 block factors) where `keep_fp8`; everything else comes
+in the want's dtype (the router's fp32) or the model's, as a dequantized weight would.  So the bytes loaded
+are the bytes the checkpoint would load, which plan/weights.py predicts.
 
 Values are those of a freshly initialized model, so activations stay in range and a MoE router and the
 softmax see ordinary inputs: matrices N(0, 1/fan_in) (FP8: N(0, 1) in e4m3, every block factor fan_in^-1/2),
@@ -34,7 +35,8 @@ class SyntheticWeights:
         self.quant, self.keep_fp8, self.seed = quant, keep_fp8, seed
 
     def language_model_names(self, tie_word_embeddings: bool) -> tuple[str, str]:
-        """(language-model prefix, lm_head tensor name), named as a Hugging Face DeepSeek checkpoint names them."""
+        """(language-model prefix, lm_head tensor name), named as a Hugging Face DeepSeek checkpoint names
+        them."""
         return PREFIX, PREFIX + EMBED if tie_word_embeddings else HEAD
 
     def read(self, wants: list[Want], dtype: torch.dtype, device: torch.device | str,
@@ -49,7 +51,8 @@ class SyntheticWeights:
             progress(len(wants), len(wants))
         return out
 
-    def _one(self, w: Want, dtype: torch.dtype, device: torch.device, g: torch.Generator) -> torch.Tensor | Fp8Weight:
+    def _one(self, w: Want, dtype: torch.dtype, device: torch.device,
+             g: torch.Generator) -> torch.Tensor | Fp8Weight:
         # -> the slice [w.start, w.end) along w.dim of a tensor of full shape w.shape
         shape = list(w.shape)
         if w.dim is not None:
@@ -72,10 +75,13 @@ class SyntheticWeights:
             bounds[w.dim] = (w.start, w.end)
         return all(on_blocks(a, b, n, k) for (a, b), n, k in zip(bounds, w.shape, self.quant.block))
 
-    def _fp8(self, w: Want, shape: list[int], std: float, device: torch.device, g: torch.Generator) -> Fp8Weight:
-        # e4m3 values N(0, 1) and one fp32 factor per (b0 x b1) block of the slice (it starts on a block bound)
+    def _fp8(self, w: Want, shape: list[int], std: float, device: torch.device,
+             g: torch.Generator) -> Fp8Weight:
+        # e4m3 values N(0, 1) and one fp32 factor per (b0 x b1) block of the slice (it starts on a block
+        # bound)
         assert self.quant is not None
         b0, b1 = self.quant.block
-        w8 = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(generator=g).to(torch.float8_e4m3fn)
+        w8 = (torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(generator=g)
+              .to(torch.float8_e4m3fn))
         scale = torch.full((-(-shape[0] // b0), -(-shape[1] // b1)), std, dtype=torch.float32, device=device)
         return Fp8Weight(w8, scale, (b0, b1))

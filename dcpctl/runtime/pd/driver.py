@@ -78,7 +78,8 @@ def _prefill(engine: Engine, requests: list[dict], params: list[SamplingParams])
 
     def keep(seq: Sequence) -> None:
         # the sampled request's random stream continues on decode
-        stash[seq.rid] = (engine.owned_prompt_rows(seq), seq.output[0], seq.logprobs[0], engine.sampler.state(seq.rid))
+        stash[seq.rid] = (engine.owned_prompt_rows(seq), seq.output[0], seq.logprobs[0],
+                          engine.sampler.state(seq.rid))
 
     engine.finish_hooks.append(keep)
     for rid, (req, p) in enumerate(zip(requests, params)):
@@ -117,7 +118,8 @@ def _decode(engine: Engine, requests: list[dict], params: list[SamplingParams], 
     pending = []
     for rid, (req, p) in enumerate(zip(requests, params)):
         tok, lp, state = firsts[rid]
-        seq = Sequence(rid, list(req["prompt_ids"]), p, output=[tok], logprobs=[lp], computed=len(req["prompt_ids"]))
+        seq = Sequence(rid, list(req["prompt_ids"]), p, output=[tok], logprobs=[lp],
+                       computed=len(req["prompt_ids"]))
         seq.finish_reason = engine.stop_reason(seq)   # the prefill's first token may end it
         if seq.finish_reason:
             results[rid] = seq.result()
@@ -132,8 +134,9 @@ def _decode(engine: Engine, requests: list[dict], params: list[SamplingParams], 
 
     engine.drain(before_step=admit)
     if pending:
-        raise PDError(f"decode instance: request {pending[0].rid} needs {engine.alloc.pages_for(pending[0].max_kv)} "
-                      f"pages, free_pages = {engine.alloc.free_pages}, nothing running to free more")
+        raise PDError(f"decode instance: request {pending[0].rid} needs "
+                      f"{engine.alloc.pages_for(pending[0].max_kv)} pages, free_pages = "
+                      f"{engine.alloc.free_pages}, nothing running to free more")
     return results
 
 

@@ -31,7 +31,8 @@ def transfer_path(prefill_dcp: int, decode_dcp: int) -> str:
     if prefill_dcp == 1:
         return RELAYOUT
     raise PDError(f"prefill dcp ({prefill_dcp}) -> decode dcp ({decode_dcp}) is not supported: use equal "
-                  f"sizes (page path) or dcp 1 prefill (token relayout); valid prefill sizes: [1, {decode_dcp}]")
+                  "sizes (page path) or dcp 1 prefill (token relayout); valid prefill sizes: [1, "
+                  f"{decode_dcp}]")
 
 
 @dataclass(frozen=True, order=True)

@@ -1,8 +1,10 @@
-"""FlashInfer's MLA paged decode as the absorbed `flashinfer` backend (its wrapper and plan: attention/flashinfer_mla.py).
+"""FlashInfer's MLA paged decode as the absorbed `flashinfer` backend (its wrapper and plan:
+attention/flashinfer_mla.py).
 
-prepare: the batch's plan inputs from the layout's host page lists (host ints, no device sync); run: plan() when
-the batch is new, then the kernel over the pool's strided ckv/kpe views.  Decode only (one token per chunk).  A CUDA
-graph cannot capture it: its plan() is host work every step and the graph buffers carry no host page lists.
+prepare: the batch's plan inputs from the layout's host page lists (host ints, no device sync); run: plan()
+when the batch is new, then the kernel over the pool's strided ckv/kpe views.  Decode only (one token per
+chunk).  A CUDA graph cannot capture it: its plan() is host work every step and the graph buffers carry no
+host page lists.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from dcpctl.runtime.attention import flashinfer_mla
 from dcpctl.runtime.attention.backends.base import Absorbed, Call, register
 from dcpctl.runtime.attention.triton_mla import MLAOut
 
-GRAPH_LAYOUT = "CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no host page lists"
+GRAPH_LAYOUT = ("CUDA-graph replay: FlashInfer plans each step on the host and the graph buffers carry no "
+                "host page lists")
 
 
 class FlashInfer(Absorbed):

@@ -1,10 +1,11 @@
-"""FlashMLA's dense paged decode (sm_90a, bf16, page 64) as the absorbed `flashmla` backend (attention/flashmla.py).
+"""FlashMLA's dense paged decode (sm_90a, bf16, page 64) as the absorbed `flashmla` backend
+(attention/flashmla.py).
 
-prepare: each query row's block-table row and FlashMLA's tile-scheduler metadata (a device kernel, no host sync).
-capture: a decode graph's batch reads the metadata from buffers kept outside the graph (flashmla.GraphRows, under
-`kept["flashmla"]`): the capture's warm-up run makes them, the recording reads them, and `refresh` remakes them
-before a replay only when a row's block count changed.  Decode only (one token per chunk).  At DCP 1 the lse is not
-masked for empty rows (pads): DCPContext.attend reads only o there.
+prepare: each query row's block-table row and FlashMLA's tile-scheduler metadata (a device kernel, no host
+sync). capture: a decode graph's batch reads the metadata from buffers kept outside the graph
+(flashmla.GraphRows, under `kept["flashmla"]`): the capture's warm-up run makes them, the recording reads
+them, and `refresh` remakes them before a replay only when a row's block count changed.  Decode only (one
+token per chunk).  At DCP 1 the lse is not masked for empty rows (pads): DCPContext.attend reads only o there.
 """
 from __future__ import annotations
 

@@ -2,31 +2,33 @@
 
 Two kinds, by the form of MLA attention the kernel computes (the selector picks the form per chunk):
 
-| kind       | class      | reads                                               | run                           |
-| ---------- | ---------- | --------------------------------------------------- | ----------------------------- |
-| `absorbed` | `Absorbed` | one layer of the paged latent pool, by PagedLayout  | run(call, state) -> MLAOut    |
-| `mha`      | `Mha`      | one key block's up-projected K/V (attention/mha.py) | run(q, k, v, causal, scale)   |
-|            |            |                                                     | -> (o, lse base e)            |
+| kind       | class      | reads                                              | run                         |
+| ---------- | ---------- | -------------------------------------------------- | --------------------------- |
+| `absorbed` | `Absorbed` | one layer of the paged latent pool, by PagedLayout | run(call, state) -> MLAOut  |
+| `mha`      | `Mha`      | one key block's up-projected K/V                   | run(q, k, v, causal, scale) |
+|            |            | (attention/mha.py)                                 | -> (o, lse base e)          |
 
 An absorbed backend's hooks, each with one caller:
 
-| hook                           | when                                                   | caller            |
-| ------------------------------ | ------------------------------------------------------ | ----------------- |
-| prepare(call) -> state         | an eager batch, on its first layer                     | `run` below       |
-| capture(call, kept, recording) | a decode graph's batch, on its first layer: told it is | `run` below       |
-| -> state                       | captured; recording False for the capture's eager      |                   |
-|                                | warm-up run, True while the graph records              |                   |
-| refresh(kept, host_lens, lens) | before each replay of a graph that runs it (host work) | the decode graphs |
-| run(call, state) -> MLAOut     | every layer, with the batch's state; a replay repeats  | `run` below       |
-|                                | what it launched while recording                       |                   |
+| hook                           | when                                                  | caller            |
+| ------------------------------ | ----------------------------------------------------- | ----------------- |
+| prepare(call) -> state         | an eager batch, on its first layer                    | `run` below       |
+| capture(call, kept, recording) | a decode graph's batch, on its first layer: told it   | `run` below       |
+| -> state                       | is captured; recording False for the capture's eager  |                   |
+|                                | warm-up run, True while the graph records             |                   |
+| refresh(kept, host_lens, lens) | before each replay of a graph that runs it (host      | the decode graphs |
+|                                | work)                                                 |                   |
+| run(call, state) -> MLAOut     | every layer, with the batch's state; a replay repeats | `run` below       |
+|                                | what it launched while recording                      |                   |
 
-`kept` is the decode graphs' dict that outlives their captures and replays (a backend keeps its entry under its
-name: FlashMLA its tile metadata, remade by `refresh` only when a row's block count changed); the hooks a backend
-does not need default to nothing (capture: prepare, so device work is recorded and replayed with the step).
-`blocker(q, pool, v_dim)` says why it cannot run here (a clause for a note) or None; `graph` says why a CUDA
-graph cannot capture it (None: it can); `one_token`: it takes chunks of one token only (its mask is not causal by
-global position over a striped shard); `reference`: the exact torch reference, which runs where no kernel can and
-is never in the measured table.  Which backend runs a batch is the selector's alone (attention/selector.py).
+`kept` is the decode graphs' dict that outlives their captures and replays (a backend keeps its entry under
+its name: FlashMLA its tile metadata, remade by `refresh` only when a row's block count changed); the hooks a
+backend does not need default to nothing (capture: prepare, so device work is recorded and replayed with the
+step). `blocker(q, pool, v_dim)` says why it cannot run here (a clause for a note) or None; `graph` says why a
+CUDA graph cannot capture it (None: it can); `one_token`: it takes chunks of one token only (its mask is not
+causal by global position over a striped shard); `reference`: the exact torch reference, which runs where no
+kernel can and is never in the measured table.  Which backend runs a batch is the selector's alone
+(attention/selector.py).
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ if TYPE_CHECKING:
 
 ABSORBED, MHA = "absorbed", "mha"
 KINDS = (ABSORBED, MHA)
-# the mha kind's run: (q [t, H, qk], k [s, H, qk], v [s, H, v], causal, scale) -> (o [t, H, v], lse [t, H] natural log)
+# the mha kind's run: (q [t, H, qk], k [s, H, qk], v [s, H, v], causal, scale) -> (o [t, H, v], lse [t, H]
+# natural log)
 Kernel = Callable[[Tensor, Tensor, Tensor, bool, float], tuple[Tensor, Tensor]]
 
 
@@ -54,8 +57,10 @@ class Call(NamedTuple):
     v_dim: int
     dcp_rank: int
     dcp_size: int
-    out: tuple[Tensor, Tensor] | None   # a destination ([c, T, Hk/c, v_dim], [c, T, Hk/c]; triton_mla.mla_decode)
-    out_dtype: torch.dtype | None       # o's dtype from our kernels (None: fp32); the field kernels return q's
+    out: tuple[Tensor, Tensor] | None   # a destination ([c, T, Hk/c, v_dim], [c, T, Hk/c];
+                                        # triton_mla.mla_decode)
+    out_dtype: torch.dtype | None       # o's dtype from our kernels (None: fp32); the field kernels return
+                                        # q's
     descriptors: dict | None            # the pool's cache of bulk-copy descriptors (ours)
 
 
@@ -137,8 +142,8 @@ def reference(kind: str) -> Any:
 
 
 def run(b: Absorbed, call: Call) -> MLAOut:
-    """One layer through an absorbed backend: the batch's state (prepare, or capture for a decode graph's batch,
-    on the batch's first layer; every later layer reads it), then its kernel."""
+    """One layer through an absorbed backend: the batch's state (prepare, or capture for a decode graph's
+    batch, on the batch's first layer; every later layer reads it), then its kernel."""
     lay = call.lay
     state = lay.backend_state
     if b.name not in state:
