@@ -52,8 +52,8 @@ import torch.nn.functional as F
 
 from dcpctl.runtime.kernels.fp8_tiles import GEMV_ROWS, current as current_tables
 from dcpctl.runtime.kernels.fp8_gemm import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,
-                                            M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles,
-                                            fp8_matmul, quantize_rows)
+                                             M_TILE_ROWS, DequantLinear, GemvTiles, Tiles, choose_tiles,
+                                             fp8_matmul, quantize_rows)
 from dcpctl.runtime.kernels.fp8_parts import MODES, activation_mode, quantize_rows_gpu
 
 SHAPES = {  # name: (N, K); a routed expert's down projection is o_proj/tp8's shape (7168 x 2048); dense_*:

@@ -128,8 +128,8 @@ def bench_serve(run: Run, name: str, url: str, c: int, n: int, length: int, out_
                 seed: int) -> dict | None:
     _, out = run.cmd(name,
                      dcpctl("bench", "serve", "--url", url, "--concurrency", str(c), "--requests", str(n),
-                             "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
-                             "--format", "json"), timeout=600)
+                            "--input-len", str(length), "--output-len", str(out_len), "--seed", str(seed),
+                            "--format", "json"), timeout=600)
     try:   # exit 1 (no request completed) still prints the JSON, with the errors
         return json.loads(out) if out.strip() else None
     except ValueError:

@@ -113,8 +113,8 @@ def sglang_verdict(res: dict[str, Any], model_dtype: str) -> dict[str, Any]:
         "dcp_comm_backend": r.get("dcp_comm_backend"),
         "dcp_replicate_q_proj": bool(r.get("dcp_replicate_q_proj")),
         "decode_attention_backend": r.get("decode_attention_backend") or r.get("attention_backend"),
-        "page_size": r.get("page_size"), "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv,
-            kv),
+        "page_size": r.get("page_size"),
+        "kv_cache_dtype": {"auto": model_dtype, "bf16": "bfloat16"}.get(kv, kv),
         SPEC_K: r.get(SPEC_K)}}
 
 

@@ -39,7 +39,7 @@ def _disaggregation(req: PlanRequest, kv_dtype: str, out: dict[str, Any], viol: 
     if mode == "null":
         peer_opts = [f"--{k.replace('_', '-')}"
                      for k in ("disaggregation_peer_dcp_size", "disaggregation_peer_page_size",
-                             "disaggregation_peer_kv_cache_dtype")
+                               "disaggregation_peer_kv_cache_dtype")
                      if getattr(req, k) is not None]
         if peer_opts:
             warn.append(f"{', '.join(peer_opts)} ignored: no --disaggregation-mode prefill|decode")

@@ -41,6 +41,6 @@ def embed_rows(ids: Tensor, embed: Tensor, start: int) -> Tensor:
         return y
     block = min(2048, triton.next_power_of_2(embed.shape[1]))
     _embed_kernel[(ids.shape[0], triton.cdiv(embed.shape[1], block))](ids, embed, y, start, embed.shape[0],
-                                                                     embed.shape[1], embed.stride(0),
-                                                                     y.stride(0), BLOCK=block, num_warps=4)
+                                                                      embed.shape[1], embed.stride(0),
+                                                                      y.stride(0), BLOCK=block, num_warps=4)
     return y

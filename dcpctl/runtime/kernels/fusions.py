@@ -35,7 +35,7 @@ from dcpctl import knobs
 from dcpctl.runtime.errors import ModelLoadError
 
 FUSIONS = ("qkv_a", "q_rope", "kv_write", "add_norm", "v_out", "swiglu", "embed", "head_bmm", "overlap",
-            "gemm16", "pdl")
+           "gemm16", "pdl")
 ENV = "DCPCTL_UNFUSED"
 
 
