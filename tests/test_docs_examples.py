@@ -3,12 +3,13 @@ written.
 
 How each command is checked:
   run       CPU commands, in-process (CliRunner), in one temp directory per document so a block's
-            `-o plan.yaml && dcpctl plan plan.yaml` works; exit 0, or 2 where its comment says "exit 2"/"invalid".
+            `-o plan.yaml && dcpctl plan plan.yaml` works; exit 0, or 2 where its comment says
+            "exit 2"/"invalid".
   dry-run   `dcpctl launch` without --dry-run would serve until stopped: the same argv with --dry-run.
   parse     commands that name what the user must supply (an upper-case placeholder such as DIR or NAME, or
             `...`), need a GPU (--device cuda) or a running server, or are minutes-long benchmarks
-            (bench decode/exchange/kernel/serve): click parses the argv (every flag exists, every value has its
-            type and choice) without running it.
+            (bench decode/exchange/kernel/serve): click parses the argv (every flag exists, every value has
+            its type and choice) without running it.
 Only `dcpctl` (and `python -m dcpctl.cli.main`) commands are checked; scripts under benchmarks/ are not.
 """
 from __future__ import annotations
@@ -66,7 +67,7 @@ def help_commands() -> list[tuple[str, list[str], str]]:
     found = []
     for name in cli.list_commands(click.Context(cli)):
         cmd = cli.get_command(click.Context(cli), name)
-        for line in (cmd.help or "").splitlines():
+        for line in _lines(cmd.help or ""):
             if line.strip().startswith("dcpctl "):
                 found += [(f"dcpctl {name} --help", argv, comment) for argv,
                           comment in _commands(line.strip())]

@@ -23,19 +23,22 @@ def table_rows() -> list[str]:
     """docs/knobs.md's table, one row per declared variable, in declaration order."""
     def default(k: knobs.Knob) -> str:
         return "unset" if k.default in (None, "") else f"`{k.default}`"
-    return [f"| `{k.name}` | {k.kind} | {k.type.__name__} | {default(k)} | {k.meaning} |" for k in knobs.KNOBS.values()]
+    return [f"| `{k.name}` | {k.kind} | {k.type.__name__} | {default(k)} | {k.meaning} |"
+            for k in knobs.KNOBS.values()]
 
 
 def test_the_docs_page_lists_every_variable_as_declared():
     doc = (ROOT / "docs" / "knobs.md").read_text()
     rows = [line for line in doc.split("## Variables", 1)[1].splitlines() if line.startswith("| `")]
-    assert rows == table_rows(), "docs/knobs.md is out of step with dcpctl/knobs.py: " + "\n".join(table_rows())
+    assert rows == table_rows(), ("docs/knobs.md is out of step with dcpctl/knobs.py: "
+                                  + "\n".join(table_rows()))
     for kind in {k.kind for k in knobs.KNOBS.values()}:
         assert f"| {kind} | {knobs.KIND_MEANING[kind]} |" in doc
 
 
 def test_no_module_but_the_registry_reads_the_environment():
-    stray = [f"{f.relative_to(ROOT)}:{i}" for f in sorted((ROOT / "dcpctl").rglob("*.py")) if f.name != "knobs.py"
+    stray = [f"{f.relative_to(ROOT)}:{i}"
+             for f in sorted((ROOT / "dcpctl").rglob("*.py")) if f.name != "knobs.py"
              or f.parent.name != "dcpctl" for i, line in enumerate(f.read_text().splitlines(), 1)
              if ENV_READ.search(line)]
     assert stray == []

@@ -20,7 +20,8 @@ def test_module_lines_are_the_docstrings():
     them."""
     from scripts import gen_structure
     doc = (ROOT / "docs" / "structure.md").read_text()
-    assert gen_structure.render(doc) == doc, "docs/structure.md: run `python -m scripts.gen_structure --check`"
+    assert gen_structure.render(doc) == doc, \
+        "docs/structure.md: run `python -m scripts.gen_structure --check`"
 
 
 def test_render_keeps_the_prose_and_rebuilds_the_sections(tmp_path):
@@ -39,8 +40,8 @@ def test_render_keeps_the_prose_and_rebuilds_the_sections(tmp_path):
 
 # The house's floors, lowest first: a module imports its own floor or lower, never higher (the CLI and its
 # commands on top; plan/ and the root modules, knobs, console and tuning tables, at the bottom).
-FLOORS = {"(root)": 0, "tuning": 0, "plan": 1, "contract": 2, "runtime": 3, "launch": 4, "plot": 4, "bench": 5,
-          "cli": 6, "presets": 0}
+FLOORS = {"(root)": 0, "tuning": 0, "plan": 1, "contract": 2, "runtime": 3, "launch": 4, "plot": 4,
+          "bench": 5, "cli": 6, "presets": 0}
 
 
 def _module(path: pathlib.Path) -> str:
@@ -59,14 +60,16 @@ def _graph() -> dict[str, set[str]]:
             if isinstance(n, ast.Import):
                 out |= {a.name for a in n.names}
             elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
-                out |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in mods else n.module for a in n.names}
+                out |= {f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in mods else n.module
+                        for a in n.names}
         graph[name] = {m for m in out if m in mods and m != name}
     return graph
 
 
 def _floor(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (ROOT / "dcpctl" / parts[1]).is_dir()) else "(root)"
+    return parts[1] if len(parts) > 2 or (len(parts) == 2
+                                          and (ROOT / "dcpctl" / parts[1]).is_dir()) else "(root)"
 
 
 def test_no_import_goes_up_a_floor():

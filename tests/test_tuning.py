@@ -13,10 +13,11 @@ from dcpctl import tuning
 def test_the_device_rule():
     exact = tuning.load("gemm16", "NVIDIA H200", 90)
     assert exact.device == "NVIDIA H200" and exact.how == "measured on this GPU (NVIDIA H200, commit 90bb20f)"
-    assert tuning.load("gemm16", "h200", None).data == exact.data              # the vendor prefix and case aside
+    # the vendor prefix and case aside
+    assert tuning.load("gemm16", "h200", None).data == exact.data
     near = tuning.load("gemm16", "NVIDIA H100 80GB HBM3", 90)
-    assert near.data == exact.data and near.how.startswith("no gemm16 table for NVIDIA H100 80GB HBM3: the nearest "
-                                                           "sm_90 one, measured on NVIDIA H200")
+    assert near.data == exact.data and near.how.startswith("no gemm16 table for NVIDIA H100 80GB HBM3: the "
+                                                           "nearest sm_90 one, measured on NVIDIA H200")
     none = tuning.load("gemm16", "NVIDIA A100-SXM4-80GB", 80)
     assert none.data is None and none.how.endswith("or another sm_80 GPU: built-in defaults")
 

@@ -39,12 +39,14 @@ def test_jit_env_resolves_every_source_folder(sdist: tuple[Path, Path],
     src, work = sdist
     for k, v in fs.jit_environ(work).items():
         monkeypatch.setenv(k, v)
-    env = load("flashinfer_jit_env_alone", src / "flashinfer" / "jit" / "env.py")   # reads the environment at import
+    # reads the environment at import
+    env = load("flashinfer_jit_env_alone", src / "flashinfer" / "jit" / "env.py")
     assert (env.FLASHINFER_INCLUDE_DIR / "flashinfer" / "attention" / "mla_hopper.cuh").is_file()
     assert (env.FLASHINFER_CSRC_DIR / "batch_mla_sm90_run.cu").is_file()
     assert (env.CUTLASS_INCLUDE_DIRS[0] / "cutlass" / "cutlass.h").is_file()
     assert env.CUTLASS_INCLUDE_DIRS[1].is_dir() and env.SPDLOG_INCLUDE_DIR.is_dir()
-    assert env.FLASHINFER_WORKSPACE_DIR == work / ".cache" / "flashinfer" / "90"   # sm_90a only, cache under work
+    # sm_90a only, cache under work
+    assert env.FLASHINFER_WORKSPACE_DIR == work / ".cache" / "flashinfer" / "90"
 
 
 def test_prepare_source_twice_reuses_the_tree(sdist: tuple[Path, Path]) -> None:

@@ -23,8 +23,9 @@ def test_bits_per_byte_of_the_record_slice_matches_its_cross_entropy():
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(0, 20, (9,), generator=g).tolist() for _ in range(2)]
     logits = [torch.randn(9, 20, generator=g, dtype=torch.float64) for _ in range(2)]
-    want = torch.nn.functional.cross_entropy(torch.cat([lg[:-1] for lg in logits]),
-                                             torch.tensor([t for s in ids for t in s[1:]])).item() / math.log(2)
+    want = (torch.nn.functional.cross_entropy(torch.cat([lg[:-1] for lg in logits]),
+                                              torch.tensor([t for s in ids for t in s[1:]])).item()
+            / math.log(2))
     assert abs(acc.bits_per_byte(logits, ids) - want) < 1e-12
 
 

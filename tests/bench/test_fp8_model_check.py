@@ -18,7 +18,8 @@ def test_metrics_name_norm_relative_error_and_decided_prompts():
     fp8 = [x + 0.05 * torch.randn(x.shape, generator=g, dtype=torch.float64) for x in f64]
     out = check.compare({"fp8": fp8, "bf16": bf16, "f64": f64, "f64_fp8": fp8}, [[7, 7], [1, 2]],
                         [[7, 7], [1, 3]])
-    want = sorted(((fp8[p][s] - bf16[p][s]).norm() / bf16[p][s].norm()).item() for p in range(2) for s in range(3))
+    want = sorted(((fp8[p][s] - bf16[p][s]).norm() / bf16[p][s].norm()).item() for p in range(2)
+                  for s in range(3))
     assert out["fp8_vs_bf16_norm_rel"] == {"median": round(want[3], 5), "max": round(want[-1], 5)}
     assert out["steps with fp8_vs_bf16_norm_rel <= 0.02"] == f"{sum(w <= 0.02 for w in want)}/6"
     assert out["fp8_vs_f64_fp8_norm_rel (the fp8 path vs the w8a8 method in float64)"] == {"median": 0.0,
@@ -66,9 +67,9 @@ def test_trained_model_in_block_fp8_stays_near_bf16_on_cpu(tmp_path):
     import subprocess
     import sys
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "benchmarks.fp8_model_check", str(tmp_path / "ckpt"), "--trained",
-                        "--device", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=300,
-                       check=False, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "benchmarks.fp8_model_check", str(tmp_path / "ckpt"),
+                        "--trained", "--device", "cpu", "--json", str(out)], capture_output=True, text=True,
+                       timeout=300, check=False, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     c = doc["compare"]

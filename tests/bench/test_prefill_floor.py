@@ -17,8 +17,8 @@ def test_dense_checkpoint_floor_is_four_layers_of_projections_and_mlp():
 
 def test_moe_checkpoint_floor_has_grouped_experts_and_the_shared_one():
     from dcpctl.bench.decode import SHAPES
-    moe = {"n_routed_experts": 32, "num_experts_per_tok": 8, "moe_intermediate_size": 256, "n_shared_experts": 1,
-           "first_k_dense_replace": 1}
+    moe = {"n_routed_experts": 32, "num_experts_per_tok": 8, "moe_intermediate_size": 256,
+           "n_shared_experts": 1, "first_k_dense_replace": 1}
     cfg = dict(SHAPES["v3"], num_hidden_layers=16, **moe)
     D = cfg["hidden_size"]
     got = floor_gemms(cfg, 100)

@@ -1,13 +1,14 @@
-"""An emulated rank (stand-in groups, synthetic weights) runs the same decode step as the real rank of the same plan.
+"""An emulated rank (stand-in groups, synthetic weights) runs the same decode step as the real rank of the
+same plan.
 
-Real: every rank of the plan forked as a gloo process, loading the tiny checkpoint.  Emulated: rank R alone, its
-groups stand-in groups, its weights generated from the same config.json.  Both run one decode step of `bench rank`
-(bench/rank_cell.py: the serving engine's decode graph with lm_head, replayed eagerly on the CPU) under the same
-fixed MoE routing, and rank R's two runs must make the same collectives (kind, axis, group size, shape, dtype,
-bytes, order) and the same aten operations (name, tensor shapes and dtypes, order; outside the collectives
-themselves, and views aside); the emulated rank's weight bytes are the plan's within 1% (the checkpoint's
-own load is compared in tests/runtime/models/test_synthetic.py: a CPU load of an fp32 checkpoint keeps views
-of whole safetensors tensors, so its storages overcount there).
+Real: every rank of the plan forked as a gloo process, loading the tiny checkpoint.  Emulated: rank R alone,
+its groups stand-in groups, its weights generated from the same config.json.  Both run one decode step of
+`bench rank` (bench/rank_cell.py: the serving engine's decode graph with lm_head, replayed eagerly on the CPU)
+under the same fixed MoE routing, and rank R's two runs must make the same collectives (kind, axis, group
+size, shape, dtype, bytes, order) and the same aten operations (name, tensor shapes and dtypes, order; outside
+the collectives themselves, and views aside); the emulated rank's weight bytes are the plan's within 1% (the
+checkpoint's own load is compared in tests/runtime/models/test_synthetic.py: a CPU load of an fp32 checkpoint
+keeps views of whole safetensors tensors, so its storages overcount there).
 """
 from __future__ import annotations
 
@@ -48,8 +49,10 @@ class Ops(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not self.inside and str(func) not in VIEWS:
-            flat = [a for a in (*args, *(kwargs or {}).values()) for a in (a if isinstance(a, (list, tuple)) else [a])]
-            self.ops.append((str(func), tuple((tuple(a.shape), a.dtype) for a in flat if isinstance(a, torch.Tensor))))
+            flat = [a for a in (*args, *(kwargs or {}).values())
+                    for a in (a if isinstance(a, (list, tuple)) else [a])]
+            self.ops.append((str(func),
+                             tuple((tuple(a.shape), a.dtype) for a in flat if isinstance(a, torch.Tensor))))
         return func(*args, **(kwargs or {}))
 
 
@@ -139,8 +142,8 @@ def test_the_served_phase_decodes_adopted_requests_on_stand_in_groups(tiny, tmp_
     for _ in range(WARM + STEPS + 8):
         events += engine.step()
         kinds.add(engine.last_step[0])
-    assert sorted(e.rid for e in events if e.finish) == list(range(BATCH))     # every request ran to its length
-    assert kinds - {"idle", "resolve"} == {"graph"}                            # every decode step replayed a graph
+    assert sorted(e.rid for e in events if e.finish) == list(range(BATCH))  # every request ran to its length
+    assert kinds - {"idle", "resolve"} == {"graph"}  # every decode step replayed a graph
 
 
 def test_a_wrapped_router_keeps_the_fields_code_reads_off_routers():

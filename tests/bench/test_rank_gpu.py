@@ -1,5 +1,6 @@
-"""`dcpctl bench rank` on a CUDA GPU with the tiny model: graphs captured with stand-in collectives, their copies
-timed and subtracted, the served phase measured, and the same collectives per step as the CPU's eager step."""
+"""`dcpctl bench rank` on a CUDA GPU with the tiny model: graphs captured with stand-in collectives, their
+copies timed and subtracted, the served phase measured, and the same collectives per step as the CPU's eager
+step."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from click.testing import CliRunner
 from dcpctl.cli.main import cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-PLAN = ["--tp-size", "4", "--dcp-size", "2", "--dcp-comm-backend", "a2a", "--batches", "1,4", "--contexts", "256,1024",
-        "--reps", "3"]
+PLAN = ["--tp-size", "4", "--dcp-size", "2", "--dcp-comm-backend", "a2a", "--batches", "1,4", "--contexts",
+        "256,1024", "--reps", "3"]
 
 
 def _hardware() -> list[str]:
@@ -37,8 +38,11 @@ def test_bench_rank_on_the_gpu(tmp_path):
         assert c["compute_us"] == pytest.approx(c["step_us"] - c["standin_us"], abs=0.02)
     s = doc["served"]
     assert s["served_step_us"] > 0 and s["bench_step_us"] > 0 and 0 < s["host_gap_us"] < 10_000
-    assert 0.7 < s["served_step_us"] / s["bench_step_us"] < 1.4      # the tiny model's steps are mostly launches
+    assert 0.7 < s["served_step_us"] / s["bench_step_us"] < 1.4      # the tiny model's steps are mostly
+                                                                     # launches
     assert doc["memory"]["peak_bytes"] > doc["weights"]["loaded_bytes"] + s["kv_pool_bytes"]
     cpu = _run(tmp_path, "cpu")
-    key = lambda cell: [(c["kind"], c["group"], c["group_size"], c["count"]) for c in cell["collectives"]]  # noqa: E731
-    assert [key(c) for c in doc["cells"]] == [key(c) for c in cpu["cells"]]    # captured = the eager step's calls
+    key = lambda cell: [(c["kind"], c["group"], c["group_size"], c["count"])  # noqa: E731
+                        for c in cell["collectives"]]
+    # captured = the eager step's calls
+    assert [key(c) for c in doc["cells"]] == [key(c) for c in cpu["cells"]]

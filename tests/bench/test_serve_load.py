@@ -39,7 +39,8 @@ def test_metrics_use_vllms_names_and_definitions():
                Sample(False, error="HTTP 503")]
     m = metrics(items, samples, 2.0)
     assert (m["completed"], m["failed"], m["total_input_tokens"], m["total_output_tokens"]) == (2, 1, 30, 8)
-    assert m["request_throughput"] == 1.0 and m["output_throughput"] == 4.0 and m["total_token_throughput"] == 19.0
+    assert (m["request_throughput"] == 1.0 and m["output_throughput"] == 4.0
+            and m["total_token_throughput"] == 19.0)
     assert m["mean_ttft_ms"] == pytest.approx(150.0) and m["median_ttft_ms"] == pytest.approx(150.0)
     assert m["mean_tpot_ms"] == pytest.approx((20.0 + 50.0) / 2)           # (e2e - ttft) / (tokens - 1)
     assert m["p99_itl_ms"] == pytest.approx(percentile([10, 20, 30, 50, 50, 50], 99))

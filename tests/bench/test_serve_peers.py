@@ -58,8 +58,8 @@ def test_peer_load_and_timing_rows(ckpt):
 def test_decode_step_rows_on_the_checkpoint(ckpt, tmp_path, capsys):
     # bench decode's cell on the directory itself (how the MoE checkpoint gets its step time)
     out = tmp_path / "rows.json"
-    step.main([ckpt, "--device", "cpu", "--dtype", "float32", "--batches", "1,2", "--contexts", "9", "--steps", "1",
-               "--warmup", "0", "-o", str(out)])
+    step.main([ckpt, "--device", "cpu", "--dtype", "float32", "--batches", "1,2", "--contexts", "9",
+               "--steps", "1", "--warmup", "0", "-o", str(out)])
     rows = json.loads(out.read_text())["rows"]
     assert [(r["batch"], r["context"]) for r in rows] == [(1, 9), (2, 9)]
     assert all(r["step_ms"] > 0 and "error" not in r for r in rows)
@@ -88,7 +88,8 @@ def test_launch_argv_per_variant(tmp_path):
     flags = dict.fromkeys(("--disable-cuda-graph", "--cuda-graph-max-bs-decode"), True)
     graph = peers.serve_args(Path("/ck"), ["dense", "dense32k"], "graph", flags, run)
     eager = peers.serve_args(Path("/ck"), ["dense"], "eager", flags, run)
-    assert graph[graph.index("--cuda-graph-max-bs-decode") + 1] == "32" and "--disable-cuda-graph" not in graph
+    assert (graph[graph.index("--cuda-graph-max-bs-decode") + 1] == "32"
+            and "--disable-cuda-graph" not in graph)
     assert "--disable-cuda-graph" in eager and "--cuda-graph-max-bs-decode" not in eager
     # room for 32 requests of the longest prompt + 64 output tokens + two pages
     assert int(graph[graph.index("--max-total-tokens") + 1]) == 32 * (32768 + 64 + 128)
@@ -113,12 +114,14 @@ def _doc() -> dict:
 def test_report_ratios_and_gaps():
     s = report.summarize(_doc())
     one, eight = s["cells"]
-    assert one["served_vs_graph"] == pytest.approx(1.25) and one["hf_compiled_vs_served"] == pytest.approx(2.5)
+    assert (one["served_vs_graph"] == pytest.approx(1.25)
+            and one["hf_compiled_vs_served"] == pytest.approx(2.5))
     assert one["graph_vs_predicted"] == pytest.approx(2.0) and one["hf_eager_vs_served"] is None
     assert eight["served_itl_p50_ms"] == {"graph": None} and eight["served_vs_graph"] is None
     assert eight["eager_step_ms"] == 7.0 and eight["graph_step_ms"] is None
-    assert s["startup"] == [{"checkpoint": "dense", "variant": "graph", "ready_s": 12.0, "first_ttft_ms": 30.0,
-                             "steady_ttft_ms": 10.0, "first_vs_steady": pytest.approx(3.0)}]
+    assert s["startup"] == [{"checkpoint": "dense", "variant": "graph", "ready_s": 12.0,
+                             "first_ttft_ms": 30.0, "steady_ttft_ms": 10.0,
+                             "first_vs_steady": pytest.approx(3.0)}]
     md = report.markdown(_doc())
     assert "| dense | 1 | 2.00 | 1.600 | 6.00 | 0.800 | 5.00 | - | 1.25 | 2.50 | 2.00 |" in md
     assert "| dense | 8 | - | - | 7.00 | - |" in md and "hf-dense (rc 1)" in md

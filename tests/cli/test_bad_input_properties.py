@@ -1,4 +1,5 @@
-"""Property tests: whatever the flags, saved plan or config.json, plan/export/recommend exit 0 or 2, never crash.
+"""Property tests: whatever the flags, saved plan or config.json, plan/export/recommend exit 0 or 2, never
+crash.
 
 In-process (CliRunner with catch_exceptions=False, so any exception other than a UserError fails the test),
 derandomized and small, so the file runs in seconds on a 2-core CI machine.
@@ -62,12 +63,13 @@ FLAG_VALUES = {
     "max_model_len": INTS, "max_num_seqs": INTS,
     "gpu_memory_utilization": st.sampled_from(["0.5", "0", "1.5", "nan", "x"]),
     **{k: INTS for k in VLLM_ALIASES},
-    "fp8_gemm": st.sampled_from(["w8a16", "w8a8", "fp4"]), "blas": st.sampled_from(["cublaslt", "keep", "rocblas"]),
-    "cublaslt_workspace_kib": INTS, "dist_timeout": INTS,
-    "attention_table": st.sampled_from(["/nonexistent.json", "."]), "mla_configs": st.sampled_from(["/nonexistent"]),
-    "gemm16_table": st.sampled_from(["/nonexistent", "."]),
+    "fp8_gemm": st.sampled_from(["w8a16", "w8a8", "fp4"]),
+    "blas": st.sampled_from(["cublaslt", "keep", "rocblas"]), "cublaslt_workspace_kib": INTS,
+    "dist_timeout": INTS, "attention_table": st.sampled_from(["/nonexistent.json", "."]),
+    "mla_configs": st.sampled_from(["/nonexistent"]), "gemm16_table": st.sampled_from(["/nonexistent", "."]),
 }
-FLAGS = {"enable_dp_attention": "--enable-dp-attention", "enable_hierarchical_cache": "--enable-hierarchical-cache",
+FLAGS = {"enable_dp_attention": "--enable-dp-attention",
+         "enable_hierarchical_cache": "--enable-hierarchical-cache",
          "enable_prefill_cp": "--enable-prefill-cp", "enable_expert_parallel": "-ep"}
 PAIRS = {"dcp_replicate_q_proj": ["--dcp-replicate-q-proj", "--no-dcp-replicate-q-proj"],
          "dcp_q_replicate": ["--dcp-q-replicate", "--no-dcp-q-replicate"]}
@@ -121,10 +123,12 @@ def _typed(value):
 @st.composite
 def saved_requests(draw):
     """Mostly well-typed values (so the plan goes deep), some of any type, a few unknown keys."""
-    keys = draw(st.lists(st.sampled_from(sorted(PLAN_KEYS) + ["description", "bogus"]), max_size=7, unique=True))
+    keys = draw(st.lists(st.sampled_from(sorted(PLAN_KEYS) + ["description", "bogus"]), max_size=7,
+                         unique=True))
     req = {}
     for k in keys:
-        typed = st.booleans() if k in FLAGS or k == "dcp_replicate_q_proj" else FLAG_VALUES.get(k, WORDS).map(_typed)
+        typed = (st.booleans()
+                 if k in FLAGS or k == "dcp_replicate_q_proj" else FLAG_VALUES.get(k, WORDS).map(_typed))
         req[k] = draw(st.one_of(typed, typed, ANY_VALUE))
     return req
 
@@ -147,8 +151,9 @@ def test_saved_plan_documents_never_crash(doc):
 
 
 @FAST
-@given(text=st.sampled_from(["request: {tp_size: 8", "request:\n  - a\n b", "{{", "request: !!python/object x",
-                             "\t", "request: {tp_size: 8}\nrequest: {tp_size: 4}", "---\n---\n"]))
+@given(text=st.sampled_from(["request: {tp_size: 8", "request:\n  - a\n b", "{{",
+                             "request: !!python/object x", "\t",
+                             "request: {tp_size: 8}\nrequest: {tp_size: 4}", "---\n---\n"]))
 def test_broken_yaml_never_crashes(text):
     f = WORK / "broken.yaml"
     f.write_text(text)
@@ -160,8 +165,9 @@ TINY = presets.get("models", "tiny")["config"]
 
 
 @FAST
-@given(changes=st.dictionaries(st.sampled_from(sorted(TINY) + ["text_config", "quantization_config", "layer_types",
-                                                               "linear_attn_config"]), ANY_VALUE, max_size=3))
+@given(changes=st.dictionaries(st.sampled_from(sorted(TINY)
+                                               + ["text_config", "quantization_config", "layer_types",
+                                                  "linear_attn_config"]), ANY_VALUE, max_size=3))
 def test_config_json_never_crashes(changes):
     d = WORK / "ckpt"
     d.mkdir(exist_ok=True)
@@ -179,4 +185,5 @@ def test_hardware_yaml_never_crashes(changes, nest):
     f = WORK / "hw.yaml"
     hw = {**H200, **changes}
     f.write_text(yaml.safe_dump({"hardware": hw} if nest else hw))
-    assert_clean_exit(invoke("plan", "--hardware", f, "--tp-size", "8", "--dcp-size", "8", "--format", "json"), hw)
+    assert_clean_exit(invoke("plan", "--hardware", f, "--tp-size", "8", "--dcp-size", "8", "--format",
+                             "json"), hw)

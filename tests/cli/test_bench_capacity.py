@@ -8,7 +8,8 @@ from dcpctl.bench.capacity import admit, run
 from dcpctl.cli.main import cli
 
 
-@pytest.mark.parametrize("budget,page,length", [(4096, 16, 1000), (1000, 4, 333), (512, 1, 77), (2048, 64, 9)])
+@pytest.mark.parametrize("budget,page,length",
+                         [(4096, 16, 1000), (1000, 4, 333), (512, 1, 77), (2048, 64, 9)])
 def test_dcp_c_holds_c_times_the_context_within_one_page_per_request(budget, page, length):
     rows = {r["dcp"]: r for r in run(budget, page, [1, 2, 4], length)}
     for c, r in rows.items():
@@ -31,7 +32,8 @@ def test_bench_capacity_cli_json():
                                    "--request-len", "1000", "--format", "json"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output[out.output.index("{"):])["rows"]
-    assert [(r["dcp"], r["admitted"], r["context_vs_dcp1"]) for r in rows] == [(1, 4, 1.0), (2, 8, 2.0), (4, 16, 4.0)]
+    assert ([(r["dcp"], r["admitted"], r["context_vs_dcp1"]) for r in rows]
+            == [(1, 4, 1.0), (2, 8, 2.0), (4, 16, 4.0)])
 
 
 def test_bench_decode_paged_path_on_cpu_matches_kv_bytes():

@@ -6,8 +6,9 @@ from dcpctl.cli.main import cli
 
 
 def test_bench_decode_cpu_kv_bytes_fall_with_dcp():
-    r = CliRunner().invoke(cli, ["bench", "decode", "--tp-size", "4", "--dcp-sizes", "1,2,4", "--batches", "2",
-                                 "--contexts", "37", "--steps", "1", "--warmup", "0", "--format", "json"])
+    r = CliRunner().invoke(cli,
+                           ["bench", "decode", "--tp-size", "4", "--dcp-sizes", "1,2,4", "--batches", "2",
+                            "--contexts", "37", "--steps", "1", "--warmup", "0", "--format", "json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["rows"]
     by = {x["dcp"]: x for x in rows}

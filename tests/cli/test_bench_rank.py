@@ -1,5 +1,5 @@
-"""`dcpctl bench rank` on the CPU: the measured file has the agreed shape (kind dcpctl.bench.rank, version 1), and
-what launch refuses (or the bench cannot run) fails first with one sentence and exit 2."""
+"""`dcpctl bench rank` on the CPU: the measured file has the agreed shape (kind dcpctl.bench.rank, version 1),
+and what launch refuses (or the bench cannot run) fails first with one sentence and exit 2."""
 from __future__ import annotations
 
 import json
@@ -9,20 +9,25 @@ from click.testing import CliRunner
 
 from dcpctl.cli.main import cli
 
-TINY = ["--device", "cpu", "--tp-size", "4", "--dcp-size", "2", "--batches", "2", "--contexts", "24", "--reps", "3"]
+TINY = ["--device", "cpu", "--tp-size", "4", "--dcp-size", "2", "--batches", "2", "--contexts", "24",
+        "--reps", "3"]
 # the measured file's required keys and their types (the contract with `dcpctl plan --measured`)
 SCHEMA = {
-    "": {"kind": str, "version": int, "command": str, "commit": (str, type(None)), "created": str, "device": dict,
-         "plan": dict, "weights": dict, "memory": dict, "host_gap_us": float, "cells": list},
+    "": {"kind": str, "version": int, "command": str, "commit": (str, type(None)), "created": str,
+         "device": dict, "plan": dict, "weights": dict, "memory": dict, "host_gap_us": float, "cells": list},
     "device": {"name": str, "memory_bytes": int, "sm": int},
     "plan": {"model": str, "architectures": list, "weights_dtype": str, "tp_size": int, "dcp_size": int,
-             "ep_size": int, "attn_dp_size": int, "attn_tp_size": int, "kv_cache_dtype": str, "dcp_comm_backend": str,
-             "dcp_replicate_q_proj": bool, "hardware": str, "rank": int, "num_layers": int, "layers_run": int,
-             "dense_layers_run": int, "moe_layers_run": int, "page_size": int, "attention_backend": str},
-    "weights": {"loaded_bytes": int, "plan_bytes": int, "loaded_bytes_full": (int, type(None)), "plan_bytes_full": int},
-    "memory": {"max_concurrency": int, "context": int, "peak_bytes": int, "plan_budget_bytes": int, "fits": bool},
-    "cell": {"batch": int, "context": int, "routing": str, "step_us": float, "standin_us": float, "compute_us": float,
-             "compute_us_full": float, "reps": int, "spread": float, "collectives": list},
+             "ep_size": int, "attn_dp_size": int, "attn_tp_size": int, "kv_cache_dtype": str,
+             "dcp_comm_backend": str, "dcp_replicate_q_proj": bool, "hardware": str, "rank": int,
+             "num_layers": int, "layers_run": int, "dense_layers_run": int, "moe_layers_run": int,
+             "page_size": int, "attention_backend": str},
+    "weights": {"loaded_bytes": int, "plan_bytes": int, "loaded_bytes_full": (int, type(None)),
+                "plan_bytes_full": int},
+    "memory": {"max_concurrency": int, "context": int, "peak_bytes": int, "plan_budget_bytes": int,
+               "fits": bool},
+    "cell": {"batch": int, "context": int, "routing": str, "step_us": float, "standin_us": float,
+             "compute_us": float, "compute_us_full": float, "reps": int, "spread": float,
+             "collectives": list},
     "collective": {"kind": str, "group": str, "group_size": int, "bytes": int, "count": int},
 }
 
@@ -49,7 +54,8 @@ def test_the_measured_file_has_the_agreed_shape(measured):
     assert doc["kind"] == "dcpctl.bench.rank" and doc["version"] == 1
     for part in ("", "device", "plan", "weights", "memory"):
         _check(doc[part] if part else doc, part)
-    assert [(c["batch"], c["context"], c["routing"]) for c in doc["cells"]] == [(2, 24, "uniform"), (2, 24, "busiest")]
+    assert ([(c["batch"], c["context"], c["routing"]) for c in doc["cells"]]
+            == [(2, 24, "uniform"), (2, 24, "busiest")])
     for cell in doc["cells"]:
         _check(cell, "cell")
         for c in cell["collectives"]:
@@ -74,7 +80,8 @@ def test_layers_scale_the_compute_and_the_bytes(tmp_path):
     doc = json.loads(out.read_text())
     p, w, cell = doc["plan"], doc["weights"], doc["cells"][0]
     assert (p["layers_run"], p["num_layers"], p["dense_layers_run"], p["moe_layers_run"]) == (2, 4, 0, 2)
-    assert w["plan_bytes"] < w["plan_bytes_full"] and w["loaded_bytes_full"] is None    # no dense layer was run
+    # no dense layer was run
+    assert w["plan_bytes"] < w["plan_bytes_full"] and w["loaded_bytes_full"] is None
     base = doc["base_us"]["2"]
     assert cell["compute_us_full"] == pytest.approx(base + (cell["compute_us"] - base) * 2, abs=0.02)
     assert "scaled to 4 layers" in r.output

@@ -81,15 +81,18 @@ def test_hardware_file_field_types(tmp_path):
     f = tmp_path / "hw.yaml"
     f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 0, memory_gib: 80, sm: 90, "
                  "nvlink: true, mnnvl: false}\n")
-    assert_user_error(run("plan", "--hardware", f), "hardware field gpus_per_node must be a positive integer, got 0")
+    assert_user_error(run("plan", "--hardware", f),
+                      "hardware field gpus_per_node must be a positive integer, got 0")
     f.write_text("hardware: {name: x, device: cuda, gpu_name: g, gpus_per_node: 8, memory_gib: .inf, sm: 90, "
                  "nvlink: true, mnnvl: false}\n")
-    assert_user_error(run("plan", "--hardware", f), "hardware field memory_gib must be a positive finite number, got inf")
+    assert_user_error(run("plan", "--hardware", f),
+                      "hardware field memory_gib must be a positive finite number, got inf")
 
 
 def test_export_to_unwritable_dir(tmp_path):
     (tmp_path / "afile").write_text("x")
-    assert_user_error(run("export", "sglang", "--preset", "deepseek-v3.1-tp8-dcp8", "-o", tmp_path / "afile" / "sub"),
+    assert_user_error(run("export", "sglang", "--preset", "deepseek-v3.1-tp8-dcp8", "-o",
+                          tmp_path / "afile" / "sub"),
                       "cannot write to")
 
 
@@ -130,10 +133,12 @@ def test_launch_rank_error_is_printed_verbatim(monkeypatch):
 
 def test_generate_missing_or_truncated_weights(tiny_dir):
     src, d = tiny_dir
-    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "no *.safetensors weights in")
+    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"),
+                      "no *.safetensors weights in")
     data = (src / "model.safetensors").read_bytes()
     (d / "model.safetensors").write_bytes(data[: len(data) // 2])
-    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "model.safetensors is truncated")
+    assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"),
+                      "model.safetensors is truncated")
     (d / "model.safetensors").write_bytes(data[:100])
     assert_user_error(run("generate", "--model-path", d, "--prompt-ids", "1,2"), "is not a safetensors file")
 
@@ -152,11 +157,13 @@ def test_plan_concurrency_without_context_len():
 
 
 def test_kda_state_fraction_range():
-    assert_user_error(run("plan", "--kda-state-fraction", "-1"), "--kda-state-fraction must be in (0, 1], got -1.0")
+    assert_user_error(run("plan", "--kda-state-fraction", "-1"),
+                      "--kda-state-fraction must be in (0, 1], got -1.0")
 
 
 def test_pd_peer_options_without_mode_are_reported():
-    r = run("plan", "--tp-size", "2", "--dcp-size", "2", "--disaggregation-peer-dcp-size", "4", "--format", "json")
+    r = run("plan", "--tp-size", "2", "--dcp-size", "2", "--disaggregation-peer-dcp-size", "4", "--format",
+            "json")
     assert r.exit_code == 0
     assert any("--disaggregation-peer-dcp-size ignored" in w for w in json.loads(r.output)["warnings"])
 
@@ -164,15 +171,16 @@ def test_pd_peer_options_without_mode_are_reported():
 def test_launch_refuses_pd_with_one_line():
     import subprocess
     import sys
-    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "launch", "--tp-size", "2", "--dcp-size", "2",
-                        "--disaggregation-mode", "decode", "--disaggregation-peer-dcp-size", "1"],
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "launch", "--tp-size", "2", "--dcp-size",
+                        "2", "--disaggregation-mode", "decode", "--disaggregation-peer-dcp-size", "1"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "serves PD disaggregation only in batch mode" in p.stderr
     assert "Traceback" not in p.stderr
 
 
 def test_dcp_1_over_a_preset_with_an_exchange_backend_plans():
-    # the default tiny-cpu recipe pins a2a; typing only --dcp-size 1 must not fail on a flag the user never typed
+    # the default tiny-cpu recipe pins a2a; typing only --dcp-size 1 must not fail on a flag the user never
+    # typed
     r = run("plan", "--preset", "tiny-cpu", "--dcp-size", "1", "--format", "json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["decisions"]["dcp_comm_backend"]["value"] == "ag_rs"
@@ -181,8 +189,9 @@ def test_dcp_1_over_a_preset_with_an_exchange_backend_plans():
 
 
 def test_ep_larger_than_tp_is_a_violation_not_a_crash():
-    for args in (["--tp-size", "8", "--ep-size", "16"], ["--model-preset", "deepseek-v3.1", "--hardware", "h200-8",
-                                                        "--tp-size", "8", "--ep-size", "16"]):
+    for args in (["--tp-size", "8", "--ep-size", "16"],
+                 ["--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--ep-size",
+                  "16"]):
         r = run("plan", *args, "--format", "json")
         assert r.exit_code == 2, r.output
         d = json.loads(r.stdout)

@@ -35,5 +35,6 @@ def test_wide_terminals_keep_the_boxed_one_line_layout(monkeypatch):
 
 def test_cells_are_plain_text_not_markup(monkeypatch):
     # plan's backend reason names an extra: rich markup would take `[flashinfer]` for a style and drop it
-    text = render(monkeypatch, 100, ["setting", "reason"], [["x", "pip install 'dcpctl[flashinfer]' [bold]y[/]"]])
+    text = render(monkeypatch, 100, ["setting", "reason"],
+                  [["x", "pip install 'dcpctl[flashinfer]' [bold]y[/]"]])
     assert "'dcpctl[flashinfer]'" in text and "[bold]y[/]" in text

@@ -11,8 +11,8 @@ BASE = ["--prompt-ids", "1,2,3", "--prompt-ids", "4,5,6,7,8", "--dtype", "float6
 
 
 def gen(*extra):
-    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *BASE, *extra], capture_output=True,
-                       text=True, timeout=180)
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *BASE, *extra],
+                       capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout)
 
@@ -34,7 +34,8 @@ def test_composition_equals_plain(plain, extra):
 
 
 def test_pd_unsupported_sizes_exit_2():
-    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *BASE, "--tp-size", "4", "--dcp-size",
-                        "4", "--disaggregation-mode", "decode", "--disaggregation-peer-dcp-size", "2"],
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *BASE, "--tp-size", "4",
+                        "--dcp-size", "4", "--disaggregation-mode", "decode",
+                        "--disaggregation-peer-dcp-size", "2"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "prefill dcp (2) -> decode dcp (4) is not supported" in p.stderr

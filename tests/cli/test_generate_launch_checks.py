@@ -13,7 +13,8 @@ no_cuda = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="th
 
 
 def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, env={"DCPCTL_API_KEY": None})
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False,
+                              env={"DCPCTL_API_KEY": None})
 
 
 def assert_user_error(r, text):
@@ -33,8 +34,9 @@ def no_tokenizer(tmp_path_factory):
 
 
 def test_generate_prompt_ids_need_no_tokenizer(no_tokenizer):
-    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", "--model-path", str(no_tokenizer),
-                        "--prompt-ids", "5,6,7", "--max-new-tokens", "3", "--format", "json"],
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", "--model-path",
+                        str(no_tokenizer), "--prompt-ids", "5,6,7", "--max-new-tokens", "3", "--format",
+                        "json"],
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)["outputs"][0]
@@ -46,7 +48,8 @@ def test_generate_prompt_ids_need_no_tokenizer(no_tokenizer):
 def test_missing_weights_are_named_before_the_tokenizer(tmp_path):
     from dcpctl.runtime.tiny import ensure_tiny_model
     shutil.copy(ensure_tiny_model() / "config.json", tmp_path / "config.json")
-    assert_user_error(run("generate", "--model-path", tmp_path, "--prompt", "hi"), "no *.safetensors weights in")
+    assert_user_error(run("generate", "--model-path", tmp_path, "--prompt", "hi"),
+                      "no *.safetensors weights in")
 
 
 @pytest.mark.parametrize("ids", ["1,,2", "1,2,", ",", " "])
@@ -59,14 +62,17 @@ def test_prompt_ids_with_empty_items(ids):
 def test_chunked_prefill_size_is_positive_or_minus_one(size):
     for cmd in (["generate", "--prompt-ids", "1"], ["launch", "--dry-run"]):
         assert_user_error(run(*cmd, "--chunked-prefill-size", size),
-                          f"--chunked-prefill-size must be a positive token count or -1 (no chunking), got {size}")
+                          "--chunked-prefill-size must be a positive token count or -1 (no chunking), got "
+                          f"{size}")
 
 
 @no_cuda
 def test_cuda_without_cuda_fails_up_front():
-    assert_user_error(run("generate", "--device", "cuda", "--prompt-ids", "1"), "--device cuda needs 2 CUDA GPU(s)")
+    assert_user_error(run("generate", "--device", "cuda", "--prompt-ids", "1"),
+                      "--device cuda needs 2 CUDA GPU(s)")
     assert_user_error(run("launch", "--device", "cuda", "--port", "0"), "--device cuda needs 2 CUDA GPU(s)")
-    assert run("launch", "--device", "cuda", "--dry-run").exit_code == 0  # a dry run starts nothing: no GPU needed
+    # a dry run starts nothing: no GPU needed
+    assert run("launch", "--device", "cuda", "--dry-run").exit_code == 0
 
 
 def test_empty_api_key_is_refused():
@@ -106,7 +112,7 @@ def test_runtime_limits_are_refused_before_the_ranks(tmp_path):
     r = run("generate", "--model-path", kimi, "--disaggregation-mode", "decode", "--prompt-ids", "1,2")
     assert_user_error(r, "the bundled runtime's PD transfer moves MLA KV only, not the KDA state")
     tiny = ensure_tiny_model()
-    r = run("generate", "--prompt-ids", "1,2", "--enable-hierarchical-cache", "--speculative-algorithm", "STANDALONE",
-            "--speculative-draft-model-path", tiny, "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
-            "--dcp-size", "1")
+    r = run("generate", "--prompt-ids", "1,2", "--enable-hierarchical-cache", "--speculative-algorithm",
+            "STANDALONE", "--speculative-draft-model-path", tiny, "--speculative-num-steps", "1",
+            "--speculative-eagle-topk", "1", "--dcp-size", "1")
     assert_user_error(r, "does not run the HiCache host tier together with speculative decoding")

@@ -1,4 +1,5 @@
-"""`dcpctl plan` without a model: a verdict from the topology and the hardware alone (docs/design.md section 8)."""
+"""`dcpctl plan` without a model: a verdict from the topology and the hardware alone (docs/design.md
+section 8)."""
 import json
 
 from click.testing import CliRunner

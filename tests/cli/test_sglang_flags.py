@@ -1,4 +1,5 @@
-"""Every `sglang serve` flag on plan/export/recommend (SGLang 0.5.23's own table), pasted lines, model ids, exports."""
+"""Every `sglang serve` flag on plan/export/recommend (SGLang 0.5.23's own table), pasted lines, model ids,
+exports."""
 import json
 import shlex
 from pathlib import Path
@@ -51,7 +52,8 @@ def test_pasted_line_plans_with_pass_through():
 
 
 def test_python_m_launch_server_and_positional_model():
-    p = plan_json(*H200, "python3", "-m", "sglang.launch_server", "--model", "deepseek-ai/DeepSeek-R1", "--tp", "8")
+    p = plan_json(*H200, "python3", "-m", "sglang.launch_server", "--model", "deepseek-ai/DeepSeek-R1",
+                  "--tp", "8")
     assert p["valid"] and p["model"]["name"] == "deepseek-v3"
     p = plan_json(*H200, "--", "sglang", "serve", "deepseek-ai/DeepSeek-V3.1", "--tp-size", "8")
     assert p["model"]["name"] == "deepseek-v3.1"
@@ -80,8 +82,9 @@ def test_unknown_hub_id_names_the_presets():
 
 
 def test_export_carries_pass_through_once():
-    argv = exported_argv(*H200, "--", "sglang", "serve", "--model-path", "deepseek-ai/DeepSeek-V3.1", "--tp", "8",
-                         "--trust-remote-code", "--attention-backend", "fa3", "--host", "1.2.3.4", "--port", "8000")
+    argv = exported_argv(*H200, "--", "sglang", "serve", "--model-path", "deepseek-ai/DeepSeek-V3.1", "--tp",
+                         "8", "--trust-remote-code", "--attention-backend", "fa3", "--host", "1.2.3.4",
+                         "--port", "8000")
     assert argv[:4] == ["sglang", "serve", "--model-path", "deepseek-ai/DeepSeek-V3.1"]
     assert argv.count("--trust-remote-code") == 1 and argv.count("--host") == 1 and argv.count("--port") == 1
     assert argv[argv.index("--host") + 1] == "1.2.3.4" and argv[argv.index("--port") + 1] == "8000"
@@ -99,8 +102,8 @@ def test_sglang_targets_refuse_runtime_only_options(fmt):
 
 
 def test_torchrun_target_runs_runtime_only_options(tmp_path):
-    r = run("export", "torchrun", "--preset", "tiny-cpu", "--kv-cache-dtype", "float64", "--trust-remote-code",
-            "-o", tmp_path)
+    r = run("export", "torchrun", "--preset", "tiny-cpu", "--kv-cache-dtype", "float64",
+            "--trust-remote-code", "-o", tmp_path)
     assert r.exit_code == 0, r.output
     cfg = yaml.safe_load((tmp_path / "launch.yaml").read_text())
     assert cfg["model"]["dtype"] == "float64" and cfg["dist_backend"] == "gloo"  # KV in the compute dtype
@@ -114,15 +117,17 @@ def test_published_line_plans_and_exports(entry):
     p = plan_json(*hw, "--", *argv)
     rec = next(r for r in RECORD["rows"] if r["line"] == entry["line"] and r["source"] == entry["source"])
     if not p["valid"]:
-        assert rec["status"] == "plan_invalid" and rec["violations"] == [v["message"] for v in p["violations"]]
+        assert (rec["status"] == "plan_invalid"
+                and rec["violations"] == [v["message"] for v in p["violations"]])
         return
     rank = int(argv[argv.index("--node-rank") + 1]) if "--node-rank" in argv else 0
-    exported = exported_argv(*hw, "--", *argv, node=rank, role=p["request"].get("disaggregation_mode") or "null")
+    exported = exported_argv(*hw, "--", *argv, node=rank,
+                             role=p["request"].get("disaggregation_mode") or "null")
     for group in p["passed_through"]:
         i = exported.index(group[0])
         assert exported[i:i + len(group)] == group
-    # SGLang 0.5.23 resolved the pasted and this exported line the same (benchmarks/sglang/check_pasted.py; four
-    # mooncake lines are refused on both sides alike by the checking machine's missing InfiniBand)
+    # SGLang 0.5.23 resolved the pasted and this exported line the same (benchmarks/sglang/check_pasted.py;
+    # four mooncake lines are refused on both sides alike by the checking machine's missing InfiniBand)
     assert rec["status"] in ("same", "same_rejection") and rec["exported"] == exported[2:]
 
 
@@ -147,8 +152,8 @@ def test_recommend_says_past_positions_not_never():
                                    "override": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
     assert all(c["262144"] == "past_positions" and isinstance(c["131072"], (int, type(None)))
                for c in d["crossovers"])
-    table = run("recommend", "--model-preset", "deepseek-v3.1", *H200, "--tp", "8", "--context-length", "262144",
-                "--concurrency", "32")
+    table = run("recommend", "--model-preset", "deepseek-v3.1", *H200, "--tp", "8", "--context-length",
+                "262144", "--concurrency", "32")
     assert "never" not in table.stdout and "past positions" in table.stdout
     assert "past the model's 163,840 positions" in table.stdout
 

@@ -74,8 +74,11 @@ def test_export_vllm_implies_the_engine():
     flags = ["--model-preset", "deepseek-v3.1", "-tp", "8", "-dcp", "8", "--hardware", "h200-8"]
     r = CliRunner().invoke(cli, ["export", "vllm", *flags])
     assert r.exit_code == 0, r.output
-    assert "vllm serve deepseek-ai/DeepSeek-V3.1 --tensor-parallel-size 8 --decode-context-parallel-size 8" in r.stdout
-    r = CliRunner().invoke(cli, ["export", "--hardware", "h200-8", "vllm", "--model-preset", "deepseek-v3.1", "-tp", "8"])
+    assert ("vllm serve deepseek-ai/DeepSeek-V3.1 --tensor-parallel-size 8 --decode-context-parallel-size "
+            "8" in r.stdout)
+    r = CliRunner().invoke(cli,
+                           ["export", "--hardware", "h200-8", "vllm", "--model-preset", "deepseek-v3.1",
+                            "-tp", "8"])
     assert r.exit_code == 0 and "vllm serve" in r.stdout, r.output
     r = CliRunner().invoke(cli, ["export", "sglang", "--model-preset", "deepseek-v3.1", "--tp-size", "8",
                                  "--dcp-size", "8", "--hardware", "h200-8"])
@@ -83,9 +86,9 @@ def test_export_vllm_implies_the_engine():
 
 
 def test_typed_flags_are_carried_and_memory_left_to_vllm():
-    """Every passed-through flag rides on the line as typed; the memory share is written only when typed (unset,
-    vLLM resolves 1.0 with its extensible KV cache, as the plan does); --attention-config's backend replaces
-    --attention-backend (vLLM refuses both)."""
+    """Every passed-through flag rides on the line as typed; the memory share is written only when typed
+    (unset, vLLM resolves 1.0 with its extensible KV cache, as the plan does); --attention-config's backend
+    replaces --attention-backend (vLLM refuses both)."""
     flags = ["--model-preset", "deepseek-v3.1", "-tp", "8", "-dcp", "8", "--hardware", "h200-8",
              "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "--dtype", "half",
              "--attention-config.backend", "triton_mla"]

@@ -16,7 +16,8 @@ SNAP = Path(__file__).parent / "snapshots"
 CASES = {
     "k3-dpa": ("kimi-k3-32gpu-dpa-dcp8", {}),
     "v31-tp8": ("deepseek-v3.1-tp8-dcp8", {}),
-    "v31-pd": ("deepseek-v3.1-tp8-dcp8", {"disaggregation_mode": "decode", "disaggregation_peer_dcp_size": 1}),
+    "v31-pd": ("deepseek-v3.1-tp8-dcp8",
+               {"disaggregation_mode": "decode", "disaggregation_peer_dcp_size": 1}),
     "v31-2node": ("deepseek-v3.1-tp8-dcp8", {"tp_size": 16, "nnodes": 2}),
 }
 
@@ -90,13 +91,15 @@ def test_eagle_family_exports_steps_and_topk():
     # SGLang takes the three together: the plan resolves them (none given: SGLang's 3 / 1 / 4) and the export
     # writes all three; draft tokens alone are a plan violation, as in SGLang
     for algo in ("EAGLE", "NEXTN"):
-        for given, want in (({}, (3, 1, 4)), ({"speculative_num_steps": 2, "speculative_eagle_topk": 1}, (2, 1, 3))):
+        for given, want in (({}, (3, 1, 4)),
+                            ({"speculative_num_steps": 2, "speculative_eagle_topk": 1}, (2, 1, 3))):
             opts = merge_options({"speculative_algorithm": algo, **given}, set(), "deepseek-v3.1-tp8-dcp8")
             plan = make_plan(request_from_options(opts))
             assert plan.valid, plan.violations
             text = EXPORTERS["sglang"](plan, ExportOptions("m"))["node-0.sh"]
-            assert (f"--speculative-algorithm {algo} --speculative-num-steps {want[0]} --speculative-eagle-topk "
-                    f"{want[1]} --speculative-num-draft-tokens {want[2]}") in text
+            assert (f"--speculative-algorithm {algo} --speculative-num-steps {want[0]} "
+                    f"--speculative-eagle-topk {want[1]} --speculative-num-draft-tokens {want[2]}") in text
         alone = make_plan(request_from_options(merge_options(
-            {"speculative_algorithm": algo, "speculative_num_draft_tokens": 4}, set(), "deepseek-v3.1-tp8-dcp8")))
+            {"speculative_algorithm": algo, "speculative_num_draft_tokens": 4}, set(),
+            "deepseek-v3.1-tp8-dcp8")))
         assert [v.code for v in alone.violations] == ["spec_eagle_params"]

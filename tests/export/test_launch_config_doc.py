@@ -22,7 +22,8 @@ def _paths(d: dict, prefix: str = "") -> list[str]:
 
 
 def test_launch_config_block_has_every_field():
-    fields = [p for p in key_paths(LaunchConfig) if not p.startswith("limits")]  # read at parse time, not written
+    # read at parse time, not written
+    fields = [p for p in key_paths(LaunchConfig) if not p.startswith("limits")]
     assert sorted(_paths(yaml.safe_load(BLOCKS[0]))) == sorted(fields)
 
 

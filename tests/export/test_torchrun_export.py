@@ -1,4 +1,5 @@
-"""The torchrun export serves the tiny model on this machine exactly as emitted: `bash node-0.sh`, nothing else.
+"""The torchrun export serves the tiny model on this machine exactly as emitted: `bash node-0.sh`, nothing
+else.
 
 The only thing the test adds is what an activated venv gives a user: `torchrun` on PATH (a shim for this
 interpreter, since a copied venv's own torchrun script may point at another interpreter).
@@ -43,7 +44,8 @@ def test_files_and_env(tmp_path):
 def test_multi_node_uses_c10d_and_keeps_the_cluster_model_path(tmp_path):
     out = export(tmp_path, "--preset", "deepseek-v3.1-tp8-dcp8", "--tp-size", "16", "--nnodes", "2",
                  "--dist-init-addr", "10.0.0.1:5000")
-    assert "--node-rank=1 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:5000" in (out / "node-1.sh").read_text()
+    assert ("--node-rank=1 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:5000" in (out / "node-1.sh")
+            .read_text())
     cfg = yaml.safe_load((out / "launch.yaml").read_text())
     assert cfg["model"]["path"] == "deepseek-ai/DeepSeek-V3.1" and cfg["device"] == "cuda"
 
@@ -51,8 +53,9 @@ def test_multi_node_uses_c10d_and_keeps_the_cluster_model_path(tmp_path):
 def test_runtime_limits_are_user_errors(tmp_path):
     r = CliRunner().invoke(cli, ["export", "torchrun", "--preset", "kimi-k3-32gpu-dpa-dcp8"])
     assert r.exit_code == 2 and "the bundled runtime has no fi_a2a exchange" in r.output
-    r = CliRunner().invoke(cli, ["export", "torchrun", "--preset", "deepseek-v3.1-tp8-dcp8", "--disaggregation-mode",
-                                 "decode", "--disaggregation-peer-dcp-size", "1"])
+    r = CliRunner().invoke(cli,
+                           ["export", "torchrun", "--preset", "deepseek-v3.1-tp8-dcp8",
+                            "--disaggregation-mode", "decode", "--disaggregation-peer-dcp-size", "1"])
     assert r.exit_code == 2 and "export it with `dcpctl export sglang`" in r.output
 
 
@@ -67,12 +70,14 @@ def test_exported_script_serves_the_tiny_model(tmp_path):
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
     log = tmp_path / "stderr.txt"
     with log.open("w") as err:
-        proc = subprocess.Popen(["bash", str(out / "node-0.sh")], cwd=tmp_path, env=env, stdout=err, stderr=err,
-                                start_new_session=True)
+        proc = subprocess.Popen(["bash", str(out / "node-0.sh")], cwd=tmp_path, env=env, stdout=err,
+                                stderr=err, start_new_session=True)
     try:
         url = _wait_ready(proc, log)
-        body = json.dumps({"model": "tiny-deepseek-stdlib", "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0})
-        req = urllib.request.Request(f"{url}/v1/completions", body.encode(), {"Content-Type": "application/json"})
+        body = json.dumps({"model": "tiny-deepseek-stdlib", "prompt": [1, 2, 3], "max_tokens": 4,
+                           "temperature": 0})
+        req = urllib.request.Request(f"{url}/v1/completions", body.encode(),
+                                     {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as resp:
             answer = json.loads(resp.read())
         assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["finish_reason"] == "length"

@@ -22,7 +22,8 @@ def kernel_doc(eff, fixed, copy_tbps=4.0, tflops=800.0):
             for b in (1, 8, 64):
                 nbytes, flops = b * ctx * R * 2 + b * h * (R + V) * 2, 2 * b * h * ctx * (R + V)
                 roof = max(nbytes / (copy_tbps * 1e12), flops / (tflops * 1e12)) * 1e6
-                cells.append({"heads": h, "ctx": ctx, "batch": b, "roofline_us": roof, "time_us": fixed + roof / eff[h]})
+                cells.append({"heads": h, "ctx": ctx, "batch": b, "roofline_us": roof,
+                              "time_us": fixed + roof / eff[h]})
     return {"calibration": {"copy_tbps": copy_tbps, "bf16_tflops": tflops}, "cells": cells}
 
 
@@ -45,7 +46,8 @@ def test_fit_kernel_recovers_known_parameters():
 def test_fit_kernel_without_a_latency_floor_pins_it_to_zero():
     doc = kernel_doc({16: 0.4, 128: 0.3}, 0.0)
     for c in doc["cells"]:
-        c["time_us"] *= 1.0 if c["batch"] > 1 else 0.5   # small cells faster than the line: negative intercept
+        c["time_us"] *= 1.0 if c["batch"] > 1 else 0.5   # small cells faster than the line: negative
+                                                         # intercept
     assert fit_kernel(doc)["attn_fixed_us"] == 0.0
 
 
@@ -61,8 +63,10 @@ def test_fit_exchange_recovers_known_parameters():
 
 @pytest.mark.parametrize("doc, msg", [
     ({"rows": []}, "expected a JSON object with a non-empty 'rows' list"),
-    ({"dcp": 2, "rows": [{"batch": 1, "bytes_per_rank": 10}]}, "lacks numeric ['raw_graph_us', 'packed_graph_us']"),
-    ({"dcp": 1, **{k: v for k, v in exchange_doc(15, 190, 10, 400).items() if k != "dcp"}}, "'dcp' >= 2, got 1"),
+    ({"dcp": 2, "rows": [{"batch": 1, "bytes_per_rank": 10}]},
+     "lacks numeric ['raw_graph_us', 'packed_graph_us']"),
+    ({"dcp": 1, **{k: v for k, v in exchange_doc(15, 190, 10, 400).items() if k != "dcp"}},
+     "'dcp' >= 2, got 1"),
     ({**exchange_doc(15, 190, 10, 400), "rows": exchange_doc(15, 190, 10, 400)["rows"][:1]},
      "need rows at two or more sizes"),
 ])
@@ -88,9 +92,11 @@ def test_merge_keeps_existing_keys_and_loads_back(tmp_path):
     assert doc["note"] == "kept" and doc["fitted_from"] == {"kernel": "synthetic"}
     assert doc["calibration"]["layer_overhead_us"] == 180 and doc["calibration"]["copy_tbps"] == 4.0
     k = load_calibration(f, K)
-    assert (k.efficiency(16), k.efficiency(128), k.efficiency(64)) == (0.8, 0.4, pytest.approx(0.5333, abs=1e-4))
+    assert (k.efficiency(16), k.efficiency(128), k.efficiency(64)) == (0.8, 0.4,
+                                                                       pytest.approx(0.5333, abs=1e-4))
     assert (k.attn_fixed_s, k.a2a_latency_s, k.coll_latency_s) == pytest.approx((17e-6, 15e-6, 10e-6))
-    assert (k.a2a_bytes_per_s, k.link_bytes_per_s, k.layer_overhead_s) == pytest.approx((190e9, 400e9, 180e-6))
+    assert ((k.a2a_bytes_per_s, k.link_bytes_per_s, k.layer_overhead_s)
+            == pytest.approx((190e9, 400e9, 180e-6)))
 
 
 def test_merge_refuses_a_non_mapping_calibration(tmp_path):
@@ -151,8 +157,10 @@ def test_model_roofline_counts_what_bench_kernel_counts():
 
 @pytest.mark.parametrize("text, msg", [
     ("calibration: {attn_efficency: 0.5}\n", "unknown calibration key(s) ['attn_efficency']; valid: ["),
-    ("calibration: {attn_efficiency: {16: 0.5, 64: 0}}\n", "need 0 < attn_efficiency <= 1, as a number or a mapping"),
-    ("calibration: {attn_efficiency: {16.5: 0.5}}\n", "mapping of kernel heads (positive integers) to fractions"),
+    ("calibration: {attn_efficiency: {16: 0.5, 64: 0}}\n",
+     "need 0 < attn_efficiency <= 1, as a number or a mapping"),
+    ("calibration: {attn_efficiency: {16.5: 0.5}}\n",
+     "mapping of kernel heads (positive integers) to fractions"),
     ("calibration: {attn_efficiency: [0.5]}\n", "need 0 < attn_efficiency <= 1"),
     ("calibration: {a2a_latency_us: -3}\n", "calibration rates must be positive and times must be >= 0"),
     ("calibration: {a2a_gbps: 0}\n", "calibration rates must be positive"),

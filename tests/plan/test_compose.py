@@ -4,8 +4,10 @@ from tests.plan.helpers import codes, plan
 def test_eagle_parameters_as_sglang_chooses_them():
     p = plan(tp_size=8, dcp_size=8, speculative_algorithm="EAGLE")  # SGLang picks steps 3, topk 1, 4 tokens
     assert p.valid and p.decisions["speculative_num_draft_tokens"].value == 4
-    assert p.request.speculative_num_draft_tokens == 4 and p.compositions["speculative"]["num_draft_tokens"] == 4
-    assert (p.request.speculative_num_steps, p.request.speculative_eagle_topk) == (3, 1)  # all three, for exports
+    assert (p.request.speculative_num_draft_tokens == 4
+            and p.compositions["speculative"]["num_draft_tokens"] == 4)
+    # all three, for exports
+    assert (p.request.speculative_num_steps, p.request.speculative_eagle_topk) == (3, 1)
     p = plan(tp_size=8, dcp_size=8, speculative_algorithm="NEXTN", speculative_num_draft_tokens=4)
     assert [v.message for v in p.violations] == [
         "--speculative-algorithm NEXTN: give --speculative-num-steps with --speculative-num-draft-tokens/"
@@ -23,7 +25,8 @@ def test_eagle_parameters_as_sglang_chooses_them():
 
 
 def test_spec_required_inputs():
-    assert plan(tp_size=8, dcp_size=8, speculative_algorithm="STANDALONE").valid  # DeepSeek: the target drafts
+    # DeepSeek: the target drafts
+    assert plan(tp_size=8, dcp_size=8, speculative_algorithm="STANDALONE").valid
     k3 = dict(model_name="kimi-k3", hardware="gb200-nvl72", tp_size=16, ep_size=16, dcp_size=8, nnodes=4)
     assert codes(plan(**k3, speculative_algorithm="STANDALONE")) == ["spec_draft_model"]
     for algo in ("DFLASH", "DSPARK"):
@@ -35,8 +38,8 @@ def test_spec_required_inputs():
     assert ngram.valid and ngram.decisions["speculative_num_draft_tokens"].value == 12
     p = plan(hardware="b200-8", tp_size=8, speculative_algorithm="NGRAM")
     assert [v.message for v in p.violations] == [
-        "NGRAM drafts a tree (topk 10 > 1), which trtllm_mla cannot verify at page_size (64) > 1; use page size 1, "
-        "topk 1 or flashinfer/fa3/triton"]
+        "NGRAM drafts a tree (topk 10 > 1), which trtllm_mla cannot verify at page_size (64) > 1; use page "
+        "size 1, topk 1 or flashinfer/fa3/triton"]
     p = plan(tp_size=8, speculative_num_draft_tokens=4)
     assert p.valid and p.warnings == ["--speculative-num-draft-tokens ignored: no --speculative-algorithm"]
 
@@ -63,12 +66,13 @@ def test_pd_matching_rules():
              disaggregation_peer_kv_cache_dtype="fp8_e4m3", enable_hierarchical_cache=True)
     assert codes(p) == ["pd_page_size", "pd_kv_dtype", "pd_decode_hicache"]  # fake runs on the decode side
     assert "--disaggregation-transfer-backend fake moves no KV: a decode-side test setup" in p.warnings
-    assert codes(plan(tp_size=8, dcp_size=1, disaggregation_mode="decode", enable_hierarchical_cache=True)) == [
+    assert codes(plan(tp_size=8, dcp_size=1, disaggregation_mode="decode",
+                      enable_hierarchical_cache=True)) == [
         "pd_decode_hicache"]  # SGLang's decode side has no radix cache, with or without DCP
     p = plan(tp_size=8, disaggregation_mode="prefill", disaggregation_transfer_backend="fake")
     assert [v.message for v in p.violations] == [
-        "--disaggregation-transfer-backend fake runs only on the decode side (a test backend that moves no KV); "
-        "use mooncake or nixl for prefill"]
+        "--disaggregation-transfer-backend fake runs only on the decode side (a test backend that moves no "
+        "KV); use mooncake or nixl for prefill"]
 
 
 def test_hicache_rules():
@@ -77,19 +81,22 @@ def test_hicache_rules():
              speculative_algorithm="EAGLE")
     assert codes(p) == ["hicache_spec"]  # L3 storage with DCP: SGLang shards it per DCP rank
     assert p.compositions["hicache"]["l3"] == "mooncake: sharded per DCP rank"
-    assert codes(plan(tp_size=8, dcp_size=1, enable_hierarchical_cache=True, hicache_storage_backend="x")) == []
+    assert codes(plan(tp_size=8, dcp_size=1, enable_hierarchical_cache=True,
+                      hicache_storage_backend="x")) == []
     p = plan(tp_size=8, dcp_size=8, hicache_storage_backend="file")  # SGLang ignores it without HiCache
-    assert p.valid and p.warnings == ["--hicache-storage-backend file ignored: no --enable-hierarchical-cache"]
+    assert p.valid and p.warnings == ["--hicache-storage-backend file ignored: no "
+                                      "--enable-hierarchical-cache"]
     # Kimi hybrids keep MLA host pools (SGLang counts them as MLA models): allowed
-    assert codes(plan(model_name="kimi-linear-48b-a3b", tp_size=8, dcp_size=8, enable_hierarchical_cache=True)) == []
+    assert codes(plan(model_name="kimi-linear-48b-a3b", tp_size=8, dcp_size=8,
+                      enable_hierarchical_cache=True)) == []
 
 
 def test_context_len_above_the_model():
     p = plan(tp_size=8, dcp_size=8, context_len=10_000_000_000_000)
     assert "context_len_model" in codes(p)
     assert [v.message for v in p.violations if v.code == "context_len_model"] == [
-        "--context-length (10000000000000) > the model's max_position_embeddings (163840); SGLang refuses it unless "
-        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
+        "--context-length (10000000000000) > the model's max_position_embeddings (163840); SGLang refuses it "
+        "unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
     assert "context_len_model" not in codes(plan(tp_size=8, dcp_size=8, context_len=163840))
 
 
@@ -97,8 +104,8 @@ def test_speculative_with_attention_dp():
     dpa = dict(tp_size=8, dp_size=2, enable_dp_attention=True, dcp_size=4)
     p = plan(**dpa, speculative_algorithm="NGRAM")
     assert [v.message for v in p.violations] == [
-        "--speculative-algorithm NGRAM does not support attention DP (attn_dp 2) in SGLang; use EAGLE/NEXTN or "
-        "attn_dp 1"]
+        "--speculative-algorithm NGRAM does not support attention DP (attn_dp 2) in SGLang; use EAGLE/NEXTN "
+        "or attn_dp 1"]
     assert codes(plan(**dpa, speculative_algorithm="STANDALONE")) == ["spec_attention_dp"]
     assert codes(plan(**dpa, speculative_algorithm="EAGLE")) == []
 
@@ -106,6 +113,8 @@ def test_speculative_with_attention_dp():
 def test_hicache_with_dcp_takes_dspark_only():
     p = plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True, speculative_algorithm="NEXTN")
     assert [v.message for v in p.violations] == [
-        "HiCache with dcp (8) > 1 supports only DSPARK speculative decoding, got --speculative-algorithm NEXTN"]
-    assert codes(plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True, speculative_algorithm="DSPARK")) == [
+        "HiCache with dcp (8) > 1 supports only DSPARK speculative decoding, got --speculative-algorithm "
+        "NEXTN"]
+    assert codes(plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True,
+                      speculative_algorithm="DSPARK")) == [
         "spec_draft_model"]  # DSPARK itself is fine with HiCache; it needs its draft

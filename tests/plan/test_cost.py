@@ -53,7 +53,8 @@ def test_replicated_q_trades_gemm_for_a_collective():
 
 
 def req(**kw):
-    return PlanRequest(Topology(tp_size=8), model(kw.pop("m", "deepseek-v3")), hw(kw.pop("h", "h200-8")), **kw)
+    return PlanRequest(Topology(tp_size=8), model(kw.pop("m", "deepseek-v3")), hw(kw.pop("h", "h200-8")),
+                       **kw)
 
 
 def test_recommendation_examples():
@@ -64,9 +65,11 @@ def test_recommendation_examples():
     none = recommend(req(), 131072, 10_000, K)["recommendation"]
     assert none["choice"] is None and none["reason"].startswith("no choice fits 10000")
     past = recommend(req(), 1 << 20, 1, K)  # past V3's 163,840 positions: said so, not "no choice fits"
-    assert past["recommendation"] == {"choice": None, "reason": "context 1,048,576 is past the model's 163,840 "
-                                      "positions (SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)"}
-    assert {row["note"] for row in past["table"]} == {past["recommendation"]["reason"][len("context 1,048,576 is "):]}
+    assert past["recommendation"] == {"choice": None, "reason": "context 1,048,576 is past the model's "
+                                      "163,840 positions (SGLang refuses it unless "
+                                      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)"}
+    assert ({row["note"] for row in past["table"]}
+            == {past["recommendation"]["reason"][len("context 1,048,576 is "):]})
 
 
 def test_crossover_falls_with_context():
@@ -87,7 +90,8 @@ def test_calibration_file_replaces_constants(tmp_path):
 
 def test_calibrated_efficiency_and_overhead(tmp_path):
     f = tmp_path / "cal.yaml"
-    f.write_text("calibration: {copy_tbps: 4.2, bf16_tflops: 761, attn_efficiency: 0.5, layer_overhead_us: 200}\n")
+    f.write_text("calibration: {copy_tbps: 4.2, bf16_tflops: 761, attn_efficiency: 0.5, layer_overhead_us: "
+                 "200}\n")
     k = load_calibration(f, K)
     plain = replace(k, attn_efficiency=1.0, layer_overhead_s=0.0)
     a = layer_cost(V3, 8, Choice(1, "none", False), 32, 32768, "bfloat16", k)
@@ -102,7 +106,8 @@ def test_calibrated_efficiency_and_overhead(tmp_path):
 def unknown_gpu(**figures):
     from dcpctl.plan.hardware import FIGURES
     return replace(hw("h200-8"), gpu_name="NVIDIA X", source="detected: nvml", **{f: 0.0 for f in FIGURES},
-                   figures=tuple((f, "unknown: no built-in profile has NVIDIA X with 80.0 GiB") for f in FIGURES))
+                   figures=tuple((f, "unknown: no built-in profile has NVIDIA X with 80.0 GiB")
+                                 for f in FIGURES))
 
 
 def test_unknown_figures_refuse_to_price():
@@ -110,18 +115,19 @@ def test_unknown_figures_refuse_to_price():
     with pytest.raises(UnknownFigures) as e:
         constants_for(unknown_gpu(), attn_tp=8)
     assert str(e.value) == (
-        "the cost figures hbm_tbps, bf16_tflops, link_gbps, coll_latency_us of NVIDIA X (hardware h200-8) are unknown "
-        "(no built-in profile has NVIDIA X with 80.0 GiB): pass --hardware with a profile or YAML file that has them, "
-        "or --calibration with the file `dcpctl bench kernel --save-calibration FILE` and "
-        "`dcpctl bench exchange --save-calibration FILE` writes")
-    with pytest.raises(UnknownFigures, match=r"^the cost figures hbm_tbps, bf16_tflops of .*bench kernel --save-cal"
-                                             r"ibration FILE` writes$"):
+        "the cost figures hbm_tbps, bf16_tflops, link_gbps, coll_latency_us of NVIDIA X (hardware h200-8) "
+        "are unknown (no built-in profile has NVIDIA X with 80.0 GiB): pass --hardware with a profile or "
+        "YAML file that has them, or --calibration with the file `dcpctl bench kernel --save-calibration "
+        "FILE` and `dcpctl bench exchange --save-calibration FILE` writes")
+    with pytest.raises(UnknownFigures, match=r"^the cost figures hbm_tbps, bf16_tflops of .*bench kernel "
+                                             r"--save-calibration FILE` writes$"):
         constants_for(unknown_gpu(), attn_tp=1)   # one rank: no collective, no link figure needed
 
 
 def test_profile_constants_have_no_placeholders():
     k = Constants.from_hardware(hw("h200-8"))
-    assert (k.hbm_bytes_per_s, k.flops_per_s, k.link_bytes_per_s, k.coll_latency_s) == pytest.approx((4.8e12, 989e12, 450e9, 15e-6))
+    assert ((k.hbm_bytes_per_s, k.flops_per_s, k.link_bytes_per_s, k.coll_latency_s)
+            == pytest.approx((4.8e12, 989e12, 450e9, 15e-6)))
     zero = Constants.from_hardware(unknown_gpu())
     assert (zero.hbm_bytes_per_s, zero.flops_per_s, zero.link_bytes_per_s) == (0, 0, 0)
 
@@ -132,7 +138,8 @@ def test_calibration_fills_unknown_figures_and_says_so(tmp_path):
     f.write_text("calibration: {copy_tbps: 4.2617, bf16_tflops: 789.35, attn_fixed_us: 17}\n")
     h = calibrated(unknown_gpu(), f)
     assert (h.hbm_tbps, h.bf16_tflops, h.link_gbps) == (4.2617, 789.35, 0.0)
-    assert h.figure_source("hbm_tbps") == f"calibration {f}" and h.figure_source("link_gbps").startswith("unknown")
+    assert (h.figure_source("hbm_tbps") == f"calibration {f}"
+            and h.figure_source("link_gbps").startswith("unknown"))
     k = constants_for(h, attn_tp=1, calibration=f)
     assert k.hbm_bytes_per_s == pytest.approx(4.2617e12) and k.attn_fixed_s == pytest.approx(17e-6)
     assert k.source == f"calibration {f}"

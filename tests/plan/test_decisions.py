@@ -12,8 +12,8 @@ def test_generic_defaults_follow_the_platform():
     assert dec(p, "decode_attention_backend")[0] == "fa3" and dec(p, "page_size")[0] == 1
     assert dec(plan(hardware="cpu", tp_size=8, dcp_size=8), "dcp_comm_backend")[0] == "ag_rs"
     b200 = plan(model_name="kimi-k2", hardware="b200-8", tp_size=8, dcp_size=8)
-    assert dec(b200, "dcp_comm_backend") == ("fi_a2a", "SM100 with DCP group inside one node (tp per node 8): "
-                                                       "FlashInfer's all-to-all")
+    assert dec(b200, "dcp_comm_backend") == ("fi_a2a", "SM100 with DCP group inside one node (tp per node "
+                                                       "8): FlashInfer's all-to-all")
     assert dec(b200, "decode_attention_backend")[0] == "trtllm_mla" and dec(b200, "page_size")[0] == 64
     cross = plan(model_name="kimi-k2", hardware="b200-8", tp_size=16, dcp_size=16, nnodes=2)
     assert dec(cross, "dcp_comm_backend")[0] == "a2a"
@@ -50,8 +50,8 @@ def test_replicate_q_with_ag_rs_is_rejected():
 
 def test_block_fp8_keeps_replicated_q():
     p = plan(tp_size=8, dcp_size=8, dcp_comm_backend="a2a", dcp_replicate_q_proj=True)
-    assert dec(p, "dcp_replicate_q_proj") == (True, "set by --dcp-replicate-q-proj; fp8 weights: the block-FP8 "
-                                                    "q_b_proj is gathered and w_kc dequantized")
+    assert dec(p, "dcp_replicate_q_proj") == (True, "set by --dcp-replicate-q-proj; fp8 weights: the "
+                                                    "block-FP8 q_b_proj is gathered and w_kc dequantized")
     assert p.valid
 
 
@@ -93,10 +93,11 @@ def test_runtime_traps_reported_at_plan_time():
 
 
 def test_fi_a2a_fabric_counts_tp_per_node_as_sglang_does():
-    p = plan(model_name="kimi-k2", hardware="b200-8", tp_size=16, dcp_size=16, nnodes=2, dcp_comm_backend="fi_a2a")
+    p = plan(model_name="kimi-k2", hardware="b200-8", tp_size=16, dcp_size=16, nnodes=2,
+             dcp_comm_backend="fi_a2a")
     assert [v.message for v in p.violations] == [
-        "fi_a2a needs an MNNVL fabric or a DCP group inside one node: tp per node (8) = tp (16) // (nnodes (2) // "
-        "pp (1)) is not a multiple of dcp (16) and b200-8 has no MNNVL"]
+        "fi_a2a needs an MNNVL fabric or a DCP group inside one node: tp per node (8) = tp (16) // (nnodes "
+        "(2) // pp (1)) is not a multiple of dcp (16) and b200-8 has no MNNVL"]
 
 
 def test_served_page_size_follows_the_measured_decode_table():
@@ -105,11 +106,11 @@ def test_served_page_size_follows_the_measured_decode_table():
     assert p.decisions["page_size"].value == 1                      # SGLang's (fa3 takes any page)
     served = p.decisions["served_page_size"]
     assert served.value == 64
-    assert served.reason.startswith("the bundled runtime's measured decode table has cells for 16 kernel heads, "
-                                    "bf16 KV on NVIDIA H200 at page 64")
+    assert served.reason.startswith("the bundled runtime's measured decode table has cells for 16 kernel "
+                                    "heads, bf16 KV on NVIDIA H200 at page 64")
     assert "page 64" in p.decisions["local_attention_backend"].reason
-    assert plan(tp_size=8, page_size=32).decisions["served_page_size"].value == 32        # the user's page wins
-    assert plan(tp_size=8, hardware="cpu").decisions["served_page_size"].value == 1       # no table on CPU
-    b200 = plan(tp_size=8, hardware="b200-8").decisions                                 # trtllm_mla fixes 64
+    assert plan(tp_size=8, page_size=32).decisions["served_page_size"].value == 32      # the user's page wins
+    assert plan(tp_size=8, hardware="cpu").decisions["served_page_size"].value == 1     # no table on CPU
+    b200 = plan(tp_size=8, hardware="b200-8").decisions                               # trtllm_mla fixes 64
     assert b200["served_page_size"].value == b200["page_size"].value
     assert b200["served_page_size"].reason.startswith("the plan's page_size")

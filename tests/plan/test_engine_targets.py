@@ -28,7 +28,8 @@ def test_no_engine_name_is_compared_outside_its_modules():
 
 
 def test_an_unknown_engine_names_the_targets():
-    with pytest.raises(UserError, match="--engine trt is not an engine dcpctl plans for; valid: sglang, vllm"):
+    with pytest.raises(UserError,
+                       match="--engine trt is not an engine dcpctl plans for; valid: sglang, vllm"):
         engines.target("trt")
 
 
@@ -51,7 +52,8 @@ def test_a_third_engine_is_one_target_and_its_registration(monkeypatch):
     assert plan.valid and plan.to_dict()["engine"] == {"name": "toy", "version": "9.9"}
     from dcpctl.launch.export_common import ExportOptions
     from dcpctl.launch.exports import serve_args
-    assert serve_args(plan, ExportOptions("M", "H:1", 9000, image="toy:latest")) == ["toy", "serve", "M", "--tp", "8"]
+    assert (serve_args(plan, ExportOptions("M", "H:1", 9000, image="toy:latest"))
+            == ["toy", "serve", "M", "--tp", "8"])
     from dcpctl.launch.config import render_launch_config
     with pytest.raises(UserError, match="a --engine toy plan is for `dcpctl export toy` \\(Toy serves it\\)"):
         render_launch_config(plan, "M", "bfloat16", "cuda", 1024, 1024)

@@ -103,7 +103,8 @@ def test_one_h200_takes_the_h200_profile_figures():
 def test_eight_nvlinked_gpus_read_link_bandwidth_from_nvml():
     nvml = FakeNvml(["NVIDIA H100 80GB HBM3"] * 8, mem_gib=79.6, links=18, speed_mbps=26562, fabric="old")
     hw = detect(nvml)
-    assert (hw.gpus_per_node, hw.nvlink, hw.nvlink_peers, hw.mnnvl, hw.fabric_state) == (8, True, 7, False, "completed")
+    assert ((hw.gpus_per_node, hw.nvlink, hw.nvlink_peers, hw.mnnvl, hw.fabric_state)
+            == (8, True, 7, False, "completed"))
     assert hw.cluster_uuid == "00000000-0000-0000-0000-000000000000"   # an NVLink box, not MNNVL
     assert (hw.link_gbps, hw.figure_source("link_gbps")) == (478.1, "nvml: 18 active NVLinks x 26.562 GB/s")
     assert (hw.hbm_tbps, hw.figure_source("hbm_tbps")) == (3.35, "profile h100-8")
@@ -114,8 +115,9 @@ def test_gpus_without_nvlink_between_them():
     assert (hw.nvlink, hw.nvlink_peers) == (False, 0)
 
 
-@pytest.mark.parametrize("nvml", [FakeNvml(["NVIDIA GB200"] * 4, mem_gib=184.0, cc=(10, 0), fabric="v", uuid=UUID),
-                                  HandleOnlyNvml(["NVIDIA GB200"] * 4, mem_gib=184.0, cc=(10, 0), uuid=UUID)])
+@pytest.mark.parametrize("nvml",
+                         [FakeNvml(["NVIDIA GB200"] * 4, mem_gib=184.0, cc=(10, 0), fabric="v", uuid=UUID),
+                          HandleOnlyNvml(["NVIDIA GB200"] * 4, mem_gib=184.0, cc=(10, 0), uuid=UUID)])
 def test_mnnvl_tray_through_either_fabric_call(nvml):
     hw = detect(nvml)
     assert (hw.gpus_per_node, hw.sm, hw.mnnvl, hw.fabric_state) == (4, 100, True, "completed")
@@ -161,7 +163,8 @@ SMI_Q = """
         Status                            : Success
         ClusterUUID                       : 00000000-0000-0000-0000-000000000000
 """
-SMI_LINKS = "GPU 0: NVIDIA H200 (UUID: GPU-a)\n\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n\t Link 2: <inactive>\n"
+SMI_LINKS = ("GPU 0: NVIDIA H200 (UUID: GPU-a)\n\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n\t Link 2: "
+             "<inactive>\n")
 
 
 def fake_smi(query=SMI_QUERY, q=SMI_Q, links=SMI_LINKS):
@@ -181,7 +184,8 @@ def test_nvidia_smi_only():
     hw = detect(nvml=BrokenNvml([]), run=fake_smi())
     assert (hw.gpus_per_node, hw.memory_gib, hw.sm, hw.nvlink, hw.mnnvl, hw.source) == (
         2, 140.4, 90, True, False, "detected: nvidia-smi")
-    assert (hw.link_gbps, hw.figure_source("link_gbps")) == (53.1, "nvidia-smi: 2 active NVLinks x 26.562 GB/s")
+    assert (hw.link_gbps, hw.figure_source("link_gbps")) == (53.1,
+                                                             "nvidia-smi: 2 active NVLinks x 26.562 GB/s")
     assert hw.figure_source("hbm_tbps") == "profile h200-8"
     assert detect(nvml=BrokenNvml([]), run=fake_smi(q=SMI_Q.replace("00000000-0000", "1234abcd-0000"))).mnnvl
 
@@ -190,11 +194,13 @@ def test_nvml_missing_then_torch_then_cpu():
     def fails(argv):
         raise subprocess.CalledProcessError(9, argv)
     props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=int(79.6 * 2**30), major=9, minor=0)
-    cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props, device_count=lambda: 4)
+    cuda = SimpleNamespace(is_available=lambda: True, get_device_properties=lambda i: props,
+                           device_count=lambda: 4)
     hw = detect(nvml=BrokenNvml([]), run=fails, torch=SimpleNamespace(cuda=cuda))
     assert (hw.gpus_per_node, hw.sm, hw.source, hw.hbm_tbps) == (4, 90, "detected: torch", 3.35)
     cpu = detect(nvml=BrokenNvml([]), run=fails)
-    assert (cpu.device, cpu.hbm_tbps) == ("cpu", 0) and cpu.figure_source("bf16_tflops").startswith("unknown: no GPU")
+    assert ((cpu.device, cpu.hbm_tbps) == ("cpu", 0)
+            and cpu.figure_source("bf16_tflops").startswith("unknown: no GPU"))
 
 
 def test_profiles_and_yaml(tmp_path):
@@ -204,8 +210,8 @@ def test_profiles_and_yaml(tmp_path):
     with pytest.raises(UserError, match="unknown hardware 'h900'; use auto, a YAML file, or one of: b200-8"):
         resolve_hardware("h900", PROFILES)
     f = tmp_path / "hw.yaml"
-    f.write_text("hardware:\n  name: mine\n  device: cuda\n  gpu_name: X\n  gpus_per_node: 4\n  memory_gib: 80\n"
-                 "  sm: 90\n  nvlink: true\n  mnnvl: false\n  hbm_tbps: 2.0\n")
+    f.write_text("hardware:\n  name: mine\n  device: cuda\n  gpu_name: X\n  gpus_per_node: 4\n  memory_gib: "
+                 "80\n  sm: 90\n  nvlink: true\n  mnnvl: false\n  hbm_tbps: 2.0\n")
     mine = resolve_hardware(str(f), PROFILES)
     assert mine.gpus_per_node == 4 and mine.figure_source("hbm_tbps") == f"file {f}"
     assert mine.figure_source("bf16_tflops") == f"unknown: file {f} does not give it"
@@ -287,4 +293,5 @@ def test_real_nvidia_ml_py_wrappers(monkeypatch, fabric):
     assert (found.fabric_state, found.cluster_uuid, found.mnnvl) == (
         "completed", "00000000-0000-0000-0000-000000000000", False)
     hw = from_probe(found, PROFILES)
-    assert (hw.gpu_name, hw.memory_gib, hw.sm, hw.hbm_tbps, hw.link_gbps) == ("NVIDIA H200", 140.4, 90, 4.8, 478.1)
+    assert ((hw.gpu_name, hw.memory_gib, hw.sm, hw.hbm_tbps, hw.link_gbps)
+            == ("NVIDIA H200", 140.4, 90, 4.8, 478.1))

@@ -12,7 +12,8 @@ from dcpctl.plan.model import spec_from_config
 transformers = pytest.importorskip("transformers")
 
 IDENTITY = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 8, "kv_lora_rank": 32}
-HF_NAME = {(KIMI_LINEAR, "n_routed_experts"): "num_experts"}  # our field -> the class's attribute, where they differ
+HF_NAME = {(KIMI_LINEAR, "n_routed_experts"): "num_experts"}  # our field -> the class's attribute, where they
+                                                              # differ
 TYPES = {V2: "deepseek_v2", V3: "deepseek_v3", KIMI_LINEAR: "kimi_linear"}
 
 
@@ -31,8 +32,8 @@ def test_absent_keys_take_the_transformers_default(family):
     assert not diff, f"{family}: ours vs transformers {diff}"
 
 
-@pytest.mark.parametrize("family,field,alias", [(fam, f, a) for f, by in KEYS.items() for fam, names in by.items()
-                                                 for a in names])
+@pytest.mark.parametrize("family,field,alias",
+                         [(fam, f, a) for f, by in KEYS.items() for fam, names in by.items() for a in names])
 def test_aliases_are_the_classes_attribute_map(family, field, alias):
     value = 6 if field != "norm_topk_prob" else not DEFAULTS[field][family]
     ours, theirs = both(family, **{alias: value})

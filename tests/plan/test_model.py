@@ -47,7 +47,9 @@ def test_bad_config_files(tmp_path):
     with pytest.raises(UserError, match=r"config.json is not valid JSON \(line 2, column 7: Expecting value"):
         spec_from_path(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
-    with pytest.raises(UserError, match=r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\) is not an MLA model dcpctl supports"):
+    with pytest.raises(UserError,
+                       match=r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\) is not an MLA "
+                             r"model dcpctl supports"):
         spec_from_path(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "deepseek_v3", "kv_lora_rank": 512, '
                                           '"num_hidden_layers": "many"}')

@@ -1,4 +1,5 @@
-"""The model registry (plan/model_registry.py): one table read by the plan and the runtime; a family is one line."""
+"""The model registry (plan/model_registry.py): one table read by the plan and the runtime; a family is one
+line."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,10 @@ BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "kv
 
 @pytest.mark.parametrize("mtype, archs, family, defaults", [
     ("deepseek_v3", ["DeepseekV3ForCausalLM"], "deepseek_v3", V3),
-    ("kimi_k2", ["DeepseekV3ForCausalLM"], "kimi_k2", V3),            # model_type first: Kimi K2's remote code
-    ("deepseek_v3", ["DeepseekV2ForCausalLM"], "deepseek_v3", V3),   # transformers picks the class by model_type
+    ("kimi_k2", ["DeepseekV3ForCausalLM"], "kimi_k2", V3),            # model_type first: Kimi K2's remote
+                                                                      # code
+    ("deepseek_v3", ["DeepseekV2ForCausalLM"], "deepseek_v3", V3),   # transformers picks the class by
+                                                                     # model_type
     ("", ["DeepseekV2ForCausalLM"], "deepseek_v2", V2),
     ("", ["KimiLinearForCausalLM"], "kimi_linear", KIMI_LINEAR),
     ("deepseek_v32", ["DeepseekV32ForCausalLM"], "deepseek_other", V3),  # planned as V3-shaped, not run
@@ -31,8 +34,8 @@ def test_a_config_names_one_family(mtype, archs, family, defaults):
 
 
 def test_an_unknown_model_lists_the_registrys_types():
-    with pytest.raises(ConfigError, match="supported model types: deepseek_v2, deepseek_v3, kimi_k2, kimi_k3, "
-                                          "kimi_linear$"):
+    with pytest.raises(ConfigError, match="supported model types: deepseek_v2, deepseek_v3, kimi_k2, "
+                                          "kimi_k3, kimi_linear$"):
         parse_hf_config({**BASE, "model_type": "llama", "architectures": ["LlamaForCausalLM"]})
 
 
@@ -48,13 +51,15 @@ def test_the_registry_is_torch_free():
     import subprocess
     import sys
     code = "import sys, dcpctl.plan.model_registry, dcpctl.plan.hf_config; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    assert (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+            == "False")
 
 
 def test_a_new_family_is_one_registry_line(monkeypatch, tmp_path):
-    """A family the table did not have: the plan parses it with its defaults, the runtime finds its builder."""
-    line = M.Family("toy_mla", ("toy_mla",), ("ToyMlaForCausalLM",), V2, "tests.plan.test_model_registry:toy_build",
-                    "dcpctl.runtime.models.config:mla_config")
+    """A family the table did not have: the plan parses it with its defaults, the runtime finds its
+    builder."""
+    line = M.Family("toy_mla", ("toy_mla",), ("ToyMlaForCausalLM",), V2,
+                    "tests.plan.test_model_registry:toy_build", "dcpctl.runtime.models.config:mla_config")
     monkeypatch.setattr(M, "FAMILIES", (*M.FAMILIES, line))
     cfg = {**BASE, "model_type": "toy_mla", "architectures": ["ToyMlaForCausalLM"], "num_experts_per_tok": 2}
     hc = parse_hf_config(cfg)

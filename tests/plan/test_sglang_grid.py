@@ -30,7 +30,8 @@ def test_record_covers_the_grid():
 def test_dcpctl_agrees_with_recorded_sglang(models):
     bad = []
     for case in RECORD["cases"][::STRIDE]:
-        cls, detail = grid.classify(grid.run_dcpctl(grid_cases.dcpctl_flags(case["opts"], models)), case["sglang"])
+        cls, detail = grid.classify(grid.run_dcpctl(grid_cases.dcpctl_flags(case["opts"], models)),
+                                    case["sglang"])
         if cls in grid.FAILURES:
             bad.append((cls, case["opts"], detail))
     assert bad == []
@@ -40,7 +41,8 @@ def test_classify_names_each_failure():
     ok = {"valid": True, "violations": [], "resolved": {"dcp_comm_backend": "a2a", "page_size": 1}}
     sgl = {"accepted": True, "values": {"dcp_comm_backend": "a2a", "page_size": 64}}
     assert grid.classify(ok, sgl) == ("differs", {"page_size": (1, 64)})
-    assert grid.classify(ok, {"accepted": False, "error": "ValueError: x"})[0] == "sglang_rejects_dcpctl_accepts"
+    assert grid.classify(ok, {"accepted": False, "error": "ValueError: "
+                                                          "x"})[0] == "sglang_rejects_dcpctl_accepts"
     extra = {"valid": False, "violations": [{"code": "weights_fit", "message": "m"}], "resolved": {}}
     assert grid.classify(extra, sgl)[0] == "dcpctl_rejects_explained"
     odd = {"valid": False, "violations": [{"code": "hicache_l3", "message": "m"}], "resolved": {}}

@@ -25,17 +25,19 @@ def test_design_examples():
 def test_rule_messages():
     assert msgs(Topology(tp_size=8, dp_size=3, enable_dp_attention=True)) == [
         "tp (8) is not a multiple of dp (3) with --enable-dp-attention; valid dp sizes: [1, 2, 4, 8]"]
-    assert msgs(Topology(tp_size=8, dcp_size=3)) == ["tp (8) is not a multiple of dcp (3); valid dcp sizes: [1, 2, 4, 8]"]
+    assert msgs(Topology(tp_size=8, dcp_size=3)) == ["tp (8) is not a multiple of dcp (3); valid dcp sizes: "
+                                                     "[1, 2, 4, 8]"]
     assert msgs(Topology(tp_size=8, ep_size=3)) == [
-        "tp_size (8) % ep_size (3) != 0: SGLang's model runner stops at startup (tp_size must be divisible by "
-        "ep_size); valid ep sizes: [1, 2, 4, 8]"]
+        "tp_size (8) % ep_size (3) != 0: SGLang's model runner stops at startup (tp_size must be divisible "
+        "by ep_size); valid ep sizes: [1, 2, 4, 8]"]
     assert msgs(Topology(tp_size=8), heads=12) == [
         "num_attention_heads (12) is not a multiple of attn_tp (8); valid attn_tp sizes: [1, 2, 4]"]
     assert msgs(Topology(tp_size=8, nnodes=3)) == [
         "tp (8) * pp (1) = 8 is not a multiple of nnodes (3); valid nnodes: [1, 2, 4, 8]"]
     assert msgs(Topology(tp_size=16, gpus_per_node=8)) == [
         "total GPUs (16) // nnodes (1) = 16 > gpus_per_node (8); need nnodes >= 2"]
-    assert [v.message for v in Topology(pp_size=8).violations(num_layers=4)] == ["pp (8) > num_hidden_layers (4)"]
+    assert ([v.message for v in Topology(pp_size=8).violations(num_layers=4)]
+            == ["pp (8) > num_hidden_layers (4)"])
 
 
 @pytest.mark.parametrize("bad", [0, -1, "2", 1.5, True])

@@ -1,4 +1,5 @@
-"""Replay vLLM 0.34.0's recorded verdicts (benchmarks/vllm/vllm_grid.py --record) against today's `dcpctl plan --engine vllm`.
+"""Replay vLLM 0.34.0's recorded verdicts (benchmarks/vllm/vllm_grid.py --record) against today's
+`dcpctl plan --engine vllm`.
 
 CI cannot install vLLM; its answers for the grid's cases are in benchmarks/data/vllm_grid.json.gz.
 A rule change that makes dcpctl disagree with vLLM (or crash) fails here, naming the case.
@@ -31,12 +32,14 @@ def test_record_covers_the_grid():
 def test_dcpctl_agrees_with_recorded_vllm(models):
     bad = []
     for case in RECORD["cases"][::STRIDE]:
-        if case["opts"].get("export"):  # vLLM's verdict holds for the line recorded: today's export must write it
+        if case["opts"].get("export"):  # vLLM's verdict holds for the line recorded: today's export must
+                                        # write it
             argv = vgrid.export_argv(case["opts"], models)
             if vgrid._portable(argv) != case["argv"]:
                 bad.append(("export line changed", case["opts"], argv))
                 continue
-        cls, detail = vgrid.classify(vgrid.run_dcpctl(vcases.dcpctl_flags(case["opts"], models)), case["vllm"])
+        cls, detail = vgrid.classify(vgrid.run_dcpctl(vcases.dcpctl_flags(case["opts"], models)),
+                                     case["vllm"])
         if cls in vgrid.FAILURES:
             bad.append((cls, case["opts"], detail))
     assert bad == []
@@ -44,9 +47,11 @@ def test_dcpctl_agrees_with_recorded_vllm(models):
 
 def test_classify_names_each_failure():
     ok = {"valid": True, "violations": [], "resolved": {"page_size": 64, "dcp_comm_backend": "ag_rs"}}
-    v = {"accepted": True, "values": {k: None for k in vgrid.COMPARED} | {"page_size": 128, "dcp_comm_backend": "ag_rs"}}
+    v = {"accepted": True,
+         "values": {k: None for k in vgrid.COMPARED} | {"page_size": 128, "dcp_comm_backend": "ag_rs"}}
     assert vgrid.classify(ok, v)[0] == "differs" and vgrid.classify(ok, v)[1]["page_size"] == (64, 128)
-    assert vgrid.classify(ok, {"accepted": False, "error": "ValueError: x"})[0] == "vllm_rejects_dcpctl_accepts"
+    assert vgrid.classify(ok, {"accepted": False, "error": "ValueError: "
+                                                           "x"})[0] == "vllm_rejects_dcpctl_accepts"
     extra = {"valid": False, "violations": [{"code": "weights_fit", "message": "m"}], "resolved": {}}
     assert vgrid.classify(extra, v)[0] == "dcpctl_rejects_explained"
     odd = {"valid": False, "violations": [{"code": "tp_dcp", "message": "m"}], "resolved": {}}

@@ -13,19 +13,22 @@ from dcpctl.plan.vllm_args import parse_serve
 
 
 def plan(**opts):
-    return make_plan(request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "h200-8", **opts}))
+    return make_plan(request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "h200-8",
+                                           **opts}))
 
 
 def test_every_decision_names_its_vllm_source():
     p = plan(tp_size=8, dcp_size=8)
     assert p.valid and p.to_dict()["engine"] == {"name": "vllm", "version": "0.34.0"}
     d = {k: (v.value, v.reason) for k, v in p.decisions.items()}
-    assert d["dcp_comm_backend"][0] == "ag_rs" and "config/parallel.py set_dcp_defaults" in d["dcp_comm_backend"][1]
+    assert (d["dcp_comm_backend"][0] == "ag_rs"
+            and "config/parallel.py set_dcp_defaults" in d["dcp_comm_backend"][1])
     assert d["dcp_replicate_q_proj"][0] is False and "deepseek_v2.py" in d["dcp_replicate_q_proj"][1]
     assert d["decode_attention_backend"][0] == "FLASH_ATTN_MLA" and "_get_backend_priorities" in \
         d["decode_attention_backend"][1]
     assert d["page_size"][0] == 64 and "update_block_size_for_backend" in d["page_size"][1]
-    assert d["kv_cache_dtype"] == ("bfloat16", "auto: the model's dtype (bfloat16; config/cache.py cache_dtype)")
+    assert d["kv_cache_dtype"] == ("bfloat16",
+                                   "auto: the model's dtype (bfloat16; config/cache.py cache_dtype)")
     assert d["cp_kv_cache_interleave_size"][0] == 1 and d["gpu_memory_utilization"][0] == 1.0
     assert "resolved_gpu_memory_utilization" in d["gpu_memory_utilization"][1]
     assert all(r for _, r in d.values())
@@ -49,7 +52,8 @@ def test_a_user_block_size_skips_backends_that_cannot_take_it():
 
 def test_vllms_rules_with_its_messages():
     p = plan(tp_size=8, dcp_size=16)
-    assert p.violations[0].code == "tp_dcp" and "tp_size=8 must be divisible by dcp_size=16" in p.violations[0].message
+    assert (p.violations[0].code == "tp_dcp"
+            and "tp_size=8 must be divisible by dcp_size=16" in p.violations[0].message)
     p = plan(tp_size=4, prefill_context_parallel_size=2, dcp_size=4)
     assert p.violations[0].code == "vllm_pcp" and "[1, 2, 8]" in p.violations[0].message
     p = plan(tp_size=8, dcp_size=8, kv_cache_dtype="fp8_e5m2")
@@ -77,7 +81,8 @@ def test_sglang_only_options_and_names_are_refused():
     with pytest.raises(UserError, match="vLLM 0.34.0's MLA backends"):
         plan(tp_size=8, attention_backend="fa3")
     with pytest.raises(UserError, match="add --engine vllm"):
-        make_plan(request_from_options({"model": "deepseek-v3.1", "tp_size": 8, "attention_backend": "FLASHMLA"}))
+        make_plan(request_from_options({"model": "deepseek-v3.1", "tp_size": 8,
+                                        "attention_backend": "FLASHMLA"}))
 
 
 def test_pasted_vllm_serve_line():
@@ -91,7 +96,8 @@ def test_pasted_vllm_serve_line():
 
 
 def test_recommend_searches_vllms_exchanges():
-    req = request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "b200-8", "tp_size": 8})
+    req = request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "b200-8",
+                                "tp_size": 8})
     names = {c.label for c in candidates(req)}
     assert "dcp 8 ag_rs +repQ" in names and not any("fi_a2a" in n for n in names)
 
@@ -109,6 +115,7 @@ def test_typed_vllm_flags_under_engine_vllm():
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["valid"] is True
-    assert "passed through (not modelled by the plan): --enforce-eager --max-num-batched-tokens 8192" in r.stderr
+    assert ("passed through (not modelled by the plan): --enforce-eager --max-num-batched-tokens "
+            "8192" in r.stderr)
     bad = CliRunner().invoke(cli, args[:-2] + ["--enforce-eagr"])
     assert bad.exit_code == 2 and "the nearest is --enforce-eager" in bad.output

@@ -18,8 +18,8 @@ BASE = ["deepseek-ai/DeepSeek-V3.1", "-tp", "8", "-dcp", "8"]
 def plan(*args: str, hardware: str = "h200-8"):
     opts, rest = parse_serve([*BASE, *args])
     groups = [list(p.tokens) for p in rest]
-    return make_plan(request_from_options({**opts, "engine": "vllm", "model": "deepseek-v3.1", "hardware": hardware,
-                                           "model_path": None, "engine_args": groups}))
+    return make_plan(request_from_options({**opts, "engine": "vllm", "model": "deepseek-v3.1",
+                                           "hardware": hardware, "model_path": None, "engine_args": groups}))
 
 
 @pytest.mark.parametrize("typed, value", [("32k", 32000), ("128K", 131072), ("1.5k", 1500), ("4096", 4096)])
@@ -37,11 +37,14 @@ def test_auto_length_is_the_models_and_a_bad_one_is_refused():
 
 def test_spellings_of_flexible_argument_parser():
     opts, rest = parse_serve(["m", "--tensor_parallel_size=8", "--decode_context_parallel_size", "4",
-                              "--attention-backend", "flashmla", "-O3", "--attention-config.flash_attn_version", "3"])
+                              "--attention-backend", "flashmla", "-O3",
+                              "--attention-config.flash_attn_version", "3"])
     assert opts == {"model_path": "m", "tp_size": 8, "dcp_size": 4, "attention_backend": "FLASHMLA"}
-    assert [p.tokens for p in rest] == [("--optimization-level", "3"), ("--attention-config.flash_attn_version", "3")]
+    assert [p.tokens for p in rest] == [("--optimization-level", "3"),
+                                        ("--attention-config.flash_attn_version", "3")]
     s = vllm_read.settings(tuple(p.tokens for p in rest) + (("-ac", '{"backend": "triton_mla"}'),))
-    assert s == {"optimization_level": "3", "attention_config": {"flash_attn_version": 3, "backend": "triton_mla"}}
+    assert s == {"optimization_level": "3",
+                 "attention_config": {"flash_attn_version": 3, "backend": "triton_mla"}}
 
 
 def test_settings_change_what_the_plan_resolves():
@@ -49,7 +52,8 @@ def test_settings_change_what_the_plan_resolves():
     assert half.decisions["kv_cache_dtype"].value == "float16" and "set by --dtype half" in \
         half.decisions["kv_cache_dtype"].reason
     assert not plan("--dtype", "float32").valid  # no MLA backend runs float32
-    assert plan("--attention-config.backend", "triton_mla").decisions["decode_attention_backend"].value == "TRITON_MLA"
+    assert (plan("--attention-config.backend", "triton_mla").decisions["decode_attention_backend"].value
+            == "TRITON_MLA")
     with pytest.raises(UserError, match="mutually exclusive"):
         plan("--attention-config.backend", "triton_mla", "--attention-backend", "FLASHMLA")
     assert not plan("--max-model-len", "300000").valid
@@ -67,21 +71,25 @@ def test_memory_share_as_vllm_resolves_it(args, value):
 @pytest.mark.parametrize("args, match", [
     (("--enable-eplb",), "enable_expert_parallel must be True to use EPLB"),
     (("--enable-dbo",), "Microbatching .* only supports the deepep_low_latency"),
-    (("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 4}'),
+    (("--speculative-config",
+      '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 4}'),
      "speculative_draft_tensor_parallel_size=4 cannot be other value than 1"),
     (("-dcp", "4", "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'),
      "decode_context_parallel_size=4 must be 1 or equal to the NIXL transfer parallel size=8")])
 def test_combinations_vllm_refuses(args, match):
     with pytest.raises(UserError, match=match):
         plan(*args)
-    assert plan("--enable-eplb", "-ep").valid and plan("--enable-dbo", "--all2all-backend", "deepep_low_latency").valid
+    assert plan("--enable-eplb", "-ep").valid and plan("--enable-dbo", "--all2all-backend",
+                                                       "deepep_low_latency").valid
 
 
 def test_interleave_zero_and_negative_under_dcp():
     assert [v.code for v in plan("--cp-kv-cache-interleave-size", "0").violations] == ["vllm_interleave_zero"]
-    assert [v.code for v in plan("--cp-kv-cache-interleave-size", "-1").violations] == ["vllm_interleave_negative"]
-    at_dcp1 = make_plan(request_from_options({"engine": "vllm", "model": "deepseek-v3.1", "hardware": "h200-8",
-                                              "tp_size": 8, "cp_kv_cache_interleave_size": 0}))
+    assert ([v.code for v in plan("--cp-kv-cache-interleave-size", "-1").violations]
+            == ["vllm_interleave_negative"])
+    at_dcp1 = make_plan(request_from_options({"engine": "vllm", "model": "deepseek-v3.1",
+                                              "hardware": "h200-8", "tp_size": 8,
+                                              "cp_kv_cache_interleave_size": 0}))
     assert at_dcp1.valid and any("no effect at dcp 1" in w for w in at_dcp1.warnings)
 
 
@@ -107,6 +115,7 @@ def test_a_config_file_and_a_later_flag_as_vllm_reads_them(tmp_path):
     opts, rest = parse_serve(["m", "--config", str(cfg), "-dcp", "8"])  # the line's -dcp wins over the file's
     assert opts == {"model_path": "m", "tp_size": 8, "dcp_size": 8}
     assert [p.tokens for p in rest] == [("--enforce-eager",),
-                                        ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')]
+                                        ("--speculative-config",
+                                         '{"method": "mtp", "num_speculative_tokens": 1}')]
     with pytest.raises(UserError, match="reads a .yaml or .yml config file"):
         parse_serve(["m", "--config", str(tmp_path / "serve.json")])

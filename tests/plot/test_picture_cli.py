@@ -16,8 +16,10 @@ def run(*args):
 def test_planner_and_recommend_do_not_import_matplotlib_without_a_picture():
     code = ("import sys; from dcpctl.cli.main import main\n"
             "for argv in (['plan','--tp-size','8','--dcp-size','8','--format','json'],\n"
-            "             ['recommend','--model-preset','deepseek-v3.1','--hardware','h200-8','--tp-size','8',\n"
-            "              '--context-len','8192','--contexts','8192','--concurrency','4','--format','json']):\n"
+            "             ['recommend','--model-preset','deepseek-v3.1','--hardware','h200-8',"
+            "'--tp-size','8',\n"
+            "              '--context-len','8192','--contexts','8192','--concurrency','4',"
+            "'--format','json']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print('matplotlib' in sys.modules, 'torch' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -38,7 +40,8 @@ def test_missing_extra_names_it(tmp_path, monkeypatch):
     r = run("recommend", "--tp-size", "8", "--context-len", "8192", "--concurrency", "1",
             "--picture", str(tmp_path / "x.png"))
     assert r.exit_code == 2
-    assert r.stderr.strip() == "error: --picture needs matplotlib, an optional extra: pip install 'dcpctl[plot]'"
+    assert (r.stderr.strip()
+            == "error: --picture needs matplotlib, an optional extra: pip install 'dcpctl[plot]'")
 
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="the plot extra")
 
@@ -50,18 +53,19 @@ def test_plan_picture_valid_and_invalid(tmp_path):
     assert r.exit_code == 0 and good.read_bytes()[:8] == PNG_MAGIC and f"saved picture to {good}" in r.stderr
     r = run("plan", "--hardware", "h200-8", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention",
             "--dcp-size", "4", "--picture", str(bad))
-    assert r.exit_code == 2 and bad.read_text().lstrip().startswith("<?xml") and "dcp_containment" in bad.read_text()
+    assert (r.exit_code == 2 and bad.read_text().lstrip().startswith("<?xml")
+            and "dcp_containment" in bad.read_text())
 
 
 @needs_matplotlib
 def test_recommend_picture(tmp_path):
     out = tmp_path / "x.png"
-    r = run("recommend", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--context-len",
-            "32768", "--contexts", "32768", "--concurrency", "8", "--picture", str(out))
+    r = run("recommend", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8",
+            "--context-len", "32768", "--contexts", "32768", "--concurrency", "8", "--picture", str(out))
     assert r.exit_code == 0 and out.read_bytes()[:8] == PNG_MAGIC and out.stat().st_size > 10_000
     # every choice invalid (the built-in tiny model's 2,048 positions < 32K): an empty panel, not a crash
-    r = run("recommend", "--hardware", "h200-8", "--tp-size", "4", "--context-len", "32768", "--contexts", "32768",
-            "--concurrency", "8", "--picture", str(out))
+    r = run("recommend", "--hardware", "h200-8", "--tp-size", "4", "--context-len", "32768", "--contexts",
+            "32768", "--concurrency", "8", "--picture", str(out))
     assert r.exit_code == 0 and out.read_bytes()[:8] == PNG_MAGIC
 
 

@@ -43,13 +43,14 @@ def compile_sm90(v: Variant):
     if v.quant or v.a16:   # the kernel reads the bf16 rows itself
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in INTS})
-    const = dict(B0=128, BK=128, BM=v.bm, BN=v.bn, GROUPED=v.grouped, SPLIT=v.split, QUANT=v.quant, SWAP=v.swap,
-                 RED=v.red, PDL=v.pdl, A16=v.a16, F16=v.f16, FOLD=v.fold)
+    const = dict(B0=128, BK=128, BM=v.bm, BN=v.bn, GROUPED=v.grouped, SPLIT=v.split, QUANT=v.quant,
+                 SWAP=v.swap, RED=v.red, PDL=v.pdl, A16=v.a16, F16=v.f16, FOLD=v.fold)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
     src = ASTSource(_fp8_gemm_kernel, sig, constexprs=const, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=v.warps, num_stages=v.stages, launch_pdl=v.pdl))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=v.warps, num_stages=v.stages, launch_pdl=v.pdl))
 
 
 GEMV_INTS = ("R", "N", "K", "E", "nkb", "kb_per_split", "splits", "sx", "sw_e", "sw_n", "sws_e", "sws_n")
@@ -65,8 +66,8 @@ def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, group
     if quant or a16:
         sig["x_ptr"] = sig["xs_ptr"] = "*bf16"
     sig.update({n: "i32" for n in GEMV_INTS})
-    const = dict(B0=128, B1=128, KB=kb, BN=bn, BM=bm, EP=256, GROUPED=grouped, SPLIT=split, QUANT=quant and not a16,
-                 RED=max(1, min(8, 4096 // (bm * bn))), STAGES=stages, A16=a16)
+    const = dict(B0=128, B1=128, KB=kb, BN=bn, BM=bm, EP=256, GROUPED=grouped, SPLIT=split,
+                 QUANT=quant and not a16, RED=max(1, min(8, 4096 // (bm * bn))), STAGES=stages, A16=a16)
     sig.update({k: "constexpr" for k in const})
     names = list(sig)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS + DIVISIBLE}
@@ -75,9 +76,9 @@ def compile_gemv_sm90(bn: int, kb: int, bm: int, quant: bool, split: bool, group
 
 
 class Sm90Driver:
-    """The calls Triton's JIT makes of the active driver (binding a launch, JITFunction.preload), answered for an
-    sm_90 target without a GPU: `driver.set_active(Sm90Driver())`, then restore `driver._active` (reset_active()
-    would look for a real driver)."""
+    """The calls Triton's JIT makes of the active driver (binding a launch, JITFunction.preload), answered for
+    an sm_90 target without a GPU: `driver.set_active(Sm90Driver())`, then restore `driver._active`
+    (reset_active() would look for a real driver)."""
     target = GPUTarget("cuda", 90, 32)
 
     def get_current_target(self) -> GPUTarget:

@@ -1,11 +1,12 @@
 """The decode step's Triton kernels (rope_triton.py, norm_triton.add_rms_norm_fused, swiglu_triton.py,
-embed_triton.py, head_bmm_triton.py), the MoE combine (moe_combine.py) and the MHA form's block merge (fused_merge.merge_into_triton)
-and key assembly (attention/mha_keys.py) against the
-torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py), imported by the GPU tests.
+embed_triton.py, head_bmm_triton.py), the MoE combine (moe_combine.py) and the MHA form's block merge
+(fused_merge.merge_into_triton) and key assembly (attention/mha_keys.py) against the
+torch forms they replace.  Run as a script under TRITON_INTERPRET=1 on the CPU (test_step_fusions.py),
+imported by the GPU tests.
 
-Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the residual
-sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a tree, as
-norm_triton says), SwiGLU's silu by one (exp).  The interpreter runs fp16 only: its
+Exact (torch.equal) where the arithmetic is the same: the rope (V3's in x's dtype and V2's in fp32), the
+residual sum, and every store position; the norms may differ by one rounding step (the kernel's mean sums as a
+tree, as norm_triton says), SwiGLU's silu by one (exp).  The interpreter runs fp16 only: its
 bf16 casts truncate instead of rounding to nearest, so bf16 is checked on the GPU (test_gpu_step_fusions.py).
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ class _Cfg:  # the two fields Rotary reads, for a V3 (bf16 rotation) or V2 (fp32
 
 
 def rotary(interleaved: bool, fp32_math: bool, yarn: bool, device: str) -> Rotary:
-    spec = (RopeSpec("yarn", 10000.0, 64, factor=40.0, original_max=4096, beta_fast=32, beta_slow=1, mscale=1.0,
-                     mscale_all_dim=1.0, interleaved=interleaved) if yarn
+    spec = (RopeSpec("yarn", 10000.0, 64, factor=40.0, original_max=4096, beta_fast=32, beta_slow=1,
+                     mscale=1.0, mscale_all_dim=1.0, interleaved=interleaved) if yarn
             else RopeSpec("default", 10000.0, 64, interleaved=interleaved))
     return Rotary(_Cfg(spec, fp32_math), device)
 
@@ -48,7 +49,8 @@ def check_rope_q(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: 
                  H: int = 20) -> None:
     g = torch.Generator().manual_seed(T * H + interleaved)
     r = rotary(interleaved, fp32_math, yarn, device)
-    q = (torch.randn(T, H, 192, generator=g) * 2).to(device=device, dtype=dtype)   # q_b's output: [nope | rope]
+    # q_b's output: [nope | rope]
+    q = (torch.randn(T, H, 192, generator=g) * 2).to(device=device, dtype=dtype)
     cos, sin = r.cos_sin(torch.randint(0, 9000, (T,), generator=g).to(device))
     out = torch.full((T, H, 576), float("nan"), device=device, dtype=dtype)
     rope_q_into(q[:, :, 128:], cos, sin, out[:, :, 512:], interleaved, fp32_math)
@@ -56,7 +58,8 @@ def check_rope_q(device: str, dtype: torch.dtype, interleaved: bool, fp32_math: 
     assert torch.isnan(out[:, :, :512]).all(), "wrote outside the rope slice"
     got = out[:, :, 512:]
     assert torch.equal(got, ref), (got.float() - ref.float()).abs().max()
-    inplace = q.clone()                   # the MHA form ropes q's own rope slice in place (models/attention.py)
+    inplace = q.clone()                   # the MHA form ropes q's own rope slice in place
+                                          # (models/attention.py)
     rope_q_into(inplace[:, :, 128:], cos, sin, inplace[:, :, 128:], interleaved, fp32_math)
     assert torch.equal(inplace[:, :, :128], q[:, :, :128]) and torch.equal(inplace[:, :, 128:], ref)
 
@@ -80,13 +83,15 @@ def check_kv_rows(device: str, dtype: torch.dtype, interleaved: bool, fp32_math:
     untouched[slots] = False
     assert not pool[untouched].any(), "wrote a slot outside `slots`"
     assert _close_norm(pool[slots, :L], ref[slots, :L])
-    assert torch.equal(pool[slots, L:], ref[slots, L:]), (pool[slots, L:].float() - ref[slots, L:].float()).abs().max()
+    assert torch.equal(pool[slots, L:], ref[slots, L:]), (pool[slots, L:].float()
+                                                          - ref[slots, L:].float()).abs().max()
 
 
 def check_add_norm(device: str, dtype: torch.dtype, T: int = 3, D: int = 7168) -> None:
     g = torch.Generator().manual_seed(T + D)
     x = (torch.randn(T, D, generator=g) * 4).to(device=device, dtype=dtype)
-    res = (torch.randn(T, D + 8, generator=g) * 4).to(device=device, dtype=dtype)[:, :D]   # a strided residual
+    # a strided residual
+    res = (torch.randn(T, D + 8, generator=g) * 4).to(device=device, dtype=dtype)[:, :D]
     w = (torch.rand(D, generator=g) + 0.5).to(device=device, dtype=dtype)
     h, y = add_rms_norm_fused(x, res, w, 1e-6)
     want_h = res + x
@@ -102,8 +107,8 @@ def check_swiglu(device: str, dtype: torch.dtype, T: int = 3, inter: int = 2048)
     got = swiglu_fused(h, inter)
     gate, up = h.split(inter, -1)
     want = torch.nn.functional.silu(gate) * up
-    # libdevice expf and an IEEE division as torch's CUDA silu; exp may still round apart (and torch's CPU silu
-    # vectorizes exp its own way): within a step of the dtype, nearly all equal
+    # libdevice expf and an IEEE division as torch's CUDA silu; exp may still round apart (and torch's CPU
+    # silu vectorizes exp its own way): within a step of the dtype, nearly all equal
     assert _close_norm(got, want)
     assert (got == want).float().mean() > 0.99
 
@@ -123,7 +128,8 @@ def check_embed(device: str, dtype: torch.dtype, start: int = 100, n: int = 164,
 def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: int = 128, lat: int = 512,
                    v: int = 128) -> None:
     # the two decode products over the model's token-major views: q_nope (a split of q) @ w_kc into the latent
-    # slice of the query buffer, o @ w_vc into [T, H, v]; against an fp32 reference (rows of fp32 sums, rounded once)
+    # slice of the query buffer, o @ w_vc into [T, H, v]; against an fp32 reference (rows of fp32 sums,
+    # rounded once)
     from dcpctl.runtime.kernels.head_bmm_triton import head_bmm
     g = torch.Generator().manual_seed(T)
     q = torch.randn(T, H, nope + 64, generator=g).to(device=device, dtype=dtype)
@@ -143,8 +149,8 @@ def check_head_bmm(device: str, dtype: torch.dtype, T: int, H: int = 8, nope: in
 
 
 def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V: int = 24) -> None:
-    """Strided views as the MHA form passes them: every other accumulator row (a query phase), a partial laid out
-    heads-first (cuDNN's output transposed); rows at -inf in the accumulator take the partial whole."""
+    """Strided views as the MHA form passes them: every other accumulator row (a query phase), a partial laid
+    out heads-first (cuDNN's output transposed); rows at -inf in the accumulator take the partial whole."""
     g = torch.Generator().manual_seed(T * H + V)
     acc = torch.randn(2 * T, H, V, generator=g).to(device)
     acc_lse = (torch.randn(2 * T, H, generator=g) * 4).to(device)
@@ -158,13 +164,15 @@ def check_merge_into(device: str, dtype: torch.dtype, T: int = 37, H: int = 5, V
     merge_into_triton(got_o[::2], got_lse[::2], o, lse)
     assert torch.allclose(got_o[::2], want_o, rtol=1e-5, atol=1e-5)
     assert torch.allclose(got_lse[::2], want_lse, rtol=1e-6, atol=1e-5)
-    assert torch.equal(got_o[1::2], acc[1::2]) and torch.equal(got_lse[1::2], acc_lse[1::2])   # rows left alone
+    # rows left alone
+    assert torch.equal(got_o[1::2], acc[1::2]) and torch.equal(got_lse[1::2], acc_lse[1::2])
 
 
 def check_mha_keys(device: str, dtype: torch.dtype, s: int = 37, H: int = 20, nope: int = 24, v: int = 16,
                    rope: int = 8) -> None:
-    """The MHA form's key assembly: kv as kv_b_proj's GEMM output, k_pe a strided view of the latent rows; a copy,
-    so the kernel equals the two torch copies bit for bit (rows and heads past a program's tile included)."""
+    """The MHA form's key assembly: kv as kv_b_proj's GEMM output, k_pe a strided view of the latent rows; a
+    copy, so the kernel equals the two torch copies bit for bit (rows and heads past a program's tile
+    included)."""
     g = torch.Generator().manual_seed(s * H)
     kv = torch.randn(s, H, nope + v, generator=g).to(device=device, dtype=dtype)
     rows = torch.randn(s, 40 + rope, generator=g).to(device=device, dtype=dtype)
@@ -176,8 +184,8 @@ def check_mha_keys(device: str, dtype: torch.dtype, s: int = 37, H: int = 20, no
 
 def check_moe_combine(device: str, dtype: torch.dtype, T: int = 37, k: int = 8, D: int = 1100,
                       local: int = 200, ends_dtype: torch.dtype = torch.int32) -> None:
-    # y's rows sorted by expert, the last T * k - local of them other ranks' (unset: NaN here, must count as 0);
-    # the kernel against the torch form: the same fp32 products, summed in slot order, rounded once
+    # y's rows sorted by expert, the last T * k - local of them other ranks' (unset: NaN here, must count as
+    # 0); the kernel against the torch form: the same fp32 products, summed in slot order, rounded once
     g = torch.Generator().manual_seed(T + k)
     order = torch.randperm(T * k, generator=g).to(device)
     ends = torch.tensor([local // 2, local], device=device, dtype=ends_dtype)   # grouped: int32; loop: int64
@@ -216,6 +224,7 @@ def check_all(device: str, dtypes: tuple[torch.dtype, ...]) -> None:
 
 
 if __name__ == "__main__":
-    check_all("cpu", (torch.float16,))   # the interpreter's bf16 casts truncate (84% of rotations off by an ulp)
+    check_all("cpu", (torch.float16,))   # the interpreter's bf16 casts truncate (84% of rotations off by an
+                                         # ulp)
     print("ok")
     sys.exit(0)

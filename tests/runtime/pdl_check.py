@@ -1,5 +1,5 @@
-"""Test-only kernels for test_pdl.py: a copy that releases its dependents at once and writes late, and a PDL copy
-that does not wait (the race the step's kernels must not have)."""
+"""Test-only kernels for test_pdl.py: a copy that releases its dependents at once and writes late, and a PDL
+copy that does not wait (the race the step's kernels must not have)."""
 import torch
 import triton
 import triton.language as tl
@@ -9,10 +9,12 @@ from triton.language.extra.cuda import gdc_launch_dependents
 @triton.jit
 def _late_copy_kernel(SRC, DST, n, spin_ns, BLOCK: tl.constexpr):
     gdc_launch_dependents()
-    t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                   pack=1)
     t = t0
     while t - t0 < spin_ns:
-        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                      pack=1)
     for i in range(0, n, BLOCK):
         offs = i + tl.arange(0, BLOCK)
         tl.store(DST + offs, tl.load(SRC + offs, mask=offs < n), mask=offs < n)

@@ -36,7 +36,8 @@ class RefContext:
     def _append(self, layer: int, seq: int, rows: Tensor, kv_new: Tensor) -> Tensor:
         old = self.cache.get((layer, seq), kv_new.new_zeros(0, kv_new.shape[1]))
         first = int(self.positions[rows[0]])
-        assert first == old.shape[0], f"seq {seq} layer {layer}: position {first} after {old.shape[0]} cached rows"
+        assert first == old.shape[0], \
+            f"seq {seq} layer {layer}: position {first} after {old.shape[0]} cached rows"
         self.cache[(layer, seq)] = torch.cat([old, kv_new[rows]])
         return self.cache[(layer, seq)]
 

@@ -1,5 +1,5 @@
-"""The collectives seam: a stand-in group answers as a real gloo group whose every rank holds this rank's tensors,
-every call is recorded the same on both paths, and the stand-in's answers replay on their own."""
+"""The collectives seam: a stand-in group answers as a real gloo group whose every rank holds this rank's
+tensors, every call is recorded the same on both paths, and the stand-in's answers replay on their own."""
 from __future__ import annotations
 
 import pytest

@@ -3,7 +3,8 @@
 - bf16 logits through the paged path (Triton MLA kernel) within 2e-2 relative of CPU fp64;
 - CUDA-graph replay of decode steps equals eager paged steps;
 - the tiny model's greedy ids through Engine.generate (bf16 on GPU) equal CPU float64 for >= 28/32.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py; `benchmarks/gpu.sh tests`).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py;
+`benchmarks/gpu.sh tests`).
 """
 import random
 
@@ -106,7 +107,8 @@ def test_tiny_greedy_gpu_matches_cpu_fp64():
     ref = _greedy("cpu", "float64", reqs)
     same = lambda got: sum(a == b for a, b in zip(got, ref))  # noqa: E731
     doc = {"of": len(reqs), "tokens": 8, "gpu_fp32": same(_greedy("cuda", "float32", reqs)),
-           "gpu_bf16": same(_greedy("cuda", "bfloat16", reqs)), "cpu_bf16": same(_greedy("cpu", "bfloat16", reqs))}
+           "gpu_bf16": same(_greedy("cuda", "bfloat16", reqs)),
+           "cpu_bf16": same(_greedy("cpu", "bfloat16", reqs))}
     _report("tiny_greedy", doc)
     assert doc["gpu_fp32"] >= 28, doc
     assert doc["gpu_bf16"] >= doc["cpu_bf16"] - 2, doc

@@ -37,4 +37,5 @@ def test_main_reports_one_line_per_rank():
     p = subprocess.run([sys.executable, "-m", "dcpctl.runtime.worker"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 1
-    assert p.stderr.strip() == "[rank 0] LaunchConfigError: environment variable DCPCTL_LAUNCH_CONFIG is not set"
+    assert (p.stderr.strip()
+            == "[rank 0] LaunchConfigError: environment variable DCPCTL_LAUNCH_CONFIG is not set")

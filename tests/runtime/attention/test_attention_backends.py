@@ -1,9 +1,9 @@
 """The local attention backends on CPU: the measured rule, FlashInfer's setup and its plan through the merge.
 
-FlashInfer itself needs a GPU (tests/runtime/attention/test_gpu_backends.py); here a stand-in wrapper computes what
-FlashInfer's MLA decode computes from the very plan arguments the runtime hands it (indptrs, page indices,
-lengths, strided ckv/kpe views), so the plan, the empty-shard rule and the base-2 LSE are checked against
-unsplit attention at DCP 1, 2 and 4 without one.
+FlashInfer itself needs a GPU (tests/runtime/attention/test_gpu_backends.py); here a stand-in wrapper computes
+what FlashInfer's MLA decode computes from the very plan arguments the runtime hands it (indptrs, page
+indices, lengths, strided ckv/kpe views), so the plan, the empty-shard rule and the base-2 LSE are checked
+against unsplit attention at DCP 1, 2 and 4 without one.
 """
 import io
 import json
@@ -40,11 +40,13 @@ def test_shipped_table_picks_per_cell():
 
 def test_the_device_rule_for_the_attention_table():
     h200 = table_for("NVIDIA H200", 90)
-    assert len(h200["cells"]) == 84 and h200["source"].startswith("the attention tuning table: measured on this GPU")
+    assert len(h200["cells"]) == 84 and h200["source"].startswith("the attention tuning table: measured on "
+                                                                  "this GPU")
     assert table_for("NVIDIA H100 80GB HBM3", 90)["cells"] == h200["cells"]        # the nearest sm_90 table
     assert table_for("NVIDIA B200", 100)["cells"] == []                            # none: ours, said so
     rule = decide(Key(128, "bf16", 64, "NVIDIA B200"), "auto", BOTH, table_for("NVIDIA B200", 100))
-    assert rule.fixed == "triton" and "no attention table for NVIDIA B200 or another sm_100 GPU" in rule.reason
+    assert (rule.fixed == "triton"
+            and "no attention table for NVIDIA B200 or another sm_100 GPU" in rule.reason)
 
 
 def test_rule_requests_and_fallbacks():
@@ -56,15 +58,18 @@ def test_rule_requests_and_fallbacks():
     only = decide(H200, "auto", {"triton": None, "flashinfer": "no"}, t)
     assert only.fixed == "triton" and "not available: flashinfer: no" in only.reason
     other = decide(Key(128, "bf16", 16, "NVIDIA H200"), "fa3", BOTH, t)
-    assert other.fixed == "triton" and other.reason.startswith("--attention-backend fa3 is not a bundled-runtime")
+    assert other.fixed == "triton" and other.reason.startswith("--attention-backend fa3 is not a "
+                                                               "bundled-runtime")
     assert "no measured cell for 128 kernel heads, bf16 KV, page 16" in other.reason
     assert decide(H200, "auto", {"triton": "x", "flashinfer": "y"}, t).fixed == "torch"
 
 
 def test_table_round_trip(tmp_path):
     res = {"device": "NVIDIA H200", "kv_dtype": "bf16", "torch": "t", "cells": [
-        {"heads": 16, "ctx": 8192, "batch": 1, "backends": {"triton": {"time_us": 10.0}, "flashinfer": {"time_us": 12.0}}},
-        {"heads": 16, "ctx": 8192, "batch": 64, "backends": {"triton": {"time_us": 90.0}, "flashinfer": {"time_us": 60.0}}}]}
+        {"heads": 16, "ctx": 8192, "batch": 1,
+         "backends": {"triton": {"time_us": 10.0}, "flashinfer": {"time_us": 12.0}}},
+        {"heads": 16, "ctx": 8192, "batch": 64,
+         "backends": {"triton": {"time_us": 90.0}, "flashinfer": {"time_us": 60.0}}}]}
     path = tmp_path / "t.json"
     write(table_from_bench(res, "dcpctl bench kernel --save-table t.json"), path)
     rule = decide(Key(16, "bf16", 64, "h200"), "auto", BOTH, load_table(path))
@@ -80,9 +85,10 @@ def test_table_round_trip(tmp_path):
 def test_plan_and_launch_carry_the_choice(tmp_path):
     from click.testing import CliRunner
     from dcpctl.cli.main import cli
-    r = CliRunner().invoke(cli, ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8",
-                                 "--dcp-size", "8", "--page-size", "64", "--attention-backend", "triton",
-                                 "--format", "json"])
+    r = CliRunner().invoke(cli,
+                           ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8",
+                            "--dcp-size", "8", "--page-size", "64", "--attention-backend", "triton",
+                            "--format", "json"])
     d = json.loads(r.stdout)["decisions"]["local_attention_backend"]
     assert d["value"] == "triton" and "128 kernel heads, bf16 KV, page 64 on NVIDIA H200" in d["reason"]
     cpu = CliRunner().invoke(cli, ["plan", "--hardware", "cpu", "--tp-size", "2", "--format", "json"])
@@ -138,11 +144,13 @@ class _Wrapper:
     def __init__(self, ws, backend):
         self.plans = 0
 
-    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe, page_size,
-             causal, sm_scale, q_data_type, kv_data_type):
-        assert qo_indptr.device.type == kv_indptr.device.type == kv_len_arr.device.type == "cpu"   # no device sync
+    def plan(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
+             page_size, causal, sm_scale, q_data_type, kv_data_type):
+        # no device sync
+        assert qo_indptr.device.type == kv_indptr.device.type == kv_len_arr.device.type == "cpu"
         assert not causal and kv_indices.dtype == torch.int32
-        self.indptr, self.indices, self.lens, self.page, self.scale = kv_indptr, kv_indices, kv_len_arr, page_size, sm_scale
+        self.indptr, self.indices, self.lens, self.page, self.scale = (kv_indptr, kv_indices, kv_len_arr,
+                                                                       page_size, sm_scale)
         self.plans += 1
 
     def run(self, q_nope, q_pe, ckv, kpe, return_lse):
@@ -168,7 +176,8 @@ def test_flashinfer_plan_through_merge_equals_unsplit(monkeypatch):
         parts = []
         for r, view, lay in rank_shards(kv, lens, c, page):
             res = flashinfer_mla.flashinfer_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)
-            again = flashinfer_mla.flashinfer_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)   # next layer
+            # next layer
+            again = flashinfer_mla.flashinfer_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)
             assert torch.equal(res.lse, again.lse) and res.base == "2"
             assert torch.isneginf(res.lse[-1]).all()                          # the pad row
             parts.append((res.o[:len(lens)], res.lse[:len(lens)]))
@@ -193,12 +202,14 @@ def test_bench_kernel_backends_option_and_table(capsys):
     from dcpctl.cli.main import cli
     r = CliRunner().invoke(cli, ["bench", "kernel", "--backends", "fa3"])
     assert r.exit_code == 2 and "--backends fa3: unknown ['fa3']; valid: auto, triton, flashinfer" in r.output
-    cell = {"heads": 128, "ctx": 32768, "batch": 32, "roofline_us": 50.0, "bound": "memory", "best": "flashinfer",
-            "auto": "triton", "auto_over_best": 0.25, "backends": {"triton": {"time_us": 100.0, "fraction": 0.5},
-                                                                   "flashinfer": {"time_us": 80.0, "fraction": 0.625}}}
+    cell = {"heads": 128, "ctx": 32768, "batch": 32, "roofline_us": 50.0, "bound": "memory",
+            "best": "flashinfer", "auto": "triton", "auto_over_best": 0.25,
+            "backends": {"triton": {"time_us": 100.0, "fraction": 0.5},
+                         "flashinfer": {"time_us": 80.0, "fraction": 0.625}}}
     res = {"device": "NVIDIA H200", "kv_dtype": "bf16", "calibration": {"copy_tbps": 4.3, "bf16_tflops": 790},
-           "bf16_sustained_tflops": 680, "fraction_min": 0.5, "fraction_median": 0.5, "backends": ["triton", "flashinfer"], "cells": [cell],
-           "flashinfer": "FlashInfer 0.2.14", "exchange": "-"}
+           "bf16_sustained_tflops": 680, "fraction_min": 0.5, "fraction_median": 0.5,
+           "backends": ["triton", "flashinfer"], "cells": [cell], "flashinfer": "FlashInfer 0.2.14",
+           "exchange": "-"}
     kernel._table(res)
     out = capsys.readouterr().out
     assert "100.0" in out and "80.0" in out and "0.62" in out and "triton (+25.0%)" in out

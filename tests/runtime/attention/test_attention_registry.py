@@ -1,7 +1,7 @@
-"""The attention-backend registry on CPU: every kernel is listed with its blocker's sentence, and a kernel added
-as one registration is chosen by the selector on an explicit request or by a measured table that names it, and
-run through its hooks by paged_attention (attention/backends): prepare for an eager batch, capture (told whether
-the graph records) for a decode graph's batch."""
+"""The attention-backend registry on CPU: every kernel is listed with its blocker's sentence, and a kernel
+added as one registration is chosen by the selector on an explicit request or by a measured table that names
+it, and run through its hooks by paged_attention (attention/backends): prepare for an eager batch, capture
+(told whether the graph records) for a decode graph's batch."""
 import json
 
 import pytest
@@ -27,11 +27,11 @@ def test_every_backend_is_listed_with_its_cpu_blocker():
                     (MHA, "cudnn"): "the queries are not on a GPU",
                     (MHA, "torch"): None}
     assert [(b.name, b.graph, b.one_token, b.reference) for b in backends.of_kind(ABSORBED)] == [
-        ("triton", None, False, False), ("flashinfer", GRAPH_LAYOUT, True, False), ("flashmla", None, True, False),
-        ("torch", None, False, True)]
+        ("triton", None, False, False), ("flashinfer", GRAPH_LAYOUT, True, False),
+        ("flashmla", None, True, False), ("torch", None, False, True)]
     assert selector.mha(q, pool, 512).label == "torch reference"
-    with pytest.raises(ValueError, match=r"absorbed attention backend 'fa3' is not registered; valid: \['triton', "
-                                         r"'flashinfer', 'flashmla', 'torch'\]"):
+    with pytest.raises(ValueError, match=r"absorbed attention backend 'fa3' is not registered; valid: "
+                                         r"\['triton', 'flashinfer', 'flashmla', 'torch'\]"):
         backends.get(ABSORBED, "fa3")
     with pytest.raises(ValueError, match="is already registered"):
         backends.register(backends.get(ABSORBED, "triton"))
@@ -105,7 +105,8 @@ def _batch(tokens=1):
 
 def _two_layers(kv, lay, requested="auto"):
     for _ in range(2):
-        res = paged_attention(torch.randn(lay.positions.numel(), 2, 40), kv, lay, 0.1, 32, 0, 1, requested=requested)
+        res = paged_attention(torch.randn(lay.positions.numel(), 2, 40), kv, lay, 0.1, 32, 0, 1,
+                              requested=requested)
     return res
 
 
@@ -129,7 +130,8 @@ def test_a_new_kernel_is_chosen_by_the_table_that_names_it(fake, tmp_path, capsy
     with settings.using(attention_table=str(path)):
         _two_layers(kv, lay)
     assert lay.selected == "fake" and (fake.prepares, fake.runs) == (1, 2)
-    assert ("local attention: fake for 2 kernel heads, fp32 KV, page 4 on cpu (measured (" in capsys.readouterr().err)
+    assert ("local attention: fake for 2 kernel heads, fp32 KV, page 4 on cpu (measured "
+            "(" in capsys.readouterr().err)
 
 
 def test_a_one_token_kernel_leaves_longer_chunks_to_the_reference(fake, monkeypatch):
@@ -140,8 +142,8 @@ def test_a_one_token_kernel_leaves_longer_chunks_to_the_reference(fake, monkeypa
 
 
 def test_a_graph_batch_tells_the_backend_it_is_captured(fake):
-    """A decode graph's batch reaches the backend's capture hook (not prepare), told whether the graph records,
-    with the graphs' kept dict; an eager batch reaches prepare."""
+    """A decode graph's batch reaches the backend's capture hook (not prepare), told whether the graph
+    records, with the graphs' kept dict; an eager batch reaches prepare."""
     kept = {}
     for recording in (False, True):
         kv, lay = _batch()

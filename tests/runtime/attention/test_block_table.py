@@ -100,7 +100,8 @@ def test_random_steps_equal_rebuild_and_write_only_changes(c, page, seed):
         for i, rid, need, pages in rows:               # the live part equals a rebuild
             assert table[i, :need].tolist() == pages[:need], (i, rid)
         assert not table[BMAX].any()                   # the empty row is never written
-        kept = {rid: need - prev[rid][1] for _, rid, need, pages in rows if rid in prev and prev[rid][0] is pages}
+        kept = {rid: need - prev[rid][1]
+                for _, rid, need, pages in rows if rid in prev and prev[rid][0] is pages}
         assert w.entries <= sum(kept.get(rid, need) for _, rid, need, _ in rows)
         assert w.moved <= len(rows)
         prev = {rid: (pages, need) for _, rid, need, pages in rows}
@@ -130,7 +131,8 @@ def test_misuse_raises():
     alloc = VirtualAllocator(16, 1, 1)
     alloc.allocate(0, 3)
     bt = DeviceBlockTable(torch.zeros(3, 2, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"needed pages \(3\) > min\(allocated pages \(3\), table width \(2\)\)"):
+    with pytest.raises(ValueError,
+                       match=r"needed pages \(3\) > min\(allocated pages \(3\), table width \(2\)\)"):
         bt.update([(0, 0, 3, alloc.pages(0))])
     with pytest.raises(ValueError, match=r"row 2 not in \[0, rows\(2\)\)"):
         bt.update([(2, 0, 1, alloc.pages(0))])
@@ -156,7 +158,8 @@ def test_attention_never_reads_past_the_live_part(c):
         q = torch.randn(len(chunks), 2, 2 * v_dim, dtype=torch.float64)
         pos = torch.tensor([ch.start for ch in chunks], dtype=torch.int32)
         for r in range(c):
-            lens = torch.tensor([local_len(ch.start + 1, r, c) for ch in chunks] + [0] * (BMAX + 1 - len(chunks)))
+            lens = torch.tensor([local_len(ch.start + 1, r, c) for ch in chunks]
+                                + [0] * (BMAX + 1 - len(chunks)))
             rest = (lens, torch.arange(len(chunks), dtype=torch.int32), pos)
             kw = dict(scale=0.1, v_dim=v_dim, dcp_rank=r, dcp_size=c)
             got = mla_decode_reference(q, pool, poisoned, *rest, **kw)

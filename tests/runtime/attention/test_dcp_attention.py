@@ -83,7 +83,8 @@ def test_dcp_attention_matches_unsplit(c, backend, dtype, base, q_is_group, dens
 
 
 @settings(max_examples=80, deadline=None)
-@given(c=st.integers(1, 4), lens=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 9)), min_size=1, max_size=4))
+@given(c=st.integers(1, 4),
+       lens=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 9)), min_size=1, max_size=4))
 def test_layout_writes_each_row_once_and_shards_follow_local_len(c, lens):
     alloc = VirtualAllocator(capacity_tokens=128, page_size=2, dcp=c)
     chunks = [SeqChunk(i, start, n) for i, (start, n) in enumerate(lens)]
@@ -109,7 +110,8 @@ def test_segmented_equals_dense_with_tiny_blocks(monkeypatch):
     kv = torch.randn(lay.kv_pos.numel(), R, generator=g, dtype=torch.float64)
     mask = local_mod.attention_mask(lay.positions, lay.seq, lay.kv_pos, lay.kv_seq)
     want = local_mod.local_attention(q, kv, mask, SCALE, L, "2")
-    got = local_mod.segmented_attention(q, kv, lay.positions, lay.kv_pos, lay.q_bounds, lay.kv_bounds, SCALE, L, "2")
+    got = local_mod.segmented_attention(q, kv, lay.positions, lay.kv_pos, lay.q_bounds, lay.kv_bounds, SCALE,
+                                        L, "2")
     torch.testing.assert_close(got[0], want[0], atol=1e-14, rtol=1e-14)
     torch.testing.assert_close(got[1], want[1], atol=1e-14, rtol=1e-14)
     assert torch.isneginf(got[1][-3:]).all()  # chunk 2 on dcp rank 1 (position 0 only) and both pads

@@ -1,10 +1,11 @@
-"""FlashMLA as a local attention backend, on CPU: availability, the measured choice, its build inputs, its wiring.
+"""FlashMLA as a local attention backend, on CPU: availability, the measured choice, its build inputs, its
+wiring.
 
-FlashMLA needs an sm_90 GPU (tests/runtime/attention/test_gpu_flashmla.py, test_gpu_backends.py); here a stand-in for its
-extension computes what flash_mla_cuda computes from the very arguments the runtime hands it (q [T, 1, H, R],
-k_cache [pages, 64, 1, R], block table rows, local lengths, metadata), including its +inf lse for a
-zero-length row, so the per-row tables, the empty-shard rule and the base-e LSE are checked against unsplit
-attention at DCP 1, 2 and 4 through the merge.
+FlashMLA needs an sm_90 GPU (tests/runtime/attention/test_gpu_flashmla.py, test_gpu_backends.py); here a
+stand-in for its extension computes what flash_mla_cuda computes from the very arguments the runtime hands it
+(q [T, 1, H, R], k_cache [pages, 64, 1, R], block table rows, local lengths, metadata), including its +inf lse
+for a zero-length row, so the per-row tables, the empty-shard rule and the base-e LSE are checked against
+unsplit attention at DCP 1, 2 and 4 through the merge.
 """
 import dataclasses
 import io
@@ -40,9 +41,11 @@ def _table(tmp_path):
     cells = []
     for b, us in ((1, {"triton": 10.0, "flashinfer": 12.0, "flashmla": 11.0}),
                   (64, {"triton": 90.0, "flashinfer": 60.0, "flashmla": 50.0})):
-        cells.append({"heads": 128, "ctx": 65536, "batch": b, "backends": {k: {"time_us": v} for k, v in us.items()}})
+        cells.append({"heads": 128, "ctx": 65536, "batch": b,
+                      "backends": {k: {"time_us": v} for k, v in us.items()}})
     path = tmp_path / "t.json"
-    write(table_from_bench({"device": "NVIDIA H200", "kv_dtype": "bf16", "cells": cells}, "dcpctl bench kernel"), path)
+    write(table_from_bench({"device": "NVIDIA H200", "kv_dtype": "bf16", "cells": cells},
+                           "dcpctl bench kernel"), path)
     return load_table(path)
 
 
@@ -54,22 +57,25 @@ def test_measured_choice_with_three_backends(tmp_path):
     gone = decide(key, "auto", {**ALL, "flashmla": "page size 16: no"}, t)
     assert gone.pick(64, 65536) == "flashinfer" and "not available: flashmla: page size 16: no" in gone.reason
     asked = decide(key, "flashmla", {**ALL, "flashmla": "FlashMLA is not built here"}, t)
-    assert asked.fixed == "triton" and asked.reason == "--attention-backend flashmla asked for, but FlashMLA is not built here"
+    assert (asked.fixed == "triton"
+            and asked.reason == "--attention-backend flashmla asked for, but FlashMLA is not built here")
     assert decide(key, "flashmla", ALL, t).fixed == "flashmla"
     # a caller that knows only two backends (an older table reader) still gets a reason, not a KeyError
-    assert "flashmla: not known to this runtime" in decide(key, "auto", {"triton": None, "flashinfer": None}, t).reason
+    assert "flashmla: not known to this runtime" in decide(key, "auto", {"triton": None, "flashinfer": None},
+                                                           t).reason
 
 
 def test_plan_says_why_flashmla_is_out_whatever_the_environment(monkeypatch):
     from click.testing import CliRunner
     from dcpctl.cli.main import cli
-    args = ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size", "8",
-            "--page-size", "64", "--format", "json"]
+    args = ["plan", "--model-preset", "deepseek-v3", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size",
+            "8", "--page-size", "64", "--format", "json"]
     monkeypatch.delenv("DCPCTL_FLASHMLA_SDIST", raising=False)
     bare = CliRunner().invoke(cli, args).stdout
     d = json.loads(bare)["decisions"]["local_attention_backend"]
     assert "flashmla: FlashMLA is built from source at run time" in d["reason"], d
-    monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", "/x/flashmla.tar.gz")   # the runtime's build source, not the plan's
+    # the runtime's build source, not the plan's
+    monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", "/x/flashmla.tar.gz")
     assert CliRunner().invoke(cli, args).stdout == bare
 
 
@@ -83,7 +89,8 @@ def _tar(path, top, files):
 
 
 def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
-    # a FlashMLA tarball without CUTLASS of its own (an older vendored tarball): CUTLASS from FlashInfer's sdist
+    # a FlashMLA tarball without CUTLASS of its own (an older vendored tarball): CUTLASS from FlashInfer's
+    # sdist
     mla = _tar(tmp_path / "flashmla-abc.tar.gz", "flashmla-abc", {s: "" for s in flashmla_setup.SOURCES})
     fi = _tar(tmp_path / "fi.tar.gz", "flashinfer_python-0.2.14", {
         "3rdparty/cutlass/include/cutlass/cutlass.h": "", "flashinfer/__init__.py": "", "csrc/big.cu": ""})
@@ -96,7 +103,8 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="rerun tools/gpu_env.sh prepare"):
         flashmla_setup.sources(mla, None, tmp_path / "work2")
     assert "-gencode=arch=compute_90a,code=sm_90a" in flashmla_setup.NVCC_FLAGS
-    (tmp_path / "cuda/include/cccl").mkdir(parents=True)      # CUDA 13: CCCL's headers, for g++ on flash_api.cpp
+    (tmp_path / "cuda/include/cccl").mkdir(parents=True)      # CUDA 13: CCCL's headers, for g++ on
+                                                              # flash_api.cpp
     assert flashmla_setup.host_includes(str(tmp_path / "cuda")) == [f"-I{tmp_path / 'cuda/include/cccl'}"]
     assert flashmla_setup.host_includes(str(tmp_path / "none")) == flashmla_setup.host_includes(None) == []
     monkeypatch.setenv("DCPCTL_FLASHMLA_SDIST", str(mla))
@@ -104,8 +112,9 @@ def test_build_inputs_come_from_the_two_tarballs(tmp_path, monkeypatch):
     flashmla_setup.load.cache_clear()
     try:
         mod, why = flashmla_setup.load()
-        assert mod is None and why == (f"flashmla-abc.tar.gz has no CUTLASS of its own and $DCPCTL_FLASHINFER_SDIST="
-                                       f"{tmp_path / 'none.tar.gz'} does not exist (rerun tools/gpu_env.sh prepare)")
+        assert mod is None and why == ("flashmla-abc.tar.gz has no CUTLASS of its own and "
+                                       f"$DCPCTL_FLASHINFER_SDIST={tmp_path / 'none.tar.gz'} does not exist "
+                                       "(rerun tools/gpu_env.sh prepare)")
     finally:
         flashmla_setup.load.cache_clear()
 
@@ -135,7 +144,8 @@ class _FlashMLA:
 
     def fwd_kvcache_mla(self, q, kcache, v, lens, table, scale, causal, meta, splits):
         b, s, h, _ = q.shape
-        assert s == 1 and not causal and kcache.shape[2] == 1 and table.dtype == torch.int32 and splits.shape == (b + 1,)
+        assert (s == 1 and not causal and kcache.shape[2] == 1 and table.dtype == torch.int32
+                and splits.shape == (b + 1,))
         assert int(lens.min()) >= 1, "the runtime hands FlashMLA no zero-length row"
         o, lse = torch.zeros(b, 1, h, v, dtype=q.dtype), torch.zeros(b, h, 1)
         for i in range(b):
@@ -155,11 +165,13 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
     for c in (1, 2, 4):
         parts, calls = [], fake.meta_calls
         for r, view, lay in rank_shards(kv, lens, c, page):
-            assert lay.rows_are_chunks                                          # a decode batch: the table sliced
+            # a decode batch: the table sliced
+            assert lay.rows_are_chunks
             res = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)
             again = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view, lay, scale, 512)   # the next layer
             gathered = flashmla.flashmla_decode(torch.cat([q, q[:1]]), view,
-                                                dataclasses.replace(lay, rows_are_chunks=False, backend_state={}),
+                                                dataclasses.replace(lay, rows_are_chunks=False,
+                                                                    backend_state={}),
                                                 scale, 512)                   # each row's table row gathered
             assert torch.equal(res.lse, again.lse) and res.base == "e"
             assert torch.equal(res.o, gathered.o) and torch.equal(res.lse, gathered.lse)
@@ -167,7 +179,8 @@ def test_flashmla_rows_through_merge_equal_unsplit(monkeypatch):
             empty = torch.tensor([n <= r for n in lens])                        # L < c leaves rank r empty
             assert torch.isneginf(res.lse[:len(lens)][empty]).all()
             parts.append((res.o[:len(lens)], res.lse[:len(lens)]))
-        assert fake.meta_calls - calls == 2 * c               # once per batch (two layouts a rank), not per layer
+        assert fake.meta_calls - calls == 2 * c               # once per batch (two layouts a rank), not per
+                                                              # layer
         m = merge_stacked(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]), "e")
         assert torch.allclose(m.o, want_o, atol=1e-5) and torch.allclose(m.lse, want_lse, atol=1e-5), c
     assert not math.isnan(float(m.o.sum()))
@@ -179,7 +192,8 @@ def test_rule_context_is_the_same_on_every_rank():
     from dcpctl.runtime.kv.allocator import local_len
     chunks = [SeqChunk(0, 16384, 1), SeqChunk(1, 99, 1)]       # a request of 16385 tokens and one of 100
     assert {local_len(16385, r, 2) for r in range(2)} == {8193, 8192}   # ranks' own max lengths differ by one
-    assert group_context(chunks, 2) == 8193 and group_context(chunks, 1) == 16385 and group_context([], 4) == 0
+    assert (group_context(chunks, 2) == 8193 and group_context(chunks, 1) == 16385
+            and group_context([], 4) == 0)
 
 
 def _blocker(monkeypatch, name, why):
@@ -188,9 +202,9 @@ def _blocker(monkeypatch, name, why):
 
 
 def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, monkeypatch):
-    # a capture's layout carries no host page lists: FlashInfer is out (its plan() is per step, on the host), FlashMLA
-    # is in (its metadata is a device kernel the graph replays), and the rule picks by the graph's batch size and
-    # context bucket; an eager batch of the same shape picks by its chunks
+    # a capture's layout carries no host page lists: FlashInfer is out (its plan() is per step, on the host),
+    # FlashMLA is in (its metadata is a device kernel the graph replays), and the rule picks by the graph's
+    # batch size and context bucket; an eager batch of the same shape picks by its chunks
     from types import SimpleNamespace
     from dcpctl.runtime.attention import selector
     from dcpctl.runtime.attention.layout import SeqChunk
@@ -204,7 +218,8 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
     graph = lambda b, rows: SimpleNamespace(graph=GraphPass({}, True), max_local_len=rows, chunks=[])  # noqa
     assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, graph(64, 65536), 512, 1) == "flashmla"
     assert selector._absorbed("auto", torch.zeros(1, 128, 576), pool, graph(1, 65536), 512, 1) == "triton"
-    eager = SimpleNamespace(graph=None, max_local_len=65536, chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
+    eager = SimpleNamespace(graph=None, max_local_len=65536,
+                            chunks=[SeqChunk(i, 65535, 1) for i in range(64)])
     assert selector._absorbed("auto", torch.zeros(64, 128, 576), pool, eager, 512, 1) == "flashmla"
     # FlashInfer stays out of a capture, with its reason, even where the table would pick it
     _blocker(monkeypatch, "flashmla", "not built")
@@ -213,10 +228,10 @@ def test_a_graph_capture_may_pick_flashmla_by_its_batch_and_bucket(tmp_path, mon
 
 
 def test_flashmla_is_told_it_is_captured(monkeypatch):
-    """A decode graph's batch through the registry: the capture's warm-up (recording False) makes the tile metadata
-    into the buffers the graphs keep, the recording reads them with no metadata kernel, and `refresh` remakes them
-    before a replay only when a row's block count changed; every pass equals an eager batch (no CUDA here: the
-    backend is told it is captured, it asks torch nothing)."""
+    """A decode graph's batch through the registry: the capture's warm-up (recording False) makes the tile
+    metadata into the buffers the graphs keep, the recording reads them with no metadata kernel, and `refresh`
+    remakes them before a replay only when a row's block count changed; every pass equals an eager batch (no
+    CUDA here: the backend is told it is captured, it asks torch nothing)."""
     from dcpctl.runtime.attention import backends
     from dcpctl.runtime.attention.paged import GraphPass
     fake = _FlashMLA()
@@ -229,13 +244,17 @@ def test_flashmla_is_told_it_is_captured(monkeypatch):
     eager = backends.run(b, call(dataclasses.replace(lay, backend_state={})))
     made = []
     for recording in (False, True):
-        res = backends.run(b, call(dataclasses.replace(lay, backend_state={}, graph=GraphPass(kept, recording))))
+        res = backends.run(b,
+                           call(dataclasses.replace(lay, backend_state={}, graph=GraphPass(kept, recording))))
         made.append(fake.meta_calls)
         assert torch.equal(res.o, eager.o) and torch.equal(res.lse, eager.lse), recording
-    assert made == [2, 2] and isinstance(kept["flashmla"], flashmla.GraphRows)    # eager 1, warm-up 1, recording 0
+    # eager 1, warm-up 1, recording 0
+    assert made == [2, 2] and isinstance(kept["flashmla"], flashmla.GraphRows)
     remade = []
-    for step in ([5, 300, 64, 130], [6, 301, 64, 130], [6, 320, 65, 130]):   # blocks: as made, same, 2 rows cross
+    # blocks: as made, same, 2 rows cross
+    for step in ([5, 300, 64, 130], [6, 301, 64, 130], [6, 320, 65, 130]):
         before = fake.meta_calls
         b.refresh(kept, step, torch.tensor(step, dtype=torch.int32))
         remade.append(fake.meta_calls > before)
-    assert remade == [True, False, True]       # the first refresh after a capture remakes (made from the buffers)
+    assert remade == [True, False, True]       # the first refresh after a capture remakes (made from the
+                                               # buffers)

@@ -23,9 +23,9 @@ def check_gluon_case(case, scale, **kw):
     row of a long shard would hide under the whole-output norm."""
     got = check_triton_case(case, scale, 2e-2, **kw)
     for i, (g, rk) in enumerate(zip(got, case["ranks"])):
-        w = mla_decode_reference(case["q"].to(rk["pool"].dtype).double(), rk["pool"].cpu().double(), rk["bt"].cpu(),
-                                 rk["lens"].cpu(), case["row_req"], case["q_pos"], scale=scale, v_dim=case["v_dim"],
-                                 dcp_rank=i, dcp_size=case["c"])
+        w = mla_decode_reference(case["q"].to(rk["pool"].dtype).double(), rk["pool"].cpu().double(),
+                                 rk["bt"].cpu(), rk["lens"].cpu(), case["row_req"], case["q_pos"],
+                                 scale=scale, v_dim=case["v_dim"], dcp_rank=i, dcp_size=case["c"])
         seen = torch.isfinite(w.lse).all(-1)                     # rows that see at least one key
         err = (g.o - w.o).flatten(1).norm(dim=1) / w.o.flatten(1).norm(dim=1).clamp_min(1e-30)
         assert seen.any() and float(err[seen].max()) < 2e-2, err
@@ -41,19 +41,23 @@ def test_gluon_shared_memory_budget():
 
 def test_gluon_is_not_chosen_off_hopper_or_for_fp8():
     cfg = triton_mla.KernelConfig(64, 32, 8, 4, gluon=True)
-    assert not triton_mla.use_gluon(cfg, torch.zeros(2, 64, 576, dtype=torch.bfloat16), 512)        # a CPU pool
-    assert not triton_mla.use_gluon(cfg._replace(gluon=False), torch.zeros(1, 1, 576, dtype=torch.bfloat16), 512)
+    # a CPU pool
+    assert not triton_mla.use_gluon(cfg, torch.zeros(2, 64, 576, dtype=torch.bfloat16), 512)
+    assert not triton_mla.use_gluon(cfg._replace(gluon=False), torch.zeros(1, 1, 576, dtype=torch.bfloat16),
+                                    512)
     if HOPPER and gluon_mla.gluon_available():
         pool = torch.zeros(2, 64, 576, device="cuda", dtype=torch.bfloat16)
         assert triton_mla.use_gluon(cfg, pool, 512)
         assert not triton_mla.use_gluon(cfg._replace(num_warps=4), pool, 512)
         assert not triton_mla.use_gluon(cfg, pool[..., :48], 32)        # the tiny models' rows: Triton
-        assert not triton_mla.use_gluon(cfg, pool, 512, kv_scale=0.5)   # a scaled 16-bit pool: Triton applies it
+        # a scaled 16-bit pool: Triton applies it
+        assert not triton_mla.use_gluon(cfg, pool, 512, kv_scale=0.5)
         assert triton_mla.use_gluon(cfg, pool, 512, kv_scale=1.0)
         wide = torch.zeros(2, 64, 640, device="cuda", dtype=torch.bfloat16)
-        assert not triton_mla.use_gluon(cfg._replace(block_n=64, num_stages=2), wide, 512)   # over shared memory
+        # over shared memory
+        assert not triton_mla.use_gluon(cfg._replace(block_n=64, num_stages=2), wide, 512)
         default = triton_mla.default_config(128)
-        assert default.gluon and triton_mla.use_gluon(default, pool, 512)                     # the default here
+        assert default.gluon and triton_mla.use_gluon(default, pool, 512)   # the default here
     elif torch.cuda.is_available():                                     # a CUDA GPU that is not Hopper
         pool = torch.zeros(2, 64, 576, device="cuda", dtype=torch.bfloat16)
         assert not triton_mla.use_gluon(cfg, pool, 512)
@@ -127,8 +131,8 @@ def test_gluon_writes_send_buffer_in_place(splits):
 @pytest.mark.parametrize("block_n,stages,page", [(64, 2, 64), (32, 4, 64), (64, 2, 16), (32, 3, 16)])
 def test_gluon_is_deterministic(block_n, stages, page):
     # the same launch gives the same bits: a stage or P buffer reused too early would show here first
-    case = make_case(17, [64, 1000, 5000, 5001], 1, page=page, heads=128, v_dim=512, rope=64, tokens_per_req=4,
-                     dtype=torch.bfloat16, device="cuda")
+    case = make_case(17, [64, 1000, 5000, 5001], 1, page=page, heads=128, v_dim=512, rope=64,
+                     tokens_per_req=4, dtype=torch.bfloat16, device="cuda")
     rk = case["ranks"][0]
     q = case["q"].to(torch.bfloat16).cuda()
     cfg = triton_mla.KernelConfig(block_n=block_n, num_stages=stages, gluon=True, **GLUON)

@@ -5,7 +5,8 @@ the rows it owns (owner(p) = p mod c) through the allocator's pages; each rank's
 (o, lse, base), and the merge (merge.merge_stacked) combines them.  Sequences shorter than c leave
 empty shards; lengths off page multiples leave partial last pages; pad rows follow the requests.
 Then the greedy ids of a tiny 512 + 64 latent model through the worker, per backend.
-Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py; `benchmarks/gpu.sh tests`).
+Numbers go to $DCPCTL_GPU_REPORT/<test>.json when that is set (tests/gpu_report.py;
+`benchmarks/gpu.sh tests`).
 """
 import math
 import random
@@ -50,7 +51,8 @@ def _dcp_decode(q, kv, lens, c, backend):
         fill = build_paged(alloc, [SeqChunk(rid, 0, n) for rid, n in enumerate(lens)], r, PAGE, "cuda")
         flat = torch.cat([kv[b, :n] for b, n in enumerate(lens)]).to(torch.bfloat16)
         pool.write(0, fill.write_slots, flat.index_select(0, fill.write_rows))
-        lay = build_paged(alloc, [SeqChunk(rid, n - 1, 1) for rid, n in enumerate(lens)], r, PAGE, "cuda", pad=2)
+        lay = build_paged(alloc, [SeqChunk(rid, n - 1, 1) for rid, n in enumerate(lens)], r, PAGE, "cuda",
+                          pad=2)
         qq = torch.cat([q, q[:2]]).to(torch.bfloat16)          # two pad rows after the requests
         res = paged_attention(qq, pool.kv[0], lay, SCALE, V, r, c, requested=backend)
         ran.add(lay.selected)
@@ -110,12 +112,13 @@ TIE = 0.1   # |log p| apart: what two bf16 runs of this random model may differ 
 @pytest.mark.parametrize("other", ["flashinfer", "flashmla"])
 def test_greedy_ids_equal_across_backends(latent_path, other):
     """Greedy ids equal, except where the two backends' picks are a near-tie: there both chosen tokens have
-    log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise).  Before the
-    divergence the ids are equal and the log-probabilities agree within TIE; a wrong kernel fails both."""
+    log-probabilities within TIE of each other (a random model's top-2 logits can be closer than bf16 noise).
+    Before the divergence the ids are equal and the log-probabilities agree within TIE; a wrong kernel fails
+    both."""
     need_backend(other)
     rng = random.Random(0)
-    reqs = [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 300))], "max_new_tokens": 16,
-             "temperature": 0, "ignore_eos": True, "logprobs": True} for _ in range(16)]
+    reqs = [{"prompt_ids": [rng.randrange(4, 256) for _ in range(rng.randrange(2, 300))],
+             "max_new_tokens": 16, "temperature": 0, "ignore_eos": True, "logprobs": True} for _ in range(16)]
     got = {b: _greedy(latent_path, b, reqs) for b in ("triton", other)}
     rows = []
     for (ia, la), (ib, lb) in zip(got["triton"], got[other]):

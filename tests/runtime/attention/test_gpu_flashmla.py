@@ -14,7 +14,8 @@ from dcpctl.runtime.attention import flashmla, flashmla_setup
 from tests.runtime.attention.needs import need_backend
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")]
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU")]
 
 R, V, PAGE = 576, 512, 64
 SCALE = 1 / math.sqrt(192)
@@ -22,7 +23,8 @@ SCALE = 1 / math.sqrt(192)
 
 @pytest.fixture(scope="module", autouse=True)
 def mod():
-    """Every test here needs FlashMLA: without it (not built, not sm_90) each skips with its blocker's reason."""
+    """Every test here needs FlashMLA: without it (not built, not sm_90) each skips with its blocker's
+    reason."""
     need_backend("flashmla")
     return flashmla_setup.load()[0]
 
@@ -30,7 +32,8 @@ def mod():
 def _case(heads, lens, pages_per_row=4):
     g = torch.Generator(device="cuda").manual_seed(7)
     pool = torch.randn(len(lens) * pages_per_row + 1, PAGE, R, device="cuda", generator=g).bfloat16()
-    table = (1 + torch.randperm(len(lens) * pages_per_row, device="cuda", generator=g)).int().view(len(lens), -1)
+    table = ((1 + torch.randperm(len(lens) * pages_per_row, device="cuda", generator=g)).int()
+             .view(len(lens), -1))
     q = torch.randn(len(lens), heads, R, device="cuda", generator=g).bfloat16()
     return q, pool, table, torch.tensor(lens, dtype=torch.int32, device="cuda")
 
@@ -77,8 +80,9 @@ def test_replays_in_a_cuda_graph(mod):
 
 
 def test_metadata_and_decode_capture_together(mod):
-    """What the decode graphs would need (engine/decode_graphs.py): the per-batch rows and metadata made inside the capture from
-    device buffers, so a replay after the buffers change equals an eager call on the new lengths."""
+    """What the decode graphs would need (engine/decode_graphs.py): the per-batch rows and metadata made
+    inside the capture from device buffers, so a replay after the buffers change equals an eager call on the
+    new lengths."""
     import types
     q, pool, table, lens = _case(128, [5, 300, 64, 0])
     lay = types.SimpleNamespace(block_table=table, row_req=torch.arange(4, dtype=torch.int32, device="cuda"),
@@ -86,7 +90,8 @@ def test_metadata_and_decode_capture_together(mod):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        flashmla.flashmla_decode(q, pool, types.SimpleNamespace(**{**vars(lay), "backend_state": {}}), SCALE, V)
+        flashmla.flashmla_decode(q, pool, types.SimpleNamespace(**{**vars(lay), "backend_state": {}}), SCALE,
+                                 V)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -113,9 +118,9 @@ class _Counting:
 
 
 def test_graph_rows_remake_metadata_only_when_a_block_count_changes(mod, monkeypatch):
-    """The decode graphs' metadata outside the graph (flashmla.GraphRows): a replay after `refresh` equals an eager
-    call on the new lengths bit for bit, the metadata is remade only when a row crosses into a new 64-row block,
-    and a replay on metadata of other block counts is wrong (what the refresh is for)."""
+    """The decode graphs' metadata outside the graph (flashmla.GraphRows): a replay after `refresh` equals an
+    eager call on the new lengths bit for bit, the metadata is remade only when a row crosses into a new
+    64-row block, and a replay on metadata of other block counts is wrong (what the refresh is for)."""
     spy = _Counting(mod)
     monkeypatch.setattr(flashmla, "load", lambda: (spy, None))
     q, pool, table, lens = _case(128, [5, 300, 64, 0], pages_per_row=6)
@@ -130,7 +135,8 @@ def test_graph_rows_remake_metadata_only_when_a_block_count_changes(mod, monkeyp
     with torch.cuda.graph(g):
         got = flashmla.run(q, pool, table, rows.decode_rows(buf, True, recording=True), SCALE, V)
     made = spy.made
-    steps = [[6, 301, 64, 0], [7, 302, 65, 0], [8, 303, 66, 1], [9, 320, 66, 1], [64, 321, 128, 2], [65, 383, 129, 2]]
+    steps = [[6, 301, 64, 0], [7, 302, 65, 0], [8, 303, 66, 1], [9, 320, 66, 1], [64, 321, 128, 2],
+             [65, 383, 129, 2]]
     remade = []
     for new in steps:
         buf.copy_(torch.tensor(new, dtype=torch.int32))
@@ -142,10 +148,11 @@ def test_graph_rows_remake_metadata_only_when_a_block_count_changes(mod, monkeyp
         torch.cuda.synchronize()
         live = buf > 0
         assert torch.equal(got[0][live], want[0][live]) and torch.equal(got[1], want[1]), new
-    # the first refresh after capture always remakes (the capture made it from the buffers); then only crossings
-    # (block counts [1,5,1,1], [1,5,2,1], same, same (320 is 5 whole blocks), [1,6,2,1], [2,6,3,1])
+    # the first refresh after capture always remakes (the capture made it from the buffers); then only
+    # crossings (block counts [1,5,1,1], [1,5,2,1], same, same (320 is 5 whole blocks), [1,6,2,1], [2,6,3,1])
     assert made == 1 and remade == [True, True, False, False, True, True], remade
-    buf.copy_(torch.tensor([129, 383, 129, 2], dtype=torch.int32))     # row 0 crosses into block 3: no refresh
+    # row 0 crosses into block 3: no refresh
+    buf.copy_(torch.tensor([129, 383, 129, 2], dtype=torch.int32))
     g.replay()
     want = flashmla.run(q, pool, table, flashmla.decode_rows(buf.clone(), 128), SCALE, V)
     torch.cuda.synchronize()
@@ -153,8 +160,8 @@ def test_graph_rows_remake_metadata_only_when_a_block_count_changes(mod, monkeyp
 
 
 def test_decode_graphs_with_flashmla_equal_eager_across_blocks(tmp_path):
-    """Decode graphs on FlashMLA (its metadata remade outside the graph) give the logits of eager FlashMLA steps
-    while the rows cross 64-row blocks, at DCP 1."""
+    """Decode graphs on FlashMLA (its metadata remade outside the graph) give the logits of eager FlashMLA
+    steps while the rows cross 64-row blocks, at DCP 1."""
     from dcpctl.runtime.attention.dcp import SeqChunk, build_context
     from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
     from dcpctl.runtime.kv import KVPool, VirtualAllocator
@@ -171,7 +178,8 @@ def test_decode_graphs_with_flashmla_equal_eager_across_blocks(tmp_path):
         ps = ParallelState.single()
         model = load_model(path, ps, False, torch.bfloat16, torch.device("cuda"))
         alloc = VirtualAllocator(4096, PAGE, 1)
-        kv = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, torch.bfloat16, "cuda")
+        kv = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, torch.bfloat16,
+                    "cuda")
         g = torch.Generator().manual_seed(1)
         prompts = [torch.randint(0, 250, (n,), generator=g) for n in lens]
         for rid, n in enumerate(lens):

@@ -1,5 +1,6 @@
 """The MHA form on one CUDA device (skipped without CUDA): cuDNN's (o, lse) against the exact reference, the
-shard attention in bf16 against float64, and greedy ids equal across the two forms on the trained tiny model."""
+shard attention in bf16 against float64, and greedy ids equal across the two forms on the trained tiny
+model."""
 from __future__ import annotations
 
 import pytest
@@ -22,15 +23,16 @@ def test_sdpa_kernels_return_natural_lse_and_match_reference(op, t, s, causal):
     o, lse = _sdpa_kernel(op, q, k, v, causal, 192 ** -0.5)
     o_ref, lse_ref = reference_kernel(q.double(), k.double(), v.double(), causal, 192 ** -0.5)
     assert o.shape == (t, 16, 128) and lse.shape == (t, 16)
-    torch.testing.assert_close(lse.double(), lse_ref, rtol=0, atol=2e-3)    # base e: a log2 LSE is off by ~30%
+    # base e: a log2 LSE is off by ~30%
+    torch.testing.assert_close(lse.double(), lse_ref, rtol=0, atol=2e-3)
     torch.testing.assert_close(o.double(), o_ref, rtol=0, atol=3e-2)
 
 
 @pytest.mark.parametrize("t,s", [(300, 1024 + 37), (300, 2048), (129, 500), (300, 2048 + 300), (257, 768)])
 def test_cudnn_kernel_with_quantized_keys_matches_reference(t, s):
-    # the backend's kernel as the MHA form calls it, unmasked: query rows padded to a bucket, keys split into a
-    # multiple of KEY_QUANTUM, then of KEY_STEP through cuDNN, the rest through the memory-efficient kernel, merged
-    # by LSE
+    # the backend's kernel as the MHA form calls it, unmasked: query rows padded to a bucket, keys split into
+    # a multiple of KEY_QUANTUM, then of KEY_STEP through cuDNN, the rest through the memory-efficient kernel,
+    # merged by LSE
     from dcpctl.runtime.attention.backends.mha_cudnn import cudnn_kernel
     g = torch.Generator("cuda").manual_seed(t + s)
     q, k = (torch.randn(n, 16, 192, generator=g, device="cuda").bfloat16() for n in (t, s))
@@ -54,7 +56,8 @@ def test_shard_attention_bf16_matches_float64():
     chunks = [ShardChunk(0, 200, 0, 0, 100, slots[:100]), ShardChunk(200, 100, 250, 125, 175, slots[100:275])]
     budget = 40 * heads * (128 + 128 + 192) * 2
     o, lse = shard_attention(q, pool, chunks, w, L, rank, c, 192 ** -0.5, budget)
-    o64, lse64 = shard_attention(q.double(), pool.double(), chunks, w.double(), L, rank, c, 192 ** -0.5, budget)
+    o64, lse64 = shard_attention(q.double(), pool.double(), chunks, w.double(), L, rank, c, 192 ** -0.5,
+                                 budget)
     seen = torch.isfinite(lse64)
     assert torch.equal(seen, torch.isfinite(lse))
     torch.testing.assert_close(lse[seen].double(), lse64[seen], rtol=0, atol=5e-2)

@@ -27,7 +27,8 @@ def test_the_deepseek_shape_runs_gluon_on_hopper():
     (dict(gpu=None), "the KV pool is not on a GPU"),
     (dict(gpu=GpuFacts((8, 0), 166_912, 108)), "sm_80 is not Hopper (sm_90)"),
     (dict(gpu=GpuFacts((10, 0), 232_448, 148)), "sm_100 is not Hopper (sm_90)"),
-    (dict(gpu=GpuFacts((8, 0), 166_912, 108), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),  # not Triton
+    # not Triton
+    (dict(gpu=GpuFacts((8, 0), 166_912, 108), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),
     (dict(dtype=torch.float8_e4m3fn), "the KV pool is float8_e4m3fn (it reads 16-bit pools)"),
     (dict(kv_scale=0.5), "the KV pool carries a scale"),
     (dict(cfg=GLUON._replace(num_warps=4)), "it does not run the tiles (64, 64, 4, 2)"),
@@ -41,10 +42,12 @@ def test_each_blocker_names_its_cause(kw, why):
 def test_describe_says_which_kernel_and_why():
     cpu = torch.device("cpu")
     line = kc.describe(16, default_config(16), cpu, torch.bfloat16, 576, 512, None)
-    assert line == ("local attention: the Triton MLA kernel (16 heads x 128 tokens per program, 2 stages) for 16 "
-                    "query heads per rank (not the Gluon kernel: 16 query heads per rank are not a multiple of its 64)")
+    assert line == ("local attention: the Triton MLA kernel (16 heads x 128 tokens per program, 2 stages) "
+                    "for 16 query heads per rank (not the Gluon kernel: 16 query heads per rank are not a "
+                    "multiple of its 64)")
     line = kc.describe(128, default_config(128), cpu, torch.bfloat16, 576, 512, None)
-    assert line.startswith("local attention: the Triton MLA kernel (64 heads x 64 tokens per program, 2 stages)")
+    assert line.startswith("local attention: the Triton MLA kernel (64 heads x 64 tokens per program, 2 "
+                           "stages)")
     assert line.endswith("(not the Gluon kernel: the KV pool is not on a GPU)")
 
 
@@ -84,7 +87,8 @@ def test_gpu_facts_read_the_plans_probe():
     from types import SimpleNamespace
 
     from dcpctl.plan.detect import Gpu, Probe
-    found = Probe((Gpu(0, "NVIDIA B200", 179.1, 100, "GPU-0a1b"), Gpu(1, "NVIDIA H200", 140.4, 90, "GPU-9f8e")), "nvml")
+    found = Probe((Gpu(0, "NVIDIA B200", 179.1, 100, "GPU-0a1b"),
+                   Gpu(1, "NVIDIA H200", 140.4, 90, "GPU-9f8e")), "nvml")
     props = SimpleNamespace(uuid="9f8e", shared_memory_per_multiprocessor=233_472, multi_processor_count=132)
     assert facts_from(props, found) == H200                   # torch's bare UUID finds NVML's GPU-... record
     torch_only = SimpleNamespace(**vars(props), major=8, minor=0)

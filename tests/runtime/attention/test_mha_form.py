@@ -35,7 +35,8 @@ H, L, ROPE, NOPE, V = 3, 8, 4, 5, 6
 
 
 def _dense(q, K, V_, own, start, scale):
-    # q: [T, H, qk]  K/V_: [S, H, *] the whole sequence's keys  own: this rank's positions -> o, lse (-inf: none)
+    # q: [T, H, qk]  K/V_: [S, H, *] the whole sequence's keys  own: this rank's positions -> o, lse (-inf:
+    # none)
     s = torch.einsum("thd,shd->ths", q, K[own]) * scale
     mask = torch.tensor(own)[None, :] <= torch.arange(start, start + q.shape[0])[:, None]
     s = s.masked_fill(~mask[:, None, :], -math.inf)
@@ -43,7 +44,8 @@ def _dense(q, K, V_, own, start, scale):
 
 
 @pytest.mark.parametrize("c", [1, 2, 3, 4])
-@pytest.mark.parametrize("start,T,block", [(0, 11, 100), (0, 11, 2), (7, 9, 3), (13, 1, 2), (5, 6, 1), (2, 1, 4)])
+@pytest.mark.parametrize("start,T,block",
+                         [(0, 11, 100), (0, 11, 2), (7, 9, 3), (13, 1, 2), (5, 6, 1), (2, 1, 4)])
 def test_chunk_decomposition_equals_dense_masked_attention(c, start, T, block):
     g = torch.Generator().manual_seed(c * 100 + start)
     end = start + T
@@ -59,8 +61,8 @@ def test_chunk_decomposition_equals_dense_masked_attention(c, start, T, block):
         o = torch.zeros(T, H, V, dtype=torch.float64)
         lse = torch.full((T, H), -math.inf, dtype=torch.float64)
         mine = rows[own]
-        chunk_attention(q, lambda a, b: mine[a:b], w, NOPE, L, start, sum(p < start for p in own), len(own), r, c,
-                        0.3, reference_kernel, block, o, lse)
+        chunk_attention(q, lambda a, b: mine[a:b], w, NOPE, L, start, sum(p < start for p in own), len(own),
+                        r, c, 0.3, reference_kernel, block, o, lse)
         seen = torch.isfinite(lse_ref)
         assert torch.equal(seen, torch.isfinite(lse)), f"rank {r}: rows that see a key differ"
         torch.testing.assert_close(lse[seen], lse_ref[seen], rtol=0, atol=1e-12)
@@ -69,30 +71,37 @@ def test_chunk_decomposition_equals_dense_masked_attention(c, start, T, block):
 
 
 V3 = MlaShape(hidden_size=7168, num_layers=61, num_heads=128, q_lora_rank=1536, kv_lora_rank=512,
-              qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280, intermediate_size=18432,
-              moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1)
+              qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280,
+              intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1)
 
 
 @pytest.mark.parametrize("chunks,mha", [
-    ([SeqChunk(0, 0, 340)], [False]), ([SeqChunk(0, 0, 341)], [True]),            # a fresh prompt: from 341 tokens
-    ([SeqChunk(0, 100_000, 170)], [False]), ([SeqChunk(0, 100_000, 172)], [True]),  # an extend: ~171 new tokens
-    ([SeqChunk(i, 131_072, 1) for i in range(64)], [False] * 64),                   # decode at 128K
-    ([SeqChunk(0, 0, 8192)] + [SeqChunk(i, 4096, 1) for i in range(1, 3)], [True, False, False]),  # mixed: split
-    ([SeqChunk(i, 32_768, 1) for i in range(1, 9)] + [SeqChunk(0, 0, 8192)], [False] * 8 + [True]),  # long decodes
+    # a fresh prompt: from 341 tokens
+    ([SeqChunk(0, 0, 340)], [False]), ([SeqChunk(0, 0, 341)], [True]),
+    # an extend: ~171 new tokens
+    ([SeqChunk(0, 100_000, 170)], [False]), ([SeqChunk(0, 100_000, 172)], [True]),
+    # decode at 128K
+    ([SeqChunk(i, 131_072, 1) for i in range(64)], [False] * 64),
+    # mixed: split
+    ([SeqChunk(0, 0, 8192)] + [SeqChunk(i, 4096, 1) for i in range(1, 3)], [True, False, False]),
+    # long decodes
+    ([SeqChunk(i, 32_768, 1) for i in range(1, 9)] + [SeqChunk(0, 0, 8192)], [False] * 8 + [True]),
 ])
 def test_rule_picks_mha_per_chunk_for_long_prefills_and_absorbed_for_decode(chunks, mha):
     forms, why = pick_form("auto", chunks, V3)
     assert forms == mha == [form_costs([ch], V3)[1] < form_costs([ch], V3)[0] for ch in chunks]
     kind = "split" if any(mha) and not all(mha) else "MHA" if all(mha) else "absorbed"
     assert why.startswith(f"attention form: {kind} ")
-    assert pick_form("absorbed", chunks, V3) == ([False] * len(chunks), "attention form: absorbed (asked for)")
+    assert pick_form("absorbed", chunks, V3) == ([False] * len(chunks),
+                                                 "attention form: absorbed (asked for)")
     with pytest.raises(ValueError, match="valid: \\['auto', 'absorbed', 'mha'\\]"):
         pick_form("latent", chunks, V3)
 
 
 PROMPTS = [[256, 72, 101, 108, 108, 111, 9, 44, 3, 17, 200, 5, 6], [256, 1, 2, 3, 200], [256, 33]]
 STEPS = 3
-MHA_BLOCK = 3 * 16 * (16 + 16 + 24) * 8   # key blocks of 3 rows at 16 kernel heads (float64): the block loop runs
+MHA_BLOCK = 3 * 16 * (16 + 16 + 24) * 8   # key blocks of 3 rows at 16 kernel heads (float64): the block loop
+                                          # runs
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +109,8 @@ def tiny(tmp_path_factory):
     return str(write_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict, chunk, form):
+def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict, chunk,
+          form):
     ps = ParallelState.build(groups, attn_dp_size=dp) if world > 1 else ParallelState.single()
     model = load_model(path, ps, typed(decisions).dcp_replicate_q_proj, torch.float64)
     make = dcp_ctx(model, ps, decisions, form=form, mha_block_bytes=MHA_BLOCK)
@@ -117,8 +127,10 @@ CASES = {  # name: (world, dp, dcp, decisions, prefill chunk, form)
     "dcp1_mha": (1, 1, 1, {}, None, "mha"),
     "dcp1_mha_paged_chunked": (1, 1, 1, {"attention_path": "paged"}, 5, "mha"),
     "tp2_dcp2_ag_rs_mha": (2, 1, 2, {"dcp_comm_backend": "ag_rs"}, None, "mha"),
-    "tp4_dcp4_a2a_mha_chunked_paged": (4, 1, 4, {"dcp_comm_backend": "a2a", "attention_path": "paged"}, 4, "mha"),
-    "tp4_dcp2_a2a_replicated_q_mha": (4, 1, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, 3, "mha"),
+    "tp4_dcp4_a2a_mha_chunked_paged": (4, 1, 4, {"dcp_comm_backend": "a2a", "attention_path": "paged"}, 4,
+                                       "mha"),
+    "tp4_dcp2_a2a_replicated_q_mha": (4, 1, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, 3,
+                                      "mha"),
     "tp4_dp2_dcp2_mha": (4, 2, 2, {"dcp_comm_backend": "ag_rs"}, None, "mha"),
     "tp4_dcp4_a2a_auto": (4, 1, 4, {"dcp_comm_backend": "a2a"}, None, "auto"),
 }
@@ -135,7 +147,8 @@ def test_mha_form_matches_absorbed_dcp1(tiny, absorbed, case):
         for j, i in enumerate(mine[rank // (world // dp)]):
             assert outs[j] == absorbed[2][i]
             for got, want in ((pre[j], absorbed[0][i]), (dec[j], absorbed[1][i])):
-                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-9, atol=1e-9)
+                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-9,
+                                           atol=1e-9)
 
 
 # the mixed step, rows interleaved: decode (13 cached), a fresh 70-token prefill (MHA: the tiny shape's fresh
@@ -153,7 +166,8 @@ def _mixed_rank(rank: int, world: int, path: str, groups: dict, decisions: dict,
     out, forms, picked = [], [], []
     for chunks in (FIRST, MIXED, [SeqChunk(c.rid, c.start + c.num_tokens, 1) for c in MIXED]):
         ids = (torch.randint(1, 250, (sum(c.num_tokens for c in chunks),), generator=gen) if len(out) < 2 else
-               torch.tensor(greedy))                     # the decode after the mixed step reads the rows it wrote
+               torch.tensor(picked[-1]))                 # the decode after the mixed step reads the rows it
+                                                         # wrote
         ctx = make(chunks)
         out.append(model.logits(model.forward(ids, ctx.positions, ctx)))
         forms.append(list(ctx._forms))
@@ -187,8 +201,8 @@ def test_mixed_batch_splits_forms_and_matches_absorbed(tiny, case):
 @pytest.mark.parametrize("t", [1, 127, 130, 341, 1000])
 @pytest.mark.parametrize("causal", [True, False])
 def test_bucketed_rows_are_exact(t, causal):
-    """Padding a call's rows to the kernel's plan buckets changes no output row (causal: zero keys after the last
-    real one are masked; unmasked: only queries are padded), and the buckets are a short ladder."""
+    """Padding a call's rows to the kernel's plan buckets changes no output row (causal: zero keys after the
+    last real one are masked; unmasked: only queries are padded), and the buckets are a short ladder."""
     from dcpctl.runtime.attention.backends.mha_cudnn import bucket, bucketed
     g = torch.Generator().manual_seed(t)
     s = t if causal else 77
@@ -206,8 +220,8 @@ def test_bucketed_rows_are_exact(t, causal):
 @pytest.mark.parametrize("step", [16, 128])
 def test_quantized_keys_are_exact(s, causal, step):
     """An unmasked call split into keys in multiples of the quantum, then of the step (both the plan-building
-    kernel) and the rest (the other kernel), merged by LSE, equals one call; a causal square and an exact multiple
-    of the quantum go whole to the first; a step above the quantum cuts nothing more."""
+    kernel) and the rest (the other kernel), merged by LSE, equals one call; a causal square and an exact
+    multiple of the quantum go whole to the first; a step above the quantum cuts nothing more."""
     from dcpctl.runtime.attention.backends.mha_cudnn import keyed
     g = torch.Generator().manual_seed(s + causal)
     t = s if causal else 37
@@ -227,4 +241,5 @@ def test_quantized_keys_are_exact(s, causal, step):
     if causal or main == s:
         assert seen == [("plan", s)]
     else:
-        assert seen == [(n, b - a) for n, a, b in (("plan", 0, main), ("plan", main, mid), ("rest", mid, s)) if b > a]
+        assert seen == [(n, b - a)
+                        for n, a, b in (("plan", 0, main), ("plan", main, mid), ("rest", mid, s)) if b > a]

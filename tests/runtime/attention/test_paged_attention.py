@@ -77,7 +77,8 @@ def test_paged_inputs_follow_pages_and_local_len(c, page):
         for i, ch in enumerate(chunks):                       # block table row = the request's pages
             k = alloc.pages_for(ends[i])
             assert lay.block_table[i, :k].tolist() == alloc.pages(ch.rid)[:k]
-        slots = [alloc.slots(ch.rid)[p] // c for ch in chunks for p in range(ch.start, ch.start + ch.num_tokens)
+        slots = [alloc.slots(ch.rid)[p] // c for ch in chunks
+                 for p in range(ch.start, ch.start + ch.num_tokens)
                  if p % c == r]
         assert lay.write_slots.tolist() == slots
 
@@ -104,7 +105,8 @@ def _exchanges(rank, world):
     o[0, 0] = float("nan")
     out = []
     for base in ("e", "2"):
-        out.append((exchange_ag_rs(o, lse, base, ps.dcp), exchange_ag_rs(o, lse, base, ps.dcp, rescale_partial)))
+        out.append((exchange_ag_rs(o, lse, base, ps.dcp),
+                    exchange_ag_rs(o, lse, base, ps.dcp, rescale_partial)))
         out.append((exchange_a2a(o, lse, base, ps.dcp, torch.bfloat16),
                     exchange_a2a(o, lse, base, ps.dcp, torch.bfloat16, merge_a2a)))
     return [(a.numpy(), b.numpy()) for a, b in out]
@@ -119,8 +121,8 @@ def test_fused_merge_hooks_equal_torch_exchanges():
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 def test_packed_metadata_views_start_on_16_byte_boundaries(dtype):
-    # a step's columns share one copy (layout.to_device_many); each view starts where a tensor of its own would be
-    # aligned (Triton specializes a kernel per pointer alignment), whatever the batch's sizes
+    # a step's columns share one copy (layout.to_device_many); each view starts where a tensor of its own
+    # would be aligned (Triton specializes a kernel per pointer alignment), whatever the batch's sizes
     from dcpctl.runtime.attention.layout import ALIGN_BYTES, host_ints, packed
     for sizes in ((5, 3, 1), (7,), (4, 0, 9), (1, 1, 1, 1)):
         hosts = [host_ints(list(range(10 * k, 10 * k + n))).to(dtype) for k, n in enumerate(sizes)]

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from dcpctl.runtime.attention import fused_merge, triton_mla
-from dcpctl.runtime.attention.fused_merge import merge_a2a, merge_partials_reference, rescale_partial_reference
+from dcpctl.runtime.attention.fused_merge import (merge_a2a, merge_partials_reference,
+                                                  rescale_partial_reference)
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 from dcpctl.runtime.attention.merge import Partial, merge, merge_stacked
 from dcpctl.runtime.attention.triton_mla import mla_decode_reference, mla_decode_triton
@@ -26,7 +27,8 @@ LOW = torch.bfloat16 if CUDA else torch.float16   # the Triton interpreter mis-h
 def make_case(seed, lens, c, page, heads, v_dim, rope, tokens_per_req=1, dtype=torch.float64, device="cpu",
               garbage="randn"):
     # -> dict: full per-request KV [L, R] (global order), per-rank paged pools, q [N, H, R], row_req, q_pos;
-    # garbage="nan" fills the pool slots no request owns with NaN (a kernel must never weigh them, not even by 0)
+    # garbage="nan" fills the pool slots no request owns with NaN (a kernel must never weigh them, not even by
+    # 0)
     g = torch.Generator().manual_seed(seed)
     r = v_dim + rope
     full = [torch.randn(L, r, generator=g, dtype=torch.float64) for L in lens]
@@ -65,7 +67,8 @@ def run_ranks(fn, case, scale, q=None, **kw):
     out = []
     for rank, rk in enumerate(case["ranks"]):
         res = fn(q.to(dev), rk["pool"], rk["bt"], rk["lens"], case["row_req"].int().to(dev),
-                 case["q_pos"].int().to(dev), scale=scale, v_dim=case["v_dim"], dcp_rank=rank, dcp_size=case["c"], **kw)
+                 case["q_pos"].int().to(dev), scale=scale, v_dim=case["v_dim"], dcp_rank=rank,
+                 dcp_size=case["c"], **kw)
         assert res.base == "e"
         out.append(Partial(res.o.double().cpu(), res.lse.double().cpu(), res.base))
     return out
@@ -74,7 +77,8 @@ def run_ranks(fn, case, scale, q=None, **kw):
 @pytest.mark.parametrize("c", [1, 2, 3, 4])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_striped_merge_equals_unsplit(c, tokens):
-    case = make_case(c * 10 + tokens, [1, 5, 17, 40], c, page=4, heads=3, v_dim=8, rope=4, tokens_per_req=tokens)
+    case = make_case(c * 10 + tokens, [1, 5, 17, 40], c, page=4, heads=3, v_dim=8, rope=4,
+                     tokens_per_req=tokens)
     want_o, want_lse = full_attention(case, 0.3)
     m = merge(run_ranks(mla_decode_reference, case, 0.3))
     torch.testing.assert_close(m.o, want_o, atol=1e-12, rtol=1e-12)
@@ -118,9 +122,9 @@ def rel_err(got, want):
 
 
 def check_triton_case(case, scale, tol, kv_scale=None, **kw):
-    dev = case["ranks"][0]["pool"].device
     q = case["q"].to(case["ranks"][0]["pool"].dtype if kv_scale is None else torch.bfloat16)
-    ref = [mla_decode_reference(q.double(), rk["pool"].cpu().double() if kv_scale is None else rk["pool"].cpu(),
+    ref = [mla_decode_reference(q.double(),
+                                rk["pool"].cpu().double() if kv_scale is None else rk["pool"].cpu(),
                                 rk["bt"].cpu(), rk["lens"].cpu(), case["row_req"], case["q_pos"], scale=scale,
                                 v_dim=case["v_dim"], dcp_rank=i, dcp_size=case["c"], kv_scale=kv_scale)
            for i, rk in enumerate(case["ranks"])]
@@ -203,8 +207,8 @@ def test_triton_merge_kernels_ignore_nan(base):
 @pytest.mark.parametrize("fp8", [False, True])
 def test_triton_deepseek_shapes_vs_fp64(heads, fp8):
     c = 2
-    case = make_case(heads, [3, 300, 1500, 4100], c, page=64, heads=heads, v_dim=512, rope=64, tokens_per_req=2,
-                     dtype=torch.bfloat16, device=DEV)
+    case = make_case(heads, [3, 300, 1500, 4100], c, page=64, heads=heads, v_dim=512, rope=64,
+                     tokens_per_req=2, dtype=torch.bfloat16, device=DEV)
     scale, kv_scale = 1 / math.sqrt(192), None
     if fp8:
         kv_scale = 0.05
@@ -251,13 +255,15 @@ def test_pack_by_owner_layout_and_lanes_in_place(dtype, v_dim, t):
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
     for j in range(c):
         torch.testing.assert_close(buf[j, :, :, :v_dim], o[:, j * hl:(j + 1) * hl], atol=0, rtol=0)
-        lanes = lse[:, j * hl:(j + 1) * hl].to(wire).unsqueeze(-1).view(dtype)      # the bit pattern on the wire
+        # the bit pattern on the wire
+        lanes = lse[:, j * hl:(j + 1) * hl].to(wire).unsqueeze(-1).view(dtype)
         assert torch.equal(buf[j, :, :, v_dim:].contiguous().view(bits), lanes.view(bits))
     o_back, lse_back = unpack(buf, v_dim, dtype)
     assert lse_back.dtype == wire
     torch.testing.assert_close(lse_back, lse.to(wire).reshape(t, c, hl).transpose(0, 1), atol=0, rtol=0)
     if v_dim % 2 == 0 and t:
-        assert lse_back.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()   # a view, not a copy
+        # a view, not a copy
+        assert lse_back.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
 
 
 @pytest.mark.parametrize("c", [1, 2, 4])
@@ -323,10 +329,12 @@ def test_tuned_configs_from_a_sweep_output(tmp_path):
     (tmp_path / "k.json").write_text(__import__("json").dumps(doc))
     with settings.using(mla_configs=str(tmp_path / "k.json")):
         assert triton_mla.default_config(128) == triton_mla.KernelConfig(128, 64, 16, 2, 1, True)
-    assert triton_mla.default_config(16) == triton_mla.KernelConfig(16, 128, 8, 2)   # not in the file: built-in
+    # not in the file: built-in
+    assert triton_mla.default_config(16) == triton_mla.KernelConfig(16, 128, 8, 2)
 
 
-@pytest.mark.parametrize("text", ["not json", '{"configs": {"128": [64]}}', '{"configs": {"128": 5}}', "[1, 2]"])
+@pytest.mark.parametrize("text",
+                         ["not json", '{"configs": {"128": [64]}}', '{"configs": {"128": 5}}', "[1, 2]"])
 def test_tuned_configs_bad_file_is_one_line_user_error(tmp_path, text):
     from dcpctl.plan.errors import UserError
     f = tmp_path / f"bad{len(text)}.json"
@@ -340,7 +348,9 @@ def test_tuned_configs_bad_file_is_one_line_user_error(tmp_path, text):
 def test_destination_shape_is_checked():
     from dcpctl.runtime.attention.fused_merge import check_destination
     check_destination((torch.empty(2, 3, 4, 8), torch.empty(2, 3, 4)), 3, 8, 8)
-    for o, lse in [(torch.empty(2, 3, 4, 8), torch.empty(2, 3, 5)), (torch.empty(3, 3, 4, 8), torch.empty(3, 3, 4)),
-                   (torch.empty(2, 3, 4, 16)[..., ::2], torch.empty(2, 3, 4)), (torch.empty(3, 32), torch.empty(3))]:
+    for o, lse in [(torch.empty(2, 3, 4, 8), torch.empty(2, 3, 5)),
+                   (torch.empty(3, 3, 4, 8), torch.empty(3, 3, 4)),
+                   (torch.empty(2, 3, 4, 16)[..., ::2], torch.empty(2, 3, 4)),
+                   (torch.empty(3, 32), torch.empty(3))]:
         with pytest.raises(ValueError, match="does not hold 3 rows of 8 heads"):
             check_destination((o, lse), 3, 8, 8)

@@ -19,8 +19,8 @@ def test_a_build_after_ready_is_named_once_with_its_time(capsys):
             key = ("sig", "_merge_kernel", 64)
             assert not rt.jit_cache_hook(key=key, repr="_merge_kernel[num_warps=4](S_POW2: 64)", fn=None,
                                          compile={}, is_manual_warmup=False, already_compiled=False)
-            rt.jit_post_compile_hook(key=key, repr="_merge_kernel[num_warps=4](S_POW2: 64)", fn=None, compile={},
-                                     is_manual_warmup=False, already_compiled=False)
+            rt.jit_post_compile_hook(key=key, repr="_merge_kernel[num_warps=4](S_POW2: 64)", fn=None,
+                                     compile={}, is_manual_warmup=False, already_compiled=False)
     finally:
         rt.jit_cache_hook, rt.jit_post_compile_hook = saved
     err = capsys.readouterr().err

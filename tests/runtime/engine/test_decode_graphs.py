@@ -27,11 +27,12 @@ def _rank(rank, world, path, use_graphs):
         alloc.allocate(rid, n + STEPS)
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, 250, (n,), generator=g) for n in LENS]
-    ctx = build_context(alloc, pool, ps.dcp, typed(decisions), [SeqChunk(r, 0, n) for r, n in enumerate(LENS)],
-                        model.cfg.kv_lora_rank)
+    ctx = build_context(alloc, pool, ps.dcp, typed(decisions),
+                        [SeqChunk(r, 0, n) for r, n in enumerate(LENS)], model.cfg.kv_lora_rank)
     model.forward(torch.cat(prompts), ctx.positions, ctx)
-    runner = DecodeGraphs(model, alloc, pool, typed(decisions), model.cfg.kv_lora_rank, [2, 4],
-                          alloc.pages_for(max(LENS) + STEPS) + 1, alloc.num_pages * PAGE) if use_graphs else None
+    runner = (DecodeGraphs(model, alloc, pool, typed(decisions), model.cfg.kv_lora_rank, [2, 4],
+                           alloc.pages_for(max(LENS) + STEPS) + 1, alloc.num_pages * PAGE)
+              if use_graphs else None)
     outs = []
     for s in range(STEPS):
         chunks = [SeqChunk(r, n + s, 1) for r, n in enumerate(LENS)]
@@ -48,7 +49,8 @@ def _rank(rank, world, path, use_graphs):
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     from dcpctl.runtime.tiny import write_tiny_model
-    return str(write_tiny_model(tmp_path_factory.mktemp("g") / "m", num_hidden_layers=2, first_k_dense_replace=2))
+    return str(write_tiny_model(tmp_path_factory.mktemp("g") / "m", num_hidden_layers=2,
+                                first_k_dense_replace=2))
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -56,8 +58,9 @@ def test_graph_buffers_equal_eager_steps(path, world):
     eager = run_ranks(_rank, world, path, False)
     graph = run_ranks(_rank, world, path, True)
     for (eo, ep, _), (go, gp, kernels) in zip(eager, graph):
-        assert kernels == {(4, max(r for _, r in kernels)): "torch"}    # the batch of 3 replays size 4's graph
-        np.testing.assert_allclose(gp, ep, atol=1e-12, rtol=0)  # same rows, same slots (padded GEMMs round apart)
+        assert kernels == {(4, max(r for _, r in kernels)): "torch"}  # the batch of 3 replays size 4's graph
+        # same rows, same slots (padded GEMMs round apart)
+        np.testing.assert_allclose(gp, ep, atol=1e-12, rtol=0)
         for a, b in zip(go, eo):
             torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=1e-12, rtol=1e-12)
 
@@ -73,13 +76,15 @@ def test_the_startup_summary_says_which_kernel_decodes_at_which_context():
 
 
 def test_graphs_ask_for_the_requested_backend(path):
-    """--attention-backend reaches the graphs' batches as it reaches eager ones (the selector picks for both)."""
+    """--attention-backend reaches the graphs' batches as it reaches eager ones (the selector picks for
+    both)."""
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     model = load_model(path, ps, False, torch.float64, "cpu")
     alloc = VirtualAllocator(64, PAGE, 1)
     pool = KVPool(model.cfg.num_layers, (alloc.num_pages + 1) * PAGE, model.cfg.latent_dim, torch.float64)
     for want in ("triton", "auto"):
-        runner = DecodeGraphs(model, alloc, pool, typed({"attention_path": "paged", "attention_backend": want}),
+        runner = DecodeGraphs(model, alloc, pool,
+                              typed({"attention_path": "paged", "attention_backend": want}),
                               model.cfg.kv_lora_rank, [2], 4, alloc.num_pages * PAGE)
         assert runner._context(2, runner.buckets[0]).attention_backend == want

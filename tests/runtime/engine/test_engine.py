@@ -72,7 +72,8 @@ REQUESTS = [  # prompt lengths: shorter than dcp, equal to dcp 4, longer than a 
 
 
 def _run(rank, world, cfg, requests):
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     model = FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"])
     return Engine(model, ps, config(cfg)).generate(requests)
 
@@ -109,7 +110,8 @@ def _expected_rows(outputs, world, dcp, dp):
     rows = []
     for rank in range(world):
         replica, dcp_rank = rank // (world // dp), rank % dcp
-        lens = [len(o["prompt_ids"]) + len(o["output_ids"]) - 1 for i, o in enumerate(outputs) if i % dp == replica]
+        lens = [len(o["prompt_ids"]) + len(o["output_ids"]) - 1
+                for i, o in enumerate(outputs) if i % dp == replica]
         rows.append(sum(local_len(n, dcp_rank, dcp) for n in lens))
     return rows
 
@@ -126,15 +128,20 @@ def test_eos_stops_and_too_long_request_is_rejected():
 
     def eos_run(rank, world):
         model = FakeMLA(ParallelState.single(), False)
-        return Engine(model, ParallelState.single(), config(launch_cfg(1, 1), eos=ref[1])).generate(REQUESTS[:1])
+        return (Engine(model, ParallelState.single(), config(launch_cfg(1, 1), eos=ref[1]))
+                .generate(REQUESTS[:1]))
 
     assert run_ranks(eos_run, 1)[0]["outputs"][0]["output_ids"] == ref[:2]
-    with pytest.raises(RuntimeError, match=r"prompt \(11 tokens\) \+ max_new_tokens \(3\) - 1 = 13 KV rows exceeds the KV capacity \(8 "):
+    with pytest.raises(RuntimeError,
+                       match=r"prompt \(11 tokens\) \+ max_new_tokens \(3\) - 1 = 13 KV rows exceeds the KV "
+                             r"capacity \(8 "):
         run_ranks(_run, 1, launch_cfg(1, 1, capacity=8), REQUESTS[2:3])
 
 
 def test_replica_without_requests_still_steps(reference):
     got = run_ranks(_run, 4, launch_cfg(4, 2, dp=2, backend="a2a", capacity=10), REQUESTS[:1])[0]
-    assert got["outputs"][0] == reference["outputs"][0] | {"output_logprobs": got["outputs"][0]["output_logprobs"]}
-    assert got["outputs"][0]["output_logprobs"] == pytest.approx(reference["outputs"][0]["output_logprobs"], abs=1e-9)
+    assert (got["outputs"][0]
+            == reference["outputs"][0] | {"output_logprobs": got["outputs"][0]["output_logprobs"]})
+    assert got["outputs"][0]["output_logprobs"] == pytest.approx(reference["outputs"][0]["output_logprobs"],
+                                                                 abs=1e-9)
     assert got["stats"]["kv_rows_per_rank"] == [2, 2, 0, 0]

@@ -36,7 +36,8 @@ def _run(rank, world, cfg, max_running):
     cfg["kv"]["max_running_requests"] = max_running
     typed_cfg = config(cfg)
     ps = build_state(typed_cfg)
-    model = load_model(cfg["model"]["path"], ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64, "cpu")
+    model = load_model(cfg["model"]["path"], ps, cfg["decisions"]["dcp_replicate_q_proj"], torch.float64,
+                       "cpu")
     eng = Engine(model, ps, typed_cfg)
     out = eng.generate(REQUESTS)
     return out, model.kda_pool.slots, model.kda_pool.used, eng.alloc.free_pages == eng.alloc.num_pages
@@ -67,8 +68,9 @@ LONG = [{"prompt_ids": [3, 8], "max_new_tokens": 12, "logprobs": True},
 
 
 def test_retraction_releases_the_kda_slot_and_recomputes_its_state(ckpt):
-    """A 16-position pool (DCP 2, 8 rows per rank): requests are retracted, their KDA state slot freed; on return
-    the state is rebuilt from position 0 with the MLA KV, and the outputs still equal DCP 1 with room."""
+    """A 16-position pool (DCP 2, 8 rows per rank): requests are retracted, their KDA state slot freed; on
+    return the state is rebuilt from position 0 with the MLA KV, and the outputs still equal DCP 1 with
+    room."""
     want = run_ranks(lambda rank, world: run_worker(config(_cfg(ckpt, 1, 1)), LONG), 1)[0]["outputs"]
     cfg = _cfg(ckpt, 2, 2)
     cfg["kv"]["capacity_tokens"], cfg["schedule"] = 8, {"decode_headroom": 1}

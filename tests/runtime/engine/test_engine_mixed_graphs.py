@@ -1,8 +1,8 @@
 """Mixed steps beside the decode graphs (engine/mixed.py) on CPU, where a graph replay runs the captured step
-eagerly on the same static buffers (engine/decode_graphs.py), float64, the tiny DeepSeek model: requests decoding
-while long prompts arrive in chunks get every token they get alone, the split steps replay only their decode
-rows, each request's events stream in order, a pool too small for the running set retracts and still matches,
-and a step that cannot split runs as one eager forward with a note."""
+eagerly on the same static buffers (engine/decode_graphs.py), float64, the tiny DeepSeek model: requests
+decoding while long prompts arrive in chunks get every token they get alone, the split steps replay only their
+decode rows, each request's events stream in order, a pool too small for the running set retracts and still
+matches, and a step that cannot split runs as one eager forward with a note."""
 import pytest
 import torch
 
@@ -30,12 +30,14 @@ SAMPLED = dict(REQUESTS[1], temperature=0.8, top_k=10, seed=7)
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     from dcpctl.runtime.tiny import write_tiny_model
-    return str(write_tiny_model(tmp_path_factory.mktemp("mixed") / "m", num_hidden_layers=2, first_k_dense_replace=1))
+    return str(write_tiny_model(tmp_path_factory.mktemp("mixed") / "m", num_hidden_layers=2,
+                                first_k_dense_replace=1))
 
 
 def _engine(world, path, cfg, sizes):
     from dcpctl.runtime.models import load_model
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     model = load_model(path, ps, False, torch.float64, "cpu")
     cfg = dict(cfg, model={"path": path, "dtype": "float64"},
                cuda_graph={"batch_sizes": sizes, "reason": "cuda graphs: test"})
@@ -54,10 +56,12 @@ def _alone(path, requests):
 
 
 def _serve(rank, world, path, cfg, sizes, requests):
-    """Submit per JOINS, step to the end: each request's events, the step kinds, the chunk sizes each graph run saw,
-    per split step its graph rows, chunks and prompt tokens, the retractions and the mixed-step notes."""
+    """Submit per JOINS, step to the end: each request's events, the step kinds, the chunk sizes each graph
+    run saw, per split step its graph rows, chunks and prompt tokens, the retractions and the mixed-step
+    notes."""
     from dcpctl.runtime import notes
-    notes._sent.difference_update([t for t in notes._sent if t.startswith("mixed steps")])   # this engine's own
+    # this engine's own
+    notes._sent.difference_update([t for t in notes._sent if t.startswith("mixed steps")])
     engine = _engine(world, path, cfg, sizes)
     runs, run = [], engine.runner.graphs.replay
     engine.runner.graphs.replay = lambda *a: runs.append([ch.num_tokens for ch in a[1]]) or run(*a)
@@ -71,10 +75,12 @@ def _serve(rank, world, path, cfg, sizes, requests):
         kinds.append(engine.last_step[0])
         if kinds[-1] == KIND:      # (graph rows, chunks, prompt tokens) of a split step
             rows = sum(len(r) for r in runs[ran:])
-            split.append((rows, len(engine.last_step[1]), sum(ch.num_tokens for ch in engine.last_step[1]) - rows))
+            split.append((rows, len(engine.last_step[1]),
+                          sum(ch.num_tokens for ch in engine.last_step[1]) - rows))
         step += 1
     engine.check_drained()
-    return {"events": events, "kinds": kinds, "runs": runs, "split": split, "retracted": engine.sched.retractions,
+    return {"events": events, "kinds": kinds, "runs": runs, "split": split,
+            "retracted": engine.sched.retractions,
             "notes": [t for t in notes._sent if t.startswith("mixed steps")]}
 
 
@@ -93,12 +99,15 @@ def test_split_mixed_steps_equal_each_request_alone(path, world, dcp, sampled):
     cfg = launch_cfg(world, dcp, 1, "a2a" if dcp > 1 else "ag_rs", capacity=128 // dcp, chunk=8)
     got = run_ranks(_serve, world, path, cfg, [1, 2, 4], requests)[0]
     kinds = got["kinds"]
-    assert kinds.count(KIND) >= 5 and got["retracted"] == 0 and not got["notes"], kinds   # 17 + 13 tokens, chunks of 8
+    # 17 + 13 tokens, chunks of 8
+    assert kinds.count(KIND) >= 5 and got["retracted"] == 0 and not got["notes"], kinds
     assert all(n == 1 for r in got["runs"] for n in r)
-    assert all(0 < rows < chunks for rows, chunks, _ in got["split"]) and max(r for r, _, _ in got["split"]) == 4
+    assert (all(0 < rows < chunks for rows, chunks, _ in got["split"])
+            and max(r for r, _, _ in got["split"]) == 4)
     # the decodes replay apart, so the prompt chunks take the whole budget of 8 beside them, never 8 - decodes
     assert all(p <= 8 for _, _, p in got["split"]) and any(p == 8 for _, _, p in got["split"]), got["split"]
-    assert "graph+pipelined" in kinds     # decode-only steps between pipeline: a split step resolves them first
+    assert "graph+pipelined" in kinds     # decode-only steps between pipeline: a split step resolves them
+                                          # first
     _same_streams(got["events"], want)
 
 

@@ -1,6 +1,6 @@
 """Mixed steps and retraction on forked gloo ranks (the fake MLA model of test_engine): every request's tokens
-and logprobs equal those of the request run alone at DCP 1, whether steps mix, prompts are chunked, the pool is
-too small for the running set (requests are retracted and recompute), or tokens are streamed through the
+and logprobs equal those of the request run alone at DCP 1, whether steps mix, prompts are chunked, the pool
+is too small for the running set (requests are retracted and recompute), or tokens are streamed through the
 serving loop; every page comes back."""
 import pytest
 
@@ -22,7 +22,8 @@ LONG = [  # each alone needs <= 16 virtual positions; together far more than a 2
 
 
 def _engine(rank, world, cfg):
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     return Engine(FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]), ps, config(cfg))
 
 
@@ -70,8 +71,8 @@ def test_batched_steps_equal_each_request_alone(world, dcp, dp, chunk, mixed):
 def test_a_pool_too_small_retracts_and_every_request_still_matches(world, dcp, dp, hicache):
     want = _alone(LONG)
     # 24 virtual positions per replica: every request fits alone, the running set does not
-    results = run_ranks(_generate, world, _cfg(world, dcp, dp, 24 // dcp, chunk=4, headroom=1, hicache=hicache),
-                        LONG)
+    results = run_ranks(_generate, world,
+                        _cfg(world, dcp, dp, 24 // dcp, chunk=4, headroom=1, hicache=hicache), LONG)
     outputs, retracted = results[0]
     _same(outputs, want)
     assert all(r[1] > 0 for r in results)       # every replica ran short and retracted
@@ -100,9 +101,9 @@ def test_streams_pause_through_a_retraction_never_repeat_or_skip(world, dcp):
 
 
 def test_stop_early_requests_with_a_large_max_tokens_run_all_at_once():
-    """The early-stop batch: 16 requests of max_tokens 1800 on a 4,096-token pool that a stop string ends after 4-69
-    tokens (the server cancels them then) all run together: admission counts the KV they hold, not what
-    max_tokens could reach."""
+    """The early-stop batch: 16 requests of max_tokens 1800 on a 4,096-token pool that a stop string ends
+    after 4-69 tokens (the server cancels them then) all run together: admission counts the KV they hold, not
+    what max_tokens could reach."""
     reqs = [{"prompt_ids": [1 + (i * 7 + j) % 39 for j in range(30 + i)], "max_new_tokens": 1800}
             for i in range(16)]
     stop_at = [4 + 13 * i % 66 for i in range(16)]
@@ -122,20 +123,22 @@ def test_stop_early_requests_with_a_large_max_tokens_run_all_at_once():
         engine.check_drained()
         return most, engine.sched.retractions, steps
     most, retracted, steps = run_ranks(run, 1)[0]
-    assert (most, retracted) == (16, 0) and steps == max(stop_at)   # a token per step, the first from the prefill
+    assert (most, retracted) == (16, 0) and steps == max(stop_at)   # a token per step, the first from the
+                                                                    # prefill
 
 
 GREEDY = [dict(r, temperature=0.0, top_k=-1) for r in LONG]
 
 
 def _graphs(rank, world, path, cfg):
-    """generate() with decode graphs (replayed eagerly on CPU) and pipelined greedy steps; (outputs, retractions,
-    pipelined steps)."""
+    """generate() with decode graphs (replayed eagerly on CPU) and pipelined greedy steps; (outputs,
+    retractions, pipelined steps)."""
     import torch
 
     import dcpctl.runtime.engine.pipeline as pipe_mod
     from dcpctl.runtime.models import load_model
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     model = load_model(path, ps, False, torch.float64, "cpu")
     cfg = dict(cfg, model={"path": path, "dtype": "float64"},
                cuda_graph={"batch_sizes": [1, 2, 4], "reason": "cuda graphs: test"})
@@ -143,7 +146,8 @@ def _graphs(rank, world, path, cfg):
     engine = Engine(model, ps, config(cfg))
     engine.warm_up()
     pipelined, launch = [], pipe_mod.launch_sampling
-    pipe_mod.launch_sampling = lambda both, seqs, rows: pipelined.append(len(seqs)) or launch(both, seqs, rows)
+    pipe_mod.launch_sampling = (lambda both, seqs, rows:
+                                pipelined.append(len(seqs)) or launch(both, seqs, rows))
     try:
         out = engine.generate(GREEDY)
     finally:

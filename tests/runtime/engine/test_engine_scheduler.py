@@ -129,13 +129,16 @@ def test_retract_decode_frees_pages_requeues_and_recomputes():
     assert batch == [SeqChunk(2, 3, 1)] and [q.rid for q in s.waiting] == [1]
     s.advance(batch)
     s.finish(s.seq(2))
-    batch = s.next_batch()      # request 1 returns: prompt + output recomputed, its next token from the last row
+    batch = s.next_batch()      # request 1 returns: prompt + output recomputed, its next token from the last
+                                # row
     assert batch == [SeqChunk(1, 0, 4)] and s.samples(batch) == [(3, 1)]
 
 
 def test_request_errors_name_the_terms():
     s = _sched(capacity=4, page=2, dcp=1)
-    with pytest.raises(SchedulerError, match=r"prompt \(4 tokens\) \+ max_new_tokens \(2\) - 1 = 5 KV rows exceeds the KV capacity \(4 "):
+    with pytest.raises(SchedulerError,
+                       match=r"prompt \(4 tokens\) \+ max_new_tokens \(2\) - 1 = 5 KV rows exceeds the KV "
+                             r"capacity \(4 "):
         s.add(_seq(0, 4, new=2))
     with pytest.raises(SchedulerError, match=r"max_new_tokens \(0\) < 1"):
         s.add(_seq(1, 1, new=0))

@@ -50,7 +50,8 @@ class ScriptedBridge:
 
 
 def _serve(rank, world, cfg, joins, cancel_at, requests=dict(enumerate(REQUESTS))):
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     cfg["kv"]["max_running_requests"] = 2
     engine = Engine(FakeMLA(ps, cfg["decisions"]["dcp_replicate_q_proj"]), ps, config(cfg))
     bridge = ScriptedBridge(joins, cancel_at, requests) if rank == 0 else None
@@ -61,8 +62,9 @@ def _serve(rank, world, cfg, joins, cancel_at, requests=dict(enumerate(REQUESTS)
 
 @pytest.fixture(scope="module")
 def reference():
-    return run_ranks(lambda rank, world: Engine(FakeMLA(ParallelState.single(), False), ParallelState.single(),
-                                                config(launch_cfg(1, 1))).generate(REQUESTS), 1)[0]["outputs"]
+    return run_ranks(lambda rank, world: Engine(FakeMLA(ParallelState.single(), False),
+                                                ParallelState.single(), config(launch_cfg(1, 1)))
+                     .generate(REQUESTS), 1)[0]["outputs"]
 
 
 @pytest.mark.parametrize("world,dcp,dp", [(2, 2, 1), (4, 2, 2)])
@@ -86,8 +88,8 @@ def test_refused_request_ends_with_abort_and_the_loop_goes_on(reference):
 
 
 def test_step_trace_puts_each_replay_time_on_its_step(tmp_path):
-    # rows carry the replay count after their step: a row whose count grew replayed graph count - 1; its gap is
-    # the GPU time from the previous replay's end to its start
+    # rows carry the replay count after their step: a row whose count grew replayed graph count - 1; its gap
+    # is the GPU time from the previous replay's end to its start
     import json
     from dcpctl.runtime.server.loop import TRACE_FIELDS, _write_trace
 

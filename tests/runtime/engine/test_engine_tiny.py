@@ -81,7 +81,8 @@ def test_torchrun_entry_point(reference, tmp_path):
 def test_greedy_matches_transformers(reference):
     transformers = pytest.importorskip("transformers")
     import torch
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny.ensure_tiny_model()), dtype=torch.float64,
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny.ensure_tiny_model()),
+                                                              dtype=torch.float64,
                                                               experts_implementation="eager")
     for req, out in list(zip(REQUESTS, reference["outputs"]))[:3]:
         ids = torch.tensor([req["prompt_ids"] + out["output_ids"]])
@@ -90,5 +91,6 @@ def test_greedy_matches_transformers(reference):
         n = len(req["prompt_ids"])
         steps = range(n - 1, n - 1 + len(out["output_ids"]))
         assert out["output_ids"] == [int(logp[i].argmax()) for i in steps]
-        assert out["output_logprobs"] == pytest.approx([float(logp[i, t]) for i, t in zip(steps, out["output_ids"])],
+        assert out["output_logprobs"] == pytest.approx([float(logp[i, t])
+                                                        for i, t in zip(steps, out["output_ids"])],
                                                        abs=1e-5)  # HF keeps some fp32 (rope)

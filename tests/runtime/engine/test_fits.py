@@ -51,20 +51,22 @@ def test_scheduler_server_and_generate_accept_the_same_requests(extra):
     virtual = CAPACITY * DCP
     for prompt, new in itertools.product(range(1, virtual + 2), range(1, virtual + 2)):
         want = prompt + new - 1 + extra <= virtual
-        got = (_scheduler_ok(prompt, new, extra), _server_ok(prompt, new, extra), _generate_ok(prompt, new, extra))
+        got = (_scheduler_ok(prompt, new, extra), _server_ok(prompt, new, extra),
+               _generate_ok(prompt, new, extra))
         assert got == (want,) * 3, (prompt, new, extra, got)
 
 
 def test_speculative_rows_are_counted_by_the_server():
-    # 10 + 6 - 1 = 15 rows fit 16 plainly, but verification writes 4 more: the scheduler refuses, so must the server
+    # 10 + 6 - 1 = 15 rows fit 16 plainly, but verification writes 4 more: the scheduler refuses, so must the
+    # server
     assert _server_ok(10, 6, 0) and not _scheduler_ok(10, 6, 4) and not _server_ok(10, 6, 4)
 
 
 def test_positions_limit_and_the_sentences():
     assert _server_ok(3, 5, 0, positions=8) and not _server_ok(3, 6, 0, positions=8)
     assert not _generate_ok(3, 6, 0, positions=8)
-    assert misfit(3, 6, 16, 8).sentence() == "prompt (3 tokens) + max_new_tokens (6) = 9 exceeds the model's " \
-                                             "max_position_embeddings (8)"
+    assert misfit(3, 6, 16, 8).sentence() == ("prompt (3 tokens) + max_new_tokens (6) = 9 exceeds the "
+                                              "model's max_position_embeddings (8)")
     assert misfit(10, 6, 16, None, 4).sentence("max_tokens") == (
         "prompt (10 tokens) + max_tokens (6) - 1 + num_draft_tokens (4) = 19 KV rows exceeds the KV capacity "
         "(16 virtual tokens)")

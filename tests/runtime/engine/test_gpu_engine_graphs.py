@@ -64,9 +64,9 @@ def test_graph_decode_equals_eager_greedy():
 
 
 def test_the_step_clock_times_each_graph_launch_and_its_gpu_time():
-    """The step trace's clock (engine/phases.py), handed to the model runner: every step that replays a graph has
-    its metadata and launch host times, one pair of CUDA events around its launch with a positive GPU time between
-    them, and the runner runs without a clock after undo (nothing of torch is patched)."""
+    """The step trace's clock (engine/phases.py), handed to the model runner: every step that replays a graph
+    has its metadata and launch host times, one pair of CUDA events around its launch with a positive GPU time
+    between them, and the runner runs without a clock after undo (nothing of torch is patched)."""
     from dcpctl.runtime.engine import SamplingParams
     from dcpctl.runtime.engine.phases import PHASES, PhaseTimers
     path, prompts = _prompts()
@@ -94,8 +94,9 @@ def test_the_step_clock_times_each_graph_launch_and_its_gpu_time():
 
 
 def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
-    """A pool of 160 tokens for 8 running requests: the scheduler retracts (reading the pipelined step in flight
-    first), the retracted recompute their tokens on return, and every greedy token equals a roomy eager run."""
+    """A pool of 160 tokens for 8 running requests: the scheduler retracts (reading the pipelined step in
+    flight first), the retracted recompute their tokens on return, and every greedy token equals a roomy eager
+    run."""
     from dcpctl.runtime.models import load_model
     path, prompts = _prompts()
     want, _, _ = _generate(path, prompts, [])
@@ -108,7 +109,8 @@ def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
     engine = Engine(load_model(path, ps, False, torch.bfloat16, torch.device("cuda")), ps, config(cfg))
     engine.warm_up()
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
-    out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])["outputs"]
+    out = engine.generate([{"prompt_ids": p, "max_new_tokens": n}
+                           for p, n in zip(prompts, max_new)])["outputs"]
     got = [o["output_ids"] for o in out]
     engine.check_drained()
     _report("retraction_with_graphs", {"retractions": engine.sched.retractions,
@@ -118,9 +120,9 @@ def test_retraction_with_pipelined_graph_steps_keeps_greedy_tokens():
 
 
 def test_mixed_steps_replay_decode_graphs_beside_prefill():
-    """Four streams decoding while two long prompts arrive in chunks: the mixed steps replay the decodes' graph
-    beside an eager forward of the prompt chunks (engine/mixed.py: kind graph+prefill), and every greedy token
-    equals the request's own when it runs alone."""
+    """Four streams decoding while two long prompts arrive in chunks: the mixed steps replay the decodes'
+    graph beside an eager forward of the prompt chunks (engine/mixed.py: kind graph+prefill), and every greedy
+    token equals the request's own when it runs alone."""
     from dcpctl.runtime.engine import SamplingParams
     from dcpctl.runtime.engine.mixed import KIND
     path, prompts = _prompts()
@@ -148,8 +150,8 @@ def test_mixed_steps_replay_decode_graphs_beside_prefill():
 
 
 def _pieces_engine(path, prefill):
-    """(engine, model): bf16 on one GPU, chunks of 64 tokens, no decode graphs, `prefill` the launch config's prefill
-    graph fields (launch/cuda_graphs.prefill_section; {}: none)."""
+    """(engine, model): bf16 on one GPU, chunks of 64 tokens, no decode graphs, `prefill` the launch config's
+    prefill graph fields (launch/cuda_graphs.prefill_section; {}: none)."""
     from dcpctl.runtime.models import load_model
     ps = ParallelState.single()
     cfg = launch_cfg(1, 1, capacity=4096, chunk=64)
@@ -161,9 +163,9 @@ def _pieces_engine(path, prefill):
 
 
 def test_prefill_mlp_pieces_keep_greedy_tokens():
-    """Each layer's MLP captured at SGLang's prefill token counts up to 256 (runtime/models/mlp_graphs.py): the
-    prompts' chunks (up to 64 tokens) and the decode steps replay the pieces, and every greedy token equals the
-    eager run's."""
+    """Each layer's MLP captured at SGLang's prefill token counts up to 256 (runtime/models/mlp_graphs.py):
+    the prompts' chunks (up to 64 tokens) and the decode steps replay the pieces, and every greedy token
+    equals the eager run's."""
     from dcpctl.launch.cuda_graphs import prefill_section
     path, prompts = _prompts()
     want, _, _ = _generate(path, prompts, [])
@@ -173,18 +175,20 @@ def test_prefill_mlp_pieces_keep_greedy_tokens():
     assert g is not None and g.buckets[-1] == 256
     before = g.replays
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
-    out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])["outputs"]
+    out = engine.generate([{"prompt_ids": p, "max_new_tokens": n}
+                           for p, n in zip(prompts, max_new)])["outputs"]
     got = [o["output_ids"] for o in out]
-    _report("prefill_mlp_pieces", {"pieces": len(g.graphs), "capture_s": g.capture_s, "pool_bytes": g.pool_bytes,
-                                   "replays": g.replays - before, "equal": sum(a == b for a, b in zip(want, got))})
+    _report("prefill_mlp_pieces",
+            {"pieces": len(g.graphs), "capture_s": g.capture_s, "pool_bytes": g.pool_bytes,
+             "replays": g.replays - before, "equal": sum(a == b for a, b in zip(want, got))})
     assert g.replays - before > 0
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
 
 
 def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
-    """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512 tokens
-    (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token equals the run
-    without pieces."""
+    """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512
+    tokens (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token
+    equals the run without pieces."""
     from benchmarks.fp8_model_check import write_trained
     from dcpctl.launch.cuda_graphs import prefill_section
     _, prompts = _prompts()
@@ -192,21 +196,24 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
     runs = {}
     for pieces in (False, True):
-        engine, model = _pieces_engine(path, prefill_section("cuda", False, None, None, None, 8192) if pieces else {})
+        engine, model = _pieces_engine(path,
+                                       prefill_section("cuda", False, None, None, None, 8192)
+                                       if pieces else {})
         engine.warm_up()
         out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])
         runs[pieces] = ([o["output_ids"] for o in out["outputs"]], model.mlp_graphs)
     (want, none), (got, g) = runs[False], runs[True]
     assert none is None and g is not None and g.buckets[-1] == 512 and g.replays > 0
-    _report("fp8_prefill_mlp_pieces", {"pieces": len(g.graphs), "capture_s": g.capture_s, "replays": g.replays,
-                                       "equal": sum(a == b for a, b in zip(want, got))})
+    _report("fp8_prefill_mlp_pieces",
+            {"pieces": len(g.graphs), "capture_s": g.capture_s, "replays": g.replays,
+             "equal": sum(a == b for a, b in zip(want, got))})
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
 
 
 def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
-    """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays them in
-    passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16 rounding apart (a pass
-    runs at its bucket's rows, where the tile setting may differ)."""
+    """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays
+    them in passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16
+    rounding apart (a pass runs at its bucket's rows, where the tile setting may differ)."""
     from benchmarks.fp8_model_check import write_trained
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE

@@ -30,8 +30,9 @@ REQUESTS = [  # shared prefixes, a repeated prompt, prompts shorter than dcp 4, 
     {"prompt_ids": BASE + [13, 14, 15], "max_new_tokens": 2, "logprobs": True},
 ]
 MAX_KV = max(len(r["prompt_ids"]) + r["max_new_tokens"] - 1 for r in REQUESTS)
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-               "broadcast", "send", "recv", "isend", "irecv", "barrier", "all_gather_object")
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+               "all_to_all_single", "broadcast", "send", "recv", "isend", "irecv", "barrier",
+               "all_gather_object")
 
 
 def _no_collectives(fn):
@@ -126,7 +127,8 @@ def test_allocator_held_pages_are_counted():
 
 
 @pytest.mark.parametrize("extra,match", [
-    ({"speculative": {"algorithm": "STANDALONE", "draft_model_path": "d", "num_draft_tokens": 2}}, "speculative"),
+    ({"speculative": {"algorithm": "STANDALONE", "draft_model_path": "d", "num_draft_tokens": 2}},
+     "speculative"),
     ({"disaggregation_mode": "decode"}, "PD decode")])
 def test_refused_with_speculative_and_pd_decode(extra, match):
     with pytest.raises(LaunchConfigError, match=match):

@@ -1,7 +1,7 @@
-"""Per-request logit rules (engine/rules.py) and structured output (runtime/grammar.py) on the built-in checkpoint:
-each rule alone on a logits row, a grammar driven over random logits, and the tiny model under DCP 2 producing
-exactly the DCP 1 tokens with every rule on (the rules act on the logits every rank samples from, never on
-attention)."""
+"""Per-request logit rules (engine/rules.py) and structured output (runtime/grammar.py) on the built-in
+checkpoint: each rule alone on a logits row, a grammar driven over random logits, and the tiny model under DCP
+2 producing exactly the DCP 1 tokens with every rule on (the rules act on the logits every rank samples from,
+never on attention)."""
 import json
 import re
 
@@ -37,7 +37,8 @@ def test_bitmask_expands_bit_j_of_word_i_to_id_32i_plus_j():
     words = torch.tensor([1 - 2**31, 1 << 3], dtype=torch.int32)     # bits 0 and 31, bit 3: ids 0, 31, 35
     got = bitmask_to_bool(words, 40, torch.device("cpu"))
     assert got.nonzero().view(-1).tolist() == [0, 31, 35]
-    assert bitmask_to_bool(words, 70, torch.device("cpu")).nonzero().view(-1).tolist() == [0, 31, 35]  # past 64: off
+    # past 64: off
+    assert bitmask_to_bool(words, 70, torch.device("cpu")).nonzero().view(-1).tolist() == [0, 31, 35]
 
 
 def test_bias_allowed_ids_and_min_tokens_each_change_only_their_ids():
@@ -74,7 +75,8 @@ def test_random_logits_under_a_grammar_give_its_language(temperature):
     rx = r"[a-c]{2,4}-(yes|no)"
     text, ended = _drive({"grammar": grammar.regex(rx), "temperature": temperature, "seed": 3})
     assert ended and re.fullmatch(rx, text), text
-    text, ended = _drive({"grammar": grammar.json_schema(SCHEMA, COMPACT), "temperature": temperature, "seed": 4}, 200)
+    text, ended = _drive({"grammar": grammar.json_schema(SCHEMA, COMPACT), "temperature": temperature,
+                          "seed": 4}, 200)
     doc = json.loads(text)
     assert ended and set(doc) == {"name", "n", "ok"} and 0 <= doc["n"] <= 99 and len(doc["name"]) <= 6, text
     text, ended = _drive({"grammar": grammar.choice(["red", "green", "blue"]), "temperature": temperature})
@@ -95,7 +97,8 @@ def test_ebnf_and_compile_errors():
 
 def test_a_request_with_rules_never_samples_on_the_pipeline():
     assert greedy_all([_seq()]) and greedy_all([_seq(stop_token_ids=(4,), min_p=0.3)])
-    for rule in ({"min_tokens": 1}, {"logit_bias": ((1, 1.0),)}, {"allowed_token_ids": (1,)}, {"grammar": "g"}):
+    for rule in ({"min_tokens": 1}, {"logit_bias": ((1, 1.0),)}, {"allowed_token_ids": (1,)},
+                 {"grammar": "g"}):
         assert not greedy_all([_seq(**rule)]), rule
 
 
@@ -139,8 +142,8 @@ def test_rules_mask_cuda_logits_as_cpu_ones():
     """The same rules on CUDA bf16 logits: the mask built on the host lands on the device, choices agree."""
     gen = torch.Generator().manual_seed(0)
     rx = grammar.regex(r"[a-c]{3}")
-    for params in ({"grammar": rx}, {"grammar": rx, "temperature": 1.0, "seed": 2}, {"allowed_token_ids": (98,)},
-                   {"min_tokens": 2, "logit_bias": ((EOS, 50.0),)}):
+    for params in ({"grammar": rx}, {"grammar": rx, "temperature": 1.0, "seed": 2},
+                   {"allowed_token_ids": (98,)}, {"min_tokens": 2, "logit_bias": ((EOS, 50.0),)}):
         cpu, gpu = Sampler({EOS}, MODEL), Sampler({EOS}, MODEL)
         a, b = _seq(**params), _seq(**params)
         for _ in range(3):

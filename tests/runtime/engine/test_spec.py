@@ -39,9 +39,11 @@ def drafts(tmp_path_factory):
     shutil.copytree(target, near, dirs_exist_ok=True)
     g = torch.Generator().manual_seed(1)
     t = load_file(str(near / "model.safetensors"))
-    t = {k: v + 0.05 * v.std() * torch.randn(v.shape, generator=g) if v.dim() > 1 else v for k, v in sorted(t.items())}
+    t = {k: v + 0.05 * v.std() * torch.randn(v.shape, generator=g) if v.dim() > 1 else v
+         for k, v in sorted(t.items())}
     save_file(t, str(near / "model.safetensors"), metadata={"format": "pt"})
-    small = tiny.write_tiny_model(tmp_path_factory.mktemp("small"), seed=7, num_hidden_layers=2, kv_lora_rank=16)
+    small = tiny.write_tiny_model(tmp_path_factory.mktemp("small"), seed=7, num_hidden_layers=2,
+                                  kv_lora_rank=16)
     return {"self": str(target), "near": str(near), "small": str(small)}
 
 
@@ -103,7 +105,8 @@ def test_spec_matches_plain(reference, drafts, world, dcp, dp, backend, rep_q, p
     _same(got, reference)
     assert got["stats"]["kv_rows_per_rank"] == _expected_rows(got["outputs"], world, dcp, dp)
     spec = got["stats"]["spec"]
-    assert spec["draft_tokens_proposed"] > 0 and 0 <= spec["draft_tokens_accepted"] <= spec["draft_tokens_proposed"]
+    assert (spec["draft_tokens_proposed"] > 0
+            and 0 <= spec["draft_tokens_accepted"] <= spec["draft_tokens_proposed"])
     assert spec["draft_tokens_proposed"] % k == 0
     assert 1.0 <= spec["tokens_per_target_step"] <= k + 1
     rows = spec["draft_kv_rows_per_rank"]  # replicated: every rank of a replica holds all its draft rows
@@ -116,8 +119,8 @@ def test_spec_matches_plain(reference, drafts, world, dcp, dp, backend, rep_q, p
 
 @pytest.mark.parametrize("draft", ["self", "near"])
 def test_retraction_under_speculative_decoding(reference, drafts, draft):
-    """A pool too small for the running set: requests are retracted (draft KV freed too) and recompute on return;
-    the outputs still equal plain DCP 1 decoding."""
+    """A pool too small for the running set: requests are retracted (draft KV freed too) and recompute on
+    return; the outputs still equal plain DCP 1 decoding."""
     cfg = _cfg(2, 2, backend="a2a", draft=drafts[draft], k=3)
     cfg["kv"]["capacity_tokens"], cfg["schedule"] = 12, {"decode_headroom": 1}   # 24 virtual positions
     got = run_ranks(_run, 2, cfg, REQUESTS)[0]
@@ -135,8 +138,8 @@ def test_acceptance_rates(drafts):
     runs = [-(-(r["max_new_tokens"] - 1) // (k + 1)) for r in greedy]   # first token comes from prefill
     assert spec["acceptance_rate"] == 1.0
     assert spec["tokens_per_target_step"] == sum(r["max_new_tokens"] - 1 for r in greedy) / sum(runs)
-    # mixed steps (chunk 6): requests 0 and 1 verify in steps 2 and 3 while request 2's 13-token prompt prefills
-    # 4 + 4 + 5 tokens beside them (steps 2-4); request 2 verifies alone in step 5
+    # mixed steps (chunk 6): requests 0 and 1 verify in steps 2 and 3 while request 2's 13-token prompt
+    # prefills 4 + 4 + 5 tokens beside them (steps 2-4); request 2 verifies alone in step 5
     assert runs == [2, 2, 1] and spec["target_verify_steps"] == 3
     low = run_ranks(_run, 2, _cfg(2, 2, page=4, draft=drafts["small"], k=k), greedy)[0]
     _same(low, want)
@@ -188,9 +191,11 @@ def test_generate_cli_speculative(reference, drafts):
     req = REQUESTS[1]
     args = ["generate", "--prompt-ids", ",".join(map(str, req["prompt_ids"])), "--max-new-tokens",
             str(req["max_new_tokens"]), "--dtype", "float64", "--page-size", "2", "--format", "json",
-            "--model-path", str(tiny.ensure_tiny_model()), "--tp-size", "2", "--dcp-size", "2",  # random weights
+            # random weights
+            "--model-path", str(tiny.ensure_tiny_model()), "--tp-size", "2", "--dcp-size", "2",
             "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafts["near"],
-            "--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]  # SGLang's spelling of 3 draft tokens
+            # SGLang's spelling of 3 draft tokens
+            "--speculative-num-steps", "2", "--speculative-eagle-topk", "1"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -207,7 +212,8 @@ def test_serving_loop_with_joins_and_cancel(reference, drafts):
 
     def serve(rank, world):
         eng = _engine(_cfg(2, 2, backend="a2a", draft=drafts["near"], k=3))
-        bridge = ScriptedBridge({0: [0, 1], 2: [2], 4: [3]}, {1: 3}, dict(enumerate(REQUESTS))) if rank == 0 else None
+        bridge = (ScriptedBridge({0: [0, 1], 2: [2], 4: [3]}, {1: 3}, dict(enumerate(REQUESTS)))
+                  if rank == 0 else None)
         run_loop(eng, None, bridge)  # raises unless every target page is free at shutdown
         assert not eng.spec.alloc.requests() and eng.spec.alloc.free_pages == eng.spec.alloc.num_pages
         return None if bridge is None else {rid: [e.token for e in evs] for rid, evs in bridge.events.items()}

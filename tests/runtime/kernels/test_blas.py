@@ -1,4 +1,5 @@
-"""kernels/blas.py: torch's BLAS library for a CUDA model, from the launch config's runtime.blas, said once."""
+"""kernels/blas.py: torch's BLAS library for a CUDA model, from the launch config's runtime.blas, said
+once."""
 from __future__ import annotations
 
 import os
@@ -32,7 +33,8 @@ def test_a_bad_workspace_is_refused_where_the_config_is_parsed(bad):
 
 def _ws_env(monkeypatch, torchs):
     monkeypatch.setattr(blas, "_OURS", set())
-    monkeypatch.setenv(blas.TORCH_WS_ENV, "x")   # recorded, so what choose_lt_workspace sets is undone after the test
+    monkeypatch.setenv(blas.TORCH_WS_ENV, "x")   # recorded, so what choose_lt_workspace sets is undone after
+                                                 # the test
     if torchs is None:
         monkeypatch.delenv(blas.TORCH_WS_ENV)
     else:

@@ -19,7 +19,8 @@ def test_fp8_model_in_the_interpreter_matches_its_dequantized_twin_per_method():
 
 
 def _rows_ref(x, mode, K):
-    """The rows the method multiplies, as fp32: w8a8 its 1x128 e4m3 quantization, w8a16 the rows themselves."""
+    """The rows the method multiplies, as fp32: w8a8 its 1x128 e4m3 quantization, w8a16 the rows
+    themselves."""
     if mode == "w8a16":
         return x.float()
     from dcpctl.runtime.kernels.fp8_gemm import quantize_rows
@@ -85,9 +86,9 @@ def test_gpu_fused_quantization_equals_the_quantization_launch(R, swap):
 def test_gpu_tile_variants_match_torch_quantized_math(tiles, R, mode):
     from dcpctl.runtime.kernels.fp8_gemm import BEFORE_TILES, Tiles, fp8_matmul
     from tests.runtime.models.test_model_fp8 import quantize, reference_dequant
-    t = {"before": BEFORE_TILES, "swap": Tiles(swap=True, fuse_rows=64), "bn128": Tiles(bn=128, stages=4, per_sm=1),
-         "red1": Tiles(red=1, per_sm=4), "pdl": Tiles(pdl=True, fuse_rows=64),
-         "bm128": Tiles(bm=128, bn=128, warps=8)}[tiles]
+    t = {"before": BEFORE_TILES, "swap": Tiles(swap=True, fuse_rows=64),
+         "bn128": Tiles(bn=128, stages=4, per_sm=1), "red1": Tiles(red=1, per_sm=4),
+         "pdl": Tiles(pdl=True, fuse_rows=64), "bm128": Tiles(bm=128, bn=128, warps=8)}[tiles]
     torch.manual_seed(R)
     x, w = torch.randn(R, 2048, device="cuda", dtype=torch.bfloat16), torch.randn(7168, 2048)
     w8, s = quantize(w, (128, 128))
@@ -125,7 +126,8 @@ def test_gpu_grouped_kernel_is_graph_safe(mode):
                                    dict(bm=128, bn=128, warps=8, fold=True)])     # PREFILL_GROUPED_A16_TILES
 def test_gpu_grouped_w8a16_at_prefill_rows_per_expert(tiles):
     # a prefill's routed experts: hundreds of rows per expert, some experts empty; each group against the
-    # dequantized weight's F.linear (folded: each weight is the dequantized one, so only the fp32 sum order differs)
+    # dequantized weight's F.linear (folded: each weight is the dequantized one, so only the fp32 sum order
+    # differs)
     from dcpctl.runtime.kernels.fp8_gemm import Tiles, fp8_matmul
     from dcpctl.runtime.models.quant import dequantize
     from tests.runtime.models.test_model_fp8 import quantize
@@ -167,13 +169,16 @@ def test_gpu_split_k_counts_reset_across_calls_and_replays(mode):
 
 @pytest.mark.parametrize("v", [
     dict(bm=16, bn=64, quant=True, split=True, swap=False, red=8, grouped=False),    # decode: one launch
-    dict(bm=16, bn=64, quant=True, split=True, swap=True, red=8, grouped=False),     # weight rows on wgmma's M side
+    # weight rows on wgmma's M side
+    dict(bm=16, bn=64, quant=True, split=True, swap=True, red=8, grouped=False),
     dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True),   # MoE prefill
     dict(bm=16, bn=64, quant=True, split=True, swap=False, red=8, grouped=False, pdl=True),   # early launch
     dict(bm=16, bn=64, quant=False, split=True, swap=False, red=1, grouped=False, a16=True),  # w8a16 decode
     dict(bm=16, bn=64, quant=False, split=True, swap=True, red=1, grouped=False, a16=True),
-    dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True, a16=True),  # w8a16 MoE prefill
-    dict(bm=16, bn=64, quant=False, split=True, swap=False, red=1, grouped=False, a16=True, f16=True),  # fp16 MMA
+    # w8a16 MoE prefill
+    dict(bm=64, bn=64, quant=False, split=False, swap=False, red=1, grouped=True, a16=True),
+    # fp16 MMA
+    dict(bm=16, bn=64, quant=False, split=True, swap=False, red=1, grouped=False, a16=True, f16=True),
     dict(bm=16, bn=64, quant=False, split=True, swap=True, red=1, grouped=False, a16=True, f16=True),
 ])
 def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
@@ -192,41 +197,46 @@ def test_kernel_compiles_for_sm90_with_pipelined_weight_loads(v):
     if v.get("a16"):    # w8a16: a bf16 MMA over the converted weight tiles, or (f16) an fp16 one
         kind = "f16" if v.get("f16") else "bf16"
         assert re.search(rf"(wgmma\.mma_async|mma)\.[^\n]*\.{kind}\.{kind}", ptx), "MMA operand type"
-        # e4m3 -> fp16 is one conversion a pair; the bf16 MMA adds a scalar fp16 -> bf16 one per weight element
+        # e4m3 -> fp16 is one conversion a pair; the bf16 MMA adds a scalar fp16 -> bf16 one per weight
+        # element
         assert ("cvt.bf16.f16" in ptx) == (kind == "bf16")
 
 
 @pytest.mark.parametrize("bm,swap", [(16, True), (64, True), (64, False)])
 def test_folded_w8a16_accumulates_in_the_mma(bm, swap):
-    # Tiles.fold: the weight factor goes into the converted tile, so the K loop is one MMA chain (the wait for a
-    # K block's MMA moves past the next block's loads and conversion) instead of an MMA, a wait and a scaled add
+    # Tiles.fold: the weight factor goes into the converted tile, so the K loop is one MMA chain (the wait for
+    # a K block's MMA moves past the next block's loads and conversion) instead of an MMA, a wait and a scaled
+    # add
     pytest.importorskip("triton")
     from tests.runtime.fp8_compile_check import Variant, compile_sm90
     try:
-        k = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False, a16=True,
-                                 fold=True))
+        k = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False,
+                                 a16=True, fold=True))
     except (RuntimeError, FileNotFoundError) as e:   # no ptxas in this Triton build
         if "ptxas" not in str(e):
             raise
         pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
     loop = k.asm["ttgir"].split("scf.for %acc")[1].split("scf.yield")[0]     # the K loop's body
-    assert "warp_group_dot " in loop and "arith.mulf" in loop.split("warp_group_dot ")[0], "the factor before the MMA"
+    assert "warp_group_dot " in loop and "arith.mulf" in loop.split("warp_group_dot ")[0], \
+        "the factor before the MMA"
     if swap:   # the converted tile is the MMA's register operand: nothing in the loop waits for the last MMA
         assert "pendings = 0" not in loop
-    unfolded = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False, a16=True))
+    unfolded = compile_sm90(Variant(bm=bm, bn=64, quant=False, split=True, swap=swap, red=1, grouped=False,
+                                    a16=True))
     assert "pendings = 0" in unfolded.asm["ttgir"].split("scf.for %acc")[1].split("scf.yield")[0]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("R", [1, 8, 32, 64, 300])      # 300: rows tiled over programs (M_TILE_ROWS)
-@pytest.mark.parametrize("tiles", [dict(fold=True), dict(swap=True, fold=True), dict(bn=32, stages=4, fold=True),
-                                   dict(per_sm=4, swap=True, max_split=4, fold=True),
-                                   dict(bm=128, bn=128, warps=8, fold=True), dict(bm=128, swap=True, fold=True),
-                                   dict(bm=128, bn=64, warps=8, fold=True)])        # PREFILL_A16_TILES
+@pytest.mark.parametrize("tiles",
+                         [dict(fold=True), dict(swap=True, fold=True), dict(bn=32, stages=4, fold=True),
+                          dict(per_sm=4, swap=True, max_split=4, fold=True),
+                          dict(bm=128, bn=128, warps=8, fold=True), dict(bm=128, swap=True, fold=True),
+                          dict(bm=128, bn=64, warps=8, fold=True)])        # PREFILL_A16_TILES
 def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
-    # folded, each weight is e4m3 x factor rounded to bf16: the dequantized checkpoint's weight bit for bit, so
-    # the GEMM is F.linear on it but for the order of the fp32 sums
+    # folded, each weight is e4m3 x factor rounded to bf16: the dequantized checkpoint's weight bit for bit,
+    # so the GEMM is F.linear on it but for the order of the fp32 sums
     from dcpctl.runtime.kernels.fp8_gemm import Tiles, fp8_matmul
     from dcpctl.runtime.models.quant import dequantize
     from tests.runtime.models.test_model_fp8 import quantize
@@ -244,8 +254,8 @@ def test_gpu_folded_w8a16_equals_the_dequantized_linear(R, tiles):
 @pytest.mark.parametrize("R", [129, 300, 2048])
 @pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048), (24576, 1536), (1000, 300)])
 def test_gpu_prefill_w8a16_is_the_dequantized_paths_gemm(R, N, K):
-    # above PREFILL_DEQUANT_ROWS rows w8a16 dequantizes the weight for cuBLAS: the bf16 path's GEMM, bit for bit
-    # (1000 x 300: partial scale blocks at both edges)
+    # above PREFILL_DEQUANT_ROWS rows w8a16 dequantizes the weight for cuBLAS: the bf16 path's GEMM, bit for
+    # bit (1000 x 300: partial scale blocks at both edges)
     from dcpctl.runtime.kernels.fp8_gemm import DEQUANT, PREFILL_DEQUANT_ROWS, choose_tiles, fp8_matmul
     from dcpctl.runtime.models.quant import dequantize
     from tests.runtime.models.test_model_fp8 import quantize
@@ -297,12 +307,13 @@ def test_the_h200_table_loads_as_measured():
                                          (64, Tiles(per_sm=4, swap=True, max_split=4, fold=True)))
     assert t.gemv == {(24576, 1536): None} and (len(t.dense), len(t.dense_a16)) == (6, 7)
     # V3's dense MLP at TP 1 (fp8_serve.py's checkpoint), swept at 8-64 rows
-    assert t.dense_a16[(36864, 7168)][-1] == (64, Tiles(bn=128, warps=8, stages=4, per_sm=4, swap=True, max_split=4,
-                                                        fold=True))
+    assert t.dense_a16[(36864, 7168)][-1] == (64,
+                                              Tiles(bn=128, warps=8, stages=4, per_sm=4, swap=True,
+                                                    max_split=4, fold=True))
     assert [m for m, _ in t.dense_a16[(7168, 18432)]] == [16, 32, 64]
     assert tables_for("NVIDIA H100 80GB HBM3", 90).dense == t.dense          # the nearest sm_90 table
-    assert tables_for("NVIDIA B200", 100) == Fp8Tables(how="no fp8_gemm table for NVIDIA B200 or another sm_100 "
-                                                           "GPU: built-in defaults")
+    assert tables_for("NVIDIA B200", 100) == Fp8Tables(how="no fp8_gemm table for NVIDIA B200 or another "
+                                                           "sm_100 GPU: built-in defaults")
 
 
 def test_few_rows_pick_the_weight_streaming_kernel():
@@ -312,21 +323,25 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     choose_tiles = lambda *a, **k: choose(*a, **k, tables=t)  # noqa: E731
     assert choose_tiles(7168, 16384, 1) == DEFAULT_GEMV
     assert isinstance(choose_tiles(7168, 16384, GEMV_ROWS + 1), Tiles)
-    assert isinstance(choose_tiles(24576, 1536, 1), Tiles)                 # q_b_proj: the MMA kernel measured faster
+    # q_b_proj: the MMA kernel measured faster
+    assert isinstance(choose_tiles(24576, 1536, 1), Tiles)
     assert choose(24576, 1536, 1) == DEFAULT_GEMV                          # no table (CPU): the rule alone
     assert isinstance(choose_tiles(4096, 7168, 1, experts=256), Tiles)    # grouped: the MMA kernel
-    # w8a16: grouped GEMMs of up to GROUPED_GEMV_ROWS rows in all on the few-rows kernel, more on the MMA kernel
+    # w8a16: grouped GEMMs of up to GROUPED_GEMV_ROWS rows in all on the few-rows kernel, more on the MMA
+    # kernel
     from dcpctl.runtime.kernels.fp8_gemm import GROUPED_GEMV_ROWS
     assert choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS) == DEFAULT_GEMV
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=True, total_rows=GROUPED_GEMV_ROWS + 1), Tiles)
-    # and at most GROUPED_GEMV_PER_EXPERT rows an expert: 16 experts x top-8 at batch 8 (64 rows) takes the MMA
+    # and at most GROUPED_GEMV_PER_EXPERT rows an expert: 16 experts x top-8 at batch 8 (64 rows) takes the
+    # MMA
     from dcpctl.runtime.kernels.fp8_tiles import GROUPED_GEMV_PER_EXPERT
     assert choose_tiles(4096, 7168, 2, 16, a16=True, total_rows=16 * GROUPED_GEMV_PER_EXPERT) == DEFAULT_GEMV
     assert isinstance(choose_tiles(4096, 7168, 4, 16, a16=True, total_rows=64), Tiles)
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=False, total_rows=8), Tiles)
     # a prefill's experts: above M_TILE_ROWS rows per expert w8a16 takes the 128-row setting, w8a8 does not
     from dcpctl.runtime.kernels.fp8_gemm import DEFAULT_TILES, M_TILE_ROWS, PREFILL_GROUPED_A16_TILES
-    assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=True, total_rows=16 * 65) == PREFILL_GROUPED_A16_TILES
+    assert (choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=True, total_rows=16 * 65)
+            == PREFILL_GROUPED_A16_TILES)
     tuned = t.grouped_a16[(4096, 7168)][-1]          # the table's grouped w8a16 setting at its largest bound
     assert tuned[0] == M_TILE_ROWS and tuned[1] != DEFAULT_TILES
     assert choose_tiles(4096, 7168, M_TILE_ROWS, 16, a16=True, total_rows=16 * 64) == tuned[1]
@@ -339,8 +354,10 @@ def test_w8a16_takes_its_own_table_where_it_has_the_shape():
     for (n, k), entries in tab.dense_a16.items():
         for most, t in entries:
             assert choose_tiles(n, k, most, a16=True, tables=tab) == t
-    shared = next(key for key in tab.dense if key not in tab.dense_a16)   # a shape only `dense` has: both use it
-    assert all(choose_tiles(*shared, most, a16=True, tables=tab) == t == choose_tiles(*shared, most, tables=tab)
+    # a shape only `dense` has: both use it
+    shared = next(key for key in tab.dense if key not in tab.dense_a16)
+    assert all(choose_tiles(*shared, most, a16=True, tables=tab) == t
+               == choose_tiles(*shared, most, tables=tab)
                for most, t in tab.dense[shared])
 
 
@@ -359,19 +376,21 @@ def test_gemv_compiles_for_sm90_with_wide_weight_loads(quant, split, grouped, bm
         pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
     ptx = k.asm["ptx"]
     assert "mma" not in ptx
-    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, in 16-byte pieces; pipelined (stages > 1)
-    # they go to shared memory by cp.async ahead of their use
+    # the [16, 2 x 128] e4m3 slab is 4 KiB: 32 bytes a thread of 128, in 16-byte pieces; pipelined (stages >
+    # 1) they go to shared memory by cp.async ahead of their use
     if stages == 1:
         assert ptx.count("ld.global.v4.b32") >= 2, "the weight is not read in 16-byte loads"
     else:
-        assert re.search(r"cp\.async\.cg\.shared\.global .*, 0x10,", ptx), "the weight loads are not pipelined"
+        assert re.search(r"cp\.async\.cg\.shared\.global .*, "
+                         r"0x10,", ptx), "the weight loads are not pipelined"
         assert ptx.count("cp.async.commit_group") >= stages
     assert ("atom.global" in ptx) == split
 
 
 @functools.lru_cache(maxsize=4)
 def _gemv_weight(N, K):
-    # one quantized weight per shape for all the tests of it: e4m3 and factors on the GPU, its real value (fp32)
+    # one quantized weight per shape for all the tests of it: e4m3 and factors on the GPU, its real value
+    # (fp32)
     from tests.runtime.models.test_model_fp8 import quantize, reference_dequant
     torch.manual_seed(N + K)
     w8, s = quantize(torch.randn(N, K), (128, 128))
@@ -392,12 +411,14 @@ def _gemv_case(R, N, K, seed):
 def test_gpu_gemv_matches_torch_quantized_math(R, N, K, tiles, mode):
     # 2112 = q_a_proj + kv_a_proj joined: its last scale block holds 64 rows
     from dcpctl.runtime.kernels.fp8_gemm import DEFAULT_GEMV, GemvTiles, fp8_matmul
-    t = {"shipped": DEFAULT_GEMV, "launch": GemvTiles(fuse=False, stages=1), "pipelined": GemvTiles(bn=32, stages=3),
+    t = {"shipped": DEFAULT_GEMV, "launch": GemvTiles(fuse=False, stages=1),
+         "pipelined": GemvTiles(bn=32, stages=3),
          "bm2": GemvTiles(bn=8, kb=1, bm=2, per_sm=16, stages=1)}[tiles]
     x, w8, s, real = _gemv_case(R, N, K, R)
     got = fp8_matmul(x, w8, s, (128, 128), tiles=t, mode=mode).float()
     ref = _rows_ref(x, mode, K) @ real.T
-    assert ((got - ref).abs().max() / ref.abs().max()) < (1e-2 if mode == "w8a8" else 5e-3)   # bf16 output rounding
+    # bf16 output rounding
+    assert ((got - ref).abs().max() / ref.abs().max()) < (1e-2 if mode == "w8a8" else 5e-3)
 
 
 @pytest.mark.gpu
@@ -425,7 +446,8 @@ def test_gpu_grouped_gemv_in_a_graph_matches_per_expert_math(mode):
     counts = torch.zeros(16, dtype=torch.int64)
     counts[[2, 5, 9, 11]] = torch.tensor([1, 2, 1, 1])
     ends = counts.cumsum(0).to(torch.int32)
-    x, ends_d, t = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(), GemvTiles(bm=1, stages=1)
+    x, ends_d, t = (torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16), ends.cuda(),
+                    GemvTiles(bm=1, stages=1))
     eager = fp8_matmul(x, w8, s, (128, 128), ends=ends_d, tiles=t, mode=mode)   # compiles outside the capture
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -1,15 +1,16 @@
-"""fp8_tiles' grouped sections ("grouped", "grouped_w8a16"): parsed as the dense ones, used by choose_tiles for the
-grouped GEMMs at decode's rows per expert, and nowhere else (the rules keep their precedence; a table without them
-changes nothing)."""
+"""fp8_tiles' grouped sections ("grouped", "grouped_w8a16"): parsed as the dense ones, used by choose_tiles
+for the grouped GEMMs at decode's rows per expert, and nowhere else (the rules keep their precedence; a table
+without them changes nothing)."""
 from __future__ import annotations
 
 import pytest
 
-from dcpctl.runtime.kernels.fp8_tiles import (DEFAULT_GEMV, DEFAULT_TILES, GROUPED_GEMV_PER_EXPERT, M_TILE_ROWS,
-                                             PREFILL_GROUPED_A16_TILES, Fp8Tables, Tiles, choose_tiles, parse,
-                                             tables_for)
+from dcpctl.runtime.kernels.fp8_tiles import (DEFAULT_GEMV, DEFAULT_TILES, GROUPED_GEMV_PER_EXPERT,
+                                              M_TILE_ROWS, PREFILL_GROUPED_A16_TILES, Fp8Tables, Tiles,
+                                              choose_tiles, parse, tables_for)
 
-UP, DOWN = (4096, 7168), (7168, 2048)    # V3's routed experts: gate+up, down (down is also o_proj/tp8's shape)
+UP, DOWN = (4096, 7168), (7168, 2048)    # V3's routed experts: gate+up, down (down is also o_proj/tp8's
+                                         # shape)
 SWAP, WIDE, FOLD = Tiles(swap=True), Tiles(bn=128, per_sm=4, max_split=4), Tiles(bn=32, stages=4, fold=True)
 DATA = {"grouped": {"4096,7168": [[8, {"swap": True}], [32, {"bn": 128, "per_sm": 4, "max_split": 4}]],
                     "7168,2048": [[16, {"swap": True}]]},
@@ -42,7 +43,8 @@ def test_grouped_gemms_take_the_table_by_rows_per_expert():
     t = parse(DATA, "t")
     pick = lambda rows, shape=UP, a16=False, E=16: choose_tiles(*shape, rows, E, a16, rows * E, tables=t)  # noqa: E731
     # w8a8: "grouped", the first bound covering the rows per expert; past the last bound DEFAULT_TILES
-    assert [pick(r) for r in (1, 8, 9, 20, 32, 33, M_TILE_ROWS)] == [SWAP, SWAP, WIDE, WIDE, WIDE] + [DEFAULT_TILES] * 2
+    assert ([pick(r) for r in (1, 8, 9, 20, 32, 33, M_TILE_ROWS)]
+            == [SWAP, SWAP, WIDE, WIDE, WIDE] + [DEFAULT_TILES] * 2)
     assert [pick(r, DOWN) for r in (16, 17)] == [SWAP, DEFAULT_TILES]
     assert pick(8, (1536, 7168)) == DEFAULT_TILES                               # a shape the table lacks
     # w8a16: its own section where it has the shape, else "grouped"
@@ -57,11 +59,13 @@ def test_grouped_gemms_take_the_table_by_rows_per_expert():
 
 def test_the_few_rows_rule_and_dense_gemms_keep_precedence_over_the_grouped_sections():
     t = parse(DATA, "t")
-    # w8a16 at up to GROUPED_GEMV_PER_EXPERT rows per expert: the few-rows kernel, though "grouped_w8a16" has a bound
+    # w8a16 at up to GROUPED_GEMV_PER_EXPERT rows per expert: the few-rows kernel, though "grouped_w8a16" has
+    # a bound
     rows = GROUPED_GEMV_PER_EXPERT
     assert choose_tiles(*UP, rows, 16, True, 16 * rows, tables=t) == DEFAULT_GEMV
     assert choose_tiles(*UP, rows, 16, False, 16 * rows, tables=t) == SWAP      # w8a8: no few-rows rule
-    # a dense GEMM of the shape reads the dense sections only (o_proj/tp8 has the routed down projection's shape)
+    # a dense GEMM of the shape reads the dense sections only (o_proj/tp8 has the routed down projection's
+    # shape)
     assert choose_tiles(*DOWN, 16, tables=t) == DEFAULT_TILES
     assert choose_tiles(*DOWN, 1, tables=t) == DEFAULT_GEMV
     dense = parse({"dense": {"7168,2048": [[64, {"stages": 5}]]}}, "t")
@@ -69,8 +73,9 @@ def test_the_few_rows_rule_and_dense_gemms_keep_precedence_over_the_grouped_sect
 
 
 def test_the_shipped_table_tunes_only_w8a16_grouped_gemms_at_decode_rows():
-    # the H200 table's grouped section (benchmarks/fp8_gemm.py --grouped --sweep, w8a16): w8a8 and prefill rows
-    # keep the rules' choice, and a decode row count past the few-rows rule takes a setting of the section
+    # the H200 table's grouped section (benchmarks/fp8_gemm.py --grouped --sweep, w8a16): w8a8 and prefill
+    # rows keep the rules' choice, and a decode row count past the few-rows rule takes a setting of the
+    # section
     h200, none = tables_for("NVIDIA H200", 90), Fp8Tables()
     assert h200.grouped == {} and set(h200.grouped_a16) <= {UP, DOWN} and h200.grouped_a16
     tuned = 0

@@ -28,5 +28,6 @@ def test_dense_mlp_runs_gate_and_up_as_one_gemm_and_frees_the_halves():
     assert mlp.gate_up.shape == (24, 8) and set(t) == {"m.down_proj.weight"}
     assert torch.equal(mlp.gate, w["m.gate_proj.weight"]) and torch.equal(mlp.up, w["m.up_proj.weight"])
     x = torch.randn(5, 8, generator=g, dtype=torch.float64)
-    want = F.linear(F.silu(x @ w["m.gate_proj.weight"].T) * (x @ w["m.up_proj.weight"].T), w["m.down_proj.weight"])
+    want = F.linear(F.silu(x @ w["m.gate_proj.weight"].T) * (x @ w["m.up_proj.weight"].T),
+                    w["m.down_proj.weight"])
     torch.testing.assert_close(mlp(x), want, rtol=1e-12, atol=1e-12)

@@ -1,5 +1,5 @@
-"""kernels/gemm16.py: which 16-bit linear layers take dcpctl's split-K kernel (CPU), and the kernel against F.linear,
-its determinism, its split counts left at zero and its CUDA-graph replay (GPU)."""
+"""kernels/gemm16.py: which 16-bit linear layers take dcpctl's split-K kernel (CPU), and the kernel against
+F.linear, its determinism, its split counts left at zero and its CUDA-graph replay (GPU)."""
 from __future__ import annotations
 
 import pytest
@@ -28,8 +28,8 @@ def test_the_h200_table_is_the_measured_one():
     assert H200[(4096, 7168)] == ((8, Tiles16(stages=4)),)
     assert len(H200) == 4
     assert gemm16.shipped("NVIDIA H100 80GB HBM3", 90)[0] == H200      # the nearest sm_90 table
-    assert gemm16.shipped("NVIDIA B200", 100) == ({}, "no gemm16 table for NVIDIA B200 or another sm_100 GPU: "
-                                                      "built-in defaults")
+    assert gemm16.shipped("NVIDIA B200", 100) == ({}, "no gemm16 table for NVIDIA B200 or another sm_100 "
+                                                      "GPU: built-in defaults")
 
 
 def test_the_table_bounds_pick_the_setting():
@@ -103,7 +103,8 @@ def test_gpu_kernel_matches_linear(R, N, K, t):
     err = float((got.double() - ref).abs().max() / ref.abs().max())
     assert got.dtype == x.dtype and got.shape == (R, N) and err < 8e-3, err
     assert torch.equal(gemm16.linear16(x, w, t), got)         # the partials are summed in a fixed order
-    assert int(_counters(x.device, 1).abs().sum()) == 0        # every tile's count left at zero for the next GEMM
+    assert int(_counters(x.device, 1).abs().sum()) == 0        # every tile's count left at zero for the next
+                                                               # GEMM
 
 
 @pytest.mark.gpu

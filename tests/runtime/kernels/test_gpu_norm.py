@@ -1,5 +1,6 @@
-"""The fused RMSNorm kernel (kernels/norm_triton.py) against the torch form it replaces (skipped without CUDA):
-within one bf16 rounding step, for contiguous rows and for a strided column slice (the kv_a norm's input)."""
+"""The fused RMSNorm kernel (kernels/norm_triton.py) against the torch form it replaces (skipped without
+CUDA): within one bf16 rounding step, for contiguous rows and for a strided column slice (the kv_a norm's
+input)."""
 import pytest
 import torch
 

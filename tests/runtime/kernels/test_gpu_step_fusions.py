@@ -27,7 +27,8 @@ def test_rope_q_exact_at_serving_shapes(T, H):
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     from dcpctl.runtime.tiny import write_tiny_model
-    return str(write_tiny_model(tmp_path_factory.mktemp("gf") / "m", num_hidden_layers=2, first_k_dense_replace=2))
+    return str(write_tiny_model(tmp_path_factory.mktemp("gf") / "m", num_hidden_layers=2,
+                                first_k_dense_replace=2))
 
 
 def _prefilled(path: str, forbid_pool_write: bool = False):
@@ -60,8 +61,9 @@ def _step(path: str, forbid_pool_write: bool) -> tuple[torch.Tensor, torch.Tenso
 
 
 def test_fused_model_matches_unfused_and_writes_kv_itself(path, monkeypatch):
-    # qkv_a off on both sides (the same projection GEMMs): layer 0's rows see the same inputs, so their rope part
-    # is bit-identical and the norm part within a bf16 step; later layers and the logits within bf16 noise
+    # qkv_a off on both sides (the same projection GEMMs): layer 0's rows see the same inputs, so their rope
+    # part is bit-identical and the norm part within a bf16 step; later layers and the logits within bf16
+    # noise
     monkeypatch.setenv(ENV, "all")
     want, want_kv, L = _step(path, False)
     monkeypatch.setenv(ENV, "qkv_a")
@@ -77,9 +79,9 @@ def test_fused_model_matches_unfused_and_writes_kv_itself(path, monkeypatch):
 
 def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
     # a prefill of three prompts (eager), one decode step captured in a CUDA graph, then its inputs changed in
-    # place (other tokens) and the graph replayed: -> that replay's logits [3, V] and the pool.  The warm-up step
-    # and the capture saw tokens 3, 4, 5, so a replay that read a KV row or a q rope before the side stream
-    # wrote it would read the old tokens' values
+    # place (other tokens) and the graph replayed: -> that replay's logits [3, V] and the pool.  The warm-up
+    # step and the capture saw tokens 3, 4, 5, so a replay that read a KV row or a q rope before the side
+    # stream wrote it would read the old tokens' values
     model, pool, ctx = _prefilled(path)
     ids = torch.tensor([3, 4, 5], device="cuda")
     model.forward(ids, ctx.positions, ctx)            # compiles every kernel before the capture
@@ -94,11 +96,11 @@ def _captured_step(path: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_overlap_changes_no_bit_of_a_captured_step(path, monkeypatch):
-    # the side stream (side_stream.py) reorders nothing inside a kernel: the same logits and pool bit for bit as
-    # the one-stream capture.  Each side block starts with a ~1 ms sleep (captured with it), so a read on the main
-    # stream that is not joined after the side block's write would see the previous tokens' values.  The capture
-    # forks exactly 5 times (the angles, then the KV write and the q rope of each of the 2 layers) and joins twice
-    # (once a layer): 7 uses of the side stream, none outside the capture
+    # the side stream (side_stream.py) reorders nothing inside a kernel: the same logits and pool bit for bit
+    # as the one-stream capture.  Each side block starts with a ~1 ms sleep (captured with it), so a read on
+    # the main stream that is not joined after the side block's write would see the previous tokens' values.
+    # The capture forks exactly 5 times (the angles, then the KV write and the q rope of each of the 2 layers)
+    # and joins twice (once a layer): 7 uses of the side stream, none outside the capture
     import contextlib
 
     from dcpctl.runtime.kernels import side_stream

@@ -1,6 +1,7 @@
-"""Programmatic dependent launch (runtime/kernels/pdl.py): off on the CPU, each PDL kernel compiled for sm_90 waits
-(griddepcontrol.wait) before its first load or store of a tensor, and on a GPU (`gpu`) every PDL kernel launched
-right after a kernel that releases its dependents at once and writes the inputs late still reads what it wrote."""
+"""Programmatic dependent launch (runtime/kernels/pdl.py): off on the CPU, each PDL kernel compiled for sm_90
+waits (griddepcontrol.wait) before its first load or store of a tensor, and on a GPU (`gpu`) every PDL kernel
+launched right after a kernel that releases its dependents at once and writes the inputs late still reads what
+it wrote."""
 import re
 
 import pytest
@@ -30,20 +31,27 @@ def _kernels():
         ("rms_norm", _rms_norm_kernel, dict(X=bf, W=bf, Y=bf, stride_x=i32, stride_y=i32, D=i32, eps=f32),
          dict(BLOCK=2048)),
         ("add_rms_norm", _add_rms_norm_kernel, dict(X=bf, R=bf, W=bf, H=bf, Y=bf, stride_x=i32, stride_r=i32,
-                                                    stride_h=i32, stride_y=i32, D=i32, eps=f32), dict(BLOCK=8192)),
-        ("swiglu", _swiglu_kernel, dict(H=bf, Y=bf, stride_h=i32, stride_y=i32, I=i32), dict(BLOCK=1024, LIBDEVICE=True)),
-        ("rope_q", _rope_q_kernel, dict(X=bf, COS="*fp32", SIN="*fp32", Y=bf, H=i32, sxt=i32, sxh=i32, syt=i32,
-                                        syh=i32, sct=i32), dict(HALF=32, BLOCK_H=16, INTERLEAVED=True, FP32_MATH=True)),
-        ("kv_rows", _kv_rows_kernel, dict(KV=bf, W=bf, COS="*fp32", SIN="*fp32", DST=bf, ROWS=i64, SLOTS=i64, skt=i32,
-                                          sdt=i32, sct=i32, L=i32, eps=f32),
+                                                    stride_h=i32, stride_y=i32, D=i32, eps=f32),
+         dict(BLOCK=8192)),
+        ("swiglu", _swiglu_kernel, dict(H=bf, Y=bf, stride_h=i32, stride_y=i32, I=i32),
+         dict(BLOCK=1024, LIBDEVICE=True)),
+        ("rope_q", _rope_q_kernel,
+         dict(X=bf, COS="*fp32", SIN="*fp32", Y=bf, H=i32, sxt=i32, sxh=i32, syt=i32,
+              syh=i32, sct=i32), dict(HALF=32, BLOCK_H=16, INTERLEAVED=True, FP32_MATH=True)),
+        ("kv_rows", _kv_rows_kernel,
+         dict(KV=bf, W=bf, COS="*fp32", SIN="*fp32", DST=bf, ROWS=i64, SLOTS=i64, skt=i32,
+              sdt=i32, sct=i32, L=i32, eps=f32),
          dict(BLOCK_L=512, HALF=32, INTERLEAVED=True, FP32_MATH=True)),
-        ("merge", _merge_kernel, dict(O="*fp32", LSE="*fp32", OUT=bf, OUT_LSE="*fp32", S=i32, s_os=i32, s_om=i32,
-                                      s_ls=i32, s_lm=i32, V=i32, H=i32, HL=i32, s_oc=i32, s_on=i32, s_oh=i32, s_lc=i32,
-                                      s_ln=i32, s_lh=i32), dict(LSE_SCALE=1.0, S_POW2=2, BLOCK_V=512)),
-        ("head_bmm", _head_bmm_kernel, dict(X=bf, W=bf, O=bf, M=i32, sxb=i32, sxm=i32, swb=i32, swk=i32, sob=i32,
-                                            som=i32), dict(K=512, N=128, BM=32, BK=64, BN=64)),
-        ("gemm16", _gemm16_kernel, dict(x_ptr=bf, w_ptr=bf, out_ptr=bf, part_ptr="*fp32", count_ptr="*i32", R=i32,
-                                        N=i32, K=i32, sx=i32, sw=i32, k_per_split=i32, splits=i32),
+        ("merge", _merge_kernel,
+         dict(O="*fp32", LSE="*fp32", OUT=bf, OUT_LSE="*fp32", S=i32, s_os=i32, s_om=i32,
+              s_ls=i32, s_lm=i32, V=i32, H=i32, HL=i32, s_oc=i32, s_on=i32, s_oh=i32, s_lc=i32,
+              s_ln=i32, s_lh=i32), dict(LSE_SCALE=1.0, S_POW2=2, BLOCK_V=512)),
+        ("head_bmm", _head_bmm_kernel,
+         dict(X=bf, W=bf, O=bf, M=i32, sxb=i32, sxm=i32, swb=i32, swk=i32, sob=i32,
+              som=i32), dict(K=512, N=128, BM=32, BK=64, BN=64)),
+        ("gemm16", _gemm16_kernel,
+         dict(x_ptr=bf, w_ptr=bf, out_ptr=bf, part_ptr="*fp32", count_ptr="*i32", R=i32,
+              N=i32, K=i32, sx=i32, sw=i32, k_per_split=i32, splits=i32),
          dict(BM=32, BN=64, BK=128, SPLIT=True)),
     ]
 
@@ -86,7 +94,9 @@ def test_the_gluon_attention_kernel_waits_before_its_first_load():
     for tma in (0, 1):
         body = compile_kernel("gluon", [64, 2, tma], pdl=True)[0].split(".entry")[1]
         first = re.search(r"\b(ld|st|atom|red|cp\.async)\.(global|shared::cluster)", body)
-        assert first and first.start() > body.index("griddepcontrol.wait") < body.index("griddepcontrol.launch_dependents")
+        assert (first
+                and first.start() > body.index("griddepcontrol.wait")
+                < body.index("griddepcontrol.launch_dependents"))
         assert "griddepcontrol" not in compile_kernel("gluon", [64, 2, tma])[0]
 
 
@@ -95,7 +105,8 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 def _late(src: torch.Tensor, spin_ns: int = 2_000_000, wait: bool = False) -> torch.Tensor:
     # a zeroed twin of src that a kernel fills with src's bytes ~2 ms after it released its dependents
-    # (griddepcontrol.launch_dependents at its start), so a PDL kernel reading the twin without waiting reads zeros
+    # (griddepcontrol.launch_dependents at its start), so a PDL kernel reading the twin without waiting reads
+    # zeros
     from tests.runtime.pdl_check import late_copy
     dst = torch.zeros_like(src)
     late_copy(src, dst, spin_ns)
@@ -104,8 +115,8 @@ def _late(src: torch.Tensor, spin_ns: int = 2_000_000, wait: bool = False) -> to
 
 def _cases(dev):
     # (name, fn(x) -> output, x): each wrapper of a PDL kernel, x its input that the kernel before writes.  fn
-    # launches nothing before its PDL kernel (outputs come from torch.empty or exist already), so that kernel runs
-    # right after the late writer
+    # launches nothing before its PDL kernel (outputs come from torch.empty or exist already), so that kernel
+    # runs right after the late writer
     from dcpctl.runtime.attention.fused_merge import merge_partials_triton
     from dcpctl.runtime.kernels.gemm16 import Tiles16, linear16
     from dcpctl.runtime.kernels.head_bmm_triton import head_bmm
@@ -172,11 +183,12 @@ def test_gpu_each_kernel_reads_what_the_kernel_before_wrote(i):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_a_pdl_kernel_without_the_wait_would_race():
-    # the control that makes the test above able to fail: a copy launched with PDL that does not wait reads the
-    # late twin before it is written
+    # the control that makes the test above able to fail: a copy launched with PDL that does not wait reads
+    # the late twin before it is written
     from tests.runtime.pdl_check import copy_no_wait
     x = torch.randn(1 << 16, device="cuda")
-    copy_no_wait(_late(x))             # compiled now: a compile between the two launches would outlast the spin
+    copy_no_wait(_late(x))             # compiled now: a compile between the two launches would outlast the
+                                       # spin
     torch.cuda.synchronize()
     got = copy_no_wait(_late(x))
     torch.cuda.synchronize()

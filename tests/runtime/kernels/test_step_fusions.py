@@ -1,5 +1,5 @@
-"""The decode step's fusions (kernels/fusions.py): the fused model equals the unfused one, and the kernels equal
-the torch forms (in Triton's interpreter here; on the GPU in test_gpu_step_fusions.py)."""
+"""The decode step's fusions (kernels/fusions.py): the fused model equals the unfused one, and the kernels
+equal the torch forms (in Triton's interpreter here; on the GPU in test_gpu_step_fusions.py)."""
 
 import pytest
 import torch
@@ -19,7 +19,8 @@ PAGE, LENS = 4, [3, 9]
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     from dcpctl.runtime.tiny import write_tiny_model
-    return str(write_tiny_model(tmp_path_factory.mktemp("f") / "m", num_hidden_layers=2, first_k_dense_replace=2))
+    return str(write_tiny_model(tmp_path_factory.mktemp("f") / "m", num_hidden_layers=2,
+                                first_k_dense_replace=2))
 
 
 def _steps(path: str, dtype: torch.dtype, path_kind: str) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -33,8 +34,10 @@ def _steps(path: str, dtype: torch.dtype, path_kind: str) -> tuple[list[torch.Te
     outs = []
     for rid, n in enumerate(LENS):
         alloc.allocate(rid, n + 2)
-    batches = [([SeqChunk(r, 0, n) for r, n in enumerate(LENS)], torch.randint(0, 250, (sum(LENS),), generator=g))]
-    batches += [([SeqChunk(r, n + s, 1) for r, n in enumerate(LENS)], torch.tensor([7 + s, 9])) for s in range(2)]
+    batches = [([SeqChunk(r, 0, n) for r, n in enumerate(LENS)],
+                torch.randint(0, 250, (sum(LENS),), generator=g))]
+    batches += [([SeqChunk(r, n + s, 1) for r, n in enumerate(LENS)], torch.tensor([7 + s, 9]))
+                for s in range(2)]
     for chunks, ids in batches:
         ctx = build_context(alloc, pool, ps.dcp, decisions, chunks, model.cfg.kv_lora_rank)
         outs.append(model.forward(ids, ctx.positions, ctx))
@@ -88,8 +91,9 @@ def test_kernels_in_the_interpreter_equal_the_torch_forms():
 
 
 def test_side_stream_is_inline_outside_a_capture(monkeypatch):
-    # CPU tensors, and CUDA ones outside a graph capture: fork runs its block on the caller's stream and join is a
-    # no-op (an eager step would pay an event record and a wait per fork); only a capture on x's device turns it on
+    # CPU tensors, and CUDA ones outside a graph capture: fork runs its block on the caller's stream and join
+    # is a no-op (an eager step would pay an event record and a wait per fork); only a capture on x's device
+    # turns it on
     from dcpctl.runtime.kernels import side_stream
     x = torch.zeros(2)
     side = side_stream.SideStream(x, True)

@@ -96,7 +96,8 @@ def test_check_counts_catches_a_leaked_or_double_freed_page():
 def test_the_stripe_rule_functions_agree_with_the_definition():
     import torch
 
-    from dcpctl.runtime.kv.allocator import owned, owned_page_rows_tensor, owned_rows, owner, physical, virtual_slot
+    from dcpctl.runtime.kv.allocator import (owned, owned_page_rows_tensor, owned_rows, owner, physical,
+                                             virtual_slot)
     a = VirtualAllocator(capacity_tokens=12, page_size=2, dcp=3)
     a.allocate(7, 5)
     a.allocate(8, 13)   # request 8 starts on page 1, after request 7
@@ -107,17 +108,21 @@ def test_the_stripe_rule_functions_agree_with_the_definition():
         assert [virtual_slot(pages, p, a.page_tokens) for p in mine] == [slots[p] for p in mine]
         assert owned_rows(slots, start, end, rank, 3) == [slots[p] // 3 for p in mine]
         index, rows = owned_page_rows_tensor(torch.tensor(pages), start, end, rank, 3, a.page_tokens, base=10)
-        assert (index.tolist(), rows.tolist()) == ([10 + p - start for p in mine], owned_rows(slots, start, end, rank, 3))
+        assert (index.tolist(), rows.tolist()) == ([10 + p - start for p in mine],
+                                                   owned_rows(slots, start, end, rank, 3))
     v = torch.tensor(slots)
-    assert owner(v, 3).tolist() == [s % 3 for s in slots] and physical(v, 3).tolist() == [s // 3 for s in slots]
-    for c, rank in ((1, 0), (3, 0), (3, 2), (4, 3)):   # a step's rows: the positions below each length that rank holds
+    assert (owner(v, 3).tolist() == [s % 3 for s in slots]
+            and physical(v, 3).tolist() == [s // 3 for s in slots])
+    for c, rank in ((1, 0), (3, 0), (3, 2), (4, 3)):   # a step's rows: the positions below each length that
+                                                       # rank holds
         lengths = [0, 1, 5, 12, 13]
         assert local_len_sum(lengths, rank, c) == sum(p % c == rank for n in lengths for p in range(n))
 
 
 @pytest.mark.parametrize("c,page", [(1, 1), (1, 4), (2, 2), (4, 3)])
 def test_grow_equals_allocate_one_position_at_a_time_and_in_jumps(c, page):
-    # grow: a decode step's one new position is an append inside a held page, else allocate's path (a new page, a jump)
+    # grow: a decode step's one new position is an append inside a held page, else allocate's path (a new
+    # page, a jump)
     a, b = VirtualAllocator(256 * page, page, c), VirtualAllocator(256 * page, page, c)
     for rid, start in ((0, 3), (1, 1)):
         a.allocate(rid, start)

@@ -19,7 +19,8 @@ from tests.runtime.fp8_compile_check import Sm90Driver
 from tests.runtime.ref_context import RefContext
 from tests.runtime.models.test_model_fp8 import SHAPE, write_fp8
 
-KERNELS = (fp8_gemm._fp8_gemm_kernel, fp8_gemv._fp8_gemv_kernel, fp8_dequant._dequant_kernel, fp8_parts._quant_kernel)
+KERNELS = (fp8_gemm._fp8_gemm_kernel, fp8_gemv._fp8_gemv_kernel, fp8_dequant._dequant_kernel,
+           fp8_parts._quant_kernel)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,8 @@ def ckpt(tmp_path_factory):
 
 
 def fp8_model(ckpt, keep=True):
-    """The tiny model with FP8 weights kept on the CPU, its routed experts stacked as on a GPU (grouped GEMMs)."""
+    """The tiny model with FP8 weights kept on the CPU, its routed experts stacked as on a GPU (grouped
+    GEMMs)."""
     m = load_model(ckpt, ParallelState.single(), False, torch.bfloat16, "cpu", keep_fp8=keep)
     for layer in m.layers:
         if isinstance(layer.mlp, MoE) and layer.mlp.stacked is None and keep:
@@ -39,7 +41,8 @@ def fp8_model(ckpt, keep=True):
 
 @pytest.fixture
 def sm90(monkeypatch, tmp_path):
-    """An sm_90 stand-in driver and an empty Triton cache; the FP8 kernels' in-memory caches restored after."""
+    """An sm_90 stand-in driver and an empty Triton cache; the FP8 kernels' in-memory caches restored
+    after."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     active = driver._active
     driver.set_active(Sm90Driver())
@@ -80,7 +83,8 @@ def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
     # foreseen, with kernels of row counts this routing did not produce
     long = [GROUPED_MAX_TOKENS + 40]
     assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
-    # past BLOCK_TOKENS the experts run in passes: the last pass of 40 tokens runs grouped, and is foreseen too
+    # past BLOCK_TOKENS the experts run in passes: the last pass of 40 tokens runs grouped, and is foreseen
+    # too
     passes = [BLOCK_TOKENS + 40]
     assert asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, passes), m.dtype, "cpu"))
     assert not asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
@@ -88,9 +92,9 @@ def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
 
 @pytest.mark.parametrize("mode", ["w8a16", "w8a8"])
 def test_a_grouped_table_entry_is_foreseen_as_the_forwards_launch_it(ckpt, sm90, monkeypatch, mode):
-    # the tiny model's routed experts (8, top-2): rows per expert t * 2 // 8; an entry of each grouped section per
-    # expert shape covering some of those rows (others past the bound: DEFAULT_TILES; w8a16 up to 16 rows in all:
-    # the few-rows kernel first)
+    # the tiny model's routed experts (8, top-2): rows per expert t * 2 // 8; an entry of each grouped section
+    # per expert shape covering some of those rows (others past the bound: DEFAULT_TILES; w8a16 up to 16 rows
+    # in all: the few-rows kernel first)
     from dcpctl.runtime import settings
     from dcpctl.runtime.kernels import fp8_tiles
     m = fp8_model(ckpt)
@@ -112,8 +116,9 @@ def test_threads_compile_into_memory_and_the_cache_and_a_later_start_loads(ckpt,
     tokens = [1, 16]
     specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
     n = fp.compile_specs(specs, threads=2)
-    # a compile that fails is left to the launch that needs it (compile_specs): seen once in a while in full-suite
-    # runs on 2 CPUs (9 of 10); a second call compiles only what the first left, so every spec still compiles once
+    # a compile that fails is left to the launch that needs it (compile_specs): seen once in a while in
+    # full-suite runs on 2 CPUs (9 of 10); a second call compiles only what the first left, so every spec
+    # still compiles once
     n += fp.compile_specs(specs, threads=2) if n < len(specs) else 0
     assert n == len(specs) == len(list(sm90.rglob("*.cubin")))
     # the forwards find every kernel compiled: Triton's hook (called before a compile) is never called;
@@ -134,8 +139,8 @@ def test_nothing_to_precompile_without_fp8_weights_on_a_gpu(ckpt):
 
 
 def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm90):
-    # block-FP8 routed experts run grouped up to GROUPED_MAX_TOKENS a pass (past it: a GEMM chain per expert, a
-    # host sync), so the MLP pieces stop there, and the precompile foresees their token counts
+    # block-FP8 routed experts run grouped up to GROUPED_MAX_TOKENS a pass (past it: a GEMM chain per expert,
+    # a host sync), so the MLP pieces stop there, and the precompile foresees their token counts
     from dcpctl.contract.launch_config import CudaGraphSection
     from dcpctl.launch.cuda_graphs import prefill_section
     from dcpctl.runtime.engine.graph_plan import prefill_graphs_plan
@@ -144,7 +149,8 @@ def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm
     assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS
     assert token_cap(fp8_model(ckpt, keep=False)) is None            # dequantized at load: no cap
     sec = CudaGraphSection((), "", **{k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in prefill_section("cuda", False, None, None, None, 8192).items()})
+                                      for k, v in prefill_section("cuda", False, None, None, None, 8192)
+                                      .items()})
     tokens, reason = prefill_graphs_plan(m, sec, torch.device("cuda"))   # only the device's kind is read
     assert tokens[-1] == GROUPED_MAX_TOKENS and tokens == [t for t in sec.prefill_tokens if t <= 512]
     assert "up to 512 tokens here" in reason

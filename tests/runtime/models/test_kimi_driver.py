@@ -1,11 +1,13 @@
 """Test driver for hybrid (KDA + MLA) models: contexts that carry the batch's SeqChunks, and greedy
 prefill + decode through the model's KDA state pool (admit before the first chunk, release after).
 
-    kimi_greedy(model, prompts, steps, make_ctx, chunk=None, release=True) -> (prefill logits, decode logits, ids)
+    kimi_greedy(model, prompts, steps, make_ctx, chunk=None, release=True)
+        -> (prefill logits, decode logits, ids)
         (also drives DeepSeek models, which hold no KDA state)
     ref_ctx(model) -> make_ctx for the dense reference context (single rank, or TP without DCP)
-    dcp_ctx(model, ps, decisions, form=...) -> make_ctx for the real DCP context (allocator + KV pool); form pins
-        the absorbed or MHA attention form (default: the per-batch rule), mha_block_bytes its key block size
+    dcp_ctx(model, ps, decisions, form=...) -> make_ctx for the real DCP context (allocator + KV pool); form
+        pins the absorbed or MHA attention form (default: the per-batch rule), mha_block_bytes its key block
+        size
 """
 from __future__ import annotations
 
@@ -63,8 +65,8 @@ def kimi_greedy(model, prompts: list[list[int]], steps: int, make_ctx, chunk: in
     while any(d < len(p) for d, p in zip(done, prompts)):
         chunks = [SeqChunk(r, done[r], min(chunk or len(p), len(p) - done[r]))
                   for r, p in enumerate(prompts) if done[r] < len(p)]
-        out = _step(model, chunks, [t for c in chunks for t in prompts[c.rid][c.start:c.start + c.num_tokens]],
-                    make_ctx)
+        out = _step(model, chunks,
+                    [t for c in chunks for t in prompts[c.rid][c.start:c.start + c.num_tokens]], make_ctx)
         row = 0
         for c in chunks:
             pre[c.rid].append(out[row:row + c.num_tokens])

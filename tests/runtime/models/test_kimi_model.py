@@ -75,7 +75,8 @@ def test_pool_batch_checks_continuity():
     assert b.flat.tolist() == [0, 1, 2, 3]
     b = pool.batch([SeqChunk(1, 1, 2), SeqChunk(0, 3, 1)], num_tokens=3)
     assert b.fresh.tolist() == [False, False] and b.flat.tolist() == [0, 1, 2]
-    with pytest.raises(KdaPoolError, match=r"request 0: chunk starts at position 2 but its KDA state holds 4"):
+    with pytest.raises(KdaPoolError,
+                       match=r"request 0: chunk starts at position 2 but its KDA state holds 4"):
         pool.batch([SeqChunk(0, 2, 1)], 1)
     with pytest.raises(KdaPoolError, match="request 3 has no KDA state slot: admit it"):
         pool.batch([SeqChunk(3, 0, 1)], 1)
@@ -122,7 +123,8 @@ def test_layer_kinds_from_layer_types_or_one_indexed_lists():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"linear_attn_config": {"num_heads": 8}}, "names no layer kinds: give layer_types or linear_attn_config"),
+    ({"linear_attn_config": {"num_heads": 8}},
+     "names no layer kinds: give layer_types or linear_attn_config"),
     ({"linear_attn_config": {"full_attn_layers": [2, 4], "kda_layers": [1, 2]}},
      r"full_attn_layers \[2, 4\] and kda_layers \[1, 2\] must cover layers 1..4 \(1-indexed\) exactly once"),
     ({"linear_attn_config": {"full_attn_layers": [0, 4]}}, "must cover layers 1..4"),
@@ -138,7 +140,8 @@ def test_config_errors_are_one_clear_sentence(overrides, message):
 
 def test_tiny_checkpoint_is_deterministic_and_readable_by_the_planner(tiny, tmp_path):
     again = write_tiny_kimi_model(tmp_path / "again")
-    assert (again / "model.safetensors").read_bytes() == (tmp_path / ".." / tiny / "model.safetensors").read_bytes()
+    assert (again / "model.safetensors").read_bytes() == (tmp_path / ".." / tiny
+                                                          / "model.safetensors").read_bytes()
     spec = spec_from_path(tiny)
     assert spec.is_hybrid and spec.mla_layers == (1, 3) and spec.kda_layers == (0, 2)
     assert (spec.kda.num_heads, spec.kda.head_dim, spec.kda.conv_kernel) == (8, 8, 4) and not spec.uses_rope
@@ -180,7 +183,8 @@ def test_forward_needs_admission_and_chunks(model):
     try:
         empty = model.forward(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), make([]))
         assert empty.shape == (0, model.cfg.hidden_size)
-        with pytest.raises(RuntimeError, match="cannot resize the KDA state pool while 1 requests hold slots"):
+        with pytest.raises(RuntimeError,
+                           match="cannot resize the KDA state pool while 1 requests hold slots"):
             model.set_kda_capacity(8)
     finally:
         model.release(0)
@@ -196,6 +200,7 @@ def test_flat_a_log_checkpoints_load_the_same(tiny, model, tmp_path):
         tensors[name] = tensors[name].flatten()  # [1, 1, H, 1] -> [H], as FLA-style checkpoints
     save_file(tensors, str(d / "model.safetensors"))
     flat = load_model(d, ParallelState.single(), False, torch.float64, kda_max_requests=4)
-    a, b = kimi_greedy(model, PROMPTS[:1], 2, ref_ctx(model)), kimi_greedy(flat, PROMPTS[:1], 2, ref_ctx(flat))
+    a, b = (kimi_greedy(model, PROMPTS[:1], 2, ref_ctx(model)),
+            kimi_greedy(flat, PROMPTS[:1], 2, ref_ctx(flat)))
     assert a[2] == b[2]
     torch.testing.assert_close(a[1][0], b[1][0], rtol=0, atol=0)

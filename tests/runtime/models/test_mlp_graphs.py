@@ -1,9 +1,9 @@
-"""Each layer's MLP captured at token buckets (runtime/models/mlp_graphs.py) on CPU, where a replay runs the same
-piece eagerly on the same static buffers: padded rows (stale on purpose) change no real row, a MoE routes none of
-them to an expert, calls past the largest bucket replay in up to MAX_PASSES passes of it (longer ones run eagerly),
-and an engine with the pieces gives every request the tokens and log-probabilities it gets without them (float64,
-the tiny DeepSeek model with a dense and a MoE layer), at DCP 1 and 2, chunked, with attention DP; the launch flags
-resolve SGLang's buckets.
+"""Each layer's MLP captured at token buckets (runtime/models/mlp_graphs.py) on CPU, where a replay runs the
+same piece eagerly on the same static buffers: padded rows (stale on purpose) change no real row, a MoE routes
+none of them to an expert, calls past the largest bucket replay in up to MAX_PASSES passes of it (longer ones
+run eagerly), and an engine with the pieces gives every request the tokens and log-probabilities it gets
+without them (float64, the tiny DeepSeek model with a dense and a MoE layer), at DCP 1 and 2, chunked, with
+attention DP; the launch flags resolve SGLang's buckets.
 """
 import pytest
 import torch
@@ -28,7 +28,8 @@ BUCKETS = [4, 8, 12]
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
     from dcpctl.runtime.tiny import write_tiny_model
-    return str(write_tiny_model(tmp_path_factory.mktemp("mlpg") / "m", num_hidden_layers=2, first_k_dense_replace=1))
+    return str(write_tiny_model(tmp_path_factory.mktemp("mlpg") / "m", num_hidden_layers=2,
+                                first_k_dense_replace=1))
 
 
 def _model(path, ps=None):
@@ -49,8 +50,8 @@ def test_padded_rows_change_no_real_row(path):
             got = g(layer.mlp, x)
             assert got.shape == want.shape
             torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-    # past the largest bucket (12): up to MAX_PASSES passes of 12 tokens, the last at its own bucket (13 = 12 + 1,
-    # 24 = 12 + 12); 30 tokens would take 3: the eager MLP
+    # past the largest bucket (12): up to MAX_PASSES passes of 12 tokens, the last at its own bucket (13 = 12
+    # + 1, 24 = 12 + 12); 30 tokens would take 3: the eager MLP
     assert MAX_PASSES == 2 and g.replays == 2 * (4 + 2 + 2)
     assert g.bucket(5) == 8 and g.bucket(13) is None
 
@@ -67,7 +68,8 @@ def test_moe_routes_no_padded_row(path):
 def _generate(rank, world, path, cfg, buckets):
     from dcpctl.runtime.engine import Engine
     from tests.runtime.configs import config
-    ps = ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"]) if world > 1 else ParallelState.single()
+    ps = (ParallelState.build(cfg["groups"], cfg["topology"]["attn_dp_size"])
+          if world > 1 else ParallelState.single())
     model = _model(path, ps)
     engine = Engine(model, ps, config(dict(cfg, model={"path": path, "dtype": "float64"})))
     if buckets:
@@ -108,8 +110,8 @@ def test_prefill_section_follows_sglang():
 
 
 def test_each_pass_routes_exactly_its_real_rows(path, monkeypatch):
-    # passes of 4 tokens (mlp.BLOCK_TOKENS patched): a call of t tokens replayed at bucket b routes, in pass i,
-    # exactly the real tokens min(max(t - i, 0), 4) x k rows to experts, none of the padding
+    # passes of 4 tokens (mlp.BLOCK_TOKENS patched): a call of t tokens replayed at bucket b routes, in pass
+    # i, exactly the real tokens min(max(t - i, 0), 4) x k rows to experts, none of the padding
     from dcpctl.runtime.models import mlp as mlp_mod
     monkeypatch.setattr(mlp_mod, "BLOCK_TOKENS", 4)
     model = _model(path)

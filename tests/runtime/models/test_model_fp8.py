@@ -34,7 +34,8 @@ STEPS = 2
 # (2 * 12), dense rows (24) and expert rows (6) through blocks
 SHAPE = dict(hidden_size=72, intermediate_size=96, moe_intermediate_size=24, q_lora_rank=40, kv_lora_rank=40,
              qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=12, num_hidden_layers=2)
-QUANT = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(BLOCK)}
+QUANT = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+         "weight_block_size": list(BLOCK)}
 
 
 def quantized(name: str, shape: tuple[int, ...]) -> bool:
@@ -108,7 +109,8 @@ def test_checkpoint_slices_through_blocks_equal_reference(fp8, expected):
     ckpt = Checkpoint(fp8, BlockFp8(BLOCK))
     for name, ref in expected.items():
         out, inn = ref.shape
-        wants = [Want(name, (out, inn)), Want(name, (out, inn), 0, 3, out - 5), Want(name, (out, inn), 1, 7, 7 + 10)]
+        wants = [Want(name, (out, inn)), Want(name, (out, inn), 0, 3, out - 5),
+                 Want(name, (out, inn), 1, 7, 7 + 10)]
         for w in wants:
             got = ckpt.read([w], torch.float64, "cpu")[name]
             want = ref if w.dim is None else ref.narrow(w.dim, w.start, w.end - w.start)
@@ -186,20 +188,23 @@ def test_unsupported_method_names_it(dense, tmp_path):
         load_model(dst, ParallelState.single(), False, torch.float32)
     del cfg["quantization_config"]
     (dst / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelLoadError, match=r"is stored as fp8 \(F8_E4M3\) but config.json has no quantization"):
+    with pytest.raises(ModelLoadError,
+                       match=r"is stored as fp8 \(F8_E4M3\) but config.json has no quantization"):
         load_model(dst, ParallelState.single(), False, torch.float32)
 
 
 def test_missing_or_misshapen_scale_names_the_tensor(dense, tmp_path):
     name = "model.layers.1.mlp.experts.3.down_proj.weight"
     dst = write_fp8(dense, tmp_path / "noscale", drop_scale=name + "_scale_inv")
-    with pytest.raises(ModelLoadError, match=f"tensor {name} is fp8 but its scale {name}_scale_inv is not in"):
+    with pytest.raises(ModelLoadError,
+                       match=f"tensor {name} is fp8 but its scale {name}_scale_inv is not in"):
         load_model(dst, ParallelState.single(), False, torch.float32)
     dst = write_fp8(dense, tmp_path / "block", block=(16, 8))
     cfg = json.loads((dst / "config.json").read_text())
     cfg["quantization_config"]["weight_block_size"] = [16, 16]  # config disagrees with the stored scales
     (dst / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelLoadError, match=r"_scale_inv in model.safetensors has shape \[\d+, \d+\], expected"):
+    with pytest.raises(ModelLoadError,
+                       match=r"_scale_inv in model.safetensors has shape \[\d+, \d+\], expected"):
         load_model(dst, ParallelState.single(), False, torch.float32)
 
 

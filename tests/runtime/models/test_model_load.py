@@ -58,7 +58,8 @@ def _tensors(path):
 def test_rank_materializes_only_its_shards(tiny):
     m = load_model(tiny, fake_state(tp=4, rank=3, ep=2), False, torch.float32)
     attn, moe = m.layers[0].attn, m.layers[1].mlp
-    assert attn.q_b.shape == (2 * 24, 32) and attn.w_kc.shape == (2, 16, 32) and attn.w_vc.shape == (2, 32, 16)
+    assert (attn.q_b.shape == (2 * 24, 32) and attn.w_kc.shape == (2, 16, 32)
+            and attn.w_vc.shape == (2, 32, 16))
     assert attn.o_proj.shape == (64, 2 * 16)
     assert m.layers[0].mlp.gate.shape == (128 // 4, 64)
     assert moe.first == 4 and len(moe.experts) == 4 and moe.experts[0].gate.shape == (32 // 2, 64)
@@ -89,11 +90,13 @@ def test_sharded_index_and_progress(tiny, tmp_path, reference):
         weight_map.update({n: f"model-0000{i + 1}-of-00003.safetensors" for n in part})
     (dst / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     calls = []
-    m = load_model(dst, ParallelState.single(), False, torch.float64, progress=lambda d, t: calls.append((d, t)))
+    m = load_model(dst, ParallelState.single(), False, torch.float64,
+                   progress=lambda d, t: calls.append((d, t)))
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert greedy_run(m, [PROMPT], 2)[2] == reference[2]
     (dst / "model-00002-of-00003.safetensors").unlink()
-    with pytest.raises(ModelLoadError, match="shard model-00002-of-00003.safetensors listed in .* is missing"):
+    with pytest.raises(ModelLoadError,
+                       match="shard model-00002-of-00003.safetensors listed in .* is missing"):
         load_model(dst, ParallelState.single(), False, torch.float64)
 
 
@@ -127,7 +130,8 @@ def test_missing_tensor_and_missing_weights(tiny, tmp_path):
     ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
      r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\) is not an MLA model dcpctl supports; "
      r"supported model types: deepseek_v2, deepseek_v3, kimi_k2"),
-    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}}, "rope type 'longrope' is not supported"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}},
+     "rope type 'longrope' is not supported"),
     ({"quantization_config": {"quant_method": "fp8"}}, "quantized checkpoints are not supported"),
     ({"kv_lora_rank": None}, "required key 'kv_lora_rank' is missing"),
     ({"n_group": 3}, r"n_routed_experts \(8\) must be a multiple of n_group \(3\)"),

@@ -34,7 +34,8 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(tiny):
     model = load_model(tiny, ParallelState.single(), False, torch.float64)
-    return {i: greedy_run(model, [p], STEPS) for i, p in enumerate(PROMPTS)}, greedy_run(model, PROMPTS, STEPS)
+    return ({i: greedy_run(model, [p], STEPS) for i, p in enumerate(PROMPTS)},
+            greedy_run(model, PROMPTS, STEPS))
 
 
 def _rank(rank: int, world: int, path: str, groups: dict, dp: int, prompts: list, decisions: dict):

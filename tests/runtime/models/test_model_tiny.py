@@ -66,7 +66,8 @@ def test_hf_runs_the_tiny_checkpoint(tmp_path):
     prompt = ByteTokenizer().encode("tiny", add_bos=True)
     ours = load_model(path, ParallelState.single(), False, torch.float64, hf_numerics=True)
     pre, _, _ = greedy_run(ours, [prompt], 0)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64, attn_implementation="sdpa",
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64,
+                                                           attn_implementation="sdpa",
                                                            experts_implementation="eager")
     with torch.no_grad():
         ref = hf(torch.tensor([prompt])).logits[0]

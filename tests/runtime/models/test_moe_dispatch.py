@@ -1,6 +1,6 @@
-"""MoE dispatch and combine: one sort gives exactly the per-expert (token, slot) rows, in the same order, as one
-nonzero() per expert; the grouped GEMMs and the per-expert chains, combined by moe_combine, equal Hugging Face's
-form (an fp32 accumulator, index_add_ per expert); the oracle tests cover the numerics end to end."""
+"""MoE dispatch and combine: one sort gives exactly the per-expert (token, slot) rows, in the same order, as
+one nonzero() per expert; the grouped GEMMs and the per-expert chains, combined by moe_combine, equal Hugging
+Face's form (an fp32 accumulator, index_add_ per expert); the oracle tests cover the numerics end to end."""
 import pytest
 import torch
 
@@ -50,7 +50,8 @@ def test_sorted_rows_equal_one_nonzero_per_expert(seed):
     tokens = int(torch.randint(0, 40, (1,), generator=g))
     idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)]) if tokens \
         else torch.zeros(0, k, dtype=torch.long)
-    rank = _Rank(first=int(torch.randint(0, 12, (1,), generator=g)), n=int(torch.randint(1, 6, (1,), generator=g)))
+    rank = _Rank(first=int(torch.randint(0, 12, (1,), generator=g)),
+                 n=int(torch.randint(1, 6, (1,), generator=g)))
     order, ends = rank._by_expert(idx)
     want = {j: (tok, slot) for j, tok, slot in _per_expert(rank, idx)}
     start = 0
@@ -65,16 +66,17 @@ def test_sorted_rows_equal_one_nonzero_per_expert(seed):
 
 @pytest.mark.parametrize("first,n,tokens", [(0, 8, 5), (3, 4, 9), (6, 2, 1), (0, 8, 64)])
 def test_per_expert_chains_and_combine_equal_hf_in_float64(first, n, tokens):
-    # the path without grouped GEMMs (CPU, and block-FP8 experts past GROUPED_MAX_TOKENS), other ranks' experts
-    # included (first > 0 or n < 8): rows of tokens routed only elsewhere come out exactly zero
+    # the path without grouped GEMMs (CPU, and block-FP8 experts past GROUPED_MAX_TOKENS), other ranks'
+    # experts included (first > 0 or n < 8): rows of tokens routed only elsewhere come out exactly zero
     from dcpctl.runtime.models.mlp import DenseMLP
     g = torch.Generator().manual_seed(first * 100 + n + tokens)
     D, inter, k, experts = 64, 32, 3, 8
     rank = _Rank(first, n)
     rank.stacked = None
-    rank.experts = [DenseMLP("e.", {f"e.{m}.weight": torch.randn(*shape, generator=g, dtype=torch.float64) * 0.2
-                                    for m, shape in (("gate_proj", (inter, D)), ("up_proj", (inter, D)),
-                                                     ("down_proj", (D, inter)))}) for _ in range(n)]
+    rank.experts = [DenseMLP("e.",
+                             {f"e.{m}.weight": torch.randn(*shape, generator=g, dtype=torch.float64) * 0.2
+                              for m, shape in (("gate_proj", (inter, D)), ("up_proj", (inter, D)),
+                                               ("down_proj", (D, inter)))}) for _ in range(n)]
     x = torch.randn(tokens, D, generator=g, dtype=torch.float64)
     idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
     w = torch.rand(tokens, k, generator=g, dtype=torch.float64)
@@ -140,7 +142,8 @@ def test_grouped_moe_never_syncs_and_captures_in_a_cuda_graph():
 @pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="torch without _grouped_mm")
 def test_loaded_model_takes_the_grouped_path_and_matches_the_loop(monkeypatch, tmp_path):
     # load the tiny model twice in bf16 on the CPU, once with the grouped path forced on (as grouped_mm_ok
-    # says on an H200): experts stacked with views, the same layer outputs, long chunks in passes of BLOCK_TOKENS
+    # says on an H200): experts stacked with views, the same layer outputs, long chunks in passes of
+    # BLOCK_TOKENS
     from dcpctl.runtime.models import load_model, mlp
     from dcpctl.runtime.parallel import ParallelState
     from dcpctl.runtime.tiny import write_tiny_model
@@ -163,4 +166,5 @@ def test_loaded_model_takes_the_grouped_path_and_matches_the_loop(monkeypatch, t
         if tokens:
             err = (got.float() - want.float()).norm() / want.float().norm()
             assert err < 2e-2, (tokens, err)
-    assert len(calls) == 4          # bf16 experts run grouped at any size: 7, 513, then 4099 as 4096 + 3 tokens
+    assert len(calls) == 4          # bf16 experts run grouped at any size: 7, 513, then 4099 as 4096 + 3
+                                    # tokens

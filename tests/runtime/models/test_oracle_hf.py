@@ -19,10 +19,10 @@ transformers = pytest.importorskip("transformers")
 
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 512,
         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
-COMMON = dict(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
-              num_attention_heads=8, num_key_value_heads=8, kv_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16,
-              qk_nope_head_dim=16, first_k_dense_replace=1, max_position_embeddings=2048, n_routed_experts=8,
-              num_experts_per_tok=2)
+COMMON = dict(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+              num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=8, kv_lora_rank=32,
+              qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, first_k_dense_replace=1,
+              max_position_embeddings=2048, n_routed_experts=8, num_experts_per_tok=2)
 PROMPTS = [[5, 17, 200, 3, 99, 42, 7], [250, 1, 2, 3]]
 STEPS = 5
 
@@ -30,12 +30,13 @@ STEPS = 5
 def _save(kind: str, path, **extra) -> str:
     if kind == "v3":
         extra.setdefault("rope_parameters", dict(YARN))
-        cfg = transformers.DeepseekV3Config(**COMMON, q_lora_rank=32, n_shared_experts=1, n_group=2, topk_group=1,
-                                            **extra)
+        cfg = transformers.DeepseekV3Config(**COMMON, q_lora_rank=32, n_shared_experts=1, n_group=2,
+                                            topk_group=1, **extra)
         model = transformers.DeepseekV3ForCausalLM(cfg)
     else:
-        v2 = dict(q_lora_rank=None, n_shared_experts=2, n_group=4, topk_group=2, topk_method="group_limited_greedy",
-                  routed_scaling_factor=1.5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        v2 = dict(q_lora_rank=None, n_shared_experts=2, n_group=4, topk_group=2,
+                  topk_method="group_limited_greedy", routed_scaling_factor=1.5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         cfg = transformers.DeepseekV2Config(**COMMON, **{**v2, **extra})
         model = transformers.DeepseekV2ForCausalLM(cfg)
     randomize(model, seed=1)
@@ -44,9 +45,11 @@ def _save(kind: str, path, **extra) -> str:
 
 
 PLAIN = {"rope_type": "default", "rope_theta": 10000.0}
-V2_LITE_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 64,
-                "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
-CASES = {"v3_yarn_moe": ("v3", {}), "v3_plain_rope": ("v3", {"rope_interleave": False, "rope_parameters": PLAIN}),
+V2_LITE_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1, "mscale": 0.707,
+                "mscale_all_dim": 0.707}
+CASES = {"v3_yarn_moe": ("v3", {}),
+         "v3_plain_rope": ("v3", {"rope_interleave": False, "rope_parameters": PLAIN}),
          "v2_direct_q_group_limited": ("v2", {}),
          "v2_lite_greedy_yarn": ("v2", {"topk_method": "greedy", "n_group": None, "topk_group": None,
                                         "rope_parameters": V2_LITE_YARN})}
@@ -91,9 +94,10 @@ def test_float64_batched_matches_hf(case):
 
 
 def test_mha_form_prefill_matches_hf(case):
-    # the MHA form (up-projected keys and values, as HF computes them) through the DCP context, in key blocks of
-    # 2 rows; unchunked: with HF's fp32 stages a chunked prefill differs from HF's whole-prompt forward by ~1e-7 on
-    # plain rope in the absorbed form too (chunked MHA against chunked absorbed: test_mha_form.py, 1e-9)
+    # the MHA form (up-projected keys and values, as HF computes them) through the DCP context, in key blocks
+    # of 2 rows; unchunked: with HF's fp32 stages a chunked prefill differs from HF's whole-prompt forward by
+    # ~1e-7 on plain rope in the absorbed form too (chunked MHA against chunked absorbed: test_mha_form.py,
+    # 1e-9)
     path, hf = case
     tol = 2e-6 if "v2" in path.rsplit("/", 1)[-1] else 1e-9
     ours = load_model(path, ParallelState.single(), False, torch.float64, "cpu", hf_numerics=True)

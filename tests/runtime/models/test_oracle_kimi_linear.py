@@ -30,10 +30,11 @@ from tests.runtime.models.test_model_parallel import make_groups
 transformers = pytest.importorskip("transformers")
 modeling = pytest.importorskip("transformers.models.kimi_linear.modeling_kimi_linear")
 
-CONFIG = dict(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
-              num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=8,
-              qk_nope_head_dim=16, v_head_dim=16, num_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
-              n_shared_experts=1, routed_scaling_factor=2.446, first_k_dense_replace=1, rms_norm_eps=1e-5,
+CONFIG = dict(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+              kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, num_experts=8,
+              num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1, routed_scaling_factor=2.446,
+              first_k_dense_replace=1, rms_norm_eps=1e-5,
               linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 4,
                                   "full_attn_layers": [2, 4], "kda_layers": [1, 3]},
               pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -125,7 +126,8 @@ CASES = {  # name: (world, dp, dcp, ep, decisions, prefill chunk, attention form
     "tp4_ep2_dcp2_replicated_q": (4, 1, 2, 2, {"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, None,
                                   "absorbed"),
     "tp4_dp2_dcp2": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None, "absorbed"),  # replicas step together
-    "tp4_dcp4_a2a_chunked_mha_paged": (4, 1, 4, 1, {"dcp_comm_backend": "a2a", "attention_path": "paged"}, 4, "mha"),
+    "tp4_dcp4_a2a_chunked_mha_paged": (4, 1, 4, 1, {"dcp_comm_backend": "a2a", "attention_path": "paged"}, 4,
+                                       "mha"),
     "tp4_dp2_dcp2_mha": (4, 2, 2, 1, {"dcp_comm_backend": "ag_rs"}, None, "mha"),
 }
 
@@ -135,8 +137,8 @@ def test_dcp_matches_dcp1(path, dcp1, case):
     world, dp, dcp, ep, decisions, chunk, form = CASES[case]
     split = [DCP_PROMPTS] if dp == 1 else [DCP_PROMPTS[:1], DCP_PROMPTS[1:]]
     mine = [[0, 1, 2]] if dp == 1 else [[0], [1, 2]]
-    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp, ep=ep), dp, split, decisions, chunk,
-                        form)
+    results = run_ranks(_rank, world, path, make_groups(world, dp=dp, dcp=dcp, ep=ep), dp, split, decisions,
+                        chunk, form)
     want_pre, want_dec, want_outs = dcp1[:3]
     per_replica_rows = []
     for rank, (pre, dec, outs, pool, rows) in enumerate(results):
@@ -145,7 +147,8 @@ def test_dcp_matches_dcp1(path, dcp1, case):
         for j, i in enumerate(mine[replica]):
             assert outs[j] == want_outs[i]
             for got, want in ((pre[j], want_pre[i]), (dec[j], want_dec[i])):
-                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-9, atol=1e-9)
+                torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(want), rtol=1e-9,
+                                           atol=1e-9)
         per_replica_rows.append(rows)
     # each DCP rank of a replica holds its stripe: local_len(L) rows per sequence and MLA layer
     for rank, rows in enumerate(per_replica_rows):

@@ -1,6 +1,6 @@
-"""Synthetic weights (models/synthetic.py) load in exactly the form a checkpoint would: the same tensors, shapes,
-dtypes and FP8 blocks as the checkpoint reader gives for the same config and rank, so the same bytes, which
-plan/weights.py predicts; and values that keep a forward's activations in range."""
+"""Synthetic weights (models/synthetic.py) load in exactly the form a checkpoint would: the same tensors,
+shapes, dtypes and FP8 blocks as the checkpoint reader gives for the same config and rank, so the same bytes,
+which plan/weights.py predicts; and values that keep a forward's activations in range."""
 from __future__ import annotations
 
 import pytest
@@ -30,12 +30,13 @@ def _tensors(obj, path="m", seen=None):
         return []
     seen.add(id(obj))
     items = (obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple))
-             else ((k, v) for k, v in vars(obj).items() if k not in ("cfg", "ps", "shards", "rotary", "group")))
+             else ((k, v)
+                   for k, v in vars(obj).items() if k not in ("cfg", "ps", "shards", "rotary", "group")))
     return [x for k, v in items for x in _tensors(v, f"{path}.{k}", seen)]
 
 
-@pytest.mark.parametrize("tp,attn_tp,dcp,ep,rep", [(1, 1, 1, 1, False), (2, 2, 2, 1, True), (4, 4, 2, 2, True),
-                                                   (2, 1, 1, 2, False)])
+@pytest.mark.parametrize("tp,attn_tp,dcp,ep,rep",
+                         [(1, 1, 1, 1, False), (2, 2, 2, 1, True), (4, 4, 2, 2, True), (2, 1, 1, 2, False)])
 @pytest.mark.parametrize("which,keep", [("bf16", False), ("fp8", True), ("fp8", False)])
 def test_synthetic_weights_load_as_the_checkpoint_does(request, which, keep, tp, attn_tp, dcp, ep, rep):
     path, rank = request.getfixturevalue(which), tp - 1

@@ -48,7 +48,8 @@ def _bpb(logits: torch.Tensor, ids: torch.Tensor) -> float:
 
 
 def test_record_says_how_it_was_made(record):
-    for key in ("script", "seed", "steps", "torch", "python", "final_train_bpb", "heldout_bpb", "description"):
+    for key in ("script", "seed", "steps", "torch", "python", "final_train_bpb", "heldout_bpb",
+                "description"):
         assert key in record, key
     assert (ROOT / record["script"]).is_file()
     assert f"{record['heldout_bpb']:.2f} bits/byte" in record["description"] == describe(MODEL)
@@ -81,7 +82,8 @@ def test_the_record_names_the_corpus_the_script_selects(record):
     files = record["corpus"]["files"]
     assert list(files) == train_tiny.CORPUS
     assert record["corpus"]["heldout_files"] == train_tiny.CORPUS[::train_tiny.HOLDOUT_EVERY]
-    assert record["slice"]["seq_bytes"] == train_tiny.SEQ and record["slice"]["windows"] == train_tiny.EVAL_SLICE
+    assert (record["slice"]["seq_bytes"] == train_tiny.SEQ
+            and record["slice"]["windows"] == train_tiny.EVAL_SLICE)
 
 
 def test_greedy_text_after_def_looks_like_python():
@@ -101,7 +103,8 @@ def test_launch_and_generate_say_what_the_default_model_is(record):
     from dcpctl.cli.main import cli
     r = CliRunner().invoke(cli, ["launch", "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert f"model: {MODEL.name}: the built-in {record['description']}, as no --model-path was given" in r.stderr
+    assert (f"model: {MODEL.name}: the built-in {record['description']}, as no --model-path was "
+            "given" in r.stderr)
     cfg = yaml.safe_load(r.stdout.split("\n# node 0")[0])
     assert cfg["model"]["path"] == str(MODEL)
     assert _summary(cfg).startswith(f"{MODEL.name} ({record['description']}) on 2 cpu rank(s)")

@@ -24,8 +24,8 @@ from tests.runtime.models.test_model_fp8 import write_fp8
 from tests.runtime.models.test_model_load import fake_state
 
 # hidden 256 and intermediates of 128-multiples: TP 2 slices start on the 64x64 test blocks
-SHAPE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, q_lora_rank=128, kv_lora_rank=64,
-             qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32, num_hidden_layers=3)
+SHAPE = dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, q_lora_rank=128,
+             kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32, num_hidden_layers=3)
 TOPOLOGIES = [  # (tp, attn_tp, dcp, ep, replicate_q)
     (1, 1, 1, 1, False), (2, 2, 1, 1, False), (2, 2, 2, 1, True), (2, 1, 1, 2, False), (4, 4, 2, 2, True),
 ]
@@ -50,7 +50,8 @@ def load_hardware(name):
 
 
 def _topology(tp, attn_tp, dcp, ep):
-    return Topology(tp_size=tp, dp_size=tp // attn_tp, enable_dp_attention=attn_tp < tp, dcp_size=dcp, ep_size=ep)
+    return Topology(tp_size=tp, dp_size=tp // attn_tp, enable_dp_attention=attn_tp < tp, dcp_size=dcp,
+                    ep_size=ep)
 
 
 @pytest.mark.parametrize("tp,attn_tp,dcp,ep,rep", TOPOLOGIES)
@@ -110,24 +111,27 @@ def test_gpu_allocated_bytes_equal_planned(request, which):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mode,bound", [("w8a8", 0.15), ("w8a16", 3e-2)])   # fp16 in the interpreter: 8e-2, 2e-3
+# fp16 in the interpreter: 8e-2, 2e-3
+@pytest.mark.parametrize("mode,bound", [("w8a8", 0.15), ("w8a16", 3e-2)])
 def test_gpu_fp8_model_matches_its_dequantized_twin(fp8, mode, bound):
     from dcpctl.runtime import settings
     from tests.runtime.ref_context import greedy_run
     prompts = [[256, 72, 101, 108, 108, 111], [256, 5, 9, 200]]
-    if mode == "w8a16":   # a 210-row prefill: dense GEMMs on the dequantized weight (fp8_gemm.PREFILL_DEQUANT_ROWS)
+    if mode == "w8a16":   # a 210-row prefill: dense GEMMs on the dequantized weight
+                          # (fp8_gemm.PREFILL_DEQUANT_ROWS)
         prompts.append([256, *((7 * i + 3) % 250 for i in range(199))])
     with settings.using(fp8_gemm=mode):
-        runs = [greedy_run(load_model(fp8, fake_state(1, 0), False, torch.bfloat16, "cuda", keep_fp8=k), prompts, 4)
+        runs = [greedy_run(load_model(fp8, fake_state(1, 0), False, torch.bfloat16, "cuda", keep_fp8=k),
+                           prompts, 4)
                 for k in (True, False)]
-    # per token: max |difference| over its logits / max |twin logit|. w8a8, FP8 activations (e4m3: 3 mantissa bits),
-    # its prefill tokens (under 0.15 on an H200): a
+    # per token: max |difference| over its logits / max |twin logit|. w8a8, FP8 activations (e4m3: 3 mantissa
+    # bits), its prefill tokens (under 0.15 on an H200): a
     # wrong scale or block is ~100%. w8a16, the dequantized weights' GEMMs but for fp32 sum order and the bf16
-    # rounding of the dequantized weight (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x finer):
-    # each prompt's decode logits within 3e-2 (max |difference| / max |twin logit| over its steps: 1.8e-2 on an
-    # H200) and the greedy ids equal; of the prefill tokens the median, since two MoE layers of random weights
-    # route a token to other experts on a near-tie (one prefill token was 0.73 off on that H200 under both of
-    # w8a16's MMAs), and none off by as much as its own logits.
+    # rounding of the dequantized weight (fp8_model_interp_check.py: 2e-3 in fp16, whose rounding is 8x
+    # finer): each prompt's decode logits within 3e-2 (max |difference| / max |twin logit| over its steps:
+    # 1.8e-2 on an H200) and the greedy ids equal; of the prefill tokens the median, since two MoE layers of
+    # random weights route a token to other experts on a near-tie (one prefill token was 0.73 off on that H200
+    # under both of w8a16's MMAs), and none off by as much as its own logits.
     prefill = torch.cat([((a.float() - b.float()).abs().amax(-1) / b.float().abs().amax(-1))
                          for a, b in zip(runs[0][0], runs[1][0])])
     if mode == "w8a8":

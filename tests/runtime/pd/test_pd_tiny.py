@@ -48,7 +48,8 @@ def test_tiny_pd_matches_plain(pre, dec):
 
 def test_render_rejects_unsupported_pairs():
     with pytest.raises(UserError, match=r"prefill dcp \(2\) -> decode dcp \(4\) is not supported"):
-        render_pd_launch_config(_plan(2, 2, "null", None), _plan(4, 4, "null", None), "m", "float64", "cpu", 64, 6)
+        render_pd_launch_config(_plan(2, 2, "null", None), _plan(4, 4, "null", None), "m", "float64", "cpu",
+                                64, 6)
     with pytest.raises(UserError, match=r"prefill page_size \(1\) != decode page_size \(2\)"):
         render_pd_launch_config(_plan(1, 1, "null", None, page=1), _plan(2, 2, "null", None), "m", "float64",
                                 "cpu", 64, 6)
