@@ -34,18 +34,18 @@ from dcpctl.runtime.tiny import tiny_config
 from dcpctl.runtime.tokenizer import ByteTokenizer
 
 CORPUS = sorted("""
-abc.py argparse.py ast.py base64.py bdb.py bisect.py calendar.py cmd.py code.py codecs.py colorsys.py configparser.py
-contextlib.py copy.py csv.py dataclasses.py datetime.py difflib.py dis.py enum.py filecmp.py fileinput.py fnmatch.py
-fractions.py ftplib.py functools.py getopt.py gettext.py glob.py graphlib.py gzip.py hashlib.py heapq.py hmac.py
-inspect.py ipaddress.py keyword.py linecache.py locale.py mimetypes.py netrc.py numbers.py operator.py optparse.py
-os.py pathlib.py pickle.py platform.py posixpath.py pprint.py queue.py quopri.py random.py reprlib.py runpy.py
-sched.py secrets.py selectors.py shelve.py shlex.py shutil.py signal.py smtplib.py socket.py socketserver.py
-statistics.py string.py subprocess.py tarfile.py tempfile.py textwrap.py threading.py timeit.py token.py tokenize.py
-trace.py traceback.py types.py typing.py uuid.py warnings.py wave.py weakref.py webbrowser.py zipapp.py
-collections/__init__.py json/__init__.py json/decoder.py json/encoder.py json/scanner.py logging/__init__.py
-logging/handlers.py logging/config.py http/client.py http/server.py http/cookies.py urllib/parse.py
-urllib/request.py html/parser.py unittest/case.py concurrent/futures/_base.py concurrent/futures/thread.py
-email/message.py email/utils.py
+abc.py argparse.py ast.py base64.py bdb.py bisect.py calendar.py cmd.py code.py codecs.py colorsys.py
+configparser.py contextlib.py copy.py csv.py dataclasses.py datetime.py difflib.py dis.py enum.py filecmp.py
+fileinput.py fnmatch.py fractions.py ftplib.py functools.py getopt.py gettext.py glob.py graphlib.py gzip.py
+hashlib.py heapq.py hmac.py inspect.py ipaddress.py keyword.py linecache.py locale.py mimetypes.py netrc.py
+numbers.py operator.py optparse.py os.py pathlib.py pickle.py platform.py posixpath.py pprint.py queue.py
+quopri.py random.py reprlib.py runpy.py sched.py secrets.py selectors.py shelve.py shlex.py shutil.py
+signal.py smtplib.py socket.py socketserver.py statistics.py string.py subprocess.py tarfile.py tempfile.py
+textwrap.py threading.py timeit.py token.py tokenize.py trace.py traceback.py types.py typing.py uuid.py
+warnings.py wave.py weakref.py webbrowser.py zipapp.py collections/__init__.py json/__init__.py
+json/decoder.py json/encoder.py json/scanner.py logging/__init__.py logging/handlers.py logging/config.py
+http/client.py http/server.py http/cookies.py urllib/parse.py urllib/request.py html/parser.py
+unittest/case.py concurrent/futures/_base.py concurrent/futures/thread.py email/message.py email/utils.py
 """.split())
 HOLDOUT_EVERY = 13      # files 0, 13, 26, ... of CORPUS are held out
 SEQ = 255               # bytes per window; with BOS the model sees 256 positions
@@ -184,8 +184,8 @@ def train(args: argparse.Namespace) -> dict:
         if step % 50 == 0 or step in (10, args.steps - 1):
             log.append({"step": step, "train_bpb": round(bpb, 4),
                         "max_over_mean_expert_load": round(imbalance, 3)})
-            print(f"step {step:5d}  train {bpb:.3f} bpb (avg {loss_avg:.3f})  expert load max/mean {imbalance:.2f}  "
-                  f"{time.monotonic() - start:.0f}s", flush=True)
+            print(f"step {step:5d}  train {bpb:.3f} bpb (avg {loss_avg:.3f})  expert load max/mean "
+                  f"{imbalance:.2f}  {time.monotonic() - start:.0f}s", flush=True)
     train_s = time.monotonic() - start
     model.eval()
     return {"model": model, "files": files, "stdlib": stdlib, "windows": windows, "log": log,
@@ -219,9 +219,9 @@ def save(out: Path, args: argparse.Namespace, r: dict) -> dict:
         "torch": torch.__version__, "transformers": __import__("transformers").__version__,
         "python": platform.python_version(), "machine": platform.machine(), "cpu": _cpu_name(),
         "corpus": {"source": "CPython standard library sources (sysconfig stdlib dir) of the python above",
-                   "rule": f"the fixed sorted list `files`; every {HOLDOUT_EVERY}th (index 0, {HOLDOUT_EVERY}, ...) "
-                           f"is held out; training windows are {SEQ} bytes from a random line start of the other "
-                           "files joined by blank lines, BOS in front",
+                   "rule": f"the fixed sorted list `files`; every {HOLDOUT_EVERY}th (index 0, "
+                           f"{HOLDOUT_EVERY}, ...) is held out; training windows are {SEQ} bytes from a "
+                           "random line start of the other files joined by blank lines, BOS in front",
                    "files": {f: hashlib.sha256(b).hexdigest() for f, b in r["files"]},
                    "heldout_files": [f for i, (f, _) in enumerate(r["files"]) if i % HOLDOUT_EVERY == 0],
                    "train_bytes": sum(len(b) for i, (_, b) in enumerate(r["files"]) if i % HOLDOUT_EVERY)},

@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     kind, chunks = eng.last_step
     if len(store["model"]) == len(store["step"]):   # one replay a step: the step's host time is step - model
         store["step"] = [a - b for a, b in zip(store["step"], store["model"])]
-    print(f"{args.rows} rows, last step {kind} of {len(chunks)} chunks; median us a call over {args.steps} steps "
-          f"(step: its host time, the model's left out):")
+    print(f"{args.rows} rows, last step {kind} of {len(chunks)} chunks; median us a call over {args.steps} "
+          "steps (step: its host time, the model's left out):")
     for _, _, attr in PHASES:
         v = store[attr]
         print(f"  {attr:18s} {statistics.median(v) * 1e6:8.1f}   calls a step {len(v) / args.steps:.2f}")

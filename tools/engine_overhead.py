@@ -23,8 +23,8 @@ import statistics
 import time
 
 
-def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda", page: int = 64,
-          chunk: int = 8192, schedule: dict | None = None, cuda_graph: dict | None = None):
+def build(model_path: str, capacity: int, graphs: bool, max_running: int, device: str = "cuda",
+          page: int = 64, chunk: int = 8192, schedule: dict | None = None, cuda_graph: dict | None = None):
     """The serving engine on one device, warmed up (schedule / cuda_graph: the launch config's sections, else
     defaults; off CUDA a cuda_graph section with batch sizes replays the step eagerly through the graph
     path)."""
@@ -140,9 +140,9 @@ def main() -> None:
                                                                  for b in batches]}
     print(res["first"]["profile"])
     res["first"].pop("profile") if not a.out else None
-    print(json.dumps({k: v for k, v in res.items() if k != "first"} | {"first_ms": res["first"]["first_ms"],
-                                                                       "second_ms": res["first"]["second_ms"],
-                                                                       "new_lengths_ms": res["first"]["new_lengths_ms"]}, indent=1))
+    print(json.dumps({k: v for k, v in res.items() if k != "first"}
+                     | {"first_ms": res["first"]["first_ms"], "second_ms": res["first"]["second_ms"],
+                        "new_lengths_ms": res["first"]["new_lengths_ms"]}, indent=1))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -141,7 +141,8 @@ def main() -> int:
            "ops": {}}
     for name, fn in one_gpu_ops().items():
         res["ops"][name] = {"host_us": host_us(fn), "alone_us": alone_us(fn)}
-        print(f"{name:70s} host {res['ops'][name]['host_us']:8.1f} us   alone {res['ops'][name]['alone_us']:8.1f} us",
+        print(f"{name:70s} host {res['ops'][name]['host_us']:8.1f} us   alone "
+              f"{res['ops'][name]['alone_us']:8.1f} us",
               flush=True)
     ops = one_gpu_ops() if args.profile else {}
     for name in ops:

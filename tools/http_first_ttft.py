@@ -26,9 +26,10 @@ def main() -> None:
     threading.Thread(target=fake_loop, args=(front, stop, 0.001, []), daemon=True).start()
     try:
         for n in (1, 5, 1, 5):
-            out = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "bench", "serve", "--url", front.url,
-                                  "--concurrency", "1", "--requests", str(n), "--input-len", str(a.prompt),
-                                  "--output-len", "2", "--format", "json"], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "bench", "serve", "--url",
+                                  front.url, "--concurrency", "1", "--requests", str(n), "--input-len",
+                                  str(a.prompt), "--output-len", "2", "--format", "json"],
+                                 capture_output=True, text=True)
             print(json.dumps({"requests": n, "ttft_ms": json.loads(out.stdout)["ttft_ms"]}), flush=True)
     finally:
         stop.set()

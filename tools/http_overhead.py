@@ -58,8 +58,8 @@ def fake_frontend(workers: int):
     from dcpctl.runtime.tokenizer import MARKER
     tok = Path(tempfile.mkdtemp())
     (tok / MARKER).write_text("")
-    return Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 20, None, "fake", str(tok), 264, 1 << 20, 1 << 24, 1,
-                                 4096, False, int(time.time()), workers=workers))
+    return Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 20, None, "fake", str(tok), 264, 1 << 20, 1 << 24,
+                                 1, 4096, False, int(time.time()), workers=workers))
 
 
 def run(workers: int, concurrencies: list[int], step_s: float, output_len: int,
@@ -71,19 +71,20 @@ def run(workers: int, concurrencies: list[int], step_s: float, output_len: int,
         for c in concurrencies:
             steps.clear()
             cpu0 = sum(_cpu_s(w.proc.pid) for w in front.workers)
-            out = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "bench", "serve", "--url", front.url,
-                                  "--concurrency", str(c), "--requests", str(4 * c), "--input-len", "16",
-                                  "--output-len", str(output_len), "--client-processes", str(client_procs),
-                                  "--format", "json"], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "bench", "serve", "--url",
+                                  front.url, "--concurrency", str(c), "--requests", str(4 * c), "--input-len",
+                                  "16", "--output-len", str(output_len), "--client-processes",
+                                  str(client_procs), "--format", "json"], capture_output=True, text=True)
             cpu = sum(_cpu_s(w.proc.pid) for w in front.workers) - cpu0
             doc = json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-300:]}
             tokens = doc.get("output_token_throughput", 0) * doc.get("duration_s", 0)
             s = sorted(steps)
-            rows.append({"workers": workers, "concurrency": c, "client_processes": doc.get("client_processes"),
-                         "fake_step_ms": step_s * 1e3, "engine_step_ms_p50": s[len(s) // 2] * 1e3 if s else None,
+            rows.append({"workers": workers, "concurrency": c,
+                         "client_processes": doc.get("client_processes"), "fake_step_ms": step_s * 1e3,
+                         "engine_step_ms_p50": s[len(s) // 2] * 1e3 if s else None,
                          "itl_ms": doc.get("itl_ms"), "ttft_ms": doc.get("ttft_ms"),
-                         "output_tok_s": doc.get("output_token_throughput"),
-                         "ideal_tok_s": c / step_s, "frontend_cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
+                         "output_tok_s": doc.get("output_token_throughput"), "ideal_tok_s": c / step_s,
+                         "frontend_cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
                          "error": doc.get("error")})
             print(json.dumps(rows[-1]), flush=True)
     finally:

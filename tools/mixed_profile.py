@@ -9,7 +9,8 @@ whole cost and its kernels are its own.  Run it with and without --disable-mixed
 with prefill first (docs/benchmarks.md, the streams + 16K arrivals cell).  JSON to -o.
 
 usage: python3 -m tools.mixed_profile --model DIR [--streams 8] [--prompt 16384] [--chunk 8192]
-       [--stream-prompt 1000] [--stream-tokens 256] [--disable-mixed-chunk] [--top 8] [--device cuda] [-o out.json]
+       [--stream-prompt 1000] [--stream-tokens 256] [--disable-mixed-chunk] [--top 8] [--device cuda]
+       [-o out.json]
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def profiled_step(engine, top: int) -> dict:
     kernels = kernel_totals(prof.events(), 60) if cuda else []
     return {"kind": kind, "chunks": len(chunks), "tokens": sum(ch.num_tokens for ch in chunks),
             "prompt_tokens": sum(ch.num_tokens for ch in chunks if ch.rid == LONG), "wall_ms": wall * 1e3,
-            "kernel_ms": sum(k[1] for k in kernels), "kernels": [[n, round(ms, 3), c] for n, ms, c in kernels[:top]]}
+            "kernel_ms": sum(k[1] for k in kernels),
+            "kernels": [[n, round(ms, 3), c] for n, ms, c in kernels[:top]]}
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -86,8 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     res = run(a)
     for s in res["steps"]:
-        print(f"{s['kind']:16s} chunks {s['chunks']:3d} prompt {s['prompt_tokens']:6d} wall {s['wall_ms']:8.2f} ms "
-              f"kernels {s['kernel_ms']:8.2f} ms")
+        print(f"{s['kind']:16s} chunks {s['chunks']:3d} prompt {s['prompt_tokens']:6d} wall "
+              f"{s['wall_ms']:8.2f} ms kernels {s['kernel_ms']:8.2f} ms")
         for name, ms, calls in s["kernels"]:
             print(f"    {ms:8.3f} ms {calls:5d}  {name}")
     print(f"total {res['total_wall_ms']:.1f} ms over {len(res['steps'])} steps")

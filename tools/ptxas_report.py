@@ -41,8 +41,8 @@ def compile_kernel(kind: str, args: list[int], pdl: bool = False) -> tuple[str, 
         bh, bn, warps, stages, tma = args
         fn, src_cls = triton_mla._mla_split_kernel, ASTSource
         types = ["*bf16", "*bf16", *_descs(bn, bool(tma), False), *tail, "fp32", "fp32"]
-        const = dict(PAGE=64, D_V=512, D_PE=64, D_VP=512, D_PEP=64, BLOCK_H=bh, BLOCK_N=bn, IS_FP8=False, USE_TMA=bool(tma), PREC="tf32",
-                     LAZY=False, WS=False)
+        const = dict(PAGE=64, D_V=512, D_PE=64, D_VP=512, D_PEP=64, BLOCK_H=bh, BLOCK_N=bn, IS_FP8=False,
+                     USE_TMA=bool(tma), PREC="tf32", LAZY=False, WS=False)
         opts = dict(num_warps=warps, num_stages=stages)
     else:
         if not gluon_mla.gluon_available():

@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
             rows = [simulate(b, a.decode_ms, a.token_us, a.prefill_ms, split,
                              int(s)) for s in a.seeds.split(",")]
             m = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
-            print(f"{b:6d} {split:8.0f}  {m['itl_p50_ms']:6.1f} / {m['itl_p90_ms']:6.1f} / {m['itl_p99_ms']:6.1f}"
-                  f"   {m['p99_over_p50']:7.1f}  {m['requests_per_s']:5.1f}  {m['ttft_median_ms']:8.0f}")
+            print(f"{b:6d} {split:8.0f}  {m['itl_p50_ms']:6.1f} / {m['itl_p90_ms']:6.1f} / "
+                  f"{m['itl_p99_ms']:6.1f}   {m['p99_over_p50']:7.1f}  {m['requests_per_s']:5.1f}  "
+                  f"{m['ttft_median_ms']:8.0f}")
 
 
 if __name__ == "__main__":

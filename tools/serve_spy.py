@@ -9,7 +9,8 @@ inclusive). Needs py-spy on PATH or --py-spy (a manylinux wheel carries the bina
 the server's processes.
 
 usage: python3 -m tools.serve_spy --out DIR [--concurrency 32] [--requests 64] [--input-len 1000]
-       [--output-len 64] [--seconds 1] [--py-spy PATH] -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
+       [--output-len 64] [--seconds 1] [--py-spy PATH]
+       -- <dcpctl launch flags, e.g. --model-path DIR --device cuda>
 """
 from __future__ import annotations
 
@@ -99,8 +100,8 @@ def main() -> None:
             time.sleep(0.3)                                                 # past the first prefills
             raw = a.out / f"{name}.txt"
             mode = ["--native"] if a.native else ["--nonblocking"]       # py-spy refuses the two together
-            spy = subprocess.run([a.py_spy, "record", "-p", str(pid), "-d", str(max(1, round(a.seconds))), "-r",
-                                  "1000", "-f", "raw", "-o", str(raw), "--threads", *mode],
+            spy = subprocess.run([a.py_spy, "record", "-p", str(pid), "-d", str(max(1, round(a.seconds))),
+                                  "-r", "1000", "-f", "raw", "-o", str(raw), "--threads", *mode],
                                  capture_output=True, text=True, timeout=60)
             out, _ = load.communicate(timeout=600)
             doc[name] = {"pid": pid, "py_spy_rc": spy.returncode, "py_spy_err": spy.stderr[-300:],

@@ -56,14 +56,16 @@ def summarize(rows: list[dict], t0: float, t1: float) -> dict:
                               "take_ms_p50": ms([win[i]["step"] - win[i]["take"] for i in idx]),
                               "step_ms_p50": ms([win[i]["stepped"] - win[i]["step"] for i in idx]),
                               "deliver_ms_p50": ms([win[i]["delivered"] - win[i]["stepped"] for i in idx])}
-        for ph in ("prepare", "graph_launch", "sampling", "resolve"):   # engine/phases.py (older traces lack them)
+        # engine/phases.py (older traces lack them)
+        for ph in ("prepare", "graph_launch", "sampling", "resolve"):
             vals = [win[i][f"{ph}_s"] for i in idx if win[i].get(f"{ph}_s") is not None]
             if vals:
                 out["modal_batch"][f"{ph}_ms_p50"] = ms(vals)
         gpu_ms = [win[i]["gpu_ms"] for i in idx if win[i].get("gpu_ms") is not None]
         gaps = [win[i]["gpu_gap_ms"] for i in idx if win[i].get("gpu_gap_ms") is not None
                 and i > 0 and win[i - 1]["kind"] in DECODE_GRAPH]
-        if gpu_ms:       # the GPU's own time per graph step, and from one graph step's end to the next one's start
+        if gpu_ms:       # the GPU's own time per graph step, and from one graph step's end to the next one's
+                         # start
             out["modal_batch"].update(gpu_ms_p50=round(statistics.median(gpu_ms), 4),
                                       gpu_gap_ms_p50=round(statistics.median(gaps), 4) if gaps else None)
     for kind in ("eager", "graph+prefill"):
@@ -93,9 +95,10 @@ def main() -> None:
                                   {**os.environ, "DCPCTL_STEP_TRACE": str(trace)})
     try:
         def bench(c: int) -> dict:
-            r = subprocess.run(dcpctl + ["bench", "serve", "--url", url, "--concurrency", str(c), "--requests",
-                                         str(c * a.requests), "--input-len", str(a.input_len), "--output-len",
-                                         str(a.output_len), "--format", "json"], capture_output=True, text=True,
+            r = subprocess.run(dcpctl
+                               + ["bench", "serve", "--url", url, "--concurrency", str(c), "--requests",
+                                  str(c * a.requests), "--input-len", str(a.input_len), "--output-len",
+                                  str(a.output_len), "--format", "json"], capture_output=True, text=True,
                                timeout=600)
             return json.loads(r.stdout) if r.stdout.strip() else {"error": r.stderr[-300:]}
         bench(1)                                                       # warm-up
@@ -117,7 +120,8 @@ def main() -> None:
         print(f"== c={c}: ITL {d['bench'].get('itl_ms')}")
         print(f"   steps {d['steps']} seconds {d['seconds_by_kind']} of {d['window_s']} s; graph batches "
               f"{d['graph_batches']}")
-        print(f"   modal {d.get('modal_batch')}  eager {d.get('eager')}  graph+prefill {d.get('graph+prefill')}")
+        print(f"   modal {d.get('modal_batch')}  eager {d.get('eager')}  graph+prefill "
+              f"{d.get('graph+prefill')}")
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def main() -> None:
     e.record()
     e.synchronize()
     replay_us = s.elapsed_time(e) / 20 * 1e3
-    print(f"B={a.batch} context={a.context}: {len(rows)} kernel kinds, {sum(r['calls_per_step'] for r in rows):.0f} "
-          f"launches/step, kernel time {kernel_us:.0f} us/step, graph replay {replay_us:.0f} us")
+    print(f"B={a.batch} context={a.context}: {len(rows)} kernel kinds, "
+          f"{sum(r['calls_per_step'] for r in rows):.0f} launches/step, kernel time {kernel_us:.0f} us/step, "
+          f"graph replay {replay_us:.0f} us")
     for r in rows[:a.rows]:
         print(f"{r['us_per_step']:8.1f} us  x{r['calls_per_step']:5.1f}  {r['kernel']}")
     if a.out:

@@ -79,7 +79,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="where the runtime's bf16/fp32 greedy runs (cpu or cuda)")
     ap.add_argument("-o", "--output", type=Path)
     ap.add_argument("--no-margins", action="store_true",
-                    help="only the id agreement counts (no Hugging Face oracle: for a machine without transformers)")
+                    help="only the id agreement counts (no Hugging Face oracle: for a machine without "
+                         "transformers)")
     args = ap.parse_args()
     torch.manual_seed(0)
     path = default_model().path if args.model == "trained" else ensure_tiny_model()
@@ -107,7 +108,8 @@ def main() -> None:
         rows.append({"prompt": i, "min_gap": gap, "bf16_lead_err": err,
                      **{k: v[i] == out for k, v in runs.items()}})
     safe = [r for r in rows if r["min_gap"] > r["bf16_lead_err"]]
-    summary = {"model": args.model, "path": str(path), "prompts": len(rows), "tokens": 8, "margin_above_bf16_error": len(safe),
+    summary = {"model": args.model, "path": str(path), "prompts": len(rows), "tokens": 8,
+               "margin_above_bf16_error": len(safe),
                **{k: {"all": sum(r[k] for r in rows), "margin_above_bf16_error": sum(r[k] for r in safe)}
                   for k in runs}}
     if args.device != "cpu":   # the device's bf16 ids against the CPU's bf16 ids (the same precision on both)
@@ -122,7 +124,8 @@ def main() -> None:
               + " | ".join("same" if r[k] else "differs" for k in runs) + " |")
     print(json.dumps(summary, indent=1))
     if args.output:
-        args.output.write_text(json.dumps({"summary": summary, "rows": rows, "ids": {"cpu_float64": ref, **runs}},
+        args.output.write_text(json.dumps({"summary": summary, "rows": rows,
+                                           "ids": {"cpu_float64": ref, **runs}},
                                           indent=1))
 
 
