@@ -16,8 +16,8 @@ Parts, in order, each skipped when it would start past --budget-s (the whole cal
 |       | concurrency 1/8/32/64 (closed loop, PROMPT-token prompts, OUTPUT out) |                                |
 
 The MoE checkpoint is `dcpctl bench rank`'s TP 1 check (benchmarks/gpu.sh rank_checkpoint: V3 attention, 4 layers,
-1 dense + 3 MoE of 32 routed experts, top-8, bf16), written under --work. DIR also gets children.log (every part's
-output) and server.log: five files. perf_served_TAG.json holds the command, the GPU, every part's exit status and
+1 dense + 3 MoE of 32 routed experts, top-8, bf16), written to --work (default gpu.sh's path, whose name
+benchmarks/perf_sources.py knows). DIR also gets children.log (every part's output) and server.log: five files. perf_served_TAG.json holds the command, the GPU, every part's exit status and
 seconds, the server's seconds to ready and each concurrency's `bench serve` document.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROMPT, OUTPUT = 1024, 256
+PROMPT, OUTPUT = 1024, 512     # decode-heavy: OUTPUT steps against one round of prefills
 CONCURRENCY = ((1, 8), (8, 24), (32, 96), (64, 192))      # (clients, requests): three rounds from 8 on
 TTFT_LENGTHS = "4096,16384,32768,65536"
 BATCHES = "1,8,32,64"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=300.0)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/dcpctl-perf-served"), help="the MoE checkpoint's folder")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/dcpctl-rank-moe"), help="the MoE checkpoint's folder")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name()

@@ -4,6 +4,7 @@ cells and judged on the others, the perf table it writes read back by the planne
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,51 @@ def test_a_rank_file_alone(tmp_path, capsys):
     assert perf_accuracy.main(["--rank", str(f), "--no-data", "--fit-batches", "1,32"]) == 0
     text = capsys.readouterr().out
     assert "rank.json" in text and "Decode compute" in text and "TTFT" not in text
+
+
+def test_a_devices_served_files_are_read_by_their_names(tmp_path, capsys):
+    # the files benchmarks/perf_served.py writes on an H100, made here from measured files of the same shapes: its
+    # decode steps (a bench rank file of the served checkpoint), the TTFT file and the served one
+    shutil.copy(DATA / "rank_tp1_h100.json", tmp_path / "rank_served_h100.json")
+    shutil.copy(DATA / "prefill_ttft_h200.json", tmp_path / "prefill_ttft_h100.json")
+    bench = json.loads((DATA / "fp8_serve_h200.json").read_text())["starts"]["bf16"]["bench"]
+    cells = {c: bench[c] for c in ("1", "8", "32", "64")}
+    doc = {"checkpoint": "rank-moe-4", "steps": "rank_served_h100.json", "serve": {"ready_s": 30.0, "cells": cells}}
+    (tmp_path / "perf_served_h100.json").write_text(json.dumps(doc))
+    table, out = tmp_path / "perf.json", tmp_path / "cells.json"
+    argv = ["--device", "h100", "--data", str(tmp_path), "--save-table", str(table), "--json", str(out)]
+    assert perf_accuracy.main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["context"], r["fit"]) for r in rows["ttft"]] == [(4096, True), (16384, False), (32768, True),
+                                                                 (65536, False)]
+    assert [(r["batch"], r["fit"]) for r in rows["served"]] == [(1, True), (8, False), (32, False), (64, False)]
+    data = tuning.read(table)
+    assert data["device"] == "NVIDIA H100 80GB HBM3" and "prefill" in data["data"]
+    assert data["data"]["host_gap_from"].startswith("served ITL p50")      # the served cells' own steps
+    assert "rank_served_h100.json" in capsys.readouterr().out
+
+
+def test_the_served_parts_flags_are_the_commands_own():
+    # benchmarks/perf_served.py's command lines parse as `dcpctl bench rank`, `launch` and `bench serve` options
+    # (no GPU here: parsed, not run); its files are named by the device, five in one folder
+    import click
+
+    from benchmarks import perf_served
+    from dcpctl.cli.main import cli
+
+    def parse(argv):
+        args = argv[argv.index("dcpctl.cli.main") + 1:]
+        cmd, ctx = cli, click.Context(cli)
+        while isinstance(cmd, click.Group):
+            cmd = cmd.get_command(ctx, args[0])
+            args, ctx = args[1:], click.Context(cmd, parent=ctx)
+        return cmd.make_context(cmd.name, list(args), parent=ctx).params
+
+    f = perf_served.files(Path("/o"), perf_served.device_tag("NVIDIA H100 80GB HBM3"))
+    assert sorted(p.name for p in f.values()) == ["children.log", "perf_served_h100.json", "prefill_ttft_h100.json",
+                                                  "rank_served_h100.json", "server.log"]
+    rank = parse(perf_served.rank_argv(f, Path("/tmp/dcpctl-rank-moe")))
+    assert rank["weights_from"] == "checkpoint" and rank["contexts"] == "1280" and rank["out"] == str(f["rank"])
+    assert parse(perf_served.launch_argv(Path("/c")))["cuda_graph_max_bs"] == 64
+    assert parse(perf_served.serve_argv("http://h:1", 32, 96))["num_requests"] == 96
+    assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536", "--hf-lengths", ""]
