@@ -99,7 +99,7 @@ def launch_argv(ckpt: Path, run: Run, max_c: int, prompt: int, output: int) -> l
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
          "--port", "0", "--page-size", "64", "--max-running-requests", str(max_c),
          "--max-total-tokens", str(max_c * (prompt + output + 128)), "--dtype", "float32" if run.smoke else "bfloat16"]
-    return dcpctl(*a, *(["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs", str(max_c)]))
+    return dcpctl(*a, *(["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs-decode", str(max_c)]))
 
 
 def serve(run: Run, tag: str, ckpt: Path, cache: Path, conc: list[int], requests: int, prompt: int, output: int,

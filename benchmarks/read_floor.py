@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpctl.runtime.attention.kernel_choice import gpu_facts
+from dcpctl.runtime.gpu import gpu_facts
 
 SETTINGS = [(g, b, w) for g in (1, 2, 4, 8) for b, w in ((2048, 4), (8192, 8))]   # programs per SM, ints a step, warps
 

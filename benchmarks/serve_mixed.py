@@ -53,7 +53,7 @@ def launch(run: Run, ckpt: Path, tag: str, max_running: int, tokens: int, *extra
     a = ["launch", "--model-path", str(ckpt), "--device", run.device, "--tp-size", "1", "--dcp-size", "1",
          "--port", "0", "--page-size", "64" if not run.smoke else "16", "--max-running-requests", str(max_running),
          "--max-total-tokens", str(tokens), "--dtype", "float32" if run.smoke else "bfloat16", *extra]
-    a += ["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs", str(max_running)]
+    a += ["--hardware", "cpu"] if run.smoke else ["--cuda-graph-max-bs-decode", str(max_running)]
     old = dict(os.environ)
     os.environ.update(env or {})
     try:

@@ -94,7 +94,7 @@ def write_bf16(d: Path, overrides: dict[str, Any], device: str) -> Path:
 def launch_flags() -> dict[str, bool]:
     """Which CUDA-graph flags this build's `dcpctl launch` has (older builds lack them)."""
     text = subprocess.run(dcpctl("launch", "--help"), capture_output=True, text=True, check=False).stdout
-    return {f: f in text for f in ("--disable-cuda-graph", "--cuda-graph-max-bs")}
+    return {f: f in text for f in ("--disable-cuda-graph", "--cuda-graph-max-bs-decode")}
 
 
 def variants(asked: list[str], flags: dict[str, bool]) -> list[str]:
@@ -114,8 +114,8 @@ def serve_args(ckpt: Path, cells: list[str], variant: str, flags: dict[str, bool
     a += run.serve_args
     if variant == "eager":
         a.append("--disable-cuda-graph")
-    elif variant == "graph" and flags["--cuda-graph-max-bs"]:
-        a += ["--cuda-graph-max-bs", str(max_c)]
+    elif variant == "graph" and flags["--cuda-graph-max-bs-decode"]:
+        a += ["--cuda-graph-max-bs-decode", str(max_c)]
     return dcpctl(*a)
 
 

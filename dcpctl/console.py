@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -32,7 +33,8 @@ COMPACT = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "colla
 def table(title: str | None, columns: list[str], rows: list[list[Any]], **kw: Any) -> Table:
     """Words and numbers are never split: each column is at least as wide as its longest word; a table that
     does not fit the terminal so drops its vertical borders (COMPACT), and if it still does not, shows one
-    record per row (header: value lines), wrapping cells only between words."""
+    record per row (header: value lines), wrapping cells only between words.  Cells are plain text, never rich
+    markup: `pip install 'dcpctl[flashinfer]'` keeps its brackets."""
     cells = [[str(x) for x in r] for r in rows]
     texts = [[c, *(r[i] for r in cells if i < len(r))] for i, c in enumerate(columns)]
     widths = None
@@ -47,7 +49,7 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]], **kw: An
     for i, c in enumerate(columns):
         t.add_column(c, overflow="fold", width=widths[i] if widths else None)
     for r in cells:
-        t.add_row(*r)
+        t.add_row(*map(Text, r))
     return t
 
 
@@ -57,7 +59,7 @@ def _records(title: str | None, columns: list[str], cells: list[list[str]], kw: 
     t.add_column(overflow="fold")
     for r in cells:
         for i, (c, v) in enumerate(zip(columns, r)):
-            t.add_row(c, v, end_section=i == len(r) - 1)
+            t.add_row(Text(c), Text(v), end_section=i == len(r) - 1)
     return t
 
 

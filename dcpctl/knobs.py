@@ -52,10 +52,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
                                            "runtime/kernels/fusions.py lists them)"),
     _k("DCPCTL_STEP_TRACE", str, None, "debug", "file where rank 0 of a server records every loop turn's times"),
     _k("DCPCTL_LOOP_PROFILE", str, None, "debug", "file where rank 0 of a server writes a cProfile of its loop"),
-    _k("DCPCTL_API_KEY", str, None, "user", "the bearer key of `dcpctl launch --api-key` and `bench serve --api-key`"),
+    _k("DCPCTL_API_KEY", str, None, "user", "the bearer key of `dcpctl launch` and `bench serve`: set it instead of "
+                                            "--api-key to keep the key out of `ps`; the ranks read it here, never "
+                                            "from a file"),
     _k("DCPCTL_CACHE", str, None, "user", "folder for the built tiny checkpoint (default ~/.cache/dcpctl)"),
     _k("DCPCTL_LAUNCH_CONFIG", str, None, "plumbing", "the launch config YAML every rank reads"),
-    _k("DCPCTL_SERVE", str, None, "plumbing", "the server options JSON (serving ranks only)"),
+    _k("DCPCTL_SERVE", str, None, "plumbing", "the server options: a JSON file, or the JSON itself (serving ranks "
+                                              "only)"),
     _k("DCPCTL_REQUESTS", str, None, "plumbing", "the requests JSON of a batch run (`dcpctl generate`)"),
     _k("DCPCTL_RESULT", str, None, "plumbing", "where rank 0 writes a batch run's result JSON"),
     _k("DCPCTL_LAUNCHER_PID", int, None, "plumbing", "the launcher's pid: a rank exits when it ends"),

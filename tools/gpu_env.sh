@@ -33,7 +33,7 @@ WHEELS=(click==8.5.1 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2
         openai==3.63.0 jiter==0.19.0 httpx2==2.17.0 httpcore2==2.17.0 truststore==0.10.5
         httpx==0.29.0 httpcore==1.0.9 anyio==4.16.0 sniffio==1.3.1 idna==3.21 certifi==2026.10.19.post1
         pytest==9.2.0 iniconfig==2.3.1 pluggy==1.7.0 hypothesis==6.170.27 sortedcontainers==2.4.0
-        nvidia-ml-py==13.615.71)
+        nvidia-ml-py==13.615.71 llguidance==1.9.1)
 FLASHINFER=flashinfer-python==0.2.14
 FLASHINFER_SHA256=24e09a14fef47dd1c28da37ba05438915f269f9687a0e89dda2047eb9812f882
 PACKAGING=packaging==25.0
@@ -41,11 +41,11 @@ FLASHMLA_COMMIT=9c5dfab6d1746b4a27af14f440e7afd5c01ece68
 CUTLASS_COMMIT=e94e888df3551224738bfa505787b515eae8352f
 # Modules `check` imports: the runtime's, the server's, the tests'
 MODULES=(torch triton transformers safetensors numpy yaml click rich fastapi uvicorn httptools uvloop
-         prometheus_client pydantic openai httpx pytest hypothesis pynvml)
+         prometheus_client pydantic llguidance openai httpx pytest hypothesis pynvml)
 
 _platforms() {
   local n
-  for n in 28 27 24 17; do printf -- '--platform manylinux_2_%s_x86_64 ' "$n"; done
+  for n in 31 28 27 24 17; do printf -- '--platform manylinux_2_%s_x86_64 ' "$n"; done
   printf -- '--platform manylinux2014_x86_64 --platform manylinux1_x86_64'
 }
 

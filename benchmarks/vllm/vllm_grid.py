@@ -36,7 +36,7 @@ from typing import Any
 
 from benchmarks import engine_verdicts
 from benchmarks.vllm import vllm_grid_cases
-from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, EXTRA_CHECKS, VLLM_VERSION
+from dcpctl.plan.vllm import EXTRA_CHECKS, VLLM_VERSION
 
 HERE = Path(__file__).resolve().parent
 COMPARED = ("tp", "dp", "dcp", "ep", "dcp_comm_backend", "dcp_replicate_q_proj", "decode_attention_backend",
@@ -65,6 +65,22 @@ def run_dcpctl(flags: list[str]) -> dict[str, Any]:
     return out
 
 
+def export_argv(opts: dict[str, Any], models: dict[str, Path]) -> list[str]:
+    """The node-0 `vllm serve` line `dcpctl export vllm` writes for a case, as vLLM argv (`--model` first); an
+    export dcpctl refuses gives the case's own line (the case then compares the two refusals). Keys in sorted
+    order, so that the recorded case (sorted JSON) replays the same line."""
+    import shlex
+    from click.testing import CliRunner
+    from dcpctl.cli.main import cli
+    opts = dict(sorted(opts.items()))
+    r = CliRunner().invoke(cli, ["export", "vllm", *vllm_grid_cases.dcpctl_flags(opts, models)])
+    lines = [x for x in r.stdout.splitlines() if x.startswith("vllm serve ")]
+    if r.exit_code != 0 or not lines:
+        return vllm_grid_cases.vllm_argv(opts, models)
+    argv = shlex.split(lines[0])
+    return ["--model", argv[2], *argv[3:]]
+
+
 def _key(hw: str, argv: list[str]) -> str:
     return hashlib.sha1(json.dumps([hw, argv]).encode()).hexdigest()
 
@@ -79,7 +95,7 @@ def run_vllm(jobs: list[tuple[str, list[str]]], vllm_py: str, cache: dict[str, A
         uniq = list({json.dumps(a): a for a in argvs}.values())
         t0 = time.time()
         r = subprocess.run([vllm_py, str(HERE / "vllm_grid_worker.py"), hw], input="".join(json.dumps(a) + "\n" for a in uniq),
-                           capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+                           capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"})
         lines = [x for x in r.stdout.splitlines() if x.startswith("{")]
         if len(lines) != len(uniq):
             raise SystemExit(f"vLLM worker {hw} died after {len(lines)}/{len(uniq)}: {r.stderr[-800:]}")
@@ -99,7 +115,7 @@ def vllm_verdict(res: dict[str, Any]) -> dict[str, Any]:
         "tp": r["tp"], "dp": r["dp"], "dcp": r["dcp"], "ep": bool(r["ep"]), "dcp_comm_backend": r["dcp_comm_backend"],
         "dcp_replicate_q_proj": bool(r["dcp_q_replicate"]), "decode_attention_backend": r["attention_backend"],
         "page_size": r["block_size"], "kv_cache_dtype": kv, "cp_kv_cache_interleave_size": r["cp_kv_cache_interleave_size"],
-        "gpu_memory_utilization": r["gpu_memory_utilization"] or DEFAULT_GPU_MEMORY_UTILIZATION}}
+        "gpu_memory_utilization": r["gpu_memory_utilization"]}}  # CacheConfig.resolved_gpu_memory_utilization
 
 
 def classify(d: dict[str, Any], v: dict[str, Any]) -> tuple[str, Any]:
@@ -124,8 +140,9 @@ def main() -> int:
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not a.fresh else {}
     t0 = time.time()
     for c in cases:
-        c.update(argv=vllm_grid_cases.vllm_argv(c["opts"], models),
-                 flags=vllm_grid_cases.dcpctl_flags(c["opts"], models))
+        c["flags"] = vllm_grid_cases.dcpctl_flags(c["opts"], models)
+        c["argv"] = export_argv(c["opts"], models) if c["opts"].get("export") else \
+            vllm_grid_cases.vllm_argv(c["opts"], models)
     run_vllm([(c["opts"]["hardware"], c["argv"]) for c in cases], a.vllm_python, cache)
     cache_path.write_text(json.dumps(cache))
     t1 = time.time()
@@ -139,10 +156,16 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(cases, indent=1, default=str))
     if a.record:  # vLLM's verdicts alone, replayed against dcpctl in CI (tests/plan/test_vllm_grid.py)
-        rows = [{"opts": c["opts"], "vllm": c["vllm"]} for c in cases]
+        rows = [{"opts": c["opts"], "vllm": c["vllm"], **({"argv": _portable(c["argv"])} if c["opts"].get("export")
+                                                          else {})} for c in cases]
         doc = json.dumps({"vllm": VLLM_VERSION, "cases": rows}, separators=(",", ":"), sort_keys=True)
         Path(a.record).write_bytes(gzip.compress(doc.encode(), mtime=0))
     return 1 if any(counts[f] for f in FAILURES) else 0
+
+
+def _portable(argv: list[str]) -> list[str]:
+    """An export case's vLLM argv with the model directory as its preset name (the replay writes its own)."""
+    return ["--model", Path(argv[1]).name, *argv[2:]]
 
 
 def report(cases: list[dict[str, Any]], counts: collections.Counter, show: int, t_vllm: float,

@@ -42,7 +42,16 @@ def model_configs() -> dict[str, dict[str, Any]]:
     return out
 
 
+# `vllm serve --config FILE` files (written beside the models; a case names one as `@FILE`)
+SERVE_CONFIGS = {"dcp4-eager.yaml": "tensor-parallel-size: 8\ndecode_context_parallel_size: 4\nenforce-eager: true\n",
+                 "mtp-flashmla.yaml": "speculative-config:\n  method: mtp\n  num_speculative_tokens: 1\n"
+                                      "attention-backend: flashmla\n"}
+
+
 def write_models(root: Path) -> dict[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in SERVE_CONFIGS.items():
+        (root / name).write_text(text)
     dirs = {}
     for name, cfg in model_configs().items():
         d = root / name
@@ -111,8 +120,75 @@ def _models() -> Iterator[dict[str, Any]]:
         yield {**base, "max_num_seqs": s}
 
 
+# `vllm serve` spellings of modelled options, as vLLM's FlexibleArgumentParser reads them (each replaces the case's
+# own flags): underscores, dotted JSON sub-options, case, human-readable lengths, prefixes, `=` forms
+SPELLINGS: tuple[tuple[str, ...], ...] = (
+    ("--tensor_parallel_size", "8"), ("--tensor-parallel-size=8",), ("-tp", "8"), ("--tensor-parallel", "8"),
+    ("--tensor-parallel-size", "8", "--decode_context_parallel_size", "8"), ("-tp", "8", "-dcp=8"),
+    ("-tp", "8", "-dcp", "8", "--attention-backend", "flashmla"), ("-tp", "8", "-dcp", "8", "--attention-backend", "FlashMLA"),
+    ("-tp", "8", "-dcp", "8", "--attention-backend", "auto"), ("-tp", "8", "-dcp", "8", "--attention_backend=triton_mla"),
+    ("-tp", "8", "-dcp", "8", "--attention-config.backend", "FLASHMLA"),
+    ("-tp", "8", "-dcp", "8", "--attention-config.backend=flashmla"),
+    ("-tp", "8", "-dcp", "8", "--attention-config", '{"backend": "FLASHMLA"}'),
+    ("-tp", "8", "-dcp", "8", "-ac", '{"backend": "TRITON_MLA"}'),
+    ("-tp", "8", "-dcp", "8", "--attention-config.backend", "FLASHMLA", "--attention-backend", "FLASHMLA"),
+    ("-tp", "8", "-dcp", "8", "--max-model-len", "32k"), ("-tp", "8", "-dcp", "8", "--max-model-len", "128K"),
+    ("-tp", "8", "-dcp", "8", "--max-model-len", "-1"), ("-tp", "8", "-dcp", "8", "--max-model-len", "auto"),
+    ("-tp", "8", "-dcp", "8", "--max_model_len=160k"), ("-tp", "8", "-dcp", "8", "--max-model-len", "1M"),
+    ("-tp", "8", "-dcp", "8", "--block_size", "64"), ("-tp", "8", "-dcp", "8", "--kv_cache_dtype", "fp8"),
+    ("-tp", "8", "-dcp", "8", "--dcp_comm_backend", "a2a", "--dcp_q_replicate"),
+    ("-tp", "8", "-dcp", "8", "--no-dcp-q-replicate"), ("-tp", "8", "-dcp", "8", "--gpu_memory_utilization=0.8"),
+    ("-tp", "8", "-dcp", "8", "--cp_kv_cache_interleave_size", "8", "--block-size", "64"),
+    ("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"), ("-tp", "8", "-dcp", "8", "--max-num-seqs", "64"),
+    ("--config", "@dcp4-eager.yaml"), ("--config", "@dcp4-eager.yaml", "-dcp", "8"),
+    ("-tp", "8", "-dcp", "8", "--config", "@mtp-flashmla.yaml"),
+)
+# passed-through options that change vLLM's verdict or what it resolves, each with and without DCP
+PASSED: tuple[tuple[str, ...], ...] = (
+    (), ("--enforce-eager",), ("--max-num-batched-tokens", "16k"), ("--enable-eplb",), ("--enable-eplb", "-ep"),
+    ("--enable-dbo",), ("--enable-dbo", "-ep"), ("--dtype", "half"), ("--dtype", "float16"), ("--dtype", "bfloat16"),
+    ("--dtype", "float32"), ("--dtype", "float"), ("--dtype", "half", "--kv-cache-dtype", "bfloat16"),
+    ("--dtype", "float16", "--kv-cache-dtype", "float16"), ("--dtype", "half", "--kv-cache-dtype", "fp8"),
+    ("--hf-overrides", '{"max_position_embeddings": 327680}', "--max-model-len", "300000"),
+    ("--max-model-len", "300000",), ("--hf-overrides.max_position_embeddings", "327680", "--max-model-len", "200k"),
+    ("--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'),
+    ("--disable-extensible-kv-cache",), ("--enable-extensible-kv-cache",), ("--kv-cache-memory-bytes", "20G"),
+    ("--num-gpu-blocks-override", "4096"), ("--gpu-memory-utilization", "0.9", "--disable-extensible-kv-cache"),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}'),
+    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 4}'),
+    ("--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "2"),
+    ("--cp-kv-cache-interleave-size", "0"), ("--cp-kv-cache-interleave-size", "-1"), ("--block-size", "0"),
+    ("--served-model-name", "dsv3", "--port", "9000"), ("-O", "0"), ("--compilation-config.cudagraph_mode", "NONE"),
+)
+
+
+def _spellings() -> Iterator[dict[str, Any]]:
+    for hw, model, args in itertools.product(("h200-8", "b200-8"), ("deepseek-v3.1", "kimi-k2"), SPELLINGS):
+        yield {"model": model, "hardware": hw, "args": list(args)}
+
+
+def _passed() -> Iterator[dict[str, Any]]:
+    for hw, model, (tp, dcp), args in itertools.product(("h200-8", "b200-8"), ("deepseek-v3.1", "dsv31-bf16"),
+                                                         ((8, 1), (8, 8), (4, 2), (1, 1)), PASSED):
+        yield {"model": model, "hardware": hw, "tp": tp, "dcp": dcp, "args": list(args)}
+
+
+def _exports() -> Iterator[dict[str, Any]]:
+    """`dcpctl export vllm` of a plan, its node-0 line fed to vLLM (vllm_grid.py): vLLM must resolve the plan."""
+    for hw, model, (tp, dcp, more) in itertools.product(
+            ("h200-8", "b200-8"), ("deepseek-v3.1", "dsv31-bf16", "kimi-k2"),
+            ((8, 8, ()), (8, 4, ("--dcp-comm-backend", "a2a", "--dcp-q-replicate")), (8, 1, ()),
+             (8, 8, ("--kv-cache-dtype", "fp8")), (8, 8, ("--block-size", "128")), (8, 8, ("--max-model-len", "64k")),
+             (8, 8, ("--gpu-memory-utilization", "0.85")), (8, 8, ("--enforce-eager", "--max-num-batched-tokens", "8192")),
+             (8, 8, ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')),
+             (8, 8, ("--dtype", "half")), (8, 8, ("--attention-config.backend", "triton_mla")),
+             (4, 2, ("-dp", "2", "-ep")), (8, 8, ("--cp-kv-cache-interleave-size", "16")))):
+        yield {"model": model, "hardware": hw, "tp": tp, "dcp": dcp, "args": list(more), "export": True}
+
+
 GROUPS = {"topology": _topology, "exchange": _exchange, "kernels": _kernels, "interleave": _interleave,
-          "models": _models}
+          "models": _models, "spellings": _spellings, "passed": _passed, "exports": _exports}
 
 
 def cases() -> list[dict[str, Any]]:
@@ -120,7 +196,8 @@ def cases() -> list[dict[str, Any]]:
     out, seen = [], set()
     for group, gen in GROUPS.items():
         for c in gen():
-            c = {k: v for k, v in c.items() if v is not None and (v is not False or k == "dcp_q_replicate")}
+            c = {k: v for k, v in c.items() if v is not None and (v is not False or k == "dcp_q_replicate")
+                 and v != []}
             key = json.dumps(c, sort_keys=True)
             if key not in seen:
                 seen.add(key)
@@ -140,13 +217,19 @@ def _common(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _args(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
+    """The case's raw `vllm serve` tokens, `@FILE` as the path of a SERVE_CONFIGS file."""
+    root = model_dirs[c["model"]].parent
+    return [str(root / a[1:]) if a.startswith("@") else a for a in c.get("args", ())]
+
+
 def dcpctl_flags(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
     return ["--engine", "vllm", "--model-path", str(model_dirs[c["model"]]), "--hardware", c["hardware"],
-            *_common(c)]
+            *_common(c), *_args(c, model_dirs)]
 
 
 def vllm_argv(c: dict[str, Any], model_dirs: dict[str, Path]) -> list[str]:
-    argv = ["--model", str(model_dirs[c["model"]]), *_common(c)]
+    argv = ["--model", str(model_dirs[c["model"]]), *_common(c), *_args(c, model_dirs)]
     if c.get("nnodes", 1) > 1:
         argv += ["--node-rank", "0", "--master-addr", "127.0.0.1"]
     return argv

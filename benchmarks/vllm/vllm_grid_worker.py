@@ -11,7 +11,10 @@ Per argv, vLLM's own code, in the order a server runs it:
   2. the worker's attention selection: `v1/attention/selector.py get_attn_backend` for the MLA layer (head size
      kv_lora_rank + qk_rope_head_dim) under the config, on the faked platform (benchmarks/vllm/vllm_cpu.py);
   3. the block size: `Platform._preferred_block_size_for_backends` unless --block-size was given, then
-     `VllmConfig.validate_block_size` (the engine core's DCP interleave check).
+     `VllmConfig.validate_block_size` (the engine core's DCP interleave check);
+  4. the model runner's PCP rules (v1/worker/gpu/pcp_manager.py `PCPManager.validate_config`, which
+     `maybe_build_pcp_manager` runs when the model runner starts).
+The memory share is `CacheConfig.resolved_gpu_memory_utilization` (1.0 with the extensible KV cache).
 """
 from __future__ import annotations
 
@@ -52,6 +55,9 @@ def resolve(argv: list[str], platform: type) -> dict:
                                                                             cfg)
         at = "engine core: validate_block_size"
         cfg.validate_block_size()
+        at = "worker: model runner PCP check"
+        from vllm.v1.worker.gpu.pcp_manager import PCPManager
+        PCPManager.validate_config(cfg, supports_mm_inputs=mc.is_multimodal_model)
         return {"accepted": True, "resolved": {
             "tp": pc.tensor_parallel_size, "dp": pc.data_parallel_size, "pp": pc.pipeline_parallel_size,
             "dcp": pc.decode_context_parallel_size, "pcp": pc.prefill_context_parallel_size,
@@ -59,7 +65,7 @@ def resolve(argv: list[str], platform: type) -> dict:
             "dcp_q_replicate": pc.dcp_q_replicate, "cp_kv_cache_interleave_size": pc.cp_kv_cache_interleave_size,
             "kv_cache_dtype": cc.cache_dtype, "model_dtype": str(mc.dtype).removeprefix("torch."),
             "block_size": cc.block_size, "attention_backend": backend.get_name(),
-            "gpu_memory_utilization": cc.gpu_memory_utilization, "max_model_len": mc.max_model_len}}
+            "gpu_memory_utilization": cc.resolved_gpu_memory_utilization, "max_model_len": mc.max_model_len}}
     except SystemExit as e:  # argparse prints its error to stderr, then exits 2
         lines = [x for x in err.getvalue().splitlines() if "error:" in x]
         return {"accepted": False, "error": f"argparse exit {e.code}: " + (lines[-1] if lines else ""),

@@ -159,7 +159,7 @@ def time_cell(pool: Pool, heads: int, ctx: int, batch: int, cfg: Any, naive: boo
 
 def _splits(heads: int, ctx: int, batch: int, cfg: Any) -> int:
     import torch
-    from dcpctl.runtime.attention.kernel_choice import gpu_facts
+    from dcpctl.runtime.gpu import gpu_facts
     from dcpctl.runtime.attention.triton_mla import choose_splits
     sms = gpu_facts(torch.device("cuda", 0)).sms * cfg.occupancy       # as the kernel's wrapper sizes them
     return choose_splits(batch, -(-heads // cfg.block_h), ctx, cfg.block_n, sms)

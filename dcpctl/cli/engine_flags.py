@@ -20,7 +20,11 @@ from dcpctl.plan.engines import TARGETS, target
 
 
 class EngineCommand(click.Command):
+    format_names_engine = False  # `dcpctl export NAME`: an engine's own format implies --engine NAME
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if self.format_names_engine:
+            args = _engine_of_format(args, _caller_flags(self, ctx))
         engine = named_target(args)
         mine, rest, pasted = engine.split_flags(list(args), _caller_flags(self, ctx))
         if rest:
@@ -40,6 +44,17 @@ def named_target(args: list[str]) -> EngineTarget:
         if name is not None:
             return TARGETS.get(name) or target(None)
     return target(None)
+
+
+def _engine_of_format(args: list[str], caller: dict[str, bool]) -> list[str]:
+    """`export vllm ...` without --engine: `--engine vllm` in front (the first argument that is no flag's value)."""
+    head = args[:args.index("--")] if "--" in args else args
+    if any(a == "--engine" or a.startswith("--engine=") for a in head):
+        return args
+    i = 0
+    while i < len(head) and head[i].startswith("-"):
+        i += 2 if caller.get(head[i]) and "=" not in head[i] else 1
+    return ["--engine", head[i], *args] if i < len(head) and head[i] in TARGETS else args
 
 
 def _caller_flags(cmd: click.Command, ctx: click.Context) -> dict[str, bool]:

@@ -16,7 +16,11 @@ from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
 
 
-@click.command(cls=EngineCommand)
+class ExportCommand(EngineCommand):
+    format_names_engine = True
+
+
+@click.command(cls=ExportCommand)
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("saved_plan", required=False, type=click.Path())
 @plan_options
@@ -34,7 +38,7 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
 
     \b
     sglang    the `sglang serve` command for every node (and the PD pair + router)
-    vllm      the `vllm serve` command for every node (a plan made with --engine vllm)
+    vllm      the `vllm serve` command for every node (a plan under vLLM's rules: implies --engine vllm)
     torchrun  per-node torchrun commands for the bundled runtime, with the launch.yaml and
               serve.json its ranks read (one node: standalone; several: c10d at --dist-init-addr)
     slurm     an sbatch script starting one task per node
@@ -47,7 +51,7 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
     Examples:
       dcpctl export sglang --preset kimi-k3-32gpu-dpa-dcp8 --dist-init-addr 10.0.0.1:5000
       dcpctl export k8s --preset deepseek-v3.1-tp8-dcp8 -o deploy/
-      dcpctl export vllm --engine vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
+      dcpctl export vllm --model-preset deepseek-v3.1 -tp 8 -dcp 8 --hardware h200-8
       dcpctl export torchrun --preset tiny-cpu -o tiny/ && bash tiny/node-0.sh   # serves on this machine
     """
     opts = collect(ctx, params, saved_plan)
@@ -56,12 +60,12 @@ def export(ctx: click.Context, fmt: str, saved_plan: str | None, served_model_pa
         raise UserError("the plan is invalid, nothing to export: " + "; ".join(v.message for v in plan.violations))
     model = served_model_path or opts.get("model_path") or plan.request.model.extra.get("hf_repo")
     if model is None and fmt == "torchrun" and plan.request.model.name == "tiny":
-        from dcpctl.runtime.tiny import ensure_tiny_model  # the bundled runtime serves the built-in checkpoint
-        model = ensure_tiny_model()
+        from dcpctl.launch.default_model import default_model  # the trained checkpoint `dcpctl launch` serves
+        model = default_model().path
     engine = target(plan.request.engine)
-    port, image = port or engine.port, image or engine.image
+    port, image = engine.port if port is None else port, image or engine.image   # --port 0: a free port there
     files = EXPORTERS[fmt](plan, ExportOptions(str(model or "MODEL_PATH"), dist_init_addr, port, image=image))
-    for w in plan.warnings:
+    for w in plan.all_warnings:
         console.warn(w)
     if fmt == "torchrun" and plan.request.engine_args:
         console.warn(f"the bundled runtime does not read these `{' '.join(engine.command)}` flags; not carried: "

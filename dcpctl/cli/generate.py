@@ -177,6 +177,16 @@ def check_fits(prompts: list[list[int]], max_new: int, cfg: dict[str, Any], voca
             raise UserError(f"prompt id {bad[0]} is outside the vocabulary (vocab_size {vocab})")
 
 
+def ambiguous_flag(flag: str) -> Any:
+    """A flag SGLang 0.5.23's parser calls ambiguous (a prefix of its -decode and -prefill forms): refused the same
+    way here, with plan's message, rather than taken as one of them."""
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            from dcpctl.plan.sglang_args import SGLANG
+            SGLANG.table.lookup(flag)      # raises UserError: "... is ambiguous in `sglang serve` ..."
+    return click.option(flag, hidden=True, expose_value=False, callback=refuse, is_eager=True)
+
+
 def runtime_options(f: Any) -> Any:
     """The bundled runtime's options that generate and launch share."""
     for opt in reversed([
@@ -197,11 +207,12 @@ def runtime_options(f: Any) -> Any:
                      help="Queue order: first come, first served (SGLang's other policies need its radix tree)."),
         click.option("--disable-cuda-graph", is_flag=True,
                      help="CUDA: run every step eagerly (no graph capture before ready; decode and prefill)."),
-        click.option("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
+        click.option("--cuda-graph-max-bs-decode", "cuda_graph_max_bs", type=click.IntRange(min=1),
                      help="CUDA: largest decode batch captured as a graph (default: the max running requests, "
                           "at most 256; SGLang's bucket sizes up to it)."),
-        click.option("--cuda-graph-bs", "--cuda-graph-bs-decode", "cuda_graph_bs", metavar="N,N,...",
+        click.option("--cuda-graph-bs-decode", "cuda_graph_bs", metavar="N,N,...",
                      help="CUDA: the exact decode batch sizes to capture, comma-separated (instead of the buckets)."),
+        *(ambiguous_flag(f) for f in ("--cuda-graph-max-bs", "--cuda-graph-bs")),
         click.option("--cuda-graph-backend-prefill", type=click.Choice(["breakable", "disabled"]), default=None,
                      help="CUDA: capture each layer's MLP at prefill token counts, attention running between the "
                           "pieces (breakable, the default), or run prefill eagerly (disabled)."),

@@ -18,7 +18,7 @@ from dcpctl.cli.generate import (GRAPH_FLAGS, SCHEDULE_FLAGS, check_chunk, check
                                  fill_default_model, resolve_run_options, runtime_options, schedule_options,
                                  settle_device, show_plan_warnings)
 from dcpctl.cli.options import collect, plan_options
-from dcpctl.contract.serve import ServeOptions
+from dcpctl.cli.serve_flags import SERVE_FLAGS, check_access, json_whitespace, serve_flags, serve_options
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.resolve import request_from_options
@@ -30,33 +30,11 @@ from dcpctl.plan.resolve import request_from_options
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--dist-init-addr", default="127.0.0.1:29500", show_default=True,
               help="HOST:PORT of node 0 (single node: a free port unless given).")
-@click.option("--host", default=ServeOptions.host, show_default=True, help="HTTP bind address (rank 0).")
-@click.option("--port", type=click.IntRange(0, 65535), default=ServeOptions.port, show_default=True,
-              help="HTTP port; 0 picks a free one (the ready line prints it).")
-@click.option("--api-key", envvar="DCPCTL_API_KEY", help="Require `Authorization: Bearer KEY` (or $DCPCTL_API_KEY).")
-@click.option("--allow-unauthenticated", is_flag=True, help="Allow a non-loopback --host without --api-key.")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="Also answer requests whose Host header names NAME (repeatable). A loopback server answers "
-                   "only loopback names by default (no DNS rebinding); a public one answers any unless given.")
-@click.option("--max-queued-requests", type=click.IntRange(min=0), default=ServeOptions.max_queued_requests,
-              show_default=True,
-              help="Requests waiting beyond --max-running-requests before new ones get 503.")
-@click.option("--max-request-bytes", type=click.IntRange(min=1024), default=ServeOptions.max_request_bytes,
-              show_default=True,
-              help="Largest accepted request body (413 above).")
-@click.option("--served-model-name", help="Model id in the API (default: the checkpoint directory's name).")
-@click.option("--tokenizer-worker-num", type=click.IntRange(1, 64), default=None,
-              help="HTTP worker processes sharing the port (SGLang's name). One streams at most ~14k tokens a "
-                   "second; default: 1 on CPU, on CUDA one per 8 --max-running-requests (at most 4).")
-@click.option("--health-check-timeout", type=click.FloatRange(min=0.1), default=ServeOptions.health_check_timeout,
-              show_default=True, help="Seconds GET /health waits for its one-token generation before answering 503.")
+@serve_flags
 @click.option("--dry-run", is_flag=True, help="Print the launch config and the torchrun command(s); start nothing.")
 @click.pass_context
 def launch(ctx: click.Context, config: str | None, dtype: str | None, device: str, max_total_tokens: int,
-           chunked_prefill_size: int, node_rank: int, dist_init_addr: str, host: str, port: int,
-           api_key: str | None, allow_unauthenticated: bool, allowed_hosts: tuple[str, ...], max_queued_requests: int, max_request_bytes: int,
-           served_model_name: str | None, tokenizer_worker_num: int | None, health_check_timeout: float, dry_run: bool,
-           **params: Any) -> None:
+           chunked_prefill_size: int, node_rank: int, dist_init_addr: str, dry_run: bool, **params: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (continuous batching, DCP runtime).
 
     Plans the topology (exit 2 if invalid), renders the launch config, starts every rank of this
@@ -64,6 +42,7 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     --model-path the built-in tiny DeepSeek-V3-shaped model trained on Python
     stdlib sources runs on 2 CPU ranks with DCP 2.  CONFIG is a saved plan
     (`dcpctl plan -o plan.yaml`) or a launch config (`--dry-run` output); flags override a plan.
+    Keep the API key out of `ps`: export DCPCTL_API_KEY instead of passing --api-key.
 
     \b
     Examples:
@@ -76,6 +55,7 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     check_chunk(chunked_prefill_size)
     graph_flags = {k: params.pop(k, None) for k in GRAPH_FLAGS}
     schedule_flags = {k: params.pop(k, None) for k in SCHEDULE_FLAGS}
+    flags = {k: params.pop(k) for k in SERVE_FLAGS}
     cfg, nnodes, summary, context = _launch_config(ctx, config, params, dtype, device, max_total_tokens,
                                                    chunked_prefill_size)
     device = cfg["device"]
@@ -87,44 +67,27 @@ def launch(ctx: click.Context, config: str | None, dtype: str | None, device: st
     mhost, _, mport = dist_init_addr.rpartition(":")
     if not mhost or not mport.isdigit():
         raise UserError(f"--dist-init-addr must be HOST:PORT, got {dist_init_addr!r}")
+    from dcpctl.launch.http_workers import http_workers
+    workers, why = http_workers(flags["tokenizer_worker_num"], cfg["device"], int(cfg["kv"]["max_running_requests"]))
+    json_whitespace(flags, cfg["model"]["path"])
+    serve_opts = serve_options(flags, Path(cfg["model"]["path"]).name, workers, context)
     if dry_run:
-        _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml"))
+        _print_dry_run(cfg, nnodes, mhost, int(mport), runtime_env("launch.yaml", serve=json.dumps(serve_opts)),
+                       flags["api_key"] is not None)
         return
-    _check_access(host, api_key, allow_unauthenticated)
+    check_access(flags["host"], flags["api_key"], flags["allow_unauthenticated"])
     if node_rank >= nnodes:
         raise UserError(f"--node-rank ({node_rank}) must be < nnodes ({nnodes})")
     check_devices(device, int(cfg["world_size"]) // nnodes)
     if node_rank == 0:
-        _check_port_free(host, port)
+        _check_port_free(flags["host"], flags["port"])
     explicit_addr = ctx.get_parameter_source("dist_init_addr") == click.core.ParameterSource.COMMANDLINE
     master_port = int(mport) if nnodes > 1 or explicit_addr else free_port()
-    from dcpctl.launch.http_workers import http_workers
-    workers, why = http_workers(tokenizer_worker_num, cfg["device"], int(cfg["kv"]["max_running_requests"]))
     console.info(f"HTTP workers: {workers} ({why})")
-    serve_opts = {"host": host, "port": port, "api_key": api_key, "max_queued_requests": max_queued_requests,
-                  "max_request_bytes": max_request_bytes, "allowed_hosts": list(allowed_hosts),
-                  "served_model_name": served_model_name or Path(cfg["model"]["path"]).name,
-                  "tokenizer_worker_num": workers, "context_length": context,
-                  "health_check_timeout": health_check_timeout}
     from dcpctl.cli.generate import check_weights
     check_weights(cfg["model"]["path"])
     argv = torchrun_argv(cfg, nnodes, node_rank, mhost, master_port)
-    _serve(cfg, argv, serve_opts, summary, node_rank)
-
-
-def _check_access(host: str, api_key: str | None, allow_unauthenticated: bool) -> None:
-    """Who may talk to the API: a key is required off loopback, an empty key is never one."""
-    from dcpctl.runtime.server.http import is_loopback
-    if api_key is not None and not api_key.strip():
-        raise UserError("--api-key (or $DCPCTL_API_KEY) is empty: a bare 'Authorization: Bearer' would pass; "
-                        "give a real key or leave it out")
-    if is_loopback(host) or api_key:
-        return
-    if not allow_unauthenticated:
-        raise UserError(f"--host {host} is not a loopback address: pass --api-key KEY (or $DCPCTL_API_KEY), "
-                        "or --allow-unauthenticated to serve without one")
-    console.warn(f"serving on {host} without an API key (--allow-unauthenticated): anyone who can reach this "
-                 "address can use the model")
+    _serve(cfg, argv, serve_opts, flags["api_key"], summary, node_rank)
 
 
 def _launch_config(ctx: click.Context, config: str | None, params: dict[str, Any], dtype: str, device: str,
@@ -187,23 +150,29 @@ def _summary(cfg: dict[str, Any]) -> str:
             f"KV {kv['capacity_tokens'] * t['dcp_size']} virtual tokens per replica")
 
 
-def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: dict[str, str]) -> None:
+def _print_dry_run(cfg: dict[str, Any], nnodes: int, host: str, port: int, env: dict[str, str], key: bool) -> None:
+    """The launch config, then each node's command as it runs from the folder holding launch.yaml (the server
+    options travel inline in $DCPCTL_SERVE; node 0 serves them)."""
     from dcpctl.launch.torchrun import torchrun_argv
     console.write_text("# launch config (save as launch.yaml)\n" + yaml.safe_dump(cfg, sort_keys=False,
                                                                                     default_flow_style=None))
+    if key:
+        console.write_text("# the API key: rank 0 reads $DCPCTL_API_KEY from the environment (export it first)")
     for node in range(nnodes):
         argv = torchrun_argv(cfg, nnodes, node, host, port)
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         console.write_text(f"# node {node}\n{envs} {shlex.join(argv)}")
 
 
-def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], summary: str, node_rank: int) -> None:
+def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], api_key: str | None, summary: str,
+           node_rank: int) -> None:
     from dcpctl.launch.runner import Bars, RuntimeFailed, ServeProcess, write_launch_files
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="dcpctl-serve-") as tmp:
-        env = write_launch_files(Path(tmp), cfg, serve=serve_opts)
+        # the key reaches the ranks in their environment (readable by this user only), never these files
+        env = write_launch_files(Path(tmp), cfg, serve=serve_opts) | {"DCPCTL_API_KEY": api_key or ""}
         console.info(f"starting {summary}")
         proc = None
         try:
@@ -213,7 +182,7 @@ def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], sum
                 url = proc.wait_ready(stop) if node_rank == 0 else None
                 proc.on_progress = None
             if url is not None:
-                _print_ready(url, serve_opts, summary)
+                _print_ready(url, serve_opts, api_key is not None, summary)
             elif node_rank != 0:
                 console.info(f"node {node_rank}: ranks started; node 0 serves the API")
             proc.wait(stop)
@@ -226,9 +195,9 @@ def _serve(cfg: dict[str, Any], argv: list[str], serve_opts: dict[str, Any], sum
     console.info("stopped")
 
 
-def _print_ready(url: str, serve_opts: dict[str, Any], summary: str) -> None:
+def _print_ready(url: str, serve_opts: dict[str, Any], key: bool, summary: str) -> None:
     body = json.dumps({"model": serve_opts["served_model_name"], "prompt": "Hello", "max_tokens": 16})
-    auth = ' -H "Authorization: Bearer $DCPCTL_API_KEY"' if serve_opts.get("api_key") else ""  # the shell expands it
+    auth = ' -H "Authorization: Bearer $DCPCTL_API_KEY"' if key else ""  # the shell expands it
     console.write_text(f"dcpctl: serving at {url} ({summary})")
     console.write_text(f"try: curl {url}/v1/completions -H 'Content-Type: application/json'{auth} -d '{body}'")
     sys.stdout.flush()

@@ -58,9 +58,9 @@ def cli() -> None:
     dcpctl presets   list and show the built-in models, hardware and recipes
     dcpctl generate  run the bundled striped-decode runtime on a prompt
     dcpctl launch    serve a model (or --dry-run: print the launch config and torchrun argv)
-    dcpctl export    sglang / torchrun / slurm / k8s launch files for a real deployment
+    dcpctl export    sglang / vllm / torchrun / slurm / k8s launch files for a real deployment
     dcpctl recommend pick a DCP size, backend and Q replication from a calibrated cost model
-    dcpctl bench     measure: kernel, decode, serve
+    dcpctl bench     measure: kernel, decode, exchange, capacity, serve
 
     Set DCPCTL_DEBUG=1 to see tracebacks.
     """

@@ -33,7 +33,7 @@ def _header(p: Plan) -> None:
         console.out.print(f"  {spelled}", soft_wrap=True)
     for v in p.violations:
         console.out.print(f"  [red]x[/] [bold]{v.code}[/]: {v.message}", soft_wrap=True)
-    for w in p.warnings:
+    for w in p.all_warnings:
         console.out.print(f"  [yellow]![/] {w}", soft_wrap=True)
 
 

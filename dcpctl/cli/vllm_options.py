@@ -23,7 +23,8 @@ OPTIONS: list[Callable[[F], F]] = [
     click.option("--block-size", "block_size", type=int, help="vLLM's name of --page-size (tokens per KV block)."),
     click.option("--max-model-len", "max_model_len", type=int, help="vLLM's name of --context-len."),
     click.option("--gpu-memory-utilization", "gpu_memory_utilization", type=float,
-                 help=f"vLLM's name of --mem-fraction-static (vLLM default {vllm.DEFAULT_GPU_MEMORY_UTILIZATION})."),
+                 help=f"vLLM's name of --mem-fraction-static (vLLM default {vllm.EXTENSIBLE_GPU_MEMORY_UTILIZATION} "
+                      f"with its extensible KV cache, else {vllm.DEFAULT_GPU_MEMORY_UTILIZATION})."),
     click.option("--max-num-seqs", "max_num_seqs", type=int, help="vLLM's name of --max-running-requests."),
     *[click.option(flag, key, type=int, hidden=True) for key, (flag, _) in ALIASES.items()],  # -tp 8 = --tp-size 8
 ]

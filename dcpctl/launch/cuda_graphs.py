@@ -6,9 +6,9 @@ SGLang 0.5.23's rule (sglang/srt/arg_groups/cuda_graph_hook.py, generate_decode_
 no speculative decoding): [1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) +
 range(512, max_bs + 1, 32), cut at max_bs, with max_bs itself added.  Its max_bs depends on the GPU's
 memory; ours defaults to the most requests that can run at once (--max-running-requests), capped at
-MAX_DEFAULT, since a larger graph would never replay.  SGLang spells the flags --cuda-graph-max-bs-decode
-/ --cuda-graph-bs-decode today and keeps --cuda-graph-max-bs / --cuda-graph-bs / --disable-cuda-graph as
-older names: both spellings are accepted here.
+MAX_DEFAULT, since a larger graph would never replay.  The flags are SGLang 0.5.23's: --cuda-graph-max-bs-decode,
+--cuda-graph-bs-decode and its deprecated --disable-cuda-graph; --cuda-graph-max-bs and --cuda-graph-bs are
+refused as ambiguous, as its parser refuses them (each is a prefix of the -decode and the -prefill flag).
 
 Prefill: SGLang 0.5.23 captures prefill by default on CUDA (its `breakable` backend,
 model_executor/cuda_graph_config.py default_prefill_backend) at the token counts of
@@ -43,10 +43,10 @@ def cuda_graph_section(device: str, disable: bool, max_bs: int | None, sizes: li
         return {"batch_sizes": [], "reason": "cuda graphs: off (--disable-cuda-graph)"}
     if sizes:
         if max_bs is not None and max(sizes) > max_bs:
-            raise UserError(f"--cuda-graph-bs has {max(sizes)} > --cuda-graph-max-bs ({max_bs})")
-        return {"batch_sizes": sorted(set(sizes)), "reason": "cuda graphs: decode batch sizes from --cuda-graph-bs"}
+            raise UserError(f"--cuda-graph-bs-decode has {max(sizes)} > --cuda-graph-max-bs-decode ({max_bs})")
+        return {"batch_sizes": sorted(set(sizes)), "reason": "cuda graphs: decode batch sizes from --cuda-graph-bs-decode"}
     if max_bs is not None:
-        why = f"--cuda-graph-max-bs {max_bs}"
+        why = f"--cuda-graph-max-bs-decode {max_bs}"
     elif max_running:
         max_bs, why = min(max_running, MAX_DEFAULT), f"the max running requests ({max_running})"
     else:

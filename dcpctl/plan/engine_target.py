@@ -48,6 +48,10 @@ class EngineTarget(ABC):
     def refuse_names(self, opts: dict[str, Any], chosen: "EngineTarget") -> None:
         """UserError for an option or name of this engine typed while `chosen` is the target (default: none)."""
 
+    def prepare(self, req: "PlanRequest") -> "PlanRequest":
+        """The request as this engine reads it before any rule (default: as it is)."""
+        return req
+
     @abstractmethod
     def violations(self, req: "PlanRequest", with_model: bool) -> list["Violation"]:
         """Its topology rules (with_model False: only those that need no model)."""

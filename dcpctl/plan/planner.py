@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dcpctl.plan import compose, decisions, groups, memory, speculative
+from dcpctl.plan import compose, decisions, defects, groups, memory, speculative
 from dcpctl.plan.engines import target
 from dcpctl.plan.errors import Violation
 from dcpctl.plan.request import PlanRequest
@@ -22,10 +22,16 @@ class Plan:
     compositions: dict[str, Any] = field(default_factory=dict)
     estimate: dict[str, Any] = field(default_factory=dict)  # cost model, when asked for
     skipped_checks: list[str] = field(default_factory=list)  # topology-only: the model checks not made
+    defects: list[defects.Defect] = field(default_factory=list)  # the engine's known defects this plan meets
 
     @property
     def topology_only(self) -> bool:
         return bool(self.skipped_checks)
+
+    @property
+    def all_warnings(self) -> list[str]:
+        """The plan's warnings, then one per known engine defect it meets (with its thread and workaround)."""
+        return [*self.warnings, *(x.warning() for x in self.defects)]
 
     @property
     def valid(self) -> bool:
@@ -39,7 +45,7 @@ class Plan:
             "sglang_version": SGLANG_VERSION,
             "engine": {"name": r.engine, "version": target(r.engine).version},
             "violations": [v.to_dict() for v in self.violations],
-            "warnings": list(self.warnings),
+            "warnings": self.all_warnings,
             "topology": {**t.__dict__, "world_size": t.world, "total_gpus": t.total_gpus, "attn_tp_size": t.attn_tp,
                          "attn_dp_size": t.attn_dp, "ranks_per_node": t.ranks_per_node,
                          "kernel_heads": r.model.num_heads // t.attn_tp * t.dcp_size
@@ -55,6 +61,8 @@ class Plan:
             # `sglang serve` flags the plan does not model: carried by `export sglang` exactly as typed
             "passed_through": [list(g) for g in r.engine_args],
         }
+        if self.defects:
+            d["defects"] = [x.to_dict() for x in self.defects]
         if self.topology_only:
             d["topology_only"] = True
             d["skipped_checks"] = list(self.skipped_checks)
@@ -72,14 +80,16 @@ def make_plan(req: PlanRequest, topology_only: bool = False) -> Plan:
         # a GPU profile fixes the node size; on CPU, ranks of a node share the host
         req = replace(req, topology=replace(req.topology, gpus_per_node=req.hardware.gpus_per_node))
     t = req.topology
-    plan = Plan(req, skipped_checks=list(SKIPPED_WITHOUT_MODEL) if topology_only else [])
     engine = target(req.engine)  # the engine's rules and defaults, each with its source (plan/engines.py)
+    req = engine.prepare(req)
+    plan = Plan(req, skipped_checks=list(SKIPPED_WITHOUT_MODEL) if topology_only else [])
     plan.violations += engine.violations(req, with_model=not topology_only)
     dec = engine.decide(req)
     spec_k = dec.items.get("speculative_num_draft_tokens")  # decided once, used everywhere
     req = plan.request = replace(req, page_size=dec.value("page_size"), speculative_num_draft_tokens=spec_k.value
                                  if spec_k else req.speculative_num_draft_tokens, **speculative.auto_steps_topk(req))
     plan.decisions, plan.warnings = dec.items, list(dec.warnings)
+    plan.defects = defects.met(engine.name, req, dec.items)  # known engine defects this plan meets (plan/defects.py)
     plan.violations += dec.violations
     kv_dtype = dec.value("kv_cache_dtype")
     plan.compositions, cviol, cwarn = compose.check_compositions(req, kv_dtype)

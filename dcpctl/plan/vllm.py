@@ -15,8 +15,10 @@ VLLM_VERSION = "0.34.0"
 COMM_BACKENDS = ("ag_rs", "a2a")
 # config/cache.py CacheDType: the dense-MLA dtypes dcpctl plans (the quantized ds_mla/turboquant/... are not)
 KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION (used when --gpu-memory-utilization is unset)
+# config/cache.py CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION: --gpu-memory-utilization unset, no extensible KV cache
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# config/cache.py resolved_gpu_memory_utilization: unset with the extensible KV cache (the default on CUDA)
+EXTENSIBLE_GPU_MEMORY_UTILIZATION = 1.0
 # config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: what the backend's preferred block size starts from
 DEFAULT_BLOCK_SIZE = 64
 
@@ -37,14 +39,15 @@ EXTRA_CHECKS: dict[str, str] = {
                  "(distributed/utils.py get_pp_indices)",
     "vllm_pcp_layout": "dcpctl does not plan prefill-context-parallel rank layouts (vLLM's own PCP rules are "
                        "checked first, as vllm_pcp)",
-    "vllm_pcp_a2a": "the model runner refuses PCP + DCP with a2a when it starts "
-                    "(v1/worker/gpu/pcp_manager.py)",
     "vllm_no_backend": "the attention selector runs in the worker, after the model is built "
                        "(platforms/cuda.py get_attn_backend_cls): `No valid attention backend found`",
     "vllm_backend_invalid": "a selected --attention-backend is validated in the worker "
                             "(platforms/cuda.py get_attn_backend_cls: `Selected backend ... is not valid`)",
     "vllm_interleave_block": "block_size % cp_kv_cache_interleave_size is asserted by the engine core "
                              "(config/vllm.py validate_block_size, called from v1/engine/core.py)",
+    "vllm_interleave_negative": "a negative interleave passes validate_block_size (block_size % -1 == 0); the DCP "
+                                "stripe math it then reaches (v1/attention/backends/utils.py get_dcp_local_seq_lens) "
+                                "assumes a positive size",
     "vllm_flashinfer_interleave": "FlashInfer MLA's metadata builder refuses DCP with an interleave size != 1 "
                                   "(v1/attention/backends/mla/flashinfer_mla.py FlashInferMLAMetadataBuilder)",
 }
@@ -55,7 +58,8 @@ RUNTIME_RULES = (
      "_get_backend_priorities / get_valid_backends; platforms/interface.py update_block_size_for_backend"),
     ("block_size % cp_kv_cache_interleave_size == 0 with DCP", "config/vllm.py validate_block_size"),
     ("FlashInfer MLA with DCP needs interleave 1", "v1/attention/backends/mla/flashinfer_mla.py __init__"),
-    ("PCP + DCP needs dcp_comm_backend ag_rs", "v1/worker/gpu/pcp_manager.py"),
+    ("PCP + DCP: sparse MLA models only, with dcp_comm_backend ag_rs", "v1/worker/gpu/pcp_manager.py "
+     "PCPManager.validate_config"),
     ("VLLM_DCP_Q_REPLICATE overrides --dcp-q-replicate; Q replication acts only with dcp > 1",
      "model_executor/models/deepseek_v2.py DeepseekV2MLAAttention.__init__"),
     ("kernel packages present (FlashAttention MLA, FlashMLA, tokenspeed_mla)",

@@ -1,22 +1,19 @@
 """vLLM's `vllm serve` flags under `--engine vllm`: the modelled ones mapped to plan options, the rest passed through.
 
-Every flag of vLLM 0.34.0's `vllm serve` is in dcpctl/data/engines/vllm_serve_flags.json (its
-names, aliases and whether it takes a value, dumped from vLLM's own parser by
-benchmarks/vllm/dump_flags.py). MODELLED maps the ones that change the plan to dcpctl's option
+Every flag of vLLM 0.34.0's `vllm serve` is in dcpctl/data/engines/vllm-0.34.0.json (its names,
+aliases, arity, type and choices, dumped from vLLM's own parser by benchmarks/vllm/dump_flags.py) and
+read as vLLM reads it (plan/vllm_read.py). MODELLED maps the ones that change the plan to dcpctl's option
 keys; any other flag of the table is accepted and kept for the export. `to_plan_options` turns
 vLLM's parallel vocabulary into dcpctl's topology (dcpctl.plan.vllm_plan says how).
 """
 from __future__ import annotations
 
-import difflib
-import json
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from dcpctl.plan import vllm_read
 from dcpctl.plan.engine_args import PassThrough
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, SGLANG_ONLY, VLLM_VERSION
+from dcpctl.plan.vllm import SGLANG_ONLY, VLLM_VERSION
 
 # vLLM dest -> dcpctl option key (what the plan reads)
 MODELLED = {
@@ -44,70 +41,37 @@ PER_NODE = ("node_rank", "master_addr", "master_port", "headless", "data_paralle
             "data_parallel_size_local", "data_parallel_start_rank", "host", "port")
 
 
-@lru_cache(maxsize=1)
-def flag_table() -> dict[str, tuple[str, bool, str]]:
-    """Every `vllm serve` option string -> (dest, takes a value, the option's first spelling)."""
-    doc = json.loads(resources.files("dcpctl").joinpath("data/engines/vllm_serve_flags.json").read_text())
-    assert doc["version"] == VLLM_VERSION, doc["version"]
-    return {f: (row["dest"], row["takes_value"], row["flags"][0]) for row in doc["flags"] for f in row["flags"]}
-
-
 def parse_serve(argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
-    """A pasted `vllm serve MODEL ...` argv (after `vllm serve`) -> (plan options, passed-through flags)."""
-    table, opts, rest, i = flag_table(), {}, [], 0
-    while i < len(argv):
-        tok = argv[i]
-        name, eq, inline = tok.partition("=")
+    """A pasted `vllm serve MODEL ...` argv (after `vllm serve`) -> (plan options, passed-through flags), read as
+    vLLM reads it (plan/vllm_read.py); the per-node flags a launcher sets are dropped."""
+    table = vllm_read.table()
+    caller = {f: a.nargs != "0" for dest in MODELLED if (a := table.by_dest.get(dest)) for f in a.flags}
+    mine, rest = vllm_read.split_line(argv, caller)
+    opts: dict[str, Any] = {}
+    i = 0
+    while i < len(mine):
+        tok = mine[i]
         if not tok.startswith("-"):
             if "model_path" in opts:
                 raise UserError(f"vllm serve takes one model, got {opts['model_path']!r} and {tok!r}")
             opts["model_path"], i = tok, i + 1
             continue
-        if name not in table:
-            raise UserError(f"{name} is not a `vllm serve` option of vLLM {VLLM_VERSION}")
-        dest, takes, flag = table[name]
-        if takes and not eq and i + 1 >= len(argv):
-            raise UserError(f"{name} needs a value")
-        value: Any = (inline if eq else argv[i + 1]) if takes else not name.startswith(("--no-", "--disable-"))
-        n = 2 if takes and not eq else 1
-        if dest in MODELLED:
-            opts[MODELLED[dest]] = _typed(MODELLED[dest], value, name)
-        elif dest not in PER_NODE:
-            rest.append(PassThrough(dest, flag, tuple(argv[i:i + n]), (str(value),) if takes else ()))
-        i += n
-    return opts, rest
-
-
-def split_flags(args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough]]:
-    """(the tokens dcpctl parses, the other `vllm serve` flags as typed); a flag vLLM lacks: one sentence, exit 2."""
-    table, mine, rest, i = flag_table(), [], [], 0
-    while i < len(args):
-        tok = args[i]
         name, eq, inline = tok.partition("=")
-        if tok == "--":
-            return mine + args[i:], rest
-        if not tok.startswith("-") or name in caller:
-            mine.append(tok)
+        arg = table.lookup(name)
+        assert arg is not None, name  # split_line gave dcpctl only the modelled flags
+        if arg.nargs == "0":
+            value: Any = not name.startswith(("--no-", "--disable-"))
             i += 1
-            continue
-        if name not in table:
-            near = difflib.get_close_matches(name, [*table, *caller], n=1)
-            raise UserError(f"{name} is not an option of dcpctl or of `vllm serve` (vLLM {VLLM_VERSION})"
-                            + (f"; the nearest is {near[0]}" if near else ""))
-        dest, takes, flag = table[name]
-        n = 1 if takes and not eq else 0
-        values = (inline,) if eq else tuple(args[i + 1:i + 1 + n])
-        rest.append(PassThrough(dest, flag, tuple(args[i:i + 1 + n]), values))
-        i += 1 + n
-    return mine, rest
+        else:
+            value, i = (inline, i + 1) if eq else (mine[i + 1], i + 2)
+        opts[MODELLED[arg.dest]] = _typed(MODELLED[arg.dest], value, name)
+    return opts, [p for p in rest if p.dest not in PER_NODE]
 
 
 def check_passed(groups: tuple[tuple[str, ...], ...]) -> None:
-    """UserError unless every group starts with a `vllm serve` option (a saved plan's may have been edited)."""
+    """UserError unless every group is a `vllm serve` flag with values vLLM takes (a saved plan may be edited)."""
     for g in groups:
-        name = g[0].partition("=")[0]
-        if name not in flag_table():
-            raise UserError(f"{name} is not a `vllm serve` option of vLLM {VLLM_VERSION}")
+        vllm_read.split_line(list(g), {})
 
 
 def _typed(key: str, value: Any, flag: str) -> Any:
@@ -164,8 +128,6 @@ def to_plan_options(opts: dict[str, Any]) -> dict[str, Any]:
         raise UserError(f"--{sglang[0].replace('_', '-')} is an SGLang option that vLLM {VLLM_VERSION} has no "
                         "counterpart for; drop it or use --engine sglang")
     out = dict(opts)
-    if out.get("mem_fraction_static") is None:
-        out["mem_fraction_static"] = DEFAULT_GPU_MEMORY_UTILIZATION
     tp, dp, ep = out.get("tp_size") or 1, out.get("dp_size") or 1, out.pop("enable_expert_parallel", None)
     if dpa:  # SGLang's attention-DP spelling of a vLLM DP + EP deployment (a preset)
         return out

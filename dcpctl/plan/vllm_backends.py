@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from dcpctl.plan.vllm import DEFAULT_BLOCK_SIZE
 
+DTYPES = ("float16", "bfloat16")  # every dense MLA backend's supported_dtypes (v1/attention/backend.py)
 FULL_KV = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3")
 NO_FP8_KV = ("auto", "float16", "bfloat16")
 
@@ -60,9 +61,12 @@ def priorities(sm: int) -> tuple[str, ...]:
     return ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA")
 
 
-def reasons(b: MlaBackend, sm: int, kv: str, block: int | None, head: int, nope_dim: int, r1_dims: bool) -> list[str]:
+def reasons(b: MlaBackend, sm: int, kv: str, block: int | None, head: int, nope_dim: int, r1_dims: bool,
+            dtype: str = "bfloat16") -> list[str]:
     """Why `b` is not valid here (empty: valid), in the words of `AttentionBackend.validate_configuration`."""
     out = [] if not b.heads or head in b.heads else ["head_size not supported"]
+    if dtype not in DTYPES:
+        out.append("dtype not supported")
     if b.majors is not None and sm // 10 not in b.majors:
         out.append("compute capability not supported")
     if kv not in b.kv:
@@ -86,10 +90,10 @@ class Selection:
 
 
 def select(sm: int, kv: str, user_backend: str | None, user_block: int | None, head: int, nope_dim: int,
-           r1_dims: bool) -> Selection:
-    """The backend and block size vLLM's selector reaches, with the reason and source."""
+           r1_dims: bool, dtype: str = "bfloat16") -> Selection:
+    """The backend and block size vLLM's selector reaches (for a model run in `dtype`), with the reason and source."""
     if user_backend is not None:
-        why = reasons(BACKENDS[user_backend], sm, kv, user_block, head, nope_dim, r1_dims)
+        why = reasons(BACKENDS[user_backend], sm, kv, user_block, head, nope_dim, r1_dims, dtype)
         if why:
             return Selection(None, user_block or DEFAULT_BLOCK_SIZE, f"--attention-backend {user_backend} is not valid "
                              f"on SM{sm}: {'; '.join(why)}", _NO_BACKEND_BLOCK)
@@ -98,7 +102,7 @@ def select(sm: int, kv: str, user_backend: str | None, user_block: int | None, h
     order = priorities(sm)
     skipped = []
     for name in order:
-        why = reasons(BACKENDS[name], sm, kv, user_block, head, nope_dim, r1_dims)
+        why = reasons(BACKENDS[name], sm, kv, user_block, head, nope_dim, r1_dims, dtype)
         if not why:
             head = f"SM{sm} order {list(order)} (platforms/cuda.py _get_backend_priorities)"
             passed = f"; skipped {'; '.join(skipped)}" if skipped else ""

@@ -7,13 +7,13 @@ N). DCP reuses TP ranks (config/parallel.py `_validate_parallel_config`).
 """
 from __future__ import annotations
 
-from dcpctl.plan import vllm_backends
+from dcpctl.plan import vllm_backends, vllm_settings
 from dcpctl.plan.cost import Choice
 from dcpctl.plan.decisions import Decision, Decisions
 from dcpctl.plan.errors import Violation, divisors
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.kernels import is_kimi_k3
-from dcpctl.plan.vllm import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION
+from dcpctl.plan.vllm import VLLM_VERSION
 
 R1_DIMS = (128, 64, 128)  # qk_nope, qk_rope, v head dims tokenspeed_mla is specialised for
 
@@ -36,6 +36,10 @@ def topology_violations(req: PlanRequest, with_model: bool) -> list[Violation]:
     elif pcp > 1 and dcp not in (1, pcp, tp * pcp):
         out.append(Violation("vllm_pcp", f"with PCP, DCP must be off, span PCP or span TP x PCP: TP={tp}, PCP={pcp}, "
                              f"DCP={dcp}; valid dcp sizes: {sorted({1, pcp, tp * pcp})} (config/parallel.py)"))
+    elif pcp > 1 and dcp > 1 and with_model:
+        out.append(Violation("vllm_pcp_dcp_dense", f"PCP ({pcp}) + DCP ({dcp}) supports sparse MLA models only: "
+                             "vLLM's model runner refuses it at start-up for a dense MLA model "
+                             "(v1/worker/gpu/pcp_manager.py PCPManager.validate_config)"))
     elif pcp > 1:
         out.append(Violation("vllm_pcp_layout", f"prefill context parallelism (pcp {pcp}) is valid in vLLM, but "
                              "dcpctl does not plan its rank layout; plan with pcp 1"))
@@ -84,21 +88,23 @@ def decide(req: PlanRequest) -> Decisions:
         if req.dcp_comm_backend else Decision("ag_rs", _DEFAULT_BACKEND)
     d.items["dcp_replicate_q_proj"] = Decision(bool(req.dcp_replicate_q_proj), "set by --dcp-q-replicate") \
         if req.dcp_replicate_q_proj is not None else Decision(False, _DEFAULT_QREP)
+    settings = vllm_settings.read(req.engine_args)
     kv = _kv_dtype(req, d)
     m = req.model
     sel = vllm_backends.select(req.hardware.sm, req.kv_cache_dtype, _user_backend(req), req.page_size,
-                               m.kv_lora_rank + m.qk_rope_head_dim, m.qk_nope_head_dim, _r1_dims(req))
+                               m.kv_lora_rank + m.qk_rope_head_dim, m.qk_nope_head_dim, _r1_dims(req),
+                               model_dtype(req))
     d.items["decode_attention_backend"] = Decision(sel.backend, sel.reason)
     d.items["page_size"] = Decision(sel.block_size, sel.block_reason)
     d.items["kv_cache_dtype"] = Decision(*kv)
-    interleave = req.cp_kv_cache_interleave_size or 1
+    typed_interleave = req.cp_kv_cache_interleave_size
+    interleave = 1 if typed_interleave is None else typed_interleave
     d.items["cp_kv_cache_interleave_size"] = Decision(
-        interleave, "set by --cp-kv-cache-interleave-size" if req.cp_kv_cache_interleave_size else
+        interleave, "set by --cp-kv-cache-interleave-size" if typed_interleave is not None else
         "default 1: token i on DCP rank i % dcp, dcpctl's stripe rule (config/parallel.py)")
+    default, why = vllm_settings.memory_default(settings)
     d.items["gpu_memory_utilization"] = Decision(req.mem_fraction_static, "set by --gpu-memory-utilization"
-                                                 if req.mem_fraction_static != DEFAULT_GPU_MEMORY_UTILIZATION else
-                                                 f"default {DEFAULT_GPU_MEMORY_UTILIZATION} (config/cache.py "
-                                                 "CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION)")
+                                                 if req.mem_fraction_static != default else why)
     if vllm_reads_mla(req):
         d.items["gqa_dcp_limit"] = Decision(None, "MLA model: vLLM's GQA limit dcp <= tp // kv_heads does not apply "
                                                   "(config/model.py verify_with_parallel_config checks it only when "
@@ -124,16 +130,15 @@ def _r1_dims(req: PlanRequest) -> bool:
 
 
 def model_dtype(req: PlanRequest) -> str:
-    """vLLM's dtype auto on CUDA: the config's, a float32 one cast down to bfloat16 (config/model.py
-    _resolve_auto_dtype: the platform's first supported dtype)."""
-    return "bfloat16" if req.model.dtype in ("float32", "float64") else req.model.dtype
+    """The dtype vLLM runs the model in: --dtype, else the config's, float32 cast down to bfloat16 on CUDA
+    (config/model.py _resolve_auto_dtype: the platform's first supported dtype)."""
+    return vllm_settings.dtype(vllm_settings.read(req.engine_args), req.model.dtype)[0]
 
 
 def _kv_dtype(req: PlanRequest, d: Decisions) -> tuple[str, str]:
-    user, model = req.kv_cache_dtype, model_dtype(req)
+    user = req.kv_cache_dtype
+    model, why = vllm_settings.dtype(vllm_settings.read(req.engine_args), req.model.dtype)
     if user == "auto":
-        why = "" if model == req.model.dtype else f", cast from the config's {req.model.dtype} by config/model.py " \
-                                                   "_resolve_auto_dtype"
         return model, f"auto: the model's dtype ({model}{why}; config/cache.py cache_dtype)"
     if user in ("float16", "bfloat16") and user != model:  # vLLM's model dtype, after its float32 cast
         ok = f"auto or {model}" if model in ("float16", "bfloat16") else "auto"
@@ -144,7 +149,13 @@ def _kv_dtype(req: PlanRequest, d: Decisions) -> tuple[str, str]:
 
 def _check(req: PlanRequest, d: Decisions, sel: vllm_backends.Selection, interleave: int, c: int, pcp: int) -> None:
     add = d.violations.append
-    if sel.backend is None:
+    if c > 1 and interleave == 0:
+        add(Violation("vllm_interleave_zero", "cp_kv_cache_interleave_size 0 with DCP: block_size % 0 raises "
+                      "ZeroDivisionError when the engine core starts (config/vllm.py validate_block_size)"))
+    elif c > 1 and interleave < 0:
+        add(Violation("vllm_interleave_negative", f"cp_kv_cache_interleave_size must be positive with DCP, got "
+                      f"{interleave} (v1/attention/backends/utils.py get_dcp_local_seq_lens stripes by it)"))
+    elif sel.backend is None:
         code = "vllm_backend_invalid" if _user_backend(req) else "vllm_no_backend"
         add(Violation(code, sel.reason))
     elif c > 1 and sel.block_size % interleave:
@@ -157,6 +168,8 @@ def _check(req: PlanRequest, d: Decisions, sel: vllm_backends.Selection, interle
         add(Violation("vllm_pcp_a2a", "PCP + DCP requires dcp_comm_backend ag_rs (v1/worker/gpu/pcp_manager.py)"))
     if c == 1 and req.dcp_comm_backend == "a2a":
         d.warnings.append("--dcp-comm-backend a2a has no effect at dcp 1 (vLLM accepts it; no DCP exchange runs)")
+    if c == 1 and interleave != 1 and req.cp_kv_cache_interleave_size is not None:
+        d.warnings.append(f"--cp-kv-cache-interleave-size {interleave} has no effect at dcp 1 (vLLM accepts it)")
     if c == 1 and req.dcp_replicate_q_proj:
         d.warnings.append("--dcp-q-replicate has no effect at dcp 1 (model_executor/models/deepseek_v2.py enables "
                           "it only with decode_context_parallel_size > 1)")

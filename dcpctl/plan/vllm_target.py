@@ -2,11 +2,14 @@
 rules and defaults (plan/vllm_plan.py, plan/vllm_backends.py) and its export `vllm serve` (launch/export_vllm.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dcpctl.plan import vllm_args, vllm_backends, vllm_plan
+from dcpctl.plan import vllm_args, vllm_backends, vllm_plan, vllm_read, vllm_rules, vllm_settings
 from dcpctl.plan.engine_args import PassThrough
 from dcpctl.plan.engine_target import EngineTarget
+from dcpctl.plan.hf_config import parse_hf_config
+from dcpctl.plan.model import project
 from dcpctl.plan.vllm import VLLM_VERSION
 
 if TYPE_CHECKING:
@@ -29,11 +32,28 @@ class VllmTarget(EngineTarget):
 
     def options(self, opts: dict[str, Any]) -> dict[str, Any]:
         out = vllm_args.fold(opts)
+        settings = vllm_settings.read(out)
+        be = vllm_settings.config_backend(settings, out.get("attention_backend"))
+        out["attention_backend"] = None if be == "auto" else be
         vllm_args.check_engine_names(out)
+        vllm_rules.refuse(out, settings)
+        if out.get("mem_fraction_static") is None:
+            out["mem_fraction_static"] = vllm_settings.memory_default(settings)[0]
         return vllm_args.to_plan_options(out)
 
     def refuse_names(self, opts: dict[str, Any], chosen: EngineTarget) -> None:
         vllm_args.refuse_vllm_names(opts, chosen.label, chosen.attention_backends)
+
+    def prepare(self, req: "PlanRequest") -> "PlanRequest":
+        """--hf-overrides merged into the model's config.json, as vLLM loads it."""
+        over = vllm_settings.hf_overrides(vllm_settings.read(req.engine_args))
+        config = req.model.extra.get("config")
+        if not over or not isinstance(config, dict):
+            return req
+        model = project(parse_hf_config(_merged(config, over), f"{req.model.name} with --hf-overrides"),
+                        req.model.name)
+        model.extra.update({k: v for k, v in req.model.extra.items() if k != "config"})
+        return replace(req, model=model)
 
     def violations(self, req: "PlanRequest", with_model: bool) -> list["Violation"]:
         return vllm_plan.topology_violations(req, with_model)
@@ -50,12 +70,13 @@ class VllmTarget(EngineTarget):
         return f"vllm serve: -tp {t.attn_tp} -dp {dp} -pp {t.pp_size} -dcp {t.dcp_size}{' -ep' if t.ep_size > 1 else ''}"
 
     def split_flags(self, args: list[str], caller: dict[str, bool]) -> tuple[list[str], list[PassThrough], bool]:
-        mine, rest = vllm_args.split_flags(args, caller)
+        mine, rest = vllm_read.split_line(args, caller)
         return mine, rest, False
 
     def dest(self, token: str) -> str:
-        name = token.partition("=")[0]
-        return vllm_args.flag_table().get(name, (name,))[0]
+        name = vllm_read.normalize(token).partition("=")[0].split(".")[0]
+        arg = vllm_read.table().lookup(name)
+        return arg.dest if arg else name
 
     def check_passed(self, groups: tuple[tuple[str, ...], ...]) -> None:
         vllm_args.check_passed(groups)
@@ -64,3 +85,11 @@ class VllmTarget(EngineTarget):
 
     def parse_pasted(self, argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
         return vllm_args.parse_serve(argv)
+
+
+def _merged(config: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """config.json with --hf-overrides applied (nested mappings merged key by key)."""
+    out = dict(config)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

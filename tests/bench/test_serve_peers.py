@@ -77,7 +77,7 @@ def test_bad_cell_exits_2(bad, capsys):
 
 
 def test_server_variants_follow_the_launch_flags():
-    none = dict.fromkeys(("--disable-cuda-graph", "--cuda-graph-max-bs"), False)
+    none = dict.fromkeys(("--disable-cuda-graph", "--cuda-graph-max-bs-decode"), False)
     both = dict.fromkeys(none, True)
     assert peers.variants(["graph", "eager"], none) == ["default"]
     assert peers.variants(["graph", "eager"], both) == ["graph", "eager"]
@@ -85,11 +85,11 @@ def test_server_variants_follow_the_launch_flags():
 
 def test_launch_argv_per_variant(tmp_path):
     run = peers.Run(tmp_path, 10, smoke=False)
-    flags = dict.fromkeys(("--disable-cuda-graph", "--cuda-graph-max-bs"), True)
+    flags = dict.fromkeys(("--disable-cuda-graph", "--cuda-graph-max-bs-decode"), True)
     graph = peers.serve_args(Path("/ck"), ["dense", "dense32k"], "graph", flags, run)
     eager = peers.serve_args(Path("/ck"), ["dense"], "eager", flags, run)
-    assert graph[graph.index("--cuda-graph-max-bs") + 1] == "32" and "--disable-cuda-graph" not in graph
-    assert "--disable-cuda-graph" in eager and "--cuda-graph-max-bs" not in eager
+    assert graph[graph.index("--cuda-graph-max-bs-decode") + 1] == "32" and "--disable-cuda-graph" not in graph
+    assert "--disable-cuda-graph" in eager and "--cuda-graph-max-bs-decode" not in eager
     # room for 32 requests of the longest prompt + 64 output tokens + two pages
     assert int(graph[graph.index("--max-total-tokens") + 1]) == 32 * (32768 + 64 + 128)
     assert graph[graph.index("--device") + 1] == "cuda" and graph[graph.index("--dtype") + 1] == "bfloat16"

@@ -31,3 +31,9 @@ def test_words_stay_whole_and_the_table_fits(monkeypatch, width):
 def test_wide_terminals_keep_the_boxed_one_line_layout(monkeypatch):
     text = render(monkeypatch, 160, COLS, ROWS)
     assert "┃ choice      ┃ fits ┃ max conc. ┃" in text and len(text.splitlines()) == 7
+
+
+def test_cells_are_plain_text_not_markup(monkeypatch):
+    # plan's backend reason names an extra: rich markup would take `[flashinfer]` for a style and drop it
+    text = render(monkeypatch, 100, ["setting", "reason"], [["x", "pip install 'dcpctl[flashinfer]' [bold]y[/]"]])
+    assert "'dcpctl[flashinfer]'" in text and "[bold]y[/]" in text

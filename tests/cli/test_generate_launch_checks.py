@@ -89,7 +89,7 @@ def test_replicated_q_on_float32_is_kept_as_sglang_keeps_it():
 
 def test_curl_line_expands_the_key_variable(capsys):
     from dcpctl.cli.launch import _print_ready
-    _print_ready("http://127.0.0.1:1", {"served_model_name": "m", "api_key": "k"}, "s")
+    _print_ready("http://127.0.0.1:1", {"served_model_name": "m"}, True, "s")
     out = capsys.readouterr().out
     assert '-H "Authorization: Bearer $DCPCTL_API_KEY"' in out and "'Authorization" not in out
 

@@ -69,7 +69,31 @@ def test_sglang_formats_refuse_a_vllm_plan(fmt):
         EXPORTERS[fmt](plan_of("vllm-v31-tp8"), ExportOptions("m"))
 
 
-def test_vllm_format_refuses_an_sglang_plan():
-    r = CliRunner().invoke(cli, ["export", "vllm", "--model-preset", "deepseek-v3.1", "--tp-size", "8",
+def test_export_vllm_implies_the_engine():
+    """`export vllm` plans under vLLM's rules without --engine vllm (and `export sglang` under SGLang's)."""
+    flags = ["--model-preset", "deepseek-v3.1", "-tp", "8", "-dcp", "8", "--hardware", "h200-8"]
+    r = CliRunner().invoke(cli, ["export", "vllm", *flags])
+    assert r.exit_code == 0, r.output
+    assert "vllm serve deepseek-ai/DeepSeek-V3.1 --tensor-parallel-size 8 --decode-context-parallel-size 8" in r.stdout
+    r = CliRunner().invoke(cli, ["export", "--hardware", "h200-8", "vllm", "--model-preset", "deepseek-v3.1", "-tp", "8"])
+    assert r.exit_code == 0 and "vllm serve" in r.stdout, r.output
+    r = CliRunner().invoke(cli, ["export", "sglang", "--model-preset", "deepseek-v3.1", "--tp-size", "8",
                                  "--dcp-size", "8", "--hardware", "h200-8"])
-    assert r.exit_code == 2 and "--engine vllm" in r.output
+    assert r.exit_code == 0 and "sglang serve" in r.stdout, r.output
+
+
+def test_typed_flags_are_carried_and_memory_left_to_vllm():
+    """Every passed-through flag rides on the line as typed; the memory share is written only when typed (unset,
+    vLLM resolves 1.0 with its extensible KV cache, as the plan does); --attention-config's backend replaces
+    --attention-backend (vLLM refuses both)."""
+    flags = ["--model-preset", "deepseek-v3.1", "-tp", "8", "-dcp", "8", "--hardware", "h200-8",
+             "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "--dtype", "half",
+             "--attention-config.backend", "triton_mla"]
+    r = CliRunner().invoke(cli, ["export", "vllm", *flags])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("vllm serve"))
+    assert "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'" in line
+    assert "--dtype half --attention-config.backend triton_mla" in line
+    assert "--attention-backend" not in line and "--gpu-memory-utilization" not in line
+    r = CliRunner().invoke(cli, ["export", "vllm", *flags[:8], "--gpu-memory-utilization", "0.85"])
+    assert "--gpu-memory-utilization 0.85" in r.stdout, r.output

@@ -28,6 +28,11 @@ CASES = {
                                                            "--kv-cache-dtype", "fp8"]),
     "kimi-k2-h200-dp2-ep-dcp8": ("kimi-k2", "h200-8", ["-tp", "8", "-dp", "2", "-ep", "-dcp", "8", "--nnodes", "2"]),
     "kimi-k2-b200-tp8-dcp4": ("kimi-k2", "b200-8", ["-tp", "8", "-dcp", "4", "--max-model-len", "131072"]),
+    "dsv31-h200-typed": ("deepseek-v3.1", "h200-8", ["-tp", "8", "-dcp", "8", "--dtype", "half", "--enforce-eager",
+                                                     "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}',
+                                                     "--attention-config.backend", "flashmla", "--max-model-len", "64k"]),
+    "dsv31-b200-memory": ("deepseek-v3.1", "b200-8", ["-tp", "8", "-dcp", "8", "--gpu-memory-utilization", "0.85",
+                                                      "--max-num-batched-tokens", "16k"]),
 }
 
 
@@ -38,7 +43,7 @@ def models(tmp_path_factory):
 
 
 def _nodes(flags: list[str], out: Path) -> list[list[str]]:
-    r = CliRunner().invoke(cli, ["export", "vllm", "--engine", "vllm", *flags, "-o", str(out)])
+    r = CliRunner().invoke(cli, ["export", "vllm", *flags, "-o", str(out)])
     assert r.exit_code == 0, r.output
     return [shlex.split([x for x in p.read_text().splitlines() if x and not x.startswith("#")][-1])
             for p in sorted(out.glob("node-*.sh"))]
@@ -52,7 +57,8 @@ def test_vllm_accepts_the_export(case, models, tmp_path):
     argvs = [["--model", argv[2], *argv[3:]] for argv in _nodes(plan_flags, tmp_path)]
     assert all(a[:2] == ["--model", str(models[model])] for a in argvs)
     r = subprocess.run([VLLM_PY, str(ROOT / "benchmarks/vllm/vllm_grid_worker.py"), hw], capture_output=True, text=True,
-                       input="".join(json.dumps(a) + "\n" for a in argvs), env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+                       input="".join(json.dumps(a) + "\n" for a in argvs),
+                       env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "HF_HUB_OFFLINE": "1"})
     results = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert len(results) == len(argvs), r.stderr[-800:]
     d, t = plan["decisions"], plan["topology"]
@@ -66,3 +72,5 @@ def test_vllm_accepts_the_export(case, models, tmp_path):
         assert got["block_size"] == d["page_size"]["value"]
         kv = got["model_dtype"] if got["kv_cache_dtype"] == "auto" else got["kv_cache_dtype"]
         assert kv == d["kv_cache_dtype"]["value"]
+        assert got["gpu_memory_utilization"] == d["gpu_memory_utilization"]["value"]
+        assert got["cp_kv_cache_interleave_size"] == d["cp_kv_cache_interleave_size"]["value"]

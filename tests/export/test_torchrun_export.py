@@ -34,7 +34,9 @@ def test_files_and_env(tmp_path):
     assert 'DCPCTL_LAUNCH_CONFIG="$HERE/launch.yaml" DCPCTL_SERVE="$HERE/serve.json"' in script
     assert "--standalone" in script and "--nproc-per-node=2" in script
     cfg = yaml.safe_load((out / "launch.yaml").read_text())
-    assert cfg["world_size"] == 2 and cfg["topology"]["dcp_size"] == 2 and os.path.isdir(cfg["model"]["path"])
+    assert cfg["world_size"] == 2 and cfg["topology"]["dcp_size"] == 2
+    from dcpctl.launch.default_model import default_model
+    assert cfg["model"]["path"] == str(default_model().path)      # the trained checkpoint `launch` serves
     assert json.loads((out / "serve.json").read_text()) == {"host": "127.0.0.1", "port": 30000}
 
 
@@ -57,6 +59,7 @@ def test_runtime_limits_are_user_errors(tmp_path):
 @pytest.mark.slow
 def test_exported_script_serves_the_tiny_model(tmp_path):
     out = export(tmp_path, "--preset", "tiny-cpu", "--port", "0")
+    assert json.loads((out / "serve.json").read_text())["port"] == 0     # a free port, not the default
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "torchrun").write_text(f'#!/bin/sh\nexec {sys.executable} -m torch.distributed.run "$@"\n')
@@ -68,7 +71,7 @@ def test_exported_script_serves_the_tiny_model(tmp_path):
                                 start_new_session=True)
     try:
         url = _wait_ready(proc, log)
-        body = json.dumps({"model": "tiny-deepseek", "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0})
+        body = json.dumps({"model": "tiny-deepseek-stdlib", "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0})
         req = urllib.request.Request(f"{url}/v1/completions", body.encode(), {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as resp:
             answer = json.loads(resp.read())

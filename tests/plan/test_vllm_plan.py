@@ -26,7 +26,8 @@ def test_every_decision_names_its_vllm_source():
         d["decode_attention_backend"][1]
     assert d["page_size"][0] == 64 and "update_block_size_for_backend" in d["page_size"][1]
     assert d["kv_cache_dtype"] == ("bfloat16", "auto: the model's dtype (bfloat16; config/cache.py cache_dtype)")
-    assert d["cp_kv_cache_interleave_size"][0] == 1 and d["gpu_memory_utilization"][0] == 0.92
+    assert d["cp_kv_cache_interleave_size"][0] == 1 and d["gpu_memory_utilization"][0] == 1.0
+    assert "resolved_gpu_memory_utilization" in d["gpu_memory_utilization"][1]
     assert all(r for _, r in d.values())
 
 
@@ -85,7 +86,7 @@ def test_pasted_vllm_serve_line():
     assert opts == {"model_path": "deepseek-ai/DeepSeek-V3.1", "tp_size": 8, "dcp_size": 8,
                     "enable_expert_parallel": True, "dcp_replicate_q_proj": False}
     assert [list(p.tokens) for p in rest] == [["--served-model-name", "x"]]
-    with pytest.raises(UserError, match="not a `vllm serve` option"):
+    with pytest.raises(UserError, match="--tp-size is not an option of dcpctl or of `vllm serve`"):
         parse_serve(["m", "--tp-size", "8"])
 
 

@@ -6,6 +6,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from dcpctl.runtime.engine.events import Event, ReplicaStats
+from dcpctl.launch.default_model import default_model
 from dcpctl.runtime.server.app import build_app
 from dcpctl.runtime.server.bridge import Bridge
 from dcpctl.runtime.server.gen import ServerState
@@ -50,11 +51,12 @@ def make():
     made = []
 
     def _make(api_key=None, max_outstanding=8, hold=False, allowed_hosts=None, context=64, capacity=48,
-              health_timeout_s=20.0):
+              health_timeout_s=20.0, kv_extra=0):
         metrics = Metrics(1)
         bridge = Bridge(max_outstanding, on_finish=lambda reason: metrics.finished.labels(reason).inc())
         state = ServerState(bridge, ByteTokenizer(), "fake", 260, context, capacity, metrics, api_key, 4096,
-                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s)
+                            allowed_hosts=allowed_hosts, health_timeout_s=health_timeout_s, kv_extra=kv_extra,
+                            model_path=str(default_model().path))
         engine = FakeEngine(bridge, metrics, hold)
         engine.start()
         made.append(bridge)
@@ -69,7 +71,7 @@ def test_completion_text_and_auth(make):
     client, _, _ = make(api_key="sekrit")
     body = {"prompt": "hi", "max_tokens": 3}
     r = client.post("/v1/completions", json=body)
-    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
     assert client.post("/v1/completions", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
     r = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer sekrit"})
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == "abc"
@@ -155,6 +157,24 @@ def test_text_stream_window_decode_equals_the_whole_decode():
 def test_plain_chat_template():
     ids = chat_prompt(ByteTokenizer(), [{"role": "user", "content": "hi"}])
     assert ids[0] == ByteTokenizer.bos_token_id and bytes(ids[1:]).decode() == "<|user|>\nhi\n<|assistant|>\n"
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x ="}]
+    assert bytes(chat_prompt(ByteTokenizer(), msgs, False, True)[1:]).decode() == "<|user|>\nhi\n<|assistant|>\nx ="
+
+
+def test_a_hugging_face_template_gets_the_chat_switches_and_kwargs():
+    """add_generation_prompt, continue_final_message and chat_template_kwargs reach transformers' template."""
+    pytest.importorskip("transformers")
+    from transformers import PreTrainedTokenizerFast
+
+    from dcpctl.launch.default_model import default_model
+    from dcpctl.runtime.tokenizer import HFTokenizer
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(default_model().path / "tokenizer.json"))
+    hf.chat_template = ("{% if shout %}!{% endif %}{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+                        "{% if add_generation_prompt %}>{% endif %}")
+    tok, msgs = HFTokenizer(hf), [{"role": "user", "content": "hi"}]
+    text = lambda ids: bytes(i for i in ids if i < 256).decode()   # noqa: E731
+    assert text(chat_prompt(tok, msgs)) == "[hi]>"
+    assert text(chat_prompt(tok, msgs, add_generation_prompt=False, template_kwargs={"shout": True})) == "![hi]"
 
 
 def test_kda_ceiling_in_metrics():
@@ -172,7 +192,7 @@ def test_kda_ceiling_in_metrics():
 def test_auth_runs_before_the_body_is_read(make):
     client, _, _ = make(api_key="sekrit")
     r = client.post("/v1/completions", content=b'{"prompt": ', headers={"Content-Type": "application/json"})
-    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.post("/v1/completions", content=b"x" * 10000)  # over the 4096-byte limit: still 401 first
     assert r.status_code == 401
     assert client.post("/v1/completions", json={"prompt": "hi"}, headers={"Authorization": "Bearer"}).status_code == 401
@@ -197,18 +217,18 @@ def test_unknown_model_is_404_and_unsupported_fields_are_400(make):
     client, _, _ = make()
     r = client.post("/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
     assert r.status_code == 404
-    assert r.json()["error"] | {"message": ""} == {"message": "", "type": "not_found_error", "param": "model",
+    assert r.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error", "param": "model",
                                                    "code": 404}
     assert client.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 1}).status_code == 200
     for path, body, field in [
         ("/v1/completions", {"prompt": "hi", "best_of": 2}, "best_of"),
-        ("/v1/completions", {"prompt": "hi", "logit_bias": {"1": 5}}, "logit_bias"),
+        ("/v1/completions", {"prompt": "hi", "suffix": "!"}, "suffix"),
         ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}, "presence_penalty"),
         ("/v1/completions", {"prompt": "hi", "logprobs": 5}, "logprobs"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
          "tools"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                                  "response_format": {"type": "json_object"}}, "response_format"),
+                                  "response_format": {"type": "structural_tag"}}, "response_format"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
                                   "top_logprobs": 3}, "top_logprobs"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
@@ -258,21 +278,39 @@ def test_chunked_body_over_the_limit_is_413(make):
 
 
 def test_unseeded_requests_draw_fresh_seeds_and_stop_strings_count_as_finished(make):
-    from dcpctl.runtime.server.gen import sampling
+    import asyncio
+
+    from dcpctl.runtime.server.protocol import CompletionRequest
+    from dcpctl.runtime.server.sampling_args import engine_params
     client, _, _ = make()
-    seeds = {sampling(_State(), 4, 1.0, 1.0).seed for _ in range(8)}
-    assert len(seeds) == 8
-    assert sampling(_State(), 4, 1.0, 1.0, seed=7).seed == 7 and sampling(_State(), 4, 1.0, 1.0, 300).top_k == -1
+
+    def params(**kw):
+        body = CompletionRequest(prompt="x", **kw)
+        return asyncio.run(engine_params(_State(), body, 4, seed=body.seed, min_tokens=0, logprobs=False))
+    assert len({params().seed for _ in range(8)}) == 8
+    assert params(seed=7).seed == 7 and params(top_k=300).top_k == -1
     client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 6, "stop": ["cd"]})
     assert 'dcpctl_finished_requests_total{reason="stop"} 1.0' in client.get("/metrics").text
 
 
 class _State:
     vocab_size = 260
+    kv_extra = 0
+    json_options: dict = {}
 
 
-def test_every_refused_parameter_is_a_declared_field():
-    """A name in REFUSED but on no body would be dropped by extra="ignore", i.e. silently ignored."""
-    from dcpctl.runtime.server.protocol import REFUSED, ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
+def test_no_parameter_is_both_applied_and_refused():
+    """A body field is applied; a NEUTRAL name is refused unless neutral: one name is never both."""
+    from dcpctl.runtime.server.params import NEUTRAL
+    from dcpctl.runtime.server.protocol import ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
     declared = set().union(*(m.model_fields for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
-    assert set(REFUSED) <= declared, sorted(set(REFUSED) - declared)
+    assert not set(NEUTRAL) & declared, sorted(set(NEUTRAL) & declared)
+
+
+def test_logit_rules_are_refused_under_speculative_decoding(make):
+    client, _, _ = make(kv_extra=2)          # a speculative server: verification writes 2 rows past decode
+    for extra, param in [({"regex": "[0-9]+"}, "regex"), ({"min_tokens": 2}, "min_tokens"),
+                         ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"allowed_token_ids": [5]}, "allowed_token_ids")]:
+        r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2} | extra)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stop_token_ids": [5]}).status_code == 200

@@ -43,9 +43,22 @@ SAMPLING = {"temperature": field(st.floats(0, 2)), "top_p": field(st.floats(0, 1
             "top_k": field(st.one_of(st.integers(-2, 300), EXTREME_INTS)), "seed": field(INTS),
             "stop": field(st.one_of(TEXT, st.lists(TEXT, max_size=3))), "ignore_eos": field(st.booleans()),
             "n": field(st.integers(0, 3))}
-REFUSABLE = {"best_of": field(st.integers(0, 3)), "presence_penalty": field(FLOATS), "logit_bias": JUNK,
-             "response_format": field(st.sampled_from([{"type": "text"}, {"type": "json_object"}]))}
-COMMON = {**SAMPLING, **REFUSABLE, "model": field(st.sampled_from(["tiny-deepseek-stdlib", "gpt-4"])),
+REFUSABLE = {"best_of": field(st.integers(0, 3)), "presence_penalty": field(FLOATS), "prompt_logprobs": JUNK}
+IDS = st.lists(st.integers(-2, 300), max_size=3)
+GRAMMARS = st.sampled_from(["[0-9]{2}", "(a|b", "x*", "", "\\", '{"type": "integer"}', "{", 'root ::= "a"', "root ::="])
+FORMATS = st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "json_schema"}, {"type": 5},
+                           {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}},
+                           {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}},
+                           {"type": "structural_tag"}])
+APPLIED = {"min_p": field(st.floats(0, 1)), "min_tokens": field(st.integers(0, 3)), "stop_token_ids": field(IDS),
+           "allowed_token_ids": field(IDS), "skip_special_tokens": field(st.booleans()),
+           "logit_bias": field(st.dictionaries(st.sampled_from(["1", "257", "x", "-1", "999"]), FLOATS, max_size=2)),
+           "regex": field(GRAMMARS), "json_schema": field(GRAMMARS), "ebnf": field(GRAMMARS),
+           "response_format": field(FORMATS), "truncate_prompt_tokens": field(st.integers(-2, 5)),
+           "structured_outputs": field(st.dictionaries(st.sampled_from(
+               ["json", "regex", "choice", "grammar", "json_object", "whitespace_pattern", "disable_any_whitespace",
+                "bogus"]), st.one_of(GRAMMARS, st.booleans(), st.lists(TEXT, max_size=2), JUNK), max_size=2))}
+COMMON = {**SAMPLING, **REFUSABLE, **APPLIED, "model": field(st.sampled_from(["tiny-deepseek-stdlib", "gpt-4"])),
           "stream": field(st.booleans()), "stream_options": field(st.just({"include_usage": True}))}
 MAX_TOKENS = field(st.one_of(st.integers(1, 2), EXTREME_INTS))
 MESSAGE = st.fixed_dictionaries({"role": field(st.sampled_from(["user", "system", "assistant", "robot"]))},
@@ -61,7 +74,11 @@ BODIES = {
         **COMMON, "max_completion_tokens": MAX_TOKENS, "logprobs": field(st.booleans()),
         "top_logprobs": field(st.integers(-1, 21)), "tools": JUNK}),
     "/generate": st.fixed_dictionaries({"sampling_params": field(st.fixed_dictionaries(
-        {"max_new_tokens": MAX_TOKENS}, optional={**SAMPLING, "frequency_penalty": field(FLOATS)}))}, optional={
+        {"max_new_tokens": MAX_TOKENS}, optional={**SAMPLING, "frequency_penalty": field(FLOATS),
+                                                   "min_new_tokens": field(st.integers(0, 3)),
+                                                   **{k: APPLIED[k] for k in ("regex", "json_schema", "ebnf", "min_p",
+                                                                              "stop_token_ids", "logit_bias")}}))},
+        optional={
         "text": field(TEXT), "input_ids": field(st.lists(st.integers(-2, 300), max_size=6)),
         "stream": field(st.booleans()), "return_logprob": field(st.booleans())}),
 }

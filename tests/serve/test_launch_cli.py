@@ -47,3 +47,50 @@ def test_engine_failures_reach_clients_as_a_short_reason():
                      "[127.0.0.1]:29781")
     assert failure_reason(e) == "another rank stopped responding (RuntimeError); the server log has the detail"
     assert "/" not in failure_reason(ValueError("/some/internal/path.py failed"))
+
+
+def test_the_dry_run_command_serves_as_printed(tmp_path):
+    """Save the printed launch config as launch.yaml, run the printed node-0 line there: the model serves."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import threading
+
+    import httpx
+
+    from dcpctl.launch.torchrun import free_port
+    r = _run("--dry-run", "--port", "0", "--dist-init-addr", f"127.0.0.1:{free_port()}")
+    assert r.exit_code == 0, r.output
+    config, _, rest = r.stdout.partition("\n# node 0\n")
+    (tmp_path / "launch.yaml").write_text(config)
+    env = {k: v for k, v in os.environ.items() if k != "DCPCTL_API_KEY"}
+    proc = subprocess.Popen(["bash", "-c", rest.strip()], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    url = threading.Event()
+    found: list[str] = []
+
+    def watch() -> None:
+        for line in proc.stderr:
+            if m := re.match(r"dcpctl-ready (\S+)", line):
+                found.append(m.group(1))
+                url.set()
+        url.set()
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        assert url.wait(110) and found, "no ready line"
+        assert httpx.get(found[0] + "/health", timeout=30).text == "ok"
+        body = {"prompt": "def ", "max_tokens": 4, "temperature": 0}
+        assert httpx.post(found[0] + "/v1/completions", json=body, timeout=30).json()["usage"]["completion_tokens"] == 4
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def test_the_built_in_model_bounds_json_whitespace_and_says_why():
+    r = _run("--dry-run")
+    assert "structured output: JSON whitespace at most 2 characters in a row (auto:" in r.stderr
+    assert '"constrained_json_max_whitespace_cnt": 2' in r.stdout
+    r = _run("--dry-run", "--constrained-json-disable-any-whitespace")
+    assert "structured output:" not in r.stderr and '"constrained_json_max_whitespace_cnt"' not in r.stdout
+    assert '"constrained_json_disable_any_whitespace": true' in r.stdout

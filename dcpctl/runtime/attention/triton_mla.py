@@ -21,7 +21,8 @@ from torch import Tensor
 
 from dcpctl.runtime.attention.fused_merge import check_destination, merge_partials, store_owner_major
 from dcpctl.runtime.attention.gluon_mla import gluon_available, tma_descriptors
-from dcpctl.runtime.attention.kernel_choice import announce, gpu_facts, mark_failed, use_gluon
+from dcpctl.runtime.attention.kernel_choice import announce, mark_failed, use_gluon
+from dcpctl.runtime.gpu import gpu_facts
 from dcpctl.runtime.attention.kernel_config import KernelConfig, default_config, tuned_configs  # noqa: F401
 from dcpctl.runtime.attention.local import attention_mask, local_attention
 from dcpctl.runtime.kernels import pdl

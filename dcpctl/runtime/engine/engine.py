@@ -39,7 +39,7 @@ from dcpctl.runtime.engine.model_runner import ModelRunner, StepOut
 from dcpctl.runtime.engine.pipeline import Pipeline
 from dcpctl.runtime.engine.request import SamplingParams, Sequence
 from dcpctl.runtime.engine.sample import Sampler, greedy_all
-from dcpctl.runtime.engine.scheduler import Scheduler
+from dcpctl.runtime.engine.scheduler import Scheduler, SchedulerError
 from dcpctl.runtime.engine.spec import make_speculative, summarize
 from dcpctl.runtime.engine.warm_up import Room, ladder, warm_up_prompts
 from dcpctl.runtime.graph_capture import Progress
@@ -74,7 +74,7 @@ class Engine:
                                            self.state_pool)
         self.sched.cache = self.hicache           # None unless the launch config has `hicache`
         self.finish_hooks: list[Any] = []         # f(seq) before a finished request's pages are freed (PD)
-        self.sampler = Sampler()
+        self.sampler = Sampler(self.eos, str(cfg.model.path))   # the model's tokenizer: grammars (engine/rules.py)
         # None without a `speculative` section
         self.spec = make_speculative(cfg.speculative, model, capacity=self.alloc.virtual_capacity,
                                      page_size=kv.page_size, dtype=self.pool.kv.dtype, device=self.device,
@@ -107,6 +107,8 @@ class Engine:
     def submit(self, rid: int, prompt: list[int], params: SamplingParams) -> None:
         """Queue a request (only on its replica); raises SchedulerError for an impossible one."""
         if self.owns(rid):
+            if self.spec and params.has_rules:   # a verified draft never passes the host-side logit rules
+                raise SchedulerError(f"request {rid}: logit rules and grammars are not run with speculative decoding")
             extra = self.spec.kv_extra if self.spec else 0  # verification writes K rows past plain decode
             self.sched.add(Sequence(rid, list(prompt), params, kv_extra=extra))
 
@@ -296,9 +298,10 @@ class Engine:
         return Event(seq.rid, tok, lp, seq.finish_reason)
 
     def stop_reason(self, seq: Sequence, k: int = -1) -> str:
-        """"stop" when output token k (default: the last) is EOS, "length" when it is the max_new_tokens-th,
-        else ""."""
-        if seq.output[k] in self.eos and not seq.params.ignore_eos:
+        """"stop" when output token k (default: the last) is EOS or one of the request's stop_token_ids, "length" when
+        it is the max_new_tokens-th, else ""."""
+        tok = seq.output[k]
+        if (tok in self.eos and not seq.params.ignore_eos) or tok in seq.params.stop_token_ids:
             return "stop"
         return "length" if (k if k >= 0 else len(seq.output) + k) + 1 >= seq.params.max_new_tokens else ""
 

@@ -2,7 +2,7 @@
 layer's MLP pieces.  The model runner (engine/model_runner.py) captures them in warm_up and replays them.
 
 The launch config's `cuda_graph.batch_sizes` (dcpctl/launch/cuda_graphs.py: SGLang's decode buckets up
-to --cuda-graph-max-bs, or --cuda-graph-bs, or [] with --disable-cuda-graph / on CPU) says what to
+to --cuda-graph-max-bs-decode, or --cuda-graph-bs-decode, or [] with --disable-cuda-graph / on CPU) says what to
 capture.  A step replays a graph when every chunk in it is one token (decode, or a prompt's last
 single-token chunk) and the batch fits the largest size; the batch is padded up to the next captured
 size.  Under attention DP the replicas agree on the size first (Engine._agree).  A mixed step's decodes

@@ -60,5 +60,5 @@ class Split:
             return False
         if decodes > self.apart > 0:
             note_once(f"{EAGER} when it has more decodes than the largest captured batch size ({self.apart}; "
-                      "raise --cuda-graph-max-bs)")
+                      "raise --cuda-graph-max-bs-decode)")
         return 0 < decodes <= self.apart

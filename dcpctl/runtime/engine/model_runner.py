@@ -111,7 +111,7 @@ class ModelRunner:
         top = self.graphs.sizes[-1]
         if len(chunks) > top:
             note_once(f"cuda graphs: decode batches above the largest captured size ({top}) run "
-                      "eagerly (raise --cuda-graph-max-bs)")
+                      "eagerly (raise --cuda-graph-max-bs-decode)")
             return -1
         return len(chunks)
 

@@ -1,4 +1,11 @@
-"""Requests as the engine sees them: sampling parameters and per-sequence progress."""
+"""Requests as the engine sees them: sampling parameters and per-sequence progress.
+
+SamplingParams beyond temperature / top-k / top-p / min-p are the per-request logit rules (engine/rules.py):
+stop_token_ids end a request like EOS; min_tokens masks EOS and the stop ids until that many tokens came out;
+logit_bias adds to the chosen ids' logits; allowed_token_ids masks every other id; grammar is an llguidance
+grammar (runtime/grammar.py) that masks every token which would leave it.  A request with any rule samples on
+the host path (never pipelined: engine/pipeline.py), with the same logits on every rank.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,6 +23,17 @@ class SamplingParams:
     seed: int = 0
     logprobs: bool = False
     ignore_eos: bool = False   # benchmarks: always produce max_new_tokens
+    min_p: float = 0.0         # drop tokens below min_p x the most likely token's probability (0: off)
+    min_tokens: int = 0        # EOS and stop_token_ids are masked until this many tokens came out
+    stop_token_ids: tuple[int, ...] = ()          # finish with "stop" after any of these (even with ignore_eos)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    allowed_token_ids: tuple[int, ...] = ()       # non-empty: only these ids may be sampled
+    grammar: str | None = None                    # an llguidance grammar (runtime/grammar.py)
+
+    @property
+    def has_rules(self) -> bool:
+        """Whether any per-request logit rule applies (engine/rules.py): then it never samples on the pipeline."""
+        return bool(self.min_tokens or self.logit_bias or self.allowed_token_ids or self.grammar is not None)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "SamplingParams":
@@ -23,7 +41,13 @@ class SamplingParams:
         unknown = sorted(set(d) - set(known) - {"prompt_ids"})
         if unknown:
             raise ValueError(f"unknown request keys {unknown}; valid: {['prompt_ids', *known]}")
-        return SamplingParams(**{k: v for k, v in d.items() if k in known and v is not None})
+        kw = {k: v for k, v in d.items() if k in known and v is not None}
+        for name in ("stop_token_ids", "allowed_token_ids"):
+            if name in kw:
+                kw[name] = tuple(int(t) for t in kw[name])
+        if "logit_bias" in kw:
+            kw["logit_bias"] = tuple((int(t), float(b)) for t, b in dict(kw["logit_bias"]).items())
+        return SamplingParams(**kw)
 
 
 @dataclass

@@ -222,7 +222,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     nkb = -(-K // b1)
     t = tiles or choose_tiles(N, K, max(1, R // E), E, a16, R, device=x.device)
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
-        from dcpctl.runtime.attention.kernel_choice import gpu_facts
+        from dcpctl.runtime.gpu import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
     if isinstance(t, GemvTiles):
         return fp8_gemv(x, w3, s3, block, ends, sms, t, a16)

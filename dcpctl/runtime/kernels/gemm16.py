@@ -160,7 +160,7 @@ def linear16(x: Tensor, w: Tensor, t: Tiles16, sms: int | None = None) -> Tensor
     R, K = x.shape
     N = w.shape[0]
     if sms is None:
-        from dcpctl.runtime.attention.kernel_choice import gpu_facts
+        from dcpctl.runtime.gpu import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1
     n_tiles = -(-N // t.bn)
     splits, per = splits_for(K, n_tiles, t, sms)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dcpctl.runtime.attention.kernel_choice import gpu_facts
+from dcpctl.runtime.gpu import gpu_facts
 from dcpctl.runtime.models.checkpoint import Want
 from dcpctl.runtime.models.config import MlaConfig
 from dcpctl.runtime.kernels.moe_combine import moe_combine

@@ -160,7 +160,7 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
     dev = torch.device(device)
     if dev.type != "cuda":
         return False, f"{dev.type}: no FP8 GEMM here, so block-FP8 weights are dequantized to the compute dtype at load"
-    from dcpctl.runtime.attention.kernel_choice import gpu_facts
+    from dcpctl.runtime.gpu import gpu_facts
     major, minor = gpu_facts(dev).sm
     if major * 10 + minor < FP8_MIN_SM:
         return False, (f"sm_{major}{minor} has no e4m3 tensor cores (sm_89 and newer do), so block-FP8 weights "

@@ -1,5 +1,9 @@
 """The FastAPI app on rank 0: OpenAI-style errors and every route (guard.py: Host check, auth, body limit).
 
+Errors carry OpenAI's body ({"error": {"message", "type", "param", "code"}}) and types: invalid_request_error for
+every 4xx (an unknown route is "Invalid URL (METHOD /path)", a wrong method "Invalid method for URL (...)"),
+server_error for every 5xx.
+
     GET  /health                 200 once a one-token generation came back within the timeout, else 503 with
                                  the reason (health.py; no key needed)
     GET  /v1/models              the served model; max_model_len: the longest request served (limits.py)
@@ -48,8 +52,11 @@ def build_app(state: ServerState) -> FastAPI:
         return error_response(400, *_validation_message(e))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, e: HTTPException) -> JSONResponse:
-        return error_response(e.status_code, str(e.detail))
+    async def http_error(req: Request, e: HTTPException) -> JSONResponse:
+        # OpenAI's words for a route or method it does not have; Allow (405) passes through
+        what = {404: "Invalid URL", 405: "Invalid method for URL"}.get(e.status_code)
+        msg = f"{what} ({req.method} {req.url.path})" if what else str(e.detail)
+        return error_response(e.status_code, msg, headers=e.headers)
 
     @app.exception_handler(Exception)
     async def internal(_: Request, e: Exception) -> JSONResponse:

@@ -63,6 +63,9 @@ class FrontendSpec:
     workers: int = 1           # HTTP processes on the port (--tokenizer-worker-num)
     worker: int = 0            # this process's index: its request ids are worker + k * workers
     health_timeout_s: float = 20.0   # /health's one-token generation waits this long (--health-check-timeout)
+    limits: Any = None               # connection.ConnectionLimits (None: its defaults)
+    keepalive_s: float = 15.0        # a waiting stream's SSE comment interval (--sse-keepalive-interval)
+    json_options: tuple[tuple[str, Any], ...] = ()   # JSON grammars' whitespace (--constrained-json-*)
 
 
 class Frontend:
@@ -225,11 +228,14 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
     state = ServerState(bridge, load_tokenizer(spec.model_path), spec.model_name, spec.vocab_size,
                         spec.context_len, spec.capacity, metrics, spec.api_key, spec.max_request_bytes,
                         spec.created, allowed_hosts=spec.allowed_hosts, kv_extra=spec.kv_extra,
-                        health_timeout_s=spec.health_timeout_s)
+                        health_timeout_s=spec.health_timeout_s, model_path=spec.model_path,
+                        keepalive_s=spec.keepalive_s, json_options=dict(spec.json_options))
     app = build_app(state)
     bridge.starting = True         # until the engine's "serving": worker 0 listens while its siblings start
     prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
-    return bridge, metrics, figures, HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1).start()
+    from dcpctl.runtime.server.connection import ConnectionLimits
+    http = HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1, limits=spec.limits or ConnectionLimits())
+    return bridge, metrics, figures, http.start()
 
 
 class _EngineFigures:

@@ -1,8 +1,10 @@
 """POST /v1/completions, /v1/chat/completions (OpenAI) and /generate (SGLang), plain or streamed.
 
-Token budgets: a null max_tokens (max_completion_tokens, max_new_tokens) asks for whatever the context
-leaves (OpenAI, vLLM, SGLang); a chat request that names neither gets a modest default, since admission
-reserves prompt + budget of KV.  /generate's max_new_tokens 0 answers at once with no new token (SGLang).
+Every parameter SGLang or vLLM documents is applied with their meaning (the bodies in protocol.py; one rule for
+all three routes in sampling_args.py) or refused with a 400 naming it (params.py).  Token budgets: a null
+max_tokens (max_completion_tokens, max_new_tokens) asks for whatever the context leaves (OpenAI, vLLM, SGLang); a
+chat request that names neither gets a modest default, since admission reserves prompt + budget of KV.
+/generate's max_new_tokens 0 answers at once with no new token (SGLang).
 """
 from __future__ import annotations
 
@@ -13,35 +15,20 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from dcpctl.runtime.server.gen import (Chunk, ServerState, check_fits, check_model, chunks, prompt_ids, sampling,
-                                      sse_stream, stops, submit)
-from dcpctl.runtime.server.protocol import (ApiError, ChatRequest, CompletionRequest, GenerateRequest, check_stream_options,
-                                           refuse_unsupported)
-from dcpctl.runtime.server.text import chat_prompt, token_text
+from dcpctl.runtime.server import responses as out
+from dcpctl.runtime.server.gen import ServerState, check_fits, check_model, chunks, prompt_ids, sse_stream, submit
+from dcpctl.runtime.server.params import refuse_unsupported
+from dcpctl.runtime.server.protocol import (ApiError, ChatRequest, CompletionRequest, GenerateRequest,
+                                           check_stream_options)
+from dcpctl.runtime.server.sampling_args import engine_params, text_options
+from dcpctl.runtime.server.text import chat_prompt
 
 CHAT_DEFAULT_MAX_TOKENS = 128  # admission reserves prompt + max_tokens of KV: keep the default modest
 
 
-def _usage(n_prompt: int, n_out: int) -> dict[str, int]:
-    return {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
-
-
-def _cmpl_logprobs(state: ServerState, got: list[Chunk], offset: int = 0) -> dict[str, Any]:
-    toks = [token_text(state.tok, c.token) for c in got]
-    offsets, at = [], offset
-    for t in toks:
-        offsets.append(at)
-        at += len(t)
-    return {"tokens": toks, "token_logprobs": [c.logprob for c in got],
-            "top_logprobs": [{t: c.logprob} for t, c in zip(toks, got)], "text_offset": offsets}
-
-
-def _chat_logprobs(state: ServerState, got: list[Chunk]) -> dict[str, Any]:
-    out = []
-    for c in got:
-        t = token_text(state.tok, c.token)
-        out.append({"token": t, "logprob": c.logprob, "bytes": list(t.encode()), "top_logprobs": []})
-    return {"content": out}
+def _head(state: ServerState, kind: str, prefix: str, body: Any) -> dict[str, Any]:
+    rid = f"{prefix}-{body.request_id}" if body.request_id else body.rid or f"{prefix}-{uuid.uuid4().hex}"
+    return {"id": rid, "object": kind, "created": int(time.time()), "model": state.model_name}
 
 
 def routes(state: ServerState) -> APIRouter:
@@ -50,72 +37,73 @@ def routes(state: ServerState) -> APIRouter:
     @r.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(state, body.model)
-        refuse_unsupported(body)
+        refuse_unsupported(body.model_extra)
         check_stream_options(body)
-        ids = prompt_ids(state, body.prompt)
+        if body.echo and body.logprobs is not None:
+            raise ApiError(400, "echo with logprobs needs the prompt's log-probabilities, which this server does not "
+                                "compute (prompt_logprobs is refused too)", "echo")
+        ids = prompt_ids(state, body.prompt, add_bos=body.add_special_tokens,
+                         truncate=(body.truncate_prompt_tokens, body.truncation_side))
         max_tokens = state.limits.room(len(ids)) if body.max_tokens is None else body.max_tokens
         check_fits(state, ids, max_tokens)
-        params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
-                          body.logprobs is not None, body.ignore_eos)
+        params = await engine_params(state, body, max_tokens, seed=body.seed, min_tokens=body.min_tokens or 0,
+                                     logprobs=body.logprobs is not None)
         rid, q = submit(state, ids, params)
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": state.model_name}
-        want_lp = body.logprobs is not None
+        echo = (body.prompt if isinstance(body.prompt, str) and body.truncate_prompt_tokens is None
+                else state.tok.decode(ids)) if body.echo else ""
+        shape = _shape(state, body, _head(state, "text_completion", "cmpl", body), ids, body.logprobs is not None,
+                       echo)
+        opts = text_options(body, params.min_tokens)
         if body.stream:
-            usage = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_completion_events(state, head, chunks(state, rid, q, stops(body.stop)), want_lp,
-                                              len(ids) if usage else None))
-        got = [c async for c in chunks(state, rid, q, stops(body.stop), request)]
-        if not got or got[-1].finish is None:
-            return None  # the client went away
-        choice = {"index": 0, "text": "".join(c.text for c in got), "finish_reason": got[-1].finish,
-                  "logprobs": _cmpl_logprobs(state, got) if want_lp else None}
-        return head | {"choices": [choice], "usage": _usage(len(ids), len(got))}
+            return _stream(out.completion_events(shape, chunks(state, rid, q, opts, keepalive=state.keepalive_s)))
+        got = [c async for c in chunks(state, rid, q, opts, request)]
+        return out.completion(shape, got) if got and got[-1].finish is not None else None  # else: the client left
 
     @r.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(state, body.model)
-        refuse_unsupported(body)
+        refuse_unsupported(body.model_extra)
         check_stream_options(body)
-        ids = prompt_ids(state, chat_prompt(state.tok, [{"role": m.role, "content": m.text()} for m in body.messages]),
-                         "messages")
+        msgs = [{"role": m.role, "content": m.text()} for m in body.messages]
+        ids = _chat_ids(state, body, msgs)
         max_tokens, param = _chat_budget(state, body, len(ids))
         check_fits(state, ids, max_tokens, param)
-        params = sampling(state, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, body.logprobs,
-                          body.ignore_eos)
+        params = await engine_params(state, body, max_tokens, seed=body.seed, min_tokens=body.min_tokens or 0,
+                                     logprobs=bool(body.logprobs))
         rid, q = submit(state, ids, params)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": state.model_name}
+        echo = msgs[-1]["content"] if body.echo and msgs[-1]["role"] == "assistant" else ""
+        shape = _shape(state, body, _head(state, "chat.completion", "chatcmpl", body), ids, bool(body.logprobs),
+                       echo)
+        shape.prompt_token_ids = body.return_prompt_token_ids
+        opts = text_options(body, params.min_tokens)
         if body.stream:
-            usage = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_chat_events(state, head, chunks(state, rid, q, stops(body.stop)), body.logprobs,
-                                        len(ids) if usage else None))
-        got = [c async for c in chunks(state, rid, q, stops(body.stop), request)]
-        if not got or got[-1].finish is None:
-            return None
-        msg = {"role": "assistant", "content": "".join(c.text for c in got)}
-        choice = {"index": 0, "message": msg, "finish_reason": got[-1].finish,
-                  "logprobs": _chat_logprobs(state, got) if body.logprobs else None}
-        return head | {"choices": [choice], "usage": _usage(len(ids), len(got))}
+            return _stream(out.chat_events(shape, chunks(state, rid, q, opts, keepalive=state.keepalive_s)))
+        got = [c async for c in chunks(state, rid, q, opts, request)]
+        return out.chat(shape, got) if got and got[-1].finish is not None else None
 
     @r.post("/generate")
     async def generate(body: GenerateRequest, request: Request) -> Any:
         sp = body.sampling_params
-        refuse_unsupported(body)
-        refuse_unsupported(sp, "sampling_params.")
+        refuse_unsupported(body.model_extra)
+        refuse_unsupported(sp.model_extra, "sampling_params.")
         if (body.text is None) == (body.input_ids is None):
             raise ApiError(400, "give exactly one of text and input_ids", "text")
         ids = prompt_ids(state, body.text if body.text is not None else body.input_ids,
                          "text" if body.text is not None else "input_ids")
         max_new = state.limits.room(len(ids)) if sp.max_new_tokens is None else sp.max_new_tokens
         check_fits(state, ids, max_new, "max_new_tokens")
+        params = await engine_params(state, sp, max_new, seed=sp.seed if sp.sampling_seed is None
+                                     else sp.sampling_seed, min_tokens=sp.min_new_tokens or 0,
+                                     logprobs=bool(body.return_logprob), prefix="sampling_params.")
         if max_new == 0:
-            return _nothing_to_generate(len(ids), body.stream)
-        params = sampling(state, max_new, sp.temperature, sp.top_p, sp.top_k, sp.seed, body.return_logprob,
-                          sp.ignore_eos)
+            return _nothing_to_generate(len(ids), body.stream, body.rid)
         rid, q = submit(state, ids, params)
-        events = _generate_events(rid, len(ids), chunks(state, rid, q, stops(sp.stop),
-                                                        None if body.stream else request), body.return_logprob)
+        shape = out.Shape(state.tok, {}, ids, logprobs=bool(body.return_logprob),
+                          prompt_token_ids=body.return_prompt_token_ids, text_in_logprobs=body.return_text_in_logprobs)
+        opts = text_options(sp, params.min_tokens)
+        events = out.generate_events(shape, body.rid or str(rid),
+                                     chunks(state, rid, q, opts, None if body.stream else request,
+                                            state.keepalive_s if body.stream else None))
         if body.stream:
             return _stream(events)
         last = None
@@ -124,6 +112,25 @@ def routes(state: ServerState) -> APIRouter:
         return last if last is not None and last["meta_info"]["finish_reason"] else None
 
     return r
+
+
+def _shape(state: ServerState, body: Any, head: dict[str, Any], ids: list[int], logprobs: bool,
+           echo: str) -> out.Shape:
+    return out.Shape(state.tok, head, ids, logprobs=logprobs, token_ids=bool(body.return_token_ids),
+                     as_ids=bool(body.return_tokens_as_token_ids), echo=echo,
+                     usage=bool(body.stream_options and body.stream_options.include_usage))
+
+
+def _chat_ids(state: ServerState, body: ChatRequest, msgs: list[dict[str, str]]) -> list[int]:
+    """The prompt: SGLang's input_ids as given, else the chat template over the messages."""
+    if body.input_ids is not None:
+        return prompt_ids(state, body.input_ids, "input_ids")
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(400, "continue_final_message continues the last message, add_generation_prompt starts a new "
+                            "one: set add_generation_prompt to false with it (as vLLM requires)", "continue_final_message")
+    prompt = chat_prompt(state.tok, msgs, body.add_generation_prompt, body.continue_final_message,
+                         body.chat_template_kwargs)
+    return prompt_ids(state, prompt, "messages", truncate=(body.truncate_prompt_tokens, body.truncation_side))
 
 
 def _chat_budget(state: ServerState, body: ChatRequest, n_prompt: int) -> tuple[int, str]:
@@ -136,55 +143,16 @@ def _chat_budget(state: ServerState, body: ChatRequest, n_prompt: int) -> tuple[
     return min(CHAT_DEFAULT_MAX_TOKENS, state.limits.room(n_prompt)), "max_tokens"
 
 
-def _nothing_to_generate(n_prompt: int, stream: bool) -> Any:
-    out = {"text": "", "output_ids": [], "meta_info": {"id": uuid.uuid4().hex, "prompt_tokens": n_prompt,
-                                                       "completion_tokens": 0, "finish_reason": {"type": "length"}}}
+def _nothing_to_generate(n_prompt: int, stream: bool, rid: str | None) -> Any:
+    body = {"text": "", "output_ids": [], "meta_info": {"id": rid or uuid.uuid4().hex, "prompt_tokens": n_prompt,
+                                                        "completion_tokens": 0, "finish_reason": {"type": "length"}}}
     if stream:
         async def one() -> AsyncIterator[dict[str, Any]]:
-            yield out
+            yield body
         return _stream(one())
-    return out
+    return body
 
 
-def _stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def _stream(events: AsyncIterator[dict[str, Any] | None]) -> StreamingResponse:
     return StreamingResponse(sse_stream(events), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-async def _completion_events(state: ServerState, head: dict, it: AsyncIterator[Chunk], want_lp: bool,
-                             n_prompt: int | None) -> AsyncIterator[dict[str, Any]]:
-    n, at = 0, 0
-    async for c in it:
-        n += 1
-        lp = _cmpl_logprobs(state, [c], at) if want_lp else None
-        at += len(c.text)
-        yield head | {"choices": [{"index": 0, "text": c.text, "logprobs": lp, "finish_reason": c.finish}]}
-    if n_prompt is not None:
-        yield head | {"choices": [], "usage": _usage(n_prompt, n)}
-
-
-async def _chat_events(state: ServerState, head: dict, it: AsyncIterator[Chunk], want_lp: bool,
-                       n_prompt: int | None) -> AsyncIterator[dict[str, Any]]:
-    head = head | {"object": "chat.completion.chunk"}
-    yield head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    n = 0
-    async for c in it:
-        n += 1
-        lp = _chat_logprobs(state, [c]) if want_lp else None
-        yield head | {"choices": [{"index": 0, "delta": {"content": c.text} if c.text else {}, "logprobs": lp,
-                                   "finish_reason": c.finish}]}
-    if n_prompt is not None:
-        yield head | {"choices": [], "usage": _usage(n_prompt, n)}
-
-
-async def _generate_events(rid: int, n_prompt: int, it: AsyncIterator[Chunk],
-                           want_lp: bool) -> AsyncIterator[dict[str, Any]]:
-    # SGLang streams the cumulative text and ids in every event
-    text, ids, lps = "", [], []
-    async for c in it:
-        text, ids, lps = text + c.text, ids + [c.token], lps + [c.logprob]
-        meta: dict[str, Any] = {"id": str(rid), "prompt_tokens": n_prompt, "completion_tokens": len(ids),
-                                "finish_reason": {"type": c.finish} if c.finish else None}
-        if want_lp:
-            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids)]
-        yield {"text": text, "output_ids": ids, "meta_info": meta}

@@ -1,10 +1,10 @@
 """Request bodies (pydantic) and the OpenAI-style error body.
 
-Unknown fields are ignored, as OpenAI-compatible servers do; a wrong type or range is a 400 whose
-message names the field.  Every number is bounded here, before it reaches the engine (the control
-message carries int64): token counts and ids by the model (gen.py), the rest by their fields.
-A parameter the engine does not implement is accepted only at its neutral value (REFUSED); any other
-value is a 400 naming it, never silently ignored.  Text holding a lone surrogate is a 400.
+Each body declares the parameters the server applies, with SGLang's and vLLM's meaning; every other parameter the
+engines document is in params.py, accepted only at its neutral value; a name neither engine has is ignored, as
+both ignore it.  A wrong type or range is a 400 whose message names the field.  Every number is bounded here,
+before it reaches the engine (the control message carries int64): token counts and ids by the model (gen.py), the
+rest by their fields.  Text holding a lone surrogate is a 400.
 """
 from __future__ import annotations
 
@@ -32,50 +32,34 @@ Int64 = Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
 Count = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]   # token budgets (gen.check_fits bounds them further)
 Count0 = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]  # SGLang's max_new_tokens: 0 answers with no new token
 TopK = Annotated[StrictInt, Field(ge=-1, le=INT64_MAX)]   # -1 or 0: off; at or above the vocabulary: off
+Prob = Annotated[float, Field(ge=0.0, le=1.0)]
+Bias = Annotated[float, Field(ge=-100.0, le=100.0)]       # OpenAI's logit_bias range
 
-_STATUS_KIND = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "invalid_request_error"}
+
+def error_kind(status: int) -> str:
+    """OpenAI's error type for an HTTP status: every 4xx is the client's request, every 5xx the server's."""
+    return "invalid_request_error" if 400 <= status < 500 else "server_error"
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
-        self.kind = kind or _STATUS_KIND.get(status, "server_error")
+        self.kind = kind or error_kind(status)
 
 
-def error_response(status: int, message: str, param: str | None = None, kind: str | None = None) -> JSONResponse:
+def error_response(status: int, message: str, param: str | None = None, kind: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
     e = ApiError(status, message, param, kind)
     safe = e.message.encode("utf-8", "backslashreplace").decode()  # never fail to encode the error itself
     return JSONResponse({"error": {"message": safe, "type": e.kind, "param": e.param, "code": status}},
-                        status_code=status)
+                        status_code=status, headers=headers)
 
 
-# field -> the values that mean "off" (the only ones accepted: the engine has no such feature)
-REFUSED: dict[str, tuple[Any, ...]] = {
-    "best_of": (None, 1), "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
-    "repetition_penalty": (None, 1), "min_p": (None, 0), "min_tokens": (None, 0), "suffix": (None, ""),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}), "audio": (None,), "modalities": (None, ["text"]),
-    "web_search_options": (None,), "reasoning_effort": (None,), "verbosity": (None,), "guided_json": (None,), "guided_regex": (None,),
-    "guided_choice": (None,), "guided_grammar": (None,),
-    # SGLang /generate
-    "min_new_tokens": (None, 0), "regex": (None,), "json_schema": (None,), "ebnf": (None,),
-    "stop_token_ids": (None, []), "image_data": (None,), "lora_path": (None,), "top_logprobs_num": (None, 0),
-}
-
-
-def _neutral(value: Any, allowed: tuple[Any, ...]) -> bool:
-    for a in allowed:
-        if a is None or value is None:
-            if a is value:
-                return True
-        elif isinstance(a, int) and type(value) in (int, float):  # 0 and 0.0 alike; a bool is not a number here
-            if value == a:
-                return True
-        elif type(value) is type(a) and value == a:
-            return True
-    return False
+def declared(body: BaseModel, name: str) -> Any:
+    """A field the body's class declares (None where it does not): with extra="allow", pydantic would hand out an
+    undeclared field's value too, and a route must never apply what it does not declare."""
+    return getattr(body, name) if name in type(body).model_fields else None
 
 
 def check_stream_options(body: "_Body") -> None:
@@ -84,47 +68,61 @@ def check_stream_options(body: "_Body") -> None:
         raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
 
 
-def refuse_unsupported(body: BaseModel, prefix: str = "") -> None:
-    """400 naming the first field set to a value the engine cannot honour."""
-    for name, allowed in REFUSED.items():
-        if name in type(body).model_fields and not _neutral(getattr(body, name), allowed):
-            shown = ", ".join("null" if a is None else repr(a) for a in allowed)
-            raise ApiError(400, f"{prefix}{name} is not supported by this server (accepted: {shown})",
-                           prefix + name)
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: Optional[bool] = False
+    continuous_usage_stats: Literal[False, None] = False   # usage in every chunk: not produced
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: Optional[Text] = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+class _Sampling(BaseModel):
+    """What every route applies under the same names (SGLang and vLLM alike)."""
+
+    model_config = ConfigDict(extra="allow")      # the rest is checked against params.NEUTRAL
+    temperature: Optional[float] = Field(1.0, ge=0.0, le=2.0)   # null: the default (vLLM, SGLang chat)
+    top_p: Optional[float] = Field(1.0, gt=0.0, le=1.0)
+    top_k: Optional[TopK] = -1
+    min_p: Optional[Prob] = 0.0
     stop: Stop = None
-    stream: bool = False
-    stream_options: Optional[dict[str, Any]] = None
-    seed: Optional[Int64] = None       # None: rank 0 draws a fresh one (gen.sampling)
+    stop_token_ids: Optional[TokenIds] = None     # finish as at EOS (gen.py checks them against the vocabulary)
+    ignore_eos: bool = False                # EOS only: stop_token_ids still stop (vLLM's rule)
+    seed: Optional[Int64] = None                  # None: rank 0 draws a fresh one (gen.sampling)
     n: Literal[1] = 1
-    ignore_eos: bool = False  # extension (SGLang/vLLM): benchmarks want exact output lengths
-    top_k: TopK = -1          # extension
-    best_of: Any = None
-    logit_bias: Any = None
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
-    repetition_penalty: Any = None
-    min_p: Any = None
-    min_tokens: Any = None
-    response_format: Any = None
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
+    logit_bias: Optional[dict[str, Bias]] = None  # token id (as text) -> bias added to its logit
+    skip_special_tokens: Optional[bool] = True
+    no_stop_trim: bool = False              # SGLang: the matched stop string stays in the text
+    regex: Optional[Text] = None                  # structured output (structured.py)
+    json_schema: Union[Text, dict[str, Any], None] = None
+    ebnf: Optional[Text] = None
+
+
+class _Body(_Sampling):
+    model: Optional[Text] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[Text] = None                   # an end user's id for the caller's records: no effect on output
+    request_id: Optional[Text] = None             # vLLM: the response id is cmpl- / chatcmpl- + this
+    rid: Optional[Text] = None                    # SGLang: the response id
+    min_tokens: Optional[Count0] = 0
+    include_stop_str_in_output: bool = False   # vLLM's name for no_stop_trim
+    allowed_token_ids: Optional[TokenIds] = None
+    truncate_prompt_tokens: Optional[Annotated[StrictInt, Field(ge=-1, le=INT64_MAX)]] = None
+    truncation_side: Optional[Literal["left", "right"]] = None
+    return_token_ids: Optional[bool] = None
+    return_tokens_as_token_ids: Optional[bool] = None
+    response_format: Optional[dict[str, Any]] = None
+    structured_outputs: Optional[dict[str, Any]] = None
+    guided_json: Union[Text, dict[str, Any], None] = None     # vLLM's names before structured_outputs
+    guided_regex: Optional[Text] = None
+    guided_choice: Optional[list[Text]] = None
+    guided_grammar: Optional[Text] = None
 
 
 class CompletionRequest(_Body):
     prompt: Union[Text, TokenIds, list[Text], list[TokenIds]]
-    max_tokens: Optional[Count] = 16          # null: up to the context (OpenAI, vLLM)
+    max_tokens: Optional[Count] = 16              # null: up to the context (OpenAI, vLLM)
     logprobs: Optional[StrictInt] = Field(None, ge=0, le=1)  # 0 or 1: the chosen token's log-probability
-    echo: Literal[False] = False
-    suffix: Any = None
+    echo: bool = False                      # the prompt's text before the completion's
+    add_special_tokens: bool = True         # false: no BOS before a text prompt (vLLM)
 
 
 def _text_parts(parts: Any) -> Any:
@@ -151,51 +149,34 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[Count] = None        # both absent: a modest default; either null: up to the context
+    max_tokens: Optional[Count] = None            # both absent: a modest default; either null: up to the context
     max_completion_tokens: Optional[Count] = None
-    logprobs: bool = False
+    logprobs: Optional[bool] = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=0)  # only the chosen token comes back
-    tools: Any = None
-    tool_choice: Any = None
-    functions: Any = None
-    function_call: Any = None
-    audio: Any = None
-    modalities: Any = None
-    web_search_options: Any = None
-    reasoning_effort: Any = None
-    verbosity: Any = None
+    add_generation_prompt: bool = True      # vLLM: the prompt ends with the assistant's turn header
+    continue_final_message: bool = False    # vLLM, SGLang: the last (assistant) message is left open
+    echo: bool = False                      # vLLM: the reply repeats the last message when it is the assistant's
+    add_special_tokens: Literal[False, None] = False   # the template brings BOS itself (vLLM's chat default)
+    chat_template_kwargs: Optional[dict[str, Any]] = None   # variables for a Hugging Face chat template
+    input_ids: Optional[TokenIds] = None          # SGLang: the prompt's ids; no template is applied
+    return_prompt_token_ids: bool = False   # SGLang: the prompt's ids on the choice
 
 
-class GenerateParams(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    max_new_tokens: Optional[Count0] = 128     # null: up to the context
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: TopK = -1
-    stop: Stop = None
-    ignore_eos: bool = False
-    seed: Optional[Int64] = None
-    n: Literal[1] = 1
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
-    repetition_penalty: Any = None
-    min_p: Any = None
-    min_new_tokens: Any = None
-    regex: Any = None
-    json_schema: Any = None
-    ebnf: Any = None
-    stop_token_ids: Any = None
+class GenerateParams(_Sampling):
+    max_new_tokens: Optional[Count0] = 128        # null: up to the context
+    sampling_seed: Optional[Int64] = None         # SGLang's name for seed
+    min_new_tokens: Optional[Count0] = 0          # SGLang's name for min_tokens
 
 
 class GenerateRequest(BaseModel):
     """SGLang's native /generate (one prompt: text or input_ids)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
     text: Optional[Text] = None
     input_ids: Optional[TokenIds] = None
     sampling_params: GenerateParams = Field(default_factory=GenerateParams)
     stream: bool = False
-    return_logprob: bool = False
-    top_logprobs_num: Any = None
-    image_data: Any = None
-    lora_path: Any = None
+    return_logprob: Optional[bool] = False
+    return_text_in_logprobs: bool = False   # each output_token_logprobs entry carries its token's text
+    return_prompt_token_ids: bool = False   # prompt_token_ids beside text and output_ids
+    rid: Optional[Text] = None

@@ -1,4 +1,6 @@
-"""Serving entry for every rank (the worker calls `serve` when $DCPCTL_SERVE names its options).
+"""Serving entry for every rank (the worker calls `serve` when $DCPCTL_SERVE holds its options).
+
+The API key comes from $DCPCTL_API_KEY (contract/serve.py says why it is never in the options).
 
 Rank 0 starts HTTP and prints `dcpctl-ready URL` on stderr once it accepts connections, and
 `dcpctl-stopped` after a clean shutdown (every request cancelled, every KV page free).  SIGTERM or
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dcpctl import knobs
 from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.contract.launch_config import LaunchConfig
 from dcpctl.contract.limits import served_context
@@ -46,6 +50,8 @@ def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
         raise LaunchConfigError("serving needs kv.max_running_requests and a checkpoint with a config.json "
                                 "(render the launch config with `dcpctl launch --dry-run`)")
     served_context(cfg.limits, opts.context_length)   # a bad --context-length fails before the weights load
+    if knobs.is_set("DCPCTL_API_KEY"):     # the launcher hands the key over in the environment, never in a file
+        opts = replace(opts, api_key=knobs.raw("DCPCTL_API_KEY"))
     ps = build_state(cfg)
     group = control_group(cfg.dist_backend)
     if model is None:
@@ -66,6 +72,8 @@ def _on_signals(fn: Any) -> None:
 
 
 def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptions) -> int:
+    from dcpctl.runtime.grammar import json_options
+    from dcpctl.runtime.server.connection import ConnectionLimits
     from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
     path, limits = cfg.model.path, cfg.limits
     assert cfg.kv.max_running_requests is not None and limits is not None and limits.vocab_size is not None  # serve()
@@ -76,7 +84,13 @@ def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptio
                         engine.alloc.virtual_capacity,
                         engine.ps.attn_tp.size, cfg.kv.max_running_requests + opts.max_queued_requests,
                         kda is not None, int(time.time()), engine.spec.kv_extra if engine.spec else 0,
-                        opts.tokenizer_worker_num, health_timeout_s=opts.health_check_timeout)
+                        opts.tokenizer_worker_num, health_timeout_s=opts.health_check_timeout,
+                        limits=ConnectionLimits(opts.h11_max_incomplete_event_size, opts.h11_max_header_count,
+                                                opts.request_read_timeout),
+                        keepalive_s=opts.sse_keepalive_interval,
+                        json_options=tuple(json_options(opts.constrained_json_disable_any_whitespace,
+                                                        opts.constrained_json_whitespace_pattern,
+                                                        opts.constrained_json_max_whitespace_cnt).items()))
     front = Frontend(spec)      # HTTP in its own process (frontend.py says why)
     _on_signals(lambda: setattr(front, "stop_requested", True))
 

@@ -5,8 +5,9 @@ import torch
 from dcpctl.runtime import notes
 from dcpctl.runtime.attention import kernel_choice as kc
 from dcpctl.runtime.attention.triton_mla import KernelConfig, default_config
+from dcpctl.runtime.gpu import GpuFacts, facts_from
 
-H200 = kc.GpuFacts((9, 0), 232_448, 132)
+H200 = GpuFacts((9, 0), 232_448, 132)
 GLUON = KernelConfig(64, 64, 8, 2, 1, True, gluon=True)
 
 
@@ -24,9 +25,9 @@ def test_the_deepseek_shape_runs_gluon_on_hopper():
     (dict(cfg=GLUON._replace(gluon=False)), "the tile config does not ask for it"),
     (dict(missing="Triton 3.9.0 is installed; the kernel is written for 3.6"), "Triton 3.9.0 is installed"),
     (dict(gpu=None), "the KV pool is not on a GPU"),
-    (dict(gpu=kc.GpuFacts((8, 0), 166_912, 108)), "sm_80 is not Hopper (sm_90)"),
-    (dict(gpu=kc.GpuFacts((10, 0), 232_448, 148)), "sm_100 is not Hopper (sm_90)"),
-    (dict(gpu=kc.GpuFacts((8, 0), 166_912, 108), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),  # not Triton
+    (dict(gpu=GpuFacts((8, 0), 166_912, 108)), "sm_80 is not Hopper (sm_90)"),
+    (dict(gpu=GpuFacts((10, 0), 232_448, 148)), "sm_100 is not Hopper (sm_90)"),
+    (dict(gpu=GpuFacts((8, 0), 166_912, 108), missing="Triton 3.9.0 is installed"), "sm_80 is not Hopper"),  # not Triton
     (dict(dtype=torch.float8_e4m3fn), "the KV pool is float8_e4m3fn (it reads 16-bit pools)"),
     (dict(kv_scale=0.5), "the KV pool carries a scale"),
     (dict(cfg=GLUON._replace(num_warps=4)), "it does not run the tiles (64, 64, 4, 2)"),
@@ -85,7 +86,7 @@ def test_gpu_facts_read_the_plans_probe():
     from dcpctl.plan.detect import Gpu, Probe
     found = Probe((Gpu(0, "NVIDIA B200", 179.1, 100, "GPU-0a1b"), Gpu(1, "NVIDIA H200", 140.4, 90, "GPU-9f8e")), "nvml")
     props = SimpleNamespace(uuid="9f8e", shared_memory_per_multiprocessor=233_472, multi_processor_count=132)
-    assert kc.facts_from(props, found) == H200                   # torch's bare UUID finds NVML's GPU-... record
+    assert facts_from(props, found) == H200                   # torch's bare UUID finds NVML's GPU-... record
     torch_only = SimpleNamespace(**vars(props), major=8, minor=0)
-    assert kc.facts_from(torch_only, None).sm == (8, 0)          # no probe answer: torch's own capability
-    assert kc.facts_from(SimpleNamespace(**{**vars(torch_only), "uuid": "ffff"}), found).sm == (8, 0)
+    assert facts_from(torch_only, None).sm == (8, 0)          # no probe answer: torch's own capability
+    assert facts_from(SimpleNamespace(**{**vars(torch_only), "uuid": "ffff"}), found).sm == (8, 0)
