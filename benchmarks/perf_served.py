@@ -62,11 +62,11 @@ def rank_argv(f: dict[str, Path], ckpt: Path) -> list[str]:
 
 
 def launch_argv(ckpt: Path) -> list[str]:
+    # decode graphs up to --max-running-requests: launch's default (launch/cuda_graphs.py)
     most = CONCURRENCY[-1][0]
     return [sys.executable, "-m", "dcpctl.cli.main", "launch", "--model-path", str(ckpt), "--device", "cuda",
             "--tp-size", "1", "--dcp-size", "1", "--port", "0", "--page-size", "64", "--max-running-requests",
-            str(most), "--max-total-tokens", str(most * (PROMPT + OUTPUT + 128)), "--dtype", "bfloat16",
-            "--cuda-graph-max-bs", str(most)]
+            str(most), "--max-total-tokens", str(most * (PROMPT + OUTPUT + 128)), "--dtype", "bfloat16"]
 
 
 def serve_argv(url: str, c: int, n: int) -> list[str]:
