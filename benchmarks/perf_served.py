@@ -3,22 +3,24 @@ steps they are judged against (benchmarks/perf_accuracy.py --device TAG reads th
 
     python3 -m benchmarks.perf_served --out DIR [--budget-s 300] [--work DIR]
 
-Parts, in order, each skipped when it would start past --budget-s (the whole call fits 6 minutes of one GPU):
+Parts, in this order (the rank part last: without its steps the host gap falls back to the rank files' served
+loop), each skipped when it would start past --budget-s (the whole call fits 6 minutes of one GPU):
 
 | part  | what                                                                  | writes (TAG: h100, h200, ...)  |
 | ----- | --------------------------------------------------------------------- | ------------------------------ |
 | ttft  | benchmarks/prefill_ttft.py on its dense checkpoint (V3 attention, 4   | prefill_ttft_TAG.json          |
 |       | dense layers): single prompts of 4K, 16K, 32K, 64K tokens, no HF      |                                |
-| rank  | `dcpctl bench rank --weights checkpoint` at TP 1 on the MoE checkpoint | rank_served_TAG.json           |
-|       | below: the CUDA-graph decode step at batches 1/8/32/64 at the served  |                                |
-|       | mean context (PROMPT + OUTPUT / 2), and its served loop's host gap    |                                |
-| serve | `dcpctl launch` on the MoE checkpoint + `dcpctl bench serve` at       | perf_served_TAG.json           |
+| serve | `dcpctl launch` on the MoE checkpoint below + `dcpctl bench serve` at | perf_served_TAG.json           |
 |       | concurrency 1/8/32/64 (closed loop, PROMPT-token prompts, OUTPUT out) |                                |
+| rank  | `dcpctl bench rank --weights checkpoint` at TP 1 on the MoE           | rank_served_TAG.json           |
+|       | checkpoint: the CUDA-graph decode step at batches 1/8/32/64 at the    |                                |
+|       | served mean context (PROMPT + OUTPUT / 2), and its served loop's gap  |                                |
 
 The MoE checkpoint is `dcpctl bench rank`'s TP 1 check (benchmarks/gpu.sh rank_checkpoint: V3 attention, 4 layers,
 1 dense + 3 MoE of 32 routed experts, top-8, bf16), written to --work (default gpu.sh's path, whose name
-benchmarks/perf_sources.py knows). DIR also gets children.log (every part's output) and server.log: five files. perf_served_TAG.json holds the command, the GPU, every part's exit status and
-seconds, the server's seconds to ready and each concurrency's `bench serve` document.
+benchmarks/perf_sources.py knows). DIR also gets children.log (every part's output) and server.log: five
+files. perf_served_TAG.json holds the command, the GPU, every part's exit status and seconds, the server's
+seconds to ready and each concurrency's `bench serve` document.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def files(out: Path, tag: str) -> dict[str, Path]:
 
 def ttft_argv(f: dict[str, Path]) -> list[str]:
     return [sys.executable, "-m", "benchmarks.prefill_ttft", str(f["ttft"]), "--lengths", TTFT_LENGTHS,
-            "--hf-lengths", ""]
+            "--hf-lengths", "", "--reps", "3"]
 
 
 def rank_argv(f: dict[str, Path], ckpt: Path) -> list[str]:
@@ -142,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     f = files(a.out, device_tag(name))
     parts = Parts(f["log"], a.budget_s)
     ckpt = moe_checkpoint(a.work)
-    parts.run("ttft", ttft_argv(f), 150)
-    parts.run("rank", rank_argv(f, ckpt), 120)
+    torch.cuda.empty_cache()      # the children have the GPU to themselves
+    parts.run("ttft", ttft_argv(f), 120)
     doc = {"command": " ".join(["python3", "-m", "benchmarks.perf_served", *(argv or sys.argv[1:])]),
            "commit": _commit(), "device": name, "checkpoint": "rank-moe-4", "prompt": PROMPT, "output": OUTPUT,
            "steps": f["rank"].name, "serve": serve(parts, f, ckpt), "parts": parts.done}
+    f["serve"].write_text(json.dumps(doc, indent=1) + "\n")
+    parts.run("rank", rank_argv(f, ckpt), 120)     # last: without it the host gap is the rank files' served loop
     f["serve"].write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(parts.done, indent=1))
     return 0 if all(p.get("rc") == 0 for p in parts.done) else 1

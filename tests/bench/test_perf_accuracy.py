@@ -125,4 +125,5 @@ def test_the_served_parts_flags_are_the_commands_own():
     assert rank["weights_from"] == "checkpoint" and rank["contexts"] == "1280" and rank["out"] == str(f["rank"])
     assert parse(perf_served.launch_argv(Path("/c")))["max_running_requests"] == 64   # and graphs up to it
     assert parse(perf_served.serve_argv("http://h:1", 32, 96))["num_requests"] == 96
-    assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536", "--hf-lengths", ""]
+    assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536", "--hf-lengths", "",
+                                            "--reps", "3"]
