@@ -102,8 +102,8 @@ class Model:
         if ran.layers is not None:
             m = subset(m, ran.layers, m.first_k_dense_replace if ran.dense is None else ran.dense)
         c, _, repq = choice_of(req, d)
-        work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context, d["fp8_gemm"].value != "w8a8",
-                           ran.experts)
+        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"    # an engine target's plan has no runtime choice
+        work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context, a16, ran.experts)
         kernel = ran.kernel or backend(req, d, batch, work.attention.local_context)
         per_layer, _, _ = attention_s(work.attention, m.kv_row_elems, m.kv_lora_rank, d["kv_cache_dtype"].value,
                                       kernel, _page(d), hw, self.k, req.attention_table)
