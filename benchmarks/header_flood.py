@@ -1,7 +1,7 @@
 """What keyless oversized headers cost a server: the HTTP process's CPU per 64 MB header, and the inter-token
 latency of an authorized stream with and without four such headers a second.
 
-    PYTHONPATH=. python benchmarks/header_flood.py [--rounds 3] [-- LAUNCH FLAGS...]
+    python -m benchmarks.header_flood [--rounds 3] [-- LAUNCH FLAGS...]
 
 Starts `dcpctl launch --api-key k LAUNCH FLAGS` (the built-in model unless the flags say otherwise), finds its
 HTTP worker process, and prints one JSON line: CPU milliseconds per header (20 headers), then per round the

@@ -1,7 +1,7 @@
 """Structured output end to end: 50 JSON-schema requests to `dcpctl launch` (the built-in model unless flags say
 otherwise), every reply checked against its schema.
 
-    PYTHONPATH=. python benchmarks/structured_output.py [--url URL] [--json OUT] [-- LAUNCH FLAGS...]
+    python -m benchmarks.structured_output [--url URL] [--json OUT] [-- LAUNCH FLAGS...]
 
 Without --url it starts `dcpctl launch --constrained-json-max-whitespace-cnt 2 LAUNCH FLAGS` and stops it after
 (on a one-GPU machine: `-- --device cuda --tp-size 1 --dcp-size 1`).  The five schemas bound every value's length
