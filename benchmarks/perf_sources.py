@@ -1,17 +1,15 @@
-"""Measured cells for benchmarks/perf_accuracy.py: each file of benchmarks/data (or a `dcpctl bench rank`
-file) as the deployment it measured and its cells (decode compute, TTFT, served output throughput).
+"""Measured decode cells for benchmarks/perf_accuracy.py: each file of benchmarks/data (or a `dcpctl bench rank`
+file) as the deployment it measured and its cells; files are named by the GPU they ran on (TAG: h200, h100, ...;
+the TTFT and served files: benchmarks/perf_serving.py).
 
-| source                               | checkpoint (one H200, TP 1 unless the file says) | measured         |
+| source                               | checkpoint (TP 1 unless the file says)           | measured         |
 | ------------------------------------ | ------------------------------------------------ | ---------------- |
-| `dcpctl bench rank` files (--rank)   | the file's plan, its rank, the real model's size | compute_us_full  |
+| `dcpctl bench rank` files (--rank,   | the file's plan, its rank, the real model's size | compute_us (as   |
+| rank_*_TAG.json)                     | (its layers under --layers), on the GPU it ran on| run)             |
 | decode_flashmla_h200.json            | `bench decode --shape v3`: V3 attention, 2 dense | graph_ms         |
 | fp8_serve_h200.json `step`,          | fp8_model_check's V3 layers (3, 16 experts),     | graph_ms         |
 | fp8_decode_step_profile_h200.json    | FP8 and its bf16 twin                            |                  |
 | serve_h200.json, step_fusions_h200   | serve_peers' dense checkpoint (4 dense layers)   | graph step ms    |
-| prefill_ttft_h200.json, _moe_,       | dense, serve_peers' MoE (16 layers), V3 FP8 and  | dcpctl_ms (TTFT) |
-| fp8_prefill_ttft_h200.json           | its bf16 twin                                    |                  |
-| serve_mixed_h200.json (dense1k),     | as above, served by `dcpctl launch`              | output tok/s     |
-| fp8_serve_h200.json                  |                                                  |                  |
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dcpctl.plan import presets
-from dcpctl.plan.attention_names import MEASURED
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.hardware import hardware_from_dict
 from dcpctl.plan.model import ModelSpec, spec_from_config
 from dcpctl.plan.planner import make_plan
@@ -60,25 +58,75 @@ def _config(name: str) -> dict[str, Any]:
         return v3_config(3, 16)
     if name == "v3-fp8-bf16":
         return {k: v for k, v in v3_config(3, 16).items() if k != "quantization_config"}
-    layers = {"v3-2": 2, "dense-4": 4, "moe-16": 16}[name]
+    layers = {"v3-2": 2, "dense-4": 4, "moe-16": 16, "rank-moe-4": 4}[name]
     return tiny_config(
         **{
             **v3,
             "num_hidden_layers": layers,
             "first_k_dense_replace": layers,
-            **(moe if name == "moe-16" else {}),
+            **(moe if name in ("moe-16", "rank-moe-4") else {}),
         }
     )
 
 
-def h200_request(name: str, backend: str = "auto") -> PlanRequest:
-    """One rank of TP 1 on an H200 serving checkpoint `name`, pages of 64 (as the runs were made)."""
-    hw = hardware_from_dict(presets.hardware_profiles()["h200-8"], "profile h200-8")
+def profile_of(device: str) -> str:
+    """The built-in hardware profile of a files' device tag (h100 -> h100-8)."""
+    names = sorted(presets.hardware_profiles())
+    found = [n for n in names if n.split("-")[0] == device]
+    if not found:
+        raise UserError(f"--device {device} is no built-in hardware profile's GPU; valid: "
+                        f"{', '.join(sorted({n.split('-')[0] for n in names}))}")
+    return found[0]
+
+
+def request_for(name: str, device: str = "h200", backend: str = "auto") -> PlanRequest:
+    """One rank of TP 1 on the device's GPU serving checkpoint `name`, pages of 64 (as the runs were made)."""
+    profile = profile_of(device)
+    hw = hardware_from_dict(presets.hardware_profiles()[profile], f"profile {profile}")
     spec: ModelSpec = spec_from_config(_config(name), name=name)
     req = PlanRequest(
         topology=Topology(gpus_per_node=8), model=spec, hardware=hw, page_size=64, attention_backend=backend
     )
     return make_plan(req).request
+
+
+def row(c: Cell, fit: bool, predicted: float) -> dict[str, Any]:
+    """A judged cell as perf_accuracy reports and writes it."""
+    return {
+        "source": c.source,
+        "batch": c.batch,
+        "context": c.context,
+        "measured": c.measured,
+        "predicted": predicted,
+        "error": predicted / c.measured - 1,
+        "fit": fit,
+        **({"routing": c.extra["routing"]} if "routing" in c.extra else {}),
+    }
+
+
+def split(
+    cells: list[Cell], fit_batches: set[int] | None, fit_contexts: set[int] | None = None
+) -> list[tuple[Cell, bool]]:
+    """(cell, fitted on it): the listed batches and/or contexts, else every other cell of each source in (batch,
+    context) order; a bench rank file's `busiest` cells are never fitted on."""
+    out = []
+    for src in dict.fromkeys(c.source for c in cells):
+        mine = sorted((c for c in cells if c.source == src), key=lambda c: (c.batch, c.context))
+        named = fit_batches is not None or fit_contexts is not None
+        out += [
+            (
+                c,
+                c.extra.get("routing") != "busiest"
+                and (
+                    (fit_batches is None or c.batch in fit_batches)
+                    and (fit_contexts is None or c.context in fit_contexts)
+                    if named
+                    else i % 2 == 0
+                ),
+            )
+            for i, c in enumerate(mine)
+        ]
+    return out
 
 
 def _rows(doc: dict[str, Any], *keys: str) -> list[dict[str, Any]]:
@@ -87,9 +135,16 @@ def _rows(doc: dict[str, Any], *keys: str) -> list[dict[str, Any]]:
     return doc["rows"]  # type: ignore[return-value]
 
 
-def decode_cells(data: Path) -> Iterator[Cell]:
-    """The benchmarks/data decode files' CUDA-graph steps (no collectives at TP 1: the whole step is
-    compute)."""
+def rank_files(data: Path, device: str) -> list[Path]:
+    """The device's `dcpctl bench rank` files in `data` (rank_*_TAG.json)."""
+    return sorted(data.glob(f"rank_*_{device}.json"))
+
+
+def decode_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
+    """The H200's single-GPU decode files' CUDA-graph steps (no collectives at TP 1: the whole step is compute);
+    other devices have bench rank files only (rank_files)."""
+    if device != "h200":
+        return
     fm = data / "decode_flashmla_h200.json"
     if fm.exists():
         doc = json.loads(fm.read_text())
@@ -103,7 +158,7 @@ def decode_cells(data: Path) -> Iterator[Cell]:
             (f"without_call[{i}]", "triton", r["rows"]) for i, r in enumerate(doc["without_call"]["runs"])
         ]
         for tag, be, rows in runs:
-            req = h200_request("v3-2", be)
+            req = request_for("v3-2", backend=be)
             yield from (
                 Cell(f"{fm.name}:{tag}", req, r["batch"], r["context"], r["graph_ms"] * 1e-3) for r in rows
             )
@@ -116,7 +171,7 @@ def decode_cells(data: Path) -> Iterator[Cell]:
             continue
         doc = json.loads(f.read_text())
         for keys in sections:
-            req = h200_request("v3-fp8" if keys[-1] in ("fp8", "v3-fp8") else "v3-fp8-bf16")
+            req = request_for("v3-fp8" if keys[-1] in ("fp8", "v3-fp8") else "v3-fp8-bf16")
             yield from (
                 Cell(f"{path}:{keys[-1]}", req, r["batch"], r["context"], r["graph_ms"] * 1e-3)
                 for r in _rows(doc, *keys)
@@ -125,7 +180,7 @@ def decode_cells(data: Path) -> Iterator[Cell]:
 
 
 def _dense_cells(data: Path) -> Iterator[Cell]:
-    req = h200_request("dense-4")
+    req = request_for("dense-4")
     f = data / "step_fusions_h200.json"
     if f.exists():
         rows = [
@@ -140,71 +195,23 @@ def _dense_cells(data: Path) -> Iterator[Cell]:
             )
 
 
-def ttft_cells(data: Path) -> Iterator[Cell]:
-    """Single prompts on an idle engine (benchmarks/prefill_ttft.py): dcpctl_ms."""
-    files = [
-        ("prefill_ttft_h200.json", "dense-4", None),
-        ("prefill_ttft_moe_h200.json", "moe-16", None),
-        ("fp8_prefill_ttft_h200.json", "v3-fp8", "v3-fp8"),
-        ("fp8_prefill_ttft_h200.json", "v3-fp8-bf16", "v3-fp8-bf16"),
-    ]
-    for name, ckpt, key in files:
-        f = data / name
-        if not f.exists():
-            continue
-        doc = json.loads(f.read_text())
-        doc = doc[key] if key else doc
-        req = replace(
-            h200_request(ckpt), engine_args=(("--chunked-prefill-size", str(doc["chunked_prefill_size"])),)
-        )
-        for length, row in doc["lengths"].items():
-            yield Cell(f"{name}:{ckpt}", req, 1, int(length), row["dcpctl_ms"] * 1e-3, {"floor": row})
-
-
-def served_cells(data: Path) -> Iterator[Cell]:
-    """`dcpctl bench serve` output throughput (closed loop: c clients, each one request at a time);
-    `steps`: the decode source whose graph steps are this server's (the host gap)."""
-    f = data / "serve_mixed_h200.json"
-    if f.exists():
-        runs = json.loads(f.read_text())["cells"]["dense1k"]["serve"]["cells"]["dense"]
-        yield from _served(f"{f.name}:dense1k", h200_request("dense-4"), runs, "step_fusions_h200.json")
-    f = data / "fp8_serve_h200.json"
-    if f.exists():
-        doc = json.loads(f.read_text())["starts"]
-        for ck, name in (("fp8", "v3-fp8"), ("bf16", "v3-fp8-bf16")):
-            yield from _served(f"{f.name}:{ck}", h200_request(name), doc[ck]["bench"], f.name)
-
-
-def _served(source: str, req: PlanRequest, runs: dict[str, Any], steps: str) -> Iterator[Cell]:
-    for c, r in runs.items():
-        tput = r.get("output_throughput", r.get("output_token_throughput"))
-        yield Cell(
-            source,
-            req,
-            int(c),
-            r["input_len"],
-            float(tput),
-            {
-                "output_len": r["output_len"],
-                "itl_p50_s": r["itl_ms"]["p50"] * 1e-3,
-                "ttft_s": r["ttft_ms"]["mean"] * 1e-3,
-                "steps": steps,
-            },
-        )
-
-
-def _profile(name: str | None, device: str) -> str:
-    """The file's hardware profile, or the built-in one of the GPU it ran on (a run on `--hardware auto`)."""
+def device_profile(device: str) -> str | None:
+    """The built-in hardware profile of the GPU named `device` (None: there is none)."""
     from dcpctl import tuning
 
     profiles = presets.hardware_profiles()
-    if name in profiles:
-        return str(name)
-    return next((n for n, p in sorted(profiles.items()) if tuning.same_gpu(p["gpu_name"], device)), "auto")
+    return next((n for n, p in sorted(profiles.items()) if tuning.same_gpu(p["gpu_name"], device)), None)
+
+
+# checkpoints benchmarks/gpu.sh writes for `bench rank` (a path of the GPU machine's) -> _config's name
+RANK_CHECKPOINTS = {"dcpctl-rank-moe": "rank-moe-4"}
 
 
 def rank_cells(path: Path) -> Iterator[Cell]:
-    """A `dcpctl bench rank` file's uniform cells, as the plan it names (compute_us_full)."""
+    """A `dcpctl bench rank` file's cells as they ran (compute_us over the layers run; perf_measured.Ran), the
+    plan it names timed on the GPU it ran on (an H100 standing in for the plan's H200 is judged as an H100):
+    `uniform` cells with the experts they read, and at EP 1 `busiest` ones (one draw of the model's router) with
+    the model's own expected experts (extra["routing"]; never fitted on)."""
     from dcpctl.plan.perf_measured import read_measured
 
     ms = read_measured(path)
@@ -213,7 +220,7 @@ def rank_cells(path: Path) -> Iterator[Cell]:
     key = "model" if model in presets.names("models") else "model_path"
     opts = {
         key: model,
-        "hardware": _profile(p.get("hardware"), ms.doc["device"].get("name", "")),
+        "hardware": p.get("hardware"),
         "tp_size": p["tp_size"],
         "dcp_size": p["dcp_size"],
         "ep_size": p["ep_size"],
@@ -224,8 +231,18 @@ def rank_cells(path: Path) -> Iterator[Cell]:
     }
     if p["attn_dp_size"] > 1:
         opts.update(dp_size=p["attn_dp_size"], enable_dp_attention=True)
-    if p.get("attention_backend") in MEASURED:  # the kernel the run ran (FlashMLA where it was built)
-        opts["attention_backend"] = p["attention_backend"]
-    req = make_plan(request_from_options({k: v for k, v in opts.items() if v is not None})).request
-    for c in ms.cells("uniform"):
-        yield Cell(f"{path.name}", req, c["batch"], c["context"], c["compute_us_full"] * 1e-6)
+    spec = None
+    if key == "model_path" and Path(model).name in RANK_CHECKPOINTS and not Path(model).exists():
+        spec = spec_from_config(_config(RANK_CHECKPOINTS[Path(model).name]), name=Path(model).name)
+    here = device_profile(str(ms.doc["device"].get("name", "")))
+    if opts["hardware"] not in presets.hardware_profiles():   # a run on `--hardware auto`
+        opts["hardware"] = here or "auto"
+    req = make_plan(request_from_options({k: v for k, v in opts.items() if v is not None}, spec)).request
+    if here:
+        req = replace(req, hardware=hardware_from_dict(presets.hardware_profiles()[here], f"profile {here}"))
+    routings = ("uniform", "busiest") if p["ep_size"] == 1 else ("uniform",)
+    for r in routings:
+        for c in ms.cells(r):
+            ran = ms.ran(c, own_experts=r == "uniform")
+            name = path.name if r == "uniform" else f"{path.name}:{r}"
+            yield Cell(name, req, c["batch"], c["context"], ms.ran_s(c), {"ran": ran, "routing": r})

@@ -22,7 +22,7 @@ from dcpctl.plan.perf_comm import Call, band_s, step_calls
 from dcpctl.plan.perf_measured import Measured
 from dcpctl.plan.perf_prefill import PrefillRates, Ttft, prefill, rates
 from dcpctl.plan.perf_terms import PerfTable, Terms, perf_table, predict
-from dcpctl.plan.perf_work import StepWork, decode_work, layer_counts
+from dcpctl.plan.perf_work import Ran, StepWork, decode_work, layer_counts, subset
 from dcpctl.plan.request import DEFAULT_CHUNKED_PREFILL, PlanRequest
 from dcpctl.plan.weights import weight_format
 
@@ -59,7 +59,7 @@ class Decode:
 
 def features(work: StepWork, attention_total_s: float) -> list[float]:
     """The compute model's features of one step (perf_terms' term order)."""
-    return [*work.split(), work.gemm_calls, float(work.small_kernels), attention_total_s, 1.0]
+    return [*work.split(), work.gemm_calls, work.programs, float(work.small_kernels), attention_total_s, 1.0]
 
 
 def choice_of(req: PlanRequest, decisions: dict[str, Any]) -> tuple[int, str, bool]:
@@ -91,16 +91,22 @@ class Model:
         model = Model(k, table, table.decode, rates(req.hardware, table.prefill, table.how), measured)
         if measured is None:
             return model
-        terms = measured.calibrate(table.decode, lambda b, L: features(*model.work(req, decisions, b, L)))
+        terms = measured.calibrate(table.decode, lambda b, L, ran: features(*model.work(req, decisions, b, L, ran)))
         return Model(k, table, terms, model.rates, measured)
 
-    def work(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int) -> tuple[StepWork, float]:
+    def work(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int,
+             ran: Ran = Ran()) -> tuple[StepWork, float]:
+        """The step's work and its attention kernels' seconds; `ran`: how a measured cell differed from the
+        deployment (perf_work.Ran)."""
         m, t, hw = req.model, req.topology, req.hardware
+        if ran.layers is not None:
+            m = subset(m, ran.layers, m.first_k_dense_replace if ran.dense is None else ran.dense)
         c, _, repq = choice_of(req, d)
-        work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context)
+        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"    # an engine target's plan has no runtime choice
+        work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context, a16, ran.experts)
+        kernel = ran.kernel or backend(req, d, batch, work.attention.local_context)
         per_layer, _, _ = attention_s(work.attention, m.kv_row_elems, m.kv_lora_rank, d["kv_cache_dtype"].value,
-                                      backend(req, d, batch, work.attention.local_context), _page(d), hw, self.k,
-                                      req.attention_table)
+                                      kernel, _page(d), hw, self.k, req.attention_table)
         return work, per_layer * work.attention.layers
 
     def decode(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int, measured_ok: bool) -> Decode:

@@ -5,11 +5,14 @@
     check_matches(measured, req, decisions)  refuses a file measured for another deployment or GPU
     measured.compute_s(batch, context)       a measured cell's compute (the whole model's layers), else None
     measured.calibrate(terms, features)      the decode terms fitted on the file's cells (perf_terms.fit)
+    measured.ran(cell), ran_s(cell)          how a cell ran (perf_work.Ran) and its measured seconds as run
 
 A cell's compute is the CUDA-graph decode step minus the stand-in collectives' copies, scaled to all layers
 (`compute_us_full`). The deployment waits for its busiest rank, so a cell measured with `busiest` routing (the rank
-whose experts get the most rows) is the one used where the file has it; the model is fitted on `uniform` cells,
-which it predicts (expected distinct experts under uniform routing).
+whose experts get the most rows) is the one used where the file has it. The model is fitted on `uniform` cells as
+they ran: the layers run (`compute_us` over `layers_run` of them, `dense_layers_run` dense, under --layers), the
+distinct experts they read (`experts_active`: bench rank's uniform routing is balanced, not random) and the
+attention kernel each ran (`attention_backend`); it then predicts the deployment (all layers, random routing).
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dcpctl import tuning
+from dcpctl.plan.attention_names import MEASURED
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf_terms import Terms, fit
+from dcpctl.plan.perf_work import Ran
 from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.weights import weight_format
 
@@ -28,7 +33,7 @@ KIND, VERSION = "dcpctl.bench.rank", 1
 REQUIRED = ("command", "device", "plan", "weights", "host_gap_us", "cells")
 PLAN_KEYS = ("architectures", "weights_dtype", "tp_size", "dcp_size", "ep_size", "attn_dp_size", "kv_cache_dtype",
              "dcp_comm_backend", "dcp_replicate_q_proj", "num_layers")
-CELL_KEYS = ("batch", "context", "routing", "compute_us_full")
+CELL_KEYS = ("batch", "context", "routing", "compute_us", "compute_us_full")
 KV = {"bfloat16": "bf16", "bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "float16": "fp16", "float32": "fp32",
       "float64": "fp64"}
 
@@ -59,11 +64,28 @@ class Measured:
                     return float(c["compute_us_full"]) * 1e-6
         return None
 
-    def calibrate(self, prior: Terms, features: Callable[[int, int], list[float]]) -> Terms:
-        """The terms fitted on the file's uniform cells (prior: the GPU's perf table, else assumed); features(batch,
-        context) are the model's for the plan's step."""
+    @property
+    def subset(self) -> bool:
+        """Whether the run ran fewer layers than the model's (--layers)."""
+        run = self.plan.get("layers_run")
+        return run is not None and run < self.plan["num_layers"]
+
+    def ran(self, cell: dict[str, Any], own_experts: bool = True) -> Ran:
+        """How a cell ran (own_experts False: the model's expected experts, not the cell's count)."""
+        p, kernel = self.plan, cell.get("attention_backend")
+        experts = cell.get("experts_active") if own_experts else None
+        return Ran(p["layers_run"] if self.subset else None, p.get("dense_layers_run") if self.subset else None,
+                   None if experts is None else float(experts), kernel if kernel in MEASURED else None)
+
+    def ran_s(self, cell: dict[str, Any]) -> float:
+        """A cell's measured compute as run: over the layers run (`compute_us`) under --layers, else all."""
+        return float(cell["compute_us"] if self.subset else cell["compute_us_full"]) * 1e-6
+
+    def calibrate(self, prior: Terms, features: Callable[[int, int, Ran], list[float]]) -> Terms:
+        """The terms fitted on the file's uniform cells as they ran (prior: the GPU's perf table, else assumed);
+        features(batch, context, ran) are the model's for the plan's step."""
         cells = self.cells("uniform") or self.cells("busiest")
-        rows = [(features(c["batch"], c["context"]), float(c["compute_us_full"]) * 1e-6) for c in cells]
+        rows = [(features(c["batch"], c["context"], self.ran(c)), self.ran_s(c)) for c in cells]
         return fit(rows, prior, f"fitted on {self.path}'s {len(rows)} cells (prior: {prior.label}, {prior.source})")
 
 

@@ -135,7 +135,8 @@ def _decode_figures(dec: Decode) -> dict[str, Any]:
                        dec.low_s, dec.high_s, 1e3),
         "decode_parts": {"attention_ms": _r(dec.attention_s * 1e3), "weight_gib_read": _r(work.weight_bytes / 2**30),
                          "gemm_tflop": _r(work.flops / 1e12), "gemm_calls": _r(work.gemm_calls),
-                         "small_kernels": work.small_kernels, "layers": work.layers},
+                         "expert_programs": _r(work.programs), "small_kernels": work.small_kernels,
+                         "layers": work.layers},
         "collectives": [c.to_dict() for c in dec.calls],
     }
 

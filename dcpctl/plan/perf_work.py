@@ -22,14 +22,19 @@ experts: P(group) * P(expert | group) = k / E), and tokens are independent, so a
 
     d(Bm) = E_l * (1 - (1 - k / E) ** Bm)      expected distinct experts (tests check it against exhaustive counts)
 
-and its experts see Bm * k * E_l / E (token, slot) rows. Small kernels (norms, rope, the KV write, top-k, sort,
+and its experts see Bm * k * E_l / E (token, slot) rows. `dcpctl bench rank`'s `uniform` routing is balanced
+instead (every expert gets Bm * k / E rows within one: min(E_l, Bm * k * E_l / E) distinct experts); a measured
+cell says how it ran (`Ran`: the experts it read, its layers under --layers, its attention kernel), so that the
+model is fitted on what ran and predicts a deployment under random routing. The grouped expert GEMMs also
+launch programs by the runtime's kernel rule (perf_grid.py). Small kernels (norms, rope, the KV write, top-k, sort,
 the combine, the DCP pack and merge) are counted per layer kind for the model's per-kernel time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dcpctl.plan.model import ModelSpec
+from dcpctl.plan.perf_grid import expert_programs
 from dcpctl.plan.topology import Topology
 from dcpctl.plan.weights import SCALE_BYTES, dtype_bytes, on_blocks
 
@@ -51,6 +56,7 @@ class Gemm:
     n: float            # output columns (the routed experts: the seen experts' slices side by side)
     k: int
     elem_bytes: float      # bytes per weight element read (FP8: 1 + its scales)
+    programs: float = 0.0  # programs a call launches where they cost beyond the weight (grouped FP8 experts)
 
     @property
     def bytes(self) -> float:
@@ -98,6 +104,27 @@ class StepWork:
     @property
     def gemm_calls(self) -> float:
         return sum(g.count for g in self.gemms)
+
+    @property
+    def programs(self) -> float:
+        return sum(g.count * g.programs for g in self.gemms)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a measured step ran where it differs from the deployment's (a `dcpctl bench rank` cell); None: as
+    deployed."""
+
+    layers: int | None = None       # the model's first `layers` decoder layers (--layers) ...
+    dense: int | None = None        # ... `dense` of them with a dense MLP
+    experts: float | None = None    # distinct experts each MoE layer read (else: expected under random routing)
+    kernel: str | None = None       # the local attention kernel it ran (else: the runtime's rule)
+
+
+def subset(m: ModelSpec, layers: int, dense: int) -> ModelSpec:
+    """The model's first `layers` layers, `dense` of them dense, as `bench rank --layers` builds them."""
+    return replace(m, num_layers=layers, first_k_dense_replace=dense,
+                   mla_layers=tuple(i for i in m.mla_layers if i < layers))
 
 
 def expected_distinct(local_experts: int, experts: int, top_k: int, rows: float) -> float:
@@ -171,12 +198,13 @@ def _mlp_gemms(name: str, D: int, inter: int, parts: int, n: float, rows: float,
             Gemm(f"{name} down", n, rows, D, w, wb.of(D, w, D, inter))]
 
 
-def _moe_gemms(m: ModelSpec, t: Topology, n: int, rows: int, wb: _Bytes) -> list[Gemm]:
+def _moe_gemms(m: ModelSpec, t: Topology, n: int, rows: int, wb: _Bytes, a16: bool,
+               experts: float | None) -> list[Gemm]:
     E, D, k = m.n_routed_experts, m.hidden_size, m.num_experts_per_tok
     ep = t.ep_size if t.tp_size % t.ep_size == 0 else 1
     local, moe_tp = E // ep, t.tp_size // ep
     router = Gemm("router", n, rows, E, D, 8.0 if m.dtype == "float64" else 4.0)
-    seen = expected_distinct(local, E, k, rows)
+    seen = expected_distinct(local, E, k, rows) if experts is None else experts
     pairs = rows * k * local / E                      # (token, slot) rows this rank's experts receive
     # the routed experts as one GEMM pair whose weight is the seen experts' slices side by side: bytes d * slice,
     # FLOPs 2 * pairs * slice (count = layers; n spans the seen experts, rows the mean rows per seen expert)
@@ -184,14 +212,19 @@ def _moe_gemms(m: ModelSpec, t: Topology, n: int, rows: int, wb: _Bytes) -> list
     per = pairs / seen if seen else 0.0
     routed = [Gemm("experts gate+up", n, per, 2 * w * seen, D, wb.of(w, D, m.moe_intermediate_size, D)),
               Gemm("experts down", n, per, D * seen, w, wb.of(D, w, D, m.moe_intermediate_size))]
+    # the FP8 grouped GEMMs' programs (16-bit experts run torch's grouped GEMM: no term); their rows are every
+    # (token, slot), other ranks' experts' last (runtime/models/mlp.py)
+    routed = [replace(g, programs=expert_programs(cols, local, rows * k, a16)) if g.fp8 and seen else g
+              for g, cols in zip(routed, (2 * w, D))]
     shared = _mlp_gemms("shared", D, m.moe_intermediate_size * m.n_shared_experts, t.tp_size, n, rows, wb) \
         if m.n_shared_experts else []
     return [router, *routed, *shared]
 
 
 def decode_work(m: ModelSpec, t: Topology, dcp: int, replicate_q: bool, fp8: bool, batch: int,
-                context: int) -> StepWork:
-    """One decode step of `batch` rows per attention-DP replica at `context` positions, on DCP rank 0."""
+                context: int, a16: bool = True, experts: float | None = None) -> StepWork:
+    """One decode step of `batch` rows per attention-DP replica at `context` positions, on DCP rank 0 (a16: FP8
+    GEMMs keep 16-bit activations, w8a16; experts: distinct experts each MoE layer reads, None: expected)."""
     wb = _Bytes(m, fp8)
     lay = layer_counts(m, t.pp_size)
     rows_mlp = batch * t.attn_dp
@@ -202,7 +235,7 @@ def decode_work(m: ModelSpec, t: Topology, dcp: int, replicate_q: bool, fp8: boo
     if lay.dense:
         gemms += _mlp_gemms("mlp", m.hidden_size, m.intermediate_size, t.tp_size, lay.dense, rows_mlp, wb)
     if lay.moe:
-        gemms += _moe_gemms(m, t, lay.moe, rows_mlp, wb)
+        gemms += _moe_gemms(m, t, lay.moe, rows_mlp, wb, a16, experts)
     vocab = -(-m.vocab_size // t.attn_tp)
     gemms.append(Gemm("lm_head", 1, batch, vocab, m.hidden_size, float(wb.compute)))
     small = lay.mla * (SMALL_MLA + (SMALL_DCP if dcp > 1 else 0)) + lay.dense * SMALL_DENSE \

@@ -116,3 +116,11 @@ def test_runtime_limits_are_refused_before_the_ranks(tmp_path):
             "STANDALONE", "--speculative-draft-model-path", tiny, "--speculative-num-steps", "1",
             "--speculative-eagle-topk", "1", "--dcp-size", "1")
     assert_user_error(r, "does not run the HiCache host tier together with speculative decoding")
+
+
+def test_the_decode_graph_flag_is_taken_where_its_ambiguous_prefix_is_refused():
+    # the refusing hidden option of --cuda-graph-max-bs must not see --cuda-graph-max-bs-decode's value
+    ok = run("launch", "--cuda-graph-max-bs-decode", 8, "--dry-run")
+    assert ok.exit_code == 0, ok.output
+    bad = run("launch", "--cuda-graph-max-bs", 8, "--dry-run")
+    assert bad.exit_code == 2 and "--cuda-graph-max-bs is ambiguous" in bad.output

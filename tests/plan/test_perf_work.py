@@ -127,3 +127,58 @@ def test_the_modelled_collectives_are_those_a_bench_rank_run_recorded():
         theirs = Counter({(c["kind"], c["group"], c["group_size"], c["bytes"]): c["count"]
                           for c in cell["collectives"]})
         assert mine == theirs
+
+
+def _experts(w):
+    return [g for g in w.gemms if g.name.startswith("experts")]
+
+
+def test_the_grouped_expert_gemms_programs_follow_the_runtimes_kernel_rule():
+    # V3.1 at TP 8: expert slices gate+up [512, 7168], down [7168, 256]; 8 tokens x top-8 = 64 rows <= min(64,
+    # 2 x 256): the few-rows kernel, one slot per row (up to the experts) x N / 16; 32 tokens: the MMA kernel,
+    # every local expert x N / 64 (its programs exit when their expert has no rows)
+    few = _experts(decode_work(V31, TP8_DCP8, 8, False, True, 8, 8192))
+    assert [g.programs for g in few] == [64 * 512 / 16, 64 * 7168 / 16]
+    mma = _experts(decode_work(V31, TP8_DCP8, 8, False, True, 32, 8192))
+    assert [g.programs for g in mma] == [256 * 512 / 64, 256 * 7168 / 64]
+    assert decode_work(V31, TP8_DCP8, 8, False, True, 32, 8192).programs == 58 * 256 * (512 + 7168) / 64
+    w8a8 = _experts(decode_work(V31, TP8_DCP8, 8, False, True, 8, 8192, a16=False))   # no few-rows kernel
+    assert [g.programs for g in w8a8] == [256 * 512 / 64, 256 * 7168 / 64]
+    k2 = model("kimi-k2")   # TP 16: 384 experts of 128 columns; 8 tokens: 64 slots
+    few = _experts(decode_work(k2, Topology(tp_size=16, dcp_size=8, gpus_per_node=8), 8, False, True, 8, 8192))
+    assert [g.programs for g in few] == [64 * 256 / 16, 64 * 7168 / 16]
+    bf16 = _experts(decode_work(V31, TP8_DCP8, 8, False, False, 8, 8192))   # torch's grouped GEMM: not counted
+    assert [g.programs for g in bf16] == [0.0, 0.0]
+
+
+def test_a_cells_own_experts_replace_the_expectation():
+    # bench rank's uniform routing is balanced: 32 tokens x top-8 read all 256 experts, where random routing reads
+    # 256 * (1 - (1 - 8/256)^32) ~ 163 of them
+    own = decode_work(V31, TP8_DCP8, 8, False, True, 32, 8192, experts=256.0)
+    drawn = decode_work(V31, TP8_DCP8, 8, False, True, 32, 8192)
+    slice_bytes = 3 * 7168 * 256 * (1 + 4 / (128 * 128))
+    assert sum(g.bytes for g in _experts(own)) == pytest.approx(58 * 256 * slice_bytes, rel=1e-9)
+    assert sum(g.bytes for g in _experts(drawn)) == pytest.approx(
+        58 * 256 * (1 - (1 - 8 / 256) ** 32) * slice_bytes, rel=1e-9)
+    assert sum(g.flops for g in _experts(own)) == pytest.approx(sum(g.flops for g in _experts(drawn)), rel=1e-9)
+
+
+def test_a_layer_subset_is_the_models_first_layers():
+    from dcpctl.plan.perf_work import subset
+
+    lay = layer_counts(subset(V31, 20, 1))
+    assert (lay.total, lay.mla, lay.dense, lay.moe) == (20, 20, 1, 19)
+
+
+def test_the_plans_kernel_rule_is_the_runtimes():
+    pytest.importorskip("triton")
+    from dcpctl.plan import perf_grid
+    from dcpctl.runtime.kernels import fp8_tiles
+
+    assert (perf_grid.GROUPED_GEMV_ROWS, perf_grid.GROUPED_GEMV_PER_EXPERT, perf_grid.GEMV_BN, perf_grid.MMA_BN) \
+        == (fp8_tiles.GROUPED_GEMV_ROWS, fp8_tiles.GROUPED_GEMV_PER_EXPERT, fp8_tiles.DEFAULT_GEMV.bn,
+            fp8_tiles.DEFAULT_TILES.bn)
+    no_table = fp8_tiles.Fp8Tables()
+    for local, pairs, a16 in [(256, 64, True), (256, 65, True), (16, 32, True), (16, 33, True), (256, 8, False)]:
+        kernel = fp8_tiles.choose_tiles(512, 7168, max(1, pairs // local), local, a16, pairs, tables=no_table)
+        assert perf_grid.few_rows(local, pairs, a16) == isinstance(kernel, fp8_tiles.GemvTiles), (local, pairs)
