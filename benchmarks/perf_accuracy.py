@@ -5,7 +5,8 @@ others.
         [--fit-batches B,...] [--fit-contexts L,...] [--save-table FILE] [--json FILE]
 
 One GPU's files at a time: --device TAG (h200, the default; h100, ...) reads its files in --data (named by it:
-benchmarks/perf_sources.py, perf_serving.py); --rank adds bench rank files; --no-data reads the --rank files alone.
+benchmarks/perf_sources.py, perf_serving.py); --rank adds bench rank files; --no-data reads the --rank files
+alone.
 
 1. Decode compute: every measured decode cell (the device's `dcpctl bench rank` files, as they ran, and the
    H200's single-GPU decode files) against the model's compute. The terms (perf_terms) are fitted on the
@@ -67,7 +68,8 @@ def mae(rows: list[dict[str, Any]], fit: bool = False, busiest: bool = False) ->
     """Mean absolute error of the fitted or the judged cells (busiest: a bench rank file's `busiest` cells
     instead: judged, with the model's own expected experts)."""
     errs = [
-        abs(r["error"]) for r in rows if (r.get("routing") == "busiest") == busiest and (busiest or r["fit"] == fit)
+        abs(r["error"])
+        for r in rows if (r.get("routing") == "busiest") == busiest and (busiest or r["fit"] == fit)
     ]
     return sum(errs) / len(errs) if errs else None
 
@@ -90,7 +92,8 @@ def report(name: str, rows: list[dict[str, Any]], unit: str, scale: float) -> No
 def _summary(rows: list[dict[str, Any]], target: float) -> str:
     judged, fitted, busiest = mae(rows), mae(rows, True), mae(rows, busiest=True)
     verdict = "" if judged is None else f" (target {target:.0%}: {'met' if judged <= target else 'not met'})"
-    more = "" if busiest is None else f"; busiest routing (judged, the model's expected experts) {_pct(busiest)}"
+    more = ("" if busiest is None
+            else f"; busiest routing (judged, the model's expected experts) {_pct(busiest)}")
     return f"judged {_pct(judged)}{verdict}; fitted {_pct(fitted)}{more}"
 
 
@@ -104,13 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         "--rank", type=Path, action="append", default=[], help="a `dcpctl bench rank --format json` file"
     )
     ap.add_argument("--data", type=Path, default=Path("benchmarks/data"), help="the measured files' folder")
-    ap.add_argument("--device", default="h200", help="the GPU whose files in --data are read: h200, h100, ...")
+    ap.add_argument("--device", default="h200",
+                    help="the GPU whose files in --data are read: h200, h100, ...")
     ap.add_argument("--no-data", action="store_true", help="judge the --rank files alone")
     ap.add_argument(
         "--fit-batches", help="fit on the cells of these batches (comma-separated); judge the rest"
     )
     ap.add_argument(
-        "--fit-contexts", help="fit on the cells of these contexts (comma-separated; with --fit-batches: both)"
+        "--fit-contexts", help="fit on the cells of these contexts (comma-separated; with --fit-batches: "
+        "both)"
     )
     ap.add_argument("--save-table", type=Path, help="write the perf tuning table here")
     ap.add_argument("--json", type=Path, help="write every cell's measured and predicted figures here")

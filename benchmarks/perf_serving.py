@@ -1,5 +1,5 @@
-"""The served side of benchmarks/perf_accuracy.py: TTFT and served output throughput cells, the prefill rates fitted
-on some of them, and the served throughput judged against the model (perf_report.served_rate).
+"""The served side of benchmarks/perf_accuracy.py: TTFT and served output throughput cells, the prefill rates
+fitted on some of them, and the served throughput judged against the model (perf_report.served_rate).
 
 | device | TTFT (benchmarks/prefill_ttft.py)                    | served (`dcpctl bench serve`)             |
 | ------ | ---------------------------------------------------- | ----------------------------------------- |
@@ -8,10 +8,10 @@ on some of them, and the served throughput judged against the model (perf_report
 | h200   | also prefill_ttft_moe_h200.json, fp8_prefill_ttft_   | also serve_mixed_h200.json (dense1k),     |
 |        | h200.json                                            | fp8_serve_h200.json                       |
 
-TTFT cells are fitted every other one in length order (4K and 32K of 4K/16K/32K/64K), judged on the rest; a served
-cell of concurrency 1 gives the server's time per request (fitted), the others are judged. The host gap: served
-ITL p50 minus the measured CUDA-graph step of the same checkpoint at concurrency 1 and 8 (the `steps` source), else
-the bench rank files' served loop (GPU idle between graph replays).
+TTFT cells are fitted every other one in length order (4K and 32K of 4K/16K/32K/64K), judged on the rest; a
+served cell of concurrency 1 gives the server's time per request (fitted), the others are judged. The host
+gap: served ITL p50 minus the measured CUDA-graph step of the same checkpoint at concurrency 1 and 8 (the
+`steps` source), else the bench rank files' served loop (GPU idle between graph replays).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dcpctl.plan.perf_work import layer_counts
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.request import PlanRequest
 
-TTFT_H200 = [("prefill_ttft_moe_h200.json", "moe-16", None), ("fp8_prefill_ttft_h200.json", "v3-fp8", "v3-fp8"),
+TTFT_H200 = [("prefill_ttft_moe_h200.json", "moe-16", None),
+             ("fp8_prefill_ttft_h200.json", "v3-fp8", "v3-fp8"),
              ("fp8_prefill_ttft_h200.json", "v3-fp8-bf16", "v3-fp8-bf16")]
 
 
@@ -152,7 +153,8 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
 def host_gap(served: list[Cell], decode: list[dict[str, Any]]) -> float | None:
     """Median of served ITL p50 minus the measured graph step of the same checkpoint and batch (1 and 8); None
     where no served cell has its step."""
-    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"] for r in decode if r.get("routing") != "busiest"}
+    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"]
+             for r in decode if r.get("routing") != "busiest"}
     gaps = [
         c.extra["itl_p50_s"] - steps[(c.extra["steps"], c.batch)]
         for c in served

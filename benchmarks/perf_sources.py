@@ -1,6 +1,6 @@
-"""Measured decode cells for benchmarks/perf_accuracy.py: each file of benchmarks/data (or a `dcpctl bench rank`
-file) as the deployment it measured and its cells; files are named by the GPU they ran on (TAG: h200, h100, ...;
-the TTFT and served files: benchmarks/perf_serving.py).
+"""Measured decode cells for benchmarks/perf_accuracy.py: each file of benchmarks/data (or a
+`dcpctl bench rank` file) as the deployment it measured and its cells; files are named by the GPU they ran on
+(TAG: h200, h100, ...; the TTFT and served files: benchmarks/perf_serving.py).
 
 | source                               | checkpoint (TP 1 unless the file says)           | measured         |
 | ------------------------------------ | ------------------------------------------------ | ---------------- |
@@ -107,8 +107,8 @@ def row(c: Cell, fit: bool, predicted: float) -> dict[str, Any]:
 def split(
     cells: list[Cell], fit_batches: set[int] | None, fit_contexts: set[int] | None = None
 ) -> list[tuple[Cell, bool]]:
-    """(cell, fitted on it): the listed batches and/or contexts, else every other cell of each source in (batch,
-    context) order; a bench rank file's `busiest` cells are never fitted on."""
+    """(cell, fitted on it): the listed batches and/or contexts, else every other cell of each source in
+    (batch, context) order; a bench rank file's `busiest` cells are never fitted on."""
     out = []
     for src in dict.fromkeys(c.source for c in cells):
         mine = sorted((c for c in cells if c.source == src), key=lambda c: (c.batch, c.context))
@@ -141,8 +141,8 @@ def rank_files(data: Path, device: str) -> list[Path]:
 
 
 def decode_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
-    """The H200's single-GPU decode files' CUDA-graph steps (no collectives at TP 1: the whole step is compute);
-    other devices have bench rank files only (rank_files)."""
+    """The H200's single-GPU decode files' CUDA-graph steps (no collectives at TP 1: the whole step is
+    compute); other devices have bench rank files only (rank_files)."""
     if device != "h200":
         return
     fm = data / "decode_flashmla_h200.json"
@@ -210,8 +210,8 @@ RANK_CHECKPOINTS = {"dcpctl-rank-moe": "rank-moe-4"}
 def rank_cells(path: Path) -> Iterator[Cell]:
     """A `dcpctl bench rank` file's cells as they ran (compute_us over the layers run; perf_measured.Ran), the
     plan it names timed on the GPU it ran on (an H100 standing in for the plan's H200 is judged as an H100):
-    `uniform` cells with the experts they read, and at EP 1 `busiest` ones (one draw of the model's router) with
-    the model's own expected experts (extra["routing"]; never fitted on)."""
+    `uniform` cells with the experts they read, and at EP 1 `busiest` ones (one draw of the model's router)
+    with the model's own expected experts (extra["routing"]; never fitted on)."""
     from dcpctl.plan.perf_measured import read_measured
 
     ms = read_measured(path)

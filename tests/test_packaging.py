@@ -27,8 +27,10 @@ def test_every_tuning_table_is_package_data():
                 ["tool"]["setuptools"]["package-data"]["dcpctl.tuning"])
     tables = [p.relative_to(ROOT / "dcpctl" / "tuning").as_posix()
               for p in (ROOT / "dcpctl" / "tuning").rglob("*.json")]
-    assert sorted(tables) == ["attention/device_name=NVIDIA_H200.json", "fp8_gemm/device_name=NVIDIA_H200.json",
-                              "gemm16/device_name=NVIDIA_H200.json", "head_bmm/device_name=NVIDIA_H200.json",
+    assert sorted(tables) == ["attention/device_name=NVIDIA_H200.json",
+                              "fp8_gemm/device_name=NVIDIA_H200.json", "gemm16/device_name=NVIDIA_H200.json",
+                              "head_bmm/device_name=NVIDIA_H200.json",
                               "mla_tiles/device_name=NVIDIA_H200.json",
-                              "perf/device_name=NVIDIA_H100_80GB_HBM3.json", "perf/device_name=NVIDIA_H200.json"]
+                              "perf/device_name=NVIDIA_H100_80GB_HBM3.json",
+                              "perf/device_name=NVIDIA_H200.json"]
     assert [t for t in tables if not any(fnmatch(t, pat) for pat in patterns)] == []

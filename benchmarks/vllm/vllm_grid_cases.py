@@ -145,7 +145,7 @@ SPELLINGS: tuple[tuple[str, ...], ...] = (
     ("-tp", "8", "-dcp", "8", "--no-dcp-q-replicate"),
     ("-tp", "8", "-dcp", "8", "--gpu_memory_utilization=0.8"),
     ("-tp", "8", "-dcp", "8", "--cp_kv_cache_interleave_size", "8", "--block-size", "64"),
-("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"),
+    ("-tp", "4", "-dp", "2", "--enable_expert_parallel", "-dcp", "4"),
     ("-tp", "8", "-dcp", "8", "--max-num-seqs", "64"), ("--config", "@dcp4-eager.yaml"),
     ("--config", "@dcp4-eager.yaml", "-dcp", "8"),
     ("-tp", "8", "-dcp", "8", "--config", "@mtp-flashmla.yaml"), )
@@ -164,11 +164,11 @@ PASSED: tuple[tuple[str, ...], ...] = (
     ("--num-gpu-blocks-override", "4096"),
     ("--gpu-memory-utilization", "0.9", "--disable-extensible-kv-cache"),
     ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'),
-    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3, "draft_tensor_parallel_size": '
-                             '1}'),
-    ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": '
-                             '4}'),
-("--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "2"),
+    ("--speculative-config",
+     '{"method": "mtp", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}'),
+    ("--speculative-config",
+     '{"method": "mtp", "num_speculative_tokens": 1, "draft_tensor_parallel_size": 4}'),
+    ("--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "2"),
     ("--cp-kv-cache-interleave-size", "0"), ("--cp-kv-cache-interleave-size", "-1"), ("--block-size", "0"),
     ("--served-model-name", "dsv3", "--port", "9000"), ("-O", "0"),
     ("--compilation-config.cudagraph_mode", "NONE"), )

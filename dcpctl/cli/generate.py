@@ -196,7 +196,8 @@ def ambiguous_flag(flag: str) -> Any:
         if value is not None:
             from dcpctl.plan.sglang_args import SGLANG
             SGLANG.table.lookup(flag)      # raises UserError: "... is ambiguous in `sglang serve` ..."
-    # a name of its own: the default one (cuda_graph_max_bs) is the real -decode option's, whose value it would see
+    # a name of its own: the default one (cuda_graph_max_bs) is the real -decode option's, whose value it
+    # would see
     name = "ambiguous_" + flag.strip("-").replace("-", "_")
     return click.option(flag, name, hidden=True, expose_value=False, callback=refuse, is_eager=True)
 

@@ -11,13 +11,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS = [
     click.option("--input-len", type=click.IntRange(min=1),
-                 help=f"Performance: prompt tokens a request (default {DEFAULT_INPUT:,}); the TTFT's prompt."),
+                 help=f"Performance: prompt tokens a request (default {DEFAULT_INPUT:,}); the TTFT's "
+                      "prompt."),
     click.option("--output-len", type=click.IntRange(min=1),
-                 help=f"Performance: output tokens a request (default {DEFAULT_OUTPUT:,}); TPOT is taken at the "
-                      "mean decode context, input + output / 2."),
+                 help=f"Performance: output tokens a request (default {DEFAULT_OUTPUT:,}); TPOT is taken at "
+                      "the mean decode context, input + output / 2."),
     click.option("--measured", type=click.Path(dir_okay=False),
-                 help="A `dcpctl bench rank --format json` file of this plan: its measured compute replaces the "
-                      "model's at its cells and calibrates the model's terms for the rest (docs/recommend.md)."),
+                 help="A `dcpctl bench rank --format json` file of this plan: its measured compute replaces "
+                      "the model's at its cells and calibrates the model's terms for the rest "
+                      "(docs/recommend.md)."),
 ]
 
 
@@ -28,7 +30,8 @@ def perf_options(f: F) -> F:
 
 
 def workload(input_len: int | None, output_len: int | None, concurrency: int | None) -> Workload:
-    return Workload(input_len or DEFAULT_INPUT, output_len or DEFAULT_OUTPUT, concurrency or DEFAULT_CONCURRENCY)
+    return Workload(input_len or DEFAULT_INPUT, output_len or DEFAULT_OUTPUT,
+                    concurrency or DEFAULT_CONCURRENCY)
 
 
 def read(measured: str | None) -> Any:

@@ -1,4 +1,5 @@
-"""The plan's Performance table: DCP off against the planned DCP, each figure with its label, then the sources."""
+"""The plan's Performance table: DCP off against the planned DCP, each figure with its label, then the
+sources."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +7,8 @@ from typing import Any
 from dcpctl import console
 
 # row name -> (figure key, unit format)
-ROWS = (("max concurrency", "max_concurrency", "{:,.0f}"), ("decode compute (ms)", "decode_compute_ms", "{:.2f}"),
+ROWS = (("max concurrency", "max_concurrency", "{:,.0f}"),
+        ("decode compute (ms)", "decode_compute_ms", "{:.2f}"),
         ("communication (ms)", "communication_ms", "{:.2f}"), ("host gap (ms)", "host_gap_ms", "{:.3f}"),
         ("TPOT (ms)", "tpot_ms", "{:.2f}"), ("TTFT (ms)", "ttft_ms", "{:,.0f}"),
         ("output tok/s per GPU", "output_tok_s_per_gpu", "{:,.0f}"))
@@ -32,7 +34,8 @@ def _names(perf: dict[str, Any]) -> dict[str, str]:
 
 
 def render_performance(perf: dict[str, Any] | None) -> None:
-    """The table (one column per deployment, the label of each figure), and where each labelled figure came from."""
+    """The table (one column per deployment, the label of each figure), and where each labelled figure came
+    from."""
     if not perf:
         return
     if "unavailable" in perf:
@@ -49,8 +52,8 @@ def render_performance(perf: dict[str, Any] | None) -> None:
             if f:
                 sources.setdefault(f"{f['label']}: {f['source']}", None)
     w = perf["workload"]
-    title = (f"Performance ({perf['predicts']}; {w['input_len']:,}-token prompts, {w['output_len']:,} output tokens; "
-             f"bands: the collectives' low-high)")
+    title = (f"Performance ({perf['predicts']}; {w['input_len']:,}-token prompts, {w['output_len']:,} output "
+             "tokens; bands: the collectives' low-high)")
     console.out.print(console.table(title, ["", *[c["choice"] for c in cols], "label"], rows))
     for c in cols:
         if "unavailable" in c:

@@ -6,8 +6,8 @@
 
 TPOT = decode compute (perf_work's features x perf_terms' terms, or the measured file's cell) + the step's
 collectives (perf_comm: a low-high band, modelled) + the host gap between steps. Every part carries a label
-(measured, calibrated, derived, assumed, modelled) and its source; plan/perf_report.py turns them into the plan's
-Performance table.
+(measured, calibrated, derived, assumed, modelled) and its source; plan/perf_report.py turns them into the
+plan's Performance table.
 """
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def features(work: StepWork, attention_total_s: float) -> list[float]:
 
 def choice_of(req: PlanRequest, decisions: dict[str, Any]) -> tuple[int, str, bool]:
     c = req.topology.dcp_size
-    return c, decisions["dcp_comm_backend"].value if c > 1 else "none", bool(decisions["dcp_replicate_q_proj"].value)
+    return (c, decisions["dcp_comm_backend"].value if c > 1 else "none",
+            bool(decisions["dcp_replicate_q_proj"].value))
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,16 @@ class Model:
     @staticmethod
     def for_request(req: PlanRequest, decisions: dict[str, Any], measured: Measured | None = None,
                     calibration: str | None = None) -> "Model":
-        """The hardware's constants, the GPU's perf table (or assumed terms) and, with a measured file (already
-        checked against this plan and its decisions), the terms fitted on its cells; UnknownFigures / UserError
-        when the hardware lacks a figure the model needs."""
+        """The hardware's constants, the GPU's perf table (or assumed terms) and, with a measured file
+        (already checked against this plan and its decisions), the terms fitted on its cells; UnknownFigures /
+        UserError when the hardware lacks a figure the model needs."""
         k = constants_for(req.hardware, req.topology.attn_tp, calibration)
         table = perf_table(req.hardware)
         model = Model(k, table, table.decode, rates(req.hardware, table.prefill, table.how), measured)
         if measured is None:
             return model
-        terms = measured.calibrate(table.decode, lambda b, L, ran: features(*model.work(req, decisions, b, L, ran)))
+        terms = measured.calibrate(table.decode,
+                                   lambda b, L, ran: features(*model.work(req, decisions, b, L, ran)))
         return Model(k, table, terms, model.rates, measured)
 
     def work(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int,
@@ -102,24 +104,30 @@ class Model:
         if ran.layers is not None:
             m = subset(m, ran.layers, m.first_k_dense_replace if ran.dense is None else ran.dense)
         c, _, repq = choice_of(req, d)
-        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"    # an engine target's plan has no runtime choice
+        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"    # an engine target's plan has no runtime
+                                                                      # choice
         work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context, a16, ran.experts)
         kernel = ran.kernel or backend(req, d, batch, work.attention.local_context)
-        per_layer, _, _ = attention_s(work.attention, m.kv_row_elems, m.kv_lora_rank, d["kv_cache_dtype"].value,
-                                      kernel, _page(d), hw, self.k, req.attention_table)
+        per_layer, _, _ = attention_s(work.attention, m.kv_row_elems, m.kv_lora_rank,
+                                      d["kv_cache_dtype"].value, kernel, _page(d), hw, self.k,
+                                      req.attention_table)
         return work, per_layer * work.attention.layers
 
-    def decode(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int, measured_ok: bool) -> Decode:
-        """One decode step of `batch` rows per attention-DP replica at `context` positions on the busiest rank."""
+    def decode(self, req: PlanRequest, d: dict[str, Any], batch: int, context: int,
+               measured_ok: bool) -> Decode:
+        """One decode step of `batch` rows per attention-DP replica at `context` positions on the busiest
+        rank."""
         m, t, hw = req.model, req.topology, req.hardware
         c, be, repq = choice_of(req, d)
         work, attn = self.work(req, d, batch, context)
-        compute = Part(max(predict(self.terms, features(work, attn)), 0.0), self.terms.label, self.terms.source)
+        compute = Part(max(predict(self.terms, features(work, attn)), 0.0), self.terms.label,
+                       self.terms.source)
         host = self._host()
         if self.measured is not None and measured_ok:
             cell = self.measured.compute_s(batch, context)
             if cell is not None:
-                compute = Part(cell, "measured", f"{self.measured.path}, cell batch {batch} x context {context:,}")
+                compute = Part(cell, "measured",
+                               f"{self.measured.path}, cell batch {batch} x context {context:,}")
             if self.measured.host_gap_s is not None:
                 host = Part(self.measured.host_gap_s, "measured", f"{self.measured.path}: host_gap_us")
         calls = step_calls(m, t, c, be, repq, batch, layer_counts(m, t.pp_size))
@@ -153,7 +161,8 @@ def backend(req: PlanRequest, d: dict[str, Any], batch: int, local_context: int)
         return fixed
     page = _page(d)
     key = attention_table.Key(req.model.num_heads // t.attn_tp * t.dcp_size,
-                              attention_table.KV_NAMES.get(d["kv_cache_dtype"].value, d["kv_cache_dtype"].value),
+                              attention_table.KV_NAMES.get(d["kv_cache_dtype"].value,
+                                                           d["kv_cache_dtype"].value),
                               page, hw.gpu_name)
     table = attention_table.table_for(hw.gpu_name, hw.sm, req.attention_table)
     rule = attention_table.decide(key, req.attention_backend, attention_table.plan_available(page), table)

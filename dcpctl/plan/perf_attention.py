@@ -2,14 +2,14 @@
 
     attention_s(cell, kv_dtype, backend, hw, k)  -> (seconds per layer call, label, source)
 
-The measured table (dcpctl/tuning/attention, the same one `local_attention_backend` reads) times each backend per
-(kernel heads, batch, local context) on one GPU. A cell between measured ones takes the measured time's ratio to
-the roofline of plan/cost.py (max(KV + q/o bytes / HBM, FLOPs / bf16 rate)), interpolated in log2 of heads, batch
-and context and held at the table's edges, times the cell's own roofline: exact on measured cells, smooth between,
-and scaling with bytes and FLOPs past the edges. FP8 KV (the table has bf16 cells only) takes the bf16 ratio on the
-FP8 roofline (derived); a page size the table did not time takes its cells at another (the kernels read rows
-alike). A GPU without a table, or a backend the table did not time, is the roofline over the calibrated efficiency
-(cost.py), else over aiconfigurator's 0.8 plus 3 us (assumed).
+The measured table (dcpctl/tuning/attention, the same one `local_attention_backend` reads) times each backend
+per (kernel heads, batch, local context) on one GPU. A cell between measured ones takes the measured time's
+ratio to the roofline of plan/cost.py (max(KV + q/o bytes / HBM, FLOPs / bf16 rate)), interpolated in log2 of
+heads, batch and context and held at the table's edges, times the cell's own roofline: exact on measured
+cells, smooth between, and scaling with bytes and FLOPs past the edges. FP8 KV (the table has bf16 cells only)
+takes the bf16 ratio on the FP8 roofline (derived); a page size the table did not time takes its cells at
+another (the kernels read rows alike). A GPU without a table, or a backend the table did not time, is the
+roofline over the calibrated efficiency (cost.py), else over aiconfigurator's 0.8 plus 3 us (assumed).
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def _grid(device: str, sm: int, override: str | None, backend: str, page: int, R
     table = attention_table.table_for(device, sm, override)
     mine = [c for c in table["cells"] if c["kv_dtype"] == "bf16" and c["us"].get(backend) is not None]
     pages = {c["page_size"] for c in mine}
-    at = page if page in pages else max(pages, default=page)   # another page size: the kernel reads rows alike
+    at = page if page in pages else max(pages, default=page)   # another page size: the kernel reads rows
+                                                               # alike
     grid: Grid = {}
     for c in mine:
         us = c["us"][backend]
@@ -63,8 +64,8 @@ def _axis(values: list[int], x: float) -> list[tuple[int, float]]:
 
 
 def interpolate(grid: Grid, heads: int, batch: int, ctx: int) -> float | None:
-    """exp of the trilinear interpolation of log(ratio) over a full (heads x batch x ctx) grid; None if a corner
-    the interpolation needs is missing."""
+    """exp of the trilinear interpolation of log(ratio) over a full (heads x batch x ctx) grid; None if a
+    corner the interpolation needs is missing."""
     hs = sorted({h for h, _, _ in grid})
     if not hs:
         return None
@@ -84,12 +85,13 @@ def attention_s(a: Attention, R: int, Lr: int, kv_dtype: str, backend: str, page
     kvb = DTYPE_BYTES.get(kv_dtype, 2)
     roof = roofline_s(a, R, Lr, kvb, k.hbm_bytes_per_s, k.flops_per_s)
     if hw.device == "cuda" and backend in attention_names.MEASURED:
-        grid, source = _grid(hw.gpu_name, hw.sm, override, backend, page, R, Lr, k.hbm_bytes_per_s, k.flops_per_s)
+        grid, source = _grid(hw.gpu_name, hw.sm, override, backend, page, R, Lr, k.hbm_bytes_per_s,
+                             k.flops_per_s)
         ratio = interpolate(grid, a.heads, max(a.batch, 1), max(a.local_context, 1)) if grid else None
         if ratio is not None:
             if kvb != 2:
-                return ratio * roof, "derived", f"{source}: {backend}'s bf16-KV ratio to its roofline, on the " \
-                                                f"{kv_dtype} roofline"
+                return (ratio * roof, "derived",
+                        f"{source}: {backend}'s bf16-KV ratio to its roofline, on the {kv_dtype} roofline")
             exact = (a.heads, a.batch, a.local_context) in grid
             return ratio * roof, "measured" if exact else "derived", \
                 f"{source}, {backend}" + ("" if exact else ", interpolated between its cells")

@@ -1,32 +1,36 @@
-"""The collectives of one rank's decode step, and their time as a low-high band (modelled, never measured here).
+"""The collectives of one rank's decode step, and their time as a low-high band (modelled, never measured
+here).
 
     step_calls(m, t, dcp, backend, replicate_q, batch, layers)  -> [Call]: what the bundled runtime runs
     band_s(calls, hw)  -> (low, high, source)
 
-Calls (runtime/models/deepseek.py, attention.py, attention/comm.py), B rows per attention-DP replica, activations
-of w bytes on the wire (the model's compute dtype: 2 for bf16 and FP8 checkpoints), `bytes` = this rank's input of
-one call (what `dcpctl bench rank` records):
+Calls (runtime/models/deepseek.py, attention.py, attention/comm.py), B rows per attention-DP replica,
+activations of w bytes on the wire (the model's compute dtype: 2 for bf16 and FP8 checkpoints), `bytes` = this
+rank's input of one call (what `dcpctl bench rank` records):
 
-| call                          | kind           | group   | bytes                       | per step         |
-| ----------------------------- | -------------- | ------- | --------------------------- | ---------------- |
-| embedding                     | all_reduce     | attn_tp | B * D * w                   | 1                |
-| o_proj                        | all_reduce     | attn_tp | B * D * w                   | MLA layers       |
-| DCP query (not replicated Q)  | all_gather     | dcp     | B * Hl * (kv_lora + rope) * w | MLA layers     |
-| DCP a2a / fi_a2a exchange     | all_to_all     | dcp     | c * B * Hl * (kv_lora + 4/w) * w | MLA layers  |
-| DCP ag_rs: LSE, output        | all_gather, reduce_scatter | dcp | B * Hk * 4, B * Hk * kv_lora * 4 | MLA layers |
-| attention DP: rows to the MLP | all_gather     | tp      | B * D * w                   | MLP layers       |
-| MLP / MoE (EP too: experts' partial sums) | all_reduce | tp | B * attn_dp * D * w     | MLP layers       |
-| logits                        | all_gather     | attn_tp | B * ceil(V / attn_tp) * w   | 1                |
+| call                          | kind           | group   | bytes                            | per step   |
+| ----------------------------- | -------------- | ------- | -------------------------------- | ---------- |
+| embedding                     | all_reduce     | attn_tp | B * D * w                        | 1          |
+| o_proj                        | all_reduce     | attn_tp | B * D * w                        | MLA layers |
+| DCP query (not replicated Q)  | all_gather     | dcp     | B * Hl * (kv_lora + rope) * w    | MLA layers |
+| DCP a2a / fi_a2a exchange     | all_to_all     | dcp     | c * B * Hl * (kv_lora + 4/w) * w | MLA layers |
+| DCP ag_rs: LSE, output        | all_gather,    | dcp     | B * Hk * 4, B * Hk * kv_lora * 4 | MLA layers |
+|                               | reduce_scatter |         |                                  |            |
+| attention DP: rows to the MLP | all_gather     | tp      | B * D * w                        | MLP layers |
+| MLP / MoE (EP too: experts'   | all_reduce     | tp      | B * attn_dp * D * w              | MLP layers |
+| partial sums)                 |                |         |                                  |            |
+| logits                        | all_gather     | attn_tp | B * ceil(V / attn_tp) * w        | 1          |
 
-A call's time is latency + the bytes a rank moves / bandwidth (ring: an all-reduce moves 2 (n-1)/n of the tensor,
-an all-gather (n-1) inputs, a reduce-scatter and an all-to-all (n-1)/n of the input). The band's two ends:
+A call's time is latency + the bytes a rank moves / bandwidth (ring: an all-reduce moves 2 (n-1)/n of the
+tensor, an all-gather (n-1) inputs, a reduce-scatter and an all-to-all (n-1)/n of the input). The band's two
+ends:
 - the hardware profile's figures (`coll_latency_us`, `link_gbps`; a calibration file's where given);
 - NCCL 2.29.2's measured times on 8 H200s over NVLink (aiconfigurator,
   `systems/data/h200_sxm/comm/nccl/2.29.2/nccl_perf.parquet`), interpolated in log size, on groups of up to 8
   (their latency bounds a smaller group's from above), bandwidth scaled by the profile's `link_gbps` / 450.
-A group that leaves its node without a multi-node NVLink fabric moves its bytes over an assumed 400 Gb/s NIC per GPU
-(50 GB/s) at twice the latency. Low is the smaller of the two, high the larger; hardware without a link figure
-has the table's alone.
+A group that leaves its node without a multi-node NVLink fabric moves its bytes over an assumed 400 Gb/s NIC
+per GPU (50 GB/s) at twice the latency. Low is the smaller of the two, high the larger; hardware without a
+link figure has the table's alone.
 """
 from __future__ import annotations
 
@@ -125,7 +129,8 @@ def _nccl_us(kind: str, size: int, link_scale: float) -> float:
 
 
 def table_s(c: Call, link_scale: float) -> float:
-    """NCCL's 8-rank time for the same per-rank input, its bandwidth part scaled to this group's ring share."""
+    """NCCL's 8-rank time for the same per-rank input, its bandwidth part scaled to this group's ring
+    share."""
     at8 = Call(c.kind, c.group, 8, c.bytes, 1)
     lat = NCCL_H200_8[c.kind][0][1]
     t8 = _nccl_us(c.kind, at8.nccl_size(), link_scale)
@@ -139,14 +144,16 @@ def call_band_s(c: Call, hw: Hardware, latency_s: float, link_bytes_per_s: float
     if crosses_nodes:
         link_bytes_per_s, latency_s = NIC_GBPS * 1e9, 2 * latency_s
         table = max(2 * table, latency_s + c.moved() / link_bytes_per_s)
-    if link_bytes_per_s <= 0:       # the hardware gives no link figure (a node without NVLink): the table alone
+    if link_bytes_per_s <= 0:       # the hardware gives no link figure (a node without NVLink): the table
+                                    # alone
         return table, table
     profile = latency_s + c.moved() / link_bytes_per_s
     return min(profile, table), max(profile, table)
 
 
 def crosses_nodes(group: str, size: int, t: Topology, hw: Hardware) -> bool:
-    """Whether a group of this kind spans nodes with no NVLink fabric between them (groups are contiguous ranks)."""
+    """Whether a group of this kind spans nodes with no NVLink fabric between them (groups are contiguous
+    ranks)."""
     return not hw.mnnvl and size > (t.gpus_per_node or hw.gpus_per_node)
 
 

@@ -1,17 +1,18 @@
 """Time to first token of one prompt alone: MHA-form prefill in chunks, compute and collectives, torch-free.
 
-A prompt of I tokens runs in chunks of C (the chunked-prefill size); chunk j covers positions [s, s + n). Per MLA
-layer and chunk, on one rank (Hl local heads, Hk = Hl * dcp kernel heads, c = dcp; form.py's MHA form):
+A prompt of I tokens runs in chunks of C (the chunked-prefill size); chunk j covers positions [s, s + n). Per
+MLA layer and chunk, on one rank (Hl local heads, Hk = Hl * dcp kernel heads, c = dcp; form.py's MHA form):
 
     GEMMs       q_a + kv_a, q_b, o_proj, the MLP (dense; or the router, shared expert and the k routed experts
                 each row picks, E_l / E of them on this rank) at n rows: 2 * n * weight elements
-    up-project  this rank's stripe of the s + n latent rows through kv_b for Hk heads: 2 * (s+n)/c * Hk * (nope+v) * L
+    up-project  this rank's stripe of the s + n latent rows through kv_b for Hk heads:
+                2 * (s+n)/c * Hk * (nope+v) * L
     attention   n * (s + (n+1)/2) / c query-key pairs per head over Hk heads: 2 * (nope + rope + v) FLOPs each
     weights     the chunk's weights are read once (the routed experts some row chose)
 
     chunk time  = 16-bit GEMM and up-projection FLOPs / gemm rate + FLOPs on FP8 weights * fp8_flop_s
-                  + attention FLOPs / attention rate + FP8 weight bytes * fp8_byte_s + other weight bytes * byte_s
-                  + layer_s per layer + chunk_s
+                  + attention FLOPs / attention rate + FP8 weight bytes * fp8_byte_s
+                  + other weight bytes * byte_s + layer_s per layer + chunk_s
 
 FP8 weights cost per chunk as well as per row: past 512 rows the runtime runs block-FP8 experts dequantized
 through cuBLAS (runtime/models/mlp.py GROUPED_MAX_TOKENS), so each chunk reads and rewrites them (fp8_byte_s).
@@ -21,8 +22,8 @@ Collectives per chunk (perf_comm's band): the o_proj and MLP all-reduces of n * 
 all-gather (n * Hl * (nope + rope)) and the output all-to-all (c * n * Hl * (v + 2)) per MLA layer.
 
 Rates and fixed times come from the GPU's perf table (`prefill`: measured by benchmarks/prefill_ttft.py and
-benchmarks/fp8_gemm.py, fitted by benchmarks/perf_accuracy.py), else the profile's bf16 rate and aiconfigurator's
-3 us per operation (assumed).
+benchmarks/fp8_gemm.py, fitted by benchmarks/perf_accuracy.py), else the profile's bf16 rate and
+aiconfigurator's 3 us per operation (assumed).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from dcpctl.plan.perf_terms import AIC_OP_S, AIC_SOURCE
 from dcpctl.plan.perf_work import Layers, decode_work, layer_counts, local_len
 from dcpctl.plan.topology import Topology
 
-RATE_KEYS = ("attn_tflops", "gemm_tflops", "fp8_gemm_tflops", "fp8_ps_per_byte", "layer_us", "chunk_us", "request_us")
+RATE_KEYS = ("attn_tflops", "gemm_tflops", "fp8_gemm_tflops", "fp8_ps_per_byte", "layer_us", "chunk_us",
+             "request_us")
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,11 @@ class Chunk:
 
 
 def chunk_work(m: ModelSpec, t: Topology, dcp: int, fp8: bool, start: int, n: int) -> Chunk:
-    """The compute of one chunk of n tokens after `start` cached positions, one rank, all layers of its stage."""
+    """The compute of one chunk of n tokens after `start` cached positions, one rank, all layers of its
+    stage."""
     work = decode_work(m, t, dcp, False, fp8, n, start + n)
-    gemms = [g for g in work.gemms if g.name not in ("w_kc", "w_vc", "lm_head")]   # absorbed-form bmms, logits
+    # absorbed-form bmms, logits
+    gemms = [g for g in work.gemms if g.name not in ("w_kc", "w_vc", "lm_head")]
     bf16 = sum(g.flops for g in gemms if not g.fp8)
     fp8f = sum(g.flops for g in gemms if g.fp8)
     lay = work.attention.layers
@@ -97,8 +101,8 @@ def chunk_work(m: ModelSpec, t: Topology, dcp: int, fp8: bool, start: int, n: in
     up = 2.0 * local_len(start + n, dcp) * hk * (nope + v) * L * lay
     pairs = n * (start + (n + 1) / 2) / dcp
     attn = 2.0 * pairs * hk * (nope + rope + v) * lay
-    return Chunk(bf16 + up, fp8f, attn, sum(g.bytes for g in gemms if g.fp8), sum(g.bytes for g in gemms if not g.fp8),
-                 work.layers)
+    return Chunk(bf16 + up, fp8f, attn, sum(g.bytes for g in gemms if g.fp8),
+                 sum(g.bytes for g in gemms if not g.fp8), work.layers)
 
 
 def chunk_calls(m: ModelSpec, t: Topology, dcp: int, n: int, lay: Layers) -> list[Call]:
@@ -137,12 +141,13 @@ class Ttft:
 
 def prefill(m: ModelSpec, t: Topology, dcp: int, fp8: bool, input_len: int, chunk: int, r: PrefillRates,
             byte_s: float, hw: Hardware, latency_s: float, link_bytes_per_s: float, prompts: int = 1) -> Ttft:
-    """`prompts` prompts of `input_len` tokens prefilled back to back (1: one prompt's TTFT on an idle server).
-    Their FLOPs add up; a chunk's fixed costs (weights read, per-layer and per-chunk times, the collectives'
-    latency) are paid once per chunk, and prompts shorter than a chunk share chunks."""
+    """`prompts` prompts of `input_len` tokens prefilled back to back (1: one prompt's TTFT on an idle
+    server). Their FLOPs add up; a chunk's fixed costs (weights read, per-layer and per-chunk times, the
+    collectives' latency) are paid once per chunk, and prompts shorter than a chunk share chunks."""
     lay = layer_counts(m, t.pp_size)
     no_fixed = PrefillRates(r.attn_flops_s, r.gemm_flops_s, r.fp8_gemm_flops_s, 0.0, 0.0, 0.0, 0.0, "", "")
-    flop_s = sum(chunk_work(m, t, dcp, fp8, start, n).seconds(no_fixed, 0.0) for start, n in chunks(input_len, chunk))
+    flop_s = sum(chunk_work(m, t, dcp, fp8, start, n).seconds(no_fixed, 0.0)
+                 for start, n in chunks(input_len, chunk))
     size = chunk if chunk > 0 else input_len * prompts
     total = input_len * prompts
     count = -(-total // size) if input_len <= size else prompts * len(chunks(input_len, chunk))

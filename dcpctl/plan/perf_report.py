@@ -2,7 +2,8 @@
 
     performance(plan, workload, measured=None, calibration=None) -> dict | None
 
-For a workload of prompts of `input_len` tokens, `output_len` output tokens and `concurrency` requests in flight:
+For a workload of prompts of `input_len` tokens, `output_len` output tokens and `concurrency` requests in
+flight:
 
 - max concurrency: the plan's memory model at input + output tokens (derived);
 - TPOT at the mean decode context (input + output / 2), with min(concurrency, max concurrency) requests spread
@@ -13,8 +14,8 @@ For a workload of prompts of `input_len` tokens, `output_len` output tokens and 
   N * output_len / (that) / the engine's GPUs.
 
 A figure is {"value", "label", "source"} (bands add "low" and "high"; value is their middle). Labels: measured
-(here, by the file named), calibrated (terms fitted to measurements, named), derived (arithmetic on other figures),
-assumed (a rule of thumb, sourced), modelled (communication: never measured on one GPU).
+(here, by the file named), calibrated (terms fitted to measurements, named), derived (arithmetic on other
+figures), assumed (a rule of thumb, sourced), modelled (communication: never measured on one GPU).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def _r(x: float) -> float:
 
 def performance(p: Plan, w: Workload, measured: Measured | None = None,
                 calibration: str | None = None) -> dict[str, Any] | None:
-    """The section for a valid plan with a model (None otherwise); `unavailable` says why there are no figures."""
+    """The section for a valid plan with a model (None otherwise); `unavailable` says why there are no
+    figures."""
     r = p.request
     if not p.valid or p.topology_only:
         return None
@@ -72,8 +74,8 @@ def performance(p: Plan, w: Workload, measured: Measured | None = None,
             "predicts": "the bundled runtime (dcpctl launch) serving this plan"}
     engine = engines.target(r.engine)
     if not engine.bundled_runtime:
-        return {**head, "unavailable": "the performance model predicts the bundled runtime's step; plans under "
-                                       f"--engine {engine.name} have none"}
+        return {**head, "unavailable": "the performance model predicts the bundled runtime's step; plans "
+                                       f"under --engine {engine.name} have none"}
     if measured is not None:
         check_matches(measured, r, p.decisions)
     try:
@@ -87,13 +89,16 @@ def performance(p: Plan, w: Workload, measured: Measured | None = None,
             "measured": measured.path if measured else None, "columns": cols}
 
 
-def _deployments(r: PlanRequest, w: Workload) -> list[tuple[PlanRequest, dict[str, Any], dict[str, Any], bool]]:
-    """(request, decisions, memory, is the plan) for DCP off and, when the plan has DCP, the plan; an invalid one
-    (a request of the workload's length past the model's positions, say) has empty decisions and memory holding
-    its first violation."""
+def _deployments(r: PlanRequest,
+                 w: Workload) -> list[tuple[PlanRequest, dict[str, Any], dict[str, Any], bool]]:
+    """(request, decisions, memory, is the plan) for DCP off and, when the plan has DCP, the plan; an invalid
+    one (a request of the workload's length past the model's positions, say) has empty decisions and memory
+    holding its first violation."""
     out = []
-    off = replace(r, topology=replace(r.topology, dcp_size=1), dcp_comm_backend=None, dcp_replicate_q_proj=None)
-    for req, mine in ((off, r.topology.dcp_size == 1), (r, True)) if r.topology.dcp_size > 1 else ((r, True),):
+    off = replace(r, topology=replace(r.topology, dcp_size=1), dcp_comm_backend=None,
+                  dcp_replicate_q_proj=None)
+    for req, mine in (((off, r.topology.dcp_size == 1), (r, True)) if r.topology.dcp_size > 1
+                      else ((r, True),)):
         p = make_plan(replace(req, context_len=w.max_context))
         why = {"invalid": f"{p.violations[0].code}: {p.violations[0].message}"} if p.violations else {}
         out.append((p.request, p.decisions if p.valid else {}, p.memory if p.valid else why, mine))
@@ -105,9 +110,11 @@ def _column(model: Model, req: PlanRequest, d: dict[str, Any], mem: dict[str, An
     t = req.topology
     col: dict[str, Any] = {"choice": _label(t.dcp_size, d), "dcp_size": t.dcp_size}
     if not d:
-        return {**col, "unavailable": f"not valid with requests of {w.max_context:,} tokens ({mem['invalid']})"}
+        return {**col,
+                "unavailable": f"not valid with requests of {w.max_context:,} tokens ({mem['invalid']})"}
     fit = int(mem.get("max_concurrency", 0))
-    col["max_concurrency"] = fig(fit, "derived", f"the plan's memory model at {w.max_context:,} tokens a request")
+    col["max_concurrency"] = fig(fit, "derived",
+                                 f"the plan's memory model at {w.max_context:,} tokens a request")
     n = min(w.concurrency, fit)
     if n == 0:
         return {**col, "unavailable": f"not one request of {w.max_context:,} tokens fits the KV budget"}
@@ -133,7 +140,8 @@ def _decode_figures(dec: Decode) -> dict[str, Any]:
         "host_gap_ms": fig(h.seconds, h.label, h.source, scale=1e3),
         "tpot_ms": fig((dec.low_s + dec.high_s) / 2, "derived", "decode compute + communication + host gap",
                        dec.low_s, dec.high_s, 1e3),
-        "decode_parts": {"attention_ms": _r(dec.attention_s * 1e3), "weight_gib_read": _r(work.weight_bytes / 2**30),
+        "decode_parts": {"attention_ms": _r(dec.attention_s * 1e3),
+                         "weight_gib_read": _r(work.weight_bytes / 2**30),
                          "gemm_tflop": _r(work.flops / 1e12), "gemm_calls": _r(work.gemm_calls),
                          "expert_programs": _r(work.programs), "small_kernels": work.small_kernels,
                          "layers": work.layers},
@@ -149,8 +157,9 @@ def _served(n: int, w: Workload, dec: Decode, pre: Ttft, request_s: float, gpus:
 
 
 def served_rate(n: int, output_len: int, tpot_s: float, prefill_s: float) -> float:
-    """Output tokens a second of n requests in flight: each round is their prefills (prefill_s for all n, with the
-    server's time for one request: the others' overlaps the GPU's work) and output_len decode steps of all n."""
+    """Output tokens a second of n requests in flight: each round is their prefills (prefill_s for all n, with
+    the server's time for one request: the others' overlaps the GPU's work) and output_len decode steps of all
+    n."""
     return n * output_len / (output_len * tpot_s + prefill_s)
 
 

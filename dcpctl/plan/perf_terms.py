@@ -1,19 +1,20 @@
 """The decode compute model's terms: assumed, read from the GPU's perf table, or fitted to measured cells.
 
 One rank's decode compute is linear in nine terms (perf_work.StepWork gives the features); FP8 and 16-bit
-weights have terms of their own (the FP8 GEMM converts its tiles in registers: another rate per byte and per row):
+weights have terms of their own (the FP8 GEMM converts its tiles in registers: another rate per byte and per
+row):
 
     compute = fp8_byte_s * FP8 weight bytes read + byte_s * other weight bytes read
               + fp8_flop_s * FLOPs on FP8 weights + flop_s * other GEMM FLOPs + gemm_s * GEMM calls
               + prog_s * programs of the grouped FP8 expert GEMMs (perf_grid.py)
               + small_s * small kernels + attn_scale * attention kernels (perf_attention) + step_s
 
-Assumed values (a GPU with no perf table): aiconfigurator's H200 rule, memory bandwidth x 0.8 + 3 us per operation
-(ai-dynamo/aiconfigurator `systems/h200_sxm.yaml`), GEMM FLOPs at the profile's bf16 rate, attention as timed, no
-time per program (the rule has none).
+Assumed values (a GPU with no perf table): aiconfigurator's H200 rule, memory bandwidth x 0.8 + 3 us per
+operation (ai-dynamo/aiconfigurator `systems/h200_sxm.yaml`), GEMM FLOPs at the profile's bf16 rate, attention
+as timed, no time per program (the rule has none).
 `fit` solves the terms by least squares on relative error, pulled toward a prior (the assumed or the table's
-values) with weight `PULL` so that terms a set of cells cannot tell apart (a fixed model's GEMM calls and small
-kernels change together) stay near it (a prior of 0 pulls nothing); no term goes below zero.
+values) with weight `PULL` so that terms a set of cells cannot tell apart (a fixed model's GEMM calls and
+small kernels change together) stay near it (a prior of 0 pulls nothing); no term goes below zero.
 
 The perf table (dcpctl/tuning/perf, the GPU's file by dcpctl.tuning's device rule; `python -m
 benchmarks.perf_accuracy --save-table FILE` writes it) holds `decode` (these terms, with the cells they were
@@ -28,11 +29,12 @@ from dcpctl import tuning
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.hardware import Hardware
 
-AIC_SOURCE = "aiconfigurator's H200 rule: memory bandwidth x 0.8 + 3 us per operation (ai-dynamo/aiconfigurator " \
-             "systems/h200_sxm.yaml)"
+AIC_SOURCE = ("aiconfigurator's H200 rule: memory bandwidth x 0.8 + 3 us per operation "
+              "(ai-dynamo/aiconfigurator systems/h200_sxm.yaml)")
 AIC_BANDWIDTH, AIC_OP_S = 0.8, 3e-6
 PULL = 0.1           # weight of the prior: a term 100% off it costs as much as one cell 10% off
-NAMES = ("fp8_byte_s", "byte_s", "fp8_flop_s", "flop_s", "gemm_s", "prog_s", "small_s", "attn_scale", "step_s")
+NAMES = ("fp8_byte_s", "byte_s", "fp8_flop_s", "flop_s", "gemm_s", "prog_s", "small_s", "attn_scale",
+         "step_s")
 UNITS = {"fp8_byte_s": ("fp8_ps_per_byte", 1e12), "byte_s": ("ps_per_byte", 1e12),
          "fp8_flop_s": ("fp8_fs_per_flop", 1e15), "flop_s": ("fs_per_flop", 1e15), "gemm_s": ("gemm_us", 1e6),
          "prog_s": ("program_ns", 1e9), "small_s": ("small_us", 1e6), "attn_scale": ("attn_scale", 1.0),
@@ -67,10 +69,12 @@ class Terms:
 def assumed(hw: Hardware) -> Terms:
     """aiconfigurator's rule on the profile's figures."""
     if not hw.hbm_tbps or not hw.bf16_tflops:
-        raise UserError(f"the hardware {hw.name} has no memory bandwidth or bf16 rate, so the performance model has "
-                        f"nothing to assume from: pass --hardware with a profile or YAML file that has them")
+        raise UserError(f"the hardware {hw.name} has no memory bandwidth or bf16 rate, so the performance "
+                        "model has nothing to assume from: pass --hardware with a profile or YAML file that "
+                        "has them")
     byte_s, flop_s = 1 / (AIC_BANDWIDTH * hw.hbm_tbps * 1e12), 1 / (hw.bf16_tflops * 1e12)
-    return Terms(byte_s, byte_s, flop_s, flop_s, gemm_s=AIC_OP_S, prog_s=0.0, small_s=AIC_OP_S, attn_scale=1.0,
+    return Terms(byte_s, byte_s, flop_s, flop_s, gemm_s=AIC_OP_S, prog_s=0.0, small_s=AIC_OP_S,
+                 attn_scale=1.0,
                  step_s=AIC_OP_S)  # step_s: the graph launch
 
 
@@ -119,8 +123,8 @@ def fit(rows: list[tuple[list[float], float]], prior: Terms, source: str) -> Ter
 
 
 def solve_relative(rows: list[tuple[list[float], float]], prior: list[float]) -> list[float]:
-    """x minimising sum ((rows' features . x - y) / y)^2 + PULL^2 * sum ((x_i - p_i) / p_i)^2 with x >= 0 (a term
-    the solve drives negative is held at 0 and the rest solved again); a prior of 0 pulls nothing."""
+    """x minimising sum ((rows' features . x - y) / y)^2 + PULL^2 * sum ((x_i - p_i) / p_i)^2 with x >= 0 (a
+    term the solve drives negative is held at 0 and the rest solved again); a prior of 0 pulls nothing."""
     free = list(range(len(prior)))
     vals = list(prior)
     for _ in range(len(prior)):

@@ -17,17 +17,20 @@ rows before the MLP), Hl = local heads, Hq = query heads (Hl * dcp under replica
 | lm_head (per step)   | [ceil(V / attn_tp), D]                     | the compute dtype               |
 
 Routed experts read only the experts some row chose. Under uniform routing each (token, slot) picks a given
-expert with probability k / E whatever the group limit (the top-k_group groups are a uniform draw, then k of their
-experts: P(group) * P(expert | group) = k / E), and tokens are independent, so a rank holding E_l experts reads
+expert with probability k / E whatever the group limit (the top-k_group groups are a uniform draw, then k of
+their experts: P(group) * P(expert | group) = k / E), and tokens are independent, so a rank holding E_l
+experts reads
 
-    d(Bm) = E_l * (1 - (1 - k / E) ** Bm)      expected distinct experts (tests check it against exhaustive counts)
+    d(Bm) = E_l * (1 - (1 - k / E) ** Bm)      expected distinct experts (tests check it against exhaustive
+                                               counts)
 
 and its experts see Bm * k * E_l / E (token, slot) rows. `dcpctl bench rank`'s `uniform` routing is balanced
-instead (every expert gets Bm * k / E rows within one: min(E_l, Bm * k * E_l / E) distinct experts); a measured
-cell says how it ran (`Ran`: the experts it read, its layers under --layers, its attention kernel), so that the
-model is fitted on what ran and predicts a deployment under random routing. The grouped expert GEMMs also
-launch programs by the runtime's kernel rule (perf_grid.py). Small kernels (norms, rope, the KV write, top-k, sort,
-the combine, the DCP pack and merge) are counted per layer kind for the model's per-kernel time.
+instead (every expert gets Bm * k / E rows within one: min(E_l, Bm * k * E_l / E) distinct experts); a
+measured cell says how it ran (`Ran`: the experts it read, its layers under --layers, its attention kernel),
+so that the model is fitted on what ran and predicts a deployment under random routing. The grouped expert
+GEMMs also launch programs by the runtime's kernel rule (perf_grid.py). Small kernels (norms, rope, the KV
+write, top-k, sort, the combine, the DCP pack and merge) are counted per layer kind for the model's per-kernel
+time.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ from dcpctl.plan.weights import SCALE_BYTES, dtype_bytes, on_blocks
 SMALL_MLA = 5          # add+norm, q_a norm, KV norm+rope+write, q rope, the value layout
 SMALL_DCP = 2          # the query re-layout by heads and the LSE merge (dcp > 1)
 SMALL_DENSE = 2        # add+norm, swiglu
-SMALL_MOE = 8          # add+norm, router scores, group top-k, top-k, sort by expert, swiglu, combine, shared swiglu
+SMALL_MOE = 8          # add+norm, router scores, group top-k, top-k, sort by expert, swiglu, combine, shared
+                       # swiglu
 SMALL_STEP = 4         # embedding, final norm, sampling, the graph's input copies
 
 
@@ -117,7 +121,8 @@ class Ran:
 
     layers: int | None = None       # the model's first `layers` decoder layers (--layers) ...
     dense: int | None = None        # ... `dense` of them with a dense MLP
-    experts: float | None = None    # distinct experts each MoE layer read (else: expected under random routing)
+    experts: float | None = None    # distinct experts each MoE layer read (else: expected under random
+                                    # routing)
     kernel: str | None = None       # the local attention kernel it ran (else: the runtime's rule)
 
 
@@ -128,7 +133,8 @@ def subset(m: ModelSpec, layers: int, dense: int) -> ModelSpec:
 
 
 def expected_distinct(local_experts: int, experts: int, top_k: int, rows: float) -> float:
-    """Expected experts of a rank's `local_experts` that `rows` tokens choose (uniform routing, any group limit)."""
+    """Expected experts of a rank's `local_experts` that `rows` tokens choose (uniform routing, any group
+    limit)."""
     if experts <= 0 or rows <= 0:
         return 0.0
     return local_experts * (1.0 - (1.0 - top_k / experts) ** rows)
@@ -184,7 +190,8 @@ def _attention_gemms(m: ModelSpec, t: Topology, dcp: int, replicate_q: bool, row
     if m.q_lora_rank:
         a = m.q_lora_rank + L + rope
         out += [Gemm("q_a+kv_a", n, rows, a, D, wb.of(a, D, a, D)),
-                Gemm("q_b", n, rows, hq * qk, m.q_lora_rank, wb.of(hq * qk, m.q_lora_rank, H * qk, m.q_lora_rank))]
+                Gemm("q_b", n, rows, hq * qk, m.q_lora_rank,
+                     wb.of(hq * qk, m.q_lora_rank, H * qk, m.q_lora_rank))]
     else:
         out += [Gemm("kv_a", n, rows, L + rope, D, wb.of(L + rope, D, L + rope, D)),
                 Gemm("q_proj", n, rows, hq * qk, D, wb.of(hq * qk, D, H * qk, D))]
@@ -206,8 +213,9 @@ def _moe_gemms(m: ModelSpec, t: Topology, n: int, rows: int, wb: _Bytes, a16: bo
     router = Gemm("router", n, rows, E, D, 8.0 if m.dtype == "float64" else 4.0)
     seen = expected_distinct(local, E, k, rows) if experts is None else experts
     pairs = rows * k * local / E                      # (token, slot) rows this rank's experts receive
-    # the routed experts as one GEMM pair whose weight is the seen experts' slices side by side: bytes d * slice,
-    # FLOPs 2 * pairs * slice (count = layers; n spans the seen experts, rows the mean rows per seen expert)
+    # the routed experts as one GEMM pair whose weight is the seen experts' slices side by side: bytes d *
+    # slice, FLOPs 2 * pairs * slice (count = layers; n spans the seen experts, rows the mean rows per seen
+    # expert)
     w = m.moe_intermediate_size // moe_tp
     per = pairs / seen if seen else 0.0
     routed = [Gemm("experts gate+up", n, per, 2 * w * seen, D, wb.of(w, D, m.moe_intermediate_size, D)),
@@ -223,8 +231,9 @@ def _moe_gemms(m: ModelSpec, t: Topology, n: int, rows: int, wb: _Bytes, a16: bo
 
 def decode_work(m: ModelSpec, t: Topology, dcp: int, replicate_q: bool, fp8: bool, batch: int,
                 context: int, a16: bool = True, experts: float | None = None) -> StepWork:
-    """One decode step of `batch` rows per attention-DP replica at `context` positions, on DCP rank 0 (a16: FP8
-    GEMMs keep 16-bit activations, w8a16; experts: distinct experts each MoE layer reads, None: expected)."""
+    """One decode step of `batch` rows per attention-DP replica at `context` positions, on DCP rank 0 (a16:
+    FP8 GEMMs keep 16-bit activations, w8a16; experts: distinct experts each MoE layer reads, None:
+    expected)."""
     wb = _Bytes(m, fp8)
     lay = layer_counts(m, t.pp_size)
     rows_mlp = batch * t.attn_dp

@@ -26,7 +26,7 @@ MODELLED = {
     "enable_expert_parallel": "enable_expert_parallel", "nnodes": "nnodes", "block_size": "page_size",
     "kv_cache_dtype": "kv_cache_dtype", "attention_backend": "attention_backend",
     "max_model_len": "context_len", "gpu_memory_utilization": "mem_fraction_static",
-"max_num_seqs": "max_running_requests", }
+    "max_num_seqs": "max_running_requests", }
 INTS = ("tp_size", "dp_size", "pp_size", "dcp_size", "prefill_context_parallel_size",
         "cp_kv_cache_interleave_size", "nnodes", "page_size", "context_len", "max_running_requests")
 # flags a launcher sets per node or per deployment: accepted, not carried into the plan

@@ -57,8 +57,8 @@ def test_split_fits_every_other_cell_or_the_batches_named():
 
 @pytest.mark.parametrize("split", [["--fit-batches", "1,32"], ["--fit-contexts", "8192,131072"]])
 def test_the_h100_rank_files_meet_the_target_on_held_out_cells(tmp_path, split):
-    # rank 0 of V3.1 TP 8 + DCP 8 and of Kimi K2 TP 16 + DCP 8 on one H100 (--layers 20; benchmarks/data): fitted
-    # on the named cells, judged on the others, each file within the 10% target
+    # rank 0 of V3.1 TP 8 + DCP 8 and of Kimi K2 TP 16 + DCP 8 on one H100 (--layers 20; benchmarks/data):
+    # fitted on the named cells, judged on the others, each file within the 10% target
     out = tmp_path / "cells.json"
     files = [f for name in ("v31", "k2") for f in ("--rank", str(DATA / f"rank_{name}_h100.json"))]
     assert perf_accuracy.main([*files, "--no-data", *split, "--json", str(out)]) == 0
@@ -81,13 +81,14 @@ def test_a_rank_file_alone(tmp_path, capsys):
 
 
 def test_a_devices_served_files_are_read_by_their_names(tmp_path, capsys):
-    # the files benchmarks/perf_served.py writes on an H100, made here from measured files of the same shapes: its
-    # decode steps (a bench rank file of the served checkpoint), the TTFT file and the served one
+    # the files benchmarks/perf_served.py writes on an H100, made here from measured files of the same shapes:
+    # its decode steps (a bench rank file of the served checkpoint), the TTFT file and the served one
     shutil.copy(DATA / "rank_tp1_h100.json", tmp_path / "rank_served_h100.json")
     shutil.copy(DATA / "prefill_ttft_h200.json", tmp_path / "prefill_ttft_h100.json")
     bench = json.loads((DATA / "fp8_serve_h200.json").read_text())["starts"]["bf16"]["bench"]
     cells = {c: bench[c] for c in ("1", "8", "32", "64")}
-    doc = {"checkpoint": "rank-moe-4", "steps": "rank_served_h100.json", "serve": {"ready_s": 30.0, "cells": cells}}
+    doc = {"checkpoint": "rank-moe-4", "steps": "rank_served_h100.json",
+           "serve": {"ready_s": 30.0, "cells": cells}}
     (tmp_path / "perf_served_h100.json").write_text(json.dumps(doc))
     table, out = tmp_path / "perf.json", tmp_path / "cells.json"
     argv = ["--device", "h100", "--data", str(tmp_path), "--save-table", str(table), "--json", str(out)]
@@ -95,7 +96,8 @@ def test_a_devices_served_files_are_read_by_their_names(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert [(r["context"], r["fit"]) for r in rows["ttft"]] == [(4096, True), (16384, False), (32768, True),
                                                                  (65536, False)]
-    assert [(r["batch"], r["fit"]) for r in rows["served"]] == [(1, True), (8, False), (32, False), (64, False)]
+    assert [(r["batch"], r["fit"]) for r in rows["served"]] == [(1, True), (8, False), (32, False),
+                                                                (64, False)]
     data = tuning.read(table)
     assert data["device"] == "NVIDIA H100 80GB HBM3" and "prefill" in data["data"]
     assert data["data"]["host_gap_from"].startswith("served ITL p50")      # the served cells' own steps
@@ -103,8 +105,8 @@ def test_a_devices_served_files_are_read_by_their_names(tmp_path, capsys):
 
 
 def test_the_served_parts_flags_are_the_commands_own():
-    # benchmarks/perf_served.py's command lines parse as `dcpctl bench rank`, `launch` and `bench serve` options
-    # (no GPU here: parsed, not run); its files are named by the device, five in one folder
+    # benchmarks/perf_served.py's command lines parse as `dcpctl bench rank`, `launch` and `bench serve`
+    # options (no GPU here: parsed, not run); its files are named by the device, five in one folder
     import click
 
     from benchmarks import perf_served
@@ -119,11 +121,13 @@ def test_the_served_parts_flags_are_the_commands_own():
         return cmd.make_context(cmd.name, list(args), parent=ctx).params
 
     f = perf_served.files(Path("/o"), perf_served.device_tag("NVIDIA H100 80GB HBM3"))
-    assert sorted(p.name for p in f.values()) == ["children.log", "perf_served_h100.json", "prefill_ttft_h100.json",
-                                                  "rank_served_h100.json", "server.log"]
+    assert sorted(p.name for p in f.values()) == ["children.log", "perf_served_h100.json",
+                                                  "prefill_ttft_h100.json", "rank_served_h100.json",
+                                                  "server.log"]
     rank = parse(perf_served.rank_argv(f, Path("/tmp/dcpctl-rank-moe")))
-    assert rank["weights_from"] == "checkpoint" and rank["contexts"] == "1280" and rank["out"] == str(f["rank"])
+    assert (rank["weights_from"] == "checkpoint" and rank["contexts"] == "1280"
+            and rank["out"] == str(f["rank"]))
     assert parse(perf_served.launch_argv(Path("/c")))["max_running_requests"] == 64   # and graphs up to it
     assert parse(perf_served.serve_argv("http://h:1", 32, 96))["num_requests"] == 96
-    assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536", "--hf-lengths", "",
-                                            "--reps", "3"]
+    assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536",
+                                            "--hf-lengths", "", "--reps", "3"]

@@ -155,9 +155,9 @@ def test_plan_names_the_sglang_release_it_models():
     d = json.loads(r.output)
     assert d["sglang_version"] == "0.5.23"
     # SGLang 0.5.23's defaults on an in-node Blackwell group: fi_a2a, trtllm_mla at page 64
-    assert [d["decisions"][k]["value"]
-            for k in ("dcp_comm_backend", "decode_attention_backend", "page_size")] == [
-        "fi_a2a", "trtllm_mla", 64]
+    assert ([d["decisions"][k]["value"] for k in ("dcp_comm_backend", "decode_attention_backend",
+                                                  "page_size")]
+            == ["fi_a2a", "trtllm_mla", 64])
     r = run("plan", "--model-preset", "deepseek-v3.1", "--hardware", "h200-8", "--tp-size", "8", "--dcp-size",
             "8")
     assert "SGLang 0.5.23 rules" in r.output

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from dcpctl.cli.main import cli
 from tests.plan.test_perf_report import rank_doc
 
-ACCEPTANCE = ("plan", "--model-preset", "deepseek-v3.1", "--tp-size", "8", "--dcp-size", "8", "--hardware", "h200-8")
+ACCEPTANCE = ("plan", "--model-preset", "deepseek-v3.1", "--tp-size", "8", "--dcp-size", "8", "--hardware",
+              "h200-8")
 
 
 def run(*args):
@@ -21,8 +22,8 @@ def run(*args):
 
 def test_the_acceptance_command_prints_tpot_ttft_and_tok_s_with_and_without_dcp():
     out = " ".join(run(*ACCEPTANCE).output.split())
-    for row in ("TPOT (ms)", "TTFT (ms)", "output tok/s", "max concurrency", "communication (ms)", "4,608", "4,096",
-                "5,120"):
+    for row in ("TPOT (ms)", "TTFT (ms)", "output tok/s", "max concurrency", "communication (ms)", "4,608",
+                "4,096", "5,120"):
         assert row in out, row
     assert "┃ dcp 1 " in out and "┃ dcp 8 a2a " in out
     for label in ("calibrated", "modelled", "derived"):
@@ -41,7 +42,8 @@ def test_json_carries_the_section_and_the_workload_flags():
 
 def test_plan_costs_no_torch_and_under_a_second_of_cpu():
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "dcpctl.cli.main", *ACCEPTANCE, "--format", "json"],
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "dcpctl.cli.main", *ACCEPTANCE, "--format",
+                        "json"],
                        capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert p.returncode == 0 and "performance" in json.loads(p.stdout)
@@ -57,7 +59,8 @@ def test_measured_file_used_or_refused_in_one_sentence(tmp_path):
     assert d["performance"]["columns"][1]["host_gap_ms"]["label"] == "measured"
     f.write_text(json.dumps(rank_doc(tp_size=16)))
     r = run(*ACCEPTANCE, "--measured", str(f))
-    assert r.exit_code == 2 and r.output.count("\n") == 1 and "was measured for tp_size 16, but the plan has 8" in r.output
+    assert (r.exit_code == 2 and r.output.count("\n") == 1
+            and "was measured for tp_size 16, but the plan has 8" in r.output)
     r = run(*ACCEPTANCE, "--measured", str(tmp_path / "none.json"))
     assert r.exit_code == 2 and "cannot read a JSON document" in r.output
 
@@ -73,7 +76,8 @@ def test_recommend_picks_by_the_full_step_and_says_why(tmp_path):
     f.write_text(json.dumps(rank_doc(dcp_size=8, dcp_comm_backend="a2a", dcp_replicate_q_proj=True)))
     mine = next(t for t in json.loads(run(*args, "--measured", str(f), "--format", "json").output)["table"]
                 if t["choice"] == "dcp 8 a2a +repQ")
-    assert mine["compute_label"] == "calibrated"      # no cell of 32 x 131,072 in the file: its terms price it
+    assert mine["compute_label"] == "calibrated"      # no cell of 32 x 131,072 in the file: its terms price
+                                                      # it
     f.write_text(json.dumps(rank_doc(dcp_size=3)))
     r = run(*args, "--measured", str(f))
     assert r.exit_code == 2 and "which is not one of this request's choices" in r.output

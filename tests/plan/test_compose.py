@@ -66,9 +66,9 @@ def test_pd_matching_rules():
              disaggregation_peer_kv_cache_dtype="fp8_e4m3", enable_hierarchical_cache=True)
     assert codes(p) == ["pd_page_size", "pd_kv_dtype", "pd_decode_hicache"]  # fake runs on the decode side
     assert "--disaggregation-transfer-backend fake moves no KV: a decode-side test setup" in p.warnings
+    # SGLang's decode side has no radix cache, with or without DCP
     assert codes(plan(tp_size=8, dcp_size=1, disaggregation_mode="decode",
-                      enable_hierarchical_cache=True)) == [
-        "pd_decode_hicache"]  # SGLang's decode side has no radix cache, with or without DCP
+                      enable_hierarchical_cache=True)) == ["pd_decode_hicache"]
     p = plan(tp_size=8, disaggregation_mode="prefill", disaggregation_transfer_backend="fake")
     assert [v.message for v in p.violations] == [
         "--disaggregation-transfer-backend fake runs only on the decode side (a test backend that moves no "
@@ -115,6 +115,6 @@ def test_hicache_with_dcp_takes_dspark_only():
     assert [v.message for v in p.violations] == [
         "HiCache with dcp (8) > 1 supports only DSPARK speculative decoding, got --speculative-algorithm "
         "NEXTN"]
+    # DSPARK itself is fine with HiCache; it needs its draft
     assert codes(plan(tp_size=8, dcp_size=8, enable_hierarchical_cache=True,
-                      speculative_algorithm="DSPARK")) == [
-        "spec_draft_model"]  # DSPARK itself is fine with HiCache; it needs its draft
+                      speculative_algorithm="DSPARK")) == ["spec_draft_model"]

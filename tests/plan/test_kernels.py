@@ -33,8 +33,7 @@ def test_kv_dtypes_sglang_accepts():
     p = plan(hardware="b200-8", tp_size=8, dcp_size=8, kv_cache_dtype="bf16")
     assert p.valid and dec(p, "kv_cache_dtype")[0] == "bfloat16"
     assert codes(plan(hardware="b200-8", tp_size=8, attention_backend="cutedsl_mla",
-                      kv_cache_dtype="fp8_e5m2")) == [
-        "kernel_kv_dtype"]
+                      kv_cache_dtype="fp8_e5m2")) == ["kernel_kv_dtype"]
 
 
 def test_default_fa3_falls_back_to_triton_for_fp8_e5m2():

@@ -1,4 +1,5 @@
-"""The performance section: its shape and labels, the terms' fit, and `--measured` files (used, or refused)."""
+"""The performance section: its shape and labels, the terms' fit, and `--measured` files (used, or
+refused)."""
 from __future__ import annotations
 
 import json
@@ -24,18 +25,21 @@ def v31(**kw):
 
 
 def rank_doc(**plan_over) -> dict:
-    """A `dcpctl bench rank` document of V3.1 TP 8 + DCP 8 on an H200 (RANK_SCHEMA's fields; values made up)."""
-    p = {"model": "deepseek-v3.1", "architectures": ["DeepseekV3ForCausalLM"], "weights_dtype": "fp8", "tp_size": 8,
-         "dcp_size": 8, "ep_size": 1, "attn_dp_size": 1, "attn_tp_size": 8, "kv_cache_dtype": "bf16",
-         "dcp_comm_backend": "a2a", "dcp_replicate_q_proj": False, "hardware": "h200-8", "rank": 0,
-         "num_layers": 61, "layers_run": 61, "dense_layers_run": 3, "moe_layers_run": 58, "page_size": 64,
-         "attention_backend": "triton", **plan_over}
+    """A `dcpctl bench rank` document of V3.1 TP 8 + DCP 8 on an H200 (RANK_SCHEMA's fields; values made
+    up)."""
+    p = {"model": "deepseek-v3.1", "architectures": ["DeepseekV3ForCausalLM"], "weights_dtype": "fp8",
+         "tp_size": 8, "dcp_size": 8, "ep_size": 1, "attn_dp_size": 1, "attn_tp_size": 8,
+         "kv_cache_dtype": "bf16", "dcp_comm_backend": "a2a", "dcp_replicate_q_proj": False,
+         "hardware": "h200-8", "rank": 0, "num_layers": 61, "layers_run": 61, "dense_layers_run": 3,
+         "moe_layers_run": 58, "page_size": 64, "attention_backend": "triton", **plan_over}
     cells = [{"batch": b, "context": L, "routing": "uniform", "step_us": 0.0, "standin_us": 0.0,
-              "compute_us": 1000.0 * (10 + b / 4 + L / 8192), "compute_us_full": 1000.0 * (10 + b / 4 + L / 8192),
+              "compute_us": 1000.0 * (10 + b / 4 + L / 8192),
+              "compute_us_full": 1000.0 * (10 + b / 4 + L / 8192),
               "reps": 5, "spread": 0.01, "collectives": []} for b in (1, 8, 32) for L in (8192, 32768)]
     return {"kind": "dcpctl.bench.rank", "version": 1, "command": "dcpctl bench rank ...", "commit": None,
-            "created": "2025-01-01T00:00:00", "device": {"name": "NVIDIA H200", "memory_bytes": 150 << 30, "sm": 90},
-            "plan": p, "weights": {"loaded_bytes": 1, "plan_bytes": 1, "loaded_bytes_full": None, "plan_bytes_full": 1},
+            "created": "2025-01-01T00:00:00",
+            "device": {"name": "NVIDIA H200", "memory_bytes": 150 << 30, "sm": 90}, "plan": p,
+            "weights": {"loaded_bytes": 1, "plan_bytes": 1, "loaded_bytes_full": None, "plan_bytes_full": 1},
             "memory": {}, "host_gap_us": 80.0, "cells": cells}
 
 
@@ -57,7 +61,8 @@ def test_shape_and_labels():
             if "low" in f:
                 assert f["low"] <= f["value"] <= f["high"]
         assert c["communication_ms"]["label"] == "modelled" and c["tpot_ms"]["label"] == "derived"
-        assert c["tpot_ms"]["low"] == pytest.approx(c["decode_compute_ms"]["value"] + c["communication_ms"]["low"]
+        assert c["tpot_ms"]["low"] == pytest.approx(c["decode_compute_ms"]["value"]
+                                                    + c["communication_ms"]["low"]
                                                     + c["host_gap_ms"]["value"], rel=1e-3)
     assert d["columns"][1]["max_concurrency"]["value"] > 7 * d["columns"][0]["max_concurrency"]["value"]
 
@@ -85,23 +90,28 @@ def test_no_section_for_invalid_plans_and_none_for_vllm():
 
 def test_fit_recovers_the_terms_that_made_the_cells(monkeypatch):
     prior = assumed(hw("h200-8"))
-    assert prior.prog_s == 0.0     # the assumed rule has no time per program: a term of prior 0, pulled nowhere
+    assert prior.prog_s == 0.0     # the assumed rule has no time per program: a term of prior 0, pulled
+                                   # nowhere
     truth = prior.with_values([4e-13, 3.5e-13, 2e-15, 1.5e-15, 5e-6, 3e-9, 2e-6, 1.1, 8e-6], "x", "x")
     rng = random.Random(0)      # independent features, each term about 1 ms of a cell
-    xs = [[rng.uniform(0.5, 2) * 1e-3 / t if i < 8 else rng.uniform(0, 2) for i, t in enumerate(truth.values())]
+    xs = [[rng.uniform(0.5, 2) * 1e-3 / t if i < 8 else rng.uniform(0, 2)
+           for i, t in enumerate(truth.values())]
           for _ in range(40)]
     rows = [(x, predict(truth, x)) for x in xs]
     got = fit(rows, prior, "test")
     assert got.label == "calibrated" and got.source == "test"
-    off = [abs(predict(got, x) / y - 1) for x, y in rows]     # the pull toward the prior costs the cells little
+    off = [abs(predict(got, x) / y - 1) for x, y in rows]     # the pull toward the prior costs the cells
+                                                              # little
     assert sum(off) / len(off) < 0.02
-    untold = [([*x[:5], 0.0, *x[6:]], y) for x, y in rows]    # no cell launches a program: the term stays at 0
+    untold = [([*x[:5], 0.0, *x[6:]], y) for x, y in rows]    # no cell launches a program: the term stays at
+                                                              # 0
     assert fit(untold, prior, "test").prog_s == 0.0
     monkeypatch.setattr(perf_terms, "PULL", 0.0)
     exact = fit(rows, prior, "test")
     for name in NAMES:
         assert getattr(exact, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
-    assert min(solve_relative([([1.0, 1.0], 1.0), ([1.0, 2.0], 0.5)], [1.0, 1.0])) >= 0   # held at zero, not below
+    # held at zero, not below
+    assert min(solve_relative([([1.0, 1.0], 1.0), ([1.0, 2.0], 0.5)], [1.0, 1.0])) >= 0
 
 
 def test_measured_cells_replace_the_compute_and_calibrate_the_rest(tmp_path):
@@ -124,7 +134,8 @@ def test_measured_cells_replace_the_compute_and_calibrate_the_rest(tmp_path):
     (lambda d: d["plan"].update(tp_size=16), "was measured for tp_size 16, but the plan has 8"),
     (lambda d: d["plan"].update(dcp_replicate_q_proj=True), "was measured for dcp_replicate_q_proj True"),
     (lambda d: d["plan"].update(kv_cache_dtype="fp8_e4m3"), "was measured for kv_cache_dtype 'fp8_e4m3'"),
-    (lambda d: d["device"].update(name="NVIDIA H100 80GB HBM3"), "was measured on NVIDIA H100 80GB HBM3, but"),
+    (lambda d: d["device"].update(name="NVIDIA H100 80GB HBM3"),
+     "was measured on NVIDIA H100 80GB HBM3, but"),
 ])
 def test_a_file_for_another_deployment_is_refused_in_one_sentence(tmp_path, change, words):
     doc = rank_doc()
@@ -151,10 +162,12 @@ def test_prefill_chunks_their_flops_and_the_dcp_exchange():
     # 8192 queries x (8192 cached + 4096.5 causal) keys x 16 heads x (128 + 64 + 128) x 2, per MLA layer
     assert a.attn_flops == pytest.approx(2 * 8192 * (8192 + 4096.5) * 16 * 320 * 61)
     assert b.attn_flops == pytest.approx(a.attn_flops)      # DCP: 8x the heads over 1/8 of the keys
-    assert b.gemm_flops == pytest.approx(a.gemm_flops)      # each rank up-projects its stripe for 8x the heads
+    assert b.gemm_flops == pytest.approx(a.gemm_flops)      # each rank up-projects its stripe for 8x the
+                                                            # heads
     assert a.fp8_bytes > 0 and a.fp8_flops > 0
     dcp = {c.kind for c in chunk_calls(m, t8, 8, 8192, layer_counts(m)) if c.group == "dcp"}
-    assert dcp == {"all_gather", "all_to_all"} and not [c for c in chunk_calls(m, t1, 1, 8192, layer_counts(m))
+    assert dcp == {"all_gather", "all_to_all"} and not [c
+                                                        for c in chunk_calls(m, t1, 1, 8192, layer_counts(m))
                                                         if c.group == "dcp"]
     d = performance(p8, Workload(16_384, 64, 1))
     off, mine = (c["ttft_ms"] for c in d["columns"])
@@ -163,8 +176,9 @@ def test_prefill_chunks_their_flops_and_the_dcp_exchange():
 
 def test_the_chunked_prefill_size_passed_through():
     from dcpctl.plan.perf import chunked_prefill
-    for args, size in (((("--chunked-prefill-size", "4096"),), 4096), ((("--chunked-prefill-size=2048",),), 2048),
-                       ((("--chunked-prefill-size", "-1"),), -1), ((), 8192)):
+    for args, size in (((("--chunked-prefill-size", "4096"),), 4096),
+                       ((("--chunked-prefill-size=2048",),), 2048), ((("--chunked-prefill-size", "-1"),), -1),
+                       ((), 8192)):
         assert chunked_prefill(replace(v31().request, engine_args=args)) == size
 
 
@@ -174,7 +188,8 @@ def test_a_cell_is_fitted_as_it_ran(tmp_path):
     doc = rank_doc(layers_run=20, dense_layers_run=1, moe_layers_run=19)
     doc["cells"][0].update(compute_us=4000.0, compute_us_full=12000.0, experts_active=8.0,
                            attention_backend="flashmla")
-    doc["cells"][1].update(attention_backend="flashmla,triton")       # not one kernel's name: the runtime's rule
+    doc["cells"][1].update(attention_backend="flashmla,triton")       # not one kernel's name: the runtime's
+                                                                      # rule
     ms = read_measured(write(tmp_path, doc))
     assert ms.subset and ms.ran(doc["cells"][0]) == Ran(20, 1, 8.0, "flashmla")
     assert ms.ran(doc["cells"][0], own_experts=False) == Ran(20, 1, None, "flashmla")

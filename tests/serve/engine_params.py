@@ -1,12 +1,13 @@
 """The request parameters SGLang 0.5.23 and vLLM 0.34.0 document, as their own protocol classes declare them.
 
-Read from the released wheels (sglang-0.5.23, vllm-0.34.0 on PyPI), every annotated field in declaration order:
+Read from the released wheels (sglang-0.5.23, vllm-0.34.0 on PyPI), every annotated field in declaration
+order:
     SGLANG_COMPLETIONS      sglang/srt/entrypoints/openai/protocol.py  CompletionRequest
     SGLANG_CHAT             sglang/srt/entrypoints/openai/protocol.py  ChatCompletionRequest
-    SGLANG_GENERATE         sglang/srt/managers/io_struct.py           GenerateReqInput          (POST /generate)
-    SGLANG_SAMPLING_PARAMS  sglang/srt/sampling/sampling_params.py     SamplingParams (/generate's sampling_params;
-                            without the fields normalize() derives: stop_strs, stop_regex_strs, their max lengths,
-                            is_normalized, ebnf_full_assistant)
+    SGLANG_GENERATE         sglang/srt/managers/io_struct.py           GenerateReqInput (POST /generate)
+    SGLANG_SAMPLING_PARAMS  sglang/srt/sampling/sampling_params.py     SamplingParams (/generate's
+                            sampling_params; without the fields normalize() derives: stop_strs,
+                            stop_regex_strs, their max lengths, is_normalized, ebnf_full_assistant)
     VLLM_COMPLETIONS        vllm/entrypoints/openai/completion/protocol.py       CompletionRequest
     VLLM_CHAT               vllm/entrypoints/openai/chat_completion/protocol.py  ChatCompletionRequest
 tests/serve/test_parameters.py sends every one to the server: applied, or refused with a 400 naming it.
@@ -15,29 +16,29 @@ tests/serve/test_parameters.py sends every one to the server: applied, or refuse
 SGLANG_COMPLETIONS = (
     'model', 'prompt', 'best_of', 'echo', 'frequency_penalty', 'logit_bias', 'logprobs', 'max_tokens', 'n',
     'presence_penalty', 'seed', 'stop', 'stream', 'stream_options', 'suffix', 'temperature', 'top_p', 'user',
-    'return_hidden_states', 'return_routed_experts', 'routed_experts_start_len', 'return_cached_tokens_details',
-    'return_spec_tokens_details', 'return_token_ids', 'top_k', 'min_p', 'min_tokens', 'json_schema', 'regex',
-    'ebnf', 'repetition_penalty', 'stop_token_ids', 'stop_regex', 'no_stop_trim', 'ignore_eos',
-    'skip_special_tokens', 'lora_path', 'session_id', 'session_params', 'response_format', 'custom_params',
-    'custom_logit_processor', 'watermark', 'images_config', 'mm_processor_kwargs', 'data_parallel_rank', 'rid',
-    'extra_key', 'cache_salt', 'priority', 'custom_labels',
-)
+    'return_hidden_states', 'return_routed_experts', 'routed_experts_start_len',
+    'return_cached_tokens_details', 'return_spec_tokens_details', 'return_token_ids', 'top_k', 'min_p',
+    'min_tokens', 'json_schema', 'regex', 'ebnf', 'repetition_penalty', 'stop_token_ids', 'stop_regex',
+    'no_stop_trim', 'ignore_eos', 'skip_special_tokens', 'lora_path', 'session_id', 'session_params',
+    'response_format', 'custom_params', 'custom_logit_processor', 'watermark', 'images_config',
+    'mm_processor_kwargs', 'data_parallel_rank', 'rid', 'extra_key', 'cache_salt', 'priority',
+'custom_labels', )
 
 SGLANG_CHAT = (
     'messages', 'model', 'frequency_penalty', 'logit_bias', 'logprobs', 'top_logprobs', 'max_tokens',
     'max_completion_tokens', 'n', 'presence_penalty', 'response_format', 'seed', 'stop', 'stream',
     'stream_options', 'temperature', 'top_p', 'user', 'tools', 'tool_choice', 'parallel_tool_calls',
-    'return_hidden_states', 'return_routed_experts', 'routed_experts_start_len', 'return_cached_tokens_details',
-    'return_spec_tokens_details', 'return_prompt_token_ids', 'return_token_ids', 'return_meta_info',
-    'return_input_ids_in_sglext', 'return_output_ids_in_sglext', 'return_sampling_mask',
-    'sampling_logprobs_mode', 'return_flat_raw_output_top_logprobs', 'return_flat_raw_top_logprobs_b64',
-    'reasoning_effort', 'thinking', 'task', 'top_k', 'min_p', 'min_tokens', 'regex', 'ebnf',
-    'repetition_penalty', 'stop_token_ids', 'stop_regex', 'no_stop_trim', 'ignore_eos',
-    'continue_final_message', 'skip_special_tokens', 'lora_path', 'session_id', 'session_params',
-    'separate_reasoning', 'stream_reasoning', 'chat_template_kwargs', 'max_dynamic_patch', 'min_dynamic_patch',
-    'use_audio_in_video', 'images_config', 'video_config', 'mm_processor_kwargs', 'custom_logit_processor',
-    'custom_params', 'watermark', 'input_ids', 'rid', 'extra_key', 'cache_salt', 'priority',
-    'data_parallel_rank',
+    'return_hidden_states', 'return_routed_experts', 'routed_experts_start_len',
+    'return_cached_tokens_details', 'return_spec_tokens_details', 'return_prompt_token_ids',
+    'return_token_ids', 'return_meta_info', 'return_input_ids_in_sglext', 'return_output_ids_in_sglext',
+    'return_sampling_mask', 'sampling_logprobs_mode', 'return_flat_raw_output_top_logprobs',
+    'return_flat_raw_top_logprobs_b64', 'reasoning_effort', 'thinking', 'task', 'top_k', 'min_p',
+    'min_tokens', 'regex', 'ebnf', 'repetition_penalty', 'stop_token_ids', 'stop_regex', 'no_stop_trim',
+    'ignore_eos', 'continue_final_message', 'skip_special_tokens', 'lora_path', 'session_id',
+    'session_params', 'separate_reasoning', 'stream_reasoning', 'chat_template_kwargs', 'max_dynamic_patch',
+    'min_dynamic_patch', 'use_audio_in_video', 'images_config', 'video_config', 'mm_processor_kwargs',
+    'custom_logit_processor', 'custom_params', 'watermark', 'input_ids', 'rid', 'extra_key', 'cache_salt',
+    'priority', 'data_parallel_rank',
 )
 
 SGLANG_GENERATE = (
@@ -50,12 +51,12 @@ SGLANG_GENERATE = (
     'modalities', 'session_params', 'lora_path', 'lora_id', 'custom_logit_processor',
     'positional_embed_overrides', 'bootstrap_host', 'bootstrap_port', 'bootstrap_room', 'bootstrap_pair_key',
     'decode_tp_size', 'routed_dp_rank', 'data_parallel_rank', 'disagg_prefill_dp_rank', 'routing_key',
-    'conversation_id', 'http_worker_ipc', 'background', 'require_reasoning', 'max_thinking_tokens', 'priority',
-    'extra_key', 'no_logs', 'custom_labels', 'return_bytes', 'return_entropy', 'return_prompt_token_ids',
-    'external_trace_header', 'received_time', 'need_wait_for_mm_inputs', 'num_items_assigned', 'encoder_urls',
-    'max_dynamic_patch', 'min_dynamic_patch', 'image_max_dynamic_patch', 'video_max_dynamic_patch',
-    'images_config', 'mm_processor_kwargs', 'multi_item_delimiter_indices', 'token_indices_to_pool',
-    'cache_salt', 'kv_hints',
+    'conversation_id', 'http_worker_ipc', 'background', 'require_reasoning', 'max_thinking_tokens',
+    'priority', 'extra_key', 'no_logs', 'custom_labels', 'return_bytes', 'return_entropy',
+    'return_prompt_token_ids', 'external_trace_header', 'received_time', 'need_wait_for_mm_inputs',
+    'num_items_assigned', 'encoder_urls', 'max_dynamic_patch', 'min_dynamic_patch', 'image_max_dynamic_patch',
+    'video_max_dynamic_patch', 'images_config', 'mm_processor_kwargs', 'multi_item_delimiter_indices',
+    'token_indices_to_pool', 'cache_salt', 'kv_hints',
 )
 
 SGLANG_SAMPLING_PARAMS = (

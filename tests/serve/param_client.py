@@ -1,5 +1,5 @@
-"""An HTTP client for the parameter checks (test_parameters.py, param_probes.py): one body per route, greedy by
-default, the reply reduced to text, token ids and finish reason.
+"""An HTTP client for the parameter checks (test_parameters.py, param_probes.py): one body per route, greedy
+by default, the reply reduced to text, token ids and finish reason.
 
     route "completions", "chat", "generate" (/generate's own fields), "sampling_params" (the fields inside it)
 """
@@ -36,7 +36,8 @@ class Client:
             inner = {k: v for k, v in extra.items() if route == "sampling_params"}
             outer = {k: v for k, v in extra.items() if route == "generate"}
             return {"text": PROMPT, "sampling_params": sampling | inner} | outer
-        first = {"prompt": PROMPT} if route == "completions" else {"messages": [{"role": "user", "content": PROMPT}]}
+        first = ({"prompt": PROMPT}
+                 if route == "completions" else {"messages": [{"role": "user", "content": PROMPT}]})
         return first | sampling | {"return_token_ids": True} | extra
 
     def post(self, route: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:

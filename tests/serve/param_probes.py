@@ -1,4 +1,5 @@
-"""What each applied parameter must do, checked through HTTP on the built-in model (test_parameters.py runs them).
+"""What each applied parameter must do, checked through HTTP on the built-in model (test_parameters.py runs
+them).
 
 A probe takes the client and a route ("completions", "chat", "generate" for /generate's own fields,
 "sampling_params" for the fields inside it) and asserts the parameter's effect, as SGLang and vLLM define it.
@@ -38,7 +39,8 @@ def stop(c: Client, r: str, keep: str | None = None) -> None:
     greedy = c.out(r, 12).text
     s = greedy[3:5]
     got = c.out(r, 12, stop=[s], **({keep: True} if keep else {}))
-    assert got.finish == "stop" and got.text == greedy[:greedy.index(s) + (len(s) if keep else 0)], (greedy, got)
+    assert got.finish == "stop" and got.text == greedy[:greedy.index(s)
+                                                       + (len(s) if keep else 0)], (greedy, got)
 
 
 def stop_token_ids(c: Client, r: str) -> None:
@@ -97,7 +99,8 @@ def ebnf(c: Client, r: str) -> None:
 
 
 def response_format(c: Client, r: str) -> None:
-    _json_ok(c.out(r, 40, response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}))
+    _json_ok(c.out(r, 40,
+                   response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}))
     assert c.out(r, 4, response_format={"type": "json_object"}).text.startswith("{")
     assert c.out(r, response_format={"type": "text"}).ids == c.out(r).ids
 
@@ -158,7 +161,8 @@ def logprobs(c: Client, r: str) -> None:
 
 
 def return_tokens_as_token_ids(c: Client, r: str) -> None:
-    choice = c.out(r, logprobs=1 if r == "completions" else True, return_tokens_as_token_ids=True).raw["choices"][0]
+    choice = c.out(r, logprobs=1 if r == "completions" else True,
+                   return_tokens_as_token_ids=True).raw["choices"][0]
     names = (choice["logprobs"]["tokens"] if r == "completions" else
              [t["token"] for t in choice["logprobs"]["content"]])
     assert names == [f"token_id:{t}" for t in choice["token_ids"]]
@@ -193,14 +197,17 @@ def max_tokens(c: Client, r: str, name: str) -> None:
 
 def add_generation_prompt(c: Client, r: str) -> None:
     with_header = ids_of(c, r)["prompt_token_ids"]
-    assert ids_of(c, r, add_generation_prompt=False)["prompt_token_ids"] == with_header[:-len(b"<|assistant|>\n")]
+    assert (ids_of(c, r, add_generation_prompt=False)["prompt_token_ids"]
+            == with_header[:-len(b"<|assistant|>\n")])
 
 
 def continue_final_message(c: Client, r: str) -> None:
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x ="}]
-    prompt = ids_of(c, r, messages=msgs, add_generation_prompt=False, continue_final_message=True)["prompt_token_ids"]
+    prompt = ids_of(c, r, messages=msgs, add_generation_prompt=False,
+                    continue_final_message=True)["prompt_token_ids"]
     assert bytes(prompt[-len("x ="):]) == b"x ="
-    c.post(r, c.body(r, messages=msgs, continue_final_message=True), 400)   # with add_generation_prompt: vLLM's 400
+    # with add_generation_prompt: vLLM's 400
+    c.post(r, c.body(r, messages=msgs, continue_final_message=True), 400)
 
 
 def chat_template_kwargs(c: Client, r: str) -> None:
@@ -211,11 +218,13 @@ def input_ids(c: Client, r: str) -> None:
     ids = [BOS, *b"x = "]
     raw = c.post(r, {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}} if r == "generate" else
                  c.body(r, input_ids=ids))
-    assert (raw["meta_info"]["prompt_tokens"] if r == "generate" else raw["usage"]["prompt_tokens"]) == len(ids)
+    assert (raw["meta_info"]["prompt_tokens"]
+            if r == "generate" else raw["usage"]["prompt_tokens"]) == len(ids)
 
 
 def return_prompt_token_ids(c: Client, r: str) -> None:
-    got = ids_of(c, r, return_prompt_token_ids=True, **({} if r == "generate" else {"return_token_ids": False}))
+    got = ids_of(c, r, return_prompt_token_ids=True,
+                 **({} if r == "generate" else {"return_token_ids": False}))
     assert got["prompt_token_ids"][0] == BOS
 
 
@@ -245,25 +254,26 @@ def _always(c: Client, r: str) -> None:
 
 
 PROBES: dict[str, Callable[[Client, str], None]] = {
-    "temperature": temperature, "seed": seed, "sampling_seed": seed, "stop": stop, "stop_token_ids": stop_token_ids,
-    "no_stop_trim": lambda c, r: stop(c, r, "no_stop_trim"),
+    "temperature": temperature, "seed": seed, "sampling_seed": seed, "stop": stop,
+    "stop_token_ids": stop_token_ids, "no_stop_trim": lambda c, r: stop(c, r, "no_stop_trim"),
     "include_stop_str_in_output": lambda c, r: stop(c, r, "include_stop_str_in_output"),
-    "top_p": lambda c, r: _same_as_greedy(c, r, top_p=1e-9), "top_k": lambda c, r: _same_as_greedy(c, r, top_k=1),
-    "min_p": lambda c, r: _same_as_greedy(c, r, min_p=1.0), "logit_bias": logit_bias, "ignore_eos": ignore_eos,
-    "skip_special_tokens": skip_special_tokens, "min_tokens": min_tokens,
+    "top_p": lambda c, r: _same_as_greedy(c, r, top_p=1e-9),
+    "top_k": lambda c, r: _same_as_greedy(c, r, top_k=1),
+    "min_p": lambda c, r: _same_as_greedy(c, r, min_p=1.0), "logit_bias": logit_bias,
+    "ignore_eos": ignore_eos, "skip_special_tokens": skip_special_tokens, "min_tokens": min_tokens,
     "min_new_tokens": lambda c, r: min_tokens(c, r, "min_new_tokens"), "allowed_token_ids": allowed_token_ids,
     "regex": regex, "json_schema": json_schema, "ebnf": ebnf, "response_format": response_format,
     "structured_outputs": structured_outputs, "stream": stream, "stream_options": stream,
     "user": lambda c, r: identity(c, r, "user", "someone"), "request_id": request_id, "rid": rid,
     "truncate_prompt_tokens": truncate_prompt_tokens, "truncation_side": truncate_prompt_tokens,
     "return_token_ids": return_token_ids, "return_tokens_as_token_ids": return_tokens_as_token_ids,
-    "logprobs": logprobs, "top_logprobs": top_logprobs, "echo": echo, "add_special_tokens": add_special_tokens,
-    "max_tokens": lambda c, r: max_tokens(c, r, "max_tokens"),
+    "logprobs": logprobs, "top_logprobs": top_logprobs, "echo": echo,
+    "add_special_tokens": add_special_tokens, "max_tokens": lambda c, r: max_tokens(c, r, "max_tokens"),
     "max_completion_tokens": lambda c, r: max_tokens(c, r, "max_completion_tokens"),
     "max_new_tokens": lambda c, r: max_tokens(c, r, "max_new_tokens"),
     "add_generation_prompt": add_generation_prompt, "continue_final_message": continue_final_message,
     "chat_template_kwargs": chat_template_kwargs, "input_ids": input_ids,
-    "return_prompt_token_ids": return_prompt_token_ids, "model": model, "n": n, "return_logprob": return_logprob,
-    "return_text_in_logprobs": return_text_in_logprobs, "prompt": _always, "messages": _always, "text": _always,
-    "sampling_params": _always,
+    "return_prompt_token_ids": return_prompt_token_ids, "model": model, "n": n,
+    "return_logprob": return_logprob, "return_text_in_logprobs": return_text_in_logprobs, "prompt": _always,
+    "messages": _always, "text": _always, "sampling_params": _always,
 }

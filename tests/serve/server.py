@@ -16,7 +16,8 @@ class Server:
     def __init__(self, *args: str, timeout: float = 120.0) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         env.pop("DCPCTL_API_KEY", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "dcpctl.cli.main", "launch", "--port", "0", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "dcpctl.cli.main", "launch", "--port", "0",
+                                      *args],
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stdout: list[str] = []
         self.stderr: list[str] = []

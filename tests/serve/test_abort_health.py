@@ -1,4 +1,5 @@
-"""Counting once, never running a request nobody waits for, and /health's one-token probe (fake engine, no torch)."""
+"""Counting once, never running a request nobody waits for, and /health's one-token probe (fake engine, no
+torch)."""
 import asyncio
 import time
 from collections import Counter
@@ -25,10 +26,12 @@ def test_a_disconnect_racing_the_last_token_counts_once():
     async def race():
         rid, _ = b.open([1], SamplingParams())
         b.deliver([Event(rid, 5, 0.0, "length")])      # the engine finished it ...
-        assert not b.cancel(rid, "abort")              # ... as its client left: already counted, nothing to cancel
+        assert not b.cancel(rid, "abort")              # ... as its client left: already counted, nothing to
+                                                       # cancel
         rid, _ = b.open([1], SamplingParams())
         assert b.cancel(rid, "abort")                  # the client left first ...
-        b.deliver([Event(rid, 5, 0.0, "length")])      # ... and the step that ended it ran before the cancel arrived
+        b.deliver([Event(rid, 5, 0.0, "length")])      # ... and the step that ended it ran before the cancel
+                                                       # arrived
     asyncio.run(race())
     assert counts == {"length": 1, "abort": 1}
     assert sorted(b.take_ended()) == ["abort", "length"]   # what the other HTTP worker counts, once each
@@ -47,7 +50,9 @@ class _Engine:
 
 def test_a_request_cancelled_in_the_message_that_brings_it_never_runs():
     e = _Engine()
-    apply(e, Control(new=[NewRequest(1, [1], SamplingParams()), NewRequest(2, [1], SamplingParams())], cancel=[1]))
+    apply(e,
+          Control(new=[NewRequest(1, [1], SamplingParams()), NewRequest(2, [1], SamplingParams())],
+                  cancel=[1]))
     assert e.calls == [("cancel", 1), ("submit", 2)]
 
 

@@ -72,7 +72,8 @@ def test_completion_text_and_auth(make):
     body = {"prompt": "hi", "max_tokens": 3}
     r = client.post("/v1/completions", json=body)
     assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
-    assert client.post("/v1/completions", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert client.post("/v1/completions", json=body,
+                       headers={"Authorization": "Bearer nope"}).status_code == 401
     r = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer sekrit"})
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == "abc"
     assert client.get("/health").text == "ok"  # no key needed
@@ -102,8 +103,8 @@ def test_full_queue_and_dead_engine_give_503(make):
 
 
 def test_health_is_503_while_the_server_starts(make):
-    # an HTTP worker up before its siblings (frontend.py) is `starting` until the engine's "serving" message: a
-    # client polling /health must not see ok while requests would wait for the rest of the start
+    # an HTTP worker up before its siblings (frontend.py) is `starting` until the engine's "serving" message:
+    # a client polling /health must not see ok while requests would wait for the rest of the start
     client, bridge, _ = make()
     bridge.starting = True
     r = client.get("/health")
@@ -122,9 +123,9 @@ def test_context_and_capacity_limits_name_the_numbers(make):
     r = client.post("/v1/completions", json={"prompt": [1] * 40, "max_tokens": 10})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
-        "max_tokens (10) is too large: prompt (40 tokens) + max_tokens = 50 > 49 tokens, the most one request holds "
-        "(the context length is 64 and the KV capacity of 48 virtual tokens holds 49); at most 9 new tokens fit "
-        "this prompt")
+        "max_tokens (10) is too large: prompt (40 tokens) + max_tokens = 50 > 49 tokens, the most one "
+        "request holds (the context length is 64 and the KV capacity of 48 virtual tokens holds 49); at most "
+        "9 new tokens fit this prompt")
     r = client.post("/generate", json={"input_ids": [1], "text": "x"})
     assert r.status_code == 400 and "exactly one" in r.json()["error"]["message"]
 
@@ -142,7 +143,8 @@ def test_text_stream_holds_back_partial_stops_and_utf8():
 
 
 def test_text_stream_window_decode_equals_the_whole_decode():
-    """Deltas of the windowed decode, joined, are the text of all ids, for any mix of multi-byte characters."""
+    """Deltas of the windowed decode, joined, are the text of all ids, for any mix of multi-byte
+    characters."""
     import random
     tok, rng = ByteTokenizer(), random.Random(0)
     for _ in range(50):
@@ -158,7 +160,8 @@ def test_plain_chat_template():
     ids = chat_prompt(ByteTokenizer(), [{"role": "user", "content": "hi"}])
     assert ids[0] == ByteTokenizer.bos_token_id and bytes(ids[1:]).decode() == "<|user|>\nhi\n<|assistant|>\n"
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x ="}]
-    assert bytes(chat_prompt(ByteTokenizer(), msgs, False, True)[1:]).decode() == "<|user|>\nhi\n<|assistant|>\nx ="
+    assert (bytes(chat_prompt(ByteTokenizer(), msgs, False, True)[1:]).decode()
+            == "<|user|>\nhi\n<|assistant|>\nx =")
 
 
 def test_a_hugging_face_template_gets_the_chat_switches_and_kwargs():
@@ -174,7 +177,8 @@ def test_a_hugging_face_template_gets_the_chat_switches_and_kwargs():
     tok, msgs = HFTokenizer(hf), [{"role": "user", "content": "hi"}]
     text = lambda ids: bytes(i for i in ids if i < 256).decode()   # noqa: E731
     assert text(chat_prompt(tok, msgs)) == "[hi]>"
-    assert text(chat_prompt(tok, msgs, add_generation_prompt=False, template_kwargs={"shout": True})) == "![hi]"
+    assert text(chat_prompt(tok, msgs, add_generation_prompt=False,
+                            template_kwargs={"shout": True})) == "![hi]"
 
 
 def test_kda_ceiling_in_metrics():
@@ -185,7 +189,8 @@ def test_kda_ceiling_in_metrics():
     text = Metrics(1, kda_pool=pool).render().decode()
     samples = {(s.name, s.labels.get("state")): s.value
                for fam in text_string_to_metric_families(text) for s in fam.samples}
-    assert samples[("dcpctl_kda_state_slots", "used")] == 3 and samples[("dcpctl_kda_state_slots", "free")] == 5
+    assert (samples[("dcpctl_kda_state_slots", "used")] == 3
+            and samples[("dcpctl_kda_state_slots", "free")] == 5)
     assert "dcpctl_kda_state_slots" not in Metrics(1).render().decode()
 
 
@@ -195,7 +200,8 @@ def test_auth_runs_before_the_body_is_read(make):
     assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.post("/v1/completions", content=b"x" * 10000)  # over the 4096-byte limit: still 401 first
     assert r.status_code == 401
-    assert client.post("/v1/completions", json={"prompt": "hi"}, headers={"Authorization": "Bearer"}).status_code == 401
+    assert client.post("/v1/completions", json={"prompt": "hi"},
+                       headers={"Authorization": "Bearer"}).status_code == 401
     assert client.get("/nope").status_code == 401  # every path but /health needs the key
 
 
@@ -217,16 +223,17 @@ def test_unknown_model_is_404_and_unsupported_fields_are_400(make):
     client, _, _ = make()
     r = client.post("/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
     assert r.status_code == 404
-    assert r.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error", "param": "model",
-                                                   "code": 404}
-    assert client.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 1}).status_code == 200
+    assert r.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error",
+                                                   "param": "model", "code": 404}
+    assert client.post("/v1/completions",
+                       json={"model": "fake", "prompt": "hi", "max_tokens": 1}).status_code == 200
     for path, body, field in [
         ("/v1/completions", {"prompt": "hi", "best_of": 2}, "best_of"),
         ("/v1/completions", {"prompt": "hi", "suffix": "!"}, "suffix"),
         ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}, "presence_penalty"),
         ("/v1/completions", {"prompt": "hi", "logprobs": 5}, "logprobs"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
-         "tools"),
+        ("/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                   "response_format": {"type": "structural_tag"}}, "response_format"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True,
@@ -238,7 +245,8 @@ def test_unknown_model_is_404_and_unsupported_fields_are_400(make):
         r = client.post(path, json=body)
         assert r.status_code == 400, (body, r.text)
         assert field in r.json()["error"]["message"], r.json()
-    ok = {"prompt": "hi", "max_tokens": 1, "best_of": 1, "presence_penalty": 0, "logit_bias": {}, "logprobs": 0}
+    ok = {"prompt": "hi", "max_tokens": 1, "best_of": 1, "presence_penalty": 0, "logit_bias": {},
+          "logprobs": 0}
     assert client.post("/v1/completions", json=ok).status_code == 200
 
 
@@ -259,8 +267,8 @@ def test_lone_surrogates_are_400_json(make):
     client, _, _ = make()
     for path, body in [("/v1/completions", b'{"prompt": "\\ud800x"}'),
                        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfffx"}]}'),
-                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", '
-                                                b'"text": "\\ud800"}]}]}'),
+                       ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": '
+                                                b'"text", "text": "\\ud800"}]}]}'),
                        ("/generate", b'{"text": "a\\ud800", "sampling_params": {"stop": ["\\ud801"]}}'),
                        ("/v1/completions", b'{"prompt": "x", "model": "\\ud800"}')]:
         r = client.post(path, content=body, headers={"Content-Type": "application/json"})
@@ -269,7 +277,8 @@ def test_lone_surrogates_are_400_json(make):
 
 def test_chunked_body_over_the_limit_is_413(make):
     client, _, _ = make()
-    chunks = (b'{"prompt": "' + b"x" * 1000 for _ in range(10))  # a generator: sent chunked, no Content-Length
+    chunks = (b'{"prompt": "' + b"x" * 1000 for _ in range(10))  # a generator: sent chunked, no
+                                                                 # Content-Length
     r = client.post("/v1/completions", content=chunks, headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and "4096 bytes" in r.json()["error"]["message"]
     small = iter([b'{"prompt": "hi", ', b'"max_tokens": 2}'])
@@ -303,14 +312,17 @@ def test_no_parameter_is_both_applied_and_refused():
     """A body field is applied; a NEUTRAL name is refused unless neutral: one name is never both."""
     from dcpctl.runtime.server.params import NEUTRAL
     from dcpctl.runtime.server.protocol import ChatRequest, CompletionRequest, GenerateParams, GenerateRequest
-    declared = set().union(*(m.model_fields for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
+    declared = set().union(*(m.model_fields
+                             for m in (CompletionRequest, ChatRequest, GenerateParams, GenerateRequest)))
     assert not set(NEUTRAL) & declared, sorted(set(NEUTRAL) & declared)
 
 
 def test_logit_rules_are_refused_under_speculative_decoding(make):
     client, _, _ = make(kv_extra=2)          # a speculative server: verification writes 2 rows past decode
     for extra, param in [({"regex": "[0-9]+"}, "regex"), ({"min_tokens": 2}, "min_tokens"),
-                         ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"allowed_token_ids": [5]}, "allowed_token_ids")]:
+                         ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+                         ({"allowed_token_ids": [5]}, "allowed_token_ids")]:
         r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2} | extra)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
-    assert client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stop_token_ids": [5]}).status_code == 200
+    assert client.post("/v1/completions",
+                       json={"prompt": "hi", "max_tokens": 2, "stop_token_ids": [5]}).status_code == 200

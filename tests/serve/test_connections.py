@@ -1,7 +1,7 @@
-"""What strangers' connections cost `dcpctl launch` (tiny model, an API key): header bounds before anything parses
-the request, read timeouts for idle and half-sent connections, OpenAI's error types, and a retracted stream that a
-proxy's read timeout does not cut (the keep-alive interval and the timeouts shrunk: 0.2 s comments, a 1 s read
-timeout standing for a proxy's 60 s, a 1 s request read timeout).
+"""What strangers' connections cost `dcpctl launch` (tiny model, an API key): header bounds before anything
+parses the request, read timeouts for idle and half-sent connections, OpenAI's error types, and a retracted
+stream that a proxy's read timeout does not cut (the keep-alive interval and the timeouts shrunk: 0.2 s
+comments, a 1 s read timeout standing for a proxy's 60 s, a 1 s request read timeout).
 """
 import json
 import socket
@@ -21,8 +21,8 @@ READ_TIMEOUT_S = 1.0
 @pytest.fixture(scope="module")
 def server():
     # 160 KV tokens: two 120-token streams cannot both run to the end, so one is retracted and waits
-    s = Server("--api-key", "k", "--request-read-timeout", str(READ_TIMEOUT_S), "--sse-keepalive-interval", "0.2",
-               "--max-total-tokens", "160", "--chunked-prefill-size", "64")
+    s = Server("--api-key", "k", "--request-read-timeout", str(READ_TIMEOUT_S), "--sse-keepalive-interval",
+               "0.2", "--max-total-tokens", "160", "--chunked-prefill-size", "64")
     yield s
     s.stop()
 
@@ -49,7 +49,8 @@ def test_too_many_headers_is_431_and_a_normal_request_passes(server):
 
 
 def test_header_attacks_leave_an_authorized_stream_on_pace(server):
-    # four keyless 64 MB headers a second while a stream decodes (before: one stalled a stream for up to 1.76 s)
+    # four keyless 64 MB headers a second while a stream decodes (before: one stalled a stream for up to 1.76
+    # s)
     quiet = streamed_itl(server.url)
     loud = under_headers(server.url, _addr(server))
     # the median gap moves by a few ms at most (on a loaded machine the attacker's own CPU shows too)
@@ -58,8 +59,8 @@ def test_header_attacks_leave_an_authorized_stream_on_pace(server):
 
 
 @pytest.mark.parametrize("sent", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n",
-                                  b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer k\r\n"
-                                  b"Content-Length: 100\r\n\r\n{\"pro"],
+                                  b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: "
+                                  b"Bearer k\r\nContent-Length: 100\r\n\r\n{\"pro"],
                          ids=["idle", "half-sent head", "half-sent body"])
 def test_idle_and_half_sent_connections_close_after_the_read_timeout(server, sent):
     with socket.create_connection(_addr(server), timeout=30) as sock:
@@ -68,7 +69,8 @@ def test_idle_and_half_sent_connections_close_after_the_read_timeout(server, sen
         reply = sock.recv(4096)
         took = time.monotonic() - t0
         assert sock.recv(4096) == b""                   # then closed
-    assert reply.startswith(b"HTTP/1.1 408 ") and READ_TIMEOUT_S * 0.9 < took < READ_TIMEOUT_S + 2, (reply, took)
+    assert reply.startswith(b"HTTP/1.1 "
+                            b"408 ") and READ_TIMEOUT_S * 0.9 < took < READ_TIMEOUT_S + 2, (reply, took)
 
 
 def test_wrong_method_and_unknown_route_are_openai_errors(server):
@@ -81,8 +83,8 @@ def test_wrong_method_and_unknown_route_are_openai_errors(server):
 
 
 def test_a_proxy_read_timeout_keeps_a_retracted_stream(server):
-    """Two streams that do not fit together: one is retracted and waits for the other's pages, seconds without a
-    token, during which comments keep arriving well inside the proxy's read timeout."""
+    """Two streams that do not fit together: one is retracted and waits for the other's pages, seconds without
+    a token, during which comments keep arriving well inside the proxy's read timeout."""
     body = {"prompt": "x", "max_tokens": 120, "ignore_eos": True, "temperature": 0, "stream": True}
     got: dict[int, tuple[int, int, float]] = {}
 
@@ -112,7 +114,8 @@ def test_the_api_key_is_in_no_file_and_no_rank_command_line(server):
     for pid in [server.proc.pid, *descendants(server.proc.pid)]:
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read()
-            env = dict(e.split(b"=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if b"=" in e)
+            env = dict(e.split(b"=", 1)
+                       for e in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if b"=" in e)
         except OSError:
             continue
         if b"dcpctl.runtime.worker" in cmd:

@@ -1,4 +1,5 @@
-"""Several HTTP worker processes on one port (--tokenizer-worker-num): the real Frontend, a scripted engine loop.
+"""Several HTTP worker processes on one port (--tokenizer-worker-num): the real Frontend, a scripted engine
+loop.
 
 The kernel spreads connections over the workers, so a test cannot pick one: it opens enough fresh connections
 that both are reached (all of 12 landing on one worker has odds 2^-11), and checks what must hold whichever
@@ -46,8 +47,8 @@ def _engine(front: Frontend, stop: threading.Event, seen: list[int]) -> None:
 def front(tmp_path_factory):
     tok = Path(tmp_path_factory.mktemp("tok"))
     (tok / MARKER).write_text("")
-    spec = FrontendSpec("127.0.0.1", 0, None, 1 << 16, None, "fake", str(tok), 264, 4096, 1 << 16, 1, 64, False, 0,
-                        workers=2)
+    spec = FrontendSpec("127.0.0.1", 0, None, 1 << 16, None, "fake", str(tok), 264, 4096, 1 << 16, 1, 64,
+                        False, 0, workers=2)
     f = Frontend(spec)
     stop, seen = threading.Event(), []
     t = threading.Thread(target=_engine, args=(f, stop, seen), daemon=True)
@@ -71,13 +72,15 @@ def test_two_workers_stream_their_own_requests_and_agree_on_metrics(front):
     texts = []
     for _ in range(12):
         with httpx.Client() as c:
-            r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32, "stream": True}, timeout=30)
+            r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32, "stream": True},
+                       timeout=30)
         chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
         texts.append("".join(ch["choices"][0]["text"] for ch in chunks))
     assert texts == [TEXT.decode()] * 12
     assert len(set(seen)) == 12 and {rid % 2 for rid in seen} == {0, 1}   # both workers took requests
     with httpx.Client() as c:   # a stop string: the serving worker ends it; the engine only sees a cancel
-        r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32, "stop": ["wor"]}, timeout=30)
+        r = c.post(f.url + "/v1/completions", json={"prompt": "x", "max_tokens": 32, "stop": ["wor"]},
+                   timeout=30)
     assert r.json()["choices"][0]["text"] == "hello "
     deadline = time.monotonic() + 10
     while True:
@@ -89,7 +92,8 @@ def test_two_workers_stream_their_own_requests_and_agree_on_metrics(front):
 
 
 def test_a_dead_worker_leaves_the_others_serving(front):
-    """Runs last: SIGKILL one worker; its listening socket closes with it, the engine drops its pipe and says so."""
+    """Runs last: SIGKILL one worker; its listening socket closes with it, the engine drops its pipe and says
+    so."""
     f, _ = front
     victim = f.workers[1]
     victim.proc.kill()
@@ -106,8 +110,8 @@ def test_a_dead_worker_leaves_the_others_serving(front):
 
 def test_the_last_worker_gone_fails_the_engine_loop(tmp_path):
     (tmp_path / MARKER).write_text("")
-    f = Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 16, None, "fake", str(tmp_path), 264, 4096, 1 << 16, 1, 64,
-                              False, 0))
+    f = Frontend(FrontendSpec("127.0.0.1", 0, None, 1 << 16, None, "fake", str(tmp_path), 264, 4096, 1 << 16,
+                              1, 64, False, 0))
     try:
         f.workers[0].proc.kill()
         f.workers[0].proc.wait(10)

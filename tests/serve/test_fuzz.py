@@ -23,11 +23,14 @@ SENT: Counter = Counter()  # (path, status) -> count
 # ---- values -----------------------------------------------------------------------------------------
 EXTREME_INTS = st.sampled_from([0, -1, 1, 2**31, 2**63 - 1, 2**63, -2**63 - 1, 2**64, 10**30, -10**30])
 INTS = st.one_of(st.integers(), EXTREME_INTS)
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([float("nan"), 1e308, -0.0]))
-CHARS = st.one_of(st.characters(), st.characters(categories=["Cs"]), st.sampled_from(["\x00", "\x1b", "\ufffd"]))
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([float("nan"), 1e308, -0.0]))
+CHARS = st.one_of(st.characters(), st.characters(categories=["Cs"]),
+                  st.sampled_from(["\x00", "\x1b", "\ufffd"]))
 TEXT = st.one_of(st.text(CHARS, max_size=6), st.sampled_from(["x" * 3000, "\ud800x", "Hi\udfff"]))
 SCALAR = st.one_of(st.none(), st.booleans(), INTS, FLOATS, TEXT)
-JUNK = st.recursive(SCALAR, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(TEXT, c, max_size=4)),
+JUNK = st.recursive(SCALAR,
+                    lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(TEXT, c, max_size=4)),
                     max_leaves=4)
 
 
@@ -45,39 +48,47 @@ SAMPLING = {"temperature": field(st.floats(0, 2)), "top_p": field(st.floats(0, 1
             "n": field(st.integers(0, 3))}
 REFUSABLE = {"best_of": field(st.integers(0, 3)), "presence_penalty": field(FLOATS), "prompt_logprobs": JUNK}
 IDS = st.lists(st.integers(-2, 300), max_size=3)
-GRAMMARS = st.sampled_from(["[0-9]{2}", "(a|b", "x*", "", "\\", '{"type": "integer"}', "{", 'root ::= "a"', "root ::="])
+GRAMMARS = st.sampled_from(["[0-9]{2}", "(a|b", "x*", "", "\\", '{"type": "integer"}', "{", 'root ::= "a"',
+                            "root ::="])
 FORMATS = st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "json_schema"}, {"type": 5},
                            {"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}},
                            {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}},
                            {"type": "structural_tag"}])
-APPLIED = {"min_p": field(st.floats(0, 1)), "min_tokens": field(st.integers(0, 3)), "stop_token_ids": field(IDS),
-           "allowed_token_ids": field(IDS), "skip_special_tokens": field(st.booleans()),
-           "logit_bias": field(st.dictionaries(st.sampled_from(["1", "257", "x", "-1", "999"]), FLOATS, max_size=2)),
+APPLIED = {"min_p": field(st.floats(0, 1)), "min_tokens": field(st.integers(0, 3)),
+           "stop_token_ids": field(IDS), "allowed_token_ids": field(IDS),
+           "skip_special_tokens": field(st.booleans()),
+           "logit_bias": field(st.dictionaries(st.sampled_from(["1", "257", "x", "-1", "999"]), FLOATS,
+                                               max_size=2)),
            "regex": field(GRAMMARS), "json_schema": field(GRAMMARS), "ebnf": field(GRAMMARS),
            "response_format": field(FORMATS), "truncate_prompt_tokens": field(st.integers(-2, 5)),
            "structured_outputs": field(st.dictionaries(st.sampled_from(
-               ["json", "regex", "choice", "grammar", "json_object", "whitespace_pattern", "disable_any_whitespace",
+               ["json", "regex", "choice", "grammar", "json_object", "whitespace_pattern",
+                "disable_any_whitespace",
                 "bogus"]), st.one_of(GRAMMARS, st.booleans(), st.lists(TEXT, max_size=2), JUNK), max_size=2))}
-COMMON = {**SAMPLING, **REFUSABLE, **APPLIED, "model": field(st.sampled_from(["tiny-deepseek-stdlib", "gpt-4"])),
-          "stream": field(st.booleans()), "stream_options": field(st.just({"include_usage": True}))}
+COMMON = {**SAMPLING, **REFUSABLE, **APPLIED,
+          "model": field(st.sampled_from(["tiny-deepseek-stdlib", "gpt-4"])), "stream": field(st.booleans()),
+          "stream_options": field(st.just({"include_usage": True}))}
 MAX_TOKENS = field(st.one_of(st.integers(1, 2), EXTREME_INTS))
 MESSAGE = st.fixed_dictionaries({"role": field(st.sampled_from(["user", "system", "assistant", "robot"]))},
                                 optional={"content": field(st.one_of(TEXT, st.lists(st.fixed_dictionaries(
-                                    {"type": st.sampled_from(["text", "image_url"]), "text": TEXT}), max_size=2)))})
+                                    {"type": st.sampled_from(["text", "image_url"]),
+                                     "text": TEXT}), max_size=2)))})
 
 BODIES = {
     # a token budget is always sent: the defaults (16, chat's room) would make valid bodies slow, not riskier
     "/v1/completions": st.fixed_dictionaries({"prompt": field(PROMPT), "max_tokens": MAX_TOKENS}, optional={
         **COMMON, "logprobs": field(st.integers(-1, 6)), "echo": field(st.booleans())}),
-    "/v1/chat/completions": st.fixed_dictionaries({"messages": field(st.lists(MESSAGE, min_size=1, max_size=3)),
+    "/v1/chat/completions": st.fixed_dictionaries({"messages": field(st.lists(MESSAGE, min_size=1,
+                                                                              max_size=3)),
                                                    "max_tokens": MAX_TOKENS}, optional={
         **COMMON, "max_completion_tokens": MAX_TOKENS, "logprobs": field(st.booleans()),
         "top_logprobs": field(st.integers(-1, 21)), "tools": JUNK}),
     "/generate": st.fixed_dictionaries({"sampling_params": field(st.fixed_dictionaries(
         {"max_new_tokens": MAX_TOKENS}, optional={**SAMPLING, "frequency_penalty": field(FLOATS),
                                                    "min_new_tokens": field(st.integers(0, 3)),
-                                                   **{k: APPLIED[k] for k in ("regex", "json_schema", "ebnf", "min_p",
-                                                                              "stop_token_ids", "logit_bias")}}))},
+                                                   **{k: APPLIED[k]
+                                                      for k in ("regex", "json_schema", "ebnf", "min_p",
+                                                                "stop_token_ids", "logit_bias")}}))},
         optional={
         "text": field(TEXT), "input_ids": field(st.lists(st.integers(-2, 300), max_size=6)),
         "stream": field(st.booleans()), "return_logprob": field(st.booleans())}),
@@ -87,7 +98,8 @@ BODIES = {
 VALID = {"/v1/completions": ({"prompt": "Hi", "max_tokens": 1}, ""),
          "/v1/chat/completions": ({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}, ""),
          "/generate": ({"text": "Hi", "sampling_params": {"max_new_tokens": 1}}, "sampling_params")}
-NUMBERS = ["top_k", "seed", "temperature", "top_p", "max_tokens", "logprobs", "n", "best_of", "presence_penalty"]
+NUMBERS = ["top_k", "seed", "temperature", "top_p", "max_tokens", "logprobs", "n", "best_of",
+           "presence_penalty"]
 EXTREME = st.one_of(EXTREME_INTS, st.sampled_from([float("nan"), float("inf"), -1e308, 2.0**64, -0.5]))
 
 
@@ -162,9 +174,10 @@ test_fuzz_completions = _fuzz("/v1/completions")
 test_fuzz_chat = _fuzz("/v1/chat/completions")
 test_fuzz_generate = _fuzz("/generate")
 
-RAW = [b"", b"null", b"[]", b"42", b'"x"', b"{", b"\xff\xfe{}", b'{"prompt": "\xc3("}', b"[" * 50000 + b"]" * 50000,
-       b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", b'{"prompt": "Hi", "max_tokens": 1e999}',
-       b'{"prompt": "Hi", "top_k": 99999999999999999999999999}', b'{"prompt": "Hi", "temperature": NaN}']
+RAW = [b"", b"null", b"[]", b"42", b'"x"', b"{", b"\xff\xfe{}", b'{"prompt": "\xc3("}',
+       b"[" * 50000 + b"]" * 50000, b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+       b'{"prompt": "Hi", "max_tokens": 1e999}', b'{"prompt": "Hi", "top_k": 99999999999999999999999999}',
+       b'{"prompt": "Hi", "temperature": NaN}']
 
 
 @pytest.mark.parametrize("path", list(BODIES))

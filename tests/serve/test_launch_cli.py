@@ -31,9 +31,9 @@ def test_cold_start_progress_reaches_the_launcher():
     import threading
 
     from dcpctl.launch.runner import ServeProcess
-    script = ("import sys, time\nfor i in range(3): print(f'dcpctl-progress loading {i + 1}/3', file=sys.stderr)\n"
-              "print('dcpctl-ready http://127.0.0.1:9', file=sys.stderr, flush=True)\ntime.sleep(0.2)\n"
-              "print('dcpctl-stopped', file=sys.stderr)")
+    script = ("import sys, time\nfor i in range(3): print(f'dcpctl-progress loading {i + 1}/3', "
+              "file=sys.stderr)\nprint('dcpctl-ready http://127.0.0.1:9', file=sys.stderr, "
+              "flush=True)\ntime.sleep(0.2)\nprint('dcpctl-stopped', file=sys.stderr)")
     seen = []
     proc = ServeProcess([sys.executable, "-c", script], {}, on_progress=lambda *p: seen.append(p))
     assert proc.wait_ready(threading.Event()) in ("http://127.0.0.1:9", None)
@@ -45,7 +45,8 @@ def test_engine_failures_reach_clients_as_a_short_reason():
     from dcpctl.runtime.server.serve import failure_reason
     e = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
                      "[127.0.0.1]:29781")
-    assert failure_reason(e) == "another rank stopped responding (RuntimeError); the server log has the detail"
+    assert (failure_reason(e)
+            == "another rank stopped responding (RuntimeError); the server log has the detail")
     assert "/" not in failure_reason(ValueError("/some/internal/path.py failed"))
 
 
@@ -65,8 +66,8 @@ def test_the_dry_run_command_serves_as_printed(tmp_path):
     config, _, rest = r.stdout.partition("\n# node 0\n")
     (tmp_path / "launch.yaml").write_text(config)
     env = {k: v for k, v in os.environ.items() if k != "DCPCTL_API_KEY"}
-    proc = subprocess.Popen(["bash", "-c", rest.strip()], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(["bash", "-c", rest.strip()], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     url = threading.Event()
     found: list[str] = []
 
@@ -81,7 +82,8 @@ def test_the_dry_run_command_serves_as_printed(tmp_path):
         assert url.wait(110) and found, "no ready line"
         assert httpx.get(found[0] + "/health", timeout=30).text == "ok"
         body = {"prompt": "def ", "max_tokens": 4, "temperature": 0}
-        assert httpx.post(found[0] + "/v1/completions", json=body, timeout=30).json()["usage"]["completion_tokens"] == 4
+        assert (httpx.post(found[0] + "/v1/completions", json=body, timeout=30)
+                .json()["usage"]["completion_tokens"] == 4)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)

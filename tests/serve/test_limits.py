@@ -10,7 +10,8 @@ from dcpctl.contract.fields import LaunchConfigError
 from dcpctl.contract.limits import ModelLimits, served_context
 from tests.serve.test_app import make  # noqa: F401  (the fixture)
 
-# make(): context 64, capacity 48 virtual tokens -> one request holds at most 49 tokens (48 KV rows + the last token)
+# make(): context 64, capacity 48 virtual tokens -> one request holds at most 49 tokens (48 KV rows + the last
+# token)
 MOST = 49
 
 
@@ -49,9 +50,9 @@ def test_a_prompt_alone_past_the_context_names_the_prompt(make):
 def test_max_tokens_too_large_names_the_context_and_the_kv_capacity(make):
     client, _, _ = make(context=40)
     msg = _error(client.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": 5000}), "max_tokens")
-    assert msg == ("max_tokens (5000) is too large: prompt (10 tokens) + max_tokens = 5010 > 40 tokens, the most one "
-                   "request holds (the context length is 40 and the KV capacity of 48 virtual tokens holds 49); at "
-                   "most 30 new tokens fit this prompt")
+    assert msg == ("max_tokens (5000) is too large: prompt (10 tokens) + max_tokens = 5010 > 40 tokens, the "
+                   "most one request holds (the context length is 40 and the KV capacity of 48 virtual "
+                   "tokens holds 49); at most 30 new tokens fit this prompt")
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
                                                   "max_completion_tokens": 5000})
     assert "the context length is 40" in _error(r, "max_completion_tokens")
@@ -64,11 +65,13 @@ def test_null_budgets_run_up_to_the_context(make):
     r = client.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": None}).json()
     assert r["usage"]["completion_tokens"] == 22 and r["choices"][0]["finish_reason"] == "length"
     chat = {"messages": [{"role": "user", "content": "x"}]}
-    n_prompt = client.post("/v1/chat/completions", json=chat | {"max_tokens": 1}).json()["usage"]["prompt_tokens"]
+    n_prompt = (client.post("/v1/chat/completions", json=chat | {"max_tokens": 1})
+                .json()["usage"]["prompt_tokens"])
     for key in ("max_tokens", "max_completion_tokens"):
         r = client.post("/v1/chat/completions", json=chat | {key: None}).json()
         assert r["usage"]["completion_tokens"] == 32 - n_prompt, r
-    r = client.post("/generate", json={"input_ids": [1] * 10, "sampling_params": {"max_new_tokens": None}}).json()
+    r = client.post("/generate",
+                    json={"input_ids": [1] * 10, "sampling_params": {"max_new_tokens": None}}).json()
     assert r["meta_info"]["completion_tokens"] == 22
 
 
@@ -78,19 +81,23 @@ def test_generate_max_new_tokens_zero_answers_without_the_engine(make):
     assert r.status_code == 200
     body = r.json()
     assert body["text"] == "" and body["output_ids"] == [] and body["meta_info"]["prompt_tokens"] == 3
-    assert body["meta_info"]["completion_tokens"] == 0 and body["meta_info"]["finish_reason"] == {"type": "length"}
-    r = client.post("/generate", json={"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 0}})
+    assert (body["meta_info"]["completion_tokens"] == 0
+            and body["meta_info"]["finish_reason"] == {"type": "length"})
+    r = client.post("/generate",
+                    json={"input_ids": [1], "stream": True, "sampling_params": {"max_new_tokens": 0}})
     assert r.status_code == 200 and '"output_ids": []' in r.text and r.text.endswith("data: [DONE]\n\n")
     assert not engine.live and not engine.cancelled
     _error(client.post("/generate", json={"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}),
            "sampling_params")
-    _error(client.post("/v1/completions", json={"prompt": "x", "max_tokens": 0}), "max_tokens")   # OpenAI: >= 1
+    # OpenAI: >= 1
+    _error(client.post("/v1/completions", json={"prompt": "x", "max_tokens": 0}), "max_tokens")
 
 
 def test_stream_options_need_stream(make):
     client, _, _ = make()
     for path, body in (("/v1/completions", {"prompt": "x", "max_tokens": 2}),
-                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})):
+                       ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})):
         r = client.post(path, json=body | {"stream_options": {"include_usage": True}})
         assert "only allowed with stream: true" in _error(r, "stream_options")
         r = client.post(path, json=body | {"stream_options": {"include_usage": True}, "stream": True})

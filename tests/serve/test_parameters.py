@@ -1,7 +1,8 @@
-"""Every request parameter SGLang 0.5.23 and vLLM 0.34.0 document (tests/serve/engine_params.py, read from their
-protocol classes) sent to `dcpctl launch` on the built-in model: each is applied with the engines' meaning (a
-probe in param_probes.py checks its effect) or refused with a 400 naming it at any value but its neutral ones
-(params.py), on /v1/completions, /v1/chat/completions and /generate alike; none is silently ignored."""
+"""Every request parameter SGLang 0.5.23 and vLLM 0.34.0 document (tests/serve/engine_params.py, read from
+their protocol classes) sent to `dcpctl launch` on the built-in model: each is applied with the engines'
+meaning (a probe in param_probes.py checks its effect) or refused with a 400 naming it at any value but its
+neutral ones (params.py), on /v1/completions, /v1/chat/completions and /generate alike; none is silently
+ignored."""
 import json
 
 import pytest
@@ -24,8 +25,10 @@ CASES = sorted({(route, name) for route, (_, names) in ROUTES.items() for name i
 
 @pytest.fixture(scope="module")
 def client():
-    # float64 for exact greedy repeats; JSON whitespace bounded so that a bounded schema ends within max_tokens
-    s = Server("--dtype", "float64", "--max-total-tokens", "4096", "--constrained-json-max-whitespace-cnt", "1")
+    # float64 for exact greedy repeats; JSON whitespace bounded so that a bounded schema ends within
+    # max_tokens
+    s = Server("--dtype", "float64", "--max-total-tokens", "4096", "--constrained-json-max-whitespace-cnt",
+               "1")
     yield Client(s.url)
     s.stop()
 
@@ -45,7 +48,8 @@ def _offending(accepted: tuple) -> object:
     raise AssertionError(accepted)
 
 
-@pytest.mark.parametrize("route,name", [c for c in CASES if c[1] in NEUTRAL and c[1] not in ROUTES[c[0]][0].model_fields])
+@pytest.mark.parametrize("route,name",
+                         [c for c in CASES if c[1] in NEUTRAL and c[1] not in ROUTES[c[0]][0].model_fields])
 def test_a_refused_parameter_is_a_400_naming_it(client, route, name):
     prefix = "sampling_params." if route == "sampling_params" else ""
     err = client.post(route, client.body(route, **{name: _offending(NEUTRAL[name])}), 400)["error"]
@@ -55,7 +59,8 @@ def test_a_refused_parameter_is_a_400_naming_it(client, route, name):
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_every_refused_parameter_at_its_neutral_value_is_served(client, route):
     names = {n for n in ROUTES[route][1] if n in NEUTRAL and n not in ROUTES[route][0].model_fields}
-    neutral = {n: NEUTRAL[n][-1] for n in names}      # the last listed: the engines' default where it is not null
+    neutral = {n: NEUTRAL[n][-1] for n in names}      # the last listed: the engines' default where it is not
+                                                      # null
     assert client.out(route, **neutral).ids == client.out(route).ids
 
 
@@ -70,10 +75,12 @@ def test_the_routes_agree_on_sampling_parameters(client):
     params = {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "min_p": 0.05, "seed": 3, "stop_token_ids": [41],
               "logit_bias": {"120": 2.0}, "min_tokens": 2}
     cmpl = client.post("completions", {"prompt": ids, "max_tokens": 8, "return_token_ids": True} | params)
-    chat = client.post("chat", {"messages": [{"role": "user", "content": "x"}], "input_ids": ids, "max_tokens": 8,
-                                "return_token_ids": True} | params)
-    gen = client.post("generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 8, "min_new_tokens": 2} |
-                                   {k: v for k, v in params.items() if k != "min_tokens"}})
+    chat = client.post("chat",
+                       {"messages": [{"role": "user", "content": "x"}], "input_ids": ids, "max_tokens": 8,
+                        "return_token_ids": True} | params)
+    gen = client.post("generate",
+                      {"input_ids": ids, "sampling_params": {"max_new_tokens": 8, "min_new_tokens": 2} |
+                       {k: v for k, v in params.items() if k != "min_tokens"}})
     assert cmpl["choices"][0]["token_ids"] == chat["choices"][0]["token_ids"] == gen["output_ids"]
 
 
@@ -81,7 +88,8 @@ def test_a_bad_grammar_is_a_400_naming_its_field(client):
     for route, extra, param in [("completions", {"regex": "[0-9"}, "regex"),
                                 ("chat", {"response_format": {"type": "json_schema", "json_schema": {}}},
                                  "response_format.json_schema.schema"),
-                                ("sampling_params", {"json_schema": "{not json"}, "sampling_params.json_schema"),
+                                ("sampling_params", {"json_schema": "{not json"},
+                                 "sampling_params.json_schema"),
                                 ("chat", {"regex": "a", "ebnf": 'root ::= "a"'}, "ebnf"),
                                 ("completions", {"structured_outputs": {"json": {}, "regex": "a"}},
                                  "structured_outputs.regex")]:
@@ -90,7 +98,8 @@ def test_a_bad_grammar_is_a_400_naming_its_field(client):
     assert json.loads(client.out("chat", 30, guided_json=E_SCHEMA).text)["k"] in ("x", "y")
 
 
-E_SCHEMA = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"], "additionalProperties": False}
+E_SCHEMA = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"],
+            "additionalProperties": False}
 
 
 def test_structured_output_streams_as_it_answers(client):
@@ -99,5 +108,7 @@ def test_structured_output_streams_as_it_answers(client):
                                                        "json_schema": {"name": "e", "schema": E_SCHEMA}}})]:
         events = client.stream(route, budget=30, **extra)
         key = "text" if route == "completions" else "content"
-        text = "".join(e["choices"][0].get("delta", e["choices"][0]).get(key) or "" for e in events if e["choices"])
-        assert text == client.out(route, 30, **extra).text and events[-1]["choices"][0]["finish_reason"] == "stop"
+        text = "".join(e["choices"][0].get("delta", e["choices"][0]).get(key) or ""
+                       for e in events if e["choices"])
+        assert (text == client.out(route, 30, **extra).text
+                and events[-1]["choices"][0]["finish_reason"] == "stop")

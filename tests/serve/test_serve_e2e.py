@@ -35,8 +35,8 @@ def server():
 @pytest.fixture(scope="module")
 def reference():
     args = [a for p in PROMPTS for a in ("--prompt", p)] + ["--prompt-ids", ",".join(map(str, IDS))]
-    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *args, "--max-new-tokens", str(MAX_NEW),
-                        "--temperature", "0", "--dtype", "float64", "--format", "json"],
+    p = subprocess.run([sys.executable, "-m", "dcpctl.cli.main", "generate", *args, "--max-new-tokens",
+                        str(MAX_NEW), "--temperature", "0", "--dtype", "float64", "--format", "json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     outs = json.loads(p.stdout)["outputs"]
@@ -53,7 +53,8 @@ def _metrics(url: str) -> dict[str, float]:
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}" if s.labels else "")
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+                            if s.labels else "")
             out[key] = s.value
     return out
 
@@ -71,7 +72,8 @@ def _wait_idle(url: str, timeout: float = 20.0) -> dict[str, float]:
 
 def test_openai_completions_match_generate(client, reference):
     for prompt, want in zip(PROMPTS + [IDS], reference):
-        r = client.completions.create(model="tiny-deepseek-stdlib", prompt=prompt, max_tokens=MAX_NEW, temperature=0)
+        r = client.completions.create(model="tiny-deepseek-stdlib", prompt=prompt, max_tokens=MAX_NEW,
+                                      temperature=0)
         assert r.choices[0].text == want["text"]
         assert r.usage.completion_tokens == len(want["output_ids"])
         streamed = client.completions.create(model="tiny-deepseek-stdlib", prompt=prompt, max_tokens=MAX_NEW,
@@ -84,26 +86,33 @@ def test_openai_completions_match_generate(client, reference):
 def test_native_generate_returns_the_same_ids(server, reference):
     want = reference[2]
     r = httpx.post(server.url + "/generate", json={"input_ids": IDS, "return_logprob": True,
-                                                   "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0}},
+                                                   "sampling_params": {"max_new_tokens": MAX_NEW,
+                                                                       "temperature": 0}},
                    timeout=60).json()
     assert r["output_ids"] == want["output_ids"]
     assert r["meta_info"]["completion_tokens"] == len(want["output_ids"])
-    with httpx.stream("POST", server.url + "/generate", json={"input_ids": IDS, "stream": True, "sampling_params":
-                      {"max_new_tokens": MAX_NEW, "temperature": 0}}, timeout=60) as s:
+    with httpx.stream("POST", server.url + "/generate",
+                      json={"input_ids": IDS, "stream": True,
+                            "sampling_params": {"max_new_tokens": MAX_NEW, "temperature": 0}},
+                      timeout=60) as s:
         events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and json.loads(events[-2])["output_ids"] == want["output_ids"]
 
 
 def test_logprobs_and_chat(client):
-    r = client.completions.create(model="tiny-deepseek-stdlib", prompt="Hi", max_tokens=4, temperature=0, logprobs=1)
+    r = client.completions.create(model="tiny-deepseek-stdlib", prompt="Hi", max_tokens=4, temperature=0,
+                                  logprobs=1)
     lp = r.choices[0].logprobs
     assert len(lp.token_logprobs) == 4 and all(x <= 0 for x in lp.token_logprobs)
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hi"}]
-    c = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6, temperature=0, logprobs=True)
+    c = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6,
+                                       temperature=0, logprobs=True)
     assert c.choices[0].message.role == "assistant" and c.usage.completion_tokens <= 6
     assert len(c.choices[0].logprobs.content) == c.usage.completion_tokens
-    s = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6, temperature=0, stream=True)
-    assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == c.choices[0].message.content
+    s = client.chat.completions.create(model="tiny-deepseek-stdlib", messages=msgs, max_tokens=6,
+                                       temperature=0, stream=True)
+    assert ("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+            == c.choices[0].message.content)
     assert [m.id for m in client.models.list().data] == ["tiny-deepseek-stdlib"]
 
 
@@ -112,16 +121,19 @@ def test_stop_string_ends_the_request(client, reference):
     stop = next((text[i:i + 1] for i in range(2, len(text)) if text[i:i + 1].isprintable()), None)
     if stop is None:
         pytest.skip("no printable character in the reference continuation")
-    r = client.completions.create(model="tiny-deepseek-stdlib", prompt=PROMPTS[0], max_tokens=MAX_NEW, temperature=0, stop=[stop])
+    r = client.completions.create(model="tiny-deepseek-stdlib", prompt=PROMPTS[0], max_tokens=MAX_NEW,
+                                  temperature=0, stop=[stop])
     assert r.choices[0].finish_reason == "stop" and r.choices[0].text == text[:text.index(stop)]
 
 
 def test_sixteen_concurrent_clients(client, server):
     prompts = [f"client {i % 4} says" for i in range(16)]
-    solo = {p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p, max_tokens=8, temperature=0).choices[0].text
+    solo = {p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p, max_tokens=8, temperature=0)
+            .choices[0].text
             for p in sorted(set(prompts))}
     with ThreadPoolExecutor(16) as pool:
-        texts = list(pool.map(lambda p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p, max_tokens=8,
+        texts = list(pool.map(lambda p: client.completions.create(model="tiny-deepseek-stdlib", prompt=p,
+                                                                  max_tokens=8,
                                                                   temperature=0).choices[0].text, prompts))
     assert texts == [solo[p] for p in prompts]
     m = _wait_idle(server.url)
@@ -137,8 +149,10 @@ BAD = [  # (body, status, words in the message)
     ({"prompt": []}, 400, ["empty"]),
     ({"prompt": ["a", "b"]}, 400, ["one prompt"]),
     ({"prompt": [1, 2, 3], "max_tokens": CAPACITY}, 400, ["3 tokens", f"({CAPACITY})", f"{CAPACITY + 3}",
-                                                          f"KV capacity of {CAPACITY}", "context length is 2048"]),
-    ({"prompt": [1, 2, 3], "max_tokens": 2100}, 400, ["2103", "context length is 2048", "at most 2045 new tokens"]),
+                                                          f"KV capacity of {CAPACITY}",
+                                                          "context length is 2048"]),
+    ({"prompt": [1, 2, 3], "max_tokens": 2100}, 400,
+     ["2103", "context length is 2048", "at most 2045 new tokens"]),
 ]
 
 
@@ -178,8 +192,8 @@ def test_client_disconnect_mid_stream_frees_pages(server):
 
 def test_unseeded_requests_differ_and_seeded_ones_repeat(client, server):
     def texts(**kw):
-        return [client.completions.create(model="tiny-deepseek-stdlib", prompt="Hello", max_tokens=12, temperature=1.0,
-                                          **kw).choices[0].text for _ in range(3)]
+        return [client.completions.create(model="tiny-deepseek-stdlib", prompt="Hello", max_tokens=12,
+                                          temperature=1.0, **kw).choices[0].text for _ in range(3)]
     unseeded = texts()
     assert len(set(unseeded)) == 3, unseeded
     seeded = texts(seed=1234)
@@ -192,7 +206,8 @@ def test_unseeded_requests_differ_and_seeded_ones_repeat(client, server):
 def test_metrics_parse_as_prometheus_text(server):
     m = _metrics(server.url)
     for name in ("dcpctl_running_requests", "dcpctl_queued_requests", "dcpctl_tokens_per_second",
-                 "dcpctl_step_seconds_count", "dcpctl_dcp_exchange_seconds_total", "dcpctl_kv_pages_free{rank=1}"):
+                 "dcpctl_step_seconds_count", "dcpctl_dcp_exchange_seconds_total",
+                 "dcpctl_kv_pages_free{rank=1}"):
         assert name in m
     assert m["dcpctl_step_seconds_count"] > 0 and m["dcpctl_dcp_exchange_seconds_total"] > 0
 
@@ -201,8 +216,9 @@ def test_bench_serve_json(server):
     from click.testing import CliRunner
 
     from dcpctl.bench.serve import command
-    r = CliRunner().invoke(command, ["--url", server.url, "--concurrency", "4", "--requests", "8", "--input-len", "8",
-                                     "--output-len", "4", "--format", "json"])
+    r = CliRunner().invoke(command,
+                           ["--url", server.url, "--concurrency", "4", "--requests", "8", "--input-len", "8",
+                            "--output-len", "4", "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["completed"] == 8 and out["failed"] == 0
@@ -214,10 +230,11 @@ def test_bench_serve_poisson_arrivals_over_a_decoding_background(server):
     from click.testing import CliRunner
 
     from dcpctl.bench.serve import command
-    r = CliRunner().invoke(command, ["--url", server.url, "--concurrency", "3", "--requests", "4", "--input-len", "40",
-                                     "--output-len", "4", "--random-range-ratio", "0.5", "--request-rate", "20",
-                                     "--seed", "1", "--background-streams", "2", "--background-output-len", "24",
-                                     "--format", "json"])
+    r = CliRunner().invoke(command,
+                           ["--url", server.url, "--concurrency", "3", "--requests", "4", "--input-len", "40",
+                            "--output-len", "4", "--random-range-ratio", "0.5", "--request-rate", "20",
+                            "--seed", "1", "--background-streams", "2", "--background-output-len", "24",
+                            "--format", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["completed"] == 6 and out["failed"] == 0 and out["request_rate"] == 20.0
@@ -225,7 +242,8 @@ def test_bench_serve_poisson_arrivals_over_a_decoding_background(server):
     assert (bg["completed"], bg["total_output_tokens"], arr["completed"]) == (2, 48, 4)
     assert 20 <= arr["total_input_tokens"] <= 240 and arr["total_output_tokens"] <= 24
     for m in (out, bg, arr):
-        assert m["p99_itl_ms"] >= m["median_itl_ms"] > 0 and m["mean_ttft_ms"] > 0 and m["output_throughput"] > 0
+        assert (m["p99_itl_ms"] >= m["median_itl_ms"] > 0 and m["mean_ttft_ms"] > 0
+                and m["output_throughput"] > 0)
 
 
 def test_zz_clean_shutdown(server):

@@ -1,5 +1,5 @@
-"""The real server under pressure (`dcpctl launch`, tiny model, 2 ranks, DCP 2): clients that leave, a hung rank,
-and limits reported as enforced.
+"""The real server under pressure (`dcpctl launch`, tiny model, 2 ranks, DCP 2): clients that leave, a hung
+rank, and limits reported as enforced.
 
     a dropped client of every request kind frees its pages within a second of leaving
     /health generates one token: 503 within its timeout while rank 1 is stopped (SIGSTOP), 200 after SIGCONT
@@ -25,7 +25,8 @@ HEALTH_TIMEOUT_S = 2
 @pytest.fixture(scope="module")
 def server():
     s = Server("--context-length", "512", "--health-check-timeout", str(HEALTH_TIMEOUT_S))
-    deadline = time.monotonic() + 30     # the page gauges appear with the engine loop's first report after ready
+    deadline = time.monotonic() + 30     # the page gauges appear with the engine loop's first report after
+                                         # ready
     while "dcpctl_kv_pages_used{0}" not in _metrics(s.url) and time.monotonic() < deadline:
         time.sleep(0.05)
     yield s
@@ -45,15 +46,18 @@ def _pages_used(m: dict[str, float]) -> float:
 LONG = {"max_tokens": 480, "ignore_eos": True, "temperature": 0}
 KINDS = [("/v1/completions", {"prompt": "Hello"} | LONG, False),
          ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]} | LONG, False),
-         ("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}}, False),
+         ("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 480, "ignore_eos": True}},
+          False),
          ("/generate", {"text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 480,
                                                                              "ignore_eos": True}}, True),
-         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True} | LONG, True)]
+         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True} | LONG,
+          True)]
 
 
-def _leave_early(url: str, path: str, body: dict, stream: bool, held: threading.Event, left: list[float]) -> None:
-    """Send the request, stay until the server shows its pages held (so a loaded machine cannot end the test before
-    anything was held), then leave: close the connection mid-generation."""
+def _leave_early(url: str, path: str, body: dict, stream: bool, held: threading.Event,
+                 left: list[float]) -> None:
+    """Send the request, stay until the server shows its pages held (so a loaded machine cannot end the test
+    before anything was held), then leave: close the connection mid-generation."""
     if stream:
         with httpx.stream("POST", url + path, json=body, timeout=60) as s:
             lines = s.iter_lines()
@@ -71,7 +75,8 @@ def _leave_early(url: str, path: str, body: dict, stream: bool, held: threading.
 
 
 def _round_trip(url: str) -> float:
-    """Seconds of one single-token request on this machine now: the slack a loaded machine adds to every step."""
+    """Seconds of one single-token request on this machine now: the slack a loaded machine adds to every
+    step."""
     t0 = time.monotonic()
     httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=60).raise_for_status()
     return time.monotonic() - t0
@@ -123,7 +128,8 @@ def test_health_sees_a_stopped_rank_and_its_return(server):
     finally:
         os.kill(rank1, signal.SIGCONT)
     deadline = time.monotonic() + 20
-    while (r := httpx.get(server.url + "/health", timeout=30)).status_code != 200 and time.monotonic() < deadline:
+    while ((r := httpx.get(server.url + "/health", timeout=30)).status_code != 200
+           and time.monotonic() < deadline):
         time.sleep(0.2)
     assert r.text == "ok"
     assert _metrics(server.url)["dcpctl_engine_report_age_seconds"] < 1.0
@@ -133,13 +139,15 @@ def test_zz_every_request_counted_once_and_a_clean_stop(server):
     m = _metrics(server.url)
     finished = {k: v for k, v in m.items() if k.startswith("dcpctl_finished_requests_total")}
     assert finished == {"dcpctl_finished_requests_total{abort}": len(KINDS),
-                        "dcpctl_finished_requests_total{length}": 1 + len(KINDS)}, finished   # with _round_trip's; probes uncounted
+                        # with _round_trip's; probes uncounted
+                        "dcpctl_finished_requests_total{length}": 1 + len(KINDS)}, finished
     rc, _ = server.stop()
     assert rc == 0 and "stopped" in "".join(server.stderr)
 
 
 def test_a_pool_below_the_context_is_what_models_reports():
-    s = Server("--max-total-tokens", "1024")      # 1,024 KV rows hold 1,025 tokens; the model's context is 2,048
+    s = Server("--max-total-tokens", "1024")      # 1,024 KV rows hold 1,025 tokens; the model's context is
+                                                  # 2,048
     try:
         assert httpx.get(s.url + "/v1/models", timeout=10).json()["data"][0]["max_model_len"] == 1025
         body = {"prompt": [5] * 1020, "max_tokens": 5, "ignore_eos": True, "temperature": 0}

@@ -1,8 +1,8 @@
 """The FastAPI app on rank 0: OpenAI-style errors and every route (guard.py: Host check, auth, body limit).
 
-Errors carry OpenAI's body ({"error": {"message", "type", "param", "code"}}) and types: invalid_request_error for
-every 4xx (an unknown route is "Invalid URL (METHOD /path)", a wrong method "Invalid method for URL (...)"),
-server_error for every 5xx.
+Errors carry OpenAI's body ({"error": {"message", "type", "param", "code"}}) and types: invalid_request_error
+for every 4xx (an unknown route is "Invalid URL (METHOD /path)", a wrong method "Invalid method for URL
+(...)"), server_error for every 5xx.
 
     GET  /health                 200 once a one-token generation came back within the timeout, else 503 with
                                  the reason (health.py; no key needed)
@@ -70,8 +70,9 @@ def build_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": state.created,
-                                            "owned_by": "dcpctl", "max_model_len": state.limits.max_model_len}]}
+        return {"object": "list",
+                "data": [{"id": state.model_name, "object": "model", "created": state.created,
+                          "owned_by": "dcpctl", "max_model_len": state.limits.max_model_len}]}
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -79,5 +80,6 @@ def build_app(state: ServerState) -> FastAPI:
 
     app.include_router(routes(state))
     app.add_middleware(BodyLimit, limit=state.max_request_bytes)
-    app.add_middleware(Guard, api_key=state.api_key, allowed_hosts=state.allowed_hosts)  # outermost: runs first
+    # outermost: runs first
+    app.add_middleware(Guard, api_key=state.api_key, allowed_hosts=state.allowed_hosts)
     return app

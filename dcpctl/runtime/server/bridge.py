@@ -49,7 +49,8 @@ class _Stream:
 
 
 class Bridge:
-    """`worker` of `workers` HTTP processes (frontend.py): its request ids are worker, worker + workers, ..."""
+    """`worker` of `workers` HTTP processes (frontend.py): its request ids are worker, worker + workers,
+    ..."""
 
     def __init__(self, max_outstanding: int, worker: int = 0, workers: int = 1,
                  on_finish: Callable[[str], None] = lambda reason: None) -> None:
@@ -63,7 +64,8 @@ class Bridge:
         self._ended: list[str] = []   # finish reasons counted here, for the other workers (take_ended)
         self.stop_requested = False
         self.error: str | None = None
-        self.starting = False      # an HTTP worker up before its siblings: /health says 503 until the engine serves
+        self.starting = False      # an HTTP worker up before its siblings: /health says 503 until the engine
+                                   # serves
         self.last_output = 0.0     # time.monotonic() of the last step that delivered any token (health.py)
 
     # ---- HTTP side (any event-loop thread) ----
@@ -71,7 +73,8 @@ class Bridge:
     def open_requests(self) -> int:
         return len(self._streams)
 
-    def open(self, prompt: list[int], params: SamplingParams, probe: bool = False) -> tuple[int, asyncio.Queue]:
+    def open(self, prompt: list[int], params: SamplingParams,
+             probe: bool = False) -> tuple[int, asyncio.Queue]:
         if self.error is not None:
             raise EngineDead(self.error)
         if self.stop_requested:
@@ -88,7 +91,8 @@ class Bridge:
         return rid, stream.queue
 
     def cancel(self, rid: int, reason: str = "abort") -> bool:
-        """Drop `rid` (this side ended it: "stop" or "abort"); False when the engine had finished it already."""
+        """Drop `rid` (this side ended it: "stop" or "abort"); False when the engine had finished it
+        already."""
         with self._lock:
             known = self._streams.pop(rid, None) is not None
             if known:

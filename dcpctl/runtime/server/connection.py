@@ -1,16 +1,17 @@
 """uvicorn's httptools protocol with bounds on what a connection may send before the app sees a request.
 
-    header section   at most `header_bytes` bytes (request line and headers) and `header_count` headers: 431 and
-                     the connection closed, counted as the bytes arrive, before the parser has built anything
-    read timeout     a request's head and body must arrive within `read_timeout_s` of the connection opening (or
-                     of the first byte of a later request on it): else 408 and closed.  Idle keep-alive
+    header section   at most `header_bytes` bytes (request line and headers) and `header_count` headers: 431
+                     and the connection closed, counted as the bytes arrive, before the parser has built
+                     anything
+    read timeout     a request's head and body must arrive within `read_timeout_s` of the connection opening
+                     (or of the first byte of a later request on it): else 408 and closed. Idle keep-alive
                      connections between requests close after uvicorn's timeout_keep_alive (5 s, as vLLM's)
 
-uvicorn enforces a header limit (h11_max_incomplete_event_size) in its h11 protocol only; with httptools, which
-the server uses for speed (http.py), a header of any size was read and parsed first: a keyless 64 MB header cost
-seconds of the HTTP process's CPU, since the parser grows each header value by concatenation.  The defaults are
-vLLM's (4 MiB, 256 headers: its h11 limits).  A response the app has started is never interrupted: the timer stops
-once the request is fully read, so a long stream keeps its connection.
+uvicorn enforces a header limit (h11_max_incomplete_event_size) in its h11 protocol only; with httptools,
+which the server uses for speed (http.py), a header of any size was read and parsed first: a keyless 64 MB
+header cost seconds of the HTTP process's CPU, since the parser grows each header value by concatenation.  The
+defaults are vLLM's (4 MiB, 256 headers: its h11 limits).  A response the app has started is never
+interrupted: the timer stops once the request is fully read, so a long stream keeps its connection.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class ConnectionLimits:
 
 
 class _Refused(Exception):
-    """Raised from a parser callback to stop parsing; send_400_response then answers with the status it carries."""
+    """Raised from a parser callback to stop parsing; send_400_response then answers with the status it
+    carries."""
 
 
 class GuardedHttpTools(HttpToolsProtocol):
@@ -39,7 +41,8 @@ class GuardedHttpTools(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
-        self._head: int | None = 0           # bytes of the current request's head so far; None once it is read
+        self._head: int | None = 0           # bytes of the current request's head so far; None once it is
+                                             # read
         self._headers = 0
         self._refusal: tuple[int, str] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -56,8 +59,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self._head is not None:
             self._head += len(data)
             if self._head > self.limits.header_bytes:
-                return self._reply(431, f"the request's header section passed {self.limits.header_bytes} bytes "
-                                        "(--h11-max-incomplete-event-size)")
+                return self._reply(431, f"the request's header section passed {self.limits.header_bytes} "
+                                        "bytes (--h11-max-incomplete-event-size)")
         super().data_received(data)
 
     def on_message_begin(self) -> None:

@@ -7,9 +7,9 @@
             request's rules (below), rules_words int64 words each
     floats  float64 [n_new * 3]: per new request (temperature, top_p, min_p)
 
-A request's variable-length rules (stop_token_ids, logit_bias, allowed_token_ids, grammar: engine/request.py) go
-as the UTF-8 JSON of the ones it sets, zero-padded to whole int64 words (none set: zero words).  Only numbers and
-JSON text cross the network, so a rank never unpickles anything it receives.
+A request's variable-length rules (stop_token_ids, logit_bias, allowed_token_ids, grammar: engine/request.py)
+go as the UTF-8 JSON of the ones it sets, zero-padded to whole int64 words (none set: zero words).  Only
+numbers and JSON text cross the network, so a rank never unpickles anything it receives.
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def encode(msg: Control) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     for w in words:
         ints += w
     floats = [float(getattr(r.params, f)) for r in msg.new for f in FLOAT_FIELDS]
-    header = [int(msg.shutdown), len(msg.new), len(msg.cancel), len(ints) - len(msg.new) * PER_NEW - len(msg.cancel)]
+    header = [int(msg.shutdown), len(msg.new), len(msg.cancel),
+              len(ints) - len(msg.new) * PER_NEW - len(msg.cancel)]
     return (torch.tensor(header, dtype=torch.int64), torch.tensor(ints, dtype=torch.int64),
             torch.tensor(floats, dtype=torch.float64))
 
@@ -117,7 +118,8 @@ def broadcast_control(msg: Control | None, group: Any = None, src: int = 0) -> C
     if not dist.is_initialized() or dist.get_world_size() == 1:
         assert msg is not None
         return msg
-    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is one rank)
+    group = group if group is not None else dist.group.WORLD     # None: the default group (the seam's None is
+                                                                 # one rank)
     mine = encode(msg) if msg is not None else None
     header = mine[0] if mine else torch.zeros(4, dtype=torch.int64)
     broadcast(header, src, group)

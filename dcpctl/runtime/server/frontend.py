@@ -15,11 +15,11 @@ engine's own step (docs/benchmarks.md).  One HTTP process in turn spends ~70 us 
 token (68 us at 32 streams on the H200 machine, most of it the socket write): at 32 streams of a 1.1 ms step
 (29k tokens a second) it falls behind and the stream arrives in bursts, hence --tokenizer-worker-num (SGLang's
 name) processes on one port. Each pipe is a socketpair private to two processes, read and written as a
-multiprocessing Connection; messages are pickled dataclasses of this package, except a step's events, which go as
-(rid, token, logprob, finish) tuples (pickled ~3x faster: at 32 streams rank 0 pickled 32 Event objects in ~76 us a
-step on the CPU machine, tuples in ~25). A frontend exits when its pipe closes (the engine died), so it never
-outlives rank 0; a worker that dies takes its share of the port with it, and the engine goes on with the others (it
-fails when none is left).
+multiprocessing Connection; messages are pickled dataclasses of this package, except a step's events, which go
+as (rid, token, logprob, finish) tuples (pickled ~3x faster: at 32 streams rank 0 pickled 32 Event objects in
+~76 us a step on the CPU machine, tuples in ~25). A frontend exits when its pipe closes (the engine died), so
+it never outlives rank 0; a worker that dies takes its share of the port with it, and the engine goes on with
+the others (it fails when none is left).
 """
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ class Frontend:
     spec.workers HTTP processes share the port (SO_REUSEPORT: the kernel spreads connections over them);
     worker 0 binds first, so `port 0` resolves once.  Every step's message goes to every worker (one pickle):
     a worker delivers the events of its own request ids and counts all of them, so /metrics agrees whichever
-    worker answers it; the finishes a worker decides itself (stop strings, clients gone) are echoed to the rest.
+    worker answers it; the finishes a worker decides itself (stop strings, clients gone) are echoed to the
+    rest.
     """
 
     def __init__(self, spec: FrontendSpec) -> None:
@@ -149,7 +150,8 @@ class Frontend:
         for w in self.workers:
             try:
                 w.conn.send_bytes(data)
-            except (BrokenPipeError, EOFError, OSError):   # that worker is gone; the engine finds out via stop()
+            except (BrokenPipeError, EOFError, OSError):   # that worker is gone; the engine finds out via
+                                                           # stop()
                 pass
 
 
@@ -232,9 +234,11 @@ def _start(spec: FrontendSpec) -> tuple[Any, Any, "_EngineFigures", Any]:
                         keepalive_s=spec.keepalive_s, json_options=dict(spec.json_options))
     app = build_app(state)
     bridge.starting = True         # until the engine's "serving": worker 0 listens while its siblings start
-    prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy (prime.py)
+    prime(app, spec.api_key)       # every route once, in process: the first client pays nothing lazy
+                                   # (prime.py)
     from dcpctl.runtime.server.connection import ConnectionLimits
-    http = HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1, limits=spec.limits or ConnectionLimits())
+    http = HttpServer(app, spec.host, spec.port, reuse_port=spec.workers > 1,
+                      limits=spec.limits or ConnectionLimits())
     return bridge, metrics, figures, http.start()
 
 

@@ -1,9 +1,11 @@
 """One request's life on rank 0's HTTP side: validate, submit, stream chunks, cancel on exit.
 
     check_model(state, body.model)                  404 in OpenAI's shape for a model we do not serve
-    ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab and the
-                                                    context (limits.py: a prompt leaves room for one token)
-    check_fits(state, ids, max_tokens)              prompt + max_tokens within max_model_len, naming both limits
+    ids = prompt_ids(state, prompt)                 text -> BOS + tokens; ids checked against the vocab and
+                                                    the context (limits.py: a prompt leaves room for one
+                                                    token)
+    check_fits(state, ids, max_tokens)              prompt + max_tokens within max_model_len, naming both
+                                                    limits
     params = await engine_params(state, body, ...)  sampling_args.py
     rid, q = submit(state, ids, params)             503 when the queue is full or the engine is dead
     async for chunk in chunks(state, rid, q, text_options, request, keepalive)   cancels it unless it finished
@@ -13,8 +15,8 @@ message and wakes the request, which cancels it in the engine at once, not after
 response is cancelled by Starlette when its client goes.  A request is counted as finished once, by whoever
 closes it in the bridge first (the engine's finish or this side's cancel: bridge.py).  A streamed request
 that waits (queued, or retracted and recomputing) yields None every `keepalive` seconds without a token, which
-the stream sends as an SSE comment, so a proxy's read timeout does not cut it.  A request that ends at EOS or a
-stop token drops that token's text unless it keeps stops (vLLM's and SGLang's rule).
+the stream sends as an SSE comment, so a proxy's read timeout does not cut it.  A request that ends at EOS or
+a stop token drops that token's text unless it keeps stops (vLLM's and SGLang's rule).
 """
 from __future__ import annotations
 
@@ -51,9 +53,12 @@ class ServerState:
     allowed_hosts: tuple[str, ...] | None = None   # None: any Host header (guard.py)
     kv_extra: int = 0         # KV rows a request writes past plain decode (speculative: num_draft_tokens)
     health_timeout_s: float = 20.0   # /health's one-token generation waits this long (health.py)
-    model_path: str = ""      # the checkpoint: its tokenizer compiles structured output grammars (structured.py)
-    keepalive_s: float = 15.0   # a waiting stream sends an SSE comment this often (a proxy's 60 s read timeout holds)
-    json_options: dict[str, Any] = field(default_factory=dict)   # JSON grammars' whitespace (runtime/grammar.py)
+    model_path: str = ""      # the checkpoint: its tokenizer compiles structured output grammars
+                              # (structured.py)
+    keepalive_s: float = 15.0   # a waiting stream sends an SSE comment this often (a proxy's 60 s read
+                                # timeout holds)
+    json_options: dict[str, Any] = field(default_factory=dict)   # JSON grammars' whitespace
+                                                                 # (runtime/grammar.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def grammar_tokenizer(self) -> Any:
@@ -116,11 +121,13 @@ def submit(state: ServerState, ids: list[int], params: SamplingParams) -> tuple[
         raise ApiError(503, str(e), kind="server_error") from None
 
 
-async def chunks(state: ServerState, rid: int, q: asyncio.Queue, opts: TextOptions, request: Request | None = None,
+async def chunks(state: ServerState, rid: int, q: asyncio.Queue, opts: TextOptions,
+                 request: Request | None = None,
                  keepalive: float | None = None) -> AsyncIterator[Chunk | None]:
     """Chunks until the request finishes; `request` given: stop as soon as that client goes away; `keepalive`
     given: None after every `keepalive` seconds without a token."""
-    text, finished = TextStream(state.tok, opts.stop, opts.keep_stop, opts.skip_special, opts.min_tokens), False
+    text, finished = TextStream(state.tok, opts.stop, opts.keep_stop, opts.skip_special,
+                                opts.min_tokens), False
     watch = asyncio.ensure_future(_watch(request, q)) if request is not None else None
     ticker = _Ticker(q, keepalive) if keepalive else None
     try:
@@ -155,8 +162,8 @@ async def chunks(state: ServerState, rid: int, q: asyncio.Queue, opts: TextOptio
 
 
 class _Ticker:
-    """Puts KEEPALIVE on a request's queue after every `every` seconds in which no token arrived: one timer per
-    interval, not one per token (heard() only notes the time)."""
+    """Puts KEEPALIVE on a request's queue after every `every` seconds in which no token arrived: one timer
+    per interval, not one per token (heard() only notes the time)."""
 
     def __init__(self, q: asyncio.Queue, every: float) -> None:
         self.q, self.every = q, every

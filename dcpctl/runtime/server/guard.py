@@ -25,7 +25,8 @@ def host_name(header: str) -> str:
 
 
 def host_allowed(header: str | None, allowed: tuple[str, ...] | None) -> bool:
-    """None allows any Host; otherwise loopback names (localhost, *.localhost, 127/8, ::1) or one of `allowed`."""
+    """None allows any Host; otherwise loopback names (localhost, *.localhost, 127/8, ::1) or one of
+    `allowed`."""
     if allowed is None or header is None:
         return True
     name = host_name(header).lower().rstrip(".")
@@ -45,8 +46,9 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         host = headers.get("host")
         if not host_allowed(host, self.allowed_hosts):
-            resp = error_response(403, f"Host {host!r} is not allowed: this server is bound to loopback and answers "
-                                       "only loopback names (start it with --allowed-host NAME to add one)")
+            resp = error_response(403, f"Host {host!r} is not allowed: this server is bound to loopback and "
+                                       "answers only loopback names (start it with --allowed-host NAME to "
+                                       "add one)")
             return await resp(scope, receive, send)
         if self.api_key is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(headers):
             resp = error_response(401, "missing or wrong API key (send Authorization: Bearer KEY)")
@@ -56,11 +58,13 @@ class Guard:
     def _authorized(self, headers: dict[str, str]) -> bool:
         assert self.api_key is not None
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                                  self.api_key.encode())
 
 
 class BodyLimit:
-    """413 for a request body over `limit` bytes, declared or chunked; the app gets the body in one message."""
+    """413 for a request body over `limit` bytes, declared or chunked; the app gets the body in one
+    message."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -92,6 +96,8 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send, size: int, at_least: str = "") -> None:
-        resp = error_response(413, f"request body ({at_least}{size} bytes) exceeds the limit ({self.limit} bytes)")
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, size: int,
+                      at_least: str = "") -> None:
+        resp = error_response(413,
+                              f"request body ({at_least}{size} bytes) exceeds the limit ({self.limit} bytes)")
         await resp(scope, receive, send)

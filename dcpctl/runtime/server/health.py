@@ -1,9 +1,10 @@
 """GET /health as SGLang's health_generate does it: one generated token through the engine, with a timeout.
 
     503 with the reason     the engine failed, the server stops or is still starting (no probe needed)
-    200 "ok"                the probe's token came back, or any step delivered tokens after the check began
-                            (a busy engine proves itself without waiting behind the queue; SGLang does the same)
-    503 "no token ..."      neither within the timeout: a rank that hangs holds every step of the lockstep loop
+    200 "ok"                the probe's token came back, or any step delivered tokens after the check began (a
+                            busy engine proves itself without waiting behind the queue; SGLang does the same)
+    503 "no token ..."      neither within the timeout: a rank that hangs holds every step of the lockstep
+                            loop
 
 The probe is a one-token greedy request on token id 0 with a negative id (bridge.py): it runs through
 every rank of its replica like any request but is never counted in /metrics, and it is cancelled when

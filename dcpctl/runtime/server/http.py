@@ -52,7 +52,8 @@ class HttpServer:
         self.sock.listen(2048)
         self.host, self.port = host, self.sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2, http=functools.partial(GuardedHttpTools, limits=limits))
+                                timeout_graceful_shutdown=2,
+                                http=functools.partial(GuardedHttpTools, limits=limits))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name="dcpctl-http", daemon=True)
 
@@ -62,8 +63,9 @@ class HttpServer:
         return f"http://{host}:{self.port}"
 
     def _run(self) -> None:
-        # uvloop when installed (a pyproject dependency off Windows), as uvicorn's own run() picks it, and httptools
-        # (connection.py): per streamed token both cost a fraction of the pure-Python asyncio loop and h11
+        # uvloop when installed (a pyproject dependency off Windows), as uvicorn's own run() picks it, and
+        # httptools (connection.py): per streamed token both cost a fraction of the pure-Python asyncio loop
+        # and h11
         _runner()(self.server.serve(sockets=[self.sock]))
 
     def start(self) -> "HttpServer":

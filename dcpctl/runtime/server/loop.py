@@ -9,11 +9,12 @@ A shutdown message cancels every request, checks that every KV page is free agai
 
 With $DCPCTL_STEP_TRACE set to a file, rank 0 records every loop turn (perf_counter times of take, step start,
 step end, delivered; the step's kind, chunks and tokens; events; the host seconds of a graph step's phases,
-engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory and
-writes them there as JSON when the loop ends: where a served step's time goes between the engine and the HTTP side
-(tools/serve_trace.py reads it). A debugging aid: the rows grow with the run. With $DCPCTL_LOOP_PROFILE set
-to a file, rank 0's loop runs under cProfile and its stats go there (pstats format) when the loop ends: which host
-work a served step spends (cProfile's own cost inflates Python-heavy code, so compare shares, not times).
+engine/phases.py; on CUDA the graph replay's GPU time, from CUDA events right around graph.replay()) in memory
+and writes them there as JSON when the loop ends: where a served step's time goes between the engine and the
+HTTP side (tools/serve_trace.py reads it). A debugging aid: the rows grow with the run. With
+$DCPCTL_LOOP_PROFILE set to a file, rank 0's loop runs under cProfile and its stats go there (pstats format)
+when the loop ends: which host work a served step spends (cProfile's own cost inflates Python-heavy code, so
+compare shares, not times).
 """
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ def run_loop(engine: Engine, group: Any, bridge: Bridge | None, on_step: OnStep 
             t_step = time.perf_counter()
             steps += engine.busy
             if engine.dp_size > 1:
-                all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [], engine.stats(),
-                                                    group, world)
+                all_events, stats = gather_to_rank0(events if engine.ps.attn_tp.rank == 0 else [],
+                                                    engine.stats(), group, world)
             else:
                 all_events, stats = events, [engine.stats()] * world
             if bridge is not None:

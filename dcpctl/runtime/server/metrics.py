@@ -23,7 +23,8 @@ class Metrics:
     def __init__(self, attn_tp_size: int, exchange_seconds: Callable[[], float] = lambda: 0.0,
                  kda_pool: Any = None, open_requests: Callable[[], int] | None = None) -> None:
         r = self.registry = CollectorRegistry()
-        self.running = Gauge("dcpctl_running_requests", "Requests holding KV pages (all replicas)", registry=r)
+        self.running = Gauge("dcpctl_running_requests", "Requests holding KV pages (all replicas)",
+                             registry=r)
         self.queued = Gauge("dcpctl_queued_requests", "Requests waiting for admission (all replicas)",
                             registry=r)
         self.pages_used = Gauge("dcpctl_kv_pages_used", "KV pages in use", ["rank"], registry=r)
@@ -32,8 +33,8 @@ class Metrics:
                          f"{RATE_WINDOW_S:.0f} s", registry=r)
         self.tokens = Counter("dcpctl_generated_tokens", "Generated tokens", registry=r)
         self.finished = Counter("dcpctl_finished_requests", "Finished requests", ["reason"], registry=r)
-        self.retracted = Counter("dcpctl_retracted_requests", "Requests retracted to free KV pages (they recompute "
-                                 "their tokens when readmitted)", registry=r)
+        self.retracted = Counter("dcpctl_retracted_requests", "Requests retracted to free KV pages (they "
+                                 "recompute their tokens when readmitted)", registry=r)
         self._retracted_seen = 0      # the replicas' cumulative count at the last step
         self.step = Histogram("dcpctl_step_seconds", "Wall time of one engine step that ran a batch",
                               buckets=STEP_BUCKETS, registry=r)
@@ -46,14 +47,15 @@ class Metrics:
             slots.labels("used").set_function(lambda: kda_pool.used)
             slots.labels("free").set_function(lambda: kda_pool.free)
         self.reported = time.monotonic()
-        Gauge("dcpctl_engine_report_age_seconds", "Seconds since the engine loop last reported (each step, and "
-              "every 0.2 s when idle): the request and page gauges are as of then", registry=r
+        Gauge("dcpctl_engine_report_age_seconds", "Seconds since the engine loop last reported (each step, "
+              "and every 0.2 s when idle): the request and page gauges are as of then", registry=r
               ).set_function(lambda: time.monotonic() - self.reported)
         if open_requests is not None:
-            Gauge("dcpctl_http_open_requests", "Requests this HTTP worker holds open (queued, running, or not yet "
-                  "seen by the engine)", registry=r).set_function(open_requests)
+            Gauge("dcpctl_http_open_requests", "Requests this HTTP worker holds open (queued, running, or "
+                  "not yet seen by the engine)", registry=r).set_function(open_requests)
         self._recent: deque[tuple[float, int]] = deque()
-        self._recent_tokens = 0       # the sum over _recent, kept as it changes (a step must not walk 10 s of steps)
+        self._recent_tokens = 0       # the sum over _recent, kept as it changes (a step must not walk 10 s of
+                                      # steps)
         self._pages: list[tuple[Any, Any]] = []   # per rank: its (used, free) gauge children, made once
         self.attn_tp_size = attn_tp_size
 

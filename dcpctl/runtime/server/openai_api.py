@@ -1,10 +1,10 @@
 """POST /v1/completions, /v1/chat/completions (OpenAI) and /generate (SGLang), plain or streamed.
 
-Every parameter SGLang or vLLM documents is applied with their meaning (the bodies in protocol.py; one rule for
-all three routes in sampling_args.py) or refused with a 400 naming it (params.py).  Token budgets: a null
-max_tokens (max_completion_tokens, max_new_tokens) asks for whatever the context leaves (OpenAI, vLLM, SGLang); a
-chat request that names neither gets a modest default, since admission reserves prompt + budget of KV.
-/generate's max_new_tokens 0 answers at once with no new token (SGLang).
+Every parameter SGLang or vLLM documents is applied with their meaning (the bodies in protocol.py; one rule
+for all three routes in sampling_args.py) or refused with a 400 naming it (params.py).  Token budgets: a null
+max_tokens (max_completion_tokens, max_new_tokens) asks for whatever the context leaves (OpenAI, vLLM,
+SGLang); a chat request that names neither gets a modest default, since admission reserves prompt + budget of
+KV. /generate's max_new_tokens 0 answers at once with no new token (SGLang).
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from dcpctl.runtime.server import responses as out
-from dcpctl.runtime.server.gen import ServerState, check_fits, check_model, chunks, prompt_ids, sse_stream, submit
+from dcpctl.runtime.server.gen import (ServerState, check_fits, check_model, chunks, prompt_ids, sse_stream,
+                                       submit)
 from dcpctl.runtime.server.params import refuse_unsupported
 from dcpctl.runtime.server.protocol import (ApiError, ChatRequest, CompletionRequest, GenerateRequest,
                                            check_stream_options)
@@ -40,8 +41,8 @@ def routes(state: ServerState) -> APIRouter:
         refuse_unsupported(body.model_extra)
         check_stream_options(body)
         if body.echo and body.logprobs is not None:
-            raise ApiError(400, "echo with logprobs needs the prompt's log-probabilities, which this server does not "
-                                "compute (prompt_logprobs is refused too)", "echo")
+            raise ApiError(400, "echo with logprobs needs the prompt's log-probabilities, which this server "
+                                "does not compute (prompt_logprobs is refused too)", "echo")
         ids = prompt_ids(state, body.prompt, add_bos=body.add_special_tokens,
                          truncate=(body.truncate_prompt_tokens, body.truncation_side))
         max_tokens = state.limits.room(len(ids)) if body.max_tokens is None else body.max_tokens
@@ -51,13 +52,15 @@ def routes(state: ServerState) -> APIRouter:
         rid, q = submit(state, ids, params)
         echo = (body.prompt if isinstance(body.prompt, str) and body.truncate_prompt_tokens is None
                 else state.tok.decode(ids)) if body.echo else ""
-        shape = _shape(state, body, _head(state, "text_completion", "cmpl", body), ids, body.logprobs is not None,
-                       echo)
+        shape = _shape(state, body, _head(state, "text_completion", "cmpl", body), ids,
+                       body.logprobs is not None, echo)
         opts = text_options(body, params.min_tokens)
         if body.stream:
-            return _stream(out.completion_events(shape, chunks(state, rid, q, opts, keepalive=state.keepalive_s)))
+            return _stream(out.completion_events(shape,
+                                                 chunks(state, rid, q, opts, keepalive=state.keepalive_s)))
         got = [c async for c in chunks(state, rid, q, opts, request)]
-        return out.completion(shape, got) if got and got[-1].finish is not None else None  # else: the client left
+        # else: the client left
+        return out.completion(shape, got) if got and got[-1].finish is not None else None
 
     @r.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
@@ -72,8 +75,8 @@ def routes(state: ServerState) -> APIRouter:
                                      logprobs=bool(body.logprobs))
         rid, q = submit(state, ids, params)
         echo = msgs[-1]["content"] if body.echo and msgs[-1]["role"] == "assistant" else ""
-        shape = _shape(state, body, _head(state, "chat.completion", "chatcmpl", body), ids, bool(body.logprobs),
-                       echo)
+        shape = _shape(state, body, _head(state, "chat.completion", "chatcmpl", body), ids,
+                       bool(body.logprobs), echo)
         shape.prompt_token_ids = body.return_prompt_token_ids
         opts = text_options(body, params.min_tokens)
         if body.stream:
@@ -99,7 +102,8 @@ def routes(state: ServerState) -> APIRouter:
             return _nothing_to_generate(len(ids), body.stream, body.rid)
         rid, q = submit(state, ids, params)
         shape = out.Shape(state.tok, {}, ids, logprobs=bool(body.return_logprob),
-                          prompt_token_ids=body.return_prompt_token_ids, text_in_logprobs=body.return_text_in_logprobs)
+                          prompt_token_ids=body.return_prompt_token_ids,
+                          text_in_logprobs=body.return_text_in_logprobs)
         opts = text_options(sp, params.min_tokens)
         events = out.generate_events(shape, body.rid or str(rid),
                                      chunks(state, rid, q, opts, None if body.stream else request,
@@ -126,8 +130,9 @@ def _chat_ids(state: ServerState, body: ChatRequest, msgs: list[dict[str, str]])
     if body.input_ids is not None:
         return prompt_ids(state, body.input_ids, "input_ids")
     if body.continue_final_message and body.add_generation_prompt:
-        raise ApiError(400, "continue_final_message continues the last message, add_generation_prompt starts a new "
-                            "one: set add_generation_prompt to false with it (as vLLM requires)", "continue_final_message")
+        raise ApiError(400, "continue_final_message continues the last message, add_generation_prompt starts "
+                            "a new one: set add_generation_prompt to false with it (as vLLM requires)",
+                       "continue_final_message")
     prompt = chat_prompt(state.tok, msgs, body.add_generation_prompt, body.continue_final_message,
                          body.chat_template_kwargs)
     return prompt_ids(state, prompt, "messages", truncate=(body.truncate_prompt_tokens, body.truncation_side))
@@ -144,8 +149,9 @@ def _chat_budget(state: ServerState, body: ChatRequest, n_prompt: int) -> tuple[
 
 
 def _nothing_to_generate(n_prompt: int, stream: bool, rid: str | None) -> Any:
-    body = {"text": "", "output_ids": [], "meta_info": {"id": rid or uuid.uuid4().hex, "prompt_tokens": n_prompt,
-                                                        "completion_tokens": 0, "finish_reason": {"type": "length"}}}
+    body = {"text": "", "output_ids": [],
+            "meta_info": {"id": rid or uuid.uuid4().hex, "prompt_tokens": n_prompt,
+                          "completion_tokens": 0, "finish_reason": {"type": "length"}}}
     if stream:
         async def one() -> AsyncIterator[dict[str, Any]]:
             yield body

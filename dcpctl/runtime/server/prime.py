@@ -44,9 +44,9 @@ async def _prime(app: Any, api_key: str | None) -> dict[str, int]:
 async def _call(app: Any, method: str, path: str, body: bytes, extra: list[tuple[bytes, bytes]]) -> int:
     headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode())] + extra
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 1)}
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 1)}
     delivered = False
     status: list[int] = []
 

@@ -1,10 +1,10 @@
 """Request bodies (pydantic) and the OpenAI-style error body.
 
-Each body declares the parameters the server applies, with SGLang's and vLLM's meaning; every other parameter the
-engines document is in params.py, accepted only at its neutral value; a name neither engine has is ignored, as
-both ignore it.  A wrong type or range is a 400 whose message names the field.  Every number is bounded here,
-before it reaches the engine (the control message carries int64): token counts and ids by the model (gen.py), the
-rest by their fields.  Text holding a lone surrogate is a 400.
+Each body declares the parameters the server applies, with SGLang's and vLLM's meaning; every other parameter
+the engines document is in params.py, accepted only at its neutral value; a name neither engine has is
+ignored, as both ignore it.  A wrong type or range is a 400 whose message names the field.  Every number is
+bounded here, before it reaches the engine (the control message carries int64): token counts and ids by the
+model (gen.py), the rest by their fields.  Text holding a lone surrogate is a 400.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ Stop = Optional[Union[Text, list[Text]]]
 TokenIds = list[StrictInt]
 Int64 = Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
 Count = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]   # token budgets (gen.check_fits bounds them further)
-Count0 = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]  # SGLang's max_new_tokens: 0 answers with no new token
+Count0 = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]  # SGLang's max_new_tokens: 0 answers with no new
+                                                          # token
 TopK = Annotated[StrictInt, Field(ge=-1, le=INT64_MAX)]   # -1 or 0: off; at or above the vocabulary: off
 Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 Bias = Annotated[float, Field(ge=-100.0, le=100.0)]       # OpenAI's logit_bias range
@@ -57,8 +58,8 @@ def error_response(status: int, message: str, param: str | None = None, kind: st
 
 
 def declared(body: BaseModel, name: str) -> Any:
-    """A field the body's class declares (None where it does not): with extra="allow", pydantic would hand out an
-    undeclared field's value too, and a route must never apply what it does not declare."""
+    """A field the body's class declares (None where it does not): with extra="allow", pydantic would hand out
+    an undeclared field's value too, and a route must never apply what it does not declare."""
     return getattr(body, name) if name in type(body).model_fields else None
 
 
@@ -83,7 +84,8 @@ class _Sampling(BaseModel):
     top_k: Optional[TopK] = -1
     min_p: Optional[Prob] = 0.0
     stop: Stop = None
-    stop_token_ids: Optional[TokenIds] = None     # finish as at EOS (gen.py checks them against the vocabulary)
+    stop_token_ids: Optional[TokenIds] = None     # finish as at EOS (gen.py checks them against the
+                                                  # vocabulary)
     ignore_eos: bool = False                # EOS only: stop_token_ids still stop (vLLM's rule)
     seed: Optional[Int64] = None                  # None: rank 0 draws a fresh one (gen.sampling)
     n: Literal[1] = 1
@@ -99,7 +101,8 @@ class _Body(_Sampling):
     model: Optional[Text] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    user: Optional[Text] = None                   # an end user's id for the caller's records: no effect on output
+    user: Optional[Text] = None                   # an end user's id for the caller's records: no effect on
+                                                  # output
     request_id: Optional[Text] = None             # vLLM: the response id is cmpl- / chatcmpl- + this
     rid: Optional[Text] = None                    # SGLang: the response id
     min_tokens: Optional[Count0] = 0
@@ -130,8 +133,9 @@ def _text_parts(parts: Any) -> Any:
         for i, part in enumerate(parts):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text" or not isinstance(part.get("text", ""), str):
-                raise ValueError(f"part {i} is {'of type ' + repr(kind) if kind else 'not a text part'}: only "
-                                 "{\"type\": \"text\", \"text\": ...} parts are supported (no images or audio)")
+                raise ValueError(f"part {i} is {'of type ' + repr(kind) if kind else 'not a text part'}: "
+                                 "only {\"type\": \"text\", \"text\": ...} parts are supported (no images or "
+                                 "audio)")
             _no_surrogates(part.get("text", ""))
     return parts
 
@@ -149,13 +153,15 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[Count] = None            # both absent: a modest default; either null: up to the context
+    max_tokens: Optional[Count] = None            # both absent: a modest default; either null: up to the
+                                                  # context
     max_completion_tokens: Optional[Count] = None
     logprobs: Optional[bool] = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=0)  # only the chosen token comes back
     add_generation_prompt: bool = True      # vLLM: the prompt ends with the assistant's turn header
     continue_final_message: bool = False    # vLLM, SGLang: the last (assistant) message is left open
-    echo: bool = False                      # vLLM: the reply repeats the last message when it is the assistant's
+    echo: bool = False                      # vLLM: the reply repeats the last message when it is the
+                                            # assistant's
     add_special_tokens: Literal[False, None] = False   # the template brings BOS itself (vLLM's chat default)
     chat_template_kwargs: Optional[dict[str, Any]] = None   # variables for a Hugging Face chat template
     input_ids: Optional[TokenIds] = None          # SGLang: the prompt's ids; no template is applied

@@ -1,13 +1,14 @@
 """A request's applied parameters -> the engine's SamplingParams and the HTTP side's TextOptions, one rule for
-/v1/completions, /v1/chat/completions and /generate (where SGLang and vLLM name one thing twice, both names map to
-one field: seed / sampling_seed, min_tokens / min_new_tokens, include_stop_str_in_output / no_stop_trim).
+/v1/completions, /v1/chat/completions and /generate (where SGLang and vLLM name one thing twice, both names
+map to one field: seed / sampling_seed, min_tokens / min_new_tokens, include_stop_str_in_output /
+no_stop_trim).
 
     text_options(body, min_tokens) -> TextOptions      stop strings, whether the stop stays, special tokens
     await engine_params(state, body, max_new, seed=, min_tokens=, logprobs=) -> SamplingParams
-        token ids (stop_token_ids, allowed_token_ids, logit_bias keys) checked against the vocabulary (400 naming
-        the field); the structured output constraint compiled and checked (structured.py); no seed: a fresh one;
-        top_k at or above the vocabulary: off.  Logit rules need the host sampling path, which speculative
-        decoding does not take: with speculative decoding they are a 400.
+        token ids (stop_token_ids, allowed_token_ids, logit_bias keys) checked against the vocabulary (400
+        naming the field); the structured output constraint compiled and checked (structured.py); no seed: a
+        fresh one; top_k at or above the vocabulary: off. Logit rules need the host sampling path, which
+        speculative decoding does not take: with speculative decoding they are a 400.
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def text_options(body: Any, min_tokens: int = 0) -> TextOptions:
 def _ids(state: Any, ids: list[int] | None, param: str) -> tuple[int, ...]:
     bad = [i for i in ids or () if not 0 <= i < state.vocab_size]
     if bad:
-        raise ApiError(400, f"token id {bad[0]} in {param} is outside the vocabulary (vocab_size {state.vocab_size})",
+        raise ApiError(400,
+                       f"token id {bad[0]} in {param} is outside the vocabulary (vocab_size "
+                       f"{state.vocab_size})",
                        param)
     return tuple(ids or ())
 
@@ -66,8 +69,9 @@ async def engine_params(state: Any, body: Any, max_new: int, *, seed: int | None
         allowed_token_ids=_ids(state, declared(body, "allowed_token_ids"), "allowed_token_ids"),
         grammar=grammar)
     if p.has_rules and state.kv_extra:
-        raise ApiError(400, "min_tokens, logit_bias, allowed_token_ids and structured output need the host sampling "
-                            "path, which speculative decoding does not take: this server runs speculative decoding",
+        raise ApiError(400, "min_tokens, logit_bias, allowed_token_ids and structured output need the host "
+                            "sampling path, which speculative decoding does not take: this server runs "
+                            "speculative decoding",
                        found[1] if found else _first_rule(p, prefix))
     return p
 

@@ -31,7 +31,8 @@ FAIL_GRACE_S = 1.0  # after an engine failure rank 0 answers 503 this long befor
 
 
 def allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
-    """Host names the API answers (guard.py): a loopback bind, or any --allowed-host, limits them; else any."""
+    """Host names the API answers (guard.py): a loopback bind, or any --allowed-host, limits them; else
+    any."""
     from dcpctl.runtime.server.http import is_loopback
     return tuple(extra) if extra or is_loopback(host) else None
 
@@ -39,7 +40,8 @@ def allowed_hosts(host: str, extra: list[str]) -> tuple[str, ...] | None:
 def failure_reason(e: BaseException) -> str:
     """What clients and /health see when the engine loop fails; the full error goes to the server log."""
     what = type(e).__name__
-    if isinstance(e, RuntimeError) and any(w in str(e) for w in ("gloo", "NCCL", "Connection", "peer", "closed")):
+    if isinstance(e, RuntimeError) and any(w in str(e)
+                                           for w in ("gloo", "NCCL", "Connection", "peer", "closed")):
         return f"another rank stopped responding ({what}); the server log has the detail"
     return f"the engine stopped ({what}); the server log has the detail"
 
@@ -50,15 +52,17 @@ def serve(cfg: LaunchConfig, opts: ServeOptions, model: Any = None) -> int:
         raise LaunchConfigError("serving needs kv.max_running_requests and a checkpoint with a config.json "
                                 "(render the launch config with `dcpctl launch --dry-run`)")
     served_context(cfg.limits, opts.context_length)   # a bad --context-length fails before the weights load
-    if knobs.is_set("DCPCTL_API_KEY"):     # the launcher hands the key over in the environment, never in a file
+    if knobs.is_set("DCPCTL_API_KEY"):     # the launcher hands the key over in the environment, never in a
+                                           # file
         opts = replace(opts, api_key=knobs.raw("DCPCTL_API_KEY"))
     ps = build_state(cfg)
     group = control_group(cfg.dist_backend)
     if model is None:
         model = load_target(cfg, ps, progress_lines("loading") if ps.rank == 0 else None)
     engine = Engine(model, ps, cfg)
+    # before the ready line
     engine.warm_up(progress_lines("cuda_graphs") if ps.rank == 0 else None, prompts=True,
-                   prefill_progress=progress_lines("warm_up_prefills") if ps.rank == 0 else None)  # before the ready line
+                   prefill_progress=progress_lines("warm_up_prefills") if ps.rank == 0 else None)
     compile_watch.after_ready()      # a kernel built past this point is named (runtime/compile_watch.py)
     if ps.rank != 0:
         _on_signals(lambda: None)
@@ -76,12 +80,13 @@ def _serve_rank0(engine: Engine, group: Any, cfg: LaunchConfig, opts: ServeOptio
     from dcpctl.runtime.server.connection import ConnectionLimits
     from dcpctl.runtime.server.frontend import Frontend, FrontendSpec
     path, limits = cfg.model.path, cfg.limits
-    assert cfg.kv.max_running_requests is not None and limits is not None and limits.vocab_size is not None  # serve()
+    # serve()
+    assert cfg.kv.max_running_requests is not None and limits is not None and limits.vocab_size is not None
     kda = engine.state_pool
     spec = FrontendSpec(opts.host, opts.port, opts.api_key, opts.max_request_bytes,
-                        allowed_hosts(opts.host, list(opts.allowed_hosts)), opts.served_model_name or Path(path).name,
-                        str(path), limits.vocab_size, served_context(limits, opts.context_length),
-                        engine.alloc.virtual_capacity,
+                        allowed_hosts(opts.host, list(opts.allowed_hosts)),
+                        opts.served_model_name or Path(path).name, str(path), limits.vocab_size,
+                        served_context(limits, opts.context_length), engine.alloc.virtual_capacity,
                         engine.ps.attn_tp.size, cfg.kv.max_running_requests + opts.max_queued_requests,
                         kda is not None, int(time.time()), engine.spec.kv_extra if engine.spec else 0,
                         opts.tokenizer_worker_num, health_timeout_s=opts.health_check_timeout,

@@ -4,9 +4,9 @@ TextStream decodes only a window of the output per token, as vLLM and SGLang do:
 confirmed text plus the one step before it (`decode(ids[prefix:])` minus `decode(ids[prefix:read])`), so a
 token costs the same at the 10th and the 10,000th output token.  Text ending in a replacement character
 stays unconfirmed (an incomplete UTF-8 sequence may still complete), and any confirmed tail that could be
-the start of a stop string is held back; on a stop string it truncates the text there (after it with `keep_stop`:
-vLLM's include_stop_str_in_output, SGLang's no_stop_trim) and stops.  Before `min_tokens` tokens no stop string
-counts (vLLM and SGLang check none before min_tokens either).
+the start of a stop string is held back; on a stop string it truncates the text there (after it with
+`keep_stop`: vLLM's include_stop_str_in_output, SGLang's no_stop_trim) and stops.  Before `min_tokens` tokens
+no stop string counts (vLLM and SGLang check none before min_tokens either).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ PLAIN_ROLES = ("system", "user", "assistant", "tool")
 
 
 class TextStream:
-    def __init__(self, tok: Any, stop: list[str] | None = None, keep_stop: bool = False, skip_special: bool = True,
-                 min_tokens: int = 0) -> None:
+    def __init__(self, tok: Any, stop: list[str] | None = None, keep_stop: bool = False,
+                 skip_special: bool = True, min_tokens: int = 0) -> None:
         self.tok = tok
         self.keep_stop, self.skip_special, self.min_tokens = keep_stop, skip_special, min_tokens
         self.stop = [s for s in (stop or []) if s]
@@ -54,7 +54,8 @@ class TextStream:
     def _confirm(self, final: bool) -> None:
         # the new ids' text, decoded after their context; unconfirmed while it ends in a partial character
         skip = self.skip_special
-        before = self.tok.decode(self.ids[self.prefix:self.read], skip_special=skip) if self.read > self.prefix else ""
+        before = (self.tok.decode(self.ids[self.prefix:self.read], skip_special=skip)
+                  if self.read > self.prefix else "")
         after = self.tok.decode(self.ids[self.prefix:], skip_special=skip)
         if len(after) > len(before) and (final or not after.endswith("\ufffd")):
             self.text += after[len(before):]
@@ -73,11 +74,13 @@ def token_text(tok: Any, token: int) -> str:
 
 
 def chat_prompt(tok: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+                continue_final_message: bool = False,
+                template_kwargs: dict[str, Any] | None = None) -> list[int]:
     """The checkpoint's chat template when it has one, else a plain `<|role|>` template with BOS.
 
-    add_generation_prompt ends the prompt with the assistant's turn header; continue_final_message leaves the last
-    message open instead (no end of turn after it), so the reply continues it (vLLM's and Hugging Face's meaning)."""
+    add_generation_prompt ends the prompt with the assistant's turn header; continue_final_message leaves the
+    last message open instead (no end of turn after it), so the reply continues it (vLLM's and Hugging Face's
+    meaning)."""
     hf = getattr(tok, "tok", None)
     if hf is not None and getattr(hf, "chat_template", None):
         ids = hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
