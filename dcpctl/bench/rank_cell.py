@@ -23,6 +23,7 @@ from torch import Tensor
 from dcpctl.bench.decode_cell import setup_pool
 from dcpctl.runtime import collectives
 from dcpctl.runtime.attention.layout import SeqChunk
+from dcpctl.runtime.graph_capture import capture
 from dcpctl.runtime.kv.allocator import local_len
 from dcpctl.runtime.standin import answers
 
@@ -92,7 +93,8 @@ class Cell:
         work = answers(self.calls, self.device)
         if not work:
             return 0.0
-        return statistics.median(replay_us(_graph_of(work).replay, 7, INNER))
+        graph, _ = capture(lambda: [w() for w in work], None)    # one side-stream run, then the capture
+        return statistics.median(replay_us(graph.replay, 7, INNER))
 
     def close(self) -> None:
         del self.graphs, self.pool
@@ -110,17 +112,6 @@ def replay_us(replay: Any, reps: int, inner: int) -> list[float]:
         e.synchronize()
         times.append(a.elapsed_time(e) * 1e3 / inner)
     return times[1:]
-
-
-def _graph_of(work: list[Any]) -> torch.cuda.CUDAGraph:
-    for w in work:              # once outside the capture: every kernel loaded first
-        w()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w in work:
-            w()
-    return graph
 
 
 @contextmanager
