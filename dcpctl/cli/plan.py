@@ -62,7 +62,8 @@ def dump(doc: dict[str, Any], fmt: str) -> str:
 @click.option("-o", "--output", type=click.Path(), help="Also save the plan (YAML, or JSON for *.json).")
 @click.option("--rank-map", "show_ranks", is_flag=True, help="Table format: list every rank, even past 16.")
 @click.option("--concurrency", type=click.IntRange(min=1),
-              help="With --context-len: add a step-time estimate.")
+              help="Performance: requests in flight (default 32); with --context-len also the "
+                   "attention estimate.")
 @click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
               help="Measured cost figures (`dcpctl bench kernel/exchange --save-calibration`): replace the "
                    "profile's.")
@@ -109,14 +110,14 @@ def plan(ctx: click.Context, args: tuple[str, ...], fmt: str, output: str | None
     opts = {**collect(ctx, params), **pasted} if pasted else _plan_options(ctx, params, saved_plan)
     if calibration:
         opts["calibration"] = calibration
-    if concurrency and not opts.get("context_len"):
-        raise UserError("--concurrency needs --context-len (the step-time estimate is per context length)")
     p = build_plan(opts)
     if concurrency and p.topology_only:
-        raise UserError("--concurrency needs a model for its estimate: pass --model-path, --model-preset or "
-                        "--preset")
+        raise UserError("--concurrency needs a model (the Performance workload, the estimate): pass "
+                        "--model-path, --model-preset or --preset")
     doc = plan_document(p, opts)
-    if concurrency and p.valid and opts.get("context_len"):
+    if concurrency and not opts.get("context_len"):  # the Performance workload takes it alone
+        console.info("no attention estimate: it is per context length, pass --context-len for it")
+    elif concurrency and p.valid:
         doc["estimate"] = p.estimate = estimate(p, concurrency, opts.get("calibration"))
     perf = performance(p, workload(input_len, output_len, concurrency), read(measured),
                        opts.get("calibration"))

@@ -152,8 +152,8 @@ def test_generate_negative_prompt_id_message():
     assert_user_error(run("generate", "--prompt-ids", "1,-2"), "--prompt-ids must be non-negative token ids")
 
 
-def test_plan_concurrency_without_context_len():
-    assert_user_error(run("plan", "--concurrency", "4"), "--concurrency needs --context-len")
+def test_plan_concurrency_without_a_model():
+    assert_user_error(run("plan", "--tp-size", "8", "--concurrency", "4"), "--concurrency needs a model")
 
 
 def test_kda_state_fraction_range():

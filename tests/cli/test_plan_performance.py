@@ -40,6 +40,14 @@ def test_json_carries_the_section_and_the_workload_flags():
     assert d["performance"]["workload"]["concurrency"] == 8 and d["estimate"]["concurrency"] == 8
 
 
+def test_concurrency_alone_sets_the_workload_without_the_estimate():
+    r = run(*ACCEPTANCE, "--concurrency", "8", "--format", "json")
+    d = json.loads(r.stdout)
+    assert r.exit_code == 0 and d["performance"]["workload"]["concurrency"] == 8 and "estimate" not in d
+    assert d["performance"]["columns"][1]["concurrency"] == 8
+    assert "no attention estimate: it is per context length, pass --context-len" in r.stderr
+
+
 def test_plan_costs_no_torch_and_under_a_second_of_cpu():
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "dcpctl.cli.main", *ACCEPTANCE, "--format",
