@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from benchmarks.perf_sources import Cell, request_for, row, split
-from dcpctl.plan.perf import Model, chunked_prefill, features
+from dcpctl.plan.perf import Model, features
 from dcpctl.plan.perf_prefill import PrefillRates, chunk_work, chunks
 from dcpctl.plan.perf_report import served_rate
 from dcpctl.plan.perf_terms import AIC_OP_S, Terms, predict, solve_relative
@@ -116,7 +116,7 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
     for c, fit in ttft:
         ws = [
             chunk_work(c.req.model, c.req.topology, 1, c.req.model.weight_block is not None, s, n)
-            for s, n in chunks(c.context, chunked_prefill(c.req))
+            for s, n in chunks(c.context, c.req.chunked_prefill_size)
         ]
         known = sum(w.gemm_flops / gemm + w.attn_flops / attn + w.weight_bytes * byte_s for w in ws)
         feats.append(

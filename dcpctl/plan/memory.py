@@ -100,6 +100,13 @@ def kda_state_bytes_per_rank(req: PlanRequest) -> int:
     return m.kda.state_bytes_per_layer() * layers // req.topology.attn_tp
 
 
+def prefill_chunk_tokens(req: PlanRequest) -> int:
+    """The longest prefill chunk: the plan's chunked-prefill size (the one perf.py's TTFT runs at), or without
+    chunking (<= 0, as perf_prefill.chunks reads it) the longest prompt, the context."""
+    size = req.chunked_prefill_size
+    return size if size > 0 else req.context_len or req.model.max_position_embeddings
+
+
 def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool,
                   memory_option: str = "mem_fraction_static"
                   ) -> tuple[dict[str, Any], list[Violation]]:
@@ -108,6 +115,7 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool,
     per_rank_mem = hw.memory_gib * GIB / (t.ranks_per_node if hw.device == "cpu" else 1)
     weights, rep_q = weights_and_replicated_q(req, replicate_q)
     static = per_rank_mem * req.mem_fraction_static
+    chunk = prefill_chunk_tokens(req)
     budget = int(static - weights - rep_q)
     viol: list[Violation] = []
     if budget <= 0:
@@ -127,8 +135,8 @@ def memory_report(req: PlanRequest, kv_dtype: str, replicate_q: bool,
         "weight_bytes_per_rank": weights,
         "weight_format": weight_format(m, hw)[1],
         "replicated_q_bytes_per_rank": rep_q,
-        "mha_prefill_transient_bytes_per_rank": mha_prefill_transient(m, t.dcp_size, t.attn_tp),
-        "mha_prefill_chunk_tokens": DEFAULT_CHUNKED_PREFILL,
+        "mha_prefill_transient_bytes_per_rank": mha_prefill_transient(m, t.dcp_size, t.attn_tp, chunk),
+        "mha_prefill_chunk_tokens": chunk,
         "kv_budget_bytes_per_rank": max(budget, 0),
         "kv_rows_per_rank": cap.physical_rows,
         "kv_virtual_tokens": cap.virtual_tokens,

@@ -23,7 +23,7 @@ from dcpctl.plan.perf_measured import Measured
 from dcpctl.plan.perf_prefill import PrefillRates, Ttft, prefill, rates
 from dcpctl.plan.perf_terms import PerfTable, Terms, perf_table, predict
 from dcpctl.plan.perf_work import Ran, StepWork, decode_work, layer_counts, subset
-from dcpctl.plan.request import DEFAULT_CHUNKED_PREFILL, PlanRequest
+from dcpctl.plan.request import PlanRequest
 from dcpctl.plan.weights import weight_format
 
 COMM_SOURCE = "the hardware profile's link and latency (low or high) against NCCL 2.29.2's 8x H200 table"
@@ -143,8 +143,9 @@ class Model:
     def prefill(self, req: PlanRequest, input_len: int, prompts: int = 1) -> Ttft:
         """`prompts` prompts of `input_len` tokens back to back (1: one prompt's time to first token)."""
         m, t, hw = req.model, req.topology, req.hardware
-        return prefill(m, t, t.dcp_size, weight_format(m, hw)[0], input_len, chunked_prefill(req), self.rates,
-                       self.terms.byte_s, hw, self.k.coll_latency_s, self.k.link_bytes_per_s, prompts)
+        return prefill(m, t, t.dcp_size, weight_format(m, hw)[0], input_len, req.chunked_prefill_size,
+                       self.rates, self.terms.byte_s, hw, self.k.coll_latency_s, self.k.link_bytes_per_s,
+                       prompts)
 
 
 def _page(d: dict[str, Any]) -> int:
@@ -168,12 +169,3 @@ def backend(req: PlanRequest, d: dict[str, Any], batch: int, local_context: int)
     rule = attention_table.decide(key, req.attention_backend, attention_table.plan_available(page), table)
     return rule.pick(batch, local_context)
 
-
-def chunked_prefill(req: PlanRequest) -> int:
-    """`--chunked-prefill-size` as passed through to the engine (`N` or `=N`), else the runtime's default."""
-    for group in req.engine_args:
-        flag, _, inline = group[0].partition("=") if group else ("", "", "")
-        value = inline or (group[1] if len(group) > 1 else "")
-        if flag == "--chunked-prefill-size" and value.lstrip("-").isdigit():
-            return int(value)
-    return DEFAULT_CHUNKED_PREFILL

@@ -24,7 +24,7 @@ from typing import Any
 
 from dcpctl.plan import engines
 from dcpctl.plan.errors import UserError
-from dcpctl.plan.perf import COMM_SOURCE, Decode, Model, chunked_prefill
+from dcpctl.plan.perf import COMM_SOURCE, Decode, Model
 from dcpctl.plan.perf_measured import Measured, check_matches
 from dcpctl.plan.perf_prefill import Ttft
 from dcpctl.plan.planner import Plan, make_plan
@@ -70,7 +70,7 @@ def performance(p: Plan, w: Workload, measured: Measured | None = None,
         return None
     head = {"workload": {"input_len": w.input_len, "output_len": w.output_len, "concurrency": w.concurrency,
                          "decode_context": w.context, "max_context": w.max_context,
-                         "chunked_prefill_size": chunked_prefill(r)},
+                         "chunked_prefill_size": r.chunked_prefill_size},
             "predicts": "the bundled runtime (dcpctl launch) serving this plan"}
     engine = engines.target(r.engine)
     if not engine.bundled_runtime:
@@ -125,7 +125,7 @@ def _column(model: Model, req: PlanRequest, d: dict[str, Any], mem: dict[str, An
     request_s = model.rates.request_s
     col.update(concurrency=n, batch_per_replica=batch, **_decode_figures(dec))
     pre = f"prefill {model.rates.label} ({model.rates.source}); {tt.chunks} chunk(s) of at most " \
-          f"{chunked_prefill(req):,} tokens; communication modelled ({COMM_SOURCE})"
+          f"{req.chunked_prefill_size:,} tokens; communication modelled ({COMM_SOURCE})"
     col["ttft_ms"] = fig((tt.low_s + tt.high_s) / 2, "derived", pre, tt.low_s, tt.high_s, 1e3)
     col["output_tok_s_per_gpu"] = _served(n, w, dec, batch_prefill, request_s, t.world)
     return col

@@ -60,3 +60,14 @@ class PlanRequest:
     attention_table: str | None = None    # tuning tables that replace the shipped ones (FILE)
     mla_configs: str | None = None
     gemm16_table: str | None = None
+
+    @property
+    def chunked_prefill_size(self) -> int:
+        """`--chunked-prefill-size` as passed through to the engine (`N` or `=N`), else the runtime's default;
+        the one prefill chunk of a plan (its memory and its TTFT)."""
+        for group in self.engine_args:
+            flag, _, inline = group[0].partition("=") if group else ("", "", "")
+            value = inline or (group[1] if len(group) > 1 else "")
+            if flag == "--chunked-prefill-size" and value.lstrip("-").isdigit():
+                return int(value)
+        return DEFAULT_CHUNKED_PREFILL

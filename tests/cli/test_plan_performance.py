@@ -48,6 +48,13 @@ def test_concurrency_alone_sets_the_workload_without_the_estimate():
     assert "no attention estimate: it is per context length, pass --context-len" in r.stderr
 
 
+def test_one_prefill_chunk_for_the_memory_and_the_ttft():
+    d = json.loads(run(*ACCEPTANCE, "--chunked-prefill-size", "2048", "--format", "json").stdout)
+    chunk = d["performance"]["workload"]["chunked_prefill_size"]
+    assert d["memory"]["mha_prefill_chunk_tokens"] == chunk == 2048
+    assert "2,048 tokens" in d["performance"]["columns"][1]["ttft_ms"]["source"]
+
+
 def test_plan_costs_no_torch_and_under_a_second_of_cpu():
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "dcpctl.cli.main", *ACCEPTANCE, "--format",

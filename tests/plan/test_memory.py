@@ -57,3 +57,12 @@ def test_mha_prefill_transient_counts_one_block_query_accumulator_and_wire():
     want = block + chunk * hk * 192 * 2 + chunk * hk * 129 * (4 + 2) + 2 * chunk * hk * 130 * 2
     assert m["mha_prefill_transient_bytes_per_rank"] == want
     assert plan(tp_size=8, dcp_size=1).memory["mha_prefill_transient_bytes_per_rank"] < want
+
+
+def test_the_transient_is_taken_at_the_chunk_the_plan_prefills_in():
+    small = plan(tp_size=8, dcp_size=8, engine_args=(("--chunked-prefill-size", "2048"),)).memory
+    default = plan(tp_size=8, dcp_size=8).memory
+    assert small["mha_prefill_chunk_tokens"] == 2048 and default["mha_prefill_chunk_tokens"] == 8192
+    assert small["mha_prefill_transient_bytes_per_rank"] < default["mha_prefill_transient_bytes_per_rank"]
+    whole = plan(tp_size=8, dcp_size=8, context_len=16384, engine_args=(("--chunked-prefill-size", "-1"),))
+    assert whole.memory["mha_prefill_chunk_tokens"] == 16384   # no chunking: the longest prompt is one chunk

@@ -175,11 +175,10 @@ def test_prefill_chunks_their_flops_and_the_dcp_exchange():
 
 
 def test_the_chunked_prefill_size_passed_through():
-    from dcpctl.plan.perf import chunked_prefill
     for args, size in (((("--chunked-prefill-size", "4096"),), 4096),
                        ((("--chunked-prefill-size=2048",),), 2048), ((("--chunked-prefill-size", "-1"),), -1),
                        ((), 8192)):
-        assert chunked_prefill(replace(v31().request, engine_args=args)) == size
+        assert replace(v31().request, engine_args=args).chunked_prefill_size == size
 
 
 def test_a_cell_is_fitted_as_it_ran(tmp_path):
