@@ -186,6 +186,7 @@ class StepCost:
 
 
 def local_len(L: int, c: int, r: int = 0) -> int:
+    """Positions of an `L`-long sequence that DCP rank `r` of `c` stores (docs/design.md section 1)."""
     return L // c + (r < L % c)
 
 

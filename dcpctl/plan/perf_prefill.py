@@ -30,11 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dcpctl.plan.cost import local_len
 from dcpctl.plan.hardware import Hardware
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.perf_comm import Call, band_s, wire_bytes
 from dcpctl.plan.perf_terms import AIC_OP_S, AIC_SOURCE
-from dcpctl.plan.perf_work import Layers, decode_work, layer_counts, local_len
+from dcpctl.plan.perf_work import Layers, decode_work, layer_counts
 from dcpctl.plan.topology import Topology
 
 RATE_KEYS = ("attn_tflops", "gemm_tflops", "fp8_gemm_tflops", "fp8_ps_per_byte", "layer_us", "chunk_us",

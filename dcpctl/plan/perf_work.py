@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dcpctl.plan.cost import local_len
 from dcpctl.plan.model import ModelSpec
 from dcpctl.plan.perf_grid import expert_programs
 from dcpctl.plan.topology import Topology
@@ -138,11 +139,6 @@ def expected_distinct(local_experts: int, experts: int, top_k: int, rows: float)
     if experts <= 0 or rows <= 0:
         return 0.0
     return local_experts * (1.0 - (1.0 - top_k / experts) ** rows)
-
-
-def local_len(context: int, dcp: int, rank: int = 0) -> int:
-    """Positions of a `context`-long sequence that DCP rank `rank` stores (docs/design.md section 1)."""
-    return context // dcp + (rank < context % dcp)
 
 
 @dataclass(frozen=True)
