@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from dcpctl import tuning
 from dcpctl.plan.attention_names import MEASURED
+from dcpctl.plan.attention_table import KV_NAMES
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf_terms import Terms, fit
 from dcpctl.plan.perf_work import Ran
@@ -36,8 +37,6 @@ REQUIRED = ("command", "device", "plan", "weights", "host_gap_us", "cells")
 PLAN_KEYS = ("architectures", "weights_dtype", "tp_size", "dcp_size", "ep_size", "attn_dp_size",
              "kv_cache_dtype", "dcp_comm_backend", "dcp_replicate_q_proj", "num_layers")
 CELL_KEYS = ("batch", "context", "routing", "compute_us", "compute_us_full")
-KV = {"bfloat16": "bf16", "bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "float16": "fp16", "float32": "fp32",
-      "float64": "fp64"}
 
 
 @dataclass(frozen=True)
@@ -117,12 +116,12 @@ def read_measured(path: str | Path) -> Measured:
 
 def _plan_values(req: PlanRequest, decisions: dict[str, Any]) -> dict[str, Any]:
     t, m = req.topology, req.model
-    c = t.dcp_size
+    c, kv = t.dcp_size, decisions["kv_cache_dtype"].value
     return {"architectures": list(m.architectures),
             "weights_dtype": "fp8" if weight_format(m, req.hardware)[0]
-            else KV.get(m.dtype, m.dtype), "tp_size": t.tp_size, "dcp_size": c, "ep_size": t.ep_size,
+            else KV_NAMES.get(m.dtype, m.dtype), "tp_size": t.tp_size, "dcp_size": c, "ep_size": t.ep_size,
             "attn_dp_size": t.attn_dp,
-            "kv_cache_dtype": KV.get(decisions["kv_cache_dtype"].value, decisions["kv_cache_dtype"].value),
+            "kv_cache_dtype": KV_NAMES.get(kv, kv),
             "dcp_comm_backend": decisions["dcp_comm_backend"].value if c > 1 else None,
             "dcp_replicate_q_proj": bool(decisions["dcp_replicate_q_proj"].value) and c > 1,
             "num_layers": m.num_layers}
@@ -131,7 +130,7 @@ def _plan_values(req: PlanRequest, decisions: dict[str, Any]) -> dict[str, Any]:
 def check_matches(ms: Measured, req: PlanRequest, decisions: dict[str, Any]) -> None:
     """UserError naming the first difference between the file's deployment (or GPU) and the plan's."""
     mine, theirs = _plan_values(req, decisions), dict(ms.plan)
-    theirs["kv_cache_dtype"] = KV.get(str(theirs.get("kv_cache_dtype")), theirs.get("kv_cache_dtype"))
+    theirs["kv_cache_dtype"] = KV_NAMES.get(str(theirs.get("kv_cache_dtype")), theirs.get("kv_cache_dtype"))
     if theirs.get("dcp_size") == 1:
         theirs["dcp_comm_backend"], theirs["dcp_replicate_q_proj"] = None, False
     theirs["dcp_replicate_q_proj"] = bool(theirs.get("dcp_replicate_q_proj"))
