@@ -51,8 +51,8 @@ class VllmTarget(EngineTarget):
         config = req.model.extra.get("config")
         if not over or not isinstance(config, dict):
             return req
-        model = project(parse_hf_config(_merged(config, over), f"{req.model.name} with --hf-overrides"),
-                        req.model.name)
+        merged = vllm_read._merge(config, [], over)   # nested mappings merged key by key
+        model = project(parse_hf_config(merged, f"{req.model.name} with --hf-overrides"), req.model.name)
         model.extra.update({k: v for k, v in req.model.extra.items() if k != "config"})
         return replace(req, model=model)
 
@@ -88,11 +88,3 @@ class VllmTarget(EngineTarget):
 
     def parse_pasted(self, argv: list[str]) -> tuple[dict[str, Any], list[PassThrough]]:
         return vllm_args.parse_serve(argv)
-
-
-def _merged(config: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """config.json with --hf-overrides applied (nested mappings merged key by key)."""
-    out = dict(config)
-    for k, v in over.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
