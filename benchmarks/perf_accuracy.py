@@ -37,10 +37,11 @@ from typing import Any
 from benchmarks.perf_serving import Serving, serving
 from benchmarks.perf_sources import Cell, decode_cells, rank_cells, rank_files, row, split
 from dcpctl import tuning
+from dcpctl.plan import perf_terms
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf import Model, features
 from dcpctl.plan.perf_measured import read_measured
-from dcpctl.plan.perf_terms import Terms, assumed, predict, solve_relative
+from dcpctl.plan.perf_terms import Terms, assumed, predict
 from dcpctl.plan.perf_work import Ran
 from dcpctl.plan.planner import make_plan
 
@@ -56,11 +57,9 @@ def decode_features(c: Cell) -> list[float]:
 def fit_decode(rows: list[tuple[Cell, bool]], prior: Terms) -> tuple[Terms, list[dict[str, Any]]]:
     feats = [(c, fit, decode_features(c)) for c, fit in rows]
     fitted = [(x, c.measured) for c, fit, x in feats if fit]
-    terms = prior.with_values(
-        solve_relative(fitted, prior.values()),
-        "calibrated",
-        f"{len(fitted)} cells of {', '.join(sorted({c.source.split(':')[0] for c, f, _ in feats if f}))}",
-    )
+    names = ", ".join(sorted({c.source.split(":")[0] for c, f, _ in feats if f}))
+    # no cell to fit on (--fit-batches/--fit-contexts naming none): perf_terms.fit's UserError
+    terms = perf_terms.fit(fitted, prior, f"{len(fitted)} cells of {names or 'the files'}")
     return terms, [row(c, fit, predict(terms, x)) for c, fit, x in feats]
 
 

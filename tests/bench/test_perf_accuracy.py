@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import perf_accuracy
 from dcpctl import tuning
+from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf_terms import from_table, perf_table
 from tests.plan.helpers import hw
 from tests.plan.test_perf_report import rank_doc
@@ -78,6 +79,9 @@ def test_a_rank_file_alone(tmp_path, capsys):
     assert perf_accuracy.main(["--rank", str(f), "--no-data", "--fit-batches", "1,32"]) == 0
     text = capsys.readouterr().out
     assert "rank.json" in text and "Decode compute" in text and "TTFT" not in text
+
+    with pytest.raises(UserError, match="0 cells of the files: no cells to fit"):   # the prior is no fit
+        perf_accuracy.main(["--rank", str(f), "--no-data", "--fit-batches", "3"])
 
 
 def test_a_devices_served_files_are_read_by_their_names(tmp_path, capsys):
