@@ -41,18 +41,10 @@ class Cell:
 
 def _config(name: str) -> dict[str, Any]:
     from benchmarks.fp8_model_check import v3_config
+    from benchmarks.serve_peers import MOE
     from dcpctl.bench.decode import SHAPES
     from dcpctl.runtime.tiny import tiny_config
 
-    moe = {
-        "n_routed_experts": 32,
-        "num_experts_per_tok": 8,
-        "n_group": 8,
-        "topk_group": 4,
-        "moe_intermediate_size": 256,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-    }  # serve_peers.MOE
     v3 = dict(SHAPES["v3"], torch_dtype="bfloat16")
     if name == "v3-fp8":
         return v3_config(3, 16)
@@ -64,7 +56,7 @@ def _config(name: str) -> dict[str, Any]:
             **v3,
             "num_hidden_layers": layers,
             "first_k_dense_replace": layers,
-            **(moe if name in ("moe-16", "rank-moe-4") else {}),
+            **(MOE if name in ("moe-16", "rank-moe-4") else {}),
         }
     )
 
