@@ -22,7 +22,7 @@ fitted on), `host_gap_us` and `prefill` (plan/perf_prefill.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from dcpctl import tuning
@@ -176,8 +176,3 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float]:
                 a[r] = [u - f * v for u, v in zip(a[r], a[i])]
                 b[r] -= f * b[i]
     return [b[i] / a[i][i] if a[i][i] else 0.0 for i in range(n)]
-
-
-def describe(terms: Terms) -> str:
-    return ", ".join(f"{UNITS[f.name][0]} {getattr(terms, f.name) * UNITS[f.name][1]:.3g}"
-                     for f in fields(terms) if f.name in NAMES)
