@@ -56,6 +56,11 @@ class Decode:
     def high_s(self) -> float:
         return self.compute.seconds + self.comm_high_s + self.host.seconds
 
+    @property
+    def mid_s(self) -> float:
+        """The middle of the band: the TPOT figure choices are shown and ranked by."""
+        return (self.low_s + self.high_s) / 2
+
 
 def features(work: StepWork, attention_total_s: float) -> list[float]:
     """The compute model's features of one step (perf_terms' term order)."""

@@ -139,6 +139,11 @@ class Ttft:
     def high_s(self) -> float:
         return self.compute_s + self.comm_high_s
 
+    @property
+    def mid_s(self) -> float:
+        """The middle of the band: the TTFT figure shown."""
+        return (self.low_s + self.high_s) / 2
+
 
 def prefill(m: ModelSpec, t: Topology, dcp: int, fp8: bool, input_len: int, chunk: int, r: PrefillRates,
             byte_s: float, hw: Hardware, latency_s: float, link_bytes_per_s: float, prompts: int = 1) -> Ttft:

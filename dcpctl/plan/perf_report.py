@@ -126,7 +126,7 @@ def _column(model: Model, req: PlanRequest, d: dict[str, Any], mem: dict[str, An
     col.update(concurrency=n, batch_per_replica=batch, **_decode_figures(dec))
     pre = f"prefill {model.rates.label} ({model.rates.source}); {tt.chunks} chunk(s) of at most " \
           f"{req.chunked_prefill_size:,} tokens; communication modelled ({COMM_SOURCE})"
-    col["ttft_ms"] = fig((tt.low_s + tt.high_s) / 2, "derived", pre, tt.low_s, tt.high_s, 1e3)
+    col["ttft_ms"] = fig(tt.mid_s, "derived", pre, tt.low_s, tt.high_s, 1e3)
     col["output_tok_s_per_gpu"] = _served(n, w, dec, batch_prefill, request_s, t.world)
     return col
 
@@ -138,7 +138,7 @@ def _decode_figures(dec: Decode) -> dict[str, Any]:
         "communication_ms": fig((dec.comm_low_s + dec.comm_high_s) / 2, "modelled", COMM_SOURCE,
                                 dec.comm_low_s, dec.comm_high_s, 1e3),
         "host_gap_ms": fig(h.seconds, h.label, h.source, scale=1e3),
-        "tpot_ms": fig((dec.low_s + dec.high_s) / 2, "derived", "decode compute + communication + host gap",
+        "tpot_ms": fig(dec.mid_s, "derived", "decode compute + communication + host gap",
                        dec.low_s, dec.high_s, 1e3),
         "decode_parts": {"attention_ms": _r(dec.attention_s * 1e3),
                          "weight_gib_read": _r(work.weight_bytes / 2**30),

@@ -64,7 +64,7 @@ def step_ms(req: PlanRequest, row: Row) -> float:
     """What choices are ranked by: the full step's TPOT (the middle of its band) when modelled, else
     attention."""
     if row.step is not None:
-        return (row.step.low_s + row.step.high_s) / 2 * 1e3
+        return row.step.mid_s * 1e3
     return attention_ms(req, row)
 
 
@@ -119,7 +119,7 @@ def recommend(req: PlanRequest, context: int, concurrency: int, k: Constants,
 
 def _step_dict(s: Any) -> dict[str, Any]:
     """The full step's figures (perf.Decode) in ms, with their labels."""
-    return {"tpot_ms": (s.low_s + s.high_s) / 2 * 1e3, "tpot_low_ms": s.low_s * 1e3,
+    return {"tpot_ms": s.mid_s * 1e3, "tpot_low_ms": s.low_s * 1e3,
             "tpot_high_ms": s.high_s * 1e3, "compute_ms": s.compute.seconds * 1e3,
             "compute_label": s.compute.label, "communication_low_ms": s.comm_low_s * 1e3,
             "communication_high_ms": s.comm_high_s * 1e3, "host_gap_ms": s.host.seconds * 1e3}
