@@ -9,13 +9,13 @@ host gap (not measured: 0, with `host_gap_measured` false).
 from __future__ import annotations
 
 import datetime
-import subprocess
-from pathlib import Path
+import functools
 from typing import Any
 
-from dcpctl import console
+from dcpctl import console, tuning
 
 KIND, VERSION = "dcpctl.bench.rank", 1
+_commit = functools.cache(tuning.source_commit)   # asked once: the document is rebuilt after every cell
 SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
 
 
@@ -86,15 +86,6 @@ def weights_section(run: Any, model: Any) -> dict[str, Any]:
         loaded - sum(n for _, n in sizes) + sum(per_kind.get(kind, 0) * n for kind, n in counts.items())
     return {"loaded_bytes": loaded, "plan_bytes": run.plan_bytes(run.spec_run()),
             "loaded_bytes_full": full, "plan_bytes_full": run.plan_bytes(run.plan.request.model)}
-
-
-def _commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def print_tables(doc: dict[str, Any]) -> None:

@@ -22,8 +22,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-ROUTINGS = ("uniform", "busiest", "model")
-
 
 class FixedRouting:
     """A MoE layer's router whose choice comes from `idx` (rows [0, T) for a pass of T tokens) when `on`."""

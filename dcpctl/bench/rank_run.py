@@ -129,7 +129,7 @@ def _timed(run: Any, model: Any, cell: Cell, routers: list, grid: Grid, routing:
     routed = _route(run, model, routers, routing, batch)
     times = cell.times_us(grid.reps)
     step = statistics.median(times)
-    standin = cell.standin_us()
+    standin = cell.standin_us
     compute = step - standin
     full = base + (compute - base) * run.num_layers / run.layers_run if run.scaled else compute
     return {"batch": batch, "context": ctx, "routing": routing, "step_us": round(step, 2),
@@ -145,7 +145,7 @@ def _base_us(run: Any, model: Any, batch: int) -> float:
     with without_layers(model):
         cell = Cell(model, run.launch.decisions, batch, page * model.ps.dcp.size, page, page)
         try:
-            return statistics.median(cell.times_us(5)) - cell.standin_us()
+            return statistics.median(cell.times_us(5)) - cell.standin_us
         finally:
             cell.close()
 

@@ -119,7 +119,7 @@ def gather_sizes(n: int, group: Any, size: int, device: torch.device | str = "cp
     if group is None:
         return [n]
     parts = all_gather_rows(torch.tensor([n], dtype=torch.int64, device=device), group, size)
-    return [int(p.item()) for p in parts]
+    return torch.cat(parts).tolist()     # one copy to the host, not one per rank
 
 
 def all_gather_into(out: Tensor, inp: Tensor, group: Any) -> None:

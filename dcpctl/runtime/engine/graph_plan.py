@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dcpctl.runtime.attention import backends
+from dcpctl.runtime.attention.backends import ABSORBED
 from dcpctl.runtime.engine.decode_graphs import DecodeGraphs
 from dcpctl.runtime.graph_capture import Progress, unless_out_of_memory
 from dcpctl.runtime.notes import note_once
@@ -96,8 +98,9 @@ def capture_mlp(model: Any, tokens: list[int], reason: str) -> Any:
     return g
 
 
-KERNEL_NAMES = {"triton": "ours", "flashinfer": "FlashInfer", "flashmla": "FlashMLA",
-                "torch": "the torch reference"}
+def _says(name: str) -> str:
+    # how a note names the absorbed backend `name` (its own label)
+    return backends.get(ABSORBED, name).says() if (ABSORBED, name) in backends.REGISTRY else name
 
 
 def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
@@ -106,7 +109,7 @@ def kernel_summary(kernels: dict[tuple[int, int], str], c: int) -> str:
     are one."""
     by_bucket: dict[int, list[tuple[int, str]]] = {}
     for (b, rows), name in sorted(kernels.items()):
-        by_bucket.setdefault(rows, []).append((b, KERNEL_NAMES.get(name, name)))
+        by_bucket.setdefault(rows, []).append((b, _says(name)))
     parts: list[tuple[int, str]] = []
     for rows, picks in sorted(by_bucket.items()):
         names = sorted({n for _, n in picks})

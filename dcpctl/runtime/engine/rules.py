@@ -15,6 +15,7 @@ allows only EOS, so the request ends there.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -22,13 +23,16 @@ from torch import Tensor
 
 from dcpctl.runtime.engine.request import Sequence
 
-_BITS = torch.arange(32, dtype=torch.int32)
+@functools.lru_cache(maxsize=None)
+def _bits(device: torch.device) -> Tensor:
+    # [32] the bit positions, made once per device (a grammar row runs on every step)
+    return torch.arange(32, dtype=torch.int32, device=device)
 
 
 def bitmask_to_bool(words: Tensor, vocab: int, device: torch.device) -> Tensor:
     # words: [W] int32 (bit j of word i: id 32i + j allowed) -> [vocab] bool on `device`; ids past 32W are
     # refused
-    bits = ((words.to(device).unsqueeze(-1) >> _BITS.to(device)) & 1).view(-1).bool()
+    bits = ((words.to(device).unsqueeze(-1) >> _bits(device)) & 1).view(-1).bool()
     if bits.numel() >= vocab:
         return bits[:vocab]
     return torch.cat([bits, torch.zeros(vocab - bits.numel(), dtype=torch.bool, device=device)])

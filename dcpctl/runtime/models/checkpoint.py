@@ -43,6 +43,19 @@ class Want:
     dtype: torch.dtype | None = None  # overrides the model dtype (router weights stay fp32)
     fp8_ok: bool = False  # a linear layer's weight: may stay block-FP8 (Checkpoint.keep_fp8)
 
+    def bounds(self) -> list[tuple[int, int]]:
+        """[start, end) of the slice read, per axis."""
+        out = [(0, n) for n in self.shape]
+        if self.dim is not None:
+            out[self.dim] = (self.start, self.end)
+        return out
+
+    def stays_fp8(self, block: tuple[int, int], keep_fp8: bool) -> bool:
+        """Whether this block-FP8 weight's slice is kept in FP8 (else dequantized): FP8 is kept, the weight
+        may stay FP8, and the slice starts and ends on block bounds on every axis."""
+        return keep_fp8 and self.fp8_ok and all(on_blocks(*b, n, k)
+                                                for b, n, k in zip(self.bounds(), self.shape, block))
+
 
 class Checkpoint:
     def __init__(self, path: Path, quant: BlockFp8 | None = None, keep_fp8: bool = False):
@@ -144,11 +157,8 @@ class Checkpoint:
             raise ModelLoadError(f"tensor {sname} in {self.where[sname].name} has shape "
                                  f"{list(ssl.get_shape())}, expected {list(want_s)} for weight "
                                  f"{list(w.shape)} in blocks of {list(self.quant.block)}")
-        bounds = [(0, n) for n in w.shape]
-        if w.dim is not None:
-            bounds[w.dim] = (w.start, w.end)
-        block = self.quant.block
-        if self.keep_fp8 and w.fp8_ok and all(on_blocks(*b, n, k) for b, n, k in zip(bounds, w.shape, block)):
+        bounds, block = w.bounds(), self.quant.block
+        if w.stays_fp8(block, self.keep_fp8):
             (r0, r1), (c0, c1) = bounds
             scale = ssl[r0 // block[0]:-(-r1 // block[0]), c0 // block[1]:-(-c1 // block[1])]
             # clone: safetensors' fp8 row slices are views that would pin the whole tensor

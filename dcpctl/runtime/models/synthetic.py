@@ -22,7 +22,6 @@ from typing import Any, Callable
 
 import torch
 
-from dcpctl.plan.weights import on_blocks
 from dcpctl.runtime.models.checkpoint import EMBED, Want
 from dcpctl.runtime.models.quant import BlockFp8, Fp8Weight
 
@@ -68,12 +67,8 @@ class SyntheticWeights:
         return torch.empty(shape, dtype=w.dtype or dtype, device=device).normal_(std=std, generator=g)
 
     def _kept_fp8(self, w: Want) -> bool:
-        if self.quant is None or not self.keep_fp8 or not w.fp8_ok or len(w.shape) != 2:
-            return False
-        bounds = [(0, n) for n in w.shape]
-        if w.dim is not None:
-            bounds[w.dim] = (w.start, w.end)
-        return all(on_blocks(a, b, n, k) for (a, b), n, k in zip(bounds, w.shape, self.quant.block))
+        # the checkpoint reader's rule (Want.stays_fp8), for the 2-D weights a block-FP8 checkpoint holds
+        return self.quant is not None and len(w.shape) == 2 and w.stays_fp8(self.quant.block, self.keep_fp8)
 
     def _fp8(self, w: Want, shape: list[int], std: float, device: torch.device,
              g: torch.Generator) -> Fp8Weight:

@@ -101,11 +101,10 @@ def _structured_outputs(so: dict[str, Any], param: str, server: dict[str, Any]) 
     schema = g.ANY_OBJECT if kind == "json_object" else so["json"]
     if so.get("disable_additional_properties"):
         schema = g.closed(g.parse_schema(schema))
-    opts = dict(server)
-    if so.get("disable_any_whitespace"):
-        opts = {"whitespace_flexible": False}
-    if so.get("whitespace_pattern") is not None:
-        opts = {"whitespace_pattern": so["whitespace_pattern"]}
+    # the request's own whitespace options, read as the server's flags are (grammar.json_options), else
+    # the server's
+    own = g.json_options(bool(so.get("disable_any_whitespace")), so.get("whitespace_pattern"))
+    opts = own or dict(server)
     return g.json_schema(schema, opts)
 
 

@@ -152,3 +152,16 @@ def test_rules_mask_cuda_logits_as_cpu_ones():
             assert ta == tb, params
             a.output.append(ta)
             b.output.append(tb)
+
+
+def test_a_request_reads_its_whitespace_options_as_the_server_reads_its_flags():
+    # structured_outputs' disable_any_whitespace and whitespace_pattern go through grammar.json_options, the
+    # rule the server's --constrained-json-* flags use: no whitespace wins over a pattern; none: the server's
+    from dcpctl.runtime import grammar as g
+    from dcpctl.runtime.server.structured import _structured_outputs
+    server = g.json_options(max_whitespace_cnt=2)
+    both = {"json": {"type": "object"}, "disable_any_whitespace": True, "whitespace_pattern": "[ ]{0,1}"}
+    assert _structured_outputs(both, "structured_outputs", server) == g.json_schema(
+        {"type": "object"}, g.json_options(True, "[ ]{0,1}"))
+    assert _structured_outputs({"json": {"type": "object"}}, "structured_outputs", server) == g.json_schema(
+        {"type": "object"}, server)
