@@ -12,8 +12,9 @@ F = Callable[..., Any]
 
 RUNTIME_OPTIONS: list[Callable[[F], F]] = [
     click.option("--fp8-gemm", type=click.Choice(RC.FP8_GEMM_CHOICES),
-                 help="Block-FP8 GEMMs: w8a16 (16-bit activations, exact weights; default) or w8a8 (e4m3 "
-                      "activations, as SGLang)."),
+                 help="Block-FP8 GEMMs: auto (default: e4m3 activations, 1x128 groups, for prefill rows as "
+                      "SGLang and vLLM; 16-bit activations for decode's few rows), w8a16 (16-bit activations "
+                      "everywhere) or w8a8 (e4m3 activations everywhere)."),
     click.option("--blas", type=click.Choice(RC.BLAS_CHOICES),
                  help=f"torch's BLAS library on NVIDIA GPUs (default {RC.DEFAULT_BLAS}; keep: torch's own)."),
     click.option("--cublaslt-workspace-kib", type=click.IntRange(min=1),

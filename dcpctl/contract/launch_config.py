@@ -23,7 +23,7 @@ LseBase = Literal["e", "2"]
 AttentionPath = Literal["auto", "paged", "layout"]
 SpecAlgorithm = Literal["STANDALONE"]
 SchedulePolicy = Literal["fcfs"]
-Fp8Gemm = Literal["w8a16", "w8a8"]              # plan/runtime_choices.py FP8_GEMM_CHOICES
+Fp8Gemm = Literal["auto", "w8a16", "w8a8"]      # plan/runtime_choices.py FP8_GEMM_CHOICES
 Blas = Literal["cublaslt", "cublas", "keep"]    # plan/runtime_choices.py BLAS_CHOICES
 Groups = tuple[tuple[int, ...], ...]
 
@@ -82,7 +82,7 @@ class RuntimeSection:
     """Numerics and speed settings the plan decided (plan/runtime_choices.py); each kernel module reads its
     own."""
 
-    fp8_gemm: Fp8Gemm = DEFAULT_FP8_GEMM            # block-FP8 GEMMs: 16-bit or e4m3 activations
+    fp8_gemm: Fp8Gemm = DEFAULT_FP8_GEMM            # block-FP8 GEMMs: per row count, 16-bit or e4m3 acts
     blas: Blas = DEFAULT_BLAS                       # torch's BLAS library for the model's GEMMs (CUDA)
     cublaslt_workspace_kib: int | None = None      # None: torch's own workspace size
     dist_timeout_s: int = DEFAULT_DIST_TIMEOUT_S    # torch.distributed's collective timeout

@@ -3,8 +3,8 @@ only.
 
 | decision           | values                             | default and why                                  |
 | ------------------ | ---------------------------------- | ------------------------------------------------ |
-| fp8_gemm           | w8a16, w8a8                        | w8a16: exact weights in 16-bit MMA; w8a8 adds    |
-|                    |                                    | activation quantization error                    |
+| fp8_gemm           | auto, w8a16, w8a8                  | auto: w8a8 for prefill rows (e4m3 MMA, as the    |
+|                    |                                    | engines), w8a16 for decode's (weight-read bound) |
 | blas               | cublaslt, cublas, keep             | cublaslt: faster on the decode step's small      |
 |                    |                                    | GEMMs                                            |
 | cublaslt_workspace | torch, or a positive number of KiB | torch: a small workspace slows prefill GEMMs     |
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-FP8_GEMM_CHOICES = ("w8a16", "w8a8")
+FP8_GEMM_CHOICES = ("auto", "w8a16", "w8a8")
 BLAS_CHOICES = ("cublaslt", "cublas", "keep")
-DEFAULT_FP8_GEMM = "w8a16"
+DEFAULT_FP8_GEMM = "auto"
 DEFAULT_BLAS = "cublaslt"
 DEFAULT_DIST_TIMEOUT_S = 600
 
@@ -30,9 +30,11 @@ def fp8_gemm(requested: str | None, quantization: str | None) -> tuple[str, str]
         return requested, f"set by --fp8-gemm {requested}"
     what = (f"the default for {quantization} weights"
             if quantization else "unused (no FP8 weights), the default")
-    return DEFAULT_FP8_GEMM, what + (": e4m3 weight tiles converted to 16 bits in registers, so the GEMM "
-                                     "adds no activation quantization error (--fp8-gemm w8a8: e4m3 "
-                                     "activations, as SGLang)")
+    return DEFAULT_FP8_GEMM, what + (": GEMMs of prefill rows quantize their activations 1x128 to e4m3 "
+                                     "(w8a8, as SGLang and vLLM serve DeepSeek's block-FP8 releases) for the "
+                                     "e4m3 MMA's rate; decode's few rows keep 16-bit activations (w8a16), "
+                                     "where the weight read is the cost, unless the GPU's measured table says "
+                                     "otherwise (--fp8-gemm w8a16|w8a8: one method for every GEMM)")
 
 
 def blas(requested: str | None, device: str) -> tuple[str, str]:

@@ -45,15 +45,16 @@ import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from dcpctl.runtime.kernels.fp8_cublas import CublasW8a8, cublas_matmul
 from dcpctl.runtime.kernels.fp8_dequant import DequantLinear, dequantize_gpu
 from dcpctl.runtime.kernels.fp8_gemv import GemvTiles, fp8_gemv
-from dcpctl.runtime.kernels.fp8_parts import (MODES, _counters, _split, _store_tile,  # noqa: F401
+from dcpctl.runtime.kernels.fp8_parts import (CHOICES, MODES, _counters, _split, _store_tile,  # noqa: F401
                                              _sum_partials, activation_mode, prepare, quantize_rows,
                                              quantize_rows_gpu)
 from dcpctl.runtime.kernels.fp8_tiles import (BEFORE_TILES, DEFAULT_GEMV, DEFAULT_TILES, DEQUANT,  # noqa: F401
                                              GEMV_ROWS, GROUPED_GEMV_ROWS, M_TILE_ROWS, PREFILL_A16_TILES,
                                              PREFILL_DEQUANT_ROWS, PREFILL_GROUPED_A16_TILES, Kernel, Tiles,
-                                             choose_tiles, tiles_note)
+                                             choose, choose_tiles, methods_note, tiles_note)
 
 
 
@@ -210,13 +211,13 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
                sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None,
                a16_mma: str | None = None) -> Tensor:
-    """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode 'w8a16' or
-    'w8a8' (None: activation_mode(), chosen at load); a16_mma: w8a16's MMA for bf16 rows (A16_MMAS; None:
-    A16_MMA, auto)."""
+    """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode: 'auto',
+    'w8a16' or 'w8a8' (fp8_parts.CHOICES; None: activation_mode(), chosen at load; auto picks per GEMM:
+    fp8_tiles.method); `tiles` fixes the kernel (then auto means w8a16); a16_mma: w8a16's MMA for bf16 rows
+    (A16_MMAS; None: A16_MMA, auto)."""
     mode = mode or activation_mode()
-    if mode not in MODES:
-        raise ValueError(f"FP8 GEMM method {mode!r}; valid: {', '.join(MODES)}")
-    a16 = mode == "w8a16"
+    if mode not in CHOICES:
+        raise ValueError(f"FP8 GEMM method {mode!r}; valid: {', '.join(CHOICES)}")
     a16_mma = a16_mma or A16_MMA
     if a16_mma not in A16_MMAS:
         raise ValueError(f"w8a16 MMA {a16_mma!r}; valid: {', '.join(A16_MMAS)}")
@@ -227,7 +228,14 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     E, N, K = w3.shape
     R = x.shape[0]
     nkb = -(-K // b1)
-    t = tiles or choose_tiles(N, K, max(1, R // E), E, a16, R, device=x.device)
+    if tiles is not None:
+        t, a16 = tiles, mode != "w8a8"
+    else:
+        t, a16 = choose(N, K, max(1, R // E), E, mode, R, block, device=x.device)
+    if isinstance(t, CublasW8a8):
+        if grouped:
+            raise ValueError("cuBLAS's block-scaled GEMM runs dense GEMMs only")
+        return cublas_matmul(x, w8, scale)
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.gpu import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1

@@ -18,11 +18,16 @@ FP8_MAX = 448.0
 # the activations are quantized 1 x b1 to e4m3 (`s = amax / 448`) for an e4m3 MMA, as DeepSeek's inference
 # code and SGLang/vLLM do: twice the MMA rate (prefill), and the quantization's own error (2.6% of a V3 GEMM's
 # output on random activations).
-MODES = ("w8a16", "w8a8")      # plan/runtime_choices.py FP8_GEMM_CHOICES
+MODES = ("w8a16", "w8a8")
+# The launch config's runtime.fp8_gemm (plan/runtime_choices.py FP8_GEMM_CHOICES): one method for every GEMM,
+# or `auto`: per GEMM by its shape and row count (fp8_tiles.method: the GPU's measured table, else w8a8 above
+# PREFILL_ROWS rows, where the e4m3 MMA's rate pays, and w8a16 at or below, where the weight read is the cost)
+CHOICES = ("auto",) + MODES
+PREFILL_ROWS = 64
 
 
 def activation_mode() -> str:
-    """The launch config's runtime.fp8_gemm (w8a16 or w8a8; the plan decides it, --fp8-gemm)."""
+    """The launch config's runtime.fp8_gemm (auto, w8a16 or w8a8; the plan decides it, --fp8-gemm)."""
     return settings.current().fp8_gemm
 
 
@@ -57,17 +62,20 @@ def _sum_partials(part_ptr, out_ptr, count_ptr, pid_n, R, N, n, n_ok, splits, BM
         tl.atomic_xchg(count_ptr + pid_n, 0)                     # ready for the next call (graph replays too)
 
 
-@triton.jit
-def _quant_kernel(x_ptr, x8_ptr, s_ptr, K, nkb, sx, BK: tl.constexpr):
-    # x: [R, K] -> x8 [R, K] e4m3, s [R, nkb]: one program per (row, K block)
-    r = tl.program_id(0)
+@triton.jit(do_not_specialize=["R", "RP", "ss_r"])
+def _quant_kernel(x_ptr, x8_ptr, s_ptr, R, RP, K, sx, ss_r, ss_k, BR: tl.constexpr, BK: tl.constexpr):
+    # x: [R, K] (row stride sx) -> x8 [RP, K] e4m3 contiguous, s[r, kb] at r * ss_r + kb * ss_k: one program
+    # per BR rows and K block; rows R..RP-1 (padding) quantize zeros
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
     kb = tl.program_id(1)
     k = kb * BK + tl.arange(0, BK)
-    ok = k < K
-    x = tl.load(x_ptr + r.to(tl.int64) * sx + k, mask=ok, other=0.0).to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-10) / 448.0
-    tl.store(x8_ptr + r.to(tl.int64) * K + k, (x / s).to(tl.float8e4nv), mask=ok)
-    tl.store(s_ptr + r * nkb + kb, s)
+    k_ok = (k < K)[None, :]
+    x = tl.load(x_ptr + r[:, None].to(tl.int64) * sx + k[None, :], mask=(r < R)[:, None] & k_ok,
+                other=0.0).to(tl.float32)
+    s = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / 448.0
+    tl.store(x8_ptr + r[:, None].to(tl.int64) * K + k[None, :], (x / s[:, None]).to(tl.float8e4nv),
+             mask=(r < RP)[:, None] & k_ok)
+    tl.store(s_ptr + r.to(tl.int64) * ss_r + kb * ss_k, s, mask=r < RP)
 
 
 def quantize_rows(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
@@ -91,13 +99,21 @@ def _split(nkb: int, tiles: int, sms: int, per_sm: int, experts: int, max_split:
     return -(-nkb // -(-nkb // split))
 
 
-def quantize_rows_gpu(x: Tensor, b1: int) -> tuple[Tensor, Tensor]:
-    # x: [R, K] cuda -> x8 [R, K] e4m3, s [R, ceil(K/b1)] fp32 (one launch)
+def quantize_rows_gpu(x: Tensor, b1: int, pad: int = 1, k_major: bool = False) -> tuple[Tensor, Tensor]:
+    """x: [R, K] cuda -> x8 [RP, K] e4m3, s [RP, ceil(K/b1)] fp32 (one launch); RP: R rounded up to a multiple
+    of `pad` (the padding rows quantize zeros); k_major: s laid out K block by K block (strides (1, RP): the
+    layout cuBLAS's block-scaled GEMM reads), else row by row."""
     R, K = x.shape
     nkb = -(-K // b1)
-    x8 = torch.empty((R, K), dtype=torch.float8_e4m3fn, device=x.device)
-    s = torch.empty((R, nkb), dtype=torch.float32, device=x.device)
-    _quant_kernel[(R, nkb)](x, x8, s, K, nkb, x.stride(0), BK=b1, num_warps=1)
+    rp = -(-R // pad) * pad
+    x8 = torch.empty((rp, K), dtype=torch.float8_e4m3fn, device=x.device)
+    if k_major:
+        s = torch.empty_strided((rp, nkb), (1, rp), dtype=torch.float32, device=x.device)
+    else:
+        s = torch.empty((rp, nkb), dtype=torch.float32, device=x.device)
+    br = 1 if rp < 64 else 16
+    _quant_kernel[(triton.cdiv(rp, br), nkb)](x, x8, s, R, rp, K, x.stride(0), s.stride(0), s.stride(1),
+                                              BR=br, BK=b1, num_warps=1 if br == 1 else 4)
     return x8, s
 
 

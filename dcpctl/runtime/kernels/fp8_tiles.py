@@ -30,8 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcpctl.runtime.kernels import fp8_cublas
+from dcpctl.runtime.kernels.fp8_cublas import CUBLAS, CublasW8a8
 from dcpctl.runtime.kernels.fp8_dequant import DequantLinear
 from dcpctl.runtime.kernels.fp8_gemv import GemvTiles
+from dcpctl.runtime.kernels.fp8_parts import PREFILL_ROWS
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Tiles:
                           # M_TILE_ROWS (prefill) also the rows of one program
 
 
-Kernel = Tiles | GemvTiles | DequantLinear
+Kernel = Tiles | GemvTiles | DequantLinear | CublasW8a8
 M_TILE_ROWS = 64         # above: a dense GEMM's rows are tiled over programs (grid axis 0), one per (M, N)
                          # tile
 BEFORE_TILES = Tiles()   # a quantization launch, one partial a load
@@ -74,6 +77,12 @@ GROUPED_GEMV_ROWS = 64
 GROUPED_GEMV_PER_EXPERT = 2
 DEFAULT_GEMV = GemvTiles(kb=4, per_sm=16, stages=1)
 ShapeTable = dict[tuple[int, int], tuple[tuple[int, Tiles], ...]]
+MethodTable = dict[tuple[int, int], tuple[tuple[int, str], ...]]
+# a GEMM's method (the table's `methods` section): the Triton kernels under w8a16 or w8a8, or w8a8 through
+# cuBLAS (fp8_cublas.py); a grouped MoE GEMM may instead be `per_expert`: the MoE runs its experts one after
+# another, each expert's GEMMs dense (a host sync a pass: outside CUDA graphs)
+METHODS = ("w8a16", "w8a8", "cublas")
+GROUPED_METHODS = ("w8a16", "w8a8", "per_expert")
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,8 @@ class Fp8Tables:
                                                                # M_TILE_ROWS)
     grouped_a16: ShapeTable = field(default_factory=dict)      # w8a16's own, where it has the shape
     gemv: dict[tuple[int, int], GemvTiles | None] = field(default_factory=dict)
+    methods: MethodTable = field(default_factory=dict)            # dense GEMMs, by rows
+    grouped_methods: MethodTable = field(default_factory=dict)    # grouped, by rows per expert
     how: str = "built-in rules only"
 
 
@@ -95,8 +106,17 @@ def _key(text: str) -> tuple[int, int]:
 def parse(data: dict[str, Any], how: str) -> Fp8Tables:
     shapes = lambda d: {_key(s): tuple((int(most), Tiles(**t)) for most, t in c) for s, c in d.items()}  # noqa: E731
     gemv = {_key(s): None if t is None else GemvTiles(**t) for s, t in data.get("gemv", {}).items()}
+    m = data.get("methods", {})
+
+    def methods(d: dict, valid: tuple[str, ...]) -> MethodTable:
+        out = {_key(s): tuple((int(most), str(v)) for most, v in c) for s, c in d.items()}
+        bad = sorted({v for c in out.values() for _, v in c} - set(valid))
+        if bad:
+            raise ValueError(f"fp8_gemm table {how}: method(s) {', '.join(bad)}; valid: {', '.join(valid)}")
+        return out
     return Fp8Tables(*(shapes(data.get(k, {})) for k in ("dense", "dense_w8a16", "grouped", "grouped_w8a16")),
-                     gemv=gemv, how=how)
+                     gemv=gemv, methods=methods(m.get("dense", {}), METHODS),
+                     grouped_methods=methods(m.get("grouped", {}), GROUPED_METHODS), how=how)
 
 
 def tables_for(device: str, sm: int | None) -> Fp8Tables:
@@ -122,6 +142,54 @@ def current(device: Any = None) -> Fp8Tables:
         t = tuned.table("fp8_gemm", dev)
         _by_device[key] = parse(t.data, t.how) if t.data else Fp8Tables(how=t.how)
     return _by_device[key]
+
+
+def _measured(table: MethodTable, N: int, K: int, rows: int) -> str | None:
+    return next((v for most, v in table.get((N, K), ()) if rows <= most), None)
+
+
+def method(N: int, K: int, rows: int, experts: int, setting: str, block: tuple[int, int] = (128, 128),
+           device: Any = None, tables: Fp8Tables | None = None) -> str:
+    """The method of one GEMM (METHODS) under the runtime.fp8_gemm setting (fp8_parts.CHOICES); rows: per
+    expert when grouped.  w8a16: always.  w8a8: cuBLAS for dense GEMMs of more than PREFILL_ROWS rows where
+    it runs here, the Triton kernel otherwise.  auto: the table's `methods` entry for the shape and rows,
+    else w8a16 up to PREFILL_ROWS rows and w8a8 above (cuBLAS where it runs, for dense GEMMs)."""
+    if setting == "w8a16":
+        return "w8a16"
+    tab = tables if tables is not None else current(device)
+    cublas = experts == 1 and fp8_cublas.usable(N, K, block, device)
+    if setting == "auto":
+        got = _measured(tab.methods if experts == 1 else tab.grouped_methods, N, K, rows)
+        if got == "per_expert":
+            got = None
+        if got is not None:
+            return "w8a8" if got == "cublas" and not cublas else got
+        if rows <= PREFILL_ROWS:
+            return "w8a16"
+    return "cublas" if cublas and rows > PREFILL_ROWS else "w8a8"
+
+
+def per_expert(N: int, K: int, rows: int, setting: str, device: Any = None,
+               tables: Fp8Tables | None = None) -> bool:
+    """Whether a MoE pass of `rows` rows per expert (gate+up of [N, K] per expert) runs its experts one after
+    another (each expert's GEMMs dense: cuBLAS at prefill rows) rather than grouped: where the table's
+    `grouped` methods say `per_expert` (w8a8 and auto)."""
+    if setting == "w8a16":
+        return False
+    tab = tables if tables is not None else current(device)
+    return _measured(tab.grouped_methods, N, K, rows) == "per_expert"
+
+
+def choose(N: int, K: int, rows: int, experts: int, setting: str, total_rows: int | None = None,
+           block: tuple[int, int] = (128, 128), device: Any = None,
+           tables: Fp8Tables | None = None) -> tuple[Kernel, bool]:
+    """(kernel, a16): the GEMM's method (`method`), then for the Triton kernels their setting
+    (choose_tiles)."""
+    m = method(N, K, rows, experts, setting, block, device, tables)
+    if m == "cublas":
+        return CUBLAS, False
+    a16 = m == "w8a16"
+    return choose_tiles(N, K, rows, experts, a16, total_rows, device, tables), a16
 
 
 def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
@@ -151,13 +219,30 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
 
 def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int,
              a16: bool) -> tuple[tuple[int, Tiles], ...]:
-    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape;
-    # grouped GEMMs only at decode's rows per expert (a w8a8 prefill's experts keep DEFAULT_TILES whatever a
-    # bound says)
-    if experts > 1 and rows > M_TILE_ROWS:
-        return ()
+    # the table's (most rows, setting) entries for this GEMM: w8a16's own section where it has the shape
+    # (a w8a16 prefill never reaches here: the rules above decide it)
     own, plain = (tab.dense_a16, tab.dense) if experts == 1 else (tab.grouped_a16, tab.grouped)
     return (own if a16 and (N, K) in own else plain).get((N, K), ())
+
+
+def methods_note(setting: str, device: Any = None) -> str:
+    """Which rows take which method under `setting` (said once at load)."""
+    tab = current(device)
+    ok, why = fp8_cublas.probe(str(device)) if getattr(device, "type", None) == "cuda" else (False, "no GPU")
+    prefill = ("cuBLAS's block-scaled FP8 GEMM (w8a8)" if ok else
+               f"the Triton w8a8 kernel (no cuBLAS: {why})")
+    if setting == "w8a16":
+        return "FP8 GEMM method: w8a16 for every GEMM (--fp8-gemm w8a16)"
+    if setting == "w8a8":
+        return (f"FP8 GEMM method: w8a8 for every GEMM (--fp8-gemm w8a8): dense GEMMs of more than {PREFILL_ROWS} "
+                f"rows {prefill}, the others the Triton w8a8 kernel")
+    measured = (f"; the fp8_gemm table ({tab.how}) sets {len(tab.methods)} dense and "
+                f"{len(tab.grouped_methods)} grouped shape(s) by measured row bounds" if
+                tab.methods or tab.grouped_methods else "")
+    return (f"FP8 GEMM method (--fp8-gemm auto): GEMMs of up to {PREFILL_ROWS} rows (per expert when grouped; "
+            "decode) w8a16, where reading the e4m3 weight is the cost and 16-bit activations cost nothing; "
+            f"more rows (prefill) w8a8, where the e4m3 MMA's rate pays: dense GEMMs {prefill}, grouped ones "
+            f"the Triton w8a8 kernel{measured}")
 
 
 def tiles_note(device: Any = None) -> str:

@@ -122,7 +122,7 @@ class Router:
         return choice.topk(cfg.top_k, dim=-1)[1]
 
 
-GROUPED_MAX_TOKENS = 512   # block-FP8 experts: above it the per-expert loop (fp8_tiles: dequantized, cuBLAS)
+GROUPED_MAX_TOKENS = 512   # block-FP8 experts under w8a16: above it the per-expert loop (dequantized, cuBLAS)
 BLOCK_TOKENS = 4096        # tokens routed per pass: the sorted rows (T * k x (D + 2I) transient) stay bounded
 
 
@@ -185,9 +185,28 @@ class MoE:
 
     def runs_grouped(self, tokens: int) -> bool:
         """Whether a pass of `tokens` tokens runs the routed experts as grouped GEMMs (else one chain per
-        expert)."""
-        return self.stacked is not None and (tokens <= GROUPED_MAX_TOKENS
-                                             or not isinstance(self.stacked[0], Fp8Weight))
+        expert, a host sync): block-FP8 experts under w8a16 up to GROUPED_MAX_TOKENS tokens (past it, cuBLAS
+        on each expert's dequantized weights beats the grouped kernel), under w8a8 and auto where the
+        GPU's fp8_gemm table does not say per_expert for the pass's rows per expert (fp8_tiles.per_expert)."""
+        if self.stacked is None:
+            return False
+        w = self.stacked[0]
+        if not isinstance(w, Fp8Weight):
+            return True
+        from dcpctl.runtime.kernels import fp8_parts, fp8_tiles
+        setting = fp8_parts.activation_mode()
+        if setting == "w8a16":
+            return tokens <= GROUPED_MAX_TOKENS
+        cfg = self.router.cfg
+        per = max(1, tokens * cfg.top_k // cfg.n_routed_experts)
+        return not fp8_tiles.per_expert(w.shape[-2], w.shape[-1], per, setting, w.w8.device)
+
+    def grouped_cap(self) -> int | None:
+        """The most tokens a pass runs grouped from one token up (a CUDA graph piece's cap), None: every
+        pass."""
+        if self.stacked is None or not isinstance(self.stacked[0], Fp8Weight):
+            return None
+        return next((t - 1 for t in range(1, BLOCK_TOKENS + 1) if not self.runs_grouped(t)), None)
 
     def _routed(self, x: Tensor, w: Tensor, idx: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's

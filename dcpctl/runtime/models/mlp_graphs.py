@@ -30,8 +30,7 @@ import torch
 from torch import Tensor
 
 from dcpctl.runtime.graph_capture import Progress, capture_set
-from dcpctl.runtime.models.mlp import GROUPED_MAX_TOKENS, MoE
-from dcpctl.runtime.models.quant import Fp8Weight
+from dcpctl.runtime.models.mlp import MoE
 
 # A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  The
 # pass-limited block-FP8 MoE (512-token pieces) on the H200 (benchmarks/data/fp8_prefill_passes_h200.json, one
@@ -54,10 +53,10 @@ def why_not(model: Any) -> str | None:
 
 def token_cap(model: Any) -> int | None:
     """The most tokens a piece may hold, or None for no cap: a MoE whose grouped GEMMs stop at some pass size
-    (block-FP8: mlp.GROUPED_MAX_TOKENS; past it one GEMM chain per expert, a host sync) caps every piece
+    (block-FP8: mlp.MoE.grouped_cap; past it one GEMM chain per expert, a host sync) caps every piece
     there."""
-    caps = [GROUPED_MAX_TOKENS for layer in getattr(model, "layers", []) if isinstance(layer.mlp, MoE)
-            and layer.mlp.stacked is not None and isinstance(layer.mlp.stacked[0], Fp8Weight)]
+    caps = [c for layer in getattr(model, "layers", []) if isinstance(layer.mlp, MoE)
+            and (c := layer.mlp.grouped_cap()) is not None]
     return min(caps) if caps else None
 
 

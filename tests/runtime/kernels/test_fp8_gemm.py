@@ -33,11 +33,11 @@ def test_activation_mode_from_the_launch_config():
     from dcpctl.contract.launch_config import RuntimeSection
     from dcpctl.runtime import settings
     from dcpctl.runtime.kernels import fp8_parts
-    assert fp8_parts.activation_mode() == "w8a16"
+    assert fp8_parts.activation_mode() == "auto"
     with settings.using(fp8_gemm="w8a8"):
         assert fp8_parts.activation_mode() == "w8a8"
-    assert fp8_parts.activation_mode() == "w8a16"
-    with pytest.raises(LaunchConfigError, match="runtime.fp8_gemm is 'fp8'; valid: w8a16, w8a8"):
+    assert fp8_parts.activation_mode() == "auto"
+    with pytest.raises(LaunchConfigError, match="runtime.fp8_gemm is 'fp8'; valid: auto, w8a16, w8a8"):
         parse_value(RuntimeSection, {"fp8_gemm": "fp8"}, "runtime")
 
 
@@ -483,3 +483,28 @@ def test_gpu_gemv_split_counts_reset_across_replays(mode):
         out.zero_()
         g.replay()
         torch.testing.assert_close(out, first, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("R", [1, 7, 65, 300])
+@pytest.mark.parametrize("N,K", [(2112, 7168), (7168, 2048)])
+def test_gpu_cublas_w8a8_matches_the_triton_w8a8_kernel(R, N, K):
+    # the same e4m3 operands and factors (the rows quantized alike), only the order of fp32 sums differs
+    from dcpctl.runtime.kernels import fp8_cublas
+    from dcpctl.runtime.kernels.fp8_gemm import DEFAULT_TILES, fp8_matmul
+    from tests.runtime.models.test_model_fp8 import quantize, reference_dequant
+    ok, why = fp8_cublas.probe("cuda")
+    if not ok:
+        pytest.skip(why)
+    torch.manual_seed(R)
+    w8, s = quantize(torch.randn(N, K), (128, 128))
+    x = torch.randn(R, K, device="cuda", dtype=torch.bfloat16)
+    got = fp8_cublas.cublas_matmul(x, w8.cuda(), s.cuda()).float()
+    assert got.shape == (R, N)
+    ref = _rows_ref(x, "w8a8", K) @ reference_dequant(w8, s, (128, 128)).cuda().T
+    assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
+    tri = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), tiles=DEFAULT_TILES, mode="w8a8").float()
+    assert ((got - tri).norm() / tri.norm()) < 5e-3
+    auto = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), mode="auto").float()   # the table's or the rule's
+    assert ((auto - ref).abs().max() / ref.abs().max()) < 1e-2

@@ -50,9 +50,11 @@ def test_grouped_gemms_take_the_table_by_rows_per_expert():
     # w8a16: its own section where it has the shape, else "grouped"
     assert [pick(r, a16=True) for r in (3, 24, 25, M_TILE_ROWS)] == [FOLD, FOLD, DEFAULT_TILES, DEFAULT_TILES]
     assert pick(16, DOWN, a16=True) == SWAP
-    # above M_TILE_ROWS rows per expert (prefill) the rules alone, whatever a bound says
+    # above M_TILE_ROWS rows per expert (prefill): w8a8 reads bounds there too (fp8_methods.py writes them),
+    # w8a16 keeps its rule
     many = parse({"grouped": {"4096,7168": [[4 * M_TILE_ROWS, {"swap": True}]]}}, "t")
-    assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, False, 16 * 65, tables=many) == DEFAULT_TILES
+    assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, False, 16 * 65, tables=many) == SWAP
+    assert choose_tiles(*UP, 4 * M_TILE_ROWS + 1, 16, False, 16 * 300, tables=many) == DEFAULT_TILES
     assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, True, 16 * 65, tables=many) == PREFILL_GROUPED_A16_TILES
     assert choose_tiles(*UP, M_TILE_ROWS, 16, False, 16 * 64, tables=many) == SWAP
 
@@ -86,6 +88,7 @@ def test_the_shipped_table_tunes_only_w8a16_grouped_gemms_at_decode_rows():
                     got = choose_tiles(*shape, rows, E, a16, rows * E, tables=h200)
                     rule = choose_tiles(*shape, rows, E, a16, rows * E, tables=none)
                     if not a16 or rows > M_TILE_ROWS or rule == DEFAULT_GEMV or shape not in h200.grouped_a16:
+                        # (the H200 table has no w8a8 grouped section: w8a8 keeps the rules at every row)
                         assert got == rule
                     else:
                         bounds = h200.grouped_a16[shape]
@@ -93,3 +96,53 @@ def test_the_shipped_table_tunes_only_w8a16_grouped_gemms_at_decode_rows():
                         assert got == want
                         tuned += got != rule
     assert tuned > 0
+
+
+METHODS = {"methods": {"dense": {"7168,2048": [[8, "w8a16"], [64, "w8a8"], [1 << 30, "cublas"]]},
+                       "grouped": {"4096,7168": [[64, "w8a16"], [128, "w8a8"], [1 << 30, "per_expert"]]}}}
+
+
+def test_methods_section_parses_and_refuses_unknown_methods():
+    t = parse(METHODS, "t")
+    assert t.methods == {DOWN: ((8, "w8a16"), (64, "w8a8"), (1 << 30, "cublas"))}
+    assert t.grouped_methods[UP][-1] == (1 << 30, "per_expert")
+    with pytest.raises(ValueError, match="method.*fp16"):
+        parse({"methods": {"dense": {"7168,2048": [[8, "fp16"]]}}}, "t")
+    with pytest.raises(ValueError, match="per_expert"):     # a dense GEMM has no experts to loop over
+        parse({"methods": {"dense": {"7168,2048": [[8, "per_expert"]]}}}, "t")
+
+
+def test_auto_takes_the_table_else_w8a16_for_decode_rows_and_w8a8_for_prefill_rows(monkeypatch):
+    from dcpctl.runtime.kernels import fp8_cublas, fp8_tiles
+    t, none = parse(METHODS, "t"), Fp8Tables()
+    m = lambda rows, setting="auto", shape=DOWN, E=1, tab=t: fp8_tiles.method(*shape, rows, E, setting,  # noqa: E731
+                                                                             tables=tab)
+    # no GPU here: cuBLAS's entries and rule fall back to the Triton w8a8 kernel
+    assert [m(r) for r in (1, 8, 9, 64, 65, 5000)] == ["w8a16", "w8a16", "w8a8", "w8a8", "w8a8", "w8a8"]
+    assert [m(r, tab=none) for r in (1, 64, 65, 5000)] == ["w8a16", "w8a16", "w8a8", "w8a8"]
+    assert [m(r, "w8a16") for r in (1, 5000)] == ["w8a16"] * 2
+    assert [m(r, "w8a8") for r in (1, 8, 5000)] == ["w8a8"] * 3
+    # grouped: per_expert is the MoE's choice (fp8_tiles.per_expert), the GEMM itself then the rule's
+    assert [m(r, shape=UP, E=16) for r in (64, 65, 128, 129)] == ["w8a16", "w8a8", "w8a8", "w8a8"]
+    assert [fp8_tiles.per_expert(*UP, r, "auto", tables=t) for r in (64, 128, 129)] == [False, False, True]
+    assert not fp8_tiles.per_expert(*UP, 500, "w8a16", tables=t)
+    assert fp8_tiles.per_expert(*UP, 500, "w8a8", tables=t)
+    # where cuBLAS runs: its table entries and the rule's prefill rows take it
+    monkeypatch.setattr(fp8_cublas, "usable", lambda N, K, block, device: True)
+    assert [m(r) for r in (8, 64, 65, 5000)] == ["w8a16", "w8a8", "cublas", "cublas"]
+    assert [m(r, tab=none) for r in (64, 65)] == ["w8a16", "cublas"]
+    assert [m(r, "w8a8") for r in (64, 65)] == ["w8a8", "cublas"]
+    assert m(5000, shape=UP, E=16) == "w8a8"                             # no cuBLAS for grouped GEMMs
+    k, a16 = fp8_tiles.choose(*DOWN, 5000, 1, "auto", tables=t)
+    assert k == fp8_cublas.CUBLAS and not a16
+    k, a16 = fp8_tiles.choose(*DOWN, 4, 1, "auto", tables=t)
+    assert a16 and k == choose_tiles(*DOWN, 4, 1, True, 4, tables=t)
+
+
+def test_cublas_takes_only_weights_as_stored():
+    from dcpctl.runtime.kernels import fp8_cublas
+    assert fp8_cublas.shape_ok(7168, 2048, (128, 128)) and fp8_cublas.shape_ok(576, 7168, (128, 128))
+    assert not fp8_cublas.shape_ok(7168, 1536 + 128, (128, 128))     # 13 K blocks: not a multiple of 4
+    assert not fp8_cublas.shape_ok(7168, 2048, (64, 64)) and not fp8_cublas.shape_ok(7170, 2048, (128, 128))
+    assert fp8_cublas.probe("cpu")[0] is False
+    assert not fp8_cublas.usable(7168, 2048, (128, 128), "cpu")
