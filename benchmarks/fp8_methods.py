@@ -1,5 +1,5 @@
-"""Which method each block-FP8 GEMM should run, by shape and row count: measured, written as the fp8_gemm table's
-`methods` section (fp8_tiles.method and per_expert read it under --fp8-gemm auto).
+"""Which method each block-FP8 GEMM should run, by shape and row count: measured, written as the fp8_gemm
+table's `methods` section (fp8_tiles.method and per_expert read it under --fp8-gemm auto).
 
     python -m benchmarks.fp8_methods [--rows 1 2 ... 8192] [--tokens 8 ... 1024] [--experts 16] [--top-k 8]
                                      [--budget-s 300] [--json OUT] [--save-table FILE] [--merge-table FILE]
@@ -41,7 +41,8 @@ from dcpctl.runtime.kernels.fp8_tiles import DEFAULT_TILES, Tiles, choose_tiles
 DENSE = ("q_a+kv_a_proj", "q_b_proj", "o_proj", "dense_gate_up", "dense_down", "expert_gate_up", "o_proj/tp8")
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024)
-GROUPED_PREFILL = [DEFAULT_TILES, Tiles(bm=64, bn=128, warps=4, stages=4), Tiles(bm=64, bn=128, warps=4, stages=3),
+GROUPED_PREFILL = [DEFAULT_TILES, Tiles(bm=64, bn=128, warps=4, stages=4),
+                   Tiles(bm=64, bn=128, warps=4, stages=3),
                    Tiles(bm=128, bn=128, warps=8, stages=3), Tiles(bm=128, bn=128, warps=8, stages=4)]
 MARGIN = 0.05
 TARGET_US = 400.0   # a graph holds about this much work (at least 1, at most 20 calls)
@@ -94,7 +95,6 @@ def dense_cell(name: str, N: int, K: int, R: int) -> dict:
         us[m] = _time(lambda: fp8_matmul(x, w8, s, (128, 128), tiles=t, mode=m))
     if fp8_cublas.usable(N, K, (128, 128), dev):
         us["cublas"] = _time(lambda: fp8_cublas.cublas_matmul(x, w8, s))
-    del w
     return {"shape": name, "N": N, "K": K, "rows": R, "us": us}
 
 
@@ -106,12 +106,11 @@ def grouped_cell(N: int, K: int, tokens: int, experts: int, top_k: int) -> dict:
     x = torch.randn(tokens * top_k, K, device="cuda", dtype=torch.bfloat16, generator=g)
     rows = max(1, tokens * top_k // experts)
     us = {"bf16": _time(lambda: torch._grouped_mm(x, wb.transpose(1, 2), offs=ends))}
-    del wb
     t16 = choose_tiles(N, K, rows, experts, True, tokens * top_k, device=x.device)
     us["w8a16"] = _time(lambda: fp8_matmul(x, w8, s, (128, 128), ends=ends, tiles=t16, mode="w8a16"))
     w8a8 = {}
-    cands = GROUPED_PREFILL if rows > PREFILL_ROWS else [choose_tiles(N, K, rows, experts, False, tokens * top_k,
-                                                                     device=x.device)]
+    shipped = choose_tiles(N, K, rows, experts, False, tokens * top_k, device=x.device)
+    cands = list(dict.fromkeys([shipped, *GROUPED_PREFILL])) if rows > PREFILL_ROWS else [shipped]
     for t in cands:
         w8a8[json.dumps(vars(t))] = _time(lambda: fp8_matmul(x, w8, s, (128, 128), ends=ends, tiles=t,
                                                             mode="w8a8"))
@@ -188,7 +187,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop timing new cells past this")
     ap.add_argument("--json", help="every timing")
     ap.add_argument("--save-table", help="write the fp8_gemm table (the methods section) here")
-    ap.add_argument("--merge-table", help="an fp8_gemm table whose other sections and shapes the saved one keeps")
+    ap.add_argument("--merge-table",
+                    help="an fp8_gemm table whose other sections and shapes the saved one keeps")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("fp8_methods.py: needs a CUDA GPU", file=sys.stderr)
@@ -230,8 +230,8 @@ def main() -> int:
         if args.merge_table:
             data, command = merge(data, command, args.merge_table, {k for k in data["methods"]["dense"]})
         sm = torch.cuda.get_device_capability(dev)
-        tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(dev), sm[0] * 10 + sm[1], command,
-                     tuning.source_commit(), data)
+        tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(dev), sm[0] * 10 + sm[1],
+                     command, tuning.source_commit(), data)
     print(json.dumps(data["methods"], indent=1))
     if skipped:
         print(f"past --budget-s: {len(skipped)} cell(s) not timed", flush=True)

@@ -1,6 +1,6 @@
 """A prefill's linear layers in block FP8 against the same checkpoint dequantized to bf16, on one GPU.
 
-    python -m benchmarks.fp8_prefill DIR [--tokens 256 1024 4096] [--mode w8a16|w8a8] [--repeats 5]
+    python -m benchmarks.fp8_prefill DIR [--tokens 256 1024 4096] [--mode auto|w8a16|w8a8] [--repeats 5]
                                      [--json OUT]
 
 DIR: the DeepSeek-V3-shaped block-FP8 checkpoint of fp8_model_check.py (written there when absent: 3 layers,
@@ -58,8 +58,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="the checkpoint (written there first when absent)")
     ap.add_argument("--tokens", type=int, nargs="+", default=[256, 1024, 4096])
-    ap.add_argument("--mode", choices=fp8_parts.MODES, default=None,
-                    help="the FP8 path's method (default w8a16; dcpctl's --fp8-gemm)")
+    ap.add_argument("--mode", choices=fp8_parts.CHOICES, default=None,
+                    help="the FP8 path's method (default auto; dcpctl's --fp8-gemm)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--experts", type=int, default=16)

@@ -30,11 +30,11 @@ def fp8_gemm(requested: str | None, quantization: str | None) -> tuple[str, str]
         return requested, f"set by --fp8-gemm {requested}"
     what = (f"the default for {quantization} weights"
             if quantization else "unused (no FP8 weights), the default")
-    return DEFAULT_FP8_GEMM, what + (": GEMMs of prefill rows quantize their activations 1x128 to e4m3 "
-                                     "(w8a8, as SGLang and vLLM serve DeepSeek's block-FP8 releases) for the "
-                                     "e4m3 MMA's rate; decode's few rows keep 16-bit activations (w8a16), "
-                                     "where the weight read is the cost, unless the GPU's measured table says "
-                                     "otherwise (--fp8-gemm w8a16|w8a8: one method for every GEMM)")
+    return DEFAULT_FP8_GEMM, what + (
+        ": GEMMs of prefill rows quantize their activations 1x128 to e4m3 (w8a8, as SGLang and vLLM serve "
+        "DeepSeek's block-FP8 releases) for the e4m3 MMA's rate; decode's few rows keep 16-bit activations "
+        "(w8a16), where the weight read is the cost, unless the GPU's measured table says otherwise "
+        "(--fp8-gemm w8a16|w8a8: one method for every GEMM)")
 
 
 def blas(requested: str | None, device: str) -> tuple[str, str]:

@@ -1,7 +1,7 @@
-"""Block-FP8 GEMMs through cuBLAS's block-scaled FP8 GEMM (torch's scaled_mm, the DeepSeek recipe): w8a8.
+"""Block-FP8 GEMMs through cuBLAS's block-scaled FP8 GEMM (torch's scaled_mm, DeepSeek's recipe): w8a8.
 
     CUBLAS: the kernel choice (fp8_tiles.choose) that runs cublas_matmul
-    usable(N, K, block, device) -> bool       whether a GEMM of this shape can take it here (probed once a GPU)
+    usable(N, K, block, device) -> bool       whether a GEMM of this shape takes it here (probed once a GPU)
     probe(device) -> (ok, why)                 one small GEMM against its float64 product, said once at load
     cublas_matmul(x, w8, scale) -> [R, N]      in x's dtype
 
@@ -40,8 +40,8 @@ def _call(x8: Tensor, w8: Tensor, xs: Tensor, ws: Tensor, dtype: torch.dtype) ->
     # x8 [RP, K] e4m3, w8 [N, K] e4m3, xs [RP, K/128] (strides (1, RP)), ws [N/128, K/128] -> [RP, N]
     import torch.nn.functional as F
     if hasattr(F, "scaled_mm"):
-        return F.scaled_mm(x8, w8.t(), xs, F.ScalingType.BlockWise1x128, ws.t(), F.ScalingType.BlockWise128x128,
-                           output_dtype=dtype)
+        return F.scaled_mm(x8, w8.t(), xs, F.ScalingType.BlockWise1x128, ws.t(),
+                           F.ScalingType.BlockWise128x128, output_dtype=dtype)
     return torch._scaled_mm(x8, w8.t(), scale_a=xs, scale_b=ws.t(), out_dtype=dtype)
 
 
@@ -73,8 +73,9 @@ def probe(device: str) -> tuple[bool, str]:
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
     from dcpctl.runtime.gpu import gpu_facts
-    if gpu_facts(dev).sm[0] != 9:
-        return False, f"sm_{''.join(map(str, gpu_facts(dev).sm))}: torch runs the 1x128 x 128x128 recipe on sm_90 only"
+    sm = gpu_facts(dev).sm
+    if sm[0] != 9:
+        return False, f"sm_{sm[0]}{sm[1]}: torch runs the 1x128 x 128x128 recipe on sm_90 only"
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(8, 512, generator=g).to(dev, torch.bfloat16)
     w8 = (torch.randn(256, 512, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn).to(dev)
@@ -90,5 +91,6 @@ def probe(device: str) -> tuple[bool, str]:
     ref = xq @ w.T
     err = ((out - ref).norm() / ref.norm()).item()
     if not err < 1e-2:
-        return False, f"cuBLAS's block-scaled FP8 GEMM is {err:.3g} norm-relative off its float64 product here"
+        return False, (f"cuBLAS's block-scaled FP8 GEMM is {err:.3g} norm-relative off its float64 product "
+                       "here")
     return True, f"cuBLAS's block-scaled FP8 GEMM (torch {torch.__version__}) checked against float64"

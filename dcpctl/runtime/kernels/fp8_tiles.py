@@ -234,15 +234,15 @@ def methods_note(setting: str, device: Any = None) -> str:
     if setting == "w8a16":
         return "FP8 GEMM method: w8a16 for every GEMM (--fp8-gemm w8a16)"
     if setting == "w8a8":
-        return (f"FP8 GEMM method: w8a8 for every GEMM (--fp8-gemm w8a8): dense GEMMs of more than {PREFILL_ROWS} "
-                f"rows {prefill}, the others the Triton w8a8 kernel")
+        return (f"FP8 GEMM method: w8a8 for every GEMM (--fp8-gemm w8a8): dense GEMMs of more than "
+                f"{PREFILL_ROWS} rows {prefill}, the others the Triton w8a8 kernel")
     measured = (f"; the fp8_gemm table ({tab.how}) sets {len(tab.methods)} dense and "
                 f"{len(tab.grouped_methods)} grouped shape(s) by measured row bounds" if
                 tab.methods or tab.grouped_methods else "")
-    return (f"FP8 GEMM method (--fp8-gemm auto): GEMMs of up to {PREFILL_ROWS} rows (per expert when grouped; "
-            "decode) w8a16, where reading the e4m3 weight is the cost and 16-bit activations cost nothing; "
-            f"more rows (prefill) w8a8, where the e4m3 MMA's rate pays: dense GEMMs {prefill}, grouped ones "
-            f"the Triton w8a8 kernel{measured}")
+    return (f"FP8 GEMM method (--fp8-gemm auto): GEMMs of up to {PREFILL_ROWS} rows (per expert when "
+            "grouped; decode) w8a16, where reading the e4m3 weight is the cost and 16-bit activations cost "
+            f"nothing; more rows (prefill) w8a8, where the e4m3 MMA's rate pays: dense GEMMs {prefill}, "
+            f"grouped ones the Triton w8a8 kernel{measured}")
 
 
 def tiles_note(device: Any = None) -> str:

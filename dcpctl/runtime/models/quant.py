@@ -175,7 +175,8 @@ def fp8_compute(device: str, block: tuple[int, int]) -> tuple[bool, str]:
         return False, (f"weight blocks {block[0]}x{block[1]}: the FP8 GEMM needs a power-of-two block width "
                        ">= 16, so block-FP8 weights are dequantized to the compute dtype at load")
     from dcpctl.runtime.kernels.fp8_gemm import activation_mode, methods_note, tiles_note
-    return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor}; {methods_note(activation_mode(), dev)} "
-                  "(w8a16: e4m3 weight tiles converted in registers, so outputs match the dequantized weights "
-                  f"but for the order of fp32 sums; w8a8: activations quantized 1x{block[1]} to e4m3 as SGLang "
-                  f"and vLLM do); kv_b_proj is dequantized once at load for absorbed MLA; {tiles_note(dev)}")
+    return True, (f"block-FP8 linear layers stay FP8 on sm_{major}{minor}; "
+                  f"{methods_note(activation_mode(), dev)} (w8a16: e4m3 weight tiles converted in "
+                  "registers, so outputs match the dequantized weights but for the order of fp32 sums; w8a8: "
+                  f"activations quantized 1x{block[1]} to e4m3 as SGLang and vLLM do); kv_b_proj is "
+                  f"dequantized once at load for absorbed MLA; {tiles_note(dev)}")

@@ -73,21 +73,27 @@ def asked(m, tokens: list[int]) -> set[fp.Spec]:
 
 
 def test_the_kernels_compiled_first_are_those_the_forwards_ask_for(ckpt, sm90):
+    from dcpctl.runtime import settings
     m = fp8_model(ckpt)
     assert any(isinstance(layer.mlp, MoE) for layer in m.layers)
     tokens = [1, 2, 3, 8, 15, 16, 24, 40]
-    specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
-    assert len(specs) == len(set(specs)) > 4
-    assert set(specs) == asked(m, tokens)
-    # beyond GROUPED_MAX_TOKENS the routed experts run one GEMM each over as many rows as routed there: all
-    # foreseen, with kernels of row counts this routing did not produce
-    long = [GROUPED_MAX_TOKENS + 40]
-    assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
-    # past BLOCK_TOKENS the experts run in passes: the last pass of 40 tokens runs grouped, and is foreseen
-    # too
-    passes = [BLOCK_TOKENS + 40]
-    assert asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, passes), m.dtype, "cpu"))
-    assert not asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
+    for mode in ("w8a16", "auto"):
+        with settings.using(fp8_gemm=mode):
+            specs = fp.specializations(fp.gemm_calls(m, tokens), m.dtype, "cpu")
+            assert len(specs) == len(set(specs)) > 4
+            assert set(specs) == asked(m, tokens)
+    with settings.using(fp8_gemm="auto"):   # prefill rows: w8a8 (no cuBLAS on this CPU: the Triton kernel)
+        long = [GROUPED_MAX_TOKENS + 40]
+        assert asked(m, long) == set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
+    with settings.using(fp8_gemm="w8a16"):
+        # beyond GROUPED_MAX_TOKENS the routed experts run one GEMM each over as many rows as routed there:
+        # all foreseen, with kernels of row counts this routing did not produce
+        assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
+        # past BLOCK_TOKENS the experts run in passes: the last pass of 40 tokens runs grouped, and is
+        # foreseen too
+        passes = [BLOCK_TOKENS + 40]
+        assert asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, passes), m.dtype, "cpu"))
+        assert not asked(m, passes) <= set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
 
 
 @pytest.mark.parametrize("mode", ["w8a16", "w8a8"])
@@ -138,21 +144,36 @@ def test_nothing_to_precompile_without_fp8_weights_on_a_gpu(ckpt):
     assert fp.precompile(fp8_model(ckpt), [1, 16]) is None                # FP8 kept, but not on a GPU
 
 
-def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm90):
-    # block-FP8 routed experts run grouped up to GROUPED_MAX_TOKENS a pass (past it: a GEMM chain per expert,
-    # a host sync), so the MLP pieces stop there, and the precompile foresees their token counts
+def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm90, monkeypatch):
+    # block-FP8 routed experts run grouped up to GROUPED_MAX_TOKENS a pass under w8a16 (past it: a GEMM chain
+    # per expert, a host sync), and under auto up to where the table says per_expert, so the MLP pieces stop
+    # there, and the precompile foresees their token counts
     from dcpctl.contract.launch_config import CudaGraphSection
     from dcpctl.launch.cuda_graphs import prefill_section
+    from dcpctl.runtime import settings
     from dcpctl.runtime.engine.graph_plan import prefill_graphs_plan
+    from dcpctl.runtime.kernels import fp8_tiles
     from dcpctl.runtime.models.mlp_graphs import token_cap, why_not
     m = fp8_model(ckpt)
-    assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS
     assert token_cap(fp8_model(ckpt, keep=False)) is None            # dequantized at load: no cap
-    sec = CudaGraphSection((), "", **{k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in prefill_section("cuda", False, None, None, None, 8192)
-                                      .items()})
-    tokens, reason = prefill_graphs_plan(m, sec, torch.device("cuda"))   # only the device's kind is read
-    assert tokens[-1] == GROUPED_MAX_TOKENS and tokens == [t for t in sec.prefill_tokens if t <= 512]
-    assert "up to 512 tokens here" in reason
-    with_pieces = set(fp.specializations(fp.gemm_calls(m, [1, *tokens]), m.dtype, "cpu"))
-    assert set(fp.specializations(fp.gemm_calls(m, [1]), m.dtype, "cpu")) < with_pieces
+    assert token_cap(m) is None                                        # auto, no table: grouped throughout
+    with settings.using(fp8_gemm="w8a16"):
+        assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS
+        sec = CudaGraphSection((), "", **{k: tuple(v) if isinstance(v, list) else v
+                                          for k, v in prefill_section("cuda", False, None, None, None, 8192)
+                                          .items()})
+        tokens, reason = prefill_graphs_plan(m, sec, torch.device("cuda"))   # only the device's kind is read
+        assert tokens[-1] == GROUPED_MAX_TOKENS and tokens == [t for t in sec.prefill_tokens if t <= 512]
+        assert "up to 512 tokens here" in reason
+        with_pieces = set(fp.specializations(fp.gemm_calls(m, [1, *tokens]), m.dtype, "cpu"))
+        assert set(fp.specializations(fp.gemm_calls(m, [1]), m.dtype, "cpu")) < with_pieces
+    # auto with a table whose grouped methods say per_expert past 32 rows per expert (the tiny model: 8
+    # experts, top-2: t * 2 // 8 rows per expert, so past 131 tokens)
+    moe = next(layer.mlp for layer in m.layers if isinstance(layer.mlp, MoE))
+    n, k = moe.stacked[0].shape[1:]
+    table = fp8_tiles.parse({"methods": {"grouped": {f"{n},{k}": [[32, "w8a8"], [1 << 30, "per_expert"]]}}},
+                            "test")
+    monkeypatch.setattr(fp8_tiles, "current", lambda device=None: table)
+    assert moe.runs_grouped(131) and not moe.runs_grouped(132) and token_cap(m) == 131
+    long = [300]
+    assert asked(m, long) < set(fp.specializations(fp.gemm_calls(m, long), m.dtype, "cpu"))
