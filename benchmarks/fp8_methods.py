@@ -40,7 +40,7 @@ from dcpctl.runtime.kernels.fp8_tiles import DEFAULT_TILES, Tiles, choose_tiles
 
 DENSE = ("q_a+kv_a_proj", "q_b_proj", "o_proj", "dense_gate_up", "dense_down", "expert_gate_up", "o_proj/tp8")
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024)
+TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 GROUPED_PREFILL = [DEFAULT_TILES, Tiles(bm=64, bn=128, warps=4, stages=4),
                    Tiles(bm=64, bn=128, warps=4, stages=3),
                    Tiles(bm=128, bn=128, warps=8, stages=3), Tiles(bm=128, bn=128, warps=8, stages=4)]
@@ -168,20 +168,32 @@ def table(dense: list[dict], grouped: list[dict]) -> dict:
             win = "w8a16"
         points.append((rows, win))
         for r in pair:
-            if rows > PREFILL_ROWS and r["w8a8_best_tiles"] != vars(DEFAULT_TILES):
+            if rows > PREFILL_ROWS:
                 tiles.setdefault(f"{r['N']},{r['K']}", []).append([rows, r["w8a8_best_tiles"]])
     for N, K in GROUPED.values():
         methods["grouped"][f"{N},{K}"] = _bounds(points)
     out = {"methods": methods}
-    if tiles:
-        out["grouped"] = tiles
+    if tiles:   # the prefill rows' w8a8 settings, the last reaching every larger count
+        out["grouped"] = {k: _bounds([(r, json.dumps(t)) for r, t in v]) for k, v in tiles.items()}
+        out["grouped"] = {k: [[r, json.loads(t)] for r, t in v] for k, v in out["grouped"].items()}
     return out
+
+
+def merge_table(data: dict, command: str, path: str) -> tuple[dict, str]:
+    """data over the fp8_gemm table at path: the methods of shapes this run did not time kept (per section),
+    every other section as fp8_gemm.py's --merge-table keeps it."""
+    from dcpctl import tuning
+    old = tuning.read(path)["data"].get("methods", {})
+    methods = {sec: {**old.get(sec, {}), **data["methods"].get(sec, {})} for sec in ("dense", "grouped")}
+    out, command = merge({k: v for k, v in data.items() if k != "methods"}, command, path)
+    return {**out, "methods": methods}, command
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
-    ap.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    ap.add_argument("--rows", type=int, nargs="*", default=list(ROWS), help="dense GEMMs' row counts (none: skip)")
+    ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS),
+                    help="the grouped GEMMs' token counts (none: skip)")
     ap.add_argument("--experts", type=int, default=16)
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop timing new cells past this")
@@ -228,7 +240,7 @@ def main() -> int:
     if args.save_table:
         from dcpctl import tuning
         if args.merge_table:
-            data, command = merge(data, command, args.merge_table, {k for k in data["methods"]["dense"]})
+            data, command = merge_table(data, command, args.merge_table)
         sm = torch.cuda.get_device_capability(dev)
         tuning.write(args.save_table, "fp8_gemm", torch.cuda.get_device_name(dev), sm[0] * 10 + sm[1],
                      command, tuning.source_commit(), data)

@@ -38,6 +38,8 @@ outside the kernel use torch: the interpreter's own e4m3 cast rounds differently
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -208,6 +210,14 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
     return a16_mma == "fp16" or (a16_mma == "auto" and bm == 16 and (not grouped or rows >= 16))
 
 
+@functools.lru_cache(maxsize=8192)
+def _choice(N: int, K: int, rows: int, experts: int, mode: str, R: int, block: tuple[int, int],
+            device: torch.device) -> tuple[Kernel, bool]:
+    # fp8_tiles.choose, once per distinct GEMM: an eager prefill calls it for every GEMM of every layer, and
+    # the table lookups would cost the host more than a small GEMM takes on the GPU
+    return choose(N, K, rows, experts, mode, R, block, device=device)
+
+
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
                sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None,
                a16_mma: str | None = None) -> Tensor:
@@ -231,7 +241,7 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     if tiles is not None:
         t, a16 = tiles, mode != "w8a8"
     else:
-        t, a16 = choose(N, K, max(1, R // E), E, mode, R, block, device=x.device)
+        t, a16 = _choice(N, K, max(1, R // E), E, mode, R, tuple(block), x.device)
     if isinstance(t, CublasW8a8):
         if grouped:
             raise ValueError("cuBLAS's block-scaled GEMM runs dense GEMMs only")
