@@ -191,7 +191,8 @@ def merge_table(data: dict, command: str, path: str) -> tuple[dict, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, nargs="*", default=list(ROWS), help="dense GEMMs' row counts (none: skip)")
+    ap.add_argument("--rows", type=int, nargs="*", default=list(ROWS),
+                    help="dense GEMMs' row counts (none: skip)")
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS),
                     help="the grouped GEMMs' token counts (none: skip)")
     ap.add_argument("--experts", type=int, default=16)
