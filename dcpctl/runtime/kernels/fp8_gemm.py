@@ -38,8 +38,6 @@ outside the kernel use torch: the interpreter's own e4m3 cast rounds differently
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 import triton
@@ -47,6 +45,7 @@ import triton.language as tl
 from torch import Tensor
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from dcpctl.runtime.kernels import fp8_tiles
 from dcpctl.runtime.kernels.fp8_cublas import CublasW8a8, cublas_matmul
 from dcpctl.runtime.kernels.fp8_dequant import DequantLinear, dequantize_gpu
 from dcpctl.runtime.kernels.fp8_gemv import GemvTiles, fp8_gemv
@@ -210,12 +209,21 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
     return a16_mma == "fp16" or (a16_mma == "auto" and bm == 16 and (not grouped or rows >= 16))
 
 
-@functools.lru_cache(maxsize=8192)
+_CHOICES: dict[tuple, tuple[Kernel, bool]] = {}
+
+
 def _choice(N: int, K: int, rows: int, experts: int, mode: str, R: int, block: tuple[int, int],
             device: torch.device) -> tuple[Kernel, bool]:
-    # fp8_tiles.choose, once per distinct GEMM: an eager prefill calls it for every GEMM of every layer, and
-    # the table lookups would cost the host more than a small GEMM takes on the GPU
-    return choose(N, K, rows, experts, mode, R, block, device=device)
+    # fp8_tiles.choose, once per distinct GEMM and table: an eager prefill calls it for every GEMM of every
+    # layer, and the table lookups would cost the host more than a small GEMM takes on the GPU
+    tables = fp8_tiles.current(device)
+    key = (N, K, rows, experts, mode, R, block, str(device), id(tables))
+    got = _CHOICES.get(key)
+    if got is None:
+        if len(_CHOICES) > 1 << 14:
+            _CHOICES.clear()
+        got = _CHOICES[key] = choose(N, K, rows, experts, mode, R, block, device=device, tables=tables)
+    return got
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,

@@ -127,12 +127,13 @@ def tables_for(device: str, sm: int | None) -> Fp8Tables:
 
 
 _by_device: dict[str, Fp8Tables] = {}
+_NONE = Fp8Tables()
 
 
 def current(device: Any = None) -> Fp8Tables:
     """The tables for a CUDA device (said once per GPU), Fp8Tables() elsewhere."""
     if getattr(device, "type", None) != "cuda":
-        return Fp8Tables()
+        return _NONE
     key = str(device)
     if key not in _by_device:
         import torch
