@@ -293,7 +293,7 @@ def cell(name: str, N: int, K: int, M: int, hbm: float, cands: list, peer: bool 
         row.update({f"after_{m}_us": us, f"bf16_over_after_{m}": round(bf16 / us, 3)})
     if floor and FLOOR_DONE.setdefault((N, K), M) == M:   # once per shape (the first M): the floor has no
                                                           # rows
-        from read_floor import read_floor_us
+        from benchmarks.read_floor import read_floor_us
         us, setting = read_floor_us(w8, _graph_time)
         bus, _ = read_floor_us(wb, _graph_time)
         row.update(read_floor_us=us, read_floor_setting=setting, read_floor_over_roofline=round(us / roof, 3),
@@ -587,7 +587,7 @@ def main() -> int:
     MODE[:] = args.modes or [activation_mode()]
     EXTRA["modes"] = list(MODE)
     if args.read_floor:
-        from read_floor import empty_us
+        from benchmarks.read_floor import empty_us
         EXTRA["empty_kernel_us"] = empty_us(_graph_time)
         print(f"an empty kernel in the graph: {EXTRA['empty_kernel_us']} us", flush=True)
     print(f"{'shape':18} {'M':>3} {'before':>7} {'gemv':>7} {'after':>7} {'bf16':>7} {'roof':>6} "

@@ -80,7 +80,7 @@ def write_twin(src: Path, d: Path, device: str) -> Path:
 
 
 def write_checkpoints(out: Path, smoke: bool, device: str) -> dict[str, Path]:
-    from fp8_model_check import write_checkpoint, write_trained
+    from benchmarks.fp8_model_check import write_checkpoint, write_trained
     fp8 = write_trained(out / "trained-fp8", device) if smoke else write_checkpoint(out / "v3-fp8", 3, 16)
     return {"fp8": fp8, "bf16": write_twin(fp8, fp8.with_name(fp8.name + "-bf16"), device)}
 
