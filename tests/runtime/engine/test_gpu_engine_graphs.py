@@ -186,21 +186,24 @@ def test_prefill_mlp_pieces_keep_greedy_tokens():
 
 
 def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
-    """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained): its MLP pieces stop at 512
-    tokens (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy token
-    equals the run without pieces."""
+    """The trained model block-FP8 (benchmarks/fp8_model_check.write_trained) under w8a16: its MLP pieces stop
+    at 512 tokens (the grouped FP8 experts' pass limit), the prompts' chunks replay them, and every greedy
+    token equals the run without pieces (w8a16 computes a row alike whatever rows share its GEMM; under auto
+    a bucket's padded rows may move a GEMM across fp8_parts.PREFILL_ROWS: the next test covers auto)."""
     from benchmarks.fp8_model_check import write_trained
     from dcpctl.launch.cuda_graphs import prefill_section
+    from dcpctl.runtime import settings
     _, prompts = _prompts()
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     max_new = (12, 5, 9, 16, 3, 7, 11, 14, 6, 10)
     runs = {}
     for pieces in (False, True):
-        engine, model = _pieces_engine(path,
-                                       prefill_section("cuda", False, None, None, None, 8192)
-                                       if pieces else {})
-        engine.warm_up()
-        out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])
+        with settings.using(fp8_gemm="w8a16"):
+            engine, model = _pieces_engine(path,
+                                           prefill_section("cuda", False, None, None, None, 8192)
+                                           if pieces else {})
+            engine.warm_up()
+            out = engine.generate([{"prompt_ids": p, "max_new_tokens": n} for p, n in zip(prompts, max_new)])
         runs[pieces] = ([o["output_ids"] for o in out["outputs"]], model.mlp_graphs)
     (want, none), (got, g) = runs[False], runs[True]
     assert none is None and g is not None and g.buckets[-1] == 512 and g.replays > 0
@@ -210,27 +213,33 @@ def test_fp8_prefill_mlp_pieces_keep_greedy_tokens(tmp_path):
     assert got == want, [(a, b) for a, b in zip(want, got) if a != b]
 
 
-def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path):
+@pytest.mark.parametrize("mode", ["w8a16", "auto"])
+def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path, mode):
     """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays
     them in passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16
-    rounding apart (a pass runs at its bucket's rows, where the tile setting may differ)."""
+    rounding apart (a pass runs at its bucket's rows, where the tile setting may differ).  w8a16 caps the
+    pieces at 512 tokens; auto has no cap for this model (no table entry says per_expert for its shapes), and
+    its call is two whole 512-token passes, so that each pass's GEMMs run the eager call's methods."""
     from benchmarks.fp8_model_check import write_trained
+    from dcpctl.runtime import settings
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE
     from dcpctl.runtime.models.mlp_graphs import MlpGraphs, token_cap
     path = str(write_trained(tmp_path / "fp8", "cuda"))
-    model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
-    cap = token_cap(model)
-    assert cap == 512
-    layer = next(i for i, lay in enumerate(model.layers) if isinstance(lay.mlp, MoE))
-    mlp = model.layers[layer].mlp
-    g = MlpGraphs(model, [256, cap])
-    torch.manual_seed(0)
-    x = torch.randn(700, model.cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
-    got = g(mlp, x)
-    assert g.replays == 2 and got.shape == x.shape
-    want = torch.cat([mlp(x[:cap]), mlp(x[cap:])])
-    _report("fp8_pieces_in_passes", {"max_abs_diff_first_pass": float((got[:cap] - want[:cap]).abs().max()),
+    with settings.using(fp8_gemm=mode):
+        model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
+        assert token_cap(model) == (512 if mode == "w8a16" else None)
+        cap = 512
+        layer = next(i for i, lay in enumerate(model.layers) if isinstance(lay.mlp, MoE))
+        mlp = model.layers[layer].mlp
+        g = MlpGraphs(model, [256, cap])
+        torch.manual_seed(0)
+        x = torch.randn(700 if mode == "w8a16" else 2 * cap, model.cfg.hidden_size, device="cuda",
+                        dtype=torch.bfloat16)
+        got = g(mlp, x)
+        assert g.replays == 2 and got.shape == x.shape
+        want = torch.cat([mlp(x[:cap]), mlp(x[cap:])])
+    _report(f"fp8_pieces_in_passes_{mode}", {"max_abs_diff_first_pass": float((got[:cap] - want[:cap]).abs().max()),
                                      "max_abs_diff": float((got - want).abs().max()),
                                      "max_abs": float(want.abs().max())})
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

@@ -506,5 +506,9 @@ def test_gpu_cublas_w8a8_matches_the_triton_w8a8_kernel(R, N, K):
     assert ((got - ref).abs().max() / ref.abs().max()) < 1e-2
     tri = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), tiles=DEFAULT_TILES, mode="w8a8").float()
     assert ((got - tri).norm() / tri.norm()) < 5e-3
-    auto = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), mode="auto").float()   # the table's or the rule's
-    assert ((auto - ref).abs().max() / ref.abs().max()) < 1e-2
+    # auto: the table's method or the rule's (w8a16 at decode rows), each against its own rows' reference
+    from dcpctl.runtime.kernels import fp8_tiles
+    m = fp8_tiles.method(N, K, R, 1, "auto", device=x.device)
+    auto = fp8_matmul(x, w8.cuda(), s.cuda(), (128, 128), mode="auto").float()
+    ref = _rows_ref(x, "w8a16" if m == "w8a16" else "w8a8", K) @ reference_dequant(w8, s, (128, 128)).cuda().T
+    assert ((auto - ref).abs().max() / ref.abs().max()) < (5e-3 if m == "w8a16" else 1e-2), m
