@@ -239,7 +239,7 @@ def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path, mode):
         got = g(mlp, x)
         assert g.replays == 2 and got.shape == x.shape
         want = torch.cat([mlp(x[:cap]), mlp(x[cap:])])
-    _report(f"fp8_pieces_in_passes_{mode}", {"max_abs_diff_first_pass": float((got[:cap] - want[:cap]).abs().max()),
-                                     "max_abs_diff": float((got - want).abs().max()),
-                                     "max_abs": float(want.abs().max())})
+    _report(f"fp8_pieces_in_passes_{mode}",
+            {"max_abs_diff_first_pass": float((got[:cap] - want[:cap]).abs().max()),
+             "max_abs_diff": float((got - want).abs().max()), "max_abs": float(want.abs().max())})
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
