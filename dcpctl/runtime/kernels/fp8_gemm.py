@@ -2,8 +2,11 @@
 
     fp8_matmul(x, w8, scale, block, ends=None) -> [R, N] in x.dtype
 
-Two methods (fp8_parts.MODES, the launch config's runtime.fp8_gemm, decided by the plan):
-- w8a16 (default): x stays in its 16-bit dtype; each e4m3 weight tile is converted in registers (exact) for a
+Two methods (fp8_parts.MODES); the launch config's runtime.fp8_gemm (decided by the plan) names one for every
+GEMM, or `auto` (the default): each GEMM's by its shape and row count (fp8_tiles.method: the GPU's measured
+table, else w8a16 at decode's rows and w8a8 above); w8a8 GEMMs of prefill rows go to cuBLAS's block-scaled FP8
+GEMM where it runs (fp8_cublas.py) instead of this kernel.
+- w8a16: x stays in its 16-bit dtype; each e4m3 weight tile is converted in registers (exact) for a
   16-bit MMA, times the weight block's factor: the dequantized weight's GEMM but for the order of the fp32
   sums (and the bf16 rounding of a dequantized weight, which this skips), at half its weight bytes. bf16 rows
   in tiles of 16 go through an fp16 MMA, each row's K block scaled into fp16 by a power of two (A16_MMA: the

@@ -1,8 +1,17 @@
-"""Which block-FP8 kernel and tile setting a GEMM runs: rules by row count, and the GPU's fp8_gemm tuning
-table.
+"""Which block-FP8 method, kernel and tile setting a GEMM runs: rules by row count, and the GPU's fp8_gemm
+tuning table.
 
+    method(N, K, rows, experts, setting) -> w8a16 | w8a8 | cublas     the method (module fp8_parts' CHOICES)
+    per_expert(N, K, rows, setting) -> bool    a MoE pass runs its experts one by one (the table says where)
+    choose(N, K, rows, experts, setting, ...) -> (kernel, a16)         method, then choose_tiles
     choose_tiles(N, K, rows, experts=1, a16=False, total_rows=None, device=None)
         -> Tiles | GemvTiles | DequantLinear
+
+The method: under `auto` the table's `methods` section ({"dense"|"grouped": {"N,K": [[most rows, method],
+...]}}, benchmarks/fp8_methods.py) where it covers the shape and rows, else w8a16 up to PREFILL_ROWS rows (per
+expert when grouped) and w8a8 above, through cuBLAS for dense GEMMs where it runs; `w8a8`: cuBLAS for dense
+GEMMs of more than PREFILL_ROWS rows, the Triton kernel otherwise; `w8a16`: always. Then the Triton kernels'
+setting:
 
 | rows (per expert when grouped)       | dense                                   | grouped (MoE)             |
 | ------------------------------------ | --------------------------------------- | ------------------------- |
