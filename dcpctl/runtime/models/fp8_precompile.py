@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
 
@@ -157,12 +158,14 @@ def precompile(model: Any, tokens: Iterable[int], dp: int = 1) -> str | None:
     if not specs:     # every kernel these forwards launch is loaded in this process already
         return None
     threads = min(len(specs), cpus())
+    t0 = time.perf_counter()
     compiled = compile_specs(specs, threads)
+    took = time.perf_counter() - t0
     what = f"FP8 kernels: the {len(specs)} Triton specializations the graph capture and the warm-up launch"
     where = f"Triton's cache ({triton_knobs.cache.dir})"
     if not compiled:
-        return f"{what} were all in {where}: loaded before them, none compiled"
+        return f"{what} were all in {where}: loaded before them in {took:.1f} s, none compiled"
     how = (f"{threads} at a time ({cpus()} CPUs for this rank)" if threads > 1 else
            "one at a time (one CPU for this rank)")
-    return (f"{what}: {compiled} compiled before them, {how}, into {where}, which keeps them for the next "
-            "start")
+    return (f"{what}: {compiled} compiled before them in {took:.1f} s, {how} rather than one by one at their "
+            f"first launch, into {where}, which keeps them for the next start")
