@@ -318,12 +318,12 @@ def main() -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cpu: the fp8 path is the FP8 method emulated in float64 on bf16 activations")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one fp8 and one bf16 run")
-    ap.add_argument("--mode", choices=fp8_parts.MODES, default=None,
-                    help="the fp8 path's method (default w8a16; dcpctl's --fp8-gemm)")
+    ap.add_argument("--mode", choices=fp8_parts.MODES, default="w8a16",
+                    help="the fp8 path's one method for every GEMM (default w8a16; "
+                         "benchmarks/fp8_accuracy.py judges --fp8-gemm auto)")
     args = ap.parse_args()
-    if args.mode:
-        from dcpctl.runtime import settings
-        settings.use(replace(settings.current(), fp8_gemm=args.mode))
+    from dcpctl.runtime import settings
+    settings.use(replace(settings.current(), fp8_gemm=args.mode))
     mode = fp8_parts.activation_mode()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("fp8_model_check.py: no CUDA GPU here; --device cpu emulates the FP8 GEMM", file=sys.stderr)
