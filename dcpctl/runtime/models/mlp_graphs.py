@@ -35,9 +35,9 @@ from dcpctl.runtime.models.mlp import MoE
 # A call past the largest bucket replays in at most this many passes; a longer one runs eagerly.  A
 # pass-limited block-FP8 MoE stops its pieces where its experts stop running grouped: past that, more grouped
 # passes lose to the eager call's per-expert GEMMs (w8a16, 512-token pieces on the H200,
-# benchmarks/data/fp8_prefill_passes_h200.json, one prompt of N tokens, ms: in passes 15.5 / 28.8 / 56.1 / 115.0
-# at N = 1,000 / 2,000 / 4,096 / 8,192, eager 19.7 / 22.6 / 32.0 / 70.3); other models' pieces reach the
-# prefill chunk size, so their calls rarely pass it
+# benchmarks/data/fp8_prefill_passes_h200.json, one prompt of N tokens, ms: in passes 15.5 / 28.8 / 56.1 /
+# 115.0 at N = 1,000 / 2,000 / 4,096 / 8,192, eager 19.7 / 22.6 / 32.0 / 70.3); other models' pieces reach
+# the prefill chunk size, so their calls rarely pass it
 MAX_PASSES = 2
 
 
