@@ -73,7 +73,8 @@ def served_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
     if f.exists():
         doc = json.loads(f.read_text())["starts"]
         for ck, name in (("fp8", "v3-fp8"), ("bf16", "v3-fp8-bf16")):
-            yield from _served(f"{f.name}:{ck}", request_for(name, device), doc[ck]["bench"], f.name)
+            src = f"{f.name}:{ck}"   # its steps: the decode source of the same name (this checkpoint's)
+            yield from _served(src, request_for(name, device), doc[ck]["bench"], src)
 
 
 def _served(source: str, req: PlanRequest, runs: dict[str, Any], steps: str) -> Iterator[Cell]:
@@ -155,9 +156,11 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
 
 def host_gap(served: list[Cell], decode: list[dict[str, Any]]) -> float | None:
     """Median of served ITL p50 minus the measured graph step of the same checkpoint and batch (1 and 8); None
-    where no served cell has its step."""
-    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"]
-             for r in decode if r.get("routing") != "busiest"}
+    where no served cell has its step. A served cell's `steps` names a decode source (file:section, where one
+    file holds several checkpoints' steps) or a file of one checkpoint's steps."""
+    rows = [r for r in decode if r.get("routing") != "busiest"]
+    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"] for r in rows}
+    steps.update({(r["source"], r["batch"]): r["measured"] for r in rows})
     gaps = [
         c.extra["itl_p50_s"] - steps[(c.extra["steps"], c.batch)]
         for c in served
