@@ -8,12 +8,12 @@ One GPU's files at a time: --device TAG (h200, the default; h100, ...) reads its
 benchmarks/perf_sources.py, perf_serving.py); --rank adds bench rank files; --no-data reads the --rank files
 alone.
 
-1. Decode compute: every measured decode cell (the device's `dcpctl bench rank` files, as they ran, and the
-   H200's single-GPU decode files) against the model's compute. The terms (perf_terms) are fitted on the
-   fit cells, by default the 1st, 3rd, 5th ... cell of each source in (batch, context) order
-   (--fit-batches B,... and/or --fit-contexts L,...: the cells of those instead), and judged on the rest; a
-   rank file's `busiest` cells are judged apart (the model's own expected experts). Target: mean absolute
-   error on the judged cells <= 10%.
+1. Decode compute: every measured decode cell (the device's `dcpctl bench rank` files, as they ran, and its
+   single-GPU decode files: fp8_serve_TAG.json's steps, the H200's others) against the model's compute. The
+   terms (perf_terms) are fitted on the fit cells, by default the 1st, 3rd, 5th ... cell of each source in
+   (batch, context) order (--fit-batches B,... and/or --fit-contexts L,...: the cells of those instead), and
+   judged on the rest; a rank file's `busiest` cells are judged apart (the model's own expected experts).
+   Target: mean absolute error on the judged cells <= 10%.
 2. TTFT: the prefill rates: the MHA-form attention and 16-bit GEMM rates measured by prefill_ttft.py's floor
    (its FLOPs over its time), and the FP8 GEMM rate, per-layer and per-chunk times fitted on every other TTFT
    cell in length order, judged on the rest. Target 15%.

@@ -1,12 +1,13 @@
 """The served side of benchmarks/perf_accuracy.py: TTFT and served output throughput cells, the prefill rates
 fitted on some of them, and the served throughput judged against the model (perf_report.served_rate).
 
-| device | TTFT (benchmarks/prefill_ttft.py)                    | served (`dcpctl bench serve`)             |
-| ------ | ---------------------------------------------------- | ----------------------------------------- |
-| any    | prefill_ttft_TAG.json (its dense checkpoint)         | perf_served_TAG.json (benchmarks/         |
-|        |                                                      | perf_served.py: the rank-moe-4 checkpoint) |
-| h200   | also prefill_ttft_moe_h200.json, fp8_prefill_ttft_   | also serve_mixed_h200.json (dense1k),     |
-|        | h200.json                                            | fp8_serve_h200.json                       |
+| device | TTFT (benchmarks/prefill_ttft.py)                   | served (`dcpctl bench serve`)               |
+| ------ | --------------------------------------------------- | ------------------------------------------- |
+| any    | prefill_ttft_TAG.json (its dense checkpoint),       | perf_served_TAG.json (benchmarks/           |
+|        | fp8_prefill_ttft_TAG.json (the FP8 checkpoint and   | perf_served.py: the rank-moe-4 checkpoint), |
+|        | its bf16 twin) where the device has one             | fp8_serve_TAG.json (the FP8 checkpoint and  |
+|        |                                                     | its bf16 twin) where the device has one     |
+| h200   | also prefill_ttft_moe_h200.json                     | also serve_mixed_h200.json (dense1k)        |
 
 TTFT cells are fitted every other one in length order (4K and 32K of 4K/16K/32K/64K), judged on the rest; a
 served cell of concurrency 1 gives the server's time per request (fitted), the others are judged. The host
@@ -31,14 +32,18 @@ from dcpctl.plan.perf_work import layer_counts
 from dcpctl.plan.planner import make_plan
 from dcpctl.plan.request import PlanRequest
 
-TTFT_H200 = [("prefill_ttft_moe_h200.json", "moe-16", None),
-             ("fp8_prefill_ttft_h200.json", "v3-fp8", "v3-fp8"),
-             ("fp8_prefill_ttft_h200.json", "v3-fp8-bf16", "v3-fp8-bf16")]
+
+def ttft_files(device: str) -> list[tuple[str, str, str | None]]:
+    """(file, checkpoint, its key in the file) of the device's TTFT files."""
+    return [(f"prefill_ttft_{device}.json", "dense-4", None),
+            *([("prefill_ttft_moe_h200.json", "moe-16", None)] if device == "h200" else []),
+            (f"fp8_prefill_ttft_{device}.json", "v3-fp8", "v3-fp8"),
+            (f"fp8_prefill_ttft_{device}.json", "v3-fp8-bf16", "v3-fp8-bf16")]
 
 
 def ttft_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
     """Single prompts on an idle engine (benchmarks/prefill_ttft.py): dcpctl_ms, on the device's files."""
-    files = [(f"prefill_ttft_{device}.json", "dense-4", None), *(TTFT_H200 if device == "h200" else [])]
+    files = ttft_files(device)
     for name, ckpt, key in files:
         f = data / name
         if not f.exists():
@@ -60,17 +65,16 @@ def served_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
         doc = json.loads(f.read_text())
         runs = {c: r for c, r in doc["serve"].get("cells", {}).items() if r and r.get("completed")}
         yield from _served(f.name, request_for(doc["checkpoint"], device), runs, doc["steps"])
-    if device != "h200":
-        return
     f = data / "serve_mixed_h200.json"
-    if f.exists():
+    if device == "h200" and f.exists():
         runs = json.loads(f.read_text())["cells"]["dense1k"]["serve"]["cells"]["dense"]
         yield from _served(f"{f.name}:dense1k", request_for("dense-4"), runs, "step_fusions_h200.json")
-    f = data / "fp8_serve_h200.json"
+    f = data / f"fp8_serve_{device}.json"
     if f.exists():
         doc = json.loads(f.read_text())["starts"]
         for ck, name in (("fp8", "v3-fp8"), ("bf16", "v3-fp8-bf16")):
-            yield from _served(f"{f.name}:{ck}", request_for(name), doc[ck]["bench"], f.name)
+            src = f"{f.name}:{ck}"   # its steps: the decode source of the same name (this checkpoint's)
+            yield from _served(src, request_for(name, device), doc[ck]["bench"], src)
 
 
 def _served(source: str, req: PlanRequest, runs: dict[str, Any], steps: str) -> Iterator[Cell]:
@@ -152,9 +156,11 @@ def prefill_rates(ttft: list[tuple[Cell, bool]], byte_s: float) -> tuple[Prefill
 
 def host_gap(served: list[Cell], decode: list[dict[str, Any]]) -> float | None:
     """Median of served ITL p50 minus the measured graph step of the same checkpoint and batch (1 and 8); None
-    where no served cell has its step."""
-    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"]
-             for r in decode if r.get("routing") != "busiest"}
+    where no served cell has its step. A served cell's `steps` names a decode source (file:section, where one
+    file holds several checkpoints' steps) or a file of one checkpoint's steps."""
+    rows = [r for r in decode if r.get("routing") != "busiest"]
+    steps = {(r["source"].split(":")[0], r["batch"]): r["measured"] for r in rows}
+    steps.update({(r["source"], r["batch"]): r["measured"] for r in rows})
     gaps = [
         c.extra["itl_p50_s"] - steps[(c.extra["steps"], c.batch)]
         for c in served

@@ -7,8 +7,8 @@
 | `dcpctl bench rank` files (--rank,   | the file's plan, its rank, the real model's size | compute_us (as   |
 | rank_*_TAG.json)                     | (its layers under --layers), on the GPU it ran on| run)             |
 | decode_flashmla_h200.json            | `bench decode --shape v3`: V3 attention, 2 dense | graph_ms         |
-| fp8_serve_h200.json `step`,          | fp8_model_check's V3 layers (3, 16 experts),     | graph_ms         |
-| fp8_decode_step_profile_h200.json    | FP8 and its bf16 twin                            |                  |
+| fp8_serve_TAG.json `step`,           | fp8_model_check's V3 layers (3, 16 experts),     | graph_ms         |
+| fp8_decode_step_profile_TAG.json     | FP8 and its bf16 twin (any device with the file) |                  |
 | serve_h200.json, step_fusions_h200   | serve_peers' dense checkpoint (4 dense layers)   | graph step ms    |
 """
 
@@ -133,12 +133,11 @@ def rank_files(data: Path, device: str) -> list[Path]:
 
 
 def decode_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
-    """The H200's single-GPU decode files' CUDA-graph steps (no collectives at TP 1: the whole step is
-    compute); other devices have bench rank files only (rank_files)."""
-    if device != "h200":
-        return
+    """The single-GPU decode files' CUDA-graph steps (no collectives at TP 1: the whole step is compute): the
+    FP8 checkpoint's and its twin's on any device with the files, the H200's others on the H200 alone; the
+    bench rank files are read apart (rank_files)."""
     fm = data / "decode_flashmla_h200.json"
-    if fm.exists():
+    if device == "h200" and fm.exists():
         doc = json.loads(fm.read_text())
         runs = [
             ("without", "triton", _rows(doc, "without")),
@@ -155,20 +154,21 @@ def decode_cells(data: Path, device: str = "h200") -> Iterator[Cell]:
                 Cell(f"{fm.name}:{tag}", req, r["batch"], r["context"], r["graph_ms"] * 1e-3) for r in rows
             )
     for path, sections in (
-        ("fp8_serve_h200.json", (("step", "fp8"), ("step", "bf16"))),
-        ("fp8_decode_step_profile_h200.json", (("v3-fp8",), ("v3-fp8-bf16",))),
+        (f"fp8_serve_{device}.json", (("step", "fp8"), ("step", "bf16"))),
+        (f"fp8_decode_step_profile_{device}.json", (("v3-fp8",), ("v3-fp8-bf16",))),
     ):
         f = data / path
         if not f.exists():
             continue
         doc = json.loads(f.read_text())
         for keys in sections:
-            req = request_for("v3-fp8" if keys[-1] in ("fp8", "v3-fp8") else "v3-fp8-bf16")
+            req = request_for("v3-fp8" if keys[-1] in ("fp8", "v3-fp8") else "v3-fp8-bf16", device)
             yield from (
                 Cell(f"{path}:{keys[-1]}", req, r["batch"], r["context"], r["graph_ms"] * 1e-3)
                 for r in _rows(doc, *keys)
             )
-    yield from _dense_cells(data)
+    if device == "h200":
+        yield from _dense_cells(data)
 
 
 def _dense_cells(data: Path) -> Iterator[Cell]:

@@ -109,8 +109,11 @@ class Model:
         if ran.layers is not None:
             m = subset(m, ran.layers, m.first_k_dense_replace if ran.dense is None else ran.dense)
         c, _, repq = choice_of(req, d)
-        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"    # an engine target's plan has no runtime
-                                                                      # choice
+        # a16 decides only the grouped experts' kernel (perf_grid.few_rows). Under auto the runtime runs w8a16
+        # wherever the few-rows kernel could (at most 2 rows an expert: within fp8_parts.PREFILL_ROWS and the
+        # H100 fp8_gemm table's 8-row w8a16 bound), its w8a8 rows the MMA kernel as w8a16's would. An engine
+        # target's plan has no runtime choice.
+        a16 = "fp8_gemm" not in d or d["fp8_gemm"].value != "w8a8"
         work = decode_work(m, t, c, repq, weight_format(m, hw)[0], batch, context, a16, ran.experts)
         kernel = ran.kernel or backend(req, d, batch, work.attention.local_context)
         per_layer, _, _ = attention_s(work.attention, m.kv_row_elems, m.kv_lora_rank,

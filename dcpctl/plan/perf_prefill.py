@@ -14,8 +14,18 @@ MLA layer and chunk, on one rank (Hl local heads, Hk = Hl * dcp kernel heads, c 
                   + attention FLOPs / attention rate + FP8 weight bytes * fp8_byte_s
                   + other weight bytes * byte_s + layer_s per layer + chunk_s
 
-FP8 weights cost per chunk as well as per row: past 512 rows the runtime runs block-FP8 experts dequantized
-through cuBLAS (runtime/models/mlp.py GROUPED_MAX_TOKENS), so each chunk reads and rewrites them (fp8_byte_s).
+FP8 weights cost per chunk as well as per row (fp8_byte_s, per FP8 weight byte). What the chunk does with them
+depends on the runtime's fp8_gemm setting, which this model does not read: under --fp8-gemm w8a16 dense GEMMs
+of more than 128 rows dequantize their weight for cuBLAS bf16 (runtime/kernels/fp8_tiles.py
+PREFILL_DEQUANT_ROWS) and block-FP8 experts of passes past 512 tokens run one expert at a time, dequantized,
+through cuBLAS (runtime/models/mlp.py GROUPED_MAX_TOKENS), so each chunk reads and rewrites them; under auto
+(the default) and w8a8, GEMMs of more than 64 rows (fp8_parts.PREFILL_ROWS; per expert when grouped) quantize
+their activations to e4m3 and run cuBLAS's block-scaled FP8 GEMM (dense) or the Triton w8a8 kernel, or a
+per-expert loop through cuBLAS (experts, where the GPU's fp8_gemm table says so: fp8_tiles.method), which read
+the e4m3 weight once a chunk and dequantize nothing. The perf table's fp8_gemm_tflops and fp8_ps_per_byte
+describe whichever method the GPU's FP8 TTFT cells ran (benchmarks/perf_accuracy.py fits them on
+fp8_prefill_ttft_TAG.json: the H200's ran w8a16, before auto; a GPU without the file keeps the fit's prior,
+the 16-bit floor's rate and 3 x byte_s, as the H100's table does).
 A served request also pays the server's own work (HTTP, tokens in and out, admission): request_s.
 
 Collectives per chunk (perf_comm's band): the o_proj and MLP all-reduces of n * D rows, and with DCP the query

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import perf_accuracy
+from benchmarks import perf_accuracy, perf_serving, perf_sources
 from dcpctl import tuning
 from dcpctl.plan.errors import UserError
 from dcpctl.plan.perf_terms import from_table, perf_table
@@ -135,3 +135,39 @@ def test_the_served_parts_flags_are_the_commands_own():
     assert parse(perf_served.serve_argv("http://h:1", 32, 96))["num_requests"] == 96
     assert perf_served.ttft_argv(f)[3:] == [str(f["ttft"]), "--lengths", "4096,16384,32768,65536",
                                             "--hf-lengths", "", "--reps", "3"]
+
+
+def test_a_devices_fp8_serve_file_gives_decode_steps_and_served_cells(tmp_path):
+    # fp8_serve_TAG.json on any device: its `step` rows are decode cells and its served cells are judged, on
+    # that device's hardware; another device's file in the folder is not read
+    for name in ("fp8_serve_h100.json", "prefill_ttft_h100.json", "fp8_serve_h200.json"):
+        shutil.copy(DATA / name, tmp_path / name)
+    cells = list(perf_sources.decode_cells(tmp_path, "h100"))
+    assert {c.source for c in cells} == {"fp8_serve_h100.json:fp8", "fp8_serve_h100.json:bf16"}
+    assert {c.req.hardware.gpu_name for c in cells} == {"NVIDIA H100 80GB HBM3"}
+    assert {c.req.model.name for c in cells} == {"v3-fp8", "v3-fp8-bf16"}
+    served = list(perf_serving.served_cells(tmp_path, "h100"))
+    want = [(f"fp8_serve_h100.json:{ck}", b) for ck in ("fp8", "bf16") for b in (1, 8, 32, 64)]
+    assert [(c.source, c.batch) for c in served] == want
+    assert {c.req.hardware.gpu_name for c in served} == {"NVIDIA H100 80GB HBM3"}
+    out = tmp_path / "cells.json"
+    assert perf_accuracy.main(["--device", "h100", "--data", str(tmp_path), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert len(rows["decode"]) == 24 and len(rows["served"]) == 8
+    assert all("h200" not in r["source"] for kind in ("decode", "ttft", "served") for r in rows[kind])
+
+
+def test_the_host_gap_takes_each_checkpoints_own_step():
+    # one file holding two checkpoints' steps (fp8_serve's fp8 and bf16): a served cell is measured against
+    # its own section's step; a file of one checkpoint's steps is named by the file
+    def served(src, steps, batch, itl_ms):
+        return perf_sources.Cell(src, None, batch, 1000, 1.0, {"itl_p50_s": itl_ms * 1e-3, "steps": steps})
+
+    decode = [{"source": f"f.json:{ck}", "batch": b, "measured": ms * 1e-3}
+              for ck, ms in (("fp8", 1.0), ("bf16", 2.0)) for b in (1, 8)]
+    decode.append({"source": "rank.json", "batch": 1, "measured": 3e-3})
+    cells = [served(f"f.json:{ck}", f"f.json:{ck}", b, ms + 0.05) for ck, ms in (("fp8", 1.0), ("bf16", 2.0))
+             for b in (1, 8)]
+    assert perf_serving.host_gap(cells, decode) == pytest.approx(50e-6)
+    assert perf_serving.host_gap([served("p.json", "rank.json", 1, 3.02)], decode) == pytest.approx(20e-6)
+    assert perf_serving.host_gap([served("p.json", "none.json", 1, 3.02)], decode) is None
