@@ -63,15 +63,19 @@ def usable(N: int, K: int, block: tuple[int, int], device: object) -> bool:
     return getattr(device, "type", None) == "cuda" and shape_ok(N, K, block) and probe(str(device))[0]
 
 
-@functools.lru_cache(maxsize=None)
 def probe(device: str) -> tuple[bool, str]:
     """(ok, why): one GEMM of 8 x 256 x 512 through cublas_matmul against its float64 product (the same
-    quantized rows and weight); refused or wrong, the Triton kernels take every GEMM."""
+    quantized rows and weight), once per GPU ("cuda" is the current one): the load's note runs it, before any
+    CUDA graph capture; refused or wrong, the Triton kernels take every GEMM."""
     dev = torch.device(device)
     if dev.type != "cuda":
         return False, f"{dev.type}: no cuBLAS"
-    if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+    return _probe(dev.index if dev.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(index: int) -> tuple[bool, str]:
+    dev = torch.device("cuda", index)
     from dcpctl.runtime.gpu import gpu_facts
     sm = gpu_facts(dev).sm
     if sm[0] != 9:
