@@ -25,7 +25,8 @@ setting:
 | w8a16, M_TILE_ROWS + 1               | PREFILL_A16_TILES                       | PREFILL_GROUPED_A16_TILES |
 |   .. PREFILL_DEQUANT_ROWS            |                                         |                           |
 | w8a16, more                          | DEQUANT: the weight dequantized, cuBLAS | PREFILL_GROUPED_A16_TILES |
-| w8a8, more                           | `dense`, else DEFAULT_TILES             | DEFAULT_TILES             |
+| w8a8, more                           | `dense`, else DEFAULT_TILES             | `grouped`, else           |
+|                                      |                                         | PREFILL_GROUPED_A8_TILES  |
 
 The table (dcpctl/tuning/fp8_gemm, dcpctl.tuning's device rule): {"dense": {"N,K": [[most rows, {Tiles
 fields}], ...]}, "dense_w8a16": {...}, "grouped": {...}, "grouped_w8a16": {...}, "gemv": {"N,K": {GemvTiles
@@ -77,6 +78,12 @@ PREFILL_A16_TILES = Tiles(bm=128, bn=64, warps=8, fold=True)
 DEQUANT = DequantLinear()
 PREFILL_DEQUANT_ROWS = 128
 PREFILL_GROUPED_A16_TILES = Tiles(bm=128, bn=128, warps=8, fold=True)
+# w8a8's grouped GEMMs above M_TILE_ROWS rows an expert without a table entry, and a MoE pass past
+# PER_EXPERT_ROWS rows an expert without a `methods` entry runs its experts one by one: what the H100's sweep
+# chose at every prefill row count it timed (benchmarks/fp8_methods.py, fp8_methods_grouped_h100.json: this
+# tile at 128-2,048 rows an expert; one cuBLAS GEMM per expert from 1,024)
+PREFILL_GROUPED_A8_TILES = Tiles(bm=128, bn=128, warps=8, stages=4)
+PER_EXPERT_ROWS = 512
 GEMV_ROWS = 1
 GROUPED_GEMV_ROWS = 64
 # the few-rows kernel applies each weight slab to its expert's rows one after another on the CUDA cores: past
@@ -182,12 +189,13 @@ def method(N: int, K: int, rows: int, experts: int, setting: str, block: tuple[i
 def per_expert(N: int, K: int, rows: int, setting: str, device: Any = None,
                tables: Fp8Tables | None = None) -> bool:
     """Whether a MoE pass of `rows` rows per expert (gate+up of [N, K] per expert) runs its experts one after
-    another (each expert's GEMMs dense: cuBLAS at prefill rows) rather than grouped: where the table's
-    `grouped` methods say `per_expert` (w8a8 and auto)."""
+    another (each expert's GEMMs dense: cuBLAS at prefill rows) rather than grouped (w8a8 and auto): where the
+    table's `grouped` methods say `per_expert`, else past PER_EXPERT_ROWS rows an expert."""
     if setting == "w8a16":
         return False
     tab = tables if tables is not None else current(device)
-    return _measured(tab.grouped_methods, N, K, rows) == "per_expert"
+    got = _measured(tab.grouped_methods, N, K, rows)
+    return got == "per_expert" if got is not None else rows > PER_EXPERT_ROWS
 
 
 def choose(N: int, K: int, rows: int, experts: int, setting: str, total_rows: int | None = None,
@@ -224,7 +232,7 @@ def choose_tiles(N: int, K: int, rows: int, experts: int = 1, a16: bool = False,
     for most, t in _entries(tab, N, K, rows, experts, a16):
         if rows <= most:
             return t
-    return DEFAULT_TILES
+    return PREFILL_GROUPED_A8_TILES if experts > 1 and rows > M_TILE_ROWS else DEFAULT_TILES
 
 
 def _entries(tab: Fp8Tables, N: int, K: int, rows: int, experts: int,
@@ -243,16 +251,19 @@ def methods_note(setting: str, device: Any = None) -> str:
                f"the Triton w8a8 kernel (no cuBLAS: {why})")
     if setting == "w8a16":
         return "FP8 GEMM method: w8a16 for every GEMM (--fp8-gemm w8a16)"
+    experts = (f"a MoE pass of more than {PER_EXPERT_ROWS} rows an expert (unless the table says otherwise) "
+               "runs its experts one by one, each expert's GEMMs dense, where each is large enough to hide "
+               "the host's launches")
     if setting == "w8a8":
         return (f"FP8 GEMM method: w8a8 for every GEMM (--fp8-gemm w8a8): dense GEMMs of more than "
-                f"{PREFILL_ROWS} rows {prefill}, the others the Triton w8a8 kernel")
+                f"{PREFILL_ROWS} rows {prefill}, the others the Triton w8a8 kernel; {experts}")
     measured = (f"; the fp8_gemm table ({tab.how}) sets {len(tab.methods)} dense and "
                 f"{len(tab.grouped_methods)} grouped shape(s) by measured row bounds" if
                 tab.methods or tab.grouped_methods else "")
     return (f"FP8 GEMM method (--fp8-gemm auto): GEMMs of up to {PREFILL_ROWS} rows (per expert when "
             "grouped; decode) w8a16, where reading the e4m3 weight is the cost and 16-bit activations cost "
             f"nothing; more rows (prefill) w8a8, where the e4m3 MMA's rate pays: dense GEMMs {prefill}, "
-            f"grouped ones the Triton w8a8 kernel{measured}")
+            f"grouped ones the Triton w8a8 kernel; {experts}{measured}")
 
 
 def tiles_note(device: Any = None) -> str:

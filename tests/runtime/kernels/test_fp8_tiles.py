@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dcpctl.runtime.kernels.fp8_tiles import (DEFAULT_GEMV, DEFAULT_TILES, GROUPED_GEMV_PER_EXPERT,
-                                              M_TILE_ROWS, PREFILL_GROUPED_A16_TILES, Fp8Tables, Tiles,
+                                              M_TILE_ROWS, PREFILL_GROUPED_A16_TILES,
+                                              PREFILL_GROUPED_A8_TILES as A8, Fp8Tables, Tiles,
                                               choose_tiles, parse, tables_for)
 
 UP, DOWN = (4096, 7168), (7168, 2048)    # V3's routed experts: gate+up, down (down is also o_proj/tp8's
@@ -54,7 +55,8 @@ def test_grouped_gemms_take_the_table_by_rows_per_expert():
     # w8a16 keeps its rule
     many = parse({"grouped": {"4096,7168": [[4 * M_TILE_ROWS, {"swap": True}]]}}, "t")
     assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, False, 16 * 65, tables=many) == SWAP
-    assert choose_tiles(*UP, 4 * M_TILE_ROWS + 1, 16, False, 16 * 300, tables=many) == DEFAULT_TILES
+    assert choose_tiles(*UP, 4 * M_TILE_ROWS + 1, 16, False, 16 * 300, tables=many) == A8
+    assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, False, 16 * 65, tables=Fp8Tables()) == A8
     assert choose_tiles(*UP, M_TILE_ROWS + 1, 16, True, 16 * 65, tables=many) == PREFILL_GROUPED_A16_TILES
     assert choose_tiles(*UP, M_TILE_ROWS, 16, False, 16 * 64, tables=many) == SWAP
 
@@ -127,6 +129,9 @@ def test_auto_takes_the_table_else_w8a16_for_decode_rows_and_w8a8_for_prefill_ro
     assert [fp8_tiles.per_expert(*UP, r, "auto", tables=t) for r in (64, 128, 129)] == [False, False, True]
     assert not fp8_tiles.per_expert(*UP, 500, "w8a16", tables=t)
     assert fp8_tiles.per_expert(*UP, 500, "w8a8", tables=t)
+    # without an entry: past PER_EXPERT_ROWS rows an expert
+    rule = fp8_tiles.PER_EXPERT_ROWS
+    assert [fp8_tiles.per_expert(*UP, r, "auto", tables=none) for r in (rule, rule + 1)] == [False, True]
     # where cuBLAS runs: its table entries and the rule's prefill rows take it
     monkeypatch.setattr(fp8_cublas, "usable", lambda N, K, block, device: True)
     assert [m(r) for r in (8, 64, 65, 5000)] == ["w8a16", "w8a8", "cublas", "cublas"]

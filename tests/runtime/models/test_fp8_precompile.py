@@ -156,7 +156,11 @@ def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm
     from dcpctl.runtime.models.mlp_graphs import token_cap, why_not
     m = fp8_model(ckpt)
     assert token_cap(fp8_model(ckpt, keep=False)) is None            # dequantized at load: no cap
-    assert token_cap(m) is None                                        # auto, no table: grouped throughout
+    # auto without a table: grouped up to PER_EXPERT_ROWS rows an expert (the tiny model: 8 experts, top-2)
+    moe = next(layer.mlp for layer in m.layers if isinstance(layer.mlp, MoE))
+    cap = token_cap(m)
+    assert moe.runs_grouped(cap) and not moe.runs_grouped(cap + 1)
+    assert cap * 2 // 8 == fp8_tiles.PER_EXPERT_ROWS
     with settings.using(fp8_gemm="w8a16"):
         assert why_not(m) is None and token_cap(m) == GROUPED_MAX_TOKENS
         sec = CudaGraphSection((), "", **{k: tuple(v) if isinstance(v, list) else v
@@ -167,9 +171,8 @@ def test_prefill_pieces_stop_where_the_fp8_experts_stop_running_grouped(ckpt, sm
         assert "up to 512 tokens here" in reason
         with_pieces = set(fp.specializations(fp.gemm_calls(m, [1, *tokens]), m.dtype, "cpu"))
         assert set(fp.specializations(fp.gemm_calls(m, [1]), m.dtype, "cpu")) < with_pieces
-    # auto with a table whose grouped methods say per_expert past 32 rows per expert (the tiny model: 8
-    # experts, top-2: t * 2 // 8 rows per expert, so past 131 tokens)
-    moe = next(layer.mlp for layer in m.layers if isinstance(layer.mlp, MoE))
+    # auto with a table whose grouped methods say per_expert past 32 rows per expert (t * 2 // 8 rows per
+    # expert, so past 131 tokens)
     n, k = moe.stacked[0].shape[1:]
     table = fp8_tiles.parse({"methods": {"grouped": {f"{n},{k}": [[32, "w8a8"], [1 << 30, "per_expert"]]}}},
                             "test")
