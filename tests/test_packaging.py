@@ -28,6 +28,7 @@ def test_every_tuning_table_is_package_data():
     tables = [p.relative_to(ROOT / "dcpctl" / "tuning").as_posix()
               for p in (ROOT / "dcpctl" / "tuning").rglob("*.json")]
     assert sorted(tables) == ["attention/device_name=NVIDIA_H200.json",
+                              "fp8_gemm/device_name=NVIDIA_H100_80GB_HBM3.json",
                               "fp8_gemm/device_name=NVIDIA_H200.json", "gemm16/device_name=NVIDIA_H200.json",
                               "head_bmm/device_name=NVIDIA_H200.json",
                               "mla_tiles/device_name=NVIDIA_H200.json",

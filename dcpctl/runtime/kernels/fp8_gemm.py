@@ -41,6 +41,8 @@ outside the kernel use torch: the interpreter's own e4m3 cast rounds differently
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -212,7 +214,7 @@ def fp16_mma(a16_mma: str, bm: int, grouped: bool, rows: int) -> bool:
     return a16_mma == "fp16" or (a16_mma == "auto" and bm == 16 and (not grouped or rows >= 16))
 
 
-_CHOICES: dict[tuple, tuple[Kernel, bool]] = {}
+_CHOICES: dict[tuple, tuple[Any, Kernel, bool]] = {}
 
 
 def _choice(N: int, K: int, rows: int, experts: int, mode: str, R: int, block: tuple[int, int],
@@ -222,20 +224,22 @@ def _choice(N: int, K: int, rows: int, experts: int, mode: str, R: int, block: t
     tables = fp8_tiles.current(device)
     key = (N, K, rows, experts, mode, R, block, str(device), id(tables))
     got = _CHOICES.get(key)
-    if got is None:
+    if got is None or got[0] is not tables:   # (an id can come back for another table once the first is gone)
         if len(_CHOICES) > 1 << 14:
             _CHOICES.clear()
-        got = _CHOICES[key] = choose(N, K, rows, experts, mode, R, block, device=device, tables=tables)
-    return got
+        got = _CHOICES[key] = (tables, *choose(N, K, rows, experts, mode, R, block, device=device,
+                                               tables=tables))
+    return got[1], got[2]
 
 
 def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], ends: Tensor | None = None,
                sms: int | None = None, tiles: Kernel | None = None, mode: str | None = None,
-               a16_mma: str | None = None) -> Tensor:
+               a16_mma: str | None = None, rows: int | None = None) -> Tensor:
     """x @ W^T for a block-FP8 W (see the module docstring); `ends` makes it a grouped GEMM; mode: 'auto',
     'w8a16' or 'w8a8' (fp8_parts.CHOICES; None: activation_mode(), chosen at load; auto picks per GEMM:
     fp8_tiles.method); `tiles` fixes the kernel (then auto means w8a16); a16_mma: w8a16's MMA for bf16 rows
-    (A16_MMAS; None: A16_MMA, auto)."""
+    (A16_MMAS; None: A16_MMA, auto); rows: a grouped GEMM's rows per expert to choose by (default R // E;
+    under expert parallelism the MoE passes its own average: R holds every rank's rows)."""
     mode = mode or activation_mode()
     if mode not in CHOICES:
         raise ValueError(f"FP8 GEMM method {mode!r}; valid: {', '.join(CHOICES)}")
@@ -252,11 +256,13 @@ def fp8_matmul(x: Tensor, w8: Tensor, scale: Tensor, block: tuple[int, int], end
     if tiles is not None:
         t, a16 = tiles, mode != "w8a8"
     else:
-        t, a16 = _choice(N, K, max(1, R // E), E, mode, R, tuple(block), x.device)
+        t, a16 = _choice(N, K, rows or max(1, R // E), E, mode, R, tuple(block), x.device)
     if isinstance(t, CublasW8a8):
         if grouped:
             raise ValueError("cuBLAS's block-scaled GEMM runs dense GEMMs only")
-        return cublas_matmul(x, w8, scale)
+        if x.dtype == torch.bfloat16:   # the dtype its probe checked; other rows take the Triton w8a8 kernel
+            return cublas_matmul(x, w8, scale)
+        t, a16 = choose_tiles(N, K, R, 1, False, R, device=x.device), False
     if sms is None:   # the GPU's own count (the memoized probe); the CPU interpreter has no SMs to fill
         from dcpctl.runtime.gpu import gpu_facts
         sms = gpu_facts(x.device).sms if x.is_cuda else 1

@@ -43,7 +43,7 @@ from dcpctl.runtime.models.mlp import DenseMLP, MoE, token_passes
 from dcpctl.runtime.models.quant import Fp8Weight, grouped_linear
 
 Spec = tuple[str, str, str]   # (the kernel's module, its name, Triton's specialization JSON)
-Call = tuple[Fp8Weight, int, bool]
+Call = tuple[Fp8Weight, int, int]   # (weight, rows, rows per expert of a grouped call; 0: dense)
 ATTENTION = ("qkv_a", "q_b", "o_proj")   # MlaAttention's FP8 projections (and `pair`: q_a, kv_a unjoined)
 
 
@@ -58,11 +58,12 @@ def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
     mlp_tokens = sorted({t * dp for t in tokens})
     calls: dict[tuple, Call] = {}
 
-    def add(ws: Iterable[Any], rows: Iterable[int], grouped: bool = False) -> None:
+    def add(ws: Iterable[Any], rows: Iterable[int], per: Any = None) -> None:
         for w in ws:
             if isinstance(w, Fp8Weight):
                 for r in rows:
-                    calls.setdefault((_layout(w), r, grouped), (w, r, grouped))
+                    p = per(r) if per else 0
+                    calls.setdefault((_layout(w), r, p), (w, r, p))
     for layer in model.layers:
         attn = getattr(layer, "attn", None)
         add([getattr(attn, n, None) for n in ATTENTION] + list(getattr(attn, "pair", None) or ()), tokens)
@@ -74,7 +75,9 @@ def gemm_calls(model: Any, tokens: Iterable[int], dp: int = 1) -> list[Call]:
                 add(mlp.shared.weights(), mlp_tokens)
             passes = sorted({n for t in mlp_tokens for n in token_passes(t)})
             if mlp.stacked is not None:
-                add(mlp.stacked, [n * mlp.router.cfg.top_k for n in passes if mlp.runs_grouped(n)], True)
+                k = mlp.router.cfg.top_k
+                add(mlp.stacked, [n * k for n in passes if mlp.runs_grouped(n)],
+                    lambda r, mlp=mlp, k=k: mlp.rows_per_expert(r // k))
             if not all(mlp.runs_grouped(n) for n in passes):
                 for e in mlp.experts:
                     add(e.weights(), range(1, PREFILL_DEQUANT_ROWS + 2))
@@ -107,13 +110,14 @@ def skipped(specs: dict[str, Spec]) -> Iterator[dict[str, Spec]]:
 def specializations(calls: list[Call], dtype: torch.dtype, device: torch.device | str) -> list[Spec]:
     """The specializations Triton would compile for these calls, made as the model makes them
     (quant.grouped_linear on `dtype` rows; a grouped call's group ends are data, no part of a key): no Triton
-    kernel runs."""
+    kernel runs (a GEMM the method sends to cuBLAS does run, on the uninitialized rows: only its quantization
+    launch is Triton's)."""
     specs: dict[str, Spec] = {}
     with skipped(specs), torch.no_grad():
-        for w, rows, grouped in calls:
+        for w, rows, per in calls:
             x = torch.empty(rows, w.shape[-1], dtype=dtype, device=device)
-            ends = torch.full((w.shape[0],), rows, dtype=torch.int32, device=device) if grouped else None
-            grouped_linear(x, w, ends)
+            ends = torch.full((w.shape[0],), rows, dtype=torch.int32, device=device) if per else None
+            grouped_linear(x, w, ends, per or None)
     return list(specs.values())
 
 

@@ -143,10 +143,10 @@ def grouped_mm_ok(w: Weight) -> bool:
             and gpu_facts(w.device).sm[0] in (9, 10) and all(d % 8 == 0 for d in w.shape))
 
 
-def _grouped_gemm(x: Tensor, w: Weight, ends: Tensor) -> Tensor:
-    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]
+def _grouped_gemm(x: Tensor, w: Weight, ends: Tensor, rows: int) -> Tensor:
+    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]; rows: per expert (the choice)
     if isinstance(w, Fp8Weight):
-        return grouped_linear(x, w, ends)
+        return grouped_linear(x, w, ends, rows)
     return torch._grouped_mm(x, w.transpose(1, 2), offs=ends)
 
 
@@ -193,20 +193,37 @@ class MoE:
         w = self.stacked[0]
         if not isinstance(w, Fp8Weight):
             return True
+        if w.is_cuda and torch.cuda.is_current_stream_capturing():
+            return True     # a graph (a decode step past the cap, say) cannot take the per-expert host sync
         from dcpctl.runtime.kernels import fp8_parts, fp8_tiles
         setting = fp8_parts.activation_mode()
         if setting == "w8a16":
             return tokens <= GROUPED_MAX_TOKENS
+        return not fp8_tiles.per_expert(w.shape[-2], w.shape[-1], self.rows_per_expert(tokens), setting,
+                                        w.w8.device)
+
+    def rows_per_expert(self, tokens: int) -> int:
+        """The average rows an expert gets from a pass of `tokens` tokens, what its kernels are chosen by (the
+        grouped GEMM's rows hold every rank's under expert parallelism, so not R over the local experts)."""
         cfg = self.router.cfg
-        per = max(1, tokens * cfg.top_k // cfg.n_routed_experts)
-        return not fp8_tiles.per_expert(w.shape[-2], w.shape[-1], per, setting, w.w8.device)
+        return max(1, tokens * cfg.top_k // cfg.n_routed_experts)
 
     def grouped_cap(self) -> int | None:
         """The most tokens a pass runs grouped from one token up (a CUDA graph piece's cap), None: every
         pass."""
         if self.stacked is None or not isinstance(self.stacked[0], Fp8Weight):
             return None
-        return next((t - 1 for t in range(1, BLOCK_TOKENS + 1) if not self.runs_grouped(t)), None)
+        from dcpctl.runtime.kernels import fp8_parts
+        if fp8_parts.activation_mode() == "w8a16":
+            return GROUPED_MAX_TOKENS
+        seen: dict[int, bool] = {}    # here the answer depends on the tokens through rows_per_expert only
+        for t in range(1, BLOCK_TOKENS + 1):
+            per = self.rows_per_expert(t)
+            if per not in seen:
+                seen[per] = self.runs_grouped(t)
+            if not seen[per]:
+                return t - 1
+        return None
 
     def _routed(self, x: Tensor, w: Tensor, idx: Tensor, valid: Tensor | None = None) -> Tensor:
         # x: [T, D]  w, idx: [T, k] -> [T, D]: the (token, slot) rows sorted by local expert, each expert's
@@ -245,11 +262,12 @@ class MoE:
         order, ends = self._by_expert(idx, valid)
         ends = ends.to(torch.int32)
         xs = x[order // idx.shape[1]]                                              # [T*k, D]
+        per = self.rows_per_expert(x.shape[0]) if isinstance(self.stacked[0], Fp8Weight) else 0
         if len(self.stacked) == 2:
             gate_up, down = self.stacked
-            h = swiglu(_grouped_gemm(xs, gate_up, ends), self.experts[0].inter)
+            h = swiglu(_grouped_gemm(xs, gate_up, ends, per), self.experts[0].inter)
         else:
             gate, up, down = self.stacked
-            h = F.silu(_grouped_gemm(xs, gate, ends)) * _grouped_gemm(xs, up, ends)
-        y = _grouped_gemm(h, down, ends)                                           # rows past ends[-1]: unset
+            h = F.silu(_grouped_gemm(xs, gate, ends, per)) * _grouped_gemm(xs, up, ends, per)
+        y = _grouped_gemm(h, down, ends, per)                                      # rows past ends[-1]: unset
         return moe_combine(y, order, ends, w)

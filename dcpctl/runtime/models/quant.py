@@ -145,12 +145,13 @@ def linear(x: Tensor, w: Weight) -> Tensor:
     return F.linear(x, w) if t is None else gemm16.linear16(x, w, t)
 
 
-def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None) -> Tensor:
-    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]; ends None: one matrix
+def grouped_linear(x: Tensor, w: Fp8Weight, ends: Tensor | None, rows: int | None = None) -> Tensor:
+    # x: [R, K] rows sorted by expert, w: [E, N, K], ends: [E] int32 -> [R, N]; ends None: one matrix; rows:
+    # the rows per expert the kernel is chosen by (fp8_gemm.fp8_matmul)
     from dcpctl.runtime.kernels.fp8_gemm import fp8_matmul
     if x.shape[0] == 0:
         return x.new_zeros((0, w.shape[-2]))
-    return fp8_matmul(x, w.w8, w.scale, w.block, ends)
+    return fp8_matmul(x, w.w8, w.scale, w.block, ends, rows=rows)
 
 
 @functools.lru_cache(maxsize=None)
