@@ -15,11 +15,12 @@ fp8_parts.PREFILL_ROWS, w8a16 unless another is MARGIN faster: the same weights 
 cost no accuracy); the last bound reaches every larger count.
 
 The routed experts' grouped GEMMs (`--experts` experts, top `--top-k`, a new random routing each call) at each
-token count: the grouped Triton kernel under w8a16 and under w8a8 (its shipped setting and GROUPED_PREFILL
-tiles), against `per_expert`: the MoE's loop, one dense GEMM per expert through its own method (the group ends
-read back to the host first: what the MoE does, timed with the sync), and bf16 torch._grouped_mm. gate+up and
-down are decided together (the MoE runs both one way), by rows per expert; per_expert never goes into a CUDA
-graph (mlp_graphs caps its pieces below it).
+token count: the grouped Triton kernel under w8a16 and under w8a8 (its shipped setting and the GROUPED_TILES
+settings; the fastest goes into the table's `grouped` section at those rows per expert), against
+`per_expert`: the MoE's loop, one dense GEMM per expert through its own method (the group ends read back to
+the host first: what the MoE does, timed with the sync), and bf16 torch._grouped_mm. gate+up and down are
+decided together (the MoE runs both one way), by rows per expert; per_expert never goes into a CUDA graph
+(mlp_graphs caps its pieces below it).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from dcpctl.runtime.kernels.fp8_tiles import DEFAULT_TILES, Tiles, choose_tiles
 DENSE = ("q_a+kv_a_proj", "q_b_proj", "o_proj", "dense_gate_up", "dense_down", "expert_gate_up", "o_proj/tp8")
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-GROUPED_PREFILL = [DEFAULT_TILES, Tiles(bm=64, bn=128, warps=4, stages=4),
+GROUPED_TILES = [DEFAULT_TILES, Tiles(bm=64, bn=128, warps=4, stages=4),
                    Tiles(bm=64, bn=128, warps=4, stages=3),
                    Tiles(bm=128, bn=128, warps=8, stages=3), Tiles(bm=128, bn=128, warps=8, stages=4)]
 MARGIN = 0.05
@@ -110,7 +111,7 @@ def grouped_cell(N: int, K: int, tokens: int, experts: int, top_k: int) -> dict:
     us["w8a16"] = _time(lambda: fp8_matmul(x, w8, s, (128, 128), ends=ends, tiles=t16, mode="w8a16"))
     w8a8 = {}
     shipped = choose_tiles(N, K, rows, experts, False, tokens * top_k, device=x.device)
-    cands = list(dict.fromkeys([shipped, *GROUPED_PREFILL])) if rows > PREFILL_ROWS else [shipped]
+    cands = list(dict.fromkeys([shipped, *GROUPED_TILES]))
     for t in cands:
         w8a8[json.dumps(vars(t))] = _time(lambda: fp8_matmul(x, w8, s, (128, 128), ends=ends, tiles=t,
                                                             mode="w8a8"))
@@ -167,13 +168,12 @@ def table(dense: list[dict], grouped: list[dict]) -> dict:
         if rows <= PREFILL_ROWS and win != "w8a16" and total[win] > total["w8a16"] * (1 - MARGIN):
             win = "w8a16"
         points.append((rows, win))
-        for r in pair:
-            if rows > PREFILL_ROWS:
-                tiles.setdefault(f"{r['N']},{r['K']}", []).append([rows, r["w8a8_best_tiles"]])
+        for r in pair:   # the w8a8 setting that ran fastest at these rows (what the methods above timed)
+            tiles.setdefault(f"{r['N']},{r['K']}", []).append([rows, r["w8a8_best_tiles"]])
     for N, K in GROUPED.values():
         methods["grouped"][f"{N},{K}"] = _bounds(points)
     out = {"methods": methods}
-    if tiles:   # the prefill rows' w8a8 settings, the last reaching every larger count
+    if tiles:   # w8a8's settings by rows per expert, the last reaching every larger count
         out["grouped"] = {k: _bounds([(r, json.dumps(t)) for r, t in v]) for k, v in tiles.items()}
         out["grouped"] = {k: [[r, json.loads(t)] for r, t in v] for k, v in out["grouped"].items()}
     return out
