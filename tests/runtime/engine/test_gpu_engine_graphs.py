@@ -218,20 +218,24 @@ def test_fp8_pieces_replay_a_long_call_in_passes(tmp_path, mode):
     """A call past the block-FP8 MoE's 512-token pieces (a prompt chunk of up to MAX_PASSES x 512) replays
     them in passes: each pass's output is the grouped FP8 experts' eager output of the same rows, bf16
     rounding apart (a pass runs at its bucket's rows, where the tile setting may differ).  w8a16 caps the
-    pieces at 512 tokens; auto has no cap for this model (no table entry says per_expert for its shapes), and
-    its call is two whole 512-token passes, so that each pass's GEMMs run the eager call's methods."""
+    pieces at 512 tokens; auto where the experts pass fp8_tiles.PER_EXPERT_ROWS rows each (no table entry
+    has this model's shapes), and its call is two whole 512-token passes, so that each pass's GEMMs run the
+    eager call's methods."""
     from benchmarks.fp8_model_check import write_trained
     from dcpctl.runtime import settings
     from dcpctl.runtime.models import load_model
     from dcpctl.runtime.models.mlp import MoE
+    from dcpctl.runtime.kernels.fp8_tiles import PER_EXPERT_ROWS
+    from dcpctl.runtime.models.mlp import BLOCK_TOKENS
     from dcpctl.runtime.models.mlp_graphs import MlpGraphs, token_cap
     path = str(write_trained(tmp_path / "fp8", "cuda"))
     with settings.using(fp8_gemm=mode):
         model = load_model(path, ParallelState.single(), False, torch.bfloat16, torch.device("cuda"))
-        assert token_cap(model) == (512 if mode == "w8a16" else None)
-        cap = 512
         layer = next(i for i, lay in enumerate(model.layers) if isinstance(lay.mlp, MoE))
         mlp = model.layers[layer].mlp
+        rule = max(t for t in range(1, BLOCK_TOKENS + 1) if mlp.rows_per_expert(t) <= PER_EXPERT_ROWS)
+        assert token_cap(model) == (512 if mode == "w8a16" else rule)
+        cap = 512
         g = MlpGraphs(model, [256, cap])
         torch.manual_seed(0)
         x = torch.randn(700 if mode == "w8a16" else 2 * cap, model.cfg.hidden_size, device="cuda",
