@@ -338,14 +338,17 @@ def test_few_rows_pick_the_weight_streaming_kernel():
     assert choose_tiles(4096, 7168, 2, 16, a16=True, total_rows=16 * GROUPED_GEMV_PER_EXPERT) == DEFAULT_GEMV
     assert isinstance(choose_tiles(4096, 7168, 4, 16, a16=True, total_rows=64), Tiles)
     assert isinstance(choose_tiles(4096, 7168, 1, 256, a16=False, total_rows=8), Tiles)
-    # a prefill's experts: above M_TILE_ROWS rows per expert w8a16 takes the 128-row setting, w8a8 does not
+    # a prefill's experts: above M_TILE_ROWS rows per expert each method takes its own 128-row setting (w8a8's
+    # without a table entry: the H200 table has no w8a8 grouped section)
     from dcpctl.runtime.kernels.fp8_gemm import DEFAULT_TILES, M_TILE_ROWS, PREFILL_GROUPED_A16_TILES
+    from dcpctl.runtime.kernels.fp8_tiles import PREFILL_GROUPED_A8_TILES
     assert (choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=True, total_rows=16 * 65)
             == PREFILL_GROUPED_A16_TILES)
     tuned = t.grouped_a16[(4096, 7168)][-1]          # the table's grouped w8a16 setting at its largest bound
     assert tuned[0] == M_TILE_ROWS and tuned[1] != DEFAULT_TILES
     assert choose_tiles(4096, 7168, M_TILE_ROWS, 16, a16=True, total_rows=16 * 64) == tuned[1]
-    assert choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=False, total_rows=16 * 65) == DEFAULT_TILES
+    assert (choose_tiles(4096, 7168, M_TILE_ROWS + 1, 16, a16=False, total_rows=16 * 65)
+            == PREFILL_GROUPED_A8_TILES)
 
 
 def test_w8a16_takes_its_own_table_where_it_has_the_shape():
