@@ -221,10 +221,11 @@ def emulated_methods(mode: str, prefill_mode: str | None) -> tuple[str, str]:
     return mode, prefill_mode or mode
 
 
-def split_method(x, w8, scale, block, ends=None, decode="w8a16", prefill="w8a16", **_):
-    """emulated_fp8_matmul under `prefill` where the GEMM has more than PREFILL_ROWS rows (grouped: R // E
-    rows per expert, as fp8_gemm.fp8_matmul counts them for fp8_tiles.method), else under `decode`."""
-    rows = x.shape[0] if ends is None else max(1, x.shape[0] // w8.shape[0])
+def split_method(x, w8, scale, block, ends=None, decode="w8a16", prefill="w8a16", rows=None, **_):
+    """emulated_fp8_matmul under `prefill` where the GEMM has more than PREFILL_ROWS rows (grouped: the MoE's
+    rows per expert where it passes them, else R // E, as fp8_gemm.fp8_matmul counts them for
+    fp8_tiles.method), else under `decode`."""
+    rows = rows or (x.shape[0] if ends is None else max(1, x.shape[0] // w8.shape[0]))
     return emulated_fp8_matmul(x, w8, scale, block, ends,
                                mode=prefill if rows > fp8_parts.PREFILL_ROWS else decode)
 
@@ -343,7 +344,7 @@ def build_report(paths: dict[str, dict], args: argparse.Namespace, dev: str) -> 
                             "met": abs(rel_bpb(paths, ta, tb)) <= BPB_TARGET}
     out["kl_per_token_nats"] = {
         "what": "KL(P_ref || Q_path) at every held-out position bits per byte scores, `path_vs_ref`",
-        "positions": sum(len(w) - 1 for w in heldout_windows()),
+        "positions": out["bits_per_byte"]["heldout_bytes"],
         **{f"{a}_vs_{b}": kl_stats(kl_per_token(paths[b]["heldout_logits"], paths[a]["heldout_logits"]))
            for a, b in KL_PAIRS}}
     greedy = {f"{a}_vs_{b}": greedy_report(paths[a]["ids"], paths[b]["ids"], paths[b]["free_logits"])

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from benchmarks.fp8_gemm import GROUPED, SHAPES, _experts, merge
 from dcpctl.runtime.kernels import fp8_cublas
+from dcpctl.runtime.kernels.fp8_dequant import dequantize_gpu
 from dcpctl.runtime.kernels.fp8_gemm import fp8_matmul
 from dcpctl.runtime.kernels.fp8_parts import PREFILL_ROWS
 from dcpctl.runtime.kernels.fp8_tiles import DEFAULT_TILES, Tiles, choose_tiles
@@ -81,9 +82,9 @@ def _time(fn, graph: bool = True) -> float:
 
 
 def _weights(N: int, K: int) -> tuple:
+    # (e4m3 weight, its factors, the bf16 weight the loader would dequantize it to)
     w8, s, _ = _experts(N, K, 1)
-    w = (w8[0].float() * s[0].repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]).to(torch.bfloat16)
-    return w8[0], s[0], w
+    return w8[0], s[0], dequantize_gpu(w8[0], s[0], (128, 128), torch.bfloat16)
 
 
 def dense_cell(name: str, N: int, K: int, R: int) -> dict:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dcpctl.runtime.kernels.fp8_dequant import dequantize_gpu
 from dcpctl.runtime.kernels.fp8_parts import quantize_rows_gpu
 
 ROW_PAD = 4      # rows a multiple of this (cuBLASLt's 1x128 factor layout)
@@ -91,8 +92,7 @@ def _probe(index: int) -> tuple[bool, str]:
                        f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
     x8, xs = quantize_rows_gpu(x, 128)
     xq = x8.double() * xs.double().repeat_interleave(128, 1)
-    w = w8.double() * ws.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
-    ref = xq @ w.T
+    ref = xq @ dequantize_gpu(w8, ws, (128, 128), torch.float32).double().T
     err = ((out - ref).norm() / ref.norm()).item()
     if not err < 1e-2:
         return False, (f"cuBLAS's block-scaled FP8 GEMM is {err:.3g} norm-relative off its float64 product "
